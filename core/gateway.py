@@ -1,0 +1,260 @@
+"""The one door to every model: litellm `acompletion` with bounded concurrency, retries,
+a response cache and a ledger row per call.
+
+The cache is the ledger itself: a successful call is stored with a key made of the model, the
+messages, the parameters and the sample index, so repeating it (a resumed run, a re-run
+evaluation) is answered from the database at no cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import config  # noqa: F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before litellm loads)
+import litellm  # noqa: E402
+from sqlalchemy.engine import Engine  # noqa: E402
+from sqlmodel import Session, select  # noqa: E402
+
+from core import local_model  # noqa: E402
+from storage.models import LLMCall  # noqa: E402
+
+log = logging.getLogger(__name__)
+litellm.drop_params = True
+litellm.suppress_debug_info = True
+local_model.register()
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    litellm.RateLimitError,
+    litellm.APIConnectionError,
+    litellm.Timeout,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+)
+
+Mock = Callable[[str, list[dict]], "str | Exception"]
+
+
+class ModelCallError(RuntimeError):
+    """A model call failed for good (after retries); the ledger holds the details."""
+
+
+class StructuredOutputError(ModelCallError):
+    """The model did not return the JSON that was asked for."""
+
+    def __init__(self, message: str, raw: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+@dataclass
+class CallResult:
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    cache_hit: bool = False
+    call_id: int | None = None
+
+
+@dataclass
+class Scope:
+    """What a call belongs to, for the ledger."""
+
+    run_id: int | None = None
+    evaluation_id: int | None = None
+
+
+def redact(text: str) -> str:
+    """Remove any secret from the environment that a provider echoed into an error message."""
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name):
+            text = text.replace(value, f"<{name}>")
+    return text
+
+
+def cache_key(model: str, messages: list[dict], params: dict[str, Any], sample_index: int) -> str:
+    payload = json.dumps(
+        {"model": model, "messages": messages, "params": params, "sample": sample_index},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _seed(key: str) -> int:
+    return int(key[:8], 16) % (2**31 - 1)
+
+
+@dataclass
+class Gateway:
+    """Owns the per-model semaphores; one per process (or per run) is enough."""
+
+    engine: Engine
+    concurrency: int = field(default_factory=config.default_concurrency)
+    max_retries: int = 3
+    backoff_s: float = 1.0
+    timeout_s: float = 600.0
+    api_base: str | None = None
+    mock: Mock | None = None
+    _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+
+    def _semaphore(self, model: str) -> asyncio.Semaphore:
+        if model not in self._semaphores:
+            self._semaphores[model] = asyncio.Semaphore(max(1, self.concurrency))
+        return self._semaphores[model]
+
+    def _cached(self, key: str) -> LLMCall | None:
+        with Session(self.engine) as session:
+            return session.exec(
+                select(LLMCall).where(LLMCall.cache_key == key, LLMCall.error.is_(None), LLMCall.cache_hit.is_(False))
+            ).first()
+
+    def _record(self, row: LLMCall) -> int | None:
+        with Session(self.engine, expire_on_commit=False) as session:
+            session.add(row)
+            session.commit()
+            return row.id
+
+    async def complete(
+        self,
+        *,
+        stage: str,
+        model: str,
+        messages: list[dict],
+        scope: Scope | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        sample_index: int = 0,
+        response_format: dict | None = None,
+    ) -> CallResult:
+        """One chat completion, from the cache if this exact call succeeded before."""
+        scope = scope or Scope()
+        params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if response_format:
+            params["response_format"] = response_format
+        key = cache_key(model, messages, params, sample_index)
+        request = {"messages": messages, "params": params, "sample_index": sample_index}
+        hit = self._cached(key)
+        if hit is not None:
+            call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
+                                           model=model, cache_key=key, request={"cached_from": hit.id},
+                                           response=hit.response, cache_hit=True))
+            return CallResult(text=hit.response or "", cache_hit=True, call_id=call_id)
+
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s, **params}
+        if model.startswith("local/"):
+            kwargs["seed"] = _seed(key)
+        if self.api_base and not model.startswith("local/"):
+            kwargs["api_base"] = self.api_base
+        attempts = 0
+        started = time.perf_counter()
+        async with self._semaphore(model):
+            while True:
+                attempts += 1
+                try:
+                    if self.mock is not None:
+                        kwargs["mock_response"] = self.mock(stage, messages)
+                    response = await litellm.acompletion(**kwargs)
+                    break
+                except TRANSIENT_ERRORS as exc:
+                    if attempts > self.max_retries:
+                        error = exc
+                    else:
+                        delay = self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random())
+                        log.warning("%s on %s, retry %d in %.1fs", type(exc).__name__, model, attempts, delay)
+                        await asyncio.sleep(delay)
+                        continue
+                except Exception as exc:  # noqa: BLE001  (every provider failure is recorded, not raised raw)
+                    error = exc
+                latency = (time.perf_counter() - started) * 1000
+                message = redact(f"{type(error).__name__}: {error}")[:2000]
+                self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                                     cache_key=key, request=request, latency_ms=latency, attempts=attempts,
+                                     error=message))
+                raise ModelCallError(f"{model} ({stage}): {message}") from error
+        latency = (time.perf_counter() - started) * 1000
+        text = response.choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = _cost(response, model)
+        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                                       cache_key=key, request=request, response=text, tokens_in=tokens_in,
+                                       tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts))
+        return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
+                          call_id=call_id)
+
+    async def complete_json(
+        self,
+        *,
+        stage: str,
+        model: str,
+        messages: list[dict],
+        schema: dict,
+        parse: Callable[[Any], Any],
+        scope: Scope | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        sample_index: int = 0,
+        attempts: int = 2,
+    ) -> tuple[Any, CallResult]:
+        """A call that must return JSON matching `schema`; `parse` validates it (raising ValueError).
+
+        A malformed reply is asked again (a different sample, so not from the cache), then raised as
+        StructuredOutputError carrying the raw text.
+        """
+        response_format = {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
+        last_error = ""
+        result = CallResult(text="")
+        for attempt in range(attempts):
+            result = await self.complete(stage=stage, model=model, messages=messages, scope=scope,
+                                         temperature=temperature if attempt == 0 else max(temperature, 0.3),
+                                         max_tokens=max_tokens, sample_index=sample_index * 100 + attempt,
+                                         response_format=response_format)
+            try:
+                return parse(extract_json(result.text)), result
+            except ValueError as exc:
+                last_error = str(exc)
+        raise StructuredOutputError(f"{stage}: the reply is not the JSON asked for ({last_error})", result.text)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON value in a reply, tolerating code fences and prose around it."""
+    text = (text or "").strip()
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidates = [text] + ([fenced.group(1)] if fenced else [])
+    for start_char in "{[":
+        start = text.find(start_char)
+        end = text.rfind("}" if start_char == "{" else "]")
+        if start != -1 and end > start:
+            candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except (json.JSONDecodeError, TypeError):
+            continue
+    raise ValueError(f"no JSON found in reply: {text[:120]!r}")
+
+
+def _cost(response: Any, model: str) -> float:
+    if model.startswith("local/"):
+        return 0.0
+    hidden = getattr(response, "_hidden_params", {}) or {}
+    if hidden.get("response_cost") is not None:
+        return float(hidden["response_cost"])
+    try:
+        return float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
+        return 0.0

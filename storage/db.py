@@ -1,0 +1,85 @@
+"""Database engine and sessions: SQLite by default, any SQLAlchemy URL through DATABASE_URL.
+
+SQLite is tuned for one worker writing while the UI reads (WAL, busy timeout, foreign keys), and
+the schema is brought up to date with Alembic whenever an engine is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+DEFAULT_DB_PATH = Path(__file__).resolve().parent.parent / "studio.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def database_url() -> str:
+    """The configured database: DATABASE_URL, else the SQLite file `studio.db` in the project."""
+    return os.environ.get("DATABASE_URL") or f"sqlite:///{DEFAULT_DB_PATH}"
+
+
+def describe_url(url: str) -> str:
+    """The URL without its password, for pages and logs."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """A new engine on `url`; the schema is migrated before it is returned."""
+    url = url or database_url()
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    migrate(engine)
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Apply every Alembic migration that this database has not seen yet."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str | None = None) -> Engine:
+    """One engine per URL per process."""
+    return make_engine(url or database_url())
+
+
+@contextmanager
+def session_scope(engine: Engine | None = None) -> Iterator[Session]:
+    """A short transaction: committed on success, rolled back on error."""
+    with Session(engine or get_engine(), expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

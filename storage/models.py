@@ -1,0 +1,262 @@
+"""All tables of the studio, in one module (SQLModel tutorial style).
+
+JSON columns hold small structured values (settings, experiences, counters); anything that is
+queried or joined on gets its own column.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json(default: Any = None) -> Any:
+    factory = (lambda: {}) if default is dict else (lambda: []) if default is list else (lambda: None)
+    return Field(default_factory=factory, sa_column=Column(JSON, nullable=default is not None))
+
+
+def _text(nullable: bool = True) -> Any:
+    return Field(default=None if nullable else "", sa_column=Column(Text, nullable=nullable))
+
+
+class Task(SQLModel, table=True):
+    """What the agent does, how its answers are scored and which model plays each role."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    description: str = ""
+    instructions: str = _text(nullable=False)
+    answer_format: str = ""
+    reward_method: str = "math"
+    reward_settings: dict = _json(dict)
+    policy_model: str = "local/qwen2.5-coder-0.5b"
+    learner_model: str = "local/qwen2.5-coder-0.5b"
+    judge_model: str = "local/qwen2.5-coder-0.5b"
+    agent_mode: str = "direct"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Sample(SQLModel, table=True):
+    """One query of a task, with its optional reference answer or rubric."""
+
+    __table_args__ = (UniqueConstraint("task_id", "external_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    external_id: str
+    query: str = _text(nullable=False)
+    reference: str | None = _text()
+    rubric: str | None = _text()
+    split: str = Field(default="train", index=True)
+    meta: dict = _json(dict)
+
+
+class Library(SQLModel, table=True):
+    """A named experience library of a task; its content lives in immutable versions."""
+
+    __table_args__ = (UniqueConstraint("task_id", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    name: str = "default"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class LibraryVersion(SQLModel, table=True):
+    """Immutable snapshot: ordered experiences [{"id": "E3", "text": "..."}] and where it came from."""
+
+    __table_args__ = (UniqueConstraint("library_id", "number"),)
+    id: int | None = Field(default=None, primary_key=True)
+    library_id: int = Field(foreign_key="library.id", index=True)
+    number: int
+    parent_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    experiences: list = _json(list)
+    source: str = "initial"  # initial | run | manual | import | revert | direct
+    run_id: int | None = Field(default=None, index=True)  # provenance only: no FK, runs point here too
+    step_id: int | None = None
+    note: str = ""
+    created_by: str = "system"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class LibraryLabel(SQLModel, table=True):
+    """A movable name (e.g. `production`) that points at one version of a library."""
+
+    __table_args__ = (UniqueConstraint("library_id", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    library_id: int = Field(foreign_key="library.id", index=True)
+    name: str
+    version_id: int = Field(foreign_key="libraryversion.id")
+    moved_by: str = "system"
+    moved_at: datetime = Field(default_factory=utcnow)
+
+
+class Run(SQLModel, table=True):
+    """One training run; settings are frozen at creation so a resume repeats the same plan."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    library_id: int = Field(foreign_key="library.id")
+    kind: str = "train"  # train | direct
+    start_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    current_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    settings: dict = _json(dict)
+    status: str = Field(default="queued", index=True)
+    progress: dict = _json(dict)
+    heartbeat_at: datetime | None = None
+    error: str | None = _text()
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class Step(SQLModel, table=True):
+    """One batch of a run: which samples, the library before and after, reward statistics."""
+
+    __table_args__ = (UniqueConstraint("run_id", "epoch", "batch_index"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    epoch: int
+    batch_index: int
+    sample_ids: list = _json(list)
+    status: str = "pending"  # pending | running | awaiting_review | completed | failed
+    version_before_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    version_after_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    reward_mean: float | None = None
+    reward_std: float | None = None
+    stats: dict = _json(dict)
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class Evaluation(SQLModel, table=True):
+    """A library version (or the empty library) scored on a split with k samples per query."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    split: str = "test"
+    k: int = 1
+    limit: int | None = None
+    model: str = ""
+    temperature: float = 0.7
+    status: str = Field(default="queued", index=True)
+    n: int = 0
+    mean_at_k: float | None = None
+    pass_at_k: float | None = None
+    metrics: dict = _json(dict)
+    cost: float = 0.0
+    error: str | None = _text()
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class Rollout(SQLModel, table=True):
+    """One sampled output of the agent, for a training step or an evaluation."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int | None = Field(default=None, foreign_key="step.id", index=True)
+    evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id", index=True)
+    sample_id: int = Field(foreign_key="sample.id", index=True)
+    group_index: int = 0
+    messages: list = _json(list)
+    final_answer: str | None = _text()
+    response: str | None = _text()
+    reward: float | None = None
+    reward_source: str | None = None
+    reward_detail: str | None = _text()
+    summary: str | None = _text()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RewardLabel(SQLModel, table=True):
+    """A person's reward for a rollout; every label is kept, the newest one counts."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    rollout_id: int = Field(foreign_key="rollout.id", index=True)
+    value: float
+    comment: str = ""
+    labeler: str = "local"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Advantage(SQLModel, table=True):
+    """The semantic advantage of one group: the learner's lessons and its raw reply."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int = Field(foreign_key="step.id", index=True)
+    sample_id: int = Field(foreign_key="sample.id")
+    status: str = "ok"  # ok | skipped | failed
+    text: str | None = _text()
+    proposals: list = _json(list)
+    raw_response: str | None = _text()
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Operation(SQLModel, table=True):
+    """One proposed library change and the decision on it."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int | None = Field(default=None, foreign_key="step.id", index=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id", index=True)
+    position: int = 0
+    op: str  # ADD | MODIFY | DELETE | MERGE | KEEP
+    target_ids: list = _json(list)
+    text: str | None = _text()
+    rationale: str | None = _text()
+    source_advantage_ids: list = _json(list)
+    status: str = Field(default="pending", index=True)  # pending|approved|rejected|edited|applied|invalid
+    validation_error: str | None = _text()
+    reviewer: str | None = None
+    decided_at: datetime | None = None
+    comment: str | None = _text()
+    applied_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class LLMCall(SQLModel, table=True):
+    """The ledger of every model call; successful rows double as the response cache."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id", index=True)
+    evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id", index=True)
+    stage: str = Field(index=True)  # rollout | summary | advantage | update | judge | direct
+    model: str
+    cache_key: str = Field(index=True)
+    request: dict = _json(dict)
+    response: str | None = _text()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    cache_hit: bool = False
+    attempts: int = 1
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditEvent(SQLModel, table=True):
+    """Who did what to what, and when, with the state before and after."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    actor: str
+    action: str = Field(index=True)
+    object_type: str
+    object_id: int | None = None
+    before: dict | None = _json()
+    after: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
