@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
 

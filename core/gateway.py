@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import config  # noqa: F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before litellm loads)
-import litellm  # noqa: E402
-from sqlalchemy.engine import Engine  # noqa: E402
-from sqlmodel import Session, select  # noqa: E402
+import litellm
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
 
-from core import local_model  # noqa: E402
-from storage.models import LLMCall  # noqa: E402
+from core import config, local_model
+from storage.models import LLMCall
 
 log = logging.getLogger(__name__)
 litellm.drop_params = True

@@ -1,14 +1,13 @@
 """initial schema
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-21 20:05:06.372752
 """
 
 import sqlalchemy as sa
 import sqlmodel
 from alembic import op
-
 
 revision = '0001'
 down_revision = None

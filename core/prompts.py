@@ -1,0 +1,178 @@
+"""Every prompt the engine sends, and the JSON schemas of the structured replies.
+
+Kept in one place so that a change of wording is one diff, and so that the cache key of a call
+(which includes its messages) only changes when a prompt really changes.
+"""
+
+from __future__ import annotations
+
+from core.library import render_for_agent, render_for_learner
+
+EXPERIENCE_HEADER = (
+    "When solving problems, you MUST first carefully read and understand the helpful instructions "
+    "and experiences:"
+)
+PYTHON_TOOL_NOTE = (
+    "You can run Python: write code in a ```python fenced block and stop; the code is executed and its "
+    "output is sent back to you, then you continue. Use print() to see values."
+)
+
+
+def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool) -> str:
+    """The agent's system prompt: the task's instructions, then the library as a numbered list."""
+    parts = [instructions.strip()]
+    if answer_format.strip():
+        parts.append(answer_format.strip())
+    if python_tool:
+        parts.append(PYTHON_TOOL_NOTE)
+    if experiences:
+        parts.append(f"{EXPERIENCE_HEADER}\n{render_for_agent(experiences)}")
+    return "\n\n".join(parts)
+
+
+def agent_messages(instructions: str, answer_format: str, experiences: list[dict], query: str,
+                   python_tool: bool) -> list[dict]:
+    return [
+        {"role": "system", "content": agent_system_prompt(instructions, answer_format, experiences, python_tool)},
+        {"role": "user", "content": query},
+    ]
+
+
+def trajectory_text(messages: list[dict], limit: int = 6000) -> str:
+    """The agent's side of a rollout (everything after the query), shortened for the learner."""
+    lines = []
+    for message in messages[2:]:
+        who = "Agent" if message["role"] == "assistant" else "Tool output"
+        lines.append(f"{who}:\n{message['content']}")
+    text = "\n\n".join(lines)
+    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-limit // 2 :]
+
+
+def _reference_block(reference: str | None, reward: float | None, ground_truth: bool) -> str:
+    if not ground_truth:
+        return ""
+    parts = []
+    if reference:
+        parts.append(f"Reference answer: {reference}")
+    if reward is not None:
+        parts.append(f"Reward of this attempt: {reward:g} ({'correct' if reward >= 0.5 else 'wrong'})")
+    return "\n".join(parts) + "\n\n" if parts else ""
+
+
+def summary_messages(query: str, reference: str | None, reward: float | None, experiences: list[dict],
+                     trajectory: str, ground_truth: bool) -> list[dict]:
+    """Step 3a of the paper: summarise one attempt, which experiences it used and where it went wrong."""
+    content = (
+        f"An AI agent attempted the following task.\n\nTask:\n{query}\n\n"
+        f"{_reference_block(reference, reward, ground_truth)}"
+        f"Experiences the agent was given:\n{render_for_learner(experiences)}\n\n"
+        f"The agent's attempt:\n{trajectory}\n\n"
+        "Summarise the attempt step by step in at most 120 words: the approach it took, which of the "
+        "experiences (by id) it used or ignored, and"
+        + (" where and why it went wrong, if it did." if ground_truth else " any step that looks doubtful.")
+    )
+    return [
+        {"role": "system", "content": "You analyse an agent's reasoning precisely and briefly."},
+        {"role": "user", "content": content},
+    ]
+
+
+ADVANTAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "analysis": {"type": "string"},
+        "experiences": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    },
+    "required": ["analysis", "experiences"],
+}
+
+
+def advantage_messages(query: str, reference: str | None, attempts: list[tuple[float | None, str]],
+                       experiences: list[dict], ground_truth: bool) -> list[dict]:
+    """Step 3b: compare the group's summaries and write the semantic advantage as lessons."""
+    lines = []
+    for i, (reward, summary) in enumerate(attempts, 1):
+        label = f" (reward {reward:g})" if ground_truth and reward is not None else ""
+        lines.append(f"Attempt {i}{label}:\n{summary}")
+    if len(attempts) == 1:
+        task = "Critique this single attempt"
+    elif ground_truth:
+        task = "Compare the attempts: what did the better ones do that the worse ones did not"
+    else:
+        task = "Compare the attempts and judge which reasoning is most reliable and why"
+    content = (
+        f"Task:\n{query}\n\n"
+        + (f"Reference answer: {reference}\n\n" if ground_truth and reference else "")
+        + f"Current experiences:\n{render_for_learner(experiences)}\n\n"
+        + "\n\n".join(lines)
+        + f"\n\n{task}? Then write at most 3 new experiences: general, reusable lessons for similar "
+        "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
+        'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
+    )
+    return [
+        {"role": "system", "content": "You turn an agent's successes and failures into short, general lessons."},
+        {"role": "user", "content": content},
+    ]
+
+
+UPDATE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "operations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": ["ADD", "MODIFY", "DELETE", "MERGE", "KEEP"]},
+                    "ids": {"type": "array", "items": {"type": "string"}},
+                    "text": {"type": "string"},
+                    "rationale": {"type": "string"},
+                },
+                "required": ["op", "ids", "text", "rationale"],
+            },
+        }
+    },
+    "required": ["operations"],
+}
+
+
+def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int) -> list[dict]:
+    """Step 4: consolidate the batch's proposals into operations on the current library."""
+    proposal_lines = "\n".join(f"{i}. {text}" for i, text in enumerate(proposals, 1))
+    content = (
+        f"Current experience library (ids in brackets):\n{render_for_learner(experiences)}\n\n"
+        f"Proposed experiences from this batch:\n{proposal_lines}\n\n"
+        "Update the library with operations:\n"
+        '- ADD: a new experience (ids: [], text: the experience)\n'
+        '- MODIFY: revise one experience (ids: ["E3"], text: the revised experience)\n'
+        '- DELETE: remove experiences that are wrong or useless (ids: ["E2"], text: "")\n'
+        '- MERGE: combine overlapping experiences into one (ids: ["E1", "E4"], text: the merged experience)\n'
+        '- KEEP: nothing to change (ids: [], text: "")\n'
+        f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
+        f"most {max_experiences} experiences. Use only the ids shown above.\n"
+        'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "...", "rationale": "..."}]}'
+    )
+    return [
+        {"role": "system", "content": "You curate a small library of experiences for an AI agent."},
+        {"role": "user", "content": content},
+    ]
+
+
+DIRECT_SCHEMA = {
+    "type": "object",
+    "properties": {"experiences": {"type": "array", "items": {"type": "string"}}},
+    "required": ["experiences"],
+}
+
+
+def direct_messages(instructions: str, queries: list[tuple[str, str | None]], count: int) -> list[dict]:
+    """The paper's baseline: experiences written from the training queries alone, with no rollouts."""
+    listing = "\n\n".join(
+        f"Problem {i}: {q}" + (f"\nAnswer: {a}" if a else "") for i, (q, a) in enumerate(queries, 1)
+    )
+    content = (
+        f"An AI agent has these instructions:\n{instructions}\n\nExample problems it will face:\n{listing}\n\n"
+        f"Write {count} general, reusable experiences (lessons) that would help the agent solve such problems, "
+        'each at most 32 words. Reply with JSON only: {"experiences": ["...", "..."]}'
+    )
+    return [{"role": "user", "content": content}]

@@ -1,0 +1,136 @@
+"""Library versions as stored objects: create, resolve, import, export and label them.
+
+Versions are immutable: every change (a training step, a manual edit, an import, a revert)
+appends a new version whose parent is the one it started from.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlmodel import Session
+
+from core import library_io
+from core.library import next_id_number, render_for_agent
+from storage import queries
+from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
+
+EMPTY = "empty"
+
+
+def ensure_library(session: Session, task: Task, name: str = "default", actor: str = "system") -> Library:
+    """The task's library of that name, created with an empty first version if missing."""
+    lib = queries.library_by_name(session, task.id, name)
+    if lib is None:
+        lib = Library(task_id=task.id, name=name)
+        session.add(lib)
+        session.flush()
+        session.add(LibraryVersion(library_id=lib.id, number=1, experiences=[], source="initial",
+                                   note="empty library", created_by=actor))
+        session.add(AuditEvent(actor=actor, action="library.create", object_type="library", object_id=lib.id,
+                               after={"task": task.name, "name": name}))
+        session.flush()
+    return lib
+
+
+def all_ids(session: Session, library_id: int) -> list[str]:
+    return [exp["id"] for v in queries.versions(session, library_id) for exp in v.experiences]
+
+
+def create_version(
+    session: Session,
+    library: Library,
+    experiences: list[dict],
+    *,
+    parent_id: int | None,
+    source: str,
+    created_by: str,
+    note: str = "",
+    run_id: int | None = None,
+    step_id: int | None = None,
+) -> LibraryVersion:
+    latest = queries.latest_version(session, library.id)
+    version = LibraryVersion(library_id=library.id, number=(latest.number + 1) if latest else 1, parent_id=parent_id,
+                             experiences=experiences, source=source, created_by=created_by, note=note,
+                             run_id=run_id, step_id=step_id)
+    session.add(version)
+    session.flush()
+    session.add(AuditEvent(actor=created_by, action=f"version.{source}", object_type="libraryversion",
+                           object_id=version.id, after={"number": version.number, "size": len(experiences)}))
+    return version
+
+
+def new_experiences(session: Session, library: Library, texts: list[str]) -> list[dict]:
+    """Fresh ids for texts that enter the library from outside (import, baseline)."""
+    start = next_id_number(all_ids(session, library.id))
+    return [{"id": f"E{start + i}", "text": text} for i, text in enumerate(texts)]
+
+
+def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
+    """A version by id, by label (`production`), `latest`, or None for `empty` (the empty library)."""
+    from core.tasks import NotFound
+
+    ref = str(ref).strip()
+    if ref.lower() == EMPTY:
+        return None
+    lib = queries.library_by_name(session, task.id, library_name)
+    if ref.isdigit():
+        version = session.get(LibraryVersion, int(ref))
+        owner = session.get(Library, version.library_id) if version else None
+        if version is None or owner is None or owner.task_id != task.id:
+            raise NotFound(f"no version {ref} in task {task.name!r}")
+        return version
+    if lib is None:
+        raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    if ref.lower() == "latest":
+        return queries.latest_version(session, lib.id)
+    label = queries.label_by_name(session, lib.id, ref)
+    if label is None:
+        raise NotFound(f"no version or label {ref!r} in library {library_name!r} (use an id, a label, latest or empty)")
+    return session.get(LibraryVersion, label.version_id)
+
+
+def import_library(session: Session, task: Task, text: str, filename: str, *, library_name: str = "default",
+                   actor: str = "cli") -> LibraryVersion:
+    """A new version holding the experiences of an imported file (replacing the current content)."""
+    texts = library_io.parse_library_text(text, filename)
+    lib = ensure_library(session, task, library_name, actor=actor)
+    parent = queries.latest_version(session, lib.id)
+    return create_version(session, lib, new_experiences(session, lib, texts), parent_id=parent.id if parent else None,
+                          source="import", created_by=actor, note=f"imported from {filename or 'text'}")
+
+
+def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) -> str:
+    """The library as Markdown, JSON, or the block to paste into a system prompt."""
+    if fmt == "md":
+        return library_io.to_markdown(experiences)
+    if fmt == "json":
+        return library_io.to_json(experiences, meta)
+    if fmt == "prompt":
+        from core.prompts import EXPERIENCE_HEADER
+
+        return f"{EXPERIENCE_HEADER}\n{render_for_agent(experiences)}\n" if experiences else ""
+    raise ValueError(f"unknown export format {fmt!r}: use md, json or prompt")
+
+
+def set_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
+    """Point a label such as `production` at a version (moving it if it exists)."""
+    label = queries.label_by_name(session, version.library_id, name)
+    before = {"version_id": label.version_id} if label else None
+    if label is None:
+        label = LibraryLabel(library_id=version.library_id, name=name, version_id=version.id, moved_by=actor)
+    else:
+        label.version_id, label.moved_by, label.moved_at = version.id, actor, utcnow()
+    session.add(label)
+    session.flush()
+    session.add(AuditEvent(actor=actor, action="label.move", object_type="librarylabel", object_id=label.id,
+                           before=before, after={"name": name, "version_id": version.id}))
+    return label
+
+
+def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
+    return {"task": task.name, "version_id": version.id if version else None,
+            "version_number": version.number if version else None}
+
+
+__all__ = ["json"]
