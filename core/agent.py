@@ -1,0 +1,89 @@
+"""One rollout of the agent: the policy model answers a query with the library in its prompt.
+
+In `python` mode the model may write fenced Python blocks; each runs in the sandbox process and
+its output is appended as the next message, up to a turn limit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from core.answers import extract_final_answer
+from core.gateway import Gateway, ModelCallError, Scope
+from core.prompts import agent_messages
+from core.sandbox import arun_python, extract_code_blocks
+
+AGENT_MODES = ("direct", "python")
+
+
+@dataclass
+class AgentSettings:
+    model: str
+    temperature: float = 0.7
+    max_tokens: int = 1024
+    mode: str = "direct"
+    max_turns: int = 3
+    code_timeout_s: float = 10.0
+
+
+@dataclass
+class AgentResult:
+    messages: list[dict]
+    response: str = ""
+    final_answer: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    error: str | None = None
+    tool_calls: int = field(default=0)
+
+
+async def run_agent(
+    gateway: Gateway,
+    settings: AgentSettings,
+    *,
+    instructions: str,
+    answer_format: str,
+    experiences: list[dict],
+    query: str,
+    sample_index: int,
+    scope: Scope,
+) -> AgentResult:
+    """Answer one query; a failed model call ends the rollout with `error` set instead of raising."""
+    python_tool = settings.mode == "python"
+    messages = agent_messages(instructions, answer_format, experiences, query, python_tool)
+    result = AgentResult(messages=messages)
+    started = time.perf_counter()
+    turns = settings.max_turns if python_tool else 1
+    for _turn in range(turns):
+        try:
+            call = await gateway.complete(stage="rollout", model=settings.model, messages=messages, scope=scope,
+                                          temperature=settings.temperature, max_tokens=settings.max_tokens,
+                                          sample_index=sample_index)
+        except ModelCallError as exc:
+            result.error = str(exc)
+            break
+        result.tokens_in += call.tokens_in
+        result.tokens_out += call.tokens_out
+        result.cost += call.cost
+        messages = [*messages, {"role": "assistant", "content": call.text}]
+        result.response = call.text
+        blocks = extract_code_blocks(call.text) if python_tool else []
+        if not blocks or _has_boxed(call.text):
+            break
+        outputs = []
+        for code in blocks:
+            run = await arun_python(code, timeout_s=settings.code_timeout_s)
+            result.tool_calls += 1
+            outputs.append(run.as_text())
+        messages = [*messages, {"role": "user", "content": "Code output:\n" + "\n---\n".join(outputs)}]
+    result.messages = messages
+    result.final_answer = extract_final_answer(result.response) if result.response else None
+    result.latency_ms = (time.perf_counter() - started) * 1000
+    return result
+
+
+def _has_boxed(text: str) -> bool:
+    return "\\boxed{" in text

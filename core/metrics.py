@@ -1,0 +1,49 @@
+"""Scores of an evaluation: Mean@k and Pass@k with 95% confidence intervals."""
+
+from __future__ import annotations
+
+import math
+from statistics import mean, stdev
+
+SUCCESS = 0.5  # a rollout counts as a success at reward >= 0.5 (binary rewards: correct)
+Z95 = 1.959964
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Interval for a proportion that behaves at 0 and 1 and on small n."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float]:
+    """Normal-approximation interval of a mean over queries, clipped to [0, 1]."""
+    if not values:
+        return (0.0, 0.0)
+    if len(values) == 1:
+        return (values[0], values[0])
+    half = z * stdev(values) / math.sqrt(len(values))
+    m = mean(values)
+    return (max(0.0, m - half), min(1.0, m + half))
+
+
+def score_groups(rewards_by_query: dict[int, list[float]]) -> dict:
+    """Mean@k (average reward over all k samples, averaged over queries) and Pass@k (share of
+    queries with at least one success), each with its interval, plus per-query figures."""
+    per_query = {q: {"mean": mean(r) if r else 0.0, "pass": any(x >= SUCCESS for x in r), "n": len(r)}
+                 for q, r in rewards_by_query.items()}
+    means = [v["mean"] for v in per_query.values()]
+    passes = sum(1 for v in per_query.values() if v["pass"])
+    n = len(per_query)
+    return {
+        "n": n,
+        "mean_at_k": mean(means) if means else 0.0,
+        "mean_at_k_ci": list(mean_interval(means)),
+        "pass_at_k": passes / n if n else 0.0,
+        "pass_at_k_ci": list(wilson_interval(passes, n)),
+        "per_query": {str(q): v for q, v in per_query.items()},
+    }

@@ -1,0 +1,181 @@
+"""Reward functions for rollouts.
+
+Every reward is stored with where it came from and a human-readable reason, so reviewers can see
+why a rollout scored 0 or 1 without re-running anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from core.answers import extract_final_answer, normalize_answer
+
+__all__ = ["REWARD_METHODS", "RewardResult", "majority_rewards", "score"]
+
+_DETAIL_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    value: float
+    source: str
+    detail: str
+
+
+def _short(text: object, limit: int = _DETAIL_LIMIT) -> str:
+    text = str(text).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_gold(reference: str) -> list:
+    """Parse a reference with math-verify, wrapping bare answers so LaTeX like 2\\sqrt{2} is read whole.
+
+    Raw parsing of "2\\sqrt{2}" yields 2 and of "x^2+1" nothing; inside \\boxed{} both parse correctly,
+    but "0.5" would become 1/2 in boxed mode, which is harmless for verification.
+    """
+    from math_verify import parse
+
+    text = reference.strip()
+    if "$" in text or "\\boxed" in text or "\\fbox" in text:
+        return parse(text, parsing_timeout=None)
+    gold = parse("\\boxed{" + text + "}", parsing_timeout=None)
+    return gold or parse(text, parsing_timeout=None)
+
+
+def _shown(parsed: list) -> str:
+    """The string math-verify extracted (it returns [sympy_expr, source_string])."""
+    if len(parsed) > 1 and isinstance(parsed[1], str):
+        return parsed[1]
+    return str(parsed[0])
+
+
+def _math_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """math-verify equivalence; like math-verify, several \\boxed{} in a response form one multi-part answer."""
+    # Signal-based timeouts in math-verify only work in the main thread; we run in worker threads.
+    from math_verify import parse, verify
+
+    try:
+        gold = _parse_gold(reference)
+        if not gold:
+            return RewardResult(0.0, "verifier", f"could not parse reference answer {_short(reference)}")
+        pred = parse(response, parsing_timeout=None)
+        if not pred:
+            fallback = extract_final_answer(response)
+            if fallback:
+                pred = parse("\\boxed{" + fallback + "}", parsing_timeout=None)
+        if not pred:
+            return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
+        ok = verify(gold, pred, timeout_seconds=None)
+        got = _shown(pred)
+    except Exception as exc:  # a broken verifier must never crash a training run
+        return RewardResult(0.0, "verifier", _short(f"math-verify error: {type(exc).__name__}: {exc}"))
+    verdict = "correct" if ok else "wrong"
+    return RewardResult(
+        1.0 if ok else 0.0, "verifier", f"{verdict}: expected {_short(reference)}, got {_short(got)}"
+    )
+
+
+def _exact_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    got = extract_final_answer(response)
+    if got is None:
+        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
+    ok = normalize_answer(got) == normalize_answer(reference)
+    verdict = "correct" if ok else "wrong"
+    return RewardResult(
+        1.0 if ok else 0.0, "verifier", f"{verdict}: expected {_short(reference)}, got {_short(got)}"
+    )
+
+
+def _to_number(text: str | None) -> float | None:
+    """Float value of a plain number or simple fraction like 3/4; None if it is anything else."""
+    norm = normalize_answer(text)
+    if norm is None:
+        return None
+    try:
+        if norm.count("/") == 1:
+            value = float(Fraction(norm.replace(" ", "")))
+        else:
+            value = float(norm)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _numeric_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    rel_tol = float(settings.get("rel_tol", 1e-6))
+    abs_tol = float(settings.get("abs_tol", 1e-9))
+    expected = _to_number(reference)
+    if expected is None:
+        return RewardResult(0.0, "verifier", f"reference {_short(reference)} is not numeric")
+    got_text = extract_final_answer(response)
+    if got_text is None:
+        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
+    got = _to_number(got_text)
+    if got is None:
+        return RewardResult(
+            0.0, "verifier", f"expected {_short(reference)}, got non-numeric answer {_short(got_text)}"
+        )
+    ok = math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    verdict = "correct" if ok else "wrong"
+    return RewardResult(
+        1.0 if ok else 0.0,
+        "verifier",
+        f"{verdict}: expected {_short(reference)}, got {_short(got_text)} (rel_tol={rel_tol:g}, abs_tol={abs_tol:g})",
+    )
+
+
+REWARD_METHODS: dict[str, Callable[[str, str, dict[str, Any]], RewardResult]] = {
+    "math": _math_reward,
+    "exact": _exact_reward,
+    "numeric": _numeric_reward,
+}
+
+
+def score(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:
+    """Score one response against a reference answer with a registered verifier.
+
+    Raises ValueError for configuration mistakes (unknown method, missing reference) so they surface
+    before a run starts; problems with the response itself only ever produce a 0.0 reward.
+    """
+    func = REWARD_METHODS.get(method)
+    if func is None:
+        known = ", ".join(sorted(REWARD_METHODS))
+        raise ValueError(f"unknown reward method {method!r}; known methods: {known}")
+    if reference is None or not str(reference).strip():
+        raise ValueError(f"reward method {method!r} needs a reference answer")
+    return func(response or "", str(reference), dict(settings or {}))
+
+
+def majority_rewards(responses: list[str]) -> list[RewardResult]:
+    """Self-consistency rewards for the paper's no-ground-truth mode.
+
+    A rollout earns 1.0 when its answer matches the group's most common answer (ties go to the answer
+    seen first); rollouts without an answer earn 0.0.
+    """
+    answers = [normalize_answer(extract_final_answer(r or "")) for r in responses]
+    counts = Counter(a for a in answers if a is not None)
+    total = len(responses)
+    if not counts:
+        return [
+            RewardResult(0.0, "majority", "no answer found; no answer in the group to agree with")
+        ] * total
+    majority = max(dict.fromkeys(a for a in answers if a is not None), key=lambda a: counts[a])
+    tally = f"({counts[majority]} of {total})"
+    results = []
+    for answer in answers:
+        if answer is None:
+            detail = f"no answer found; majority answer {_short(majority)} {tally}"
+            results.append(RewardResult(0.0, "majority", detail))
+        elif answer == majority:
+            results.append(
+                RewardResult(1.0, "majority", f"agrees with majority answer {_short(majority)} {tally}")
+            )
+        else:
+            detail = f"answer {_short(answer)} disagrees with majority answer {_short(majority)} {tally}"
+            results.append(RewardResult(0.0, "majority", detail))
+    return results

@@ -1,0 +1,588 @@
+"""The Training-Free GRPO loop: rollouts, rewards, semantic advantages, library updates.
+
+Every stage writes its result as soon as it completes (rollout rows, summaries, advantages,
+operations, versions), and every model call is cached in the ledger, so executing a run again
+after a crash replays the same seeded plan, skips what is stored and pays for nothing twice.
+A failure inside one group is recorded on that group's Advantage row and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core import config
+from core.agent import AGENT_MODES, AgentSettings, run_agent
+from core.gateway import Gateway, Scope, StructuredOutputError
+from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.prompts import (
+    ADVANTAGE_SCHEMA,
+    DIRECT_SCHEMA,
+    UPDATE_SCHEMA,
+    advantage_messages,
+    direct_messages,
+    summary_messages,
+    trajectory_text,
+    update_messages,
+)
+from core.rewards import majority_rewards, score
+from core.tasks import NotFound, get_task
+from core.versions import all_ids, create_version, ensure_library, new_experiences
+from storage import queries
+from storage.db import session_scope
+from storage.models import Advantage, AuditEvent, Library, LibraryVersion, Operation, Rollout, Run, Sample, Step, Task
+from storage.models import utcnow as now
+
+log = logging.getLogger(__name__)
+ProgressCallback = Callable[[dict], None]
+ACTIVE = ("queued", "running")
+RESUMABLE = ("queued", "running", "paused", "failed", "awaiting_review")
+
+
+@dataclass
+class RunSettings:
+    """Everything that shapes a run; frozen into Run.settings when the run is created."""
+
+    epochs: int = 3
+    batch_size: int = 8
+    group_size: int = 5
+    temperature: float = 0.7
+    concurrency: int = 4
+    limit: int | None = None
+    seed: int = 0
+    ground_truth: bool = True
+    review_mode: str = "auto"
+    policy_model: str = ""
+    learner_model: str = ""
+    max_tokens: int = 1024
+    learner_max_tokens: int = 768
+    max_turns: int = 3
+    max_experiences: int = 30
+    direct_count: int = 8
+    budget_usd: float | None = None
+    api_base: str | None = None
+
+    def validate(self) -> RunSettings:
+        checks = [
+            (self.epochs >= 1, "epochs must be at least 1"),
+            (self.batch_size >= 1, "batch size must be at least 1"),
+            (self.group_size >= 1, "group size must be at least 1"),
+            (0 <= self.temperature <= 2, "temperature must be between 0 and 2"),
+            (self.concurrency >= 1, "concurrency must be at least 1"),
+            (self.limit is None or self.limit >= 1, "limit must be at least 1"),
+            (self.review_mode in ("auto", "manual"), "review mode must be auto or manual"),
+            (self.max_turns >= 1, "max turns must be at least 1"),
+            (self.budget_usd is None or self.budget_usd > 0, "budget must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSettings:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int) -> list[tuple[int, int, list[int]]]:
+    """(epoch, batch index, sample ids) for the whole run: each epoch a seeded shuffle."""
+    plan = []
+    for epoch in range(epochs):
+        order = sorted(sample_ids)
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+        for b, start in enumerate(range(0, len(order), batch_size)):
+            plan.append((epoch, b, order[start : start + batch_size]))
+    return plan
+
+
+def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library_name: str = "default",
+               kind: str = "train", created_by: str = "cli") -> int:
+    """Queue a run (validated); `execute_run` or a worker carries it out."""
+    settings.validate()
+    with session_scope(engine) as session:
+        task = get_task(session, task_name)
+        settings.policy_model = settings.policy_model or task.policy_model or config.default_model()
+        settings.learner_model = settings.learner_model or task.learner_model or config.default_model()
+        if task.agent_mode not in AGENT_MODES:
+            raise ValueError(f"task {task.name!r} has an unknown agent mode {task.agent_mode!r}")
+        if not queries.samples(session, task.id, "train", limit=1):
+            raise ValueError(f"task {task.name!r} has no train samples")
+        library = ensure_library(session, task, library_name, actor=created_by)
+        start = queries.latest_version(session, library.id)
+        run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
+                  current_version_id=start.id, settings=asdict(settings), created_by=created_by)
+        session.add(run)
+        session.flush()
+        session.add(AuditEvent(actor=created_by, action="run.create", object_type="run", object_id=run.id,
+                               after={"task": task.name, "kind": kind, "settings": asdict(settings)}))
+        return run.id
+
+
+@dataclass
+class _Ctx:
+    engine: Engine
+    run_id: int
+    task: Task
+    library: Library
+    settings: RunSettings
+    gateway: Gateway
+    agent: AgentSettings
+    on_progress: ProgressCallback | None
+    last_tick: float = 0.0
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(run_id=self.run_id)
+
+
+class _Stop(Exception):
+    """The run must stop here (paused, cancelled, awaiting review, budget); its status says why."""
+
+
+def execute_run(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
+                on_progress: ProgressCallback | None = None) -> Run:
+    """Carry out (or resume) a run to its end, a pause, or a review; returns the final Run row."""
+    return asyncio.run(execute_run_async(engine, run_id, gateway=gateway, on_progress=on_progress))
+
+
+async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
+                            on_progress: ProgressCallback | None = None) -> Run:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id}")
+        if run.status not in RESUMABLE:
+            raise ValueError(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
+        settings = RunSettings.from_dict(run.settings)
+        task = session.get(Task, run.task_id)
+        library = session.get(Library, run.library_id)
+        run.status, run.error, run.heartbeat_at = "running", None, now()
+        run.started_at = run.started_at or now()
+        session.add(run)
+    gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base)
+    agent = AgentSettings(model=settings.policy_model, temperature=settings.temperature,
+                          max_tokens=settings.max_tokens, mode=task.agent_mode, max_turns=settings.max_turns)
+    ctx = _Ctx(engine, run_id, task, library, settings, gateway, agent, on_progress)
+    try:
+        if run.kind == "direct":
+            await _direct_experiences(ctx)
+        else:
+            await _train(ctx)
+        _finish(ctx, "completed")
+    except _Stop:
+        pass
+    except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
+        log.exception("run %s failed", run_id)
+        _finish(ctx, "failed", f"{type(exc).__name__}: {exc}")
+    _tick(ctx, force=True)
+    with Session(engine) as session:
+        return session.get(Run, run_id)
+
+
+def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        run.status, run.error, run.finished_at, run.heartbeat_at = status, error, now(), now()
+        session.add(run)
+
+
+def _tick(ctx: _Ctx, force: bool = False) -> None:
+    """Heartbeat, progress snapshot, budget and stop requests, at most twice a second."""
+    if not force and time.monotonic() - ctx.last_tick < 0.5:
+        return
+    ctx.last_tick = time.monotonic()
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        counters = run_counters(session, run)
+        run.heartbeat_at = now()
+        run.progress = {**run.progress, **counters}
+        session.add(run)
+        status = run.status
+    if ctx.on_progress:
+        ctx.on_progress(counters)
+    if force:
+        return
+    if status in ("paused", "cancelled"):
+        raise _Stop()
+    budget = ctx.settings.budget_usd
+    if budget is not None and counters["cost"] >= budget:
+        _finish(ctx, "paused", f"budget of ${budget:.2f} reached (${counters['cost']:.4f} spent)")
+        raise _Stop()
+
+
+def run_counters(session: Session, run: Run) -> dict:
+    """Per-stage counters of a run, derived from what is stored (so they survive restarts)."""
+    step_ids = [s.id for s in queries.steps(session, run.id)]
+    rollouts = list(session.exec(select(Rollout).where(Rollout.step_id.in_(step_ids)))) if step_ids else []
+    advantages = list(session.exec(select(Advantage).where(Advantage.step_id.in_(step_ids)))) if step_ids else []
+    ops = list(session.exec(select(Operation).where(Operation.run_id == run.id)))
+    totals = queries.call_totals(session, run_id=run.id)
+    adv = {status: sum(1 for a in advantages if a.status == status) for status in ("ok", "skipped", "failed")}
+    return {
+        "steps_done": sum(1 for s in queries.steps(session, run.id) if s.status == "completed"),
+        "steps_total": run.progress.get("steps_total", 0),
+        "rollouts_done": len(rollouts),
+        "rollouts_total": run.progress.get("rollouts_total", 0),
+        "rollout_errors": sum(1 for r in rollouts if r.error),
+        "rewards": sum(1 for r in rollouts if r.reward is not None),
+        "summaries": sum(1 for r in rollouts if r.summary),
+        "advantages": adv["ok"],
+        "groups_skipped": adv["skipped"],
+        "groups_failed": adv["failed"],
+        "operations": len(ops),
+        "operations_applied": sum(1 for o in ops if o.status == "applied"),
+        "operations_invalid": sum(1 for o in ops if o.status == "invalid"),
+        "calls": totals["calls"],
+        "cache_hits": totals["cache_hits"],
+        "tokens_in": totals["tokens_in"],
+        "tokens_out": totals["tokens_out"],
+        "cost": totals["cost"],
+    }
+
+
+def _train_sample_ids(session: Session, task: Task, limit: int | None) -> list[int]:
+    return [s.id for s in queries.samples(session, task.id, "train", limit=limit)]
+
+
+async def _train(ctx: _Ctx) -> None:
+    s = ctx.settings
+    with Session(ctx.engine) as session:
+        plan = plan_batches(_train_sample_ids(session, ctx.task, s.limit), s.epochs, s.batch_size, s.seed)
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        run.progress = {**run.progress, "steps_total": len(plan),
+                        "rollouts_total": sum(len(ids) for _, _, ids in plan) * s.group_size}
+        session.add(run)
+    for epoch, batch_index, sample_ids in plan:
+        _tick(ctx, force=False)
+        step = _ensure_step(ctx, epoch, batch_index, sample_ids)
+        if step.status == "completed":
+            continue
+        if step.status == "awaiting_review":
+            _await_review(ctx, step)
+            continue
+        await _run_step(ctx, step)
+
+
+def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int]) -> Step:
+    with session_scope(ctx.engine) as session:
+        step = queries.step_by_position(session, ctx.run_id, epoch, batch_index)
+        if step is None:
+            run = session.get(Run, ctx.run_id)
+            step = Step(run_id=ctx.run_id, epoch=epoch, batch_index=batch_index, sample_ids=sample_ids,
+                        version_before_id=run.current_version_id, status="running")
+            session.add(step)
+            session.flush()
+        return step
+
+
+def _await_review(ctx: _Ctx, step: Step) -> None:
+    with session_scope(ctx.engine) as session:
+        pending = [o for o in queries.step_operations(session, step.id) if o.status == "pending"]
+        if pending:
+            run = session.get(Run, ctx.run_id)
+            run.status = "awaiting_review"
+            session.add(run)
+            raise _Stop()
+    apply_step_operations(ctx.engine, step.id, actor="reviewer")
+
+
+async def _run_step(ctx: _Ctx, step: Step) -> None:
+    with Session(ctx.engine) as session:
+        before = session.get(LibraryVersion, step.version_before_id)
+        samples = [session.get(Sample, sid) for sid in step.sample_ids]
+    experiences = before.experiences
+    advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
+    _tick(ctx)
+    with session_scope(ctx.engine) as session:
+        rewards = [r.reward for r in queries.step_rollouts(session, step.id) if r.reward is not None]
+        row = session.get(Step, step.id)
+        row.reward_mean = statistics.fmean(rewards) if rewards else None
+        row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
+        row.stats = {"groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
+                                                 for k in ("ok", "skipped", "failed")}}
+        session.add(row)
+        has_ops = bool(queries.step_operations(session, step.id))
+    if not has_ops:
+        proposals = [text for a in advantages if a.status == "ok" for text in a.proposals]
+        source_ids = [a.id for a in advantages if a.status == "ok"]
+        await _consolidate(ctx, step, experiences, proposals, source_ids)
+    if ctx.settings.review_mode == "auto":
+        decide_all(ctx.engine, step.id, "approved", actor="auto", only_pending=True)
+        apply_step_operations(ctx.engine, step.id, actor="auto")
+    else:
+        with session_scope(ctx.engine) as session:
+            pending = [o for o in queries.step_operations(session, step.id) if o.status == "pending"]
+            if not pending:
+                apply_step_operations(ctx.engine, step.id, actor="auto")
+                return
+            row, run = session.get(Step, step.id), session.get(Run, ctx.run_id)
+            row.status, run.status = "awaiting_review", "awaiting_review"
+            session.add(row)
+            session.add(run)
+        raise _Stop()
+
+
+async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
+    """Rollouts, rewards, summaries and the semantic advantage of one query's group."""
+    with Session(ctx.engine) as session:
+        done = session.exec(select(Advantage).where(Advantage.step_id == step.id,
+                                                     Advantage.sample_id == sample.id)).first()
+    if done is not None and done.status in ("ok", "skipped"):
+        return done
+    try:
+        rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
+                                          for g in range(ctx.settings.group_size)))
+        rollouts = _assign_rewards(ctx, sample, rollouts)
+        valid = [r for r in rollouts if r.error is None]
+        if not valid:
+            return _save_advantage(ctx, step, sample, done, status="failed",
+                                   error=f"every rollout failed: {rollouts[0].error}")
+        rewards = [r.reward or 0.0 for r in valid]
+        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
+            return _save_advantage(ctx, step, sample, done, status="skipped",
+                                   text=f"all {len(valid)} rewards equal ({rewards[0]:g}): no group advantage")
+        summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
+        gt = ctx.settings.ground_truth
+        messages = advantage_messages(sample.query, sample.reference,
+                                      [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
+                                      experiences, gt)
+        parsed, call = await ctx.gateway.complete_json(
+            stage="advantage", model=ctx.settings.learner_model, messages=messages, schema=ADVANTAGE_SCHEMA,
+            parse=_parse_advantage, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        return _save_advantage(ctx, step, sample, done, status="ok", text=parsed["analysis"],
+                               proposals=parsed["experiences"], raw=call.text)
+    except StructuredOutputError as exc:
+        return _save_advantage(ctx, step, sample, done, status="failed", error=str(exc), raw=exc.raw)
+    except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)
+        log.warning("group of sample %s failed: %s", sample.id, exc)
+        return _save_advantage(ctx, step, sample, done, status="failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _parse_advantage(data: object) -> dict:
+    if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
+        raise ValueError('expected an object with an "experiences" list')
+    texts = [str(t).strip() for t in data["experiences"] if isinstance(t, str | int | float) and str(t).strip()]
+    return {"analysis": str(data.get("analysis", "")).strip(), "experiences": texts[:3]}
+
+
+def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
+                    text: str | None = None, proposals: list[str] | None = None, raw: str | None = None,
+                    error: str | None = None) -> Advantage:
+    with session_scope(ctx.engine) as session:
+        row = session.get(Advantage, existing.id) if existing else Advantage(step_id=step.id, sample_id=sample.id)
+        row.status, row.text, row.proposals, row.raw_response, row.error = status, text, proposals or [], raw, error
+        session.add(row)
+        session.flush()
+        return row
+
+
+async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
+    with session_scope(ctx.engine) as session:
+        row = session.exec(select(Rollout).where(Rollout.step_id == step.id, Rollout.sample_id == sample.id,
+                                                 Rollout.group_index == g)).first()
+        if row is not None and row.error is None:
+            return row
+        if row is not None:
+            session.delete(row)
+    result = await run_agent(ctx.gateway, ctx.agent, instructions=ctx.task.instructions,
+                             answer_format=ctx.task.answer_format, experiences=experiences, query=sample.query,
+                             sample_index=g, scope=ctx.scope)
+    row = Rollout(step_id=step.id, sample_id=sample.id, group_index=g, messages=result.messages,
+                  response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
+                  tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)
+    if result.error is None and ctx.settings.ground_truth:
+        reward = await asyncio.to_thread(_score, ctx.task, result.response, sample.reference)
+        row.reward, row.reward_source, row.reward_detail = reward
+    with session_scope(ctx.engine) as session:
+        session.add(row)
+    _tick(ctx)
+    return row
+
+
+def _score(task: Task, response: str, reference: str | None) -> tuple[float, str, str]:
+    try:
+        result = score(task.reward_method, response, reference, task.reward_settings)
+    except ValueError as exc:
+        return 0.0, "error", str(exc)
+    return result.value, result.source, result.detail
+
+
+def _assign_rewards(ctx: _Ctx, sample: Sample, rollouts: list[Rollout]) -> list[Rollout]:
+    """Without ground truth the group's own agreement stands in for the reward (source `majority`)."""
+    if ctx.settings.ground_truth:
+        return rollouts
+    valid = [r for r in rollouts if r.error is None]
+    results = majority_rewards([r.response or "" for r in valid])
+    with session_scope(ctx.engine) as session:
+        for row, result in zip(valid, results, strict=True):
+            row.reward, row.reward_source, row.reward_detail = result.value, result.source, result.detail
+            session.add(row)
+    return rollouts
+
+
+async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: list[dict]) -> str:
+    if rollout.summary:
+        return rollout.summary
+    messages = summary_messages(sample.query, sample.reference, rollout.reward, experiences,
+                                trajectory_text(rollout.messages), ctx.settings.ground_truth)
+    call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
+                                      scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    with session_scope(ctx.engine) as session:
+        row = session.get(Rollout, rollout.id)
+        row.summary = call.text.strip()
+        session.add(row)
+    _tick(ctx)
+    return call.text.strip()
+
+
+def _parse_operations(data: object) -> list[ProposedOp]:
+    if not isinstance(data, dict) or not isinstance(data.get("operations"), list):
+        raise ValueError('expected an object with an "operations" list')
+    ops = []
+    for item in data["operations"]:
+        if not isinstance(item, dict) or "op" not in item:
+            raise ValueError("each operation must be an object with an op")
+        ids = item.get("ids") or item.get("target_ids") or []
+        ids = [str(i).strip("[] ") for i in (ids if isinstance(ids, list) else [ids])]
+        ops.append(ProposedOp(str(item["op"]).upper(), ids, str(item.get("text") or "").strip() or None,
+                              str(item.get("rationale") or "")))
+    return ops
+
+
+async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals: list[str],
+                       source_ids: list[int]) -> None:
+    """One learner call per batch turns all proposals into operations; invalid ones are kept with a reason."""
+    if not proposals:
+        return
+    messages = update_messages(experiences, proposals, ctx.settings.max_experiences)
+    try:
+        ops, _call = await ctx.gateway.complete_json(
+            stage="update", model=ctx.settings.learner_model, messages=messages, schema=UPDATE_SCHEMA,
+            parse=_parse_operations, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    except StructuredOutputError as exc:
+        with session_scope(ctx.engine) as session:
+            row = session.get(Step, step.id)
+            row.error = f"{exc} | raw reply: {exc.raw[:500]}"
+            session.add(row)
+        return
+    store_operations(ctx.engine, step, experiences, ops, source_ids)
+
+
+def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
+                     source_ids: list[int]) -> list[Operation]:
+    """Validate and store a step's proposed operations (pending, or invalid with the reason)."""
+    checked = validate_ops(experiences, ops)
+    rows = []
+    with session_scope(engine) as session:
+        for position, item in enumerate(checked):
+            row = Operation(step_id=step.id, run_id=step.run_id, position=position, op=item.op.op,
+                            target_ids=item.op.target_ids, text=item.op.text, rationale=item.op.rationale,
+                            source_advantage_ids=source_ids, status="pending" if item.valid else "invalid",
+                            validation_error=item.error)
+            session.add(row)
+            rows.append(row)
+    return rows
+
+
+def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, only_pending: bool = True) -> int:
+    """Approve or reject every (pending) operation of a step; returns how many were decided."""
+    if decision not in ("approved", "rejected"):
+        raise ValueError("decision must be approved or rejected")
+    count = 0
+    with session_scope(engine) as session:
+        for op in queries.step_operations(session, step_id):
+            if op.status == "pending" or (not only_pending and op.status in ("approved", "rejected", "edited")):
+                op.status, op.reviewer, op.decided_at = decision, actor, now()
+                session.add(op)
+                count += 1
+    return count
+
+
+def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVersion | None:
+    """Apply a step's approved and edited operations as one new version and complete the step.
+
+    The operations are validated again against the version the step started from (a reviewer's
+    edit may have broken one); whatever fails is marked invalid with its reason and not applied.
+    """
+    with session_scope(engine) as session:
+        step = session.get(Step, step_id)
+        if step.status == "completed":
+            return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
+        ops = queries.step_operations(session, step_id)
+        if any(o.status == "pending" for o in ops):
+            raise ValueError(f"step {step_id} still has operations awaiting review")
+        before = session.get(LibraryVersion, step.version_before_id)
+        chosen = [o for o in ops if o.status in ("approved", "edited") and o.op != "KEEP"]
+        checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
+                                                    for o in chosen])
+        valid = []
+        for op, item in zip(chosen, checked, strict=True):
+            if item.valid:
+                valid.append(item.op)
+            else:
+                op.status, op.validation_error = "invalid", item.error
+                session.add(op)
+        version = before
+        if valid:
+            library = session.get(Library, before.library_id)
+            experiences = apply_ops(before.experiences, valid, first_new_id=_next_number(session, library))
+            version = create_version(session, library, experiences, parent_id=before.id, source="run", created_by=actor,
+                                     note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
+                                     run_id=step.run_id, step_id=step.id)
+        for op in ops:
+            if op.status in ("approved", "edited") and (op.op == "KEEP" or op in chosen):
+                op.status, op.applied_version_id = "applied", version.id
+                session.add(op)
+        step.version_after_id, step.status, step.finished_at = version.id, "completed", now()
+        session.add(step)
+        run = session.get(Run, step.run_id)
+        run.current_version_id = version.id
+        if run.status == "awaiting_review":
+            run.status = "queued"
+        session.add(run)
+        return version
+
+
+def _next_number(session: Session, library: Library) -> int:
+    return next_id_number(all_ids(session, library.id))
+
+
+async def _direct_experiences(ctx: _Ctx) -> None:
+    """The paper's baseline: experiences asked for directly from the training queries, no rollouts."""
+    with Session(ctx.engine) as session:
+        samples = queries.samples(session, ctx.task.id, "train", limit=ctx.settings.limit or 20)
+        queries_ = [(s.query, s.reference if ctx.settings.ground_truth else None) for s in samples]
+        existing = session.exec(select(LibraryVersion).where(LibraryVersion.run_id == ctx.run_id)).first()
+    if existing is not None:
+        return
+    parsed, _call = await ctx.gateway.complete_json(
+        stage="direct", model=ctx.settings.learner_model, messages=direct_messages(
+            ctx.task.instructions, queries_, ctx.settings.direct_count),
+        schema=DIRECT_SCHEMA, parse=_parse_direct, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        library = session.get(Library, run.library_id)
+        version = create_version(session, library, new_experiences(session, library, parsed), parent_id=None,
+                                 source="direct", created_by=run.created_by, run_id=run.id,
+                                 note="directly generated experiences (baseline, no rollouts)")
+        run.current_version_id = version.id
+        session.add(run)
+
+
+def _parse_direct(data: object) -> list[str]:
+    if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
+        raise ValueError('expected an object with an "experiences" list')
+    texts = [str(t).strip() for t in data["experiences"] if str(t).strip()]
+    if not texts:
+        raise ValueError("no experiences in the reply")
+    return texts

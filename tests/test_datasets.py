@@ -1,0 +1,272 @@
+import importlib.util
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core.datasets import DatasetError, SampleRow, demo_rows, parse_mapping, read_dataset
+
+NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def jsonl(*records: object) -> str:
+    return "".join(json.dumps(record) + "\n" for record in records)
+
+
+def test_demo_rows_have_100_train_and_100_test_with_disjoint_ids_and_queries():
+    rows = demo_rows()
+    train = [r for r in rows if r.split == "train"]
+    test = [r for r in rows if r.split == "test"]
+    assert len(train) == 100
+    assert len(test) == 100
+    assert not {r.external_id for r in train} & {r.external_id for r in test}
+    assert not {r.query for r in train} & {r.query for r in test}
+    for split_rows in (train, test):
+        assert Counter(r.meta["source"] for r in split_rows) == {"SVAMP": 50, "MAWPS MultiArith": 50}
+
+
+def test_demo_answers_are_clean_numeric_strings_and_ids_name_their_source():
+    rows = demo_rows()
+    for row in rows:
+        assert row.reference is not None and NUMBER.match(row.reference), row
+        assert not row.reference.endswith(".0")
+        prefix = "svamp-" if row.meta["source"] == "SVAMP" else "mawps-"
+        assert row.external_id.startswith(prefix)
+        assert row.query.strip() == row.query and row.query
+        assert row.rubric is None
+
+
+def test_demo_files_are_reproduced_by_the_script(tmp_path):
+    if not (SHARED_DATA / "svamp.jsonl").exists():
+        pytest.skip("shared data folder not present")
+    spec = importlib.util.spec_from_file_location("make_demo_data", REPO / "scripts" / "make_demo_data.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main([str(SHARED_DATA), "--out", str(tmp_path)])
+    for name in ("arithmetic_train.jsonl", "arithmetic_test.jsonl"):
+        assert (tmp_path / name).read_bytes() == (REPO / "data" / "demo" / name).read_bytes()
+
+
+def test_demo_svamp_row_matches_the_shared_source():
+    shared = SHARED_DATA / "svamp.jsonl"
+    if not shared.exists():
+        pytest.skip("shared data folder not present")
+    by_id = {}
+    for line in shared.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        by_id[f"svamp-{record['ID']}"] = record
+    row = next(r for r in demo_rows() if r.external_id.startswith("svamp-"))
+    source = by_id[row.external_id]
+    assert row.query == f"{source['Body'].strip()} {source['Question'].strip()}"
+    assert float(row.reference) == source["Answer"]
+
+
+def test_jsonl_without_mapping_uses_conventional_columns_and_rest_goes_to_meta(tmp_path):
+    path = write(
+        tmp_path,
+        "data.jsonl",
+        jsonl(
+            {"id": 7, "query": " What is 2+2? ", "answer": 4.0, "split": "TEST", "level": 1},
+            {"id": "b", "query": "Half of 5?", "answer": 2.5, "rubric": "exact"},
+        ),
+    )
+    rows = read_dataset(path)
+    assert rows == [
+        SampleRow("7", "What is 2+2?", "4", None, "test", {"level": 1}),
+        SampleRow("b", "Half of 5?", "2.5", "exact", "train", {}),
+    ]
+
+
+def test_reference_column_is_preferred_over_answer(tmp_path):
+    path = write(tmp_path, "d.jsonl", jsonl({"query": "q", "reference": "r", "answer": "a"}))
+    [row] = read_dataset(path)
+    assert row.reference == "r"
+    assert row.meta == {"answer": "a"}
+
+
+def test_mapping_renames_columns_and_generates_ids_by_line(tmp_path):
+    path = write(
+        tmp_path,
+        "mawps.jsonl",
+        jsonl(
+            {"input": "Tom has 3 apples and eats 1. How many are left?", "target": 2},
+            {"input": "1+1?", "target": 2},
+        )
+        + "\n"
+        + jsonl({"input": "3*3?", "target": 9.0}),
+    )
+    rows = read_dataset(path, {"query": "input", "reference": "target"}, default_split="test")
+    assert [r.external_id for r in rows] == ["row-1", "row-2", "row-4"]
+    assert [r.reference for r in rows] == ["2", "2", "9"]
+    assert {r.split for r in rows} == {"test"}
+    assert rows[0].query == "Tom has 3 apples and eats 1. How many are left?"
+    assert rows[0].meta == {}
+
+
+def test_csv_with_mapping_and_meta(tmp_path):
+    path = write(
+        tmp_path,
+        "data.csv",
+        'ID,Question,Answer,Type\nq1,"Two, plus two?",4,Addition\nq2,Ten minus three?,7,Subtraction\n',
+    )
+    rows = read_dataset(path, parse_mapping(["id=ID", "query=Question", "reference=Answer"]))
+    assert rows == [
+        SampleRow("q1", "Two, plus two?", "4", None, "train", {"Type": "Addition"}),
+        SampleRow("q2", "Ten minus three?", "7", None, "train", {"Type": "Subtraction"}),
+    ]
+
+
+def test_partial_mapping_still_finds_conventional_columns(tmp_path):
+    path = write(tmp_path, "d.csv", "id,Question,split\na,first?,test\nb,second?,train\n")
+    rows = read_dataset(path, {"query": "Question"})
+    assert [(r.external_id, r.query, r.split) for r in rows] == [
+        ("a", "first?", "test"),
+        ("b", "second?", "train"),
+    ]
+
+
+def test_json_array_file_is_accepted(tmp_path):
+    path = write(tmp_path, "d.json", json.dumps([{"query": "a?", "answer": 1}, {"query": "b?", "answer": 2}]))
+    assert [(r.external_id, r.reference) for r in read_dataset(path)] == [("row-1", "1"), ("row-2", "2")]
+
+
+def test_utf8_bom_and_non_ascii_text_are_read(tmp_path):
+    path = write(tmp_path, "d.csv", "\ufeffquery,answer\nCombien font 2 € + 3 €?,5\n".encode())
+    [row] = read_dataset(path)
+    assert row.query == "Combien font 2 € + 3 €?"
+    assert row.reference == "5"
+
+
+def test_parse_mapping():
+    assert parse_mapping(["query=Question", " Reference = Answer "]) == {
+        "query": "Question",
+        "reference": "Answer",
+    }
+    assert parse_mapping([]) == {}
+
+
+@pytest.mark.parametrize(
+    ("item", "fragment"),
+    [
+        ("query", "malformed"),
+        ("query=", "malformed"),
+        ("=Question", "malformed"),
+        ("answer=Answer", "unknown"),
+    ],
+)
+def test_parse_mapping_rejects_malformed_items(item, fragment):
+    with pytest.raises(DatasetError, match=fragment):
+        parse_mapping([item])
+
+
+def test_parse_mapping_rejects_a_target_mapped_twice():
+    with pytest.raises(DatasetError, match="mapped twice"):
+        parse_mapping(["query=a", "query=b"])
+
+
+def test_bad_utf8_names_the_line(tmp_path):
+    path = write(tmp_path, "d.jsonl", b'{"query": "fine"}\n{"query": "caf\xe9"}\n')
+    with pytest.raises(DatasetError, match=r"d\.jsonl: line 2: not valid UTF-8") as info:
+        read_dataset(path)
+    assert info.value.row == 2
+
+
+@pytest.mark.parametrize("content", ["", "  \n\n"])
+def test_empty_file(tmp_path, content):
+    with pytest.raises(DatasetError, match="file is empty"):
+        read_dataset(write(tmp_path, "d.jsonl", content))
+
+
+def test_csv_with_only_a_header_has_no_rows(tmp_path):
+    with pytest.raises(DatasetError, match="no data rows"):
+        read_dataset(write(tmp_path, "d.csv", "query,answer\n"))
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ('["a", "b"]', "expected a JSON object, got an array"),
+        ('"text"', "expected a JSON object, got a string"),
+        ("{oops", "not valid JSON"),
+    ],
+)
+def test_non_object_json_line(tmp_path, line, fragment):
+    path = write(tmp_path, "d.jsonl", jsonl({"query": "ok"}) + line + "\n")
+    with pytest.raises(DatasetError, match=rf"line 2: {fragment}") as info:
+        read_dataset(path)
+    assert info.value.row == 2
+
+
+def test_missing_query_value(tmp_path):
+    path = write(tmp_path, "d.jsonl", jsonl({"query": "ok"}, {"query": "  "}, {"query": "later"}))
+    with pytest.raises(DatasetError, match=r"line 2: query \('query'\) is missing or empty"):
+        read_dataset(path)
+
+
+def test_missing_query_column(tmp_path):
+    path = write(tmp_path, "d.csv", "Question,Answer\nq,1\n")
+    with pytest.raises(DatasetError, match="no query column.*Question, Answer"):
+        read_dataset(path)
+
+
+def test_mapped_column_not_in_file(tmp_path):
+    path = write(tmp_path, "d.csv", "Question,Answer\nq,1\n")
+    with pytest.raises(DatasetError, match="'Body' \\(mapped to query\\) is not in the file"):
+        read_dataset(path, {"query": "Body"})
+
+
+def test_duplicate_id_names_both_rows(tmp_path):
+    path = write(tmp_path, "d.csv", "id,query\na,one\nb,two\na,three\n")
+    with pytest.raises(
+        DatasetError, match=r"data row 3: duplicate id 'a' \(first used on data row 1\)"
+    ) as info:
+        read_dataset(path)
+    assert info.value.row == 3
+
+
+def test_numeric_ids_that_collide_after_conversion(tmp_path):
+    path = write(tmp_path, "d.jsonl", jsonl({"id": 1, "query": "a"}, {"id": 1.0, "query": "b"}))
+    with pytest.raises(DatasetError, match="line 2: duplicate id '1'"):
+        read_dataset(path)
+
+
+def test_bad_split(tmp_path):
+    path = write(tmp_path, "d.jsonl", jsonl({"query": "a", "split": "train"}, {"query": "b", "split": "dev"}))
+    with pytest.raises(DatasetError, match="line 2: split must be train or test, got 'dev'"):
+        read_dataset(path)
+
+
+def test_bad_default_split(tmp_path):
+    with pytest.raises(DatasetError, match="default split"):
+        read_dataset(write(tmp_path, "d.jsonl", jsonl({"query": "a"})), default_split="validation")
+
+
+def test_csv_row_with_too_many_values(tmp_path):
+    path = write(tmp_path, "d.csv", "query,answer\na,1\nb,2,extra\n")
+    with pytest.raises(DatasetError, match="data row 2: has 3 values but the header has 2 columns"):
+        read_dataset(path)
+
+
+def test_unknown_extension_and_unknown_mapping_target(tmp_path):
+    with pytest.raises(DatasetError, match="unsupported file type '.xlsx'"):
+        read_dataset(write(tmp_path, "d.xlsx", "query\na\n"))
+    with pytest.raises(DatasetError, match="unknown mapping target 'answer'"):
+        read_dataset(write(tmp_path, "d.csv", "query\na\n"), {"answer": "query"})
+
+
+def test_missing_file_is_a_dataset_error(tmp_path):
+    with pytest.raises(DatasetError, match="cannot read file"):
+        read_dataset(tmp_path / "nope.csv")

@@ -1,0 +1,165 @@
+import threading
+
+import pytest
+
+from core.rewards import REWARD_METHODS, RewardResult, majority_rewards, score
+
+
+def test_registry_lists_methods():
+    assert set(REWARD_METHODS) == {"math", "exact", "numeric"}
+
+
+@pytest.mark.parametrize(
+    ("response", "reference"),
+    [
+        (r"so the probability is \boxed{\frac{3}{4}}", "3/4"),
+        (r"\boxed{0.75}", "3/4"),
+        (r"\boxed{12.0}", "12"),
+        (r"\boxed{12}", "12.0"),
+        (r"\boxed{12}", "$12$"),
+        (r"\boxed{\sqrt{8}}", r"2\sqrt{2}"),
+        (r"Answer: \boxed{12}. Check: 3*4 = 12.", "12"),
+        (r"\boxed{1 + x^2}", "x^2+1"),
+        ("Final answer: 1234", "1,234"),
+        ("After simplifying we get 12", "12"),
+    ],
+)
+def test_math_correct(response, reference):
+    result = score("math", response, reference)
+    assert result == RewardResult(1.0, "verifier", result.detail)
+    assert result.detail.startswith("correct: expected")
+
+
+def test_math_wrong_answer_scores_zero_with_detail():
+    result = score("math", r"\boxed{13}", "12")
+    assert result.value == 0.0
+    assert result.source == "verifier"
+    assert result.detail == "wrong: expected 12, got 13"
+
+
+def test_math_joins_all_boxes_like_math_verify():
+    # math-verify reads every \boxed{} as one multi-part answer: hedging is wrong, multi-part answers work.
+    hedged = score("math", r"\boxed{12} no wait \boxed{13}", "12")
+    assert hedged.value == 0.0
+    assert hedged.detail == "wrong: expected 12, got 12,13"
+    assert score("math", r"x=\boxed{2}, y=\boxed{3}", "(2,3)").value == 1.0
+
+
+def test_math_no_answer_scores_zero():
+    result = score("math", "I am not sure how to solve this.", "12")
+    assert result.value == 0.0
+    assert "no answer found" in result.detail
+
+
+def test_math_unparseable_word_answer_scores_zero():
+    result = score("math", "Answer: twelve", "12")
+    assert result.value == 0.0
+    assert "twelve" in result.detail
+
+
+def test_math_never_raises_on_garbage():
+    result = score("math", r"\boxed{\frac{" * 50 + "}}}", "12")
+    assert result.value == 0.0
+
+
+def test_math_error_inside_verifier_is_reported(monkeypatch):
+    import math_verify
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("parser exploded")
+
+    monkeypatch.setattr(math_verify, "verify", boom)
+    result = score("math", r"\boxed{12}", "12")
+    assert result.value == 0.0
+    assert "RuntimeError: parser exploded" in result.detail
+
+
+def test_math_works_off_main_thread():
+    results: list[RewardResult] = []
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            results.append(score("math", r"\boxed{\frac{3}{4}}", "3/4"))
+            results.append(score("math", r"\boxed{5}", "3/4"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=30)
+    assert not errors
+    assert [r.value for r in results] == [1.0, 0.0]
+
+
+def test_long_strings_are_truncated_in_detail():
+    result = score("exact", "Final answer: " + "a" * 1000, "b")
+    assert result.value == 0.0
+    assert len(result.detail) < 450
+
+
+def test_exact():
+    assert score("exact", "Final answer: $12.0$.", "12").value == 1.0
+    assert score("exact", r"The capital is \boxed{\text{Paris}}", "paris").value == 1.0
+    wrong = score("exact", r"\boxed{Lyon}", "Paris")
+    assert wrong.value == 0.0
+    assert wrong.detail == "wrong: expected Paris, got Lyon"
+    assert score("exact", "no idea", "Paris").value == 0.0
+
+
+def test_numeric_tolerance():
+    assert score("numeric", r"\boxed{3.14159}", "3.14159").value == 1.0
+    assert score("numeric", r"\boxed{3.14}", "3.14159").value == 0.0
+    assert score("numeric", r"\boxed{3.14}", "3.14159", {"rel_tol": 0.01}).value == 1.0
+    assert score("numeric", r"\boxed{0.001}", "0", {"abs_tol": 0.01}).value == 1.0
+    assert score("numeric", r"\boxed{0.001}", "0").value == 0.0
+    assert score("numeric", "Answer: 1,000", "1000").value == 1.0
+    assert score("numeric", r"\boxed{0.75}", "3/4").value == 1.0
+
+
+def test_numeric_non_numeric_answer():
+    result = score("numeric", r"\boxed{\frac{3}{4}}", "0.75")
+    assert result.value == 0.0
+    assert "non-numeric" in result.detail
+    ref = score("numeric", r"\boxed{1}", "Paris")
+    assert ref.value == 0.0
+    assert "not numeric" in ref.detail
+
+
+def test_unknown_method_names_known_methods():
+    with pytest.raises(ValueError, match="unknown reward method 'llm'.*exact, math, numeric"):
+        score("llm", "x", "y")
+
+
+@pytest.mark.parametrize("method", ["math", "exact", "numeric"])
+@pytest.mark.parametrize("reference", [None, "", "   "])
+def test_missing_reference_raises(method, reference):
+    with pytest.raises(ValueError, match="needs a reference answer"):
+        score(method, r"\boxed{1}", reference)
+
+
+def test_majority_basic():
+    responses = [r"\boxed{12}", r"\boxed{13}", "Final answer: 12.0", "no idea", r"\boxed{12}"]
+    results = majority_rewards(responses)
+    assert [r.value for r in results] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert {r.source for r in results} == {"majority"}
+    assert results[0].detail == "agrees with majority answer 12 (3 of 5)"
+    assert "13" in results[1].detail and "disagrees" in results[1].detail
+    assert "no answer" in results[3].detail
+
+
+def test_majority_tie_goes_to_first_seen():
+    results = majority_rewards([r"\boxed{7}", r"\boxed{9}", r"\boxed{9}", r"\boxed{7}"])
+    assert [r.value for r in results] == [1.0, 0.0, 0.0, 1.0]
+    assert "majority answer 7 (2 of 4)" in results[0].detail
+
+
+def test_majority_ignores_none_even_when_most_common():
+    results = majority_rewards(["hmm", "no clue", r"\boxed{4}"])
+    assert [r.value for r in results] == [0.0, 0.0, 1.0]
+
+
+def test_majority_all_none_and_empty():
+    results = majority_rewards(["hmm", "no clue"])
+    assert [r.value for r in results] == [0.0, 0.0]
+    assert majority_rewards([]) == []
