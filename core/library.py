@@ -40,11 +40,6 @@ def normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", text.lower())).strip()
 
 
-def render_for_agent(experiences: list[dict]) -> str:
-    """The numbered block that goes into the agent's system prompt."""
-    return "\n".join(f"[G{i}]. {exp['text']}" for i, exp in enumerate(experiences))
-
-
 def render_for_learner(experiences: list[dict]) -> str:
     """The library with stable ids, so operations can name their targets."""
     return "\n".join(f"[{exp['id']}] {exp['text']}" for exp in experiences) or "(the library is empty)"

@@ -6,7 +6,8 @@ Kept in one place so that a change of wording is one diff, and so that the cache
 
 from __future__ import annotations
 
-from core.library import render_for_agent, render_for_learner
+from core.library import render_for_learner
+from core.library_io import to_prompt_block
 
 EXPERIENCE_HEADER = (
     "When solving problems, you MUST first carefully read and understand the helpful instructions "
@@ -26,7 +27,7 @@ def agent_system_prompt(instructions: str, answer_format: str, experiences: list
     if python_tool:
         parts.append(PYTHON_TOOL_NOTE)
     if experiences:
-        parts.append(f"{EXPERIENCE_HEADER}\n{render_for_agent(experiences)}")
+        parts.append(f"{EXPERIENCE_HEADER}\n{to_prompt_block(experiences)}")
     return "\n\n".join(parts)
 
 

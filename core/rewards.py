@@ -151,6 +151,15 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     return func(response or "", str(reference), dict(settings or {}))
 
 
+def score_or_error(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:
+    """`score` for use inside a run: a configuration problem becomes a 0.0 reward from source
+    `error` with the reason, so one sample without a reference never stops a run."""
+    try:
+        return score(method, response, reference, settings)
+    except ValueError as exc:
+        return RewardResult(0.0, "error", str(exc))
+
+
 def majority_rewards(responses: list[str]) -> list[RewardResult]:
     """Self-consistency rewards for the paper's no-ground-truth mode.
 

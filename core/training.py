@@ -33,12 +33,23 @@ from core.prompts import (
     trajectory_text,
     update_messages,
 )
-from core.rewards import majority_rewards, score
+from core.rewards import majority_rewards, score_or_error
 from core.tasks import NotFound, get_task
 from core.versions import all_ids, create_version, ensure_library, new_experiences
 from storage import queries
 from storage.db import session_scope
-from storage.models import Advantage, AuditEvent, Library, LibraryVersion, Operation, Rollout, Run, Sample, Step, Task
+from storage.models import (
+    Advantage,
+    AuditEvent,
+    Library,
+    LibraryVersion,
+    Operation,
+    Rollout,
+    Run,
+    Sample,
+    Step,
+    Task,
+)
 from storage.models import utcnow as now
 
 log = logging.getLogger(__name__)
@@ -401,20 +412,13 @@ async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: l
                   response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
                   tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)
     if result.error is None and ctx.settings.ground_truth:
-        reward = await asyncio.to_thread(_score, ctx.task, result.response, sample.reference)
-        row.reward, row.reward_source, row.reward_detail = reward
+        reward = await asyncio.to_thread(score_or_error, ctx.task.reward_method, result.response, sample.reference,
+                                         ctx.task.reward_settings)
+        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
     with session_scope(ctx.engine) as session:
         session.add(row)
     _tick(ctx)
     return row
-
-
-def _score(task: Task, response: str, reference: str | None) -> tuple[float, str, str]:
-    try:
-        result = score(task.reward_method, response, reference, task.reward_settings)
-    except ValueError as exc:
-        return 0.0, "error", str(exc)
-    return result.value, result.source, result.detail
 
 
 def _assign_rewards(ctx: _Ctx, sample: Sample, rollouts: list[Rollout]) -> list[Rollout]:

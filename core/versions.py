@@ -6,12 +6,10 @@ appends a new version whose parent is the one it started from.
 
 from __future__ import annotations
 
-import json
-
 from sqlmodel import Session
 
 from core import library_io
-from core.library import next_id_number, render_for_agent
+from core.library import next_id_number
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
 
@@ -109,7 +107,7 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
     if fmt == "prompt":
         from core.prompts import EXPERIENCE_HEADER
 
-        return f"{EXPERIENCE_HEADER}\n{render_for_agent(experiences)}\n" if experiences else ""
+        return f"{EXPERIENCE_HEADER}\n{library_io.to_prompt_block(experiences)}\n" if experiences else ""
     raise ValueError(f"unknown export format {fmt!r}: use md, json or prompt")
 
 
@@ -132,5 +130,3 @@ def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
     return {"task": task.name, "version_id": version.id if version else None,
             "version_number": version.number if version else None}
 
-
-__all__ = ["json"]

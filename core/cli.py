@@ -1,0 +1,329 @@
+"""Command line: `python -m core COMMAND`. Same core functions as the pages and the worker.
+
+Exit codes: 0 success, 1 the work itself failed (a run or an evaluation ended in failure),
+2 bad input (one line on stderr saying why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from sqlmodel import Session
+
+from core.datasets import DatasetError
+from core.evaluation import create_evaluation, execute_evaluation
+from core.library_io import LibraryFormatError
+from core.local_model import LocalModelError
+from core.tasks import NotFound, ensure_demo_task, get_task
+from core.training import RunSettings, create_run, execute_run, run_counters
+from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
+from storage import queries
+from storage.db import describe_url, get_engine, session_scope
+from storage.models import LibraryVersion, Run, Task
+
+BAD_INPUT = (NotFound, ValueError, DatasetError, LibraryFormatError, FileNotFoundError, LocalModelError)
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake on one line with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+class StageProgress:
+    """Per-stage counters on one status line (redrawn on a terminal, a line every few seconds otherwise)."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last_line = ""
+        self.last_print = 0.0
+
+    def __call__(self, c: dict) -> None:
+        line = (
+            f"step {c['steps_done']}/{c['steps_total']} | rollouts {c['rollouts_done']}/{c['rollouts_total']} "
+            f"| rewards {c['rewards']} | summaries {c['summaries']} | advantages {c['advantages']} "
+            f"(skipped {c['groups_skipped']}, failed {c['groups_failed']}) | operations {c['operations']} "
+            f"| tokens {c['tokens_in'] + c['tokens_out']} | ${c['cost']:.4f}"
+        )
+        if line == self.last_line:
+            return
+        if self.tty:
+            self.stream.write("\r" + line[: 200].ljust(len(self.last_line)))
+        elif time.monotonic() - self.last_print >= 2 or c["steps_done"] == c["steps_total"]:
+            self.stream.write(line + "\n")
+            self.last_print = time.monotonic()
+        self.stream.flush()
+        self.last_line = line
+
+    def close(self) -> None:
+        if self.tty and self.last_line:
+            self.stream.write("\n")
+
+
+def _engine(args: argparse.Namespace):
+    return get_engine(args.db) if args.db else get_engine()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    task = ensure_demo_task(_engine(args))
+    print(task.name)
+    return 0
+
+
+def _print_version(version: LibraryVersion | None) -> None:
+    if version is None:
+        print("version: empty library")
+        return
+    print(f"version {version.id} (#{version.number}, {version.source}): {len(version.experiences)} experiences")
+    for exp in version.experiences:
+        print(f"  [{exp['id']}] {exp['text']}")
+
+
+def _report_run(engine, run_id: int) -> int:
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        counters = run_counters(session, run)
+        version = session.get(LibraryVersion, run.current_version_id) if run.current_version_id else None
+        problems = []
+        for step in queries.steps(session, run.id):
+            where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
+            if step.error:
+                problems.append(f"{where}: {step.error}")
+            for adv in queries.step_advantages(session, step.id):
+                if adv.status == "failed":
+                    problems.append(f"{where}, sample {adv.sample_id}: group failed: {adv.error}")
+            for op in queries.step_operations(session, step.id):
+                if op.status == "invalid":
+                    problems.append(f"{where}: {op.op} {op.target_ids} rejected: {op.validation_error}")
+    print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
+    print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
+          f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
+    for line in problems:
+        print(f"  note: {line}")
+    _print_version(version)
+    return 0 if run.status in ("completed", "awaiting_review", "paused") else 1
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    if args.resume is not None:
+        run_id = args.resume
+    else:
+        if not args.task:
+            raise UsageError("train: --task is required (or --resume RUN)")
+        settings = RunSettings(epochs=args.epochs, batch_size=args.batch_size, group_size=args.group_size,
+                               temperature=args.temperature, limit=args.limit, seed=args.seed,
+                               ground_truth=not args.no_ground_truth, review_mode=args.review,
+                               policy_model=args.model or "", learner_model=args.learner_model or "",
+                               concurrency=args.concurrency, max_experiences=args.max_experiences,
+                               budget_usd=args.budget, api_base=args.api_base)
+        run_id = create_run(engine, args.task, settings, library_name=args.library,
+                            kind="direct" if args.direct else "train")
+    print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
+    progress = StageProgress()
+    try:
+        execute_run(engine, run_id, on_progress=progress)
+    finally:
+        progress.close()
+    return _report_run(engine, run_id)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
+                                model=args.model, temperature=args.temperature)
+    ev = execute_evaluation(engine, eval_id, concurrency=args.concurrency)
+    m = ev.metrics or {}
+    if args.json:
+        print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
+                          "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
+                          "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
+                          "errors": m.get("errors"), "cost": ev.cost, "model": ev.model, "error": ev.error}))
+    elif ev.status == "completed":
+        lo, hi = m["mean_at_k_ci"]
+        plo, phi = m["pass_at_k_ci"]
+        print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
+        print(f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
+              f"  rollout errors {m.get('errors', 0)}  cost ${ev.cost:.4f}")
+    else:
+        print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
+    return 0 if ev.status == "completed" else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        task = get_task(session, args.task)
+        version = resolve_version(session, task, args.version, args.library)
+        text = export_version(version.experiences if version else [], args.format, version_json_meta(task, version))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    with session_scope(_engine(args)) as session:
+        task = get_task(session, args.task)
+        version = import_library(session, task, text, path.name, library_name=args.library)
+    _print_version(version)
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        task_id = get_task(session, args.task).id if args.task else None
+        rows = queries.runs(session, task_id)
+        tasks = {t.id: t.name for t in queries.list_tasks(session)}
+        print(f"{'id':>4}  {'status':<16}{'kind':<7}{'task':<28}{'steps':>7}  {'version':>7}  created")
+        for run in rows:
+            steps = f"{run.progress.get('steps_done', 0)}/{run.progress.get('steps_total', 0)}"
+            print(f"{run.id:>4}  {run.status:<16}{run.kind:<7}{tasks.get(run.task_id, '?')[:27]:<28}{steps:>7}  "
+                  f"{run.current_version_id or '-':>7}  {run.created_at:%Y-%m-%d %H:%M}"
+                  + (f"  error: {run.error}" if run.error else ""))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    with Session(engine) as session:
+        if session.get(Run, args.run_id) is None:
+            raise NotFound(f"no run {args.run_id}")
+    return _report_run(engine, args.run_id)
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        task = get_task(session, args.task)
+        for lib in queries.libraries(session, task.id):
+            if args.library and lib.name != args.library:
+                continue
+            names = {}
+            for label in queries.labels(session, lib.id):
+                names.setdefault(label.version_id, []).append(label.name)
+            print(f"library {lib.name!r}")
+            for v in queries.versions(session, lib.id):
+                tags = f" [{', '.join(names[v.id])}]" if v.id in names else ""
+                parent = f" parent {v.parent_id}" if v.parent_id else ""
+                print(f"  {v.id:>5}  #{v.number:<4}{v.source:<8}{len(v.experiences):>3} experiences{parent}"
+                      f"  {v.created_at:%Y-%m-%d %H:%M}  {v.note}{tags}")
+    return 0
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    with session_scope(_engine(args)) as session:
+        task: Task = get_task(session, args.task)
+        version = resolve_version(session, task, args.version, args.library)
+        if version is None:
+            raise ValueError("the empty library has no version to label")
+        set_label(session, version, args.name, actor="cli")
+        print(f"{args.name} -> version {version.id}")
+    return 0
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m core", description="Training-Free GRPO studio engine")
+    parser.add_argument("--db", help="SQLAlchemy URL (default: DATABASE_URL or the studio.db SQLite file)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and retries")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    sub.add_parser("demo", help="ensure the demo task exists and print its name").set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("train", help="learn an experience library (or resume a run)")
+    p.add_argument("--task")
+    p.add_argument("--library", default="default")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=5, help="G, outputs per query (1 = no group comparison)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--limit", type=int, help="use only the first N training queries")
+    p.add_argument("--model", help="policy model (litellm string); default: the task's")
+    p.add_argument("--learner-model", help="learner model for summaries, advantages, updates")
+    p.add_argument("--no-ground-truth", action="store_true", help="learner sees no reward or reference")
+    p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
+    p.add_argument("--review", choices=["auto", "manual"], default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=4, help="calls in flight per model")
+    p.add_argument("--max-experiences", type=int, default=30)
+    p.add_argument("--budget", type=float, help="pause the run when its cost reaches this many USD")
+    p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
+    p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a library version on a split")
+    p.add_argument("--task", required=True)
+    p.add_argument("--version", required=True, help="version id, label, latest, or empty")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=1)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--model")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
+    p.add_argument("--task", required=True)
+    p.add_argument("--version", required=True, help="version id, label, latest, or empty")
+    p.add_argument("--library", default="default")
+    p.add_argument("--format", choices=["md", "json", "prompt"], default="md")
+    p.add_argument("--output", "-o")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="create a new version from a JSON or Markdown file")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("runs", help="list runs")
+    p.add_argument("--task")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("run", help="show one run: counters, failed groups, rejected operations, its version")
+    p.add_argument("run_id", type=int)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("versions", help="list the library versions of a task")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library")
+    p.set_defaults(func=cmd_versions)
+
+    p = sub.add_parser("label", help="point a label (e.g. production) at a version")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--version", required=True)
+    p.add_argument("name")
+    p.set_defaults(func=cmd_label)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.WARNING if args.verbose else logging.ERROR,
+                            format="%(levelname)s %(name)s: %(message)s")
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BAD_INPUT as exc:
+        print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2

@@ -1,0 +1,115 @@
+"""Evaluation of a library version (or the empty library) on a split with k samples per query."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core import config
+from core.agent import AgentSettings, run_agent
+from core.gateway import Gateway, Scope
+from core.metrics import score_groups
+from core.rewards import score_or_error
+from core.tasks import NotFound, get_task
+from core.versions import resolve_version
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Sample, Task
+from storage.models import utcnow as now
+
+log = logging.getLogger(__name__)
+
+
+def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
+                      limit: int | None = None, model: str | None = None, temperature: float = 0.7,
+                      created_by: str = "cli") -> int:
+    """Queue an evaluation of a version (id, label, `latest` or `empty`)."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    if limit is not None and limit < 1:
+        raise ValueError("limit must be at least 1")
+    with session_scope(engine) as session:
+        task = get_task(session, task_name)
+        version = resolve_version(session, task, version_ref)
+        if not queries.samples(session, task.id, split, limit=1):
+            raise ValueError(f"task {task.name!r} has no {split!r} samples")
+        row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
+                         model=model or task.policy_model or config.default_model(), temperature=temperature,
+                         created_by=created_by)
+        session.add(row)
+        session.flush()
+        session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
+                               object_id=row.id, after={"version": version_ref, "split": split, "k": k}))
+        return row.id
+
+
+def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
+                       concurrency: int | None = None) -> Evaluation:
+    return asyncio.run(execute_evaluation_async(engine, evaluation_id, gateway=gateway, concurrency=concurrency))
+
+
+async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
+                                   concurrency: int | None = None) -> Evaluation:
+    """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused."""
+    with session_scope(engine) as session:
+        ev = session.get(Evaluation, evaluation_id)
+        if ev is None:
+            raise NotFound(f"no evaluation {evaluation_id}")
+        task = session.get(Task, ev.task_id)
+        version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
+        samples = queries.samples(session, task.id, ev.split, limit=ev.limit)
+        ev.status, ev.error = "running", None
+        session.add(ev)
+    gateway = gateway or Gateway(engine, concurrency=concurrency or config.default_concurrency())
+    agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
+    experiences = version.experiences if version else []
+    try:
+        jobs = [_one(engine, gateway, agent, task, ev, sample, g, experiences) for sample in samples for g in range(ev.k)]
+        await asyncio.gather(*jobs)
+        with session_scope(engine) as session:
+            rollouts = queries.evaluation_rollouts(session, evaluation_id)
+            by_query: dict[int, list[float]] = defaultdict(list)
+            for r in rollouts:
+                by_query[r.sample_id].append(r.reward or 0.0)
+            metrics = score_groups(dict(by_query))
+            metrics["errors"] = sum(1 for r in rollouts if r.error)
+            ev = session.get(Evaluation, evaluation_id)
+            ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
+            ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
+            ev.status, ev.finished_at = "completed", now()
+            session.add(ev)
+    except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
+        log.exception("evaluation %s failed", evaluation_id)
+        with session_scope(engine) as session:
+            ev = session.get(Evaluation, evaluation_id)
+            ev.status, ev.error, ev.finished_at = "failed", f"{type(exc).__name__}: {exc}", now()
+            session.add(ev)
+    with Session(engine) as session:
+        return session.get(Evaluation, evaluation_id)
+
+
+async def _one(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, ev: Evaluation, sample: Sample,
+               g: int, experiences: list[dict]) -> None:
+    with session_scope(engine) as session:
+        row = session.exec(select(Rollout).where(Rollout.evaluation_id == ev.id, Rollout.sample_id == sample.id,
+                                                 Rollout.group_index == g)).first()
+        if row is not None and row.error is None:
+            return
+        if row is not None:
+            session.delete(row)
+    result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
+                             experiences=experiences, query=sample.query, sample_index=g,
+                             scope=Scope(evaluation_id=ev.id))
+    row = Rollout(evaluation_id=ev.id, sample_id=sample.id, group_index=g, messages=result.messages,
+                  response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
+                  tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)
+    if result.error is None:
+        reward = await asyncio.to_thread(score_or_error, task.reward_method, result.response, sample.reference,
+                                         task.reward_settings)
+        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
+    with session_scope(engine) as session:
+        session.add(row)
