@@ -151,7 +151,9 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         '- KEEP: nothing to change (ids: [], text: "")\n'
         f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
         f"most {max_experiences} experiences. Use only the ids shown above.\n"
-        'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "...", "rationale": "..."}]}'
+        'Reply with JSON only, for example: {"operations": [{"op": "ADD", "ids": [], "text": "Before answering, '
+        're-read the question to confirm which quantity it asks for.", "rationale": "attempts 2 and 3 answered '
+        'an intermediate quantity"}]}'
     )
     return [
         {"role": "system", "content": "You curate a small library of experiences for an AI agent."},

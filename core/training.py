@@ -194,7 +194,7 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
     except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
         log.exception("run %s failed", run_id)
         _finish(ctx, "failed", f"{type(exc).__name__}: {exc}")
-    _tick(ctx, force=True)
+    _tick(ctx, final=True)
     with Session(engine) as session:
         return session.get(Run, run_id)
 
@@ -206,9 +206,10 @@ def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
         session.add(run)
 
 
-def _tick(ctx: _Ctx, force: bool = False) -> None:
-    """Heartbeat, progress snapshot, budget and stop requests, at most twice a second."""
-    if not force and time.monotonic() - ctx.last_tick < 0.5:
+def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
+    """Heartbeat, progress snapshot, budget and stop requests: at every checkpoint (step boundary)
+    and otherwise at most twice a second."""
+    if not (checkpoint or final) and time.monotonic() - ctx.last_tick < 0.5:
         return
     ctx.last_tick = time.monotonic()
     with session_scope(ctx.engine) as session:
@@ -220,7 +221,7 @@ def _tick(ctx: _Ctx, force: bool = False) -> None:
         status = run.status
     if ctx.on_progress:
         ctx.on_progress(counters)
-    if force:
+    if final:
         return
     if status in ("paused", "cancelled"):
         raise _Stop()
@@ -274,7 +275,7 @@ async def _train(ctx: _Ctx) -> None:
                         "rollouts_total": sum(len(ids) for _, _, ids in plan) * s.group_size}
         session.add(run)
     for epoch, batch_index, sample_ids in plan:
-        _tick(ctx, force=False)
+        _tick(ctx, checkpoint=True)
         step = _ensure_step(ctx, epoch, batch_index, sample_ids)
         if step.status == "completed":
             continue
@@ -407,7 +408,7 @@ async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: l
             session.delete(row)
     result = await run_agent(ctx.gateway, ctx.agent, instructions=ctx.task.instructions,
                              answer_format=ctx.task.answer_format, experiences=experiences, query=sample.query,
-                             sample_index=g, scope=ctx.scope)
+                             sample_index=ctx.settings.seed * 10_000 + g, scope=ctx.scope)
     row = Rollout(step_id=step.id, sample_id=sample.id, group_index=g, messages=result.messages,
                   response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
                   tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)

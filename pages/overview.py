@@ -1,0 +1,143 @@
+"""Overview: tasks, libraries with their versions, runs, evaluations, and what waits for a person.
+
+Read-only. Everything comes through `storage.queries`; text written by a model (experiences, notes,
+errors) is shown with st.code / st.dataframe, never as Markdown.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+from sqlmodel import Session
+
+from storage import queries
+from storage.db import get_engine
+
+TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
+EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
+ATTENTION_STATUSES = ("awaiting_review", "failed")
+
+DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
+SCORE = st.column_config.NumberColumn(format="%.3f")
+
+
+def experience_lines(experiences: list[dict]) -> str:
+    """A version's experiences as plain text, one `[E3] text` line each."""
+    return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)
+
+
+def steps_label(progress: dict) -> str:
+    total = progress.get("steps_total")
+    return f"{progress.get('steps_done', 0)}/{total}" if total else "–"
+
+
+def next_action(status: str, pending: int, run_id: int) -> str:
+    if status == "failed":
+        return f"read the error, then resume: python -m core train --resume {run_id}"
+    if status == "awaiting_review" or pending:
+        return "review the proposed operations"
+    return ""
+
+
+def load_overview() -> dict:
+    """Everything the page shows, as plain rows, read in one session."""
+    with Session(get_engine()) as session:
+        tasks = queries.list_tasks(session)
+        task_names = {t.id: t.name for t in tasks}
+
+        task_rows = []
+        for task in tasks:
+            counts = queries.count_samples(session, task.id)
+            task_rows.append({"name": task.name, "agent mode": task.agent_mode, "reward method": task.reward_method,
+                              "policy model": task.policy_model, "train samples": counts.get("train", 0),
+                              "test samples": counts.get("test", 0)})
+
+        library_blocks = []
+        for lib in queries.libraries(session):
+            labels_by_version: dict[int, list[str]] = {}
+            for label in queries.labels(session, lib.id):
+                labels_by_version.setdefault(label.version_id, []).append(label.name)
+            versions = list(reversed(queries.versions(session, lib.id)))  # newest first
+            library_blocks.append({
+                "id": lib.id,
+                "title": f"{task_names.get(lib.task_id, '?')} · {lib.name}",
+                "rows": [{"id": v.id, "number": v.number, "source": v.source, "size": len(v.experiences),
+                          "labels": ", ".join(sorted(labels_by_version.get(v.id, []))), "note": v.note,
+                          "created": v.created_at} for v in versions],
+                "versions": [{"id": v.id, "number": v.number, "labels": sorted(labels_by_version.get(v.id, [])),
+                              "experiences": list(v.experiences)} for v in versions],
+            })
+
+        run_rows, attention_rows, pending_total = [], [], 0
+        for run in queries.runs(session):
+            run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
+                             "status": run.status, "steps": steps_label(run.progress or {}),
+                             "current version": run.current_version_id, "created": run.created_at,
+                             "error": run.error or ""})
+            pending = sum(1 for step in queries.steps(session, run.id)
+                          for op in queries.step_operations(session, step.id) if op.status == "pending")
+            pending_total += pending
+            if run.status in ATTENTION_STATUSES or pending:
+                attention_rows.append({"run": run.id, "task": task_names.get(run.task_id, "?"),
+                                       "status": run.status, "pending operations": pending,
+                                       "what to do": next_action(run.status, pending, run.id),
+                                       "error": run.error or ""})
+
+        eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
+                      "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
+                      "k": ev.k, "n": ev.n, "Mean@k": ev.mean_at_k, "Pass@k": ev.pass_at_k, "status": ev.status}
+                     for ev in queries.evaluations(session)]
+
+    return {"tasks": task_rows, "libraries": library_blocks, "runs": run_rows, "attention": attention_rows,
+            "pending_operations": pending_total, "evaluations": eval_rows}
+
+
+data = load_overview()
+
+st.title("Overview")
+
+st.header("What needs a person")
+left, right = st.columns(2)
+left.metric("Operations waiting for review", data["pending_operations"])
+right.metric("Runs awaiting review or failed",
+             sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
+if data["attention"]:
+    st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
+else:
+    st.success("Nothing waits for a person.")
+
+st.header("Tasks")
+if data["tasks"]:
+    st.dataframe(pd.DataFrame(data["tasks"]), hide_index=True, key="tasks_table")
+else:
+    st.info("No tasks yet.")
+
+st.header("Libraries")
+if not data["libraries"]:
+    st.info("No libraries yet.")
+for block in data["libraries"]:
+    st.subheader(block["title"], anchor=False)
+    st.dataframe(pd.DataFrame(block["rows"]), hide_index=True, column_config={"created": DATETIME},
+                 key=f"versions_table_{block['id']}")
+    for version in block["versions"]:
+        labels = f" · {', '.join(version['labels'])}" if version["labels"] else ""
+        size = len(version["experiences"])
+        with st.expander(f"Version {version['number']} (id {version['id']}) · {size} experiences{labels}"):
+            if version["experiences"]:
+                st.code(experience_lines(version["experiences"]), language=None, wrap_lines=True)
+            else:
+                st.caption("No experiences: the agent runs without a library.")
+
+st.header("Runs")
+if data["runs"]:
+    st.dataframe(pd.DataFrame(data["runs"]), hide_index=True, column_config={"created": DATETIME},
+                 key="runs_table")
+else:
+    st.info(f"No runs yet. Start a small one from a terminal in the project folder:\n\n`{TRAIN_COMMAND}`")
+
+st.header("Evaluations")
+if data["evaluations"]:
+    st.dataframe(pd.DataFrame(data["evaluations"]), hide_index=True,
+                 column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
+else:
+    st.caption(f"No evaluations yet. Score a version on the test split with `{EVAL_COMMAND}`.")

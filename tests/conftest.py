@@ -1,0 +1,83 @@
+"""Shared fixtures: a real SQLite file per test, the demo task, and scripted model replies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from core.datasets import demo_rows
+from core.gateway import Gateway
+from core.tasks import ensure_demo_task
+from storage.db import make_engine
+
+
+@pytest.fixture
+def engine(tmp_path):
+    return make_engine(f"sqlite:///{tmp_path / 'studio.db'}")
+
+
+@pytest.fixture
+def demo_task(engine):
+    return ensure_demo_task(engine)
+
+
+class ScriptedModel:
+    """Replies by stage, recording every request it sees; a reply may be an exception to raise.
+
+    `replies[stage]` is a string, a callable (messages) -> str | Exception, or a list consumed in order.
+    """
+
+    def __init__(self, replies: dict[str, object]) -> None:
+        self.replies = replies
+        self.calls: list[tuple[str, list[dict]]] = []
+
+    def __call__(self, stage: str, messages: list[dict]) -> str | Exception:
+        self.calls.append((stage, messages))
+        reply = self.replies[stage]
+        if isinstance(reply, list):
+            reply = reply.pop(0) if len(reply) > 1 else reply[0]
+        if callable(reply) and not isinstance(reply, Exception):
+            reply = reply(messages)
+        return reply
+
+    def count(self, stage: str) -> int:
+        return sum(1 for s, _ in self.calls if s == stage)
+
+
+def mixed_rollouts() -> Callable[[list[dict]], str]:
+    """Rollout replies that alternate right and wrong per query, so every group of G >= 2 is mixed."""
+    references = {row.query: row.reference for row in demo_rows()}
+    seen: dict[str, int] = {}
+
+    def reply(messages: list[dict]) -> str:
+        query = messages[1]["content"]
+        seen[query] = seen.get(query, 0) + 1
+        answer = references[query] if seen[query] % 2 else "-12345"
+        return f"Step by step... so the answer is \\boxed{{{answer}}}"
+
+    return reply
+
+
+def default_replies() -> dict[str, object]:
+    return {
+        "rollout": "I add the numbers. \\boxed{0}",
+        "summary": "The attempt added the numbers and boxed the result.",
+        "advantage": json.dumps({"analysis": "Better attempts re-read the question.",
+                                 "experiences": ["Re-read the question to find which quantity it asks for."]}),
+        "update": json.dumps({"operations": [
+            {"op": "ADD", "ids": [], "text": "Re-read the question to find which quantity it asks for.",
+             "rationale": "failed attempts answered the wrong quantity"}]}),
+        "direct": json.dumps({"experiences": ["Write down each quantity with its unit.",
+                                              "Check the final answer against the question."]}),
+    }
+
+
+@pytest.fixture
+def scripted() -> Callable[..., tuple[ScriptedModel, Gateway]]:
+    def make(engine, **overrides) -> tuple[ScriptedModel, Gateway]:
+        model = ScriptedModel({**default_replies(), **overrides})
+        return model, Gateway(engine, concurrency=4, mock=model, backoff_s=0.001)
+
+    return make

@@ -1,0 +1,200 @@
+"""The training loop on scripted model replies: every stage, every failure path, resume, review."""
+
+from __future__ import annotations
+
+import json
+
+import litellm
+from sqlmodel import Session, select
+
+from core.tasks import DEMO_TASK
+from core.training import (
+    RunSettings,
+    apply_step_operations,
+    create_run,
+    decide_all,
+    execute_run,
+    plan_batches,
+)
+from storage import queries
+from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run
+from tests.conftest import mixed_rollouts
+
+
+def small(**kw) -> RunSettings:
+    base = {"epochs": 1, "batch_size": 2, "group_size": 2, "limit": 2, "concurrency": 2}
+    return RunSettings(**{**base, **kw})
+
+
+def run_once(engine, gateway, **kw) -> Run:
+    run_id = create_run(engine, DEMO_TASK, small(**kw))
+    return execute_run(engine, run_id, gateway=gateway)
+
+
+def test_plan_batches_is_seeded_and_covers_every_sample_each_epoch():
+    plan = plan_batches(list(range(10)), epochs=2, batch_size=4, seed=7)
+    assert [len(ids) for _, _, ids in plan] == [4, 4, 2, 4, 4, 2]
+    for epoch in (0, 1):
+        assert sorted(i for e, _, ids in plan if e == epoch for i in ids) == list(range(10))
+    assert plan == plan_batches(list(range(10)), epochs=2, batch_size=4, seed=7)
+    assert plan != plan_batches(list(range(10)), epochs=2, batch_size=4, seed=8)
+
+
+def test_mixed_groups_go_through_every_stage_and_make_a_new_version(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run = run_once(engine, gateway)
+    assert run.status == "completed", run.error
+    assert model.count("rollout") == 4 and model.count("summary") == 4
+    assert model.count("advantage") == 2 and model.count("update") == 1
+    with Session(engine) as s:
+        version = s.get(LibraryVersion, run.current_version_id)
+        assert version.number == 2 and version.source == "run" and version.run_id == run.id
+        assert [e["text"] for e in version.experiences] == ["Re-read the question to find which quantity it asks for."]
+        rewards = sorted(r.reward for r in s.exec(select(Rollout)))
+        assert rewards == [0.0, 0.0, 1.0, 1.0]
+        ops = s.exec(select(Operation)).all()
+        assert [(o.op, o.status) for o in ops] == [("ADD", "applied")]
+        stages = {c.stage for c in queries.calls(s, run_id=run.id)}
+        assert stages == {"rollout", "summary", "advantage", "update"}
+
+
+def test_equal_rewards_skip_the_group_when_ground_truth_is_used(engine, demo_task, scripted):
+    model, gateway = scripted(engine)  # every rollout answers 0: all wrong
+    run = run_once(engine, gateway)
+    assert run.status == "completed"
+    assert model.count("summary") == 0 and model.count("advantage") == 0 and model.count("update") == 0
+    with Session(engine) as s:
+        assert {a.status for a in s.exec(select(Advantage))} == {"skipped"}
+        assert s.get(LibraryVersion, run.current_version_id).number == 1
+
+
+def test_malformed_advantage_json_fails_that_group_only(engine, demo_task, scripted):
+    good = json.dumps({"analysis": "a", "experiences": ["Re-read the question to find which quantity it asks for."]})
+    with Session(engine) as s:
+        broken_query = queries.samples(s, demo_task.id, "train", limit=1)[0].query
+
+    def advantage(messages):
+        return "still not json" if broken_query in messages[-1]["content"] else good
+
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), advantage=advantage)
+    run = run_once(engine, gateway)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        advs = s.exec(select(Advantage).order_by(Advantage.id)).all()
+        assert sorted(a.status for a in advs) == ["failed", "ok"]
+        failed = next(a for a in advs if a.status == "failed")
+        assert "not the JSON asked for" in failed.error and failed.raw_response == "still not json"
+        assert s.get(LibraryVersion, run.current_version_id).number == 2
+
+
+def test_operation_on_unknown_id_is_rejected_with_a_reason(engine, demo_task, scripted):
+    update = json.dumps({"operations": [
+        {"op": "MODIFY", "ids": ["E42"], "text": "Check units before adding any quantities.", "rationale": "x"},
+        {"op": "ADD", "ids": [], "text": "Check units before adding any quantities together.", "rationale": "y"},
+    ]})
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), update=update)
+    run = run_once(engine, gateway)
+    with Session(engine) as s:
+        ops = s.exec(select(Operation).order_by(Operation.position)).all()
+        assert [(o.op, o.status) for o in ops] == [("MODIFY", "invalid"), ("ADD", "applied")]
+        assert ops[0].validation_error == "unknown experience id E42"
+        assert len(s.get(LibraryVersion, run.current_version_id).experiences) == 1
+
+
+def test_provider_error_on_rollouts_is_recorded_and_the_run_goes_on(engine, demo_task, scripted):
+    error = litellm.AuthenticationError("bad key", llm_provider="openai", model="x")
+    model, gateway = scripted(engine, rollout=error)
+    run = run_once(engine, gateway)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        advs = s.exec(select(Advantage)).all()
+        assert len(advs) == 2 and all(a.status == "failed" and "AuthenticationError" in a.error for a in advs)
+        assert all(r.error for r in s.exec(select(Rollout)))
+        errors = s.exec(select(LLMCall).where(LLMCall.error.is_not(None))).all()
+        assert len(errors) == 4 and all(c.attempts == 1 for c in errors)  # not transient: no retry
+
+
+def test_no_ground_truth_hides_reward_and_reference_and_keeps_every_group(engine, demo_task, scripted):
+    model, gateway = scripted(engine)  # all answers agree: with ground truth these groups would be skipped
+    run = run_once(engine, gateway, ground_truth=False)
+    assert run.status == "completed"
+    assert model.count("advantage") == 2
+    with Session(engine) as s:
+        references = [smp.reference for smp in queries.samples(s, demo_task.id, "train", limit=2)]
+        assert {r.reward_source for r in s.exec(select(Rollout))} == {"majority"}
+    learner_text = " ".join(m["content"] for stage, msgs in model.calls if stage != "rollout" for m in msgs)
+    assert "Reference answer" not in learner_text and "reward" not in learner_text.lower().replace("rewards", "")
+    assert not any(f"Reference answer: {ref}" in learner_text for ref in references)
+
+
+def test_group_size_one_critiques_single_attempts(engine, demo_task, scripted):
+    model, gateway = scripted(engine)
+    run = run_once(engine, gateway, group_size=1)
+    assert run.status == "completed"
+    assert model.count("rollout") == 2 and model.count("advantage") == 2
+    assert "Critique this single attempt" in model.calls[-2][1][-1]["content"] or any(
+        "Critique this single attempt" in msgs[-1]["content"] for stage, msgs in model.calls if stage == "advantage")
+
+
+def test_direct_baseline_writes_experiences_without_rollouts(engine, demo_task, scripted):
+    model, gateway = scripted(engine)
+    run_id = create_run(engine, DEMO_TASK, small(), kind="direct")
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed" and model.count("rollout") == 0 and model.count("direct") == 1
+    with Session(engine) as s:
+        version = s.get(LibraryVersion, run.current_version_id)
+        assert version.source == "direct"
+        assert [e["id"] for e in version.experiences] == ["E1", "E2"]
+
+
+def test_resume_makes_no_call_again(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run_id = create_run(engine, DEMO_TASK, small(epochs=2))
+    execute_run(engine, run_id, gateway=gateway)
+    with Session(engine) as s:
+        run = s.get(Run, run_id)
+        run.status = "failed"  # as if it had died; a resume replays the whole plan
+        s.add(run)
+        s.commit()
+    paid_before = len(model.calls)
+    again = execute_run(engine, run_id, gateway=gateway)
+    assert again.status == "completed"
+    assert len(model.calls) == paid_before
+
+
+def test_manual_review_waits_then_continues_after_approval(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run_id = create_run(engine, DEMO_TASK, small(review_mode="manual"))
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "awaiting_review"
+    with Session(engine) as s:
+        step = queries.steps(s, run_id)[0]
+        assert step.status == "awaiting_review"
+        assert [o.status for o in queries.step_operations(s, step.id)] == ["pending"]
+    try:
+        apply_step_operations(engine, step.id, actor="alice")
+        raise AssertionError("applying with pending operations must fail")
+    except ValueError as exc:
+        assert "awaiting review" in str(exc)
+    assert decide_all(engine, step.id, "approved", actor="alice") == 1
+    version = apply_step_operations(engine, step.id, actor="alice")
+    assert version.number == 2 and version.created_by == "alice"
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed" and run.current_version_id == version.id
+
+
+def test_budget_pauses_the_run(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run_id = create_run(engine, DEMO_TASK, small(epochs=3, policy_model="openai/gpt-4o-mini",
+                                                learner_model="openai/gpt-4o-mini", budget_usd=0.00001))
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "paused" and "budget" in run.error
+
+
+def test_invalid_settings_are_refused(engine, demo_task):
+    for bad in ({"epochs": 0}, {"group_size": 0}, {"temperature": 3}, {"review_mode": "maybe"}):
+        try:
+            create_run(engine, DEMO_TASK, small(**bad))
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")

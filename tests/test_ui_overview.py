@@ -1,0 +1,154 @@
+"""UI tests of the overview page (Streamlit AppTest), each on its own SQLite file seeded through core."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from core.evaluation import create_evaluation
+from core.library import ProposedOp
+from core.tasks import DEMO_TASK, ensure_demo_task, get_task
+from core.training import RunSettings, create_run, store_operations
+from core.versions import import_library
+from storage import db, queries
+from storage.models import Run, Step
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "streamlit_app.py"
+TRAIN_HINT = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
+HOSTILE = "<script>alert(1)</script> then **bold** and [a link](http://example.com)"
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
+    db.get_engine.cache_clear()
+    st.cache_resource.clear()
+    engine = db.get_engine()
+    ensure_demo_task(engine)
+    yield engine
+    engine.dispose()
+    db.get_engine.cache_clear()
+    st.cache_resource.clear()
+
+
+def import_text(engine, text: str) -> int:
+    with db.session_scope(engine) as session:
+        return import_library(session, get_task(session, DEMO_TASK), text, "lib.md").id
+
+
+def run_app() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def table_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The one dataframe on the page that has this column."""
+    found = [df.value for df in at.dataframe if column in df.value.columns]
+    assert len(found) == 1, f"expected one table with column {column!r}, found {len(found)}"
+    return found[0]
+
+
+def markdown_texts(at: AppTest) -> list[str]:
+    """Every string the page rendered as Markdown (where HTML or emphasis would be interpreted)."""
+    elements = [*at.markdown, *at.caption, *at.title, *at.header, *at.subheader, *at.info, *at.success,
+                *at.warning, *at.error]
+    return [e.value for e in elements] + [e.label for e in at.expander]
+
+
+def test_overview_lists_the_demo_task_with_its_samples(engine):
+    with db.session_scope(engine) as session:
+        counts = queries.count_samples(session, get_task(session, DEMO_TASK).id)
+    at = run_app()
+
+    assert [t.value for t in at.title] == ["Overview"]
+    tasks = table_with(at, "train samples")
+    row = tasks[tasks["name"] == DEMO_TASK]
+    assert len(row) == 1
+    assert row.iloc[0]["reward method"] == "math"
+    assert row.iloc[0]["agent mode"] == "direct"
+    assert row.iloc[0]["train samples"] == counts["train"] > 0
+    assert row.iloc[0]["test samples"] == counts["test"] > 0
+    sidebar = [c.value for c in at.sidebar.code]
+    assert any("ui.db" in value for value in sidebar), sidebar
+
+
+def test_library_version_shows_its_two_experiences(engine):
+    version_id = import_text(engine, "- Check units first.\n- Re-read the question.")
+    at = run_app()
+
+    versions = table_with(at, "size")
+    imported = versions[versions["id"] == version_id]
+    assert len(imported) == 1
+    assert imported.iloc[0]["size"] == 2
+    assert imported.iloc[0]["source"] == "import"
+    assert imported.iloc[0]["note"] == "imported from lib.md"
+    assert versions[versions["source"] == "initial"].iloc[0]["size"] == 0
+
+    labels = [e.label for e in at.expander]
+    assert any(f"(id {version_id}) · 2 experiences" in label for label in labels), labels
+    code = [c.value for c in at.code]
+    assert any("Check units first." in value and "Re-read the question." in value for value in code), code
+
+
+def test_no_runs_hint_then_runs_and_evaluations_tables(engine):
+    at = run_app()
+    assert any(TRAIN_HINT in info.value and "No runs yet" in info.value for info in at.info)
+    assert not [df for df in at.dataframe if "steps" in df.value.columns]
+
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=4))
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", limit=3, k=2)
+    at = run_app()
+
+    assert not any("No runs yet" in info.value for info in at.info)
+    runs = table_with(at, "steps")
+    assert runs["id"].tolist() == [run_id]
+    assert runs.iloc[0]["status"] == "queued"
+    assert runs.iloc[0]["task"] == DEMO_TASK
+    evaluations = table_with(at, "Mean@k")
+    assert evaluations["id"].tolist() == [eval_id]
+    assert evaluations.iloc[0]["version"] == "empty"
+    assert evaluations.iloc[0]["k"] == 2
+
+
+def test_runs_awaiting_review_or_failed_need_a_person(engine):
+    at = run_app()
+    assert [m.value for m in at.metric] == ["0", "0"]
+    assert any("Nothing waits" in s.value for s in at.success)
+
+    review_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
+    failed_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
+    with db.session_scope(engine) as session:
+        review, failed = session.get(Run, review_id), session.get(Run, failed_id)
+        review.status, failed.status, failed.error = "awaiting_review", "failed", "learner returned no JSON"
+        session.add_all([review, failed])
+        step = Step(run_id=review_id, epoch=0, batch_index=0, sample_ids=[], status="awaiting_review")
+        session.add(step)
+    store_operations(engine, step, [], [ProposedOp("ADD", text="Write the units next to every number."),
+                                        ProposedOp("ADD", text="Estimate the answer before computing it.")], [])
+    at = run_app()
+
+    assert [m.value for m in at.metric] == ["2", "2"]
+    attention = table_with(at, "pending operations").set_index("run")
+    assert sorted(attention.index) == sorted([review_id, failed_id])
+    assert attention.loc[review_id, "pending operations"] == 2
+    assert attention.loc[failed_id, "status"] == "failed"
+    assert attention.loc[failed_id, "error"] == "learner returned no JSON"
+    assert not at.success
+
+
+def test_model_written_text_is_shown_verbatim_never_as_markdown(engine):
+    import_text(engine, f"- {HOSTILE}\n- Keep it short.")
+    at = run_app()
+
+    code = [c.value for c in at.code]
+    assert any(HOSTILE in value for value in code), code
+    for text in markdown_texts(at):
+        assert "alert(1)" not in text and "bold" not in text, text
