@@ -20,7 +20,7 @@ from core.evaluation import create_evaluation, execute_evaluation
 from core.library_io import LibraryFormatError
 from core.local_model import LocalModelError
 from core.tasks import NotFound, ensure_demo_task, get_task
-from core.training import RunSettings, create_run, execute_run, run_counters
+from core.training import RunSettings, check_resumable, create_run, execute_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
 from storage import queries
 from storage.db import describe_url, get_engine, session_scope
@@ -119,6 +119,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     engine = _engine(args)
     if args.resume is not None:
         run_id = args.resume
+        with Session(engine) as session:
+            check_resumable(session, run_id)
     else:
         if not args.task:
             raise UsageError("train: --task is required (or --resume RUN)")

@@ -165,14 +165,20 @@ def execute_run(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
     return asyncio.run(execute_run_async(engine, run_id, gateway=gateway, on_progress=on_progress))
 
 
+def check_resumable(session: Session, run_id: int) -> Run:
+    """The run, if it exists and can be (re)started; otherwise an error saying why not."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    if run.status not in RESUMABLE:
+        raise ValueError(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
+    return run
+
+
 async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
                             on_progress: ProgressCallback | None = None) -> Run:
     with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}")
-        if run.status not in RESUMABLE:
-            raise ValueError(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
+        run = check_resumable(session, run_id)
         settings = RunSettings.from_dict(run.settings)
         task = session.get(Task, run.task_id)
         library = session.get(Library, run.library_id)
