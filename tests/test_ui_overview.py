@@ -24,17 +24,24 @@ HOSTILE = "<script>alert(1)</script> then **bold** and [a link](http://example.c
 
 
 @pytest.fixture
-def engine(tmp_path, monkeypatch):
+def app_db(tmp_path, monkeypatch):
+    """DATABASE_URL on a fresh SQLite file, with the per-process caches of engine and app cleared."""
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
     db.get_engine.cache_clear()
     st.cache_resource.clear()
     engine = db.get_engine()
-    ensure_demo_task(engine)
     yield engine
     engine.dispose()
     db.get_engine.cache_clear()
     st.cache_resource.clear()
+
+
+@pytest.fixture
+def engine(app_db):
+    """The app's database with the demo task in it (shadows the conftest engine on purpose)."""
+    ensure_demo_task(app_db)
+    return app_db
 
 
 def import_text(engine, text: str) -> int:
@@ -61,6 +68,17 @@ def markdown_texts(at: AppTest) -> list[str]:
     elements = [*at.markdown, *at.caption, *at.title, *at.header, *at.subheader, *at.info, *at.success,
                 *at.warning, *at.error]
     return [e.value for e in elements] + [e.label for e in at.expander]
+
+
+def test_app_creates_the_demo_task_in_an_empty_database(app_db):
+    with db.session_scope(app_db) as session:
+        assert queries.list_tasks(session) == []
+    at = run_app()
+
+    with db.session_scope(app_db) as session:
+        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK]
+    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK]
+    assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
 
 
 def test_overview_lists_the_demo_task_with_its_samples(engine):
