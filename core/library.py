@@ -62,12 +62,15 @@ def validate_ops(
     *,
     max_words: int = MAX_WORDS,
     max_chars: int = MAX_CHARS,
+    max_size: int | None = None,
 ) -> list[CheckedOp]:
     """Check each operation against the library as the earlier valid operations leave it.
 
     Rejected for: an unknown op, unknown or already-changed target ids, empty or over-long text,
-    text that duplicates an existing experience or an earlier operation of the batch.
+    text that duplicates an existing experience or an earlier operation of the batch, an ADD that
+    would grow the library past `max_size`.
     """
+    size = len(experiences)
     known = {exp["id"]: normalize_text(exp["text"]) for exp in experiences}
     touched: set[str] = set()
     seen_texts = set(known.values())
@@ -96,6 +99,10 @@ def validate_ops(
                 error = _text_error(op.text, max_words, max_chars)
                 if error is None and normalize_text(op.text or "") in seen_texts:
                     error = "duplicates an existing experience"
+        if error is None and kind == "ADD" and max_size is not None and size >= max_size:
+            error = f"the library is full ({max_size} experiences): merge or delete first"
+        if error is None:
+            size += {"ADD": 1, "DELETE": -len(ids), "MERGE": 1 - len(ids)}.get(kind, 0)
         if error is None and kind in ("ADD", "MODIFY", "MERGE"):
             seen_texts.add(normalize_text(op.text or ""))
         if error is None and kind != "KEEP":

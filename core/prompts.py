@@ -19,6 +19,10 @@ PYTHON_TOOL_NOTE = (
 )
 
 
+def _chat(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool) -> str:
     """The agent's system prompt: the task's instructions, then the library as a numbered list."""
     parts = [instructions.strip()]
@@ -33,10 +37,7 @@ def agent_system_prompt(instructions: str, answer_format: str, experiences: list
 
 def agent_messages(instructions: str, answer_format: str, experiences: list[dict], query: str,
                    python_tool: bool) -> list[dict]:
-    return [
-        {"role": "system", "content": agent_system_prompt(instructions, answer_format, experiences, python_tool)},
-        {"role": "user", "content": query},
-    ]
+    return _chat(agent_system_prompt(instructions, answer_format, experiences, python_tool), query)
 
 
 def trajectory_text(messages: list[dict], limit: int = 6000) -> str:
@@ -72,10 +73,7 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
         "experiences (by id) it used or ignored, and"
         + (" where and why it went wrong, if it did." if ground_truth else " any step that looks doubtful.")
     )
-    return [
-        {"role": "system", "content": "You analyse an agent's reasoning precisely and briefly."},
-        {"role": "user", "content": content},
-    ]
+    return _chat("You analyse an agent's reasoning precisely and briefly.", content)
 
 
 ADVANTAGE_SCHEMA = {
@@ -110,10 +108,7 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
         "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
         'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
     )
-    return [
-        {"role": "system", "content": "You turn an agent's successes and failures into short, general lessons."},
-        {"role": "user", "content": content},
-    ]
+    return _chat("You turn an agent's successes and failures into short, general lessons.", content)
 
 
 UPDATE_SCHEMA = {
@@ -155,10 +150,7 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         're-read the question to confirm which quantity it asks for.", "rationale": "attempts 2 and 3 answered '
         'an intermediate quantity"}]}'
     )
-    return [
-        {"role": "system", "content": "You curate a small library of experiences for an AI agent."},
-        {"role": "user", "content": content},
-    ]
+    return _chat("You curate a small library of experiences for an AI agent.", content)
 
 
 DIRECT_SCHEMA = {

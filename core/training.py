@@ -486,13 +486,13 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
             row.error = f"{exc} | raw reply: {exc.raw[:500]}"
             session.add(row)
         return
-    store_operations(ctx.engine, step, experiences, ops, source_ids)
+    store_operations(ctx.engine, step, experiences, ops, source_ids, max_size=ctx.settings.max_experiences)
 
 
 def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
-                     source_ids: list[int]) -> list[Operation]:
+                     source_ids: list[int], max_size: int | None = None) -> list[Operation]:
     """Validate and store a step's proposed operations (pending, or invalid with the reason)."""
-    checked = validate_ops(experiences, ops)
+    checked = validate_ops(experiences, ops, max_size=max_size)
     rows = []
     with session_scope(engine) as session:
         for position, item in enumerate(checked):
@@ -533,9 +533,10 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
         if any(o.status == "pending" for o in ops):
             raise ValueError(f"step {step_id} still has operations awaiting review")
         before = session.get(LibraryVersion, step.version_before_id)
+        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
         chosen = [o for o in ops if o.status in ("approved", "edited") and o.op != "KEEP"]
         checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
-                                                    for o in chosen])
+                                                    for o in chosen], max_size=max_size)
         valid = []
         for op, item in zip(chosen, checked, strict=True):
             if item.valid:

@@ -75,3 +75,11 @@ def test_apply_keeps_ids_and_places_and_numbers_new_ones():
 def test_next_id_number_never_reuses_an_id():
     assert next_id_number(["E1", "E7", "E3", "X9"]) == 8
     assert next_id_number([]) == 1
+
+
+def test_add_beyond_the_size_limit_is_rejected_unless_room_is_made():
+    add = ProposedOp("ADD", [], "Estimate the size of the answer before computing it.")
+    assert [c.error for c in validate_ops(LIB, [add], max_size=3)] == [
+        "the library is full (3 experiences): merge or delete first"]
+    ops = [ProposedOp("DELETE", ["E3"]), add]
+    assert [c.error for c in validate_ops(LIB, ops, max_size=3)] == [None, None]
