@@ -69,13 +69,13 @@ def load_overview() -> dict:
             })
 
         run_rows, attention_rows, pending_total = [], [], 0
+        pending_by_run = queries.pending_operations_by_run(session)
         for run in queries.runs(session):
             run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
                              "status": run.status, "steps": steps_label(run.progress or {}),
                              "current version": run.current_version_id, "created": run.created_at,
                              "error": run.error or ""})
-            pending = sum(1 for step in queries.steps(session, run.id)
-                          for op in queries.step_operations(session, step.id) if op.status == "pending")
+            pending = pending_by_run.get(run.id, 0)
             pending_total += pending
             if run.status in ATTENTION_STATUSES or pending:
                 attention_rows.append({"run": run.id, "task": task_names.get(run.task_id, "?"),

@@ -158,3 +158,11 @@ def call_totals(session: Session, run_id: int | None = None, evaluation_id: int 
     n, tin, tout, cost, hits, errors = session.exec(query).one()
     return {"calls": n, "tokens_in": tin, "tokens_out": tout, "cost": float(cost), "cache_hits": hits,
             "errors": errors}
+
+
+def pending_operations_by_run(session: Session) -> dict[int, int]:
+    """How many operations of each run wait for a reviewer."""
+    rows = session.exec(
+        select(Operation.run_id, func.count()).where(Operation.status == "pending").group_by(Operation.run_id)
+    ).all()
+    return {run_id: n for run_id, n in rows if run_id is not None}
