@@ -100,6 +100,9 @@ def _report_run(engine, run_id: int) -> int:
             where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
             if step.error:
                 problems.append(f"{where}: {step.error}")
+            unscored = [r for r in queries.step_rollouts(session, step.id) if r.reward_source == "error"]
+            if unscored:
+                problems.append(f"{where}: {len(unscored)} rollouts could not be scored: {unscored[0].reward_detail}")
             for adv in queries.step_advantages(session, step.id):
                 if adv.status == "failed":
                     problems.append(f"{where}, sample {adv.sample_id}: group failed: {adv.error}")

@@ -198,3 +198,25 @@ def test_invalid_settings_are_refused(engine, demo_task):
         except ValueError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_sample_without_reference_is_scored_zero_with_the_reason_and_the_run_goes_on(engine, demo_task, scripted,
+                                                                                       capsys):
+    from core.cli import _report_run
+    from storage.models import Sample
+
+    with Session(engine) as s:
+        first_id = queries.samples(s, demo_task.id, "train", limit=1)[0].id
+        row = s.get(Sample, first_id)
+        row.reference = None
+        s.add(row)
+        s.commit()
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run = run_once(engine, gateway)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        bad = [r for r in s.exec(select(Rollout)) if r.sample_id == first_id]
+        assert {(r.reward, r.reward_source) for r in bad} == {(0.0, "error")}
+        assert "needs a reference answer" in bad[0].reward_detail
+    _report_run(engine, run.id)
+    assert "2 rollouts could not be scored" in capsys.readouterr().out
