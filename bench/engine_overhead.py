@@ -28,8 +28,10 @@ async def gateway_pass(gateway, calls: int) -> tuple[float, int]:
     """All calls through the gateway at once (its semaphore bounds them); returns (wall s, cache hits)."""
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(gateway.complete(stage="rollout", model=MODEL, messages=messages_for(i), max_tokens=16)
-          for i in range(calls))
+        *(
+            gateway.complete(stage="rollout", model=MODEL, messages=messages_for(i), max_tokens=16)
+            for i in range(calls)
+        )
     )
     return time.perf_counter() - started, sum(r.cache_hit for r in results)
 
@@ -42,7 +44,9 @@ async def raw_pass(calls: int, concurrency: int) -> float:
 
     async def one(i: int) -> None:
         async with semaphore:
-            await litellm.acompletion(model=MODEL, messages=messages_for(i), max_tokens=16, mock_response="ok")
+            await litellm.acompletion(
+                model=MODEL, messages=messages_for(i), max_tokens=16, mock_response="ok"
+            )
 
     started = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(calls)))
@@ -83,11 +87,17 @@ def main() -> None:
         )
 
     n = args.calls
-    per = {name: seconds * 1000 / n for name, seconds in
-           (("gateway", fresh_s), ("cached", cached_s), ("raw", raw_s))}
+    per = {
+        name: seconds * 1000 / n
+        for name, seconds in (("gateway", fresh_s), ("cached", cached_s), ("raw", raw_s))
+    }
     print(f"{n} calls per pass, concurrency {args.concurrency}, SQLite file ledger, model mocked")
-    print(f"gateway, uncached   {per['gateway']:7.2f} ms/call  ({fresh_s:.1f}s total, {fresh_hits} cache hits)")
-    print(f"gateway, cached     {per['cached']:7.2f} ms/call  ({cached_s:.1f}s total, {cached_hits} cache hits)")
+    print(
+        f"gateway, uncached   {per['gateway']:7.2f} ms/call  ({fresh_s:.1f}s total, {fresh_hits} cache hits)"
+    )
+    print(
+        f"gateway, cached     {per['cached']:7.2f} ms/call  ({cached_s:.1f}s total, {cached_hits} cache hits)"
+    )
     print(f"raw litellm         {per['raw']:7.2f} ms/call  ({raw_s:.1f}s total)")
     print(f"gateway overhead over raw litellm: {per['gateway'] - per['raw']:.2f} ms/call")
     expected = 2 * n

@@ -104,8 +104,10 @@ def main() -> None:
     from core import config, gateway  # noqa: F401  (importing the gateway registers local/...)
     from core.local_model import get_server
 
-    print(f"cpu_count {os.cpu_count()}  n_threads {config.local_threads()}  slots {args.parallel}  "
-          f"model {args.model}  max_tokens {args.max_tokens}  rounds {args.rounds}")
+    print(
+        f"cpu_count {os.cpu_count()}  n_threads {config.local_threads()}  slots {args.parallel}  "
+        f"model {args.model}  max_tokens {args.max_tokens}  rounds {args.rounds}"
+    )
     started = time.perf_counter()
     get_server(args.model, args.parallel)
     print(f"model loaded in {time.perf_counter() - started:.1f}s")
@@ -113,8 +115,10 @@ def main() -> None:
     print()
     print(f"{'parallel':>8} {'requests':>8} {'tokens':>7} {'wall s':>8} {'tok/s':>7} {'mean lat s':>10}")
     for s in settings:
-        print(f"{s.parallel:>8} {s.requests:>8} {s.tokens:>7} {s.wall_s:>8.1f} {s.tok_per_s:>7.1f} "
-              f"{s.mean_latency_s:>10.2f}")
+        print(
+            f"{s.parallel:>8} {s.requests:>8} {s.tokens:>7} {s.wall_s:>8.1f} {s.tok_per_s:>7.1f} "
+            f"{s.mean_latency_s:>10.2f}"
+        )
     single, multi = settings
     speedup = multi.tok_per_s / single.tok_per_s if single.tok_per_s else 0.0
     print(f"\nspeedup {args.parallel} vs 1: {speedup:.1f}x")
