@@ -379,6 +379,8 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
             parse=_parse_advantage, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
         return _save_advantage(ctx, step, sample, done, status="ok", text=parsed["analysis"],
                                proposals=parsed["experiences"], raw=call.text)
+    except _Stop:
+        raise
     except StructuredOutputError as exc:
         return _save_advantage(ctx, step, sample, done, status="failed", error=str(exc), raw=exc.raw)
     except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)

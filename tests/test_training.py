@@ -220,3 +220,27 @@ def test_a_sample_without_reference_is_scored_zero_with_the_reason_and_the_run_g
         assert "needs a reference answer" in bad[0].reward_detail
     _report_run(engine, run.id)
     assert "2 rollouts could not be scored" in capsys.readouterr().out
+
+
+def test_pause_requested_mid_step_stops_cleanly_and_resume_finishes(engine, demo_task, scripted):
+    run_id = create_run(engine, DEMO_TASK, small(epochs=2))
+    answers = mixed_rollouts()
+
+    def rollout(messages):
+        if len([c for c in model.calls if c[0] == "rollout"]) == 3:
+            with Session(engine) as s:  # what the Train page's pause button will do
+                run = s.get(Run, run_id)
+                run.status = "paused"
+                s.add(run)
+                s.commit()
+        return answers(messages)
+
+    model, gateway = scripted(engine, rollout=rollout)
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "paused"
+    with Session(engine) as s:
+        assert not [a for a in s.exec(select(Advantage)) if a.status == "failed"]
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        assert len(queries.steps(s, run_id)) == 2
