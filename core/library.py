@@ -48,6 +48,8 @@ def render_for_learner(experiences: list[dict]) -> str:
 def _text_error(text: str | None, max_words: int, max_chars: int) -> str | None:
     if not text or not text.strip():
         return "empty text"
+    if re.fullmatch(r"\s*<[^<>]*>\s*", text):
+        return "a placeholder, not an experience"
     if len(re.findall(r"[^\W\d_]{2,}", text)) < 3:
         return "too short to be an experience (fewer than 3 words)"
     words = len(text.split())

@@ -79,8 +79,8 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
 ADVANTAGE_SCHEMA = {
     "type": "object",
     "properties": {
-        "analysis": {"type": "string"},
-        "experiences": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "analysis": {"type": "string", "maxLength": 800},
+        "experiences": {"type": "array", "items": {"type": "string", "maxLength": 300}, "maxItems": 3},
     },
     "required": ["analysis", "experiences"],
 }
@@ -121,8 +121,8 @@ UPDATE_SCHEMA = {
                 "properties": {
                     "op": {"type": "string", "enum": ["ADD", "MODIFY", "DELETE", "MERGE", "KEEP"]},
                     "ids": {"type": "array", "items": {"type": "string"}},
-                    "text": {"type": "string"},
-                    "rationale": {"type": "string"},
+                    "text": {"type": "string", "maxLength": 300},
+                    "rationale": {"type": "string", "maxLength": 300},
                 },
                 "required": ["op", "ids", "text", "rationale"],
             },
@@ -144,11 +144,12 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         '- DELETE: remove experiences that are wrong or useless (ids: ["E2"], text: "")\n'
         '- MERGE: combine overlapping experiences into one (ids: ["E1", "E4"], text: the merged experience)\n'
         '- KEEP: nothing to change (ids: [], text: "")\n'
+        "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
+        "or a MODIFY / MERGE when it overlaps an experience already in the library. "
         f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
         f"most {max_experiences} experiences. Use only the ids shown above.\n"
-        'Reply with JSON only, for example: {"operations": [{"op": "ADD", "ids": [], "text": "Before answering, '
-        're-read the question to confirm which quantity it asks for.", "rationale": "attempts 2 and 3 answered '
-        'an intermediate quantity"}]}'
+        'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "<experience>", '
+        '"rationale": "<why>"}]}'
     )
     return _chat("You curate a small library of experiences for an AI agent.", content)
 

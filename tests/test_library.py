@@ -32,6 +32,7 @@ def test_unknown_ids_empty_long_and_duplicate_texts_are_rejected_with_reasons():
         ProposedOp("MERGE", ["E1"], "Only one target is not a merge at all."),
         ProposedOp("FROB", [], "x"),
         ProposedOp("ADD", [], "..."),
+        ProposedOp("ADD", [], "<experience>"),
     ]
     result = errors(ops)
     assert result[0] == "unknown experience id E9"
@@ -41,6 +42,7 @@ def test_unknown_ids_empty_long_and_duplicate_texts_are_rejected_with_reasons():
     assert result[4] == "MERGE takes 2 target id(s), got 1"
     assert result[5] == "unknown operation 'FROB'"
     assert result[6].startswith("too short")
+    assert result[7] == "a placeholder, not an experience"
 
 
 def test_a_target_changed_earlier_in_the_batch_cannot_be_changed_again():
