@@ -241,10 +241,22 @@ def extract_json(text: str) -> Any:
             candidates.append(text[start : end + 1])
     for candidate in candidates:
         try:
-            return json.loads(candidate)
+            return json.loads(candidate, strict=False)
         except (json.JSONDecodeError, TypeError):
             continue
     raise ValueError(f"no JSON found in reply: {text[:120]!r}")
+
+
+_JSON_ESCAPES = {"\b": "\\b", "\f": "\\f"}
+
+
+def clean_text(value: object) -> str:
+    """Model text decoded from JSON: a LaTeX `\\boxed` written unescaped arrives as a backspace
+    and `oxed`; put such escapes back and drop other control characters."""
+    text = str(value)
+    for char, escaped in _JSON_ESCAPES.items():
+        text = text.replace(char, escaped)
+    return "".join(c for c in text if c in "\n\t" or ord(c) >= 32).strip()
 
 
 def _cost(response: Any, model: str) -> float:

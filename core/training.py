@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 
 from core import config
 from core.agent import AGENT_MODES, AgentSettings, run_agent
-from core.gateway import Gateway, Scope, StructuredOutputError
+from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.prompts import (
     ADVANTAGE_SCHEMA,
@@ -391,8 +391,8 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
 def _parse_advantage(data: object) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
         raise ValueError('expected an object with an "experiences" list')
-    texts = [str(t).strip() for t in data["experiences"] if isinstance(t, str | int | float) and str(t).strip()]
-    return {"analysis": str(data.get("analysis", "")).strip(), "experiences": texts[:3]}
+    texts = [clean_text(t) for t in data["experiences"] if isinstance(t, str | int | float) and str(t).strip()]
+    return {"analysis": clean_text(data.get("analysis", "")), "experiences": texts[:3]}
 
 
 def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
@@ -467,8 +467,8 @@ def _parse_operations(data: object) -> list[ProposedOp]:
             raise ValueError("each operation must be an object with an op")
         ids = item.get("ids") or item.get("target_ids") or []
         ids = [str(i).strip("[] ") for i in (ids if isinstance(ids, list) else [ids])]
-        ops.append(ProposedOp(str(item["op"]).upper(), ids, str(item.get("text") or "").strip() or None,
-                              str(item.get("rationale") or "")))
+        ops.append(ProposedOp(str(item["op"]).upper(), ids, clean_text(item.get("text") or "") or None,
+                              clean_text(item.get("rationale") or "")))
     return ops
 
 
@@ -596,7 +596,7 @@ async def _direct_experiences(ctx: _Ctx) -> None:
 def _parse_direct(data: object) -> list[str]:
     if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
         raise ValueError('expected an object with an "experiences" list')
-    texts = [str(t).strip() for t in data["experiences"] if str(t).strip()]
+    texts = [clean_text(t) for t in data["experiences"] if clean_text(t)]
     if not texts:
         raise ValueError("no experiences in the reply")
     return texts

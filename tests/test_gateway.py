@@ -8,7 +8,7 @@ import litellm
 import pytest
 from sqlmodel import Session, select
 
-from core.gateway import Gateway, ModelCallError, StructuredOutputError, extract_json, redact
+from core.gateway import Gateway, ModelCallError, StructuredOutputError, clean_text, extract_json, redact
 from storage.models import LLMCall
 from tests.conftest import ScriptedModel
 
@@ -111,3 +111,9 @@ def test_concurrency_is_bounded_per_model(engine):
 
     asyncio.run(main())
     assert in_flight["max"] == 2
+
+
+def test_latex_written_into_json_unescaped_comes_back_intact():
+    decoded = extract_json('{"t": "so \\boxed{6}, \\frac{1}{2} and \u0001 done"}')["t"]
+    assert "\b" in decoded  # what json makes of an unescaped \b
+    assert clean_text(decoded) == "so \\boxed{6}, \\frac{1}{2} and  done"
