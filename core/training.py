@@ -239,26 +239,23 @@ def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
 
 def run_counters(session: Session, run: Run) -> dict:
     """Per-stage counters of a run, derived from what is stored (so they survive restarts)."""
-    step_ids = [s.id for s in queries.steps(session, run.id)]
-    rollouts = list(session.exec(select(Rollout).where(Rollout.step_id.in_(step_ids)))) if step_ids else []
-    advantages = list(session.exec(select(Advantage).where(Advantage.step_id.in_(step_ids)))) if step_ids else []
-    ops = list(session.exec(select(Operation).where(Operation.run_id == run.id)))
+    counts = queries.run_stage_counts(session, run.id)
     totals = queries.call_totals(session, run_id=run.id)
-    adv = {status: sum(1 for a in advantages if a.status == status) for status in ("ok", "skipped", "failed")}
+    adv, ops = counts["advantages"], counts["operations"]
     return {
-        "steps_done": sum(1 for s in queries.steps(session, run.id) if s.status == "completed"),
+        "steps_done": counts["steps_done"],
         "steps_total": run.progress.get("steps_total", 0),
-        "rollouts_done": len(rollouts),
+        "rollouts_done": counts["rollouts"],
         "rollouts_total": run.progress.get("rollouts_total", 0),
-        "rollout_errors": sum(1 for r in rollouts if r.error),
-        "rewards": sum(1 for r in rollouts if r.reward is not None),
-        "summaries": sum(1 for r in rollouts if r.summary),
-        "advantages": adv["ok"],
-        "groups_skipped": adv["skipped"],
-        "groups_failed": adv["failed"],
-        "operations": len(ops),
-        "operations_applied": sum(1 for o in ops if o.status == "applied"),
-        "operations_invalid": sum(1 for o in ops if o.status == "invalid"),
+        "rollout_errors": counts["rollout_errors"],
+        "rewards": counts["rewards"],
+        "summaries": counts["summaries"],
+        "advantages": adv.get("ok", 0),
+        "groups_skipped": adv.get("skipped", 0),
+        "groups_failed": adv.get("failed", 0),
+        "operations": sum(ops.values()),
+        "operations_applied": ops.get("applied", 0),
+        "operations_invalid": ops.get("invalid", 0),
         "calls": totals["calls"],
         "cache_hits": totals["cache_hits"],
         "tokens_in": totals["tokens_in"],

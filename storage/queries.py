@@ -166,3 +166,24 @@ def pending_operations_by_run(session: Session) -> dict[int, int]:
         select(Operation.run_id, func.count()).where(Operation.status == "pending").group_by(Operation.run_id)
     ).all()
     return {run_id: n for run_id, n in rows if run_id is not None}
+
+
+def run_stage_counts(session: Session, run_id: int) -> dict:
+    """Rollouts, rewards, summaries, advantages and operations of a run, counted in the database."""
+    rollouts, errors, rewards, summaries = session.exec(
+        select(func.count(Rollout.id), func.count(Rollout.error), func.count(Rollout.reward), func.count(Rollout.summary))
+        .join(Step, Rollout.step_id == Step.id)
+        .where(Step.run_id == run_id)
+    ).one()
+    advantages = dict(session.exec(
+        select(Advantage.status, func.count()).join(Step, Advantage.step_id == Step.id)
+        .where(Step.run_id == run_id).group_by(Advantage.status)
+    ).all())
+    operations = dict(session.exec(
+        select(Operation.status, func.count()).where(Operation.run_id == run_id).group_by(Operation.status)
+    ).all())
+    steps_done = session.exec(
+        select(func.count()).select_from(Step).where(Step.run_id == run_id, Step.status == "completed")
+    ).one()
+    return {"rollouts": rollouts, "rollout_errors": errors, "rewards": rewards, "summaries": summaries,
+            "advantages": advantages, "operations": operations, "steps_done": steps_done}

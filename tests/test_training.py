@@ -46,6 +46,9 @@ def test_mixed_groups_go_through_every_stage_and_make_a_new_version(engine, demo
     assert run.status == "completed", run.error
     assert model.count("rollout") == 4 and model.count("summary") == 4
     assert model.count("advantage") == 2 and model.count("update") == 1
+    p = run.progress
+    assert (p["steps_done"], p["steps_total"], p["rollouts_done"], p["rollouts_total"]) == (1, 1, 4, 4)
+    assert (p["rewards"], p["summaries"], p["advantages"], p["operations_applied"], p["calls"]) == (4, 4, 2, 1, 11)
     with Session(engine) as s:
         version = s.get(LibraryVersion, run.current_version_id)
         assert version.number == 2 and version.source == "run" and version.run_id == run.id
