@@ -7,18 +7,18 @@ import logging
 from collections import defaultdict
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core import config
-from core.agent import AgentSettings, run_agent
+from core.agent import AgentSettings
 from core.gateway import Gateway, Scope
 from core.metrics import score_groups
-from core.rewards import score_or_error
+from core.rollouts import stored_rollout
 from core.tasks import NotFound, get_task
 from core.versions import resolve_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Sample, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
 from storage.models import utcnow as now
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,9 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
     experiences = version.experiences if version else []
     try:
-        jobs = [_one(engine, gateway, agent, task, ev, sample, g, experiences) for sample in samples for g in range(ev.k)]
+        jobs = [stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
+                               experiences=experiences, scope=Scope(evaluation_id=ev.id), evaluation_id=ev.id)
+                for sample in samples for g in range(ev.k)]
         await asyncio.gather(*jobs)
         with session_scope(engine) as session:
             rollouts = queries.evaluation_rollouts(session, evaluation_id)
@@ -90,26 +92,3 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             session.add(ev)
     with Session(engine) as session:
         return session.get(Evaluation, evaluation_id)
-
-
-async def _one(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, ev: Evaluation, sample: Sample,
-               g: int, experiences: list[dict]) -> None:
-    with session_scope(engine) as session:
-        row = session.exec(select(Rollout).where(Rollout.evaluation_id == ev.id, Rollout.sample_id == sample.id,
-                                                 Rollout.group_index == g)).first()
-        if row is not None and row.error is None:
-            return
-        if row is not None:
-            session.delete(row)
-    result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
-                             experiences=experiences, query=sample.query, sample_index=g,
-                             scope=Scope(evaluation_id=ev.id))
-    row = Rollout(evaluation_id=ev.id, sample_id=sample.id, group_index=g, messages=result.messages,
-                  response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
-                  tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)
-    if result.error is None:
-        reward = await asyncio.to_thread(score_or_error, task.reward_method, result.response, sample.reference,
-                                         task.reward_settings)
-        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
-    with session_scope(engine) as session:
-        session.add(row)
