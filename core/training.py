@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core import config
-from core.agent import AGENT_MODES, AgentSettings, run_agent
+from core.agent import AGENT_MODES, AgentSettings
 from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.prompts import (
@@ -33,7 +33,8 @@ from core.prompts import (
     trajectory_text,
     update_messages,
 )
-from core.rewards import majority_rewards, score_or_error
+from core.rewards import majority_rewards
+from core.rollouts import stored_rollout
 from core.tasks import NotFound, get_task
 from core.versions import all_ids, create_version, ensure_library, new_experiences
 from storage import queries
@@ -283,7 +284,7 @@ async def _train(ctx: _Ctx) -> None:
         if step.status == "completed":
             continue
         if step.status == "awaiting_review":
-            _await_review(ctx, step)
+            _apply_or_wait(ctx, step.id, actor="reviewer")
             continue
         await _run_step(ctx, step)
 
@@ -300,15 +301,18 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         return step
 
 
-def _await_review(ctx: _Ctx, step: Step) -> None:
+def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
+    """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
     with session_scope(ctx.engine) as session:
-        pending = [o for o in queries.step_operations(session, step.id) if o.status == "pending"]
+        pending = any(o.status == "pending" for o in queries.step_operations(session, step_id))
         if pending:
-            run = session.get(Run, ctx.run_id)
-            run.status = "awaiting_review"
+            step, run = session.get(Step, step_id), session.get(Run, ctx.run_id)
+            step.status, run.status = "awaiting_review", "awaiting_review"
+            session.add(step)
             session.add(run)
-            raise _Stop()
-    apply_step_operations(ctx.engine, step.id, actor="reviewer")
+    if pending:
+        raise _Stop()
+    apply_step_operations(ctx.engine, step_id, actor=actor)
 
 
 async def _run_step(ctx: _Ctx, step: Step) -> None:
@@ -333,18 +337,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         await _consolidate(ctx, step, experiences, proposals, source_ids)
     if ctx.settings.review_mode == "auto":
         decide_all(ctx.engine, step.id, "approved", actor="auto", only_pending=True)
-        apply_step_operations(ctx.engine, step.id, actor="auto")
-    else:
-        with session_scope(ctx.engine) as session:
-            pending = [o for o in queries.step_operations(session, step.id) if o.status == "pending"]
-            if not pending:
-                apply_step_operations(ctx.engine, step.id, actor="auto")
-                return
-            row, run = session.get(Step, step.id), session.get(Run, ctx.run_id)
-            row.status, run.status = "awaiting_review", "awaiting_review"
-            session.add(row)
-            session.add(run)
-        raise _Stop()
+    _apply_or_wait(ctx, step.id, actor="auto")
 
 
 async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
@@ -404,25 +397,9 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
 
 
 async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
-    with session_scope(ctx.engine) as session:
-        row = session.exec(select(Rollout).where(Rollout.step_id == step.id, Rollout.sample_id == sample.id,
-                                                 Rollout.group_index == g)).first()
-        if row is not None and row.error is None:
-            return row
-        if row is not None:
-            session.delete(row)
-    result = await run_agent(ctx.gateway, ctx.agent, instructions=ctx.task.instructions,
-                             answer_format=ctx.task.answer_format, experiences=experiences, query=sample.query,
-                             sample_index=ctx.settings.seed * 10_000 + g, scope=ctx.scope)
-    row = Rollout(step_id=step.id, sample_id=sample.id, group_index=g, messages=result.messages,
-                  response=result.response, final_answer=result.final_answer, tokens_in=result.tokens_in,
-                  tokens_out=result.tokens_out, cost=result.cost, latency_ms=result.latency_ms, error=result.error)
-    if result.error is None and ctx.settings.ground_truth:
-        reward = await asyncio.to_thread(score_or_error, ctx.task.reward_method, result.response, sample.reference,
-                                         ctx.task.reward_settings)
-        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
-    with session_scope(ctx.engine) as session:
-        session.add(row)
+    row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
+                               sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
+                               scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth)
     _tick(ctx)
     return row
 

@@ -174,6 +174,7 @@ def test_manual_review_waits_then_continues_after_approval(engine, demo_task, sc
         step = queries.steps(s, run_id)[0]
         assert step.status == "awaiting_review"
         assert [o.status for o in queries.step_operations(s, step.id)] == ["pending"]
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"  # resumed too early: waits
     try:
         apply_step_operations(engine, step.id, actor="alice")
         raise AssertionError("applying with pending operations must fail")
