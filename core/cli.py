@@ -16,12 +16,14 @@ from pathlib import Path
 from sqlmodel import Session
 
 from core.datasets import DatasetError
-from core.evaluation import create_evaluation, execute_evaluation
+from core.evaluation import create_evaluation
+from core.gateway import Gateway
 from core.library_io import LibraryFormatError
 from core.local_model import LocalModelError
 from core.tasks import NotFound, ensure_demo_task, get_task
-from core.training import RunSettings, check_resumable, create_run, execute_run, run_counters
+from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
+from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
 from storage.db import describe_url, get_engine, session_scope
 from storage.models import LibraryVersion, Run, Task
@@ -135,10 +137,15 @@ def cmd_train(args: argparse.Namespace) -> int:
                                budget_usd=args.budget, api_base=args.api_base)
         run_id = create_run(engine, args.task, settings, library_name=args.library,
                             kind="direct" if args.direct else "train")
+    if args.queue:
+        print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
+        return 0
+    owner = new_worker_id()
+    claim_or_explain(engine, "run", run_id, owner, RESUMABLE if args.resume is not None else ("queued",))
     print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = StageProgress()
     try:
-        execute_run(engine, run_id, on_progress=progress)
+        execute_job(engine, "run", run_id, owner, on_progress=progress)
     finally:
         progress.close()
     return _report_run(engine, run_id)
@@ -148,7 +155,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     engine = _engine(args)
     eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
                                 model=args.model, temperature=args.temperature)
-    ev = execute_evaluation(engine, eval_id, concurrency=args.concurrency)
+    if args.queue:
+        print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
+        return 0
+    owner = new_worker_id()
+    claim_or_explain(engine, "evaluation", eval_id, owner, ("queued",))
+    gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
+    ev = execute_job(engine, "evaluation", eval_id, owner, gateway=gateway)
     m = ev.metrics or {}
     if args.json:
         print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
@@ -164,6 +177,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
     return 0 if ev.status == "completed" else 1
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    logging.getLogger().setLevel(logging.INFO)
+    engine = _engine(args)
+    print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
+    done = serve(engine, poll=args.poll, once=args.once)
+    print(f"worker stopped after {done} job(s)", file=sys.stderr)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -270,6 +292,7 @@ def build_parser() -> Parser:
     p.add_argument("--budget", type=float, help="pause the run when its cost reaches this many USD")
     p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
+    p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a library version on a split")
@@ -282,7 +305,13 @@ def build_parser() -> Parser:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--concurrency", type=int)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--queue", action="store_true", help="only queue the evaluation; a worker executes it")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("worker", help="execute queued runs and evaluations until stopped (Ctrl-C, SIGTERM)")
+    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at an empty queue")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
     p.add_argument("--task", required=True)

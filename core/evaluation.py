@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 
 from sqlalchemy.engine import Engine
@@ -47,6 +48,23 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         return row.id
 
 
+class _Progress:
+    """Rollouts done out of the total, written to the evaluation row at most twice a second."""
+
+    def __init__(self, engine: Engine, evaluation_id: int, total: int):
+        self.engine, self.evaluation_id, self.total, self.done, self.last = engine, evaluation_id, total, 0, 0.0
+
+    def advance(self) -> None:
+        self.done += 1
+        if time.monotonic() - self.last < 0.5 and self.done < self.total:
+            return
+        self.last = time.monotonic()
+        with session_scope(self.engine) as session:
+            ev = session.get(Evaluation, self.evaluation_id)
+            ev.progress, ev.heartbeat_at = {"rollouts_done": self.done, "rollouts_total": self.total}, now()
+            session.add(ev)
+
+
 def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
                        concurrency: int | None = None) -> Evaluation:
     return asyncio.run(execute_evaluation_async(engine, evaluation_id, gateway=gateway, concurrency=concurrency))
@@ -62,16 +80,23 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         task = session.get(Task, ev.task_id)
         version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
         samples = queries.samples(session, task.id, ev.split, limit=ev.limit)
-        ev.status, ev.error = "running", None
+        ev.status, ev.error, ev.heartbeat_at = "running", None, now()
+        ev.started_at = ev.started_at or now()
+        ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
     gateway = gateway or Gateway(engine, concurrency=concurrency or config.default_concurrency())
     agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
     experiences = version.experiences if version else []
+    progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)
+
+    async def one(sample, g: int) -> None:
+        await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
+                             experiences=experiences, scope=Scope(evaluation_id=evaluation_id),
+                             evaluation_id=evaluation_id)
+        progress.advance()
+
     try:
-        jobs = [stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                               experiences=experiences, scope=Scope(evaluation_id=ev.id), evaluation_id=ev.id)
-                for sample in samples for g in range(ev.k)]
-        await asyncio.gather(*jobs)
+        await asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k)))
         with session_scope(engine) as session:
             rollouts = queries.evaluation_rollouts(session, evaluation_id)
             by_query: dict[int, list[float]] = defaultdict(list)
@@ -83,6 +108,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
             ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
             ev.status, ev.finished_at = "completed", now()
+            ev.progress = {"rollouts_done": len(rollouts), "rollouts_total": progress.total}
             session.add(ev)
     except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
         log.exception("evaluation %s failed", evaluation_id)

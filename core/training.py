@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -502,8 +503,14 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
     edit may have broken one); whatever fails is marked invalid with its reason and not applied.
     """
     with session_scope(engine) as session:
+        # A write first, so this transaction holds the step (SQLite write lock, PostgreSQL row lock) and two
+        # reviewers finishing at the same moment cannot both apply it.
+        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != "completed")
+                               .values(finished_at=now())).rowcount
         step = session.get(Step, step_id)
-        if step.status == "completed":
+        if step is None:
+            raise NotFound(f"no step {step_id}")
+        if not claimed or step.status == "completed":
             return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
         ops = queries.step_operations(session, step_id)
         if any(o.status == "pending" for o in ops):

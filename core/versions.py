@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from core import library_io
-from core.library import next_id_number
+from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
 
@@ -130,3 +130,29 @@ def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
     return {"task": task.name, "version_id": version.id if version else None,
             "version_number": version.number if version else None}
 
+
+
+def edit_library(session: Session, library: Library, ops: list[ProposedOp], actor: str, note: str = "") -> LibraryVersion:
+    """A person's change (ADD, MODIFY, DELETE, MERGE) as a new version on top of the latest one.
+
+    The operations pass the same validation as the learner's; any invalid one rejects the whole edit.
+    """
+    base = queries.latest_version(session, library.id)
+    checked = validate_ops(base.experiences, ops)
+    errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
+    if errors:
+        raise ValueError("; ".join(errors))
+    if not ops:
+        raise ValueError("nothing to change")
+    experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
+    summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
+    return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,
+                          note=note or f"manual edit: {summary}")
+
+
+def revert_to(session: Session, version: LibraryVersion, actor: str) -> LibraryVersion:
+    """A new version with the content of an older one (history is never rewritten)."""
+    library = session.get(Library, version.library_id)
+    latest = queries.latest_version(session, library.id)
+    return create_version(session, library, [dict(exp) for exp in version.experiences], parent_id=latest.id,
+                          source="revert", created_by=actor, note=f"revert to version #{version.number}")

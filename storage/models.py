@@ -109,6 +109,7 @@ class Run(SQLModel, table=True):
     status: str = Field(default="queued", index=True)
     progress: dict = _json(dict)
     heartbeat_at: datetime | None = None
+    worker_id: str | None = None
     error: str | None = _text()
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
@@ -153,9 +154,13 @@ class Evaluation(SQLModel, table=True):
     pass_at_k: float | None = None
     metrics: dict = _json(dict)
     cost: float = 0.0
+    progress: dict = _json(dict)
+    heartbeat_at: datetime | None = None
+    worker_id: str | None = None
     error: str | None = _text()
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
     finished_at: datetime | None = None
 
 
@@ -260,3 +265,15 @@ class AuditEvent(SQLModel, table=True):
     before: dict | None = _json()
     after: dict | None = _json()
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class Worker(SQLModel, table=True):
+    """A worker process that executes queued runs and evaluations; its heartbeat says it is alive."""
+
+    id: str = Field(primary_key=True)
+    host: str = ""
+    pid: int = 0
+    status: str = "running"  # running | stopped
+    current: str | None = None  # e.g. "run 3" or "evaluation 5"
+    started_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime = Field(default_factory=utcnow)

@@ -6,10 +6,12 @@ import json
 from collections.abc import Callable
 
 import pytest
+import streamlit as st
 
 from core.datasets import demo_rows
 from core.gateway import Gateway
 from core.tasks import ensure_demo_task
+from storage import db
 from storage.db import make_engine
 
 
@@ -21,6 +23,30 @@ def engine(tmp_path):
 @pytest.fixture
 def demo_task(engine):
     return ensure_demo_task(engine)
+
+
+@pytest.fixture
+def app_db(tmp_path, monkeypatch):
+    """DATABASE_URL on a fresh SQLite file for the Streamlit app, with its per-process caches cleared."""
+    from tests.ui_support import ROOT
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
+    monkeypatch.setenv("TFGRPO_NO_AUTOWORKER", "1")
+    db.get_engine.cache_clear()
+    st.cache_resource.clear()
+    engine = db.get_engine()
+    yield engine
+    engine.dispose()
+    db.get_engine.cache_clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture
+def app_engine(app_db):
+    """The app's database with the demo task in it."""
+    ensure_demo_task(app_db)
+    return app_db
 
 
 class ScriptedModel:

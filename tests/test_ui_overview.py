@@ -2,72 +2,30 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pandas as pd
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from core.evaluation import create_evaluation
 from core.library import ProposedOp
-from core.tasks import DEMO_TASK, ensure_demo_task, get_task
+from core.tasks import DEMO_TASK, get_task
 from core.training import RunSettings, create_run, store_operations
 from core.versions import import_library
 from storage import db, queries
 from storage.models import Run, Step
+from tests.ui_support import markdown_texts, run_app, table_with
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "streamlit_app.py"
 TRAIN_HINT = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 HOSTILE = "<script>alert(1)</script> then **bold** and [a link](http://example.com)"
 
 
 @pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    """DATABASE_URL on a fresh SQLite file, with the per-process caches of engine and app cleared."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
-    db.get_engine.cache_clear()
-    st.cache_resource.clear()
-    engine = db.get_engine()
-    yield engine
-    engine.dispose()
-    db.get_engine.cache_clear()
-    st.cache_resource.clear()
-
-
-@pytest.fixture
-def engine(app_db):
-    """The app's database with the demo task in it (shadows the conftest engine on purpose)."""
-    ensure_demo_task(app_db)
-    return app_db
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
 
 
 def import_text(engine, text: str) -> int:
     with db.session_scope(engine) as session:
         return import_library(session, get_task(session, DEMO_TASK), text, "lib.md").id
-
-
-def run_app() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def table_with(at: AppTest, column: str) -> pd.DataFrame:
-    """The one dataframe on the page that has this column."""
-    found = [df.value for df in at.dataframe if column in df.value.columns]
-    assert len(found) == 1, f"expected one table with column {column!r}, found {len(found)}"
-    return found[0]
-
-
-def markdown_texts(at: AppTest) -> list[str]:
-    """Every string the page rendered as Markdown (where HTML or emphasis would be interpreted)."""
-    elements = [*at.markdown, *at.caption, *at.title, *at.header, *at.subheader, *at.info, *at.success,
-                *at.warning, *at.error]
-    return [e.value for e in elements] + [e.label for e in at.expander]
 
 
 def test_app_creates_the_demo_task_in_an_empty_database(app_db):

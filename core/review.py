@@ -1,0 +1,126 @@
+"""A reviewer's decisions on proposed operations: approve, reject, edit, reopen, and apply.
+
+A decision is one conditional UPDATE from `pending`, so when two reviewers decide the same
+operation at once exactly one wins and the other gets AlreadyDecided with who decided it. Once
+the last pending operation of a step that waits for review is decided, the step is applied (a
+new library version) and its run goes back in the queue, so it continues by itself.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.gateway import clean_text
+from core.library import ProposedOp, validate_ops
+from core.tasks import NotFound
+from core.training import RunSettings, apply_step_operations
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step, utcnow
+
+DECISIONS = ("approved", "rejected")
+
+
+class AlreadyDecided(Exception):
+    """The operation is no longer pending: somebody decided it first, or it was applied."""
+
+
+def _operation(session: Session, op_id: int) -> Operation:
+    op = session.get(Operation, op_id)
+    if op is None:
+        raise NotFound(f"no operation {op_id}")
+    return op
+
+
+def _snapshot(op: Operation) -> dict:
+    return {"status": op.status, "op": op.op, "target_ids": list(op.target_ids), "text": op.text}
+
+
+def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: str | None, **values) -> Operation:
+    """Move a pending operation to a decided state, or raise AlreadyDecided naming who was first."""
+    with session_scope(engine) as session:
+        op = _operation(session, op_id)
+        before = _snapshot(op)
+        result = session.exec(update(Operation).where(Operation.id == op_id, Operation.status == "pending")
+                              .values(reviewer=actor, decided_at=utcnow(), comment=comment or None, **values))
+        if result.rowcount != 1:
+            session.refresh(op)
+            by = f" by {op.reviewer}" if op.reviewer else ""
+            raise AlreadyDecided(f"operation {op_id} was already {op.status}{by}")
+        session.refresh(op)
+        session.add(AuditEvent(actor=actor, action=action, object_type="operation", object_id=op_id,
+                               before=before, after=_snapshot(op)))
+        return op
+
+
+def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
+    """Approve or reject one pending operation; applies its step when it was the last one."""
+    if decision not in DECISIONS:
+        raise ValueError("decision must be approved or rejected")
+    op = _from_pending(engine, op_id, actor, f"operation.{decision[:-1]}", comment, status=decision)
+    apply_if_decided(engine, op.step_id, actor)
+    return op
+
+
+def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: list[str], actor: str,
+                   comment: str | None = None) -> Operation:
+    """Replace a pending operation's text (and targets) with a reviewer's version, validated first."""
+    with Session(engine) as session:
+        op = _operation(session, op_id)
+        step = session.get(Step, op.step_id)
+        before = session.get(LibraryVersion, step.version_before_id)
+        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+    text = clean_text(text or "") or None
+    ids = [str(i).strip() for i in target_ids if str(i).strip()]
+    checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
+    if not checked.valid:
+        raise ValueError(f"the edited operation is not valid: {checked.error}")
+    op = _from_pending(engine, op_id, actor, "operation.edit", comment, status="edited", text=text, target_ids=ids)
+    apply_if_decided(engine, op.step_id, actor)
+    return op
+
+
+def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
+    """Take a decision back while the step is not applied yet."""
+    with session_scope(engine) as session:
+        op = _operation(session, op_id)
+        if op.status not in ("approved", "rejected", "edited"):
+            raise AlreadyDecided(f"operation {op_id} is {op.status} and cannot be reopened")
+        before = _snapshot(op)
+        op.status, op.reviewer, op.decided_at = "pending", None, None
+        session.add(op)
+        session.add(AuditEvent(actor=actor, action="operation.reopen", object_type="operation", object_id=op_id,
+                               before=before, after=_snapshot(op)))
+        return op
+
+
+def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
+    """Approve or reject every pending operation of a step; returns how many this call decided."""
+    if decision not in DECISIONS:
+        raise ValueError("decision must be approved or rejected")
+    with Session(engine) as session:
+        pending = [op.id for op in queries.step_operations(session, step_id) if op.status == "pending"]
+    decided = 0
+    for op_id in pending:
+        try:
+            _from_pending(engine, op_id, actor, f"operation.{decision[:-1]}", None, status=decision)
+            decided += 1
+        except AlreadyDecided:
+            continue
+    apply_if_decided(engine, step_id, actor)
+    return decided
+
+
+def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> LibraryVersion | None:
+    """Apply a step that waits for review once nothing in it is pending; its run is queued again."""
+    if step_id is None:
+        return None
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+        if step is None or step.status != "awaiting_review":
+            return None
+        if any(op.status == "pending" for op in queries.step_operations(session, step_id)):
+            return None
+    return apply_step_operations(engine, step_id, actor=actor)

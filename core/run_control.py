@@ -1,0 +1,61 @@
+"""Pause, resume and cancel runs (and resume evaluations): a person's requests, written as status changes.
+
+The worker executing a run reads its status at every progress tick and stops cleanly when it
+reads `paused` or `cancelled`; `resume` puts the job back in the queue for any worker to claim.
+Every change is an audit event.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from core.tasks import NotFound
+from core.worker import job_health
+from storage.db import session_scope
+from storage.models import AuditEvent, Evaluation, Run, utcnow
+
+PAUSABLE = ("queued", "running")
+CANCELLABLE = ("queued", "running", "paused", "awaiting_review", "failed")
+RESUMABLE = ("paused", "failed", "stalled")
+
+
+def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, ...], new_status: str,
+            verb: str) -> str:
+    kind = table.__name__.lower()
+    with session_scope(engine) as session:
+        row = session.get(table, job_id)
+        if row is None:
+            raise NotFound(f"no {kind} {job_id}")
+        shown = job_health(row.status, row.heartbeat_at)
+        if shown not in allowed:
+            raise ValueError(f"{kind} {job_id} is {shown}; only {', '.join(allowed)} can be {verb}")
+        before = row.status
+        row.status = new_status
+        if new_status == "queued":
+            row.error = None
+        if new_status == "cancelled":
+            row.finished_at = utcnow()
+        session.add(row)
+        session.add(AuditEvent(actor=actor, action=f"{kind}.{verb}", object_type=kind, object_id=job_id,
+                               before={"status": before}, after={"status": new_status}))
+        return new_status
+
+
+def pause_run(engine: Engine, run_id: int, actor: str) -> str:
+    """A queued run waits; a running one stops at its next progress tick (what is done stays done)."""
+    return _change(engine, Run, run_id, actor, PAUSABLE + ("stalled",), "paused", "paused")
+
+
+def resume_run(engine: Engine, run_id: int, actor: str) -> str:
+    """Queue a paused, failed or stalled run again; a worker continues it where it stopped."""
+    return _change(engine, Run, run_id, actor, RESUMABLE, "queued", "resumed")
+
+
+def cancel_run(engine: Engine, run_id: int, actor: str) -> str:
+    """End a run for good; versions it already created stay."""
+    return _change(engine, Run, run_id, actor, CANCELLABLE + ("stalled",), "cancelled", "cancelled")
+
+
+def resume_evaluation(engine: Engine, evaluation_id: int, actor: str) -> str:
+    """Queue a failed or stalled evaluation again; stored rollouts are reused."""
+    return _change(engine, Evaluation, evaluation_id, actor, ("failed", "stalled"), "queued", "resumed")

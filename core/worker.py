@@ -1,0 +1,252 @@
+"""The worker: claims queued runs and evaluations and executes them, one at a time, with a heartbeat.
+
+Pages only write intent (a queued row); work happens here, in a separate process, so a browser
+reload, a closed tab or a second browser neither stops nor duplicates it. A claim is one
+conditional UPDATE, so two workers (or a worker and `core train`) never take the same job. While
+a job runs, a thread refreshes the heartbeat of the worker and of the job every few seconds; a
+heartbeat older than STALE_AFTER means the process died, and the job can be resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import or_, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from storage.db import session_scope
+from storage.models import Evaluation, Run, utcnow
+from storage.models import Worker as WorkerRow
+
+log = logging.getLogger(__name__)
+STALE_AFTER = 30.0
+HEARTBEAT_EVERY = 3.0
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+TABLES = {"run": Run, "evaluation": Evaluation}
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool:
+    """True when a heartbeat is missing or older than STALE_AFTER seconds."""
+    if heartbeat_at is None:
+        return True
+    if heartbeat_at.tzinfo is None:  # SQLite returns naive datetimes; they were written in UTC
+        from datetime import UTC
+
+        heartbeat_at = heartbeat_at.replace(tzinfo=UTC)
+    return (now or utcnow()) - heartbeat_at > timedelta(seconds=STALE_AFTER)
+
+
+def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
+    """The status a person should see: `running` turns into `stalled` when its worker stopped beating."""
+    if status == "running" and is_stale(heartbeat_at, now):
+        return "stalled"
+    return status
+
+
+def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple[str, ...] = ("queued",)) -> bool:
+    """Atomically mark a job `running` for `owner` if it is in one of `statuses`; `running` there means
+    only a stalled one (its heartbeat is stale), never one that a live worker holds."""
+    table = TABLES[kind]
+    stale_before = utcnow() - timedelta(seconds=STALE_AFTER)
+    stalled = (table.status == "running") & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
+    condition = col(table.status).in_([s for s in statuses if s != "running"])
+    if "running" in statuses:
+        condition = condition | stalled
+    with session_scope(engine) as session:
+        result = session.exec(update(table).where(table.id == job_id, condition)
+                              .values(status="running", worker_id=owner, heartbeat_at=utcnow()))
+        return result.rowcount == 1
+
+
+def claim_next(engine: Engine, owner: str) -> tuple[str, int] | None:
+    """The oldest queued run or evaluation, claimed for `owner`; None when nothing waits."""
+    with Session(engine) as session:
+        waiting = [("run", r.id, r.created_at) for r in session.exec(
+            select(Run).where(Run.status == "queued").order_by(Run.created_at).limit(5))]
+        waiting += [("evaluation", e.id, e.created_at) for e in session.exec(
+            select(Evaluation).where(Evaluation.status == "queued").order_by(Evaluation.created_at).limit(5))]
+    for kind, job_id, _created in sorted(waiting, key=lambda item: item[2]):
+        if claim(engine, kind, job_id, owner):
+            return kind, job_id
+    return None
+
+
+def beat(engine: Engine, owner: str, job: tuple[str, int] | None) -> None:
+    """One heartbeat: the worker row, and the job it holds (only while the job is still its own)."""
+    now = utcnow()
+    with session_scope(engine) as session:
+        row = session.get(WorkerRow, owner)
+        if row is not None:
+            row.heartbeat_at, row.current, row.status = now, f"{job[0]} {job[1]}" if job else None, "running"
+            session.add(row)
+        if job is not None:
+            table = TABLES[job[0]]
+            session.exec(update(table).where(table.id == job[1], table.worker_id == owner, table.status == "running")
+                         .values(heartbeat_at=now))
+
+
+@contextmanager
+def heartbeat(engine: Engine, owner: str, job: tuple[str, int] | None = None, every: float = HEARTBEAT_EVERY):
+    """Beat in a background thread while the block runs (model calls can take longer than STALE_AFTER)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                beat(engine, owner, job)
+            except Exception:  # noqa: BLE001  (a locked database must not kill the job; the next beat retries)
+                log.warning("heartbeat failed", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 1)
+
+
+def release(engine: Engine, kind: str, job_id: int, owner: str) -> None:
+    """Put a job this worker still holds back in the queue (the worker is stopping mid-job)."""
+    table = TABLES[kind]
+    with session_scope(engine) as session:
+        session.exec(update(table).where(table.id == job_id, table.worker_id == owner, table.status == "running")
+                     .values(status="queued"))
+
+
+def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuses: tuple[str, ...]) -> None:
+    """Claim a job for a foreground command, or raise ValueError saying who holds it."""
+    if claim(engine, kind, job_id, owner, statuses=statuses):
+        return
+    with Session(engine) as session:
+        row = session.get(TABLES[kind], job_id)
+    if row is None:
+        raise ValueError(f"no {kind} {job_id}")
+    if row.status == "running":
+        raise ValueError(f"{kind} {job_id} is being executed by worker {row.worker_id}; pause it first")
+    raise ValueError(f"{kind} {job_id} is {row.status}")
+
+
+def execute_job(engine: Engine, kind: str, job_id: int, owner: str, *, gateway=None,
+                on_progress: Callable[[dict], None] | None = None):
+    """Execute a claimed job with a heartbeat; the one path for the worker and `core train` / `core eval`."""
+    from core.evaluation import execute_evaluation
+    from core.training import execute_run
+
+    with heartbeat(engine, owner, (kind, job_id)):
+        try:
+            if kind == "run":
+                return execute_run(engine, job_id, gateway=gateway, on_progress=on_progress)
+            return execute_evaluation(engine, job_id, gateway=gateway)
+        except BaseException:
+            release(engine, kind, job_id, owner)
+            raise
+
+
+def alive_workers(session: Session) -> list[WorkerRow]:
+    rows = session.exec(select(WorkerRow).where(WorkerRow.status == "running")).all()
+    return [w for w in rows if not is_stale(w.heartbeat_at)]
+
+
+def register(engine: Engine, owner: str) -> None:
+    with session_scope(engine) as session:
+        session.add(WorkerRow(id=owner, host=socket.gethostname(), pid=os.getpid()))
+
+
+def unregister(engine: Engine, owner: str) -> None:
+    with session_scope(engine) as session:
+        row = session.get(WorkerRow, owner)
+        if row is not None:
+            row.status, row.current, row.heartbeat_at = "stopped", None, utcnow()
+            session.add(row)
+
+
+class _Shutdown(BaseException):
+    """Raised in the main thread by SIGTERM so the current job is released before exiting."""
+
+
+def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str | None = None,
+          gateway=None) -> int:
+    """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done."""
+    owner = owner or new_worker_id()
+    register(engine, owner)
+    done = 0
+
+    def on_term(_signum, _frame):
+        raise _Shutdown()
+
+    previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    log.info("worker %s started", owner)
+    try:
+        with heartbeat(engine, owner):
+            while True:
+                job = claim_next(engine, owner)
+                if job is None:
+                    if once:
+                        break
+                    time.sleep(poll)
+                    continue
+                log.info("worker %s: %s %s", owner, *job)
+                beat(engine, owner, job)
+                execute_job(engine, job[0], job[1], owner, gateway=gateway)
+                done += 1
+                beat(engine, owner, None)
+    except (_Shutdown, KeyboardInterrupt):
+        log.info("worker %s stopping", owner)
+    finally:
+        unregister(engine, owner)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return done
+
+
+def default_log_path() -> Path:
+    return Path(os.environ.get("TFGRPO_WORKER_LOG") or PROJECT_DIR / "worker.log")
+
+
+def spawn_worker(database_url: str, log_path: Path | None = None) -> int:
+    """Start `python -m core worker` as a detached process on `database_url`; returns its pid."""
+    log_path = log_path or default_log_path()
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(PROJECT_DIR)}
+    with open(log_path, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "core", "worker"], cwd=PROJECT_DIR, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc.pid
+
+
+_spawned: dict[str, float] = {}
+
+
+def ensure_worker(engine: Engine, database_url: str) -> str:
+    """Start a worker when none is alive, at most once per 30 s per database; says what it found or did.
+
+    TFGRPO_NO_AUTOWORKER=1 turns this off (tests, or a team that runs its workers elsewhere).
+    """
+    if os.environ.get("TFGRPO_NO_AUTOWORKER"):
+        return "automatic worker start is off (TFGRPO_NO_AUTOWORKER)"
+    with Session(engine) as session:
+        alive = alive_workers(session)
+    if alive:
+        return f"worker {alive[0].id} is alive"
+    if time.monotonic() - _spawned.get(database_url, -1e9) < STALE_AFTER:
+        return "a worker was started a moment ago"
+    pid = spawn_worker(database_url)
+    _spawned[database_url] = time.monotonic()
+    return f"started a worker (pid {pid})"

@@ -1,0 +1,85 @@
+"""What every page shares: the sidebar context (task, library, reviewer), safe text display, the worker.
+
+Not a page itself (it is not in streamlit_app.PAGES). Holds display helpers only; state changes
+go through `core`.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+
+import streamlit as st
+from sqlalchemy.engine import Engine
+
+from core.worker import ensure_worker, job_health
+from storage.db import database_url, get_engine
+
+TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
+STATUS_ICONS = {"queued": "⏳", "running": "▶️", "awaiting_review": "👀", "paused": "⏸️", "completed": "✅",
+                "failed": "❌", "cancelled": "⛔", "stalled": "💀"}
+DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
+SCORE = st.column_config.NumberColumn(format="%.3f")
+
+
+@dataclass
+class Context:
+    """The task, library and person the sidebar has chosen; every page works within it."""
+
+    task: str | None
+    library: str
+    reviewer: str
+
+
+def default_reviewer() -> str:
+    try:
+        return getpass.getuser() or "local"
+    except Exception:  # noqa: BLE001  (no user database in some containers)
+        return "local"
+
+
+def context() -> Context:
+    return Context(task=st.session_state.get(TASK_KEY), library=st.session_state.get(LIBRARY_KEY) or "default",
+                   reviewer=(st.session_state.get(REVIEWER_KEY) or default_reviewer()).strip() or "local")
+
+
+def engine() -> Engine:
+    return get_engine()
+
+
+def show_text(text: str | None, empty: str = "(empty)") -> None:
+    """Model-written or user-written text, shown verbatim: never Markdown, never HTML."""
+    st.code(text if text else empty, language=None, wrap_lines=True)
+
+
+def experience_lines(experiences: list[dict]) -> str:
+    """A version's experiences as plain text, one `[E3] text` line each."""
+    return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)
+
+
+def status_label(status: str, heartbeat_at=None) -> str:
+    """A job's status with an icon; a running job whose worker stopped beating shows as `stalled`."""
+    shown = job_health(status, heartbeat_at)
+    return f"{STATUS_ICONS.get(shown, '')} {shown}".strip()
+
+
+def start_worker_if_needed() -> None:
+    """Queued work needs a live worker: start one beside the app when none is beating."""
+    message = ensure_worker(engine(), database_url())
+    if message.startswith("started"):
+        st.toast(message)
+
+
+def run_action(action, *args, success: str | None = None, **kwargs):
+    """Call a core function for a button; show its error as a message instead of a traceback."""
+    try:
+        result = action(*args, **kwargs)
+    except (LookupError, ValueError) as exc:
+        st.error(str(exc))
+        return None
+    except Exception as exc:  # noqa: BLE001  (e.g. AlreadyDecided, a locked database)
+        st.error(f"{type(exc).__name__}: {exc}")
+        return None
+    if success:
+        st.toast(success)
+    return result

@@ -1,0 +1,5 @@
+"""Placeholder until the page lands."""
+
+import streamlit as st
+
+st.title("library")

@@ -1,0 +1,62 @@
+"""Helpers for the AppTest page tests: run the app on a page, find tables, seed runs without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from streamlit.testing.v1 import AppTest
+
+from core.gateway import Gateway
+from core.tasks import DEMO_TASK
+from core.training import RunSettings, create_run, execute_run
+from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "streamlit_app.py"
+
+
+def run_app(page: str | None = None, session_state: dict | None = None) -> AppTest:
+    """The app after its first run, switched to `page` (e.g. "pages/review.py"); fails on any exception."""
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    for key, value in (session_state or {}).items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page:
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def table_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The one dataframe on the page that has this column."""
+    found = [df.value for df in at.dataframe if column in df.value.columns]
+    assert len(found) == 1, f"expected one table with column {column!r}, found {len(found)}"
+    return found[0]
+
+
+def markdown_texts(at: AppTest) -> list[str]:
+    """Every string the page rendered as Markdown (where HTML or emphasis would be interpreted)."""
+    elements = [*at.markdown, *at.caption, *at.title, *at.header, *at.subheader, *at.info, *at.success,
+                *at.warning, *at.error]
+    return [e.value for e in elements] + [e.label for e in at.expander]
+
+
+def scripted_gateway(engine, **overrides) -> tuple[ScriptedModel, Gateway]:
+    model = ScriptedModel({"rollout": mixed_rollouts(), **{k: v for k, v in default_replies().items()
+                                                           if k != "rollout"}, **overrides})
+    return model, Gateway(engine, concurrency=4, mock=model, backoff_s=0.001)
+
+
+def seeded_run(engine, review_mode: str = "manual", epochs: int = 1, **overrides) -> int:
+    """A run of 2 queries x G=2 on scripted replies (every group mixed, one ADD proposed per step).
+
+    With review_mode="manual" it stops `awaiting_review` with its operations pending.
+    """
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=epochs, batch_size=2, group_size=2, limit=2,
+                                                       review_mode=review_mode), created_by="test")
+    _model, gateway = scripted_gateway(engine, **overrides)
+    execute_run(engine, run_id, gateway=gateway)
+    return run_id
