@@ -20,7 +20,7 @@ from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step, utcnow
 
-DECISIONS = ("approved", "rejected")
+DECISIONS = {"approved": "operation.approve", "rejected": "operation.reject"}
 
 
 class AlreadyDecided(Exception):
@@ -59,7 +59,7 @@ def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comm
     """Approve or reject one pending operation; applies its step when it was the last one."""
     if decision not in DECISIONS:
         raise ValueError("decision must be approved or rejected")
-    op = _from_pending(engine, op_id, actor, f"operation.{decision[:-1]}", comment, status=decision)
+    op = _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision)
     apply_if_decided(engine, op.step_id, actor)
     return op
 
@@ -86,8 +86,9 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
     """Take a decision back while the step is not applied yet."""
     with session_scope(engine) as session:
         op = _operation(session, op_id)
-        if op.status not in ("approved", "rejected", "edited"):
-            raise AlreadyDecided(f"operation {op_id} is {op.status} and cannot be reopened")
+        step = session.get(Step, op.step_id) if op.step_id else None
+        if op.status not in ("approved", "rejected", "edited") or (step and step.status == "completed"):
+            raise AlreadyDecided(f"operation {op_id} is {op.status} in an applied step and cannot be reopened")
         before = _snapshot(op)
         op.status, op.reviewer, op.decided_at = "pending", None, None
         session.add(op)
@@ -105,7 +106,7 @@ def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
     decided = 0
     for op_id in pending:
         try:
-            _from_pending(engine, op_id, actor, f"operation.{decision[:-1]}", None, status=decision)
+            _from_pending(engine, op_id, actor, DECISIONS[decision], None, status=decision)
             decided += 1
         except AlreadyDecided:
             continue

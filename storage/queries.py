@@ -187,3 +187,96 @@ def run_stage_counts(session: Session, run_id: int) -> dict:
     ).one()
     return {"rollouts": rollouts, "rollout_errors": errors, "rewards": rewards, "summaries": summaries,
             "advantages": advantages, "operations": operations, "steps_done": steps_done}
+
+
+def run_by_id(session: Session, run_id: int) -> Run | None:
+    return session.exec(select(Run).where(Run.id == run_id)).first()
+
+
+def version_by_id(session: Session, version_id: int) -> LibraryVersion | None:
+    return session.exec(select(LibraryVersion).where(LibraryVersion.id == version_id)).first()
+
+
+def run_versions(session: Session, run_id: int) -> list[LibraryVersion]:
+    """The versions a run created, in order (its start version is not among them)."""
+    return list(
+        session.exec(select(LibraryVersion).where(LibraryVersion.run_id == run_id).order_by(LibraryVersion.number))
+    )
+
+
+def version_numbers(session: Session, version_ids: list[int]) -> dict[int, int]:
+    """Version id -> version number, for tables that name versions by number."""
+    if not version_ids:
+        return {}
+    rows = session.exec(
+        select(LibraryVersion.id, LibraryVersion.number).where(col(LibraryVersion.id).in_(version_ids))
+    ).all()
+    return {version_id: number for version_id, number in rows}
+
+
+def samples_by_ids(session: Session, sample_ids: list[int]) -> list[Sample]:
+    if not sample_ids:
+        return []
+    return list(session.exec(select(Sample).where(col(Sample.id).in_(sample_ids)).order_by(Sample.id)))
+
+
+def evaluation_query_stats(session: Session, evaluation_id: int) -> dict[int, dict]:
+    """Per query of an evaluation: mean reward (a missing reward counts 0), cost, rollouts and errors, in SQL."""
+    rows = session.exec(
+        select(Rollout.sample_id, func.avg(func.coalesce(Rollout.reward, 0.0)), func.coalesce(func.sum(Rollout.cost), 0.0),
+               func.count(Rollout.id), func.count(Rollout.error))
+        .where(Rollout.evaluation_id == evaluation_id)
+        .group_by(Rollout.sample_id)
+    ).all()
+    return {sample_id: {"mean": float(mean), "cost": float(cost), "n": n, "errors": errors}
+            for sample_id, mean, cost, n, errors in rows}
+
+
+def rollout_groups(session: Session, *, step_id: int | None = None, evaluation_id: int | None = None) -> list[dict]:
+    """One row per query of a step or an evaluation (G, mean/min/max reward, errors), counted in SQL.
+
+    `mixed`: the rewards differ within the group; `failed`: a reward below 1, an unscored output or an error.
+    """
+    if (step_id is None) == (evaluation_id is None):
+        raise ValueError("give either step_id or evaluation_id")
+    query = (
+        select(Rollout.sample_id, Sample.external_id, func.count(Rollout.id), func.avg(Rollout.reward),
+               func.min(Rollout.reward), func.max(Rollout.reward), func.count(Rollout.reward),
+               func.count(Rollout.error))
+        .join(Sample, Rollout.sample_id == Sample.id)
+        .where(Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id)
+        .group_by(Rollout.sample_id, Sample.external_id)
+        .order_by(Rollout.sample_id)
+    )
+    rows = []
+    for sample_id, external_id, n, mean, low, high, scored, errors in session.exec(query).all():
+        rows.append({"sample_id": sample_id, "external_id": external_id, "n": n,
+                     "mean": float(mean) if mean is not None else None, "scored": scored, "errors": errors,
+                     "mixed": scored >= 2 and high > low,
+                     "failed": errors > 0 or scored < n or (low is not None and low < 1)})
+    return rows
+
+
+def evaluation_sample_rollouts(session: Session, evaluation_id: int, sample_id: int) -> list[Rollout]:
+    """The k outputs of one query in an evaluation (never the whole evaluation)."""
+    return list(session.exec(
+        select(Rollout).where(Rollout.evaluation_id == evaluation_id, Rollout.sample_id == sample_id)
+        .order_by(Rollout.group_index)
+    ))
+
+
+def pending_operations_by_step(session: Session, run_id: int) -> dict[int, int]:
+    """How many operations of each step of a run wait for a reviewer."""
+    rows = session.exec(
+        select(Operation.step_id, func.count())
+        .where(Operation.run_id == run_id, Operation.status == "pending")
+        .group_by(Operation.step_id)
+    ).all()
+    return {step_id: n for step_id, n in rows if step_id is not None}
+
+
+def steps_by_ids(session: Session, step_ids: list[int]) -> dict[int, Step]:
+    """Step id -> step, e.g. to name the epoch/batch that created each library version."""
+    if not step_ids:
+        return {}
+    return {s.id: s for s in session.exec(select(Step).where(col(Step.id).in_(list(step_ids))))}

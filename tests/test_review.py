@@ -1,0 +1,124 @@
+"""Reviewer decisions (core.review) and manual library changes (core.versions)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from sqlmodel import Session, select
+
+from core.library import ProposedOp
+from core.review import AlreadyDecided, decide_operation, decide_step, edit_operation, reopen_operation
+from core.tasks import DEMO_TASK, get_task
+from core.versions import edit_library, ensure_library, revert_to
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step
+from tests.ui_support import seeded_run
+
+TWO_ADDS = json.dumps({"operations": [
+    {"op": "ADD", "ids": [], "text": "Re-read the question to find which quantity it asks for.", "rationale": "a"},
+    {"op": "ADD", "ids": [], "text": "Write each quantity next to its unit before computing.", "rationale": "b"}]})
+
+
+def pending_ops(engine, run_id: int) -> list[Operation]:
+    with Session(engine) as session:
+        return list(session.exec(select(Operation).where(Operation.run_id == run_id, Operation.status == "pending")))
+
+
+def library_versions(engine) -> list[LibraryVersion]:
+    with Session(engine) as session:
+        return list(session.exec(select(LibraryVersion).order_by(LibraryVersion.number)))
+
+
+def test_the_last_decision_applies_the_step_and_queues_the_run(engine, demo_task):
+    run_id = seeded_run(engine, "manual", update=TWO_ADDS)
+    first, second = pending_ops(engine, run_id)
+    decide_operation(engine, first.id, "approved", "ann")
+    with Session(engine) as session:
+        assert session.get(Run, run_id).status == "awaiting_review"
+    assert len(library_versions(engine)) == 1
+    decide_operation(engine, second.id, "rejected", "bob", comment="too specific")
+    versions = library_versions(engine)
+    assert [v.number for v in versions] == [1, 2]
+    assert [e["text"] for e in versions[-1].experiences] == [first.text]
+    with Session(engine) as session:
+        assert session.get(Run, run_id).status == "queued"
+        ops = {o.id: o for o in session.exec(select(Operation))}
+        assert ops[first.id].status == "applied" and ops[first.id].reviewer == "ann"
+        assert ops[second.id].status == "rejected" and ops[second.id].comment == "too specific"
+        actions = [e.action for e in session.exec(select(AuditEvent).where(AuditEvent.object_type == "operation"))]
+        assert actions == ["operation.approve", "operation.reject"]
+
+
+def test_two_reviewers_deciding_the_same_operation_at_once(engine, demo_task):
+    run_id = seeded_run(engine, "manual")
+    (op,) = pending_ops(engine, run_id)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, str] = {}
+
+    def review(name: str, decision: str) -> None:
+        barrier.wait()
+        try:
+            decide_operation(engine, op.id, decision, name)
+            outcomes[name] = "won"
+        except AlreadyDecided as exc:
+            outcomes[name] = str(exc)
+
+    threads = [threading.Thread(target=review, args=("ann", "approved")),
+               threading.Thread(target=review, args=("bob", "approved"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [name for name, outcome in outcomes.items() if outcome == "won"]
+    assert len(winners) == 1, outcomes
+    loser = "bob" if winners == ["ann"] else "ann"
+    assert "already" in outcomes[loser] and winners[0] in outcomes[loser]
+    assert [v.number for v in library_versions(engine)] == [1, 2]  # applied exactly once
+    with Session(engine) as session:
+        step = session.exec(select(Step).where(Step.run_id == run_id)).one()
+        assert step.status == "completed"
+        assert session.get(Operation, op.id).reviewer == winners[0]
+
+
+def test_an_invalid_edit_is_refused_and_a_valid_one_is_applied(engine, demo_task):
+    run_id = seeded_run(engine, "manual")
+    (op,) = pending_ops(engine, run_id)
+    with pytest.raises(ValueError, match="not valid"):
+        edit_operation(engine, op.id, "ok", [], "ann")
+    assert pending_ops(engine, run_id)[0].status == "pending"
+    edit_operation(engine, op.id, "Check which quantity the question asks for before answering.", [], "ann")
+    latest = library_versions(engine)[-1]
+    assert [e["text"] for e in latest.experiences] == ["Check which quantity the question asks for before answering."]
+
+
+def test_reopen_before_apply_and_decide_step(engine, demo_task):
+    run_id = seeded_run(engine, "manual", update=TWO_ADDS)
+    first, _second = pending_ops(engine, run_id)
+    decide_operation(engine, first.id, "approved", "ann")
+    reopen_operation(engine, first.id, "ann")
+    assert len(pending_ops(engine, run_id)) == 2
+    assert decide_step(engine, first.step_id, "rejected", "ann") == 2
+    with pytest.raises(AlreadyDecided):
+        reopen_operation(engine, first.id, "ann")  # applied (as rejected): the step is completed
+    assert len(library_versions(engine)) == 1
+
+
+def test_manual_edits_and_revert_make_new_versions(engine, demo_task):
+    with session_scope(engine) as session:
+        library = ensure_library(session, get_task(session, DEMO_TASK))
+        v2 = edit_library(session, library, [ProposedOp("ADD", text="Write each quantity with its unit first.")],
+                          "ann")
+        e_id = v2.experiences[0]["id"]
+        v3 = edit_library(session, library, [ProposedOp("MODIFY", [e_id], "Write every quantity with its unit.")],
+                          "ann")
+        with pytest.raises(ValueError, match="unknown experience id"):
+            edit_library(session, library, [ProposedOp("DELETE", ["E99"])], "ann")
+        with pytest.raises(ValueError, match="duplicates"):
+            edit_library(session, library, [ProposedOp("ADD", text="Write every quantity with its unit.")], "ann")
+        v4 = revert_to(session, v2, "bob")
+        assert (v3.source, v3.parent_id, v3.created_by) == ("manual", v2.id, "ann")
+        assert v4.source == "revert" and v4.parent_id == v3.id and v4.experiences == v2.experiences
+        assert [v.number for v in queries.versions(session, library.id)] == [1, 2, 3, 4]

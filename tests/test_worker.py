@@ -1,0 +1,160 @@
+"""The worker: exclusive claims, heartbeats, stalled jobs, run control, and a real worker process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from sqlmodel import Session
+
+from core.evaluation import create_evaluation
+from core.run_control import cancel_run, pause_run, resume_evaluation, resume_run
+from core.tasks import DEMO_TASK
+from core.training import RunSettings, create_run
+from core.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
+from storage.db import session_scope
+from storage.models import Evaluation, Run, Worker, utcnow
+from tests.ui_support import ROOT, scripted_gateway
+
+SMALL = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2)
+
+
+def set_run(engine, run_id: int, **values) -> None:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        for key, value in values.items():
+            setattr(run, key, value)
+        session.add(run)
+
+
+def get_run(engine, run_id: int) -> Run:
+    with Session(engine) as session:
+        return session.get(Run, run_id)
+
+
+def test_a_queued_run_is_claimed_once(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    assert claim(engine, "run", run_id, "w1") is True
+    assert claim(engine, "run", run_id, "w2") is False
+    run = get_run(engine, run_id)
+    assert (run.status, run.worker_id) == ("running", "w1")
+
+
+def test_a_running_job_is_taken_over_only_when_its_heartbeat_is_stale(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    assert claim(engine, "run", run_id, "w1")
+    assert not claim(engine, "run", run_id, "w2", statuses=("queued", "running"))
+    set_run(engine, run_id, heartbeat_at=utcnow() - timedelta(minutes=5))
+    assert job_health("running", get_run(engine, run_id).heartbeat_at) == "stalled"
+    assert claim(engine, "run", run_id, "w2", statuses=("queued", "running"))
+    assert get_run(engine, run_id).worker_id == "w2"
+
+
+def test_staleness_threshold():
+    now = utcnow()
+    assert not is_stale(now - timedelta(seconds=5), now)
+    assert is_stale(now - timedelta(seconds=120), now)
+    assert is_stale(None, now)
+    assert job_health("queued", None) == "queued"
+
+
+def test_heartbeat_thread_refreshes_the_job_while_it_runs(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    claim(engine, "run", run_id, "w1")
+    old = utcnow() - timedelta(minutes=5)
+    set_run(engine, run_id, heartbeat_at=old)
+    with heartbeat(engine, "w1", ("run", run_id), every=0.05):
+        time.sleep(0.3)
+    assert not is_stale(get_run(engine, run_id).heartbeat_at)
+    # another worker's heartbeat never touches a job it does not hold
+    set_run(engine, run_id, heartbeat_at=old)
+    beat(engine, "w2", ("run", run_id))
+    assert is_stale(get_run(engine, run_id).heartbeat_at)
+
+
+def test_serve_once_executes_runs_and_evaluations_in_queue_order(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", limit=2)
+    _model, gateway = scripted_gateway(engine)
+    assert serve(engine, once=True, owner="w-test", gateway=gateway) == 2
+    with Session(engine) as session:
+        assert session.get(Run, run_id).status == "completed"
+        ev = session.get(Evaluation, eval_id)
+        assert ev.status == "completed" and ev.progress == {"rollouts_done": 2, "rollouts_total": 2}
+        row = session.get(Worker, "w-test")
+        assert row.status == "stopped" and alive_workers(session) == []
+    assert claim_next(engine, "w-test") is None
+
+
+def test_pause_resume_cancel(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    assert pause_run(engine, run_id, "ann") == "paused"
+    assert resume_run(engine, run_id, "ann") == "queued"
+    claim(engine, "run", run_id, "w1")
+    with pytest.raises(ValueError, match="is running"):
+        resume_run(engine, run_id, "ann")
+    set_run(engine, run_id, heartbeat_at=utcnow() - timedelta(minutes=5))
+    assert resume_run(engine, run_id, "ann") == "queued"
+    assert cancel_run(engine, run_id, "ann") == "cancelled"
+    with pytest.raises(ValueError, match="cancelled"):
+        resume_run(engine, run_id, "ann")
+
+
+def test_a_paused_run_stops_at_its_next_tick_and_resumes_where_it_stopped(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=2, batch_size=1, group_size=2, limit=2))
+    model, gateway = scripted_gateway(engine)
+    original = model.replies["summary"]
+
+    def summary_then_pause(messages):
+        pause_run(engine, run_id, "ann") if get_run(engine, run_id).status == "running" else None
+        return original
+
+    model.replies["summary"] = summary_then_pause
+    serve(engine, once=True, owner="w1", gateway=gateway)
+    run = get_run(engine, run_id)
+    assert run.status == "paused" and run.progress["steps_done"] < 4
+    model.replies["summary"] = original
+    resume_run(engine, run_id, "ann")
+    serve(engine, once=True, owner="w2", gateway=gateway)
+    run = get_run(engine, run_id)
+    assert run.status == "completed" and run.progress["steps_done"] == 4
+
+
+def test_resume_a_failed_evaluation(engine, demo_task):
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", limit=1)
+    with session_scope(engine) as session:
+        ev = session.get(Evaluation, eval_id)
+        ev.status, ev.error = "failed", "provider down"
+        session.add(ev)
+    assert resume_evaluation(engine, eval_id, "ann") == "queued"
+
+
+def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_path, engine, demo_task):
+    """A real `python -m core worker` process: it registers, executes a queued run (its calls fail fast on
+    an unknown provider, which fails the groups, not the run), and unregisters on SIGTERM."""
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1,
+                                                       policy_model="nosuchprovider/model",
+                                                       learner_model="nosuchprovider/model"))
+    env = {**os.environ, "DATABASE_URL": str(engine.url), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.2"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while get_run(engine, run_id).status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        run = get_run(engine, run_id)
+        assert run.status == "completed", (run.status, run.error)
+        assert run.progress["groups_failed"] == 1
+        with Session(engine) as session:
+            assert [w.pid for w in alive_workers(session)] == [proc.pid]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+    with Session(engine) as session:
+        assert alive_workers(session) == []
