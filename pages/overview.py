@@ -10,20 +10,15 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.run_control import resume_run
+from core.worker import job_health
+from pages._common import DATETIME, SCORE, context, experience_lines, run_action, start_worker_if_needed
 from storage import queries
 from storage.db import get_engine
 
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
-ATTENTION_STATUSES = ("awaiting_review", "failed")
-
-DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
-SCORE = st.column_config.NumberColumn(format="%.3f")
-
-
-def experience_lines(experiences: list[dict]) -> str:
-    """A version's experiences as plain text, one `[E3] text` line each."""
-    return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)
+ATTENTION_STATUSES = ("awaiting_review", "failed", "stalled")
 
 
 def steps_label(progress: dict) -> str:
@@ -31,9 +26,11 @@ def steps_label(progress: dict) -> str:
     return f"{progress.get('steps_done', 0)}/{total}" if total else "–"
 
 
-def next_action(status: str, pending: int, run_id: int) -> str:
+def next_action(status: str, pending: int) -> str:
     if status == "failed":
-        return f"read the error, then resume: python -m core train --resume {run_id}"
+        return "read the error, then resume"
+    if status == "stalled":
+        return "its worker stopped beating: resume"
     if status == "awaiting_review" or pending:
         return "review the proposed operations"
     return ""
@@ -71,21 +68,23 @@ def load_overview() -> dict:
         run_rows, attention_rows, pending_total = [], [], 0
         pending_by_run = queries.pending_operations_by_run(session)
         for run in queries.runs(session):
+            status = job_health(run.status, run.heartbeat_at)
             run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
-                             "status": run.status, "steps": steps_label(run.progress or {}),
+                             "status": status, "steps": steps_label(run.progress or {}),
                              "current version": run.current_version_id, "created": run.created_at,
                              "error": run.error or ""})
             pending = pending_by_run.get(run.id, 0)
             pending_total += pending
-            if run.status in ATTENTION_STATUSES or pending:
+            if status in ATTENTION_STATUSES or pending:
                 attention_rows.append({"run": run.id, "task": task_names.get(run.task_id, "?"),
-                                       "status": run.status, "pending operations": pending,
-                                       "what to do": next_action(run.status, pending, run.id),
+                                       "status": status, "pending operations": pending,
+                                       "what to do": next_action(status, pending),
                                        "error": run.error or ""})
 
         eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
                       "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
-                      "k": ev.k, "n": ev.n, "Mean@k": ev.mean_at_k, "Pass@k": ev.pass_at_k, "status": ev.status}
+                      "k": ev.k, "n": ev.n, "Mean@k": ev.mean_at_k, "Pass@k": ev.pass_at_k,
+                      "status": job_health(ev.status, ev.heartbeat_at)}
                      for ev in queries.evaluations(session)]
 
     return {"tasks": task_rows, "libraries": library_blocks, "runs": run_rows, "attention": attention_rows,
@@ -103,6 +102,14 @@ right.metric("Runs awaiting review or failed",
              sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
 if data["attention"]:
     st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
+    resumable = [row["run"] for row in data["attention"] if row["status"] in ("failed", "stalled")]
+    for run_id in resumable:
+        if st.button(f"Resume run {run_id}", key=f"resume_{run_id}"):
+            if run_action(resume_run, get_engine(), run_id, context().reviewer, success=f"Run {run_id} queued"):
+                start_worker_if_needed()
+                st.rerun()
+    if any(row["status"] == "awaiting_review" or row["pending operations"] for row in data["attention"]):
+        st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
 else:
     st.success("Nothing waits for a person.")
 
@@ -133,7 +140,8 @@ if data["runs"]:
     st.dataframe(pd.DataFrame(data["runs"]), hide_index=True, column_config={"created": DATETIME},
                  key="runs_table")
 else:
-    st.info(f"No runs yet. Start a small one from a terminal in the project folder:\n\n`{TRAIN_COMMAND}`")
+    st.info("No runs yet. Start one on the Train page, or from a terminal in the project folder:"
+            f"\n\n`{TRAIN_COMMAND}`")
 
 st.header("Evaluations")
 if data["evaluations"]:

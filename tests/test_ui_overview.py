@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from core.evaluation import create_evaluation
@@ -128,3 +130,23 @@ def test_model_written_text_is_shown_verbatim_never_as_markdown(engine):
     assert any(HOSTILE in value for value in code), code
     for text in markdown_texts(at):
         assert "alert(1)" not in text and "bold" not in text, text
+
+
+def test_a_stalled_run_shows_as_such_and_can_be_resumed(engine):
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
+    with db.session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        run.status, run.worker_id = "running", "dead-host:123"
+        run.heartbeat_at = run.created_at - timedelta(minutes=10)
+        session.add(run)
+    at = run_app()
+
+    attention = table_with(at, "pending operations").set_index("run")
+    assert attention.loc[run_id, "status"] == "stalled"
+    assert "worker stopped" in attention.loc[run_id, "what to do"]
+    at.button(key=f"resume_{run_id}").click()
+    at.run()
+    assert not at.exception
+    with db.session_scope(engine) as session:
+        assert session.get(Run, run_id).status == "queued"
+    assert table_with(at, "steps").set_index("id").loc[run_id, "status"] == "queued"
