@@ -17,9 +17,15 @@ $(STAMP): requirements.txt requirements-model.txt | $(PY)
 
 install: $(STAMP)
 
+# One worker beside the app; it stops with the app (Ctrl-C). The app starts another if this one dies.
 run: install
 	$(PY) -m core demo
+	$(PY) -m core worker >> worker.log 2>&1 & WORKER=$$!; \
+	trap 'kill $$WORKER 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/streamlit run streamlit_app.py --server.port $(PORT)
+
+worker: install
+	$(PY) -m core worker
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -28,5 +34,6 @@ test: lint
 	$(VENV)/bin/pytest -q
 
 bench: install
+	PYTHONPATH=. $(PY) bench/page_render.py
 	PYTHONPATH=. $(PY) bench/engine_overhead.py
 	PYTHONPATH=. $(PY) bench/local_throughput.py

@@ -55,7 +55,7 @@ def sidebar(url: str) -> None:
         if workers:
             st.code("\n".join(f"{w.id} · {w.current or 'idle'}" for w in workers), language=None, wrap_lines=True)
         else:
-            st.code("none alive (queued work starts one)", language=None)
+            st.code("none alive (queued work starts one)", language=None, wrap_lines=True)
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
         st.caption("Default model")

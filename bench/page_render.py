@@ -1,0 +1,164 @@
+"""How long does each page take to render with a big run in the database?
+
+Seeds a fresh SQLite file with one run of 5,000 rollouts (100 queries x G=5 x 10 epochs, 100 steps,
+with summaries, advantages, operations, one version per step and a ledger row per call) plus two
+evaluations, then renders every page with Streamlit's AppTest and prints the time of each page's
+first render (the page script only; the app's own first run, which migrates the database, is
+timed separately). The target is under 2 s per page.
+
+    PYTHONPATH=. .venv/bin/python bench/page_render.py [--rollouts 5000] [--repeat 3] [--keep PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["overview", "train", "rollouts", "review", "library", "evaluate"]
+LOREM = ("First I read the question carefully and list each quantity with its unit. Then I decide which "
+         "operation the question asks for, compute it step by step, and check the result against the story. ")
+
+
+def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
+    """A run as a real one would leave it; returns what was written."""
+    from core.tasks import DEMO_TASK, ensure_demo_task
+    from core.training import RunSettings, create_run, run_counters
+    from core.versions import create_version, ensure_library
+    from storage import queries
+    from storage.db import make_engine, session_scope
+    from storage.models import Advantage, Evaluation, LLMCall, Operation, Rollout, Run, Step
+
+    engine = make_engine(url)
+    task = ensure_demo_task(engine)
+    rng = random.Random(0)
+    with session_scope(engine) as session:
+        sample_ids = [s.id for s in queries.samples(session, task.id, "train")]
+        test_ids = [s.id for s in queries.samples(session, task.id, "test")]
+    epochs = max(1, rollouts // (len(sample_ids) * group))
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=epochs, batch_size=batch, group_size=group,
+                                                       review_mode="manual"), created_by="bench")
+    counts = {"rollouts": 0, "steps": 0, "calls": 0, "versions": 0, "operations": 0}
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        library = ensure_library(session, task)
+        version = queries.latest_version(session, library.id)
+        experiences: list[dict] = []
+        n_exp = 0
+        for epoch in range(epochs):
+            for b in range(0, len(sample_ids), batch):
+                ids = sample_ids[b:b + batch]
+                step = Step(run_id=run_id, epoch=epoch, batch_index=b // batch, sample_ids=ids, status="completed",
+                            version_before_id=version.id, reward_mean=rng.random(), reward_std=0.4)
+                session.add(step)
+                session.flush()
+                for sid in ids:
+                    rewards = [float(rng.random() < 0.6) for _ in range(group)]
+                    for g, reward in enumerate(rewards):
+                        text = LOREM * 3 + f"so the answer is \\boxed{{{rng.randint(1, 99)}}}"
+                        session.add(Rollout(step_id=step.id, sample_id=sid, group_index=g, response=text,
+                                            final_answer=str(rng.randint(1, 99)), reward=reward,
+                                            reward_source="verifier", reward_detail="math-verify",
+                                            summary=LOREM, tokens_in=400, tokens_out=250, latency_ms=900,
+                                            messages=[{"role": "system", "content": LOREM * 2},
+                                                      {"role": "user", "content": "question"},
+                                                      {"role": "assistant", "content": text}]))
+                        session.add(LLMCall(run_id=run_id, stage="rollout", model="local/x", cache_key=f"r{rng.random()}",
+                                            response=text, tokens_in=400, tokens_out=250))
+                        session.add(LLMCall(run_id=run_id, stage="summary", model="local/x", cache_key=f"s{rng.random()}",
+                                            response=LOREM, tokens_in=600, tokens_out=80))
+                        counts["rollouts"] += 1
+                        counts["calls"] += 2
+                    session.add(Advantage(step_id=step.id, sample_id=sid, status="ok" if len(set(rewards)) > 1
+                                          else "skipped", text=LOREM, proposals=["Check the units first."]))
+                n_exp += 1
+                new = {"id": f"E{n_exp}", "text": f"Experience number {n_exp}: re-read what the question asks."}
+                experiences = [*experiences[-29:], new]
+                session.add(Operation(step_id=step.id, run_id=run_id, op="ADD", text=new["text"], rationale=LOREM,
+                                      status="applied"))
+                counts["operations"] += 1
+                version = create_version(session, library, experiences, parent_id=version.id, source="run",
+                                         created_by="bench", run_id=run_id, step_id=step.id)
+                step.version_after_id = version.id
+                session.add(step)
+                counts["steps"] += 1
+                counts["versions"] += 1
+        run.status, run.current_version_id = "completed", version.id
+        run.progress = {"steps_total": counts["steps"], "rollouts_total": counts["rollouts"]}
+        session.add(run)
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        run.progress = {**run.progress, **run_counters(session, run)}
+        session.add(run)
+        for version_id in (None, version.id):
+            ev = Evaluation(task_id=task.id, version_id=version_id, split="test", k=4, status="completed",
+                            model="local/x", n=len(test_ids), mean_at_k=0.6, pass_at_k=0.8,
+                            metrics={"mean_at_k_ci": [0.5, 0.7], "pass_at_k_ci": [0.7, 0.9], "errors": 0})
+            session.add(ev)
+            session.flush()
+            for sid in test_ids:
+                for g in range(4):
+                    session.add(Rollout(evaluation_id=ev.id, sample_id=sid, group_index=g, response=LOREM,
+                                        final_answer="3", reward=float(rng.random() < 0.6), reward_source="verifier"))
+    engine.dispose()
+    return counts
+
+
+def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from storage import db
+
+    results = []
+    app = str(ROOT / "streamlit_app.py")
+    start = time.perf_counter()
+    at = AppTest.from_file(app, default_timeout=120)
+    at.run()
+    results.append(("app start (migrate, sidebar, overview)", [time.perf_counter() - start]))
+    for page in PAGES:
+        times = []
+        for _ in range(repeat):
+            at = AppTest.from_file(app, default_timeout=120)
+            at.run()
+            at.switch_page(f"pages/{page}.py")
+            start = time.perf_counter()
+            at.run()
+            times.append(time.perf_counter() - start)
+            if at.exception:
+                raise SystemExit(f"{page}: {at.exception[0].value}")
+        results.append((page, times))
+    db.get_engine.cache_clear()
+    st.cache_resource.clear()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", help="seed this SQLite file and keep it (to open it with `make run`)")
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    os.environ["TFGRPO_NO_AUTOWORKER"] = "1"
+    path = Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / "bench.db"
+    url = f"sqlite:///{path.resolve()}"
+    os.environ["DATABASE_URL"] = url
+    start = time.perf_counter()
+    counts = seed(url, args.rollouts)
+    print(f"seeded {path} in {time.perf_counter() - start:.1f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items())
+          + f"; file {path.stat().st_size / 1e6:.1f} MB")
+    print(f"\n| page | first render (s), median of {args.repeat} | max (s) |\n|---|---|---|")
+    for page, times in time_pages(args.repeat):
+        print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

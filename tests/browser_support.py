@@ -1,0 +1,128 @@
+"""A live studio for browser tests: `streamlit run` headless plus a worker on a temporary database,
+and Debian's Chromium driven by Playwright.
+
+Outside CI a machine without /usr/bin/chromium skips these tests with the reason; in CI (CI=1, set
+by .ci/run) a missing browser is a failure, because `.ci/run` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+
+
+def require_chromium() -> None:
+    if Path(CHROMIUM).exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing in CI: .ci/run should have installed Debian's chromium")
+    pytest.skip(f"no {CHROMIUM} on this machine (apt-get install chromium); browser tests need it")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
+@dataclass
+class Studio:
+    url: str
+    database_url: str
+    logs: Path
+
+
+@contextmanager
+def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None) -> Iterator[Studio]:
+    """Streamlit (and a worker) on a fresh SQLite file; both stopped afterwards, their logs kept in tmp_path."""
+    database_url = f"sqlite:///{tmp_path / 'studio.db'}"
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1",
+           "TFGRPO_WORKER_LOG": str(tmp_path / "worker.log"), **(extra_env or {})}
+    subprocess.run([sys.executable, "-m", "core", "demo"], cwd=ROOT, env=env, check=True, capture_output=True)
+    procs = []
+    logs = tmp_path
+    with open(tmp_path / "streamlit.log", "w") as app_log, open(tmp_path / "worker.log", "w") as worker_log:
+        if worker:
+            procs.append(subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.5"], cwd=ROOT,
+                                          env=env, stdout=worker_log, stderr=subprocess.STDOUT))
+        app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless",
+                                "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+                                "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=app_log,
+                               stderr=subprocess.STDOUT)
+        procs.append(app)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, app)
+            yield Studio(url=url, database_url=database_url, logs=logs)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+@contextmanager
+def browser_page(width: int = 1400, height: int = 1000):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(30_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def wait_for_app(page) -> None:
+    """Until the page's title is drawn and Streamlit has finished running the script."""
+    page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
+    page.wait_for_function(
+        "() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+        " return !w || !(w.innerText.includes('Running') || w.innerText.includes('Stop')); }",
+        timeout=60_000)
+    page.wait_for_timeout(300)
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
