@@ -22,6 +22,21 @@ DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")
 
 
+def require_app() -> None:
+    """Make sure this page runs inside streamlit_app.py (sidebar, navigation), never on its own.
+
+    Because the folder is called `pages/`, Streamlit starts every process in its old multipage mode
+    and, for a deep link such as /review opened first after a restart (and in AppTest reruns), runs
+    the page file alone. st.navigation switches that mode off; this does it early and reruns, so the
+    entry script draws the sidebar and routes to the same page.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 @dataclass
 class Context:
     """The task, library and person the sidebar has chosen; every page works within it."""

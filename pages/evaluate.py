@@ -1,5 +1,281 @@
-"""Placeholder until the page lands."""
+"""Evaluate: score library versions on a split (Mean@k, Pass@k with 95% intervals), compare two
+evaluations query by query, and promote the better version to `production`.
 
+The worker executes queued evaluations; this page queues them (`core.evaluation.create_evaluation`),
+resumes failed or stalled ones (`core.run_control.resume_evaluation`) and moves the label
+(`core.versions.set_label`). Per-query figures are aggregated in SQL for the two evaluations compared.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
+from sqlmodel import Session
 
-st.title("evaluate")
+from core.evaluation import create_evaluation
+from core.run_control import resume_evaluation
+from core.versions import EMPTY, set_label
+from core.worker import job_health
+from pages._common import (
+    SCORE,
+    context,
+    engine,
+    require_app,
+    run_action,
+    show_text,
+    start_worker_if_needed,
+    status_label,
+)
+from storage import queries
+from storage.db import session_scope
+
+PRODUCTION = "production"
+FLASH_KEY = "eval_flash"
+COST = st.column_config.NumberColumn(format="$%.4f")
+
+
+def version_name(version_id: int | None, numbers: dict[int, int]) -> str:
+    if version_id is None:
+        return EMPTY
+    number = numbers.get(version_id)
+    return f"#{number}" if number is not None else f"id {version_id}"
+
+
+def interval(metrics: dict, key: str) -> str:
+    ci = metrics.get(key)
+    return f"{ci[0]:.3f} – {ci[1]:.3f}" if ci and len(ci) == 2 else ""
+
+
+def load_setup(task_name: str | None, library_name: str) -> dict | None:
+    """The task, its splits, and the current library's versions (newest first) with their labels."""
+    with Session(engine()) as session:
+        task = queries.task_by_name(session, task_name or "")
+        if task is None:
+            return None
+        library = queries.library_by_name(session, task.id, library_name)
+        versions = list(reversed(queries.versions(session, library.id))) if library else []
+        labels: dict[int, list[str]] = {}
+        for label in queries.labels(session, library.id) if library else []:
+            labels.setdefault(label.version_id, []).append(label.name)
+        production = queries.label_by_name(session, library.id, PRODUCTION) if library else None
+        return {"task": task, "library": library, "splits": queries.count_samples(session, task.id),
+                "versions": [{"id": v.id, "number": v.number, "labels": sorted(labels.get(v.id, []))}
+                             for v in versions],
+                "production": production.version_id if production else None}
+
+
+def load_evaluations(task_id: int) -> tuple[list, dict[int, int]]:
+    with Session(engine()) as session:
+        evaluations = queries.evaluations(session, task_id)
+        numbers = queries.version_numbers(session, sorted({e.version_id for e in evaluations if e.version_id}))
+    return evaluations, numbers
+
+
+def evaluation_form(setup: dict) -> None:
+    """What to evaluate; on submit the evaluation is queued for the worker."""
+    task = setup["task"]
+    options = [str(v["id"]) for v in setup["versions"]] + [EMPTY]
+    names = {str(v["id"]): f"#{v['number']} (id {v['id']}) {' '.join(v['labels'])}".strip()
+             for v in setup["versions"]}
+    names[EMPTY] = "empty (no library)"
+    splits = sorted(setup["splits"])
+    for key, allowed in (("eval_version", options), ("eval_split", splits)):
+        if key in st.session_state and st.session_state[key] not in allowed:
+            del st.session_state[key]  # another task or library was chosen in the sidebar
+    with st.form("eval_form"):
+        c1, c2, c3 = st.columns(3)
+        version = c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
+        split = c2.selectbox("Split", splits, index=splits.index("test") if "test" in splits else 0,
+                             format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key="eval_split")
+        k = c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key="eval_k")
+        limit = c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="eval_limit")
+        model = c2.text_input("Model", value=task.policy_model, key="eval_model")
+        temperature = c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1,
+                                      format="%.2f", key="eval_temperature")
+        submitted = st.form_submit_button("Start evaluation", key="eval_submit", type="primary")
+    if not submitted:
+        return
+    if split is None:
+        st.error("This task has no samples to evaluate on.")
+        return
+    ctx = context()
+    evaluation_id = run_action(create_evaluation, engine(), task.name, version or EMPTY, split=split, k=int(k),
+                               limit=int(limit) or None, model=model.strip() or None,
+                               temperature=float(temperature), created_by=ctx.reviewer)
+    if evaluation_id is not None:
+        st.success(f"Evaluation #{evaluation_id} queued.")
+        start_worker_if_needed()
+
+
+def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
+    """Mean@k and Pass@k of every completed evaluation, with their 95% intervals as error bars."""
+    names = [f"{version_name(e.version_id, numbers)} (eval {e.id}, k={e.k})" for e in completed]
+    fig = go.Figure()
+    for title, key in (("Mean@k", "mean_at_k"), ("Pass@k", "pass_at_k")):
+        values = [getattr(e, key) or 0.0 for e in completed]
+        cis = [(e.metrics or {}).get(f"{key}_ci") or [v, v] for e, v in zip(completed, values, strict=True)]
+        fig.add_trace(go.Bar(name=title, x=names, y=values, error_y={
+            "type": "data", "symmetric": False, "array": [max(0.0, hi - v) for (_, hi), v in zip(cis, values, strict=True)],
+            "arrayminus": [max(0.0, v - lo) for (lo, _), v in zip(cis, values, strict=True)]}))
+    fig.update_layout(barmode="group", height=360, yaxis={"range": [0, 1.05], "title": "score"},
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, legend={"orientation": "h"})
+    return fig
+
+
+@st.fragment(run_every=2)
+def evaluations_view(task_id: int) -> None:
+    """The task's evaluations with live progress, resume for failed or stalled ones, and the scores chart."""
+    evaluations, numbers = load_evaluations(task_id)
+    if not evaluations:
+        st.info("No evaluations of this task yet: choose a version above and press Start evaluation.")
+        return
+    rows = []
+    for e in evaluations:
+        metrics, progress = e.metrics or {}, e.progress or {}
+        rows.append({"id": e.id, "version": version_name(e.version_id, numbers), "split": e.split, "k": e.k,
+                     "n": e.n, "Mean@k": e.mean_at_k, "Mean@k 95% CI": interval(metrics, "mean_at_k_ci"),
+                     "Pass@k": e.pass_at_k, "Pass@k 95% CI": interval(metrics, "pass_at_k_ci"),
+                     "errors": metrics.get("errors", 0), "cost": e.cost,
+                     "status": status_label(e.status, e.heartbeat_at),
+                     "progress": f"{progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')}",
+                     "model": e.model, "created": e.created_at})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="evaluations_table",
+                 column_config={"Mean@k": SCORE, "Pass@k": SCORE, "cost": COST,
+                                "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
+
+    actor = context().reviewer
+    for e in evaluations:
+        shown = job_health(e.status, e.heartbeat_at)
+        if shown not in ("failed", "stalled"):
+            continue
+        st.caption(f"Evaluation #{e.id} is {shown}"
+                   + (": its worker stopped beating." if shown == "stalled" else ". Error:"))
+        if e.error:
+            show_text(e.error)
+        if st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:"):
+            if run_action(resume_evaluation, engine(), e.id, actor, success=f"Evaluation #{e.id} queued again"):
+                start_worker_if_needed()
+                st.rerun()
+
+    completed = [e for e in reversed(evaluations) if e.status == "completed"]
+    if completed:
+        st.plotly_chart(scores_chart(completed, numbers), key="eval_chart")
+
+
+def evaluation_choice(e, numbers: dict[int, int]) -> str:
+    return (f"#{e.id} · {version_name(e.version_id, numbers)} · {e.split} · k={e.k} · "
+            f"Mean@k {e.mean_at_k or 0:.3f}")
+
+
+def comparison(a, b) -> tuple[pd.DataFrame, dict]:
+    """Per query: mean reward under A and under B, who won, and the cost of each; plus the totals."""
+    with Session(engine()) as session:
+        stats_a = queries.evaluation_query_stats(session, a.id)
+        stats_b = queries.evaluation_query_stats(session, b.id)
+        samples = {s.id: s for s in queries.samples_by_ids(session, sorted(set(stats_a) | set(stats_b)))}
+    rows, counts = [], {"A": 0, "B": 0, "tie": 0}
+    for sample_id, sample in samples.items():
+        ra, rb = stats_a.get(sample_id), stats_b.get(sample_id)
+        winner = "–"
+        if ra and rb:
+            winner = "A" if ra["mean"] > rb["mean"] else "B" if rb["mean"] > ra["mean"] else "tie"
+            counts[winner] += 1
+        rows.append({"query id": sample.external_id, "query": sample.query, "reference": sample.reference,
+                     "mean reward A": ra["mean"] if ra else None, "mean reward B": rb["mean"] if rb else None,
+                     "winner": winner, "cost A": ra["cost"] if ra else None, "cost B": rb["cost"] if rb else None})
+    totals = {**counts,
+              "cost_a": sum(r["cost"] for r in stats_a.values()) / len(stats_a) if stats_a else 0.0,
+              "cost_b": sum(r["cost"] for r in stats_b.values()) / len(stats_b) if stats_b else 0.0,
+              "only_a": len(set(stats_a) - set(stats_b)), "only_b": len(set(stats_b) - set(stats_a))}
+    return pd.DataFrame(rows), totals
+
+
+def compare_section(completed: list, numbers: dict[int, int]) -> None:
+    if len(completed) < 2:
+        st.info("Two completed evaluations are needed to compare them.")
+        return
+    by_id = {e.id: e for e in completed}
+    ids = list(by_id)  # newest first
+    for key in ("eval_compare_a", "eval_compare_b"):
+        if key in st.session_state and st.session_state[key] not in by_id:
+            del st.session_state[key]
+    left, right = st.columns(2)
+    a_id = left.selectbox("Evaluation A", ids, index=1, key="eval_compare_a",
+                          format_func=lambda i: evaluation_choice(by_id[i], numbers))
+    b_id = right.selectbox("Evaluation B", ids, index=0, key="eval_compare_b",
+                           format_func=lambda i: evaluation_choice(by_id[i], numbers))
+    if a_id == b_id:
+        st.warning("Choose two different evaluations.")
+        return
+    table, totals = comparison(by_id[a_id], by_id[b_id])
+    cols = st.columns(5)
+    cols[0].metric("A wins", totals["A"])
+    cols[1].metric("B wins", totals["B"])
+    cols[2].metric("Ties", totals["tie"])
+    cols[3].metric("Cost per query A", f"${totals['cost_a']:.4f}")
+    cols[4].metric("Cost per query B", f"${totals['cost_b']:.4f}")
+    if totals["only_a"] or totals["only_b"]:
+        st.caption(f"Queries evaluated only under A: {totals['only_a']}, only under B: {totals['only_b']} "
+                   "(not counted as wins or losses).")
+    st.dataframe(table, hide_index=True, key="compare_table",
+                 column_config={"mean reward A": SCORE, "mean reward B": SCORE, "cost A": COST, "cost B": COST})
+
+
+def promote(version_id: int, actor: str) -> int:
+    """Point `production` at the version (core.versions.set_label), in one transaction."""
+    with session_scope(engine()) as session:
+        version = queries.version_by_id(session, version_id)
+        if version is None:
+            raise LookupError(f"no version {version_id}")
+        return set_label(session, version, PRODUCTION, actor).version_id
+
+
+def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> None:
+    if FLASH_KEY in st.session_state:
+        st.success(st.session_state.pop(FLASH_KEY))
+    current = setup["production"]
+    if current:
+        library_numbers = {v["id"]: v["number"] for v in setup["versions"]}
+        st.caption(f"production is version {version_name(current, library_numbers)} (id {current}).")
+    else:
+        st.caption("No version of this library is labelled production yet.")
+    candidates = [e for e in completed if e.version_id is not None]
+    if not candidates:
+        st.info("Evaluate a version of the library first; the empty library cannot be promoted.")
+        return
+    by_id = {e.id: e for e in candidates}
+    ids = sorted(by_id, key=lambda i: (by_id[i].mean_at_k or 0.0, i), reverse=True)  # best first
+    if st.session_state.get("eval_promote_choice") not in by_id:
+        st.session_state.pop("eval_promote_choice", None)
+    chosen = st.selectbox("Evaluation to promote", ids, key="eval_promote_choice",
+                          format_func=lambda i: evaluation_choice(by_id[i], numbers))
+    version_id = by_id[chosen].version_id
+    if st.button("Promote to production", key="eval_promote", type="primary", icon=":material/rocket_launch:"):
+        if run_action(promote, version_id, context().reviewer) is not None:
+            st.session_state[FLASH_KEY] = (f"production now points at version "
+                                           f"{version_name(version_id, numbers)} (id {version_id}).")
+            st.rerun()
+
+
+require_app()
+st.title("Evaluate")
+setup = load_setup(context().task, context().library)
+if setup is None:
+    st.info("Choose a task in the sidebar (or create one) to evaluate it.")
+    st.stop()
+
+st.header("New evaluation")
+evaluation_form(setup)
+
+st.header("Evaluations")
+evaluations_view(setup["task"].id)
+
+evaluations, numbers = load_evaluations(setup["task"].id)
+completed = [e for e in evaluations if e.status == "completed"]
+
+st.header("Compare two evaluations")
+compare_section(completed, numbers)
+
+st.header("Promote")
+promote_section(completed, numbers, setup)

@@ -12,7 +12,15 @@ from sqlmodel import Session
 
 from core.run_control import resume_run
 from core.worker import job_health
-from pages._common import DATETIME, SCORE, context, experience_lines, run_action, start_worker_if_needed
+from pages._common import (
+    DATETIME,
+    SCORE,
+    context,
+    experience_lines,
+    require_app,
+    run_action,
+    start_worker_if_needed,
+)
 from storage import queries
 from storage.db import get_engine
 
@@ -91,6 +99,7 @@ def load_overview() -> dict:
             "pending_operations": pending_total, "evaluations": eval_rows}
 
 
+require_app()
 data = load_overview()
 
 st.title("Overview")

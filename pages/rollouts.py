@@ -1,5 +1,188 @@
-"""Placeholder until the page lands."""
+"""Rollouts: one query's group of outputs side by side, from a training step or an evaluation.
 
+Read-only. Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
+`evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
+wrote (query, reference, answers, summaries, trajectories, errors) is shown with show_text.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
 import streamlit as st
+from sqlmodel import Session
 
-st.title("rollouts")
+from pages._common import SCORE, context, engine, require_app, show_text, status_label
+from storage import queries
+from storage.models import Rollout
+
+SOURCES = ("Training run", "Evaluation")
+SIDE_BY_SIDE_MAX = 4
+SOURCE_KEY, RUN_KEY, STEP_KEY, EVAL_KEY, QUERY_KEY = (
+    "rollouts_source", "rollouts_run", "rollouts_step", "rollouts_evaluation", "rollouts_query")
+MIXED_KEY, FAILURES_KEY = "rollouts_only_mixed", "rollouts_only_failures"
+
+
+def keep_valid_choice(key: str, options: list) -> None:
+    """Forget a remembered choice that is no longer offered (another task, a deleted row)."""
+    if key in st.session_state and st.session_state[key] not in options:
+        del st.session_state[key]
+
+
+def reward_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
+def group_label(group: dict) -> str:
+    """Selectbox option text for a query's group: sample id, G, mean reward, mixed or not."""
+    mean = "–" if group["mean"] is None else f"{group['mean']:.2f}"
+    kind = "mixed" if group["mixed"] else "uniform"
+    errors = f" · {group['errors']} errors" if group["errors"] else ""
+    return f"#{group['sample_id']} {str(group['external_id'])[:40]} · G={group['n']} · mean {mean} · {kind}{errors}"
+
+
+def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[dict]:
+    return [g for g in groups if (g["mixed"] or not only_mixed) and (g["failed"] or not only_failures)]
+
+
+def show_trajectory(messages: list[dict]) -> None:
+    """The agent's side of the conversation (after the system prompt and the query), each with its role."""
+    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
+    if not turns:
+        st.caption("No model turn was recorded.")
+    for message in turns:
+        role = str(message.get("role", "?"))
+        content = str(message.get("content", ""))
+        if role == "user" and content.startswith("Code output:"):
+            role = "user (tool output)"
+        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
+        show_text(content)
+
+
+def show_output(rollout: Rollout, *, in_expander: bool) -> None:
+    """One output: reward and its source, final answer, summary, trajectory, cost, error."""
+    if not in_expander:
+        st.markdown(f"**Output {rollout.group_index}**")
+    st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}")
+    st.caption("Final answer")
+    show_text(rollout.final_answer, empty="(no final answer)")
+    if rollout.reward_detail:
+        st.caption("Reward detail")
+        show_text(rollout.reward_detail)
+    st.caption("Summary")
+    show_text(rollout.summary, empty="(no summary)")
+    if rollout.error:
+        st.caption("Error")
+        show_text(rollout.error)
+    st.caption(f"{rollout.tokens_in} tokens in · {rollout.tokens_out} tokens out · "
+               f"{rollout.latency_ms / 1000:.1f} s")
+    if in_expander:  # expanders are not nested: the trajectory follows inline
+        st.caption("Trajectory")
+        show_trajectory(rollout.messages or [])
+    else:
+        with st.expander("Trajectory"):
+            show_trajectory(rollout.messages or [])
+
+
+def show_group(rollouts: list[Rollout]) -> None:
+    """The group side by side when it is small, a table plus one expander per output otherwise."""
+    if not rollouts:
+        st.info("This query has no outputs yet.")
+        return
+    if len(rollouts) <= SIDE_BY_SIDE_MAX:
+        for column, rollout in zip(st.columns(len(rollouts)), rollouts, strict=True):
+            with column:
+                show_output(rollout, in_expander=False)
+        return
+    st.dataframe(pd.DataFrame([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
+                                "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts]),
+                 hide_index=True, column_config={"reward": SCORE}, key="rollouts_group_table")
+    for rollout in rollouts:
+        with st.expander(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)}"):
+            show_output(rollout, in_expander=True)
+
+
+def choose_training_step(session: Session, task_id: int) -> int | None:
+    """Run and step pickers; returns the chosen step id."""
+    runs = queries.runs(session, task_id)
+    if not runs:
+        st.info("This task has no training runs yet. Start one on the Train page.")
+        return None
+    by_id = {run.id: run for run in runs}
+    keep_valid_choice(RUN_KEY, list(by_id))
+    run_id = st.selectbox("Run", list(by_id), key=RUN_KEY, format_func=lambda i: (
+        f"Run {i} · {status_label(by_id[i].status, by_id[i].heartbeat_at)} · "
+        f"{by_id[i].created_at:%Y-%m-%d %H:%M}"))
+    steps = queries.steps(session, run_id)
+    if not steps:
+        st.info("This run has no steps yet.")
+        return None
+    step_by_id = {step.id: step for step in steps}
+    keep_valid_choice(STEP_KEY, list(step_by_id))
+    return st.selectbox("Step", list(step_by_id), key=STEP_KEY, format_func=lambda i: (
+        f"epoch {step_by_id[i].epoch + 1} · batch {step_by_id[i].batch_index + 1} · {step_by_id[i].status}"))
+
+
+def choose_evaluation(session: Session, task_id: int) -> int | None:
+    evaluations = queries.evaluations(session, task_id)
+    if not evaluations:
+        st.info("This task has no evaluations yet. Start one on the Evaluate page.")
+        return None
+    by_id = {ev.id: ev for ev in evaluations}
+    keep_valid_choice(EVAL_KEY, list(by_id))
+    return st.selectbox("Evaluation", list(by_id), key=EVAL_KEY, format_func=lambda i: (
+        f"Evaluation {i} · version {by_id[i].version_id if by_id[i].version_id is not None else 'empty'} · "
+        f"{by_id[i].split} · k={by_id[i].k} · {by_id[i].status}"))
+
+
+def page() -> None:
+    st.title("Rollouts")
+    ctx = context()
+    with Session(engine()) as session:
+        task = queries.task_by_name(session, ctx.task) if ctx.task else None
+        if task is None:
+            st.info("Choose a task in the sidebar.")
+            return
+        source = st.radio("Source", SOURCES, key=SOURCE_KEY, horizontal=True)
+        step_id = evaluation_id = None
+        if source == SOURCES[0]:
+            step_id = choose_training_step(session, task.id)
+            if step_id is None:
+                return
+            groups = queries.rollout_groups(session, step_id=step_id)
+        else:
+            evaluation_id = choose_evaluation(session, task.id)
+            if evaluation_id is None:
+                return
+            groups = queries.rollout_groups(session, evaluation_id=evaluation_id)
+
+        left, right = st.columns(2)
+        only_mixed = left.checkbox("Only mixed groups", key=MIXED_KEY,
+                                   help="Groups whose outputs got different rewards.")
+        only_failures = right.checkbox("Only failures", key=FAILURES_KEY,
+                                       help="Groups with a reward below 1, an unscored output or an error.")
+        shown = filtered(groups, only_mixed, only_failures)
+        st.caption(f"{len(shown)} of {len(groups)} queries shown")
+        if not shown:
+            st.info("No query matches the filters." if groups else "No outputs yet.")
+            return
+        by_sample = {g["sample_id"]: g for g in shown}
+        keep_valid_choice(QUERY_KEY, list(by_sample))
+        sample_id = st.selectbox("Query", list(by_sample), key=QUERY_KEY,
+                                 format_func=lambda i: group_label(by_sample[i]))
+        samples = queries.samples_by_ids(session, [sample_id])
+        if step_id is not None:
+            rollouts = queries.step_rollouts(session, step_id, sample_id)
+        else:
+            rollouts = queries.evaluation_sample_rollouts(session, evaluation_id, sample_id)
+
+    sample = samples[0] if samples else None
+    st.subheader("Query", anchor=False)
+    show_text(sample.query if sample else None)
+    st.subheader("Reference answer", anchor=False)
+    show_text(sample.reference if sample else None, empty="(no reference answer)")
+    st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
+    show_group(rollouts)
+
+
+require_app()
+page()

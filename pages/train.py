@@ -1,5 +1,254 @@
-"""Placeholder until the page lands."""
+"""Train: start a run with its settings, follow it live (per-stage counters, reward per step, library
+size, tokens and cost, time left) and pause, resume or cancel it.
 
+Runs are executed by the worker; this page only queues them (`core.training.create_run`) and writes
+a person's requests (`core.run_control`). Counters come from `run.progress`, which the worker keeps
+up to date, so the live view costs a handful of small reads every two seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
+from sqlmodel import Session
 
-st.title("train")
+from core.run_control import CANCELLABLE, PAUSABLE, RESUMABLE, cancel_run, pause_run, resume_run
+from core.training import RunSettings, create_run
+from core.worker import job_health
+from pages._common import (
+    context,
+    engine,
+    require_app,
+    run_action,
+    show_text,
+    start_worker_if_needed,
+    status_label,
+)
+from storage import queries
+
+RUN_KEY = "train_run"
+DEFAULTS = RunSettings()
+
+
+def aware(moment: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; they were written in UTC."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def compact(n: int) -> str:
+    """Token counts in a metric: 950, 12.3k, 4.1M."""
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if n >= 1_000:
+        return f"{n / 1_000:.1f}k"
+    return str(n)
+
+
+def fraction(done: int, total: int) -> str:
+    return f"{done} / {total if total else '?'}"
+
+
+def elapsed_and_left(run, shown: str, progress: dict) -> tuple[float | None, float | None]:
+    """Seconds since the run started (to now while it runs, else to when it last did something) and an
+    estimate of the seconds left from the rollout rate so far."""
+    started = aware(run.started_at)
+    if started is None:
+        return None, None
+    if shown == "running":
+        end = datetime.now(UTC)
+    else:
+        end = aware(run.finished_at) or aware(run.heartbeat_at) or datetime.now(UTC)
+    elapsed = max(0.0, (end - started).total_seconds())
+    if shown == "completed":
+        return elapsed, 0.0
+    done, total = progress.get("rollouts_done", 0), progress.get("rollouts_total", 0)
+    if shown != "running" or not done or not total or elapsed <= 0:
+        return elapsed, None
+    return elapsed, max(0, total - done) * elapsed / done
+
+
+def load_run_view(run_id: int) -> dict | None:
+    """The run, its steps' mean rewards and the sizes of the versions it went through, in one session."""
+    with Session(engine()) as session:
+        run = queries.run_by_id(session, run_id)
+        if run is None:
+            return None
+        rewards = [(i + 1, s.reward_mean) for i, s in enumerate(queries.steps(session, run_id))
+                   if s.reward_mean is not None]
+        versions = queries.run_versions(session, run_id)
+        start = queries.version_by_id(session, run.start_version_id) if run.start_version_id else None
+        sizes = [(v.number, len(v.experiences)) for v in ([start] if start else []) + versions]
+    return {"run": run, "rewards": rewards, "sizes": sorted(set(sizes))}
+
+
+def progress_chart(rewards: list[tuple[int, float]], sizes: list[tuple[int, int]]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Mean reward per step", "Library size per version"))
+    fig.add_trace(go.Scatter(x=[s for s, _ in rewards], y=[r for _, r in rewards], mode="lines+markers",
+                             name="mean reward"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[n for n, _ in sizes], y=[k for _, k in sizes], mode="lines+markers",
+                             line_shape="hv", name="experiences"), row=1, col=2)
+    fig.update_xaxes(title_text="step", dtick=1, row=1, col=1)
+    fig.update_yaxes(title_text="mean reward", range=[-0.05, 1.05], row=1, col=1)
+    fig.update_xaxes(title_text="version", dtick=1, row=1, col=2)
+    fig.update_yaxes(title_text="experiences", rangemode="tozero", row=1, col=2)
+    fig.update_layout(height=320, showlegend=False, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    return fig
+
+
+def control_buttons(run_id: int, shown: str, actor: str) -> None:
+    """Only the requests that make sense for the run's (shown) status; after a change, redraw the page."""
+    left, middle, right, _ = st.columns([1, 1, 1, 4])
+    changed = None
+    if shown in PAUSABLE + ("stalled",) and left.button("Pause", key="train_pause", icon=":material/pause:"):
+        changed = run_action(pause_run, engine(), run_id, actor, success=f"Run #{run_id} paused")
+    if shown in RESUMABLE and middle.button("Resume", key="train_resume", icon=":material/play_arrow:"):
+        changed = run_action(resume_run, engine(), run_id, actor, success=f"Run #{run_id} queued again")
+        if changed:
+            start_worker_if_needed()
+    if shown in CANCELLABLE + ("stalled",) and right.button("Cancel", key="train_cancel", icon=":material/stop:"):
+        changed = run_action(cancel_run, engine(), run_id, actor, success=f"Run #{run_id} cancelled")
+    if changed:
+        st.rerun()
+
+
+@st.fragment(run_every=2)
+def live_progress(run_id: int) -> None:
+    """Everything that moves while a run executes; redrawn on its own every two seconds."""
+    view = load_run_view(run_id)
+    if view is None:
+        st.warning(f"Run #{run_id} no longer exists.")
+        return
+    run = view["run"]
+    shown = job_health(run.status, run.heartbeat_at)
+    progress = run.progress or {}
+    settings = RunSettings.from_dict(run.settings or {})
+
+    st.markdown(f"**Status:** {status_label(run.status, run.heartbeat_at)}")
+    if shown == "stalled":
+        st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
+                   "Resume it to queue it again for a live worker (what is stored is kept).")
+    control_buttons(run_id, shown, context().reviewer)
+    if shown == "awaiting_review":
+        st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
+        st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
+    if run.error:
+        st.caption("Error" if shown == "failed" else "Why it stopped")
+        show_text(run.error)
+
+    elapsed, left = elapsed_and_left(run, shown, progress)
+    cost = progress.get("cost", 0.0)
+    budget = f" of ${settings.budget_usd:.2f}" if settings.budget_usd else ""
+    row1 = st.columns(5)
+    row1[0].metric("Steps", fraction(progress.get("steps_done", 0), progress.get("steps_total", 0)))
+    row1[1].metric("Rollouts", fraction(progress.get("rollouts_done", 0), progress.get("rollouts_total", 0)))
+    row1[2].metric("Rewards", progress.get("rewards", 0))
+    row1[3].metric("Summaries", progress.get("summaries", 0))
+    row1[4].metric("Advantages", progress.get("advantages", 0),
+                   help="Groups whose semantic advantage was extracted.")
+    row2 = st.columns(5)
+    row2[0].metric("Operations", progress.get("operations", 0), help="Library operations the learner proposed.")
+    row2[1].metric("Tokens", f"{compact(progress.get('tokens_in', 0))} in · {compact(progress.get('tokens_out', 0))} out")
+    row2[2].metric("Cost", f"${cost:.4f}{budget}")
+    row2[3].metric("Elapsed", duration(elapsed))
+    row2[4].metric("Time left", duration(left), help="Estimated from the rollout rate so far.")
+    st.caption(
+        f"Groups skipped (all rewards equal): {progress.get('groups_skipped', 0)} · "
+        f"groups failed: {progress.get('groups_failed', 0)} · "
+        f"operations applied: {progress.get('operations_applied', 0)} · "
+        f"invalid: {progress.get('operations_invalid', 0)} · "
+        f"rollout errors: {progress.get('rollout_errors', 0)} · "
+        f"model calls: {progress.get('calls', 0)} (cache hits {progress.get('cache_hits', 0)})"
+    )
+    st.plotly_chart(progress_chart(view["rewards"], view["sizes"]), key="train_chart")
+
+
+def settings_form(task) -> None:
+    """The run settings; on submit the run is queued (or the reason it cannot be is shown)."""
+    with st.form("train_form"):
+        c1, c2, c3, c4 = st.columns(4)
+        epochs = c1.number_input("Epochs", value=DEFAULTS.epochs, step=1, key="train_epochs")
+        batch_size = c2.number_input("Batch size", value=DEFAULTS.batch_size, step=1, key="train_batch_size",
+                                     help="Training queries per step.")
+        group_size = c3.number_input("Group size (G)", value=DEFAULTS.group_size, step=1, key="train_group_size",
+                                     help="Attempts per query; their differences teach the learner.")
+        temperature = c4.number_input("Temperature", value=DEFAULTS.temperature, step=0.1, format="%.2f",
+                                      key="train_temperature")
+        concurrency = c1.number_input("Concurrency", value=DEFAULTS.concurrency, step=1, key="train_concurrency",
+                                      help="Model calls in flight at once.")
+        limit = c2.number_input("Training queries limit (0 = all)", value=0, min_value=0, step=1,
+                                key="train_limit")
+        seed = c3.number_input("Seed", value=DEFAULTS.seed, step=1, key="train_seed")
+        max_tokens = c4.number_input("Max tokens per answer", value=DEFAULTS.max_tokens, min_value=16, step=64,
+                                     key="train_max_tokens")
+        m1, m2 = st.columns(2)
+        policy_model = m1.text_input("Policy model", value=task.policy_model, key="train_policy_model",
+                                     help="The model that answers the queries.")
+        learner_model = m2.text_input("Learner model", value=task.learner_model, key="train_learner_model",
+                                      help="The model that summarises attempts and proposes experiences.")
+        o1, o2, o3 = st.columns(3)
+        ground_truth = o1.checkbox("Ground truth", value=True, key="train_ground_truth",
+                                   help="Score answers against the reference; off: the group's majority answer.")
+        review_mode = o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
+                               help="manual: every proposed library change waits for a person.")
+        budget = o3.number_input("Budget USD (0 = none)", value=0.0, min_value=0.0, step=0.5, format="%.2f",
+                                 key="train_budget", help="The run pauses when its cost reaches the budget.")
+        submitted = st.form_submit_button("Start run", key="train_submit", type="primary")
+    if not submitted:
+        return
+    settings = RunSettings(
+        epochs=int(epochs), batch_size=int(batch_size), group_size=int(group_size), temperature=float(temperature),
+        concurrency=int(concurrency), limit=int(limit) or None, seed=int(seed), ground_truth=bool(ground_truth),
+        review_mode=review_mode, policy_model=policy_model.strip(), learner_model=learner_model.strip(),
+        max_tokens=int(max_tokens), budget_usd=float(budget) or None)
+    ctx = context()
+    run_id = run_action(create_run, engine(), task.name, settings, library_name=ctx.library,
+                        created_by=ctx.reviewer, success="Run queued")
+    if run_id is None:
+        return
+    st.session_state[RUN_KEY] = run_id
+    start_worker_if_needed()
+
+
+require_app()
+st.title("Train")
+ctx = context()
+with Session(engine()) as session:
+    task = queries.task_by_name(session, ctx.task or "")
+if task is None:
+    st.info("Choose a task in the sidebar (or create one) to train on it.")
+    st.stop()
+
+st.header("New run")
+settings_form(task)
+
+st.header("Runs")
+with Session(engine()) as session:
+    runs = queries.runs(session, task.id)
+if not runs:
+    st.info("No runs of this task yet: set the run above and press Start run.")
+    st.stop()
+labels = {r.id: f"#{r.id} · {job_health(r.status, r.heartbeat_at)}" for r in runs}
+if st.session_state.get(RUN_KEY) not in labels:
+    st.session_state[RUN_KEY] = runs[0].id
+selected = st.selectbox("Run", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
+                        key=RUN_KEY)
+live_progress(selected)
+chosen = next(r for r in runs if r.id == selected)
+with st.expander("Settings of this run"):
+    st.dataframe(pd.DataFrame({"setting": list(chosen.settings), "value": [str(v) for v in chosen.settings.values()]}),
+                 hide_index=True, key="train_settings_table")

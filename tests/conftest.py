@@ -25,12 +25,29 @@ def demo_task(engine):
     return ensure_demo_task(engine)
 
 
+def keep_navigation_mode(monkeypatch) -> None:
+    """AppTest resets PagesManager.uses_pages_directory before every run, and with a `pages/` folder beside
+    the entry script each rerun would then execute the page file alone (no sidebar, no task). The real
+    server leaves that mode for good at the first st.navigation call (pages._common.require_app covers a
+    deep link opened first); here every run starts in navigation mode."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    original = PagesManager.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    monkeypatch.setattr(PagesManager, "__init__", init)
+
+
 @pytest.fixture
 def app_db(tmp_path, monkeypatch):
     """DATABASE_URL on a fresh SQLite file for the Streamlit app, with its per-process caches cleared."""
     from tests.ui_support import ROOT
 
     monkeypatch.chdir(ROOT)
+    keep_navigation_mode(monkeypatch)
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
     monkeypatch.setenv("TFGRPO_NO_AUTOWORKER", "1")
     db.get_engine.cache_clear()

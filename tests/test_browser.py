@@ -30,3 +30,83 @@ def test_every_page_opens_without_an_error(tmp_path):
             assert page.locator("[data-testid='stException']").count() == 0, name
             assert page.locator("h1").first.is_visible(), name
             screenshot(page, f"empty-{name}")
+
+
+def metric_value(page, label: str) -> str:
+    metric = page.locator("[data-testid='stMetric']").filter(
+        has=page.locator("[data-testid='stMetricLabel']", has_text=label))
+    return metric.first.locator("[data-testid='stMetricValue']").inner_text().strip()
+
+
+def fill_number(page, label: str, value) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def wait_for_text(page, text: str, timeout_s: float) -> None:
+    page.get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
+
+
+@pytest.mark.model
+def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
+    with studio(tmp_path) as app, browser_page() as page:
+        page.goto(app.url)
+        wait_for_app(page)
+        screenshot(page, "overview")
+
+        # Train: a manual-review run of 2 queries x G=2 without ground truth (as tests/test_model_e2e.py)
+        page.goto(f"{app.url}/train")
+        wait_for_app(page)
+        fill_number(page, "Epochs", 1)
+        fill_number(page, "Batch size", 2)
+        fill_number(page, "Group size (G)", 2)
+        fill_number(page, "Training queries limit (0 = all)", 2)
+        page.get_by_text("Ground truth", exact=True).click()
+        page.get_by_role("radiogroup").get_by_text("manual", exact=True).click()
+        page.get_by_role("button", name="Start run").click()
+        wait_for_text(page, "Rollouts", 60)
+
+        # the counters move by themselves: no click, no reload from here on
+        seen = [metric_value(page, "Rollouts")]
+        for _ in range(900):
+            page.wait_for_timeout(1000)
+            value = metric_value(page, "Rollouts")
+            if value != seen[-1]:
+                seen.append(value)
+                if len(seen) == 2:  # a reload (or a closed tab) neither stops nor restarts the run
+                    page.reload()
+                    wait_for_app(page)
+            if page.get_by_text("awaiting_review").count():
+                break
+        assert len(seen) >= 2, f"the Rollouts counter never changed: {seen}"
+        assert seen[-1] == "4 / 4", seen
+        assert page.get_by_text("awaiting_review").count(), "the run never reached awaiting_review"
+        screenshot(page, "train")
+
+        page.goto(f"{app.url}/rollouts")
+        wait_for_app(page)
+        screenshot(page, "rollouts")
+
+        # Review: approve everything the learner proposed; the step is applied as a new version
+        page.goto(f"{app.url}/review")
+        wait_for_app(page)
+        screenshot(page, "review")
+        page.get_by_role("button", name="Approve all pending").click()
+        wait_for_text(page, "Applied as version", 60)
+        screenshot(page, "review-applied")
+
+        # Library: the new version made by the run, and its diff against the empty library
+        page.goto(f"{app.url}/library")
+        wait_for_app(page)
+        assert page.get_by_text("added").count(), "no added experience in the default diff"
+        screenshot(page, "library")
+
+        # Evaluate the latest version on 2 test queries; the chart appears when the worker is done
+        page.goto(f"{app.url}/evaluate")
+        wait_for_app(page)
+        fill_number(page, "Limit (0 = all queries)", 2)
+        page.get_by_role("button", name="Start evaluation").click()
+        page.locator(".js-plotly-plot").first.wait_for(timeout=600_000)
+        wait_for_app(page)
+        screenshot(page, "evaluate")

@@ -1,0 +1,177 @@
+"""UI tests of the Evaluate page (Streamlit AppTest): queue, scores table and chart, compare, promote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session
+
+from core.evaluation import create_evaluation, execute_evaluation
+from core.tasks import DEMO_TASK, get_task
+from core.versions import import_library, set_label
+from storage import db, queries
+from storage.models import Evaluation
+from tests.ui_support import run_app, scripted_gateway, table_with
+
+PAGE = "pages/evaluate.py"
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def imported_version(engine) -> int:
+    with db.session_scope(engine) as session:
+        return import_library(session, get_task(session, DEMO_TASK), "- Re-read the question.", "lib.md").id
+
+
+def executed_evaluation(engine, version: str, k: int, limit: int = 3) -> Evaluation:
+    evaluation_id = create_evaluation(engine, DEMO_TASK, version, k=k, limit=limit, created_by="test")
+    _model, gateway = scripted_gateway(engine)
+    evaluation = execute_evaluation(engine, evaluation_id, gateway=gateway)
+    assert evaluation.status == "completed", evaluation.error
+    return evaluation
+
+
+def all_evaluations(engine) -> list[Evaluation]:
+    with Session(engine) as session:
+        return queries.evaluations(session)
+
+
+def test_submit_queues_an_evaluation_of_the_chosen_version(engine):
+    version_id = imported_version(engine)
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    assert [t.value for t in at.title] == ["Evaluate"]
+    version_box = at.selectbox(key="eval_version")
+    assert version_box.options[-1] == "empty (no library)"
+    assert version_box.value == str(version_id)  # the newest version is the default
+
+    at.number_input(key="eval_k").set_value(3)
+    at.number_input(key="eval_limit").set_value(5)
+    at.button(key="eval_submit").click()
+    at.run()
+
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error
+    (evaluation,) = all_evaluations(engine)
+    assert (evaluation.version_id, evaluation.k, evaluation.limit, evaluation.split) == (version_id, 3, 5, "test")
+    assert evaluation.status == "queued"
+    assert evaluation.created_by == "alice"
+    table = table_with(at, "Mean@k")
+    assert table["id"].tolist() == [evaluation.id]
+    assert table.iloc[0]["version"] == "#2"
+    assert table.iloc[0]["progress"] == "0/?"
+    assert "queued" in table.iloc[0]["status"]
+
+
+def test_empty_library_and_all_queries(engine):
+    at = run_app(page=PAGE)
+    at.selectbox(key="eval_version").set_value("empty")
+    at.number_input(key="eval_k").set_value(1)
+    at.button(key="eval_submit").click()
+    at.run()
+
+    (evaluation,) = all_evaluations(engine)
+    assert evaluation.version_id is None
+    assert evaluation.limit is None
+    assert table_with(at, "Mean@k").iloc[0]["version"] == "empty"
+
+
+def test_executed_evaluations_appear_in_the_table_and_the_chart(engine):
+    version_id = imported_version(engine)
+    first = executed_evaluation(engine, "empty", k=2)
+    second = executed_evaluation(engine, str(version_id), k=1)
+    at = run_app(page=PAGE)
+
+    table = table_with(at, "Mean@k").set_index("id")
+    assert sorted(table.index) == sorted([first.id, second.id])
+    assert table.loc[first.id, "version"] == "empty"
+    assert table.loc[second.id, "version"] == "#2"
+    assert table.loc[first.id, "Mean@k"] == pytest.approx(0.5)  # scripted: right, wrong for each query
+    assert table.loc[first.id, "Pass@k"] == pytest.approx(1.0)
+    assert table.loc[second.id, "Mean@k"] == pytest.approx(second.mean_at_k)
+    assert table.loc[first.id, "n"] == 3
+    assert table.loc[first.id, "progress"] == "6/6"
+    lo, hi = first.metrics["mean_at_k_ci"]
+    assert table.loc[first.id, "Mean@k 95% CI"] == f"{lo:.3f} – {hi:.3f}"
+    assert all("completed" in status for status in table["status"])
+
+    (chart,) = at.get("plotly_chart")
+    traces = {trace["name"]: trace for trace in json.loads(chart.proto.spec)["data"]}
+    assert set(traces) == {"Mean@k", "Pass@k"}
+    assert traces["Mean@k"]["y"] == pytest.approx([0.5, second.mean_at_k])
+    assert traces["Mean@k"]["x"][0].startswith(f"empty (eval {first.id}")
+    assert traces["Mean@k"]["x"][1].startswith(f"#2 (eval {second.id}")
+
+
+def test_comparing_two_evaluations_shows_one_row_per_query(engine):
+    version_id = imported_version(engine)
+    first = executed_evaluation(engine, "empty", k=2)
+    second = executed_evaluation(engine, str(version_id), k=1)
+    at = run_app(page=PAGE)
+
+    assert at.selectbox(key="eval_compare_a").value == first.id
+    assert at.selectbox(key="eval_compare_b").value == second.id
+    compare = table_with(at, "mean reward A")
+    assert len(compare) == 3
+    with Session(engine) as session:
+        test_queries = queries.samples(session, get_task(session, DEMO_TASK).id, "test", limit=3)
+    assert compare["query"].tolist() == [s.query for s in test_queries]
+    assert compare["reference"].tolist() == [s.reference for s in test_queries]
+    assert compare["mean reward A"].tolist() == pytest.approx([0.5, 0.5, 0.5])
+    expected = ["B" if b > 0.5 else "A" if b < 0.5 else "tie" for b in compare["mean reward B"]]
+    assert compare["winner"].tolist() == expected
+    metrics = {m.label: m.value for m in at.metric}
+    assert int(metrics["B wins"]) == expected.count("B")
+    assert int(metrics["A wins"]) + int(metrics["B wins"]) + int(metrics["Ties"]) == 3
+    assert metrics["Cost per query A"].startswith("$")
+
+    at.selectbox(key="eval_compare_b").set_value(first.id)
+    at.run()
+    assert any("two different" in w.value for w in at.warning)
+    assert not [df for df in at.dataframe if "mean reward A" in df.value.columns]
+
+
+def test_promote_moves_the_production_label(engine):
+    version_id = imported_version(engine)
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        first_version = queries.versions(session, library.id)[0]
+        set_label(session, first_version, "production", "test")
+        library_id = library.id
+    evaluation = executed_evaluation(engine, str(version_id), k=1)
+    executed_evaluation(engine, "empty", k=1)  # the empty library is no candidate
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+
+    assert at.selectbox(key="eval_promote_choice").options == [
+        f"#{evaluation.id} · #2 · test · k=1 · Mean@k {evaluation.mean_at_k:.3f}"]
+    at.button(key="eval_promote").click()
+    at.run()
+
+    assert not at.exception, [e.value for e in at.exception]
+    with Session(engine) as session:
+        label = queries.label_by_name(session, library_id, "production")
+        assert (label.version_id, label.moved_by) == (version_id, "alice")
+    assert any(f"(id {version_id})" in s.value for s in at.success)
+    assert at.selectbox(key="eval_version").format_func(str(version_id)) == f"#2 (id {version_id}) production"
+
+
+def test_failed_evaluation_can_be_resumed(engine):
+    evaluation_id = create_evaluation(engine, DEMO_TASK, "empty", k=1, limit=2, created_by="test")
+    with db.session_scope(engine) as session:
+        evaluation = session.get(Evaluation, evaluation_id)
+        evaluation.status, evaluation.error = "failed", "RuntimeError: the model server went away"
+        session.add(evaluation)
+    at = run_app(page=PAGE)
+    assert any("the model server went away" in c.value for c in at.code)
+
+    at.button(key=f"eval_resume_{evaluation_id}").click()
+    at.run()
+
+    assert not at.exception, [e.value for e in at.exception]
+    with Session(engine) as session:
+        assert queries.evaluations(session)[0].status == "queued"
+    assert not [b for b in at.button if b.key == f"eval_resume_{evaluation_id}"]

@@ -1,0 +1,331 @@
+"""UI tests of the library page (Streamlit AppTest), each on its own SQLite file seeded through core."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.library import ProposedOp
+from core.prompts import EXPERIENCE_HEADER
+from core.tasks import DEMO_TASK, get_task
+from core.versions import edit_library, import_library
+from pages import library as page
+from pages._common import REVIEWER_KEY, Context
+from storage import db, queries
+from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
+
+PAGE = "pages/library.py"
+REVIEWER = "alice"
+HOSTILE = "<script>alert(1)</script> **bold** [x](http://e.com)"
+UNITS = "Write the unit next to every number you compute."
+REREAD = "Re-read the question to find which quantity it asks for."
+ESTIMATE = "Estimate the answer roughly before computing it exactly."
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def import_texts(engine, *texts: str) -> int:
+    with db.session_scope(engine) as session:
+        body = "\n".join(f"- {text}" for text in texts)
+        return import_library(session, get_task(session, DEMO_TASK), body, "lib.md", actor="bob").id
+
+
+def modify(engine, exp_id: str, text: str) -> int:
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        return edit_library(session, library, [ProposedOp("MODIFY", [exp_id], text)], "bob").id
+
+
+def stored_versions(engine) -> list:
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        return queries.versions(session, library.id)
+
+
+def open_page() -> object:
+    return run_app(page=PAGE, session_state={REVIEWER_KEY: REVIEWER})
+
+
+def rerun(at):
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def codes(at) -> list[str]:
+    return [c.value for c in at.code]
+
+
+def test_versions_table_lists_initial_imported_and_run_versions(engine):
+    at = open_page()
+    assert [t.value for t in at.title] == ["Library"]
+    assert any("Version #1 is empty" in c.value for c in at.caption)
+
+    imported_id = import_texts(engine, UNITS, ESTIMATE)  # the scripted learner then ADDs REREAD
+    run_id = seeded_run(engine, review_mode="auto")
+    at = open_page()
+
+    versions = table_with(at, "created by").set_index("number")
+    assert versions.loc[1, "source"] == "initial"
+    assert pd_isna(versions.loc[1, "parent"])
+    assert versions.loc[2, "id"] == imported_id
+    assert versions.loc[2, "source"] == "import"
+    assert versions.loc[2, "parent"] == 1
+    assert versions.loc[2, "created by"] == "bob"
+    assert versions.loc[2, "size"] == 2
+    assert versions.loc[2, "note"] == "imported from lib.md"
+    run_rows = versions[versions["source"] == "run"]
+    assert len(run_rows) >= 1
+    assert run_rows.iloc[0]["created by"] == f"run {run_id} · step 0/0"
+    # The text of the newest version is shown; the imported one can be chosen.
+    at.selectbox(key="lib_text_version").select(imported_id)
+    rerun(at)
+    assert f"[E1] {UNITS}\n[E2] {ESTIMATE}" in codes(at), codes(at)
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def test_add_creates_a_manual_version_by_the_reviewer(engine):
+    import_texts(engine, UNITS)
+    at = open_page()
+    at.text_area(key="lib_add_text").input(ESTIMATE)
+    at.button(key="lib_add_submit").click()
+    rerun(at)
+
+    latest = stored_versions(engine)[-1]
+    assert latest.number == 3
+    assert latest.source == "manual"
+    assert latest.created_by == REVIEWER
+    assert [exp["text"] for exp in latest.experiences] == [UNITS, ESTIMATE]
+    assert any("Created version #3" in s.value for s in at.success)
+    assert at.text_area(key="lib_add_text").value == ""
+    assert table_with(at, "created by")["number"].tolist() == [3, 2, 1]
+
+
+@pytest.mark.parametrize(("text", "reason"), [(UNITS.upper(), "duplicates an existing experience"),
+                                              ("ok", "too short")])
+def test_add_rejected_text_shows_the_reason_and_creates_nothing(engine, text, reason):
+    import_texts(engine, UNITS)
+    at = open_page()
+    at.text_area(key="lib_add_text").input(text)
+    at.button(key="lib_add_submit").click()
+    rerun(at)
+
+    assert [v.number for v in stored_versions(engine)] == [1, 2]
+    assert any(reason in e.value for e in at.error), [e.value for e in at.error]
+    assert not at.success
+
+
+def test_edit_delete_and_merge_produce_the_expected_experiences(engine):
+    import_texts(engine, UNITS, REREAD, ESTIMATE)  # E1, E2, E3
+    at = open_page()
+
+    at.selectbox(key="lib_edit_id").select("E2")
+    rerun(at)
+    assert at.text_area(key="lib_edit_text_E2").value == REREAD
+    at.text_area(key="lib_edit_text_E2").input("Re-read the question and underline what it asks for.")
+    at.button(key="lib_edit_submit").click()
+    rerun(at)
+    latest = stored_versions(engine)[-1]
+    assert latest.source == "manual" and latest.created_by == REVIEWER
+    assert latest.experiences == [{"id": "E1", "text": UNITS},
+                                  {"id": "E2", "text": "Re-read the question and underline what it asks for."},
+                                  {"id": "E3", "text": ESTIMATE}]
+
+    at.multiselect(key="lib_delete_ids").select("E1")
+    at.button(key="lib_delete_submit").click()
+    rerun(at)
+    assert [exp["id"] for exp in stored_versions(engine)[-1].experiences] == ["E2", "E3"]
+
+    merged = "Re-read the question, then estimate the answer before computing it."
+    at.multiselect(key="lib_merge_ids").select("E2").select("E3")
+    at.text_area(key="lib_merge_text").input(merged)
+    at.button(key="lib_merge_submit").click()
+    rerun(at)
+    versions = stored_versions(engine)
+    assert versions[-1].experiences == [{"id": "E4", "text": merged}]
+    assert [v.number for v in versions] == [1, 2, 3, 4, 5]
+    assert not at.error
+
+
+def test_merge_of_one_id_is_rejected(engine):
+    import_texts(engine, UNITS, REREAD)
+    at = open_page()
+    at.multiselect(key="lib_merge_ids").select("E1")
+    at.text_area(key="lib_merge_text").input("Write units and re-read the question every time.")
+    at.button(key="lib_merge_submit").click()
+    rerun(at)
+    assert any("MERGE" in e.value for e in at.error), [e.value for e in at.error]
+    assert len(stored_versions(engine)) == 2
+
+
+def test_diff_between_versions(engine):
+    imported_id = import_texts(engine, UNITS, REREAD)
+    changed = "Write the unit next to every number, also in the final answer."
+    latest_id = modify(engine, "E1", changed)
+    at = open_page()
+
+    # Default: the latest version's parent -> the latest version.
+    assert at.selectbox(key="lib_diff_from").value == imported_id
+    assert at.selectbox(key="lib_diff_to").value == latest_id
+    diff = table_with(at, "change")
+    assert diff[["change", "id", "before", "after"]].values.tolist() == [["changed", "E1", UNITS, changed]]
+    unified = [c for c in at.code if c.language == "diff"]
+    assert len(unified) == 1
+    assert f"-[E1] {UNITS}" in unified[0].value and f"+[E1] {changed}" in unified[0].value
+
+    initial_id = stored_versions(engine)[0].id
+    at.selectbox(key="lib_diff_from").select(initial_id)
+    rerun(at)
+    diff = table_with(at, "change")
+    assert diff["change"].tolist() == ["added", "added"]
+    assert diff["id"].tolist() == ["E1", "E2"]
+
+    at.selectbox(key="lib_diff_from").select(latest_id)
+    rerun(at)
+    assert not [df for df in at.dataframe if "change" in df.value.columns]
+    assert any("No differences" in i.value for i in at.info)
+
+
+def test_revert_creates_a_new_version_with_the_old_content(engine):
+    imported_id = import_texts(engine, UNITS, REREAD)
+    edited_id = modify(engine, "E2", "Re-read the question and underline what it asks for.")
+    at = open_page()
+    at.selectbox(key="lib_revert_version").select(imported_id)
+    at.button(key="lib_revert_button").click()
+    rerun(at)
+
+    versions = stored_versions(engine)
+    old, new = next(v for v in versions if v.id == imported_id), versions[-1]
+    assert new.number == 4
+    assert new.source == "revert"
+    assert new.created_by == REVIEWER
+    assert new.parent_id == edited_id
+    assert new.experiences == old.experiences
+    assert table_with(at, "created by")["number"].tolist() == [4, 3, 2, 1]
+
+
+def test_move_label_points_production_at_the_chosen_version(engine):
+    imported_id = import_texts(engine, UNITS)
+    latest_id = modify(engine, "E1", "Write the unit next to every number, also in the final answer.")
+    at = open_page()
+    assert at.text_input(key="lib_label_name").value == "production"
+    at.selectbox(key="lib_label_version").select(imported_id)
+    at.button(key="lib_label_button").click()
+    rerun(at)
+
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        label = queries.label_by_name(session, library.id, "production")
+        assert (label.version_id, label.moved_by) == (imported_id, REVIEWER)
+    labels = table_with(at, "moved by")
+    assert labels[["label", "version id"]].values.tolist() == [["production", imported_id]]
+    versions = table_with(at, "created by").set_index("id")
+    assert versions.loc[imported_id, "labels"] == "production"
+
+    at.selectbox(key="lib_label_version").select(latest_id)
+    at.button(key="lib_label_button").click()
+    rerun(at)
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        assert queries.label_by_name(session, library.id, "production").version_id == latest_id
+        assert len(queries.labels(session, library.id)) == 1
+
+
+def test_export_in_three_formats(engine):
+    version_id = import_texts(engine, UNITS, REREAD)
+    at = open_page()
+    assert at.selectbox(key="lib_export_version").value == version_id
+
+    at.radio(key="lib_export_format").set_value("md")
+    rerun(at)
+    assert f"# Experience library\n\n- [G0] {UNITS}\n- [G1] {REREAD}" in codes(at)  # st.code drops the final newline
+
+    at.radio(key="lib_export_format").set_value("json")
+    rerun(at)
+    documents = []
+    for value in codes(at):
+        try:
+            documents.append(json.loads(value))
+        except ValueError:
+            continue
+    assert len(documents) == 1
+    assert documents[0]["experiences"] == [{"id": "E1", "text": UNITS}, {"id": "E2", "text": REREAD}]
+    assert documents[0]["task"] == DEMO_TASK
+    assert (documents[0]["version_id"], documents[0]["version_number"]) == (version_id, 2)
+
+    at.radio(key="lib_export_format").set_value("prompt")
+    rerun(at)
+    assert f"{EXPERIENCE_HEADER}\n[G0]. {UNITS}\n[G1]. {REREAD}" in codes(at)
+    assert page.export_file_name(DEMO_TASK, "default", 2, "prompt") == "arithmetic-word-problems-default-v2.txt"
+
+
+def test_hostile_experience_text_is_shown_only_as_code(engine):
+    import_texts(engine, HOSTILE, UNITS)
+    modify(engine, "E1", f"{HOSTILE} again")
+    at = open_page()
+    at.selectbox(key="lib_edit_id").select("E1")
+    rerun(at)
+
+    assert any(HOSTILE in value for value in codes(at)), codes(at)
+    assert any(HOSTILE in c.value for c in at.code if c.language == "diff")
+    for text in markdown_texts(at):
+        assert "alert(1)" not in text and "bold" not in text and "e.com" not in text, text
+    for widget in [*at.selectbox, *at.multiselect, *at.text_area, *at.button, *at.radio]:
+        assert "alert(1)" not in (widget.label or ""), widget.label
+
+
+def test_import_handler_creates_a_version_or_writes_nothing(engine):
+    ctx = Context(task=DEMO_TASK, library="default", reviewer=REVIEWER)
+
+    outcome = page.import_upload("lib.json", json.dumps([UNITS, REREAD]).encode(), ctx)
+    assert outcome.ok, outcome
+    latest = stored_versions(engine)[-1]
+    assert (latest.number, latest.source, latest.created_by) == (2, "import", REVIEWER)
+    assert [exp["text"] for exp in latest.experiences] == [UNITS, REREAD]
+
+    bad_json = page.import_upload("lib.json", b'{"experiences": [', ctx)
+    assert not bad_json.ok and "not valid JSON" in bad_json.detail
+    empty = page.import_upload("lib.md", b"\n\n", ctx)
+    assert not empty.ok and "empty" in empty.detail
+    binary = page.import_upload("lib.txt", b"\xff\xfe\x00\x81 not text", ctx)
+    assert not binary.ok and "UTF-8" in binary.message
+    assert len(stored_versions(engine)) == 2
+
+    other = page.import_upload("seg.md", f"- {ESTIMATE}".encode(),
+                               Context(task=DEMO_TASK, library="segment-b", reviewer=REVIEWER))
+    assert other.ok
+    with db.session_scope(engine) as session:
+        segment = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "segment-b")
+        assert [v.source for v in queries.versions(session, segment.id)] == ["initial", "import"]
+
+
+@pytest.mark.parametrize(("name", "data", "ok"), [("lib.md", f"- {UNITS}\n- {REREAD}".encode(), True),
+                                                  ("lib.txt", b"\xff\xfe\x00\x81", False),
+                                                  ("lib.json", b"[1, 2]", False)])
+def test_import_button_on_the_page(engine, name, data, ok):
+    at = open_page()
+    assert at.button(key="lib_import_button").disabled
+    at.file_uploader(key="lib_import_file").upload(name, data)
+    rerun(at)
+    at.button(key="lib_import_button").click()
+    rerun(at)
+
+    versions = stored_versions(engine)
+    if ok:
+        assert (len(versions), versions[-1].source, versions[-1].created_by) == (2, "import", REVIEWER)
+        assert any("Imported 2 experiences as version #2" in s.value for s in at.success)
+        assert table_with(at, "created by")["number"].tolist() == [2, 1]
+    else:
+        assert len(versions) == 1
+        assert any("Nothing was written" in e.value for e in at.error), [e.value for e in at.error]
+        assert not at.success

@@ -1,0 +1,183 @@
+"""UI tests of the Review page (Streamlit AppTest): decisions go to the database through core.review."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session, select
+
+from core import review
+from core.training import decide_all
+from pages._common import REVIEWER_KEY
+from storage import queries
+from storage.models import AuditEvent, Run
+from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
+
+PAGE = "pages/review.py"
+REVIEWER = "alice"
+ADDED = "Re-read the question to find which quantity it asks for."
+HOSTILE = "<script>alert(1)</script> **bold**"
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def open_review(**state):
+    at = run_app(page=PAGE, session_state={REVIEWER_KEY: REVIEWER, **state})
+    assert [t.value for t in at.title] == ["Review"]
+    return at
+
+
+def state(engine, run_id: int) -> dict:
+    """The run, its only step, its operations and its library versions, from the database."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        step = queries.steps(session, run_id)[0]
+        ops = queries.step_operations(session, step.id)
+        versions = queries.versions(session, run.library_id)
+        session.expunge_all()
+    return {"run": run, "step": step, "ops": ops, "versions": versions}
+
+
+def click(at, key: str):
+    at.button(key=key).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_approve_the_only_pending_operation_applies_the_step(engine):
+    run_id = seeded_run(engine, "manual")
+    before = state(engine, run_id)
+    assert before["run"].status == "awaiting_review"
+    [op] = before["ops"]
+    assert op.status == "pending"
+    at = open_review()
+    assert at.selectbox(key="review_run").value == run_id
+    assert at.selectbox(key="review_step").value == before["step"].id
+    assert table_with(at, "validation error")["status"].tolist() == ["pending"]
+
+    click(at, f"review_approve_{op.id}")
+
+    after = state(engine, run_id)
+    [decided] = after["ops"]
+    assert decided.status == "applied" and decided.reviewer == REVIEWER
+    assert len(after["versions"]) == len(before["versions"]) + 1
+    new = after["versions"][-1]
+    assert new.source == "run" and new.run_id == run_id
+    assert ADDED in [exp["text"] for exp in new.experiences]
+    assert after["step"].status == "completed" and after["step"].version_after_id == new.id
+    assert after["run"].status == "queued"
+    assert f"Applied as version #{new.number}" in [s.value for s in at.success]
+    assert table_with(at, "validation error")["status"].tolist() == ["applied"]
+    assert not [b for b in at.button if b.key == f"review_approve_{op.id}"]
+    assert any(f"applied by {REVIEWER} at" in c.value for c in at.code)
+
+
+def test_reject_all_leaves_the_library_unchanged(engine):
+    run_id = seeded_run(engine, "manual")
+    before = state(engine, run_id)
+    at = open_review()
+
+    click(at, "review_reject_all")
+
+    after = state(engine, run_id)
+    assert [op.status for op in after["ops"]] == ["rejected"]
+    assert after["ops"][0].reviewer == REVIEWER
+    assert [v.id for v in after["versions"]] == [v.id for v in before["versions"]]
+    assert after["step"].status == "completed"
+    assert after["step"].version_after_id == after["step"].version_before_id
+    assert after["run"].status == "queued"
+    assert any(s.value.startswith("Applied as version #") for s in at.success)
+
+
+def test_an_invalid_edit_shows_an_error_and_a_valid_one_is_applied(engine):
+    run_id = seeded_run(engine, "manual")
+    [op] = state(engine, run_id)["ops"]
+    at = open_review()
+
+    click(at, f"review_edit_{op.id}")
+    assert at.text_area(key=f"review_edit_text_{op.id}").value == ADDED
+    at.text_area(key=f"review_edit_text_{op.id}").input("ok")
+    click(at, f"review_save_edit_{op.id}")
+
+    assert any("not valid" in e.value for e in at.error), [e.value for e in at.error]
+    current = state(engine, run_id)
+    assert current["ops"][0].status == "pending" and current["ops"][0].text == ADDED
+    assert current["step"].status == "awaiting_review"
+
+    edited = "Write each quantity with its unit before computing anything."
+    at.text_area(key=f"review_edit_text_{op.id}").input(edited)
+    click(at, f"review_save_edit_{op.id}")
+
+    after = state(engine, run_id)
+    [done] = after["ops"]
+    assert done.text == edited and done.reviewer == REVIEWER
+    assert done.status == "applied"  # edited, then applied as the step's last decision
+    assert [exp["text"] for exp in after["versions"][-1].experiences][-1] == edited
+    assert after["step"].status == "completed"
+    assert not at.error
+    with Session(engine) as session:
+        actions = session.exec(select(AuditEvent.action).where(AuditEvent.object_type == "operation",
+                                                               AuditEvent.object_id == op.id)).all()
+    assert "operation.edit" in actions
+
+
+def test_a_decision_made_elsewhere_first_shows_already_and_changes_nothing(engine):
+    run_id = seeded_run(engine, "manual")
+    [op] = state(engine, run_id)["ops"]
+    at = open_review()
+    review.decide_operation(engine, op.id, "rejected", "bob")
+    first = state(engine, run_id)
+
+    click(at, f"review_approve_{op.id}")
+
+    assert any("already" in e.value and "bob" in e.value for e in at.error), [e.value for e in at.error]
+    after = state(engine, run_id)
+    assert after["ops"][0].status == first["ops"][0].status == "rejected"
+    assert after["ops"][0].reviewer == "bob"
+    assert [v.id for v in after["versions"]] == [v.id for v in first["versions"]]
+
+
+def test_hostile_model_text_is_shown_only_as_code(engine):
+    update = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": ADDED, "rationale": HOSTILE}]})
+    run_id = seeded_run(engine, "manual", update=update, summary=f"Summary {HOSTILE}")
+    [op] = state(engine, run_id)["ops"]
+    assert op.rationale == HOSTILE
+    at = open_review()
+
+    code = [c.value for c in at.code]
+    assert HOSTILE in code
+    assert f"Summary {HOSTILE}" in code
+    for text in markdown_texts(at):
+        assert "alert(1)" not in text and "bold" not in text, text
+
+
+def test_reopen_and_apply_decisions(engine):
+    """Two pending operations: deciding one leaves the step waiting; reopen takes it back."""
+    update = json.dumps({"operations": [
+        {"op": "ADD", "ids": [], "text": ADDED, "rationale": "one"},
+        {"op": "ADD", "ids": [], "text": "Estimate the answer before computing it exactly.", "rationale": "two"}]})
+    run_id = seeded_run(engine, "manual", update=update)
+    first, second = state(engine, run_id)["ops"]
+    at = open_review()
+
+    click(at, f"review_approve_{first.id}")
+    current = state(engine, run_id)
+    assert [o.status for o in current["ops"]] == ["approved", "pending"]
+    assert current["step"].status == "awaiting_review"
+
+    click(at, f"review_reopen_{first.id}")
+    assert [o.status for o in state(engine, run_id)["ops"]] == ["pending", "pending"]
+
+    decide_all(engine, current["step"].id, "rejected", "bob")  # a race: decided, but the step not applied
+    at.run()
+    assert any("not applied yet" in w.value for w in at.warning)
+    click(at, "review_apply")
+    after = state(engine, run_id)
+    assert after["step"].status == "completed"
+    assert after["run"].status == "queued"
+    assert [o.status for o in after["ops"]] == ["rejected", "rejected"]

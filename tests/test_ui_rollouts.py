@@ -1,0 +1,132 @@
+"""UI tests of the Rollouts page (Streamlit AppTest) on runs and evaluations seeded with scripted replies."""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import Session
+
+from core.evaluation import create_evaluation, execute_evaluation
+from core.tasks import DEMO_TASK
+from storage import queries
+from storage.db import session_scope
+from storage.models import Rollout
+from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
+
+PAGE = "pages/rollouts.py"
+HOSTILE = "<script>alert(1)</script> **bold** \\boxed{7}"
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def step_groups(engine, run_id: int) -> tuple[int, dict[int, list[Rollout]]]:
+    """The run's first step and its rollouts by sample id, straight from the database."""
+    with Session(engine) as session:
+        step = queries.steps(session, run_id)[0]
+        groups: dict[int, list[Rollout]] = {}
+        for rollout in queries.step_rollouts(session, step.id):
+            groups.setdefault(rollout.sample_id, []).append(rollout)
+    return step.id, groups
+
+
+def output_columns(at) -> list:
+    """The columns that hold an output (the filter checkboxes sit in columns too)."""
+    return [c for c in at.columns if any(m.value.startswith("**Output ") for m in c.markdown)]
+
+
+def test_group_outputs_side_by_side_with_rewards_and_sources(engine):
+    run_id = seeded_run(engine, "auto")
+    step_id, groups = step_groups(engine, run_id)
+    at = run_app(page=PAGE)
+
+    assert at.selectbox(key="rollouts_run").value == run_id
+    assert at.selectbox(key="rollouts_step").value == step_id
+    sample_id = at.selectbox(key="rollouts_query").value
+    expected = groups[sample_id]
+    assert len(expected) == 2
+    assert "G=2" in at.selectbox(key="rollouts_query").format_func(sample_id)
+    assert "mixed" in at.selectbox(key="rollouts_query").format_func(sample_id)
+
+    columns = output_columns(at)
+    assert len(columns) == 2
+    for column, rollout in zip(columns, expected, strict=True):
+        captions = [c.value for c in column.caption]
+        codes = [c.value for c in column.code]
+        assert f"Reward {rollout.reward:g} · source {rollout.reward_source}" in captions
+        assert rollout.reward_source == "verifier"
+        assert rollout.final_answer in codes
+        assert rollout.summary in codes
+    assert sorted(r.reward for r in expected) == [0.0, 1.0]
+
+    with Session(engine) as session:
+        sample = queries.samples_by_ids(session, [sample_id])[0]
+    code = [c.value for c in at.code]
+    assert sample.query in code and sample.reference in code
+
+
+def test_trajectory_is_shown_verbatim_as_code(engine):
+    run_id = seeded_run(engine, "auto", rollout=lambda messages: f"Thinking... {HOSTILE}")
+    _step_id, groups = step_groups(engine, run_id)
+    at = run_app(page=PAGE)
+
+    rollout = groups[at.selectbox(key="rollouts_query").value][0]
+    assert rollout.messages[-1]["role"] == "assistant"
+    code = [c.value for c in at.code]
+    assert f"Thinking... {HOSTILE}" in code
+    assert "assistant" in [c.value for c in at.caption]
+    assert [e.label for e in at.expander].count("Trajectory") == 2
+    for text in markdown_texts(at):
+        assert "alert(1)" not in text and "bold" not in text, text
+
+
+def test_only_mixed_groups_hides_an_all_equal_group(engine):
+    run_id = seeded_run(engine, "auto")
+    step_id, groups = step_groups(engine, run_id)
+    uniform_sample = min(groups)
+    with session_scope(engine) as session:  # test setup: make one group all-correct
+        for rollout in queries.step_rollouts(session, step_id, uniform_sample):
+            rollout.reward = 1.0
+            session.add(rollout)
+    at = run_app(page=PAGE)
+    assert sorted(at.selectbox(key="rollouts_query").options) == sorted(
+        at.selectbox(key="rollouts_query").format_func(s) for s in groups)
+
+    at.checkbox(key="rollouts_only_mixed").check().run()
+    assert not at.exception
+    query = at.selectbox(key="rollouts_query")
+    assert query.value == max(groups) != uniform_sample
+    assert len(query.options) == 1
+    assert "1 of 2 queries shown" in [c.value for c in at.caption]
+
+    at.checkbox(key="rollouts_only_mixed").uncheck().run()
+    at.checkbox(key="rollouts_only_failures").check().run()
+    assert at.selectbox(key="rollouts_query").value == max(groups)
+    assert len(at.selectbox(key="rollouts_query").options) == 1
+
+
+def test_choosing_an_evaluation_shows_its_rollouts(engine):
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", limit=2, k=6)
+    _model, gateway = scripted_gateway(engine)
+    execute_evaluation(engine, eval_id, gateway=gateway)
+    at = run_app(page=PAGE)
+    assert any("no training runs" in i.value for i in at.info)
+
+    at.radio(key="rollouts_source").set_value("Evaluation").run()
+    assert not at.exception
+    assert at.selectbox(key="rollouts_evaluation").value == eval_id
+    sample_id = at.selectbox(key="rollouts_query").value
+    with Session(engine) as session:
+        expected = queries.evaluation_sample_rollouts(session, eval_id, sample_id)
+    assert len(expected) == 6
+
+    table = table_with(at, "final answer")  # G > 4: a compact table, then one expander per output
+    assert table["index"].tolist() == list(range(6))
+    assert table["reward"].tolist() == [r.reward for r in expected]
+    assert set(table["source"]) == {"verifier"}
+    assert table["final answer"].tolist() == [r.final_answer for r in expected]
+    labels = [e.label for e in at.expander]
+    assert [label for label in labels if label.startswith("Output ")] == [
+        f"Output {r.group_index} · reward {r.reward:g}" for r in expected]
