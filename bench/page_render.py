@@ -112,10 +112,18 @@ def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
 
 def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
     import streamlit as st
+    from streamlit.runtime.pages_manager import PagesManager
     from streamlit.testing.v1 import AppTest
 
     from storage import db
 
+    original = PagesManager.__init__
+
+    def navigation_mode(self, *args, **kwargs) -> None:  # as in tests/conftest.py: every run is a full app run
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    PagesManager.__init__ = navigation_mode
     results = []
     app = str(ROOT / "streamlit_app.py")
     start = time.perf_counter()
@@ -133,6 +141,8 @@ def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
             times.append(time.perf_counter() - start)
             if at.exception:
                 raise SystemExit(f"{page}: {at.exception[0].value}")
+            if not at.sidebar.selectbox or at.sidebar.selectbox[0].value is None:
+                raise SystemExit(f"{page}: rendered without the sidebar's task")
         results.append((page, times))
     db.get_engine.cache_clear()
     st.cache_resource.clear()

@@ -181,6 +181,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.INFO)
+    for noisy in ("LiteLLM", "litellm", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     engine = _engine(args)
     print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
     done = serve(engine, poll=args.poll, once=args.once)

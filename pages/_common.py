@@ -16,8 +16,6 @@ from core.worker import ensure_worker, job_health
 from storage.db import database_url, get_engine
 
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
-STATUS_ICONS = {"queued": "⏳", "running": "▶️", "awaiting_review": "👀", "paused": "⏸️", "completed": "✅",
-                "failed": "❌", "cancelled": "⛔", "stalled": "💀"}
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")
 
@@ -73,9 +71,10 @@ def experience_lines(experiences: list[dict]) -> str:
 
 
 def status_label(status: str, heartbeat_at=None) -> str:
-    """A job's status with an icon; a running job whose worker stopped beating shows as `stalled`."""
-    shown = job_health(status, heartbeat_at)
-    return f"{STATUS_ICONS.get(shown, '')} {shown}".strip()
+    """A job's status as a person should read it: a running job whose worker stopped beating is `stalled`.
+
+    Plain words, no emoji: a browser without an emoji font draws them as empty boxes."""
+    return job_health(status, heartbeat_at)
 
 
 def start_worker_if_needed() -> None:

@@ -242,7 +242,7 @@ with Session(engine()) as session:
 if not runs:
     st.info("No runs of this task yet: set the run above and press Start run.")
     st.stop()
-labels = {r.id: f"#{r.id} · {job_health(r.status, r.heartbeat_at)}" for r in runs}
+labels = {r.id: f"#{r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}  # status: live below
 if st.session_state.get(RUN_KEY) not in labels:
     st.session_state[RUN_KEY] = runs[0].id
 selected = st.selectbox("Run", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),

@@ -98,7 +98,7 @@ def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None
 
 
 @contextmanager
-def browser_page(width: int = 1400, height: int = 1000):
+def browser_page(width: int = 1400, height: int = 1700):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

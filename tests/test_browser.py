@@ -105,7 +105,8 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         # Evaluate the latest version on 2 test queries; the chart appears when the worker is done
         page.goto(f"{app.url}/evaluate")
         wait_for_app(page)
-        fill_number(page, "Limit (0 = all queries)", 2)
+        fill_number(page, "k (samples per query)", 1)
+        fill_number(page, "Queries limit (0 = all)", 2)
         page.get_by_role("button", name="Start evaluation").click()
         page.locator(".js-plotly-plot").first.wait_for(timeout=600_000)
         wait_for_app(page)
