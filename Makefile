@@ -34,6 +34,6 @@ test: lint
 	$(VENV)/bin/pytest -q
 
 bench: install
-	PYTHONPATH=. $(PY) bench/page_render.py
+	PYTHONPATH=. $(PY) bench/page_render.py --browser
 	PYTHONPATH=. $(PY) bench/engine_overhead.py
 	PYTHONPATH=. $(PY) bench/local_throughput.py

@@ -6,7 +6,10 @@ evaluations, then renders every page with Streamlit's AppTest and prints the tim
 first render (the page script only; the app's own first run, which migrates the database, is
 timed separately). The target is under 2 s per page.
 
-    PYTHONPATH=. .venv/bin/python bench/page_render.py [--rollouts 5000] [--repeat 3] [--keep PATH]
+    PYTHONPATH=. .venv/bin/python bench/page_render.py [--rollouts 5000] [--repeat 3] [--keep PATH] [--browser]
+
+With --browser it also serves the seeded database with `streamlit run` and times, in Debian's
+Chromium, from navigating to each page's URL until its script has finished and the page is drawn.
 """
 
 from __future__ import annotations
@@ -149,11 +152,45 @@ def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
     return results
 
 
+def time_in_browser(url: str, repeat: int) -> list[tuple[str, list[float]]]:
+    import subprocess
+    import tempfile as tf
+
+    from tests.browser_support import browser_page, free_port, wait_for_app, wait_healthy
+
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    log = open(Path(tf.mkdtemp()) / "streamlit.log", "w")  # noqa: SIM115  (closed below)
+    app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+                            "--server.port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    results = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(base, app)
+        with browser_page() as page:
+            page.goto(base)
+            wait_for_app(page)
+            for name in PAGES:
+                times = []
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    page.goto(f"{base}/{'' if name == 'overview' else name}")
+                    wait_for_app(page)
+                    times.append(time.perf_counter() - start - 0.3)  # wait_for_app's settling pause
+                results.append((name, times))
+    finally:
+        app.terminate()
+        app.wait(timeout=20)
+        log.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", help="seed this SQLite file and keep it (to open it with `make run`)")
+    parser.add_argument("--browser", action="store_true", help="also time each page in Chromium (needs it)")
     args = parser.parse_args()
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -168,6 +205,10 @@ def main() -> None:
     print(f"\n| page | first render (s), median of {args.repeat} | max (s) |\n|---|---|---|")
     for page, times in time_pages(args.repeat):
         print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
+    if args.browser:
+        print(f"\n| page | in Chromium: URL to drawn page (s), median of {args.repeat} | max (s) |\n|---|---|---|")
+        for page, times in time_in_browser(url, args.repeat):
+            print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
 
 
 if __name__ == "__main__":
