@@ -60,12 +60,34 @@ def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None 
     return status
 
 
+def holder_is_dead(worker_id: str) -> bool:
+    """True when the worker id names a process on this machine that no longer exists (killed, crashed):
+    its job need not wait STALE_AFTER seconds before it can be resumed here."""
+    host, _, rest = worker_id.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple[str, ...] = ("queued",)) -> bool:
     """Atomically mark a job `running` for `owner` if it is in one of `statuses`; `running` there means
     only a stalled one (its heartbeat is stale), never one that a live worker holds."""
     table = TABLES[kind]
     stale_before = utcnow() - timedelta(seconds=STALE_AFTER)
     stalled = (table.status == "running") & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
+    if "running" in statuses:
+        with Session(engine) as session:
+            row = session.get(table, job_id)
+            holder = row.worker_id if row is not None and row.status == "running" else None
+        if holder and holder_is_dead(holder):
+            stalled = stalled | ((table.status == "running") & (table.worker_id == holder))
     condition = col(table.status).in_([s for s in statuses if s != "running"])
     if "running" in statuses:
         condition = condition | stalled

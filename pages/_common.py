@@ -65,6 +65,20 @@ def show_text(text: str | None, empty: str = "(empty)") -> None:
     st.code(text if text else empty, language=None, wrap_lines=True)
 
 
+def show_trajectory(messages: list[dict]) -> None:
+    """The agent's side of the conversation (after the system prompt and the query), each with its role."""
+    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
+    if not turns:
+        st.caption("No model turn was recorded.")
+    for message in turns:
+        role = str(message.get("role", "?"))
+        content = str(message.get("content", ""))
+        if role == "user" and content.startswith("Code output:"):
+            role = "user (tool output)"
+        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
+        show_text(content)
+
+
 def experience_lines(experiences: list[dict]) -> str:
     """A version's experiences as plain text, one `[E3] text` line each."""
     return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)

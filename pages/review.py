@@ -23,6 +23,7 @@ from pages._common import (
     require_app,
     run_action,
     show_text,
+    show_trajectory,
     start_worker_if_needed,
     status_label,
 )
@@ -109,20 +110,6 @@ def apply_decisions(step_id: int, run_id: int) -> None:
 
 def reward_text(value: float | None) -> str:
     return "–" if value is None else f"{value:g}"
-
-
-def show_trajectory(messages: list[dict]) -> None:
-    """The agent's side of the conversation (after the system prompt and the query), each with its role."""
-    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
-    if not turns:
-        st.caption("No model turn was recorded.")
-    for message in turns:
-        role = str(message.get("role", "?"))
-        content = str(message.get("content", ""))
-        if role == "user" and content.startswith("Code output:"):
-            role = "user (tool output)"
-        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
-        show_text(content)
 
 
 def operation_diff(op: Operation, before: list[dict], before_number: int | None) -> str:

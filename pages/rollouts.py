@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from pages._common import SCORE, context, engine, require_app, show_text, status_label
+from pages._common import SCORE, context, engine, require_app, show_text, show_trajectory, status_label
 from storage import queries
 from storage.models import Rollout
 
@@ -42,20 +42,6 @@ def group_label(group: dict) -> str:
 
 def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[dict]:
     return [g for g in groups if (g["mixed"] or not only_mixed) and (g["failed"] or not only_failures)]
-
-
-def show_trajectory(messages: list[dict]) -> None:
-    """The agent's side of the conversation (after the system prompt and the query), each with its role."""
-    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
-    if not turns:
-        st.caption("No model turn was recorded.")
-    for message in turns:
-        role = str(message.get("role", "?"))
-        content = str(message.get("content", ""))
-        if role == "user" and content.startswith("Code output:"):
-            role = "user (tool output)"
-        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
-        show_text(content)
 
 
 def show_output(rollout: Rollout, *, in_expander: bool) -> None:

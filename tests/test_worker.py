@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -158,3 +159,17 @@ def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_pa
     assert proc.returncode == 0, output
     with Session(engine) as session:
         assert alive_workers(session) == []
+
+
+def test_a_job_held_by_a_dead_local_process_can_be_resumed_at_once(engine, demo_task):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead = f"{socket.gethostname()}:{proc.pid}:abc123"
+    run_id = create_run(engine, DEMO_TASK, SMALL)
+    assert claim(engine, "run", run_id, dead)
+    alive = f"{socket.gethostname()}:{os.getpid()}:abc123"
+    assert not claim(engine, "run", run_id, "w2", statuses=("queued",))
+    assert claim(engine, "run", run_id, "w2", statuses=("queued", "running"))
+    assert get_run(engine, run_id).worker_id == "w2"
+    set_run(engine, run_id, worker_id=alive, status="running", heartbeat_at=utcnow())
+    assert not claim(engine, "run", run_id, "w3", statuses=("queued", "running"))
