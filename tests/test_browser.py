@@ -82,6 +82,9 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         assert len(seen) >= 2, f"the Rollouts counter never changed: {seen}"
         assert seen[-1] == "4 / 4", seen
         assert page.get_by_text("awaiting_review").count(), "the run never reached awaiting_review"
+        page.locator(".js-plotly-plot").first.wait_for()
+        page.get_by_text("Time left").first.wait_for()
+        page.wait_for_timeout(500)
         screenshot(page, "train")
 
         page.goto(f"{app.url}/rollouts")
