@@ -162,7 +162,9 @@ def live_progress(run_id: int) -> None:
                    help="Groups whose semantic advantage was extracted.")
     row2 = st.columns(5)
     row2[0].metric("Operations", progress.get("operations", 0), help="Library operations the learner proposed.")
-    row2[1].metric("Tokens", f"{compact(progress.get('tokens_in', 0))} in · {compact(progress.get('tokens_out', 0))} out")
+    tokens_in, tokens_out = progress.get("tokens_in", 0), progress.get("tokens_out", 0)
+    row2[1].metric("Tokens", compact(tokens_in + tokens_out),
+                   help=f"{tokens_in:,} in (prompts) · {tokens_out:,} out (completions)")
     row2[2].metric("Cost", f"${cost:.4f}{budget}")
     row2[3].metric("Elapsed", duration(elapsed))
     row2[4].metric("Time left", duration(left), help="Estimated from the rollout rate so far.")
