@@ -7,6 +7,7 @@ why a rollout scored 0 or 1 without re-running anything.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,11 +130,62 @@ def _numeric_reward(response: str, reference: str, settings: dict[str, Any]) -> 
     )
 
 
+def _regex_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """1.0 when the response matches the pattern (the task's `pattern` setting, else the sample's reference).
+
+    Patterns are written by the task's owner, not by a model; an invalid one is a configuration error.
+    `ignore_case` (default true) and `full_match` (default false: the pattern may match anywhere).
+    """
+    pattern = str(settings.get("pattern") or reference)
+    flags = re.IGNORECASE if settings.get("ignore_case", True) else 0
+    try:
+        compiled = re.compile(pattern, flags | re.DOTALL)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {_short(pattern)}: {exc}") from exc
+    text = response.strip()
+    match = compiled.fullmatch(text) if settings.get("full_match") else compiled.search(text)
+    if match:
+        return RewardResult(1.0, "verifier", f"matches /{_short(pattern, 80)}/: {_short(match.group(0), 80)}")
+    return RewardResult(0.0, "verifier", f"no match for /{_short(pattern, 80)}/")
+
+
+def _phrases(reference: str, settings: dict[str, Any]) -> list[str]:
+    given = settings.get("phrases")
+    if isinstance(given, str):
+        given = [given]
+    items = given if given else re.split(r"[;\n]", reference)
+    return [str(p).strip() for p in items if str(p).strip()]
+
+
+def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """1.0 when every required phrase occurs in the response (case-insensitive unless `ignore_case` is false).
+
+    Phrases come from the task's `phrases` setting, else from the reference split at `;` or new lines.
+    With `partial: true` the reward is the share of phrases found instead of all-or-nothing.
+    """
+    phrases = _phrases(reference, settings)
+    if not phrases:
+        raise ValueError("reward method 'contains_all' needs phrases (task setting `phrases` or the reference)")
+    fold = (lambda t: " ".join(t.lower().split())) if settings.get("ignore_case", True) else (lambda t: " ".join(t.split()))
+    text = fold(response)
+    missing = [p for p in phrases if fold(p) not in text]
+    found = len(phrases) - len(missing)
+    value = found / len(phrases) if settings.get("partial") else float(not missing)
+    detail = f"{found} of {len(phrases)} phrases found"
+    if missing:
+        detail += "; missing: " + _short("; ".join(missing), 150)
+    return RewardResult(value, "verifier", detail)
+
+
 REWARD_METHODS: dict[str, Callable[[str, str, dict[str, Any]], RewardResult]] = {
     "math": _math_reward,
     "exact": _exact_reward,
     "numeric": _numeric_reward,
+    "regex": _regex_reward,
+    "contains_all": _contains_all_reward,
 }
+# Methods that can take what they check from the task's settings instead of each sample's reference.
+SETTINGS_ONLY = {"regex": "pattern", "contains_all": "phrases"}
 
 
 def score(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:
@@ -146,9 +198,11 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     if func is None:
         known = ", ".join(sorted(REWARD_METHODS))
         raise ValueError(f"unknown reward method {method!r}; known methods: {known}")
-    if reference is None or not str(reference).strip():
+    settings = dict(settings or {})
+    has_setting = bool(settings.get(SETTINGS_ONLY.get(method, "")))
+    if (reference is None or not str(reference).strip()) and not has_setting:
         raise ValueError(f"reward method {method!r} needs a reference answer")
-    return func(response or "", str(reference), dict(settings or {}))
+    return func(response or "", str(reference or ""), settings)
 
 
 def score_or_error(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:

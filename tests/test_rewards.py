@@ -6,7 +6,7 @@ from core.rewards import REWARD_METHODS, RewardResult, majority_rewards, score
 
 
 def test_registry_lists_methods():
-    assert set(REWARD_METHODS) == {"math", "exact", "numeric"}
+    assert set(REWARD_METHODS) == {"math", "exact", "numeric", "regex", "contains_all"}
 
 
 @pytest.mark.parametrize(
@@ -163,3 +163,37 @@ def test_majority_all_none_and_empty():
     results = majority_rewards(["hmm", "no clue"])
     assert [r.value for r in results] == [0.0, 0.0]
     assert majority_rewards([]) == []
+
+
+def test_regex_from_the_reference_or_the_task_setting():
+    assert score("regex", "Order #A-1234 has shipped.", r"#[A-Z]-\d{4}").value == 1.0
+    assert score("regex", "Your order has shipped.", r"#[A-Z]-\d{4}").value == 0.0
+    # the task's pattern serves every sample, with or without a reference
+    hit = score("regex", "I am SORRY for the delay", None, {"pattern": r"\bsorry\b"})
+    assert (hit.value, hit.source) == (1.0, "verifier") and "SORRY" in hit.detail
+    assert score("regex", "I am SORRY", None, {"pattern": r"\bsorry\b", "ignore_case": False}).value == 0.0
+    assert score("regex", "42 apples", r"\d+", {"full_match": True}).value == 0.0
+    assert score("regex", "42", r"\d+", {"full_match": True}).value == 1.0
+
+
+def test_regex_configuration_mistakes_raise():
+    with pytest.raises(ValueError, match="invalid regular expression"):
+        score("regex", "text", "([unclosed")
+    with pytest.raises(ValueError, match="needs a reference"):
+        score("regex", "text", None)
+
+
+def test_contains_all_phrases():
+    reply = "I'm sorry about the delay. Your refund was issued today; next, check your bank in 3 days."
+    assert score("contains_all", reply, "sorry; refund; next").value == 1.0
+    missing = score("contains_all", reply, "sorry\nrefund\ndiscount code")
+    assert missing.value == 0.0 and missing.detail == "2 of 3 phrases found; missing: discount code"
+    partial = score("contains_all", reply, None, {"phrases": ["SORRY", "discount code"], "partial": True})
+    assert partial.value == 0.5
+    assert score("contains_all", reply, None, {"phrases": "Sorry", "ignore_case": False}).value == 0.0
+    assert score("contains_all", "a  refund\nwas issued", "refund was issued").value == 1.0
+
+
+def test_contains_all_without_phrases_is_a_configuration_error():
+    with pytest.raises(ValueError, match="needs"):
+        score("contains_all", "text", " ; ")
