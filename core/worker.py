@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import or_, update
@@ -47,8 +47,6 @@ def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool
     if heartbeat_at is None:
         return True
     if heartbeat_at.tzinfo is None:  # SQLite returns naive datetimes; they were written in UTC
-        from datetime import UTC
-
         heartbeat_at = heartbeat_at.replace(tzinfo=UTC)
     return (now or utcnow()) - heartbeat_at > timedelta(seconds=STALE_AFTER)
 

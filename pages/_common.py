@@ -79,6 +79,16 @@ def show_trajectory(messages: list[dict]) -> None:
         show_text(content)
 
 
+def keep_valid_choice(key: str, options: list) -> None:
+    """Forget a remembered choice that is no longer offered (another task, a deleted row)."""
+    if key in st.session_state and st.session_state[key] not in options:
+        del st.session_state[key]
+
+
+def reward_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
 def experience_lines(experiences: list[dict]) -> str:
     """A version's experiences as plain text, one `[E3] text` line each."""
     return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)

@@ -21,6 +21,7 @@ from pages._common import (
     SCORE,
     context,
     engine,
+    keep_valid_choice,
     require_app,
     run_action,
     show_text,
@@ -81,8 +82,7 @@ def evaluation_form(setup: dict) -> None:
     names[EMPTY] = "empty (no library)"
     splits = sorted(setup["splits"])
     for key, allowed in (("eval_version", options), ("eval_split", splits)):
-        if key in st.session_state and st.session_state[key] not in allowed:
-            del st.session_state[key]  # another task or library was chosen in the sidebar
+        keep_valid_choice(key, allowed)  # another task or library was chosen in the sidebar
     with st.form("eval_form"):
         c1, c2, c3 = st.columns(3)
         version = c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
@@ -198,8 +198,7 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     by_id = {e.id: e for e in completed}
     ids = list(by_id)  # newest first
     for key in ("eval_compare_a", "eval_compare_b"):
-        if key in st.session_state and st.session_state[key] not in by_id:
-            del st.session_state[key]
+        keep_valid_choice(key, ids)
     left, right = st.columns(2)
     a_id = left.selectbox("Evaluation A", ids, index=1, key="eval_compare_a",
                           format_func=lambda i: evaluation_choice(by_id[i], numbers))

@@ -20,7 +20,9 @@ from pages._common import (
     DATETIME,
     context,
     engine,
+    keep_valid_choice,
     require_app,
+    reward_text,
     run_action,
     show_text,
     show_trajectory,
@@ -32,12 +34,6 @@ from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, S
 
 RUN_KEY, STEP_KEY = "review_run", "review_step"
 DECIDED = ("approved", "rejected", "edited")
-
-
-def keep_valid_choice(key: str, options: list) -> None:
-    """Forget a remembered choice that is no longer offered (another task, a deleted row)."""
-    if key in st.session_state and st.session_state[key] not in options:
-        del st.session_state[key]
 
 
 def editing_key(op_id: int) -> str:
@@ -106,10 +102,6 @@ def apply_decisions(step_id: int, run_id: int) -> None:
 
 
 # --- display ----------------------------------------------------------------------------------
-
-
-def reward_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:g}"
 
 
 def operation_diff(op: Operation, before: list[dict], before_number: int | None) -> str:

@@ -11,7 +11,17 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from pages._common import SCORE, context, engine, require_app, show_text, show_trajectory, status_label
+from pages._common import (
+    SCORE,
+    context,
+    engine,
+    keep_valid_choice,
+    require_app,
+    reward_text,
+    show_text,
+    show_trajectory,
+    status_label,
+)
 from storage import queries
 from storage.models import Rollout
 
@@ -20,16 +30,6 @@ SIDE_BY_SIDE_MAX = 4
 SOURCE_KEY, RUN_KEY, STEP_KEY, EVAL_KEY, QUERY_KEY = (
     "rollouts_source", "rollouts_run", "rollouts_step", "rollouts_evaluation", "rollouts_query")
 MIXED_KEY, FAILURES_KEY = "rollouts_only_mixed", "rollouts_only_failures"
-
-
-def keep_valid_choice(key: str, options: list) -> None:
-    """Forget a remembered choice that is no longer offered (another task, a deleted row)."""
-    if key in st.session_state and st.session_state[key] not in options:
-        del st.session_state[key]
-
-
-def reward_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:g}"
 
 
 def group_label(group: dict) -> str:
