@@ -7,19 +7,22 @@ import logging
 import time
 from collections import defaultdict
 
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core import config
 from core.agent import AgentSettings
 from core.gateway import Gateway, Scope
+from core.labeling import WAITING
 from core.metrics import score_groups
+from core.people import require_role
 from core.rollouts import stored_rollout
 from core.tasks import NotFound, get_task
 from core.versions import resolve_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Task
 from storage.models import utcnow as now
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
     if limit is not None and limit < 1:
         raise ValueError("limit must be at least 1")
     with session_scope(engine) as session:
+        require_role(session, created_by, "reviewer", "starting an evaluation")
         task = get_task(session, task_name)
         version = resolve_version(session, task, version_ref)
         if not queries.samples(session, task.id, split, limit=1):
@@ -63,6 +67,17 @@ class _Progress:
             ev = session.get(Evaluation, self.evaluation_id)
             ev.progress, ev.heartbeat_at = {"rollouts_done": self.done, "rollouts_total": self.total}, now()
             session.add(ev)
+
+
+def _wait_for_labels(engine: Engine, evaluation_id: int) -> bool:
+    """Mark the evaluation `awaiting_labels` while a rollout needs a label (written first, see training)."""
+    with session_scope(engine) as session:
+        session.exec(update(Evaluation).where(Evaluation.id == evaluation_id).values(status=WAITING))
+        waiting = session.exec(select(Rollout.id).where(Rollout.evaluation_id == evaluation_id,
+                                                        Rollout.label_status == "needed")).first() is not None
+        if not waiting:
+            session.exec(update(Evaluation).where(Evaluation.id == evaluation_id).values(status="running"))
+    return waiting
 
 
 def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
@@ -97,6 +112,9 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
 
     try:
         await asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k)))
+        if _wait_for_labels(engine, evaluation_id):
+            with Session(engine) as session:
+                return session.get(Evaluation, evaluation_id)
         with session_scope(engine) as session:
             rollouts = queries.evaluation_rollouts(session, evaluation_id)
             by_query: dict[int, list[float]] = defaultdict(list)

@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from core.gateway import clean_text
 from core.library import ProposedOp, validate_ops
+from core.people import require_role
 from core.tasks import NotFound
 from core.training import RunSettings, apply_step_operations
 from storage import queries
@@ -41,6 +42,7 @@ def _snapshot(op: Operation) -> dict:
 def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: str | None, **values) -> Operation:
     """Move a pending operation to a decided state, or raise AlreadyDecided naming who was first."""
     with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "deciding operations")
         op = _operation(session, op_id)
         before = _snapshot(op)
         result = session.exec(update(Operation).where(Operation.id == op_id, Operation.status == "pending")
@@ -68,6 +70,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
                    comment: str | None = None) -> Operation:
     """Replace a pending operation's text (and targets) with a reviewer's version, validated first."""
     with Session(engine) as session:
+        require_role(session, actor, "reviewer", "editing operations")
         op = _operation(session, op_id)
         step = session.get(Step, op.step_id)
         before = session.get(LibraryVersion, step.version_before_id)
@@ -85,6 +88,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
 def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
     """Take a decision back while the step is not applied yet."""
     with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "reopening operations")
         op = _operation(session, op_id)
         step = session.get(Step, op.step_id) if op.step_id else None
         if op.status not in ("approved", "rejected", "edited") or (step and step.status == "completed"):
@@ -102,6 +106,7 @@ def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
     if decision not in DECISIONS:
         raise ValueError("decision must be approved or rejected")
     with Session(engine) as session:
+        require_role(session, actor, "reviewer", "deciding operations")
         pending = [op.id for op in queries.step_operations(session, step_id) if op.status == "pending"]
     decided = 0
     for op_id in pending:

@@ -16,7 +16,7 @@ from typing import Any
 
 from core.answers import extract_final_answer, normalize_answer
 
-__all__ = ["REWARD_METHODS", "RewardResult", "majority_rewards", "score"]
+__all__ = ["METHODS", "PERSON_METHODS", "REWARD_METHODS", "RewardResult", "majority_rewards", "score"]
 
 _DETAIL_LIMIT = 200
 
@@ -186,6 +186,19 @@ REWARD_METHODS: dict[str, Callable[[str, str, dict[str, Any]], RewardResult]] = 
 }
 # Methods that can take what they check from the task's settings instead of each sample's reference.
 SETTINGS_ONLY = {"regex": "pattern", "contains_all": "phrases"}
+# Methods that need a model or a person rather than a function (core/judge.py, core/labeling.py).
+PERSON_METHODS = ("human", "judge_human")
+MODEL_METHODS = ("judge", "judge_human")
+METHODS = {
+    "math": "math-verify equivalence with the reference answer",
+    "exact": "exact match of the final answer (normalised)",
+    "numeric": "numeric match within a tolerance (rel_tol, abs_tol)",
+    "regex": "the response matches a regular expression (pattern, or the reference)",
+    "contains_all": "the response contains every phrase (phrases, or the reference split at ;)",
+    "judge": "an LLM judge scores against the criteria (scale binary or 1-5)",
+    "human": "people label every rollout in the labeling queue",
+    "judge_human": "the judge suggests, people confirm a share (spot_check_share) and every unsure verdict",
+}
 
 
 def score(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:

@@ -13,7 +13,9 @@ from sqlmodel import select
 
 from core.agent import AgentSettings, run_agent
 from core.gateway import Gateway, Scope
-from core.rewards import score_or_error
+from core.judge import judge_response
+from core.labeling import labels_per_rollout, needs_person
+from core.rewards import MODEL_METHODS, PERSON_METHODS, score_or_error
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 
@@ -39,9 +41,32 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
                   latency_ms=result.latency_ms, error=result.error)
     if result.error is None and score:
-        reward = await asyncio.to_thread(score_or_error, task.reward_method, result.response, sample.reference,
-                                         task.reward_settings)
-        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
+        await _assign_reward(gateway, task, sample, row, scope, sample_index)
     with session_scope(engine) as session:
         session.add(row)
     return row
+
+
+async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
+                         sample_index: int) -> None:
+    """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
+    if task.reward_method not in (*MODEL_METHODS, *PERSON_METHODS):
+        reward = await asyncio.to_thread(score_or_error, task.reward_method, row.response, sample.reference,
+                                         task.reward_settings)
+        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
+        return
+    unsure = False
+    if task.reward_method in MODEL_METHODS:
+        verdict = await judge_response(gateway, task, sample, row.response or "", scope=scope,
+                                       sample_index=sample_index)
+        unsure = row.judge_unsure = verdict.unsure
+        if verdict.value is None and task.reward_method == "judge":
+            row.reward, row.reward_source, row.reward_detail = 0.0, "error", verdict.detail
+            return
+        row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
+        row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
+    key = f"{row.step_id}:{row.evaluation_id}:{row.sample_id}:{row.group_index}"
+    if needs_person(task, unsure, key):
+        row.reward, row.reward_source, row.label_status = None, None, "needed"
+        row.reward_detail = "waiting for a label"
+        row.labels_needed = labels_per_rollout(task)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
+from core.people import require_role
 from core.tasks import NotFound
 from core.worker import job_health
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Run, utcnow
 
 PAUSABLE = ("queued", "running")
-CANCELLABLE = ("queued", "running", "paused", "awaiting_review", "failed")
+CANCELLABLE = ("queued", "running", "paused", "awaiting_review", "awaiting_labels", "failed")
 RESUMABLE = ("paused", "failed", "stalled")
 
 
@@ -23,6 +24,7 @@ def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, 
             verb: str) -> str:
     kind = table.__name__.lower()
     with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", f"pausing, resuming or cancelling a {kind}")
         row = session.get(table, job_id)
         if row is None:
             raise NotFound(f"no {kind} {job_id}")

@@ -23,7 +23,9 @@ from sqlmodel import Session, select
 from core import config
 from core.agent import AGENT_MODES, AgentSettings
 from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
+from core.labeling import WAITING
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.people import require_role
 from core.prompts import (
     ADVANTAGE_SCHEMA,
     DIRECT_SCHEMA,
@@ -57,7 +59,7 @@ from storage.models import utcnow as now
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
 ACTIVE = ("queued", "running")
-RESUMABLE = ("queued", "running", "paused", "failed", "awaiting_review")
+RESUMABLE = ("queued", "running", "paused", "failed", "awaiting_review", "awaiting_labels")
 
 
 @dataclass
@@ -122,6 +124,7 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
     """Queue a run (validated); `execute_run` or a worker carries it out."""
     settings.validate()
     with session_scope(engine) as session:
+        require_role(session, created_by, "reviewer", "starting a run")
         task = get_task(session, task_name)
         settings.policy_model = settings.policy_model or task.policy_model or config.default_model()
         settings.learner_model = settings.learner_model or task.learner_model or config.default_model()
@@ -302,6 +305,23 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         return step
 
 
+def _wait_for_labels(ctx: _Ctx, step_id: int) -> bool:
+    """Mark step and run `awaiting_labels` if a rollout of the step still needs a label.
+
+    The status is written before the check, inside one transaction, so a label that lands at the same
+    moment either sees the waiting step (and queues the run again) or is seen here (and we go on).
+    """
+    with session_scope(ctx.engine) as session:
+        session.exec(update(Step).where(Step.id == step_id).values(status=WAITING))
+        waiting = session.exec(select(Rollout.id).where(Rollout.step_id == step_id,
+                                                        Rollout.label_status == "needed")).first() is not None
+        if waiting:
+            session.exec(update(Run).where(Run.id == ctx.run_id, Run.status == "running").values(status=WAITING))
+        else:
+            session.exec(update(Step).where(Step.id == step_id).values(status="running"))
+    return waiting
+
+
 def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
     """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
     with session_scope(ctx.engine) as session:
@@ -321,7 +341,12 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         before = session.get(LibraryVersion, step.version_before_id)
         samples = [session.get(Sample, sid) for sid in step.sample_ids]
     experiences = before.experiences
-    advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
+    while True:
+        advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
+        if not any(a.status == "waiting" for a in advantages):
+            break
+        if _wait_for_labels(ctx, step.id):
+            raise _Stop()
     _tick(ctx)
     with session_scope(ctx.engine) as session:
         rewards = [r.reward for r in queries.step_rollouts(session, step.id) if r.reward is not None]
@@ -352,6 +377,8 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
         rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
                                           for g in range(ctx.settings.group_size)))
         rollouts = _assign_rewards(ctx, sample, rollouts)
+        if any(r.label_status == "needed" for r in rollouts):
+            return Advantage(step_id=step.id, sample_id=sample.id, status="waiting")
         valid = [r for r in rollouts if r.error is None]
         if not valid:
             return _save_advantage(ctx, step, sample, done, status="failed",

@@ -10,8 +10,11 @@ from sqlmodel import Session
 
 from core import library_io
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.people import require_role
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
+
+PRODUCTION = "production"
 
 EMPTY = "empty"
 
@@ -91,6 +94,7 @@ def resolve_version(session: Session, task: Task, ref: str, library_name: str = 
 def import_library(session: Session, task: Task, text: str, filename: str, *, library_name: str = "default",
                    actor: str = "cli") -> LibraryVersion:
     """A new version holding the experiences of an imported file (replacing the current content)."""
+    require_role(session, actor, "reviewer", "importing a library")
     texts = library_io.parse_library_text(text, filename)
     lib = ensure_library(session, task, library_name, actor=actor)
     parent = queries.latest_version(session, lib.id)
@@ -112,7 +116,11 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
 
 
 def set_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
-    """Point a label such as `production` at a version (moving it if it exists)."""
+    """Point a label such as `production` at a version (moving it if it exists); `production` is the admin's."""
+    if name == PRODUCTION:
+        require_role(session, actor, "admin", "moving the production label")
+    else:
+        require_role(session, actor, "reviewer", "moving labels")
     label = queries.label_by_name(session, version.library_id, name)
     before = {"version_id": label.version_id} if label else None
     if label is None:
@@ -137,6 +145,7 @@ def edit_library(session: Session, library: Library, ops: list[ProposedOp], acto
 
     The operations pass the same validation as the learner's; any invalid one rejects the whole edit.
     """
+    require_role(session, actor, "reviewer", "editing libraries")
     base = queries.latest_version(session, library.id)
     checked = validate_ops(base.experiences, ops)
     errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
@@ -152,6 +161,7 @@ def edit_library(session: Session, library: Library, ops: list[ProposedOp], acto
 
 def revert_to(session: Session, version: LibraryVersion, actor: str) -> LibraryVersion:
     """A new version with the content of an older one (history is never rewritten)."""
+    require_role(session, actor, "reviewer", "reverting libraries")
     library = session.get(Library, version.library_id)
     latest = queries.latest_version(session, library.id)
     return create_version(session, library, [dict(exp) for exp in version.experiences], parent_id=latest.id,

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from core.evaluation import create_evaluation
 from core.run_control import resume_evaluation
-from core.versions import EMPTY, set_label
+from core.versions import EMPTY, PRODUCTION, set_label
 from core.worker import job_health
 from pages._common import (
     SCORE,
@@ -31,7 +31,6 @@ from pages._common import (
 from storage import queries
 from storage.db import session_scope
 
-PRODUCTION = "production"
 FLASH_KEY = "eval_flash"
 COST = st.column_config.NumberColumn(format="$%.4f")
 

@@ -184,17 +184,25 @@ class Rollout(SQLModel, table=True):
     cost: float = 0.0
     latency_ms: float = 0.0
     error: str | None = _text()
+    # Labeling queue: None (not queued) | needed | done | disputed (labellers disagree; a reviewer decides).
+    label_status: str | None = Field(default=None, index=True)
+    labels_needed: int = 0
+    suggested_reward: float | None = None  # the judge's or verifier's reward before any person's label
+    suggested_detail: str | None = _text()
+    judge_unsure: bool = False
     created_at: datetime = Field(default_factory=utcnow)
 
 
 class RewardLabel(SQLModel, table=True):
-    """A person's reward for a rollout; every label is kept, the newest one counts."""
+    """A person's reward for a rollout; every label is kept. `kind` is `label` (one labeller's score)
+    or `decision` (a reviewer settling a disagreement, which then counts over the labels)."""
 
     id: int | None = Field(default=None, primary_key=True)
     rollout_id: int = Field(foreign_key="rollout.id", index=True)
     value: float
     comment: str = ""
     labeler: str = "local"
+    kind: str = "label"
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -264,6 +272,18 @@ class AuditEvent(SQLModel, table=True):
     object_id: int | None = None
     before: dict | None = _json()
     after: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class User(SQLModel, table=True):
+    """A person who signs in; the password is kept only as a salted scrypt hash."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    role: str = "labeler"  # labeler | reviewer | admin
+    password_hash: str
+    active: bool = True
+    created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
 
 

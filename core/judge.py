@@ -1,0 +1,115 @@
+"""The LLM judge: a model scores a rollout against the task's criteria and says why.
+
+The criteria are the task's `criteria` setting plus the sample's own rubric. The scale is `binary`
+(0 or 1) or `1-5` (mapped to 0, 0.25, ..., 1). The judge also says whether it is confident; in the
+spot-check method an unsure verdict always goes to a person. A reply that is not the JSON asked
+for is never a crash: it becomes an unsure verdict without a value, with the raw reply's problem
+as the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
+from storage.models import Sample, Task
+
+SCALES = {"binary": (0, 1), "1-5": (1, 5)}
+DEFAULT_SCALE = "binary"
+
+JUDGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reason": {"type": "string"},
+        "score": {"type": "integer"},
+        "confident": {"type": "boolean"},
+    },
+    "required": ["reason", "score", "confident"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's score mapped to [0, 1] (None when the reply was unusable), its reason, and doubt."""
+
+    value: float | None
+    detail: str
+    unsure: bool
+
+
+def scale_of(task: Task) -> str:
+    scale = str((task.reward_settings or {}).get("scale") or DEFAULT_SCALE)
+    if scale not in SCALES:
+        raise ValueError(f"unknown judge scale {scale!r}; use binary or 1-5")
+    return scale
+
+
+def to_value(score: int, scale: str) -> float:
+    low, high = SCALES[scale]
+    return (score - low) / (high - low)
+
+
+def choices(scale: str) -> list[tuple[int, float]]:
+    """(score a person types, reward in [0, 1]) for each point of the scale: the labeling buttons."""
+    low, high = SCALES[scale]
+    return [(score, to_value(score, scale)) for score in range(low, high + 1)]
+
+
+def score_of(value: float, scale: str) -> int:
+    """The scale point nearest to a reward, so labels on a scale can be compared as categories."""
+    low, high = SCALES[scale]
+    return low + round(value * (high - low))
+
+
+def criteria_text(task: Task, sample: Sample) -> str:
+    parts = [str((task.reward_settings or {}).get("criteria") or "").strip(), (sample.rubric or "").strip()]
+    return "\n".join(p for p in parts if p) or "A correct, helpful and complete answer to the query."
+
+
+def judge_messages(query: str, criteria: str, reference: str | None, response: str, scale: str) -> list[dict]:
+    low, high = SCALES[scale]
+    meaning = ("1 if the answer meets the criteria, 0 if it does not" if scale == "binary"
+               else "1 (fails the criteria) to 5 (meets every criterion fully)")
+    system = (
+        "You are a strict, fair grader. Judge the answer only against the criteria; do not reward length "
+        "or politeness the criteria do not ask for. Reply with JSON only: "
+        f'{{"reason": "<one or two sentences>", "score": <integer {low}-{high}>, "confident": <true|false>}}. '
+        f"The score is {meaning}. Set confident to false when the criteria do not settle the case."
+    )
+    user = f"Query:\n{query}\n\nCriteria:\n{criteria}\n\n"
+    if reference:
+        user += f"Reference answer:\n{reference}\n\n"
+    user += f"Answer to judge:\n{response}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_verdict(data: object, scale: str) -> tuple[int, str, bool]:
+    low, high = SCALES[scale]
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object with reason, score and confident")
+    score = data.get("score")
+    if isinstance(score, bool) or not isinstance(score, int | float) or int(score) != score:
+        raise ValueError(f"score must be an integer, got {score!r}")
+    if not low <= int(score) <= high:
+        raise ValueError(f"score must be between {low} and {high}, got {int(score)}")
+    confident = data.get("confident", True)
+    return int(score), clean_text(data.get("reason", ""))[:500], confident is not False
+
+
+async def judge_response(gateway: Gateway, task: Task, sample: Sample, response: str, *, scope: Scope,
+                         sample_index: int = 0) -> Verdict:
+    """Ask the task's judge model for a verdict on one response."""
+    scale = scale_of(task)
+    messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, response, scale)
+    try:
+        (score, reason, confident), _call = await gateway.complete_json(
+            stage="judge", model=task.judge_model, messages=messages, schema=JUDGE_SCHEMA,
+            parse=lambda data: parse_verdict(data, scale), scope=scope, max_tokens=300, sample_index=sample_index)
+    except StructuredOutputError as exc:
+        return Verdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)
+    except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run; a person decides)
+        return Verdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True)
+    low, high = SCALES[scale]
+    doubt = "" if confident else " (judge unsure)"
+    return Verdict(to_value(score, scale), f"judge {score}/{high}{doubt}: {reason}", unsure=not confident)

@@ -1,0 +1,309 @@
+"""The labeling queue: people score rollouts where no automatic check decides.
+
+A rollout enters the queue (`label_status="needed"`) when its task's reward method is `human`, or
+`judge_human` and the judge was unsure or the rollout fell in the spot-check share. It needs
+`labels_needed` labels from different people. When they agree, that value is the reward; when
+they disagree, the mean stands in, the rollout is `disputed`, and a reviewer's decision settles
+it. Every label is kept (RewardLabel), a person's newest label counts, and a label on a rollout
+outside the queue overrides its automatic reward. When the last rollout of a waiting training
+step or evaluation is labelled, that job goes back in the queue and a worker continues it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from core.judge import choices, scale_of, score_of
+from core.people import require_role
+from core.rewards import PERSON_METHODS
+from core.tasks import NotFound
+from storage.db import session_scope
+from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
+
+WAITING = "awaiting_labels"
+
+
+# ---- entering the queue (called while a rollout is scored) ------------------------------------------------
+
+
+def labels_per_rollout(task: Task) -> int:
+    return max(1, int((task.reward_settings or {}).get("labels_per_rollout", 1) or 1))
+
+
+def spot_check_share(task: Task) -> float:
+    return min(1.0, max(0.0, float((task.reward_settings or {}).get("spot_check_share", 0.2) or 0.0)))
+
+
+def spot_checked(task: Task, key: str) -> bool:
+    """Whether this rollout is in the task's spot-check share; a hash, so a resumed run chooses the same."""
+    digest = hashlib.sha256(f"{task.id}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < spot_check_share(task)
+
+
+def needs_person(task: Task, unsure: bool, key: str) -> bool:
+    if task.reward_method == "human":
+        return True
+    return task.reward_method == "judge_human" and (unsure or spot_checked(task, key))
+
+
+# ---- reading the queue ------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueItem:
+    """One rollout to label, with everything a labeller needs to decide."""
+
+    rollout: Rollout
+    sample: Sample
+    scale: str
+    choices: list[tuple[int, float]]
+    labels_so_far: int
+    own_label: float | None = None
+
+
+@dataclass
+class Progress:
+    needed: int = 0
+    done: int = 0
+    disputed: int = 0
+    mine_to_do: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.needed + self.done + self.disputed
+
+
+def _task_rollouts(task_id: int):
+    return select(Rollout).join(Sample, Sample.id == Rollout.sample_id).where(Sample.task_id == task_id)
+
+
+def latest_labels(session: Session, rollout_id: int) -> dict[str, RewardLabel]:
+    """Each labeller's newest label on a rollout (decisions excluded)."""
+    rows = session.exec(select(RewardLabel).where(RewardLabel.rollout_id == rollout_id, RewardLabel.kind == "label")
+                        .order_by(RewardLabel.id)).all()
+    return {row.labeler: row for row in rows}
+
+
+def label_history(session: Session, rollout_id: int) -> list[RewardLabel]:
+    return list(session.exec(select(RewardLabel).where(RewardLabel.rollout_id == rollout_id).order_by(RewardLabel.id)))
+
+
+def _open_for(session: Session, task_id: int, labeler: str) -> list[Rollout]:
+    rows = session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed").order_by(Rollout.id)).all()
+    return [r for r in rows if labeler not in latest_labels(session, r.id)]
+
+
+def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] | list[int] = ()) -> QueueItem | None:
+    """The oldest queued rollout this person has not labelled; skipped ones come last, not never."""
+    open_ = _open_for(session, task.id, labeler)
+    if not open_:
+        return None
+    fresh = [r for r in open_ if r.id not in set(skip)]
+    rollout = fresh[0] if fresh else open_[0]
+    scale = scale_of(task)
+    return QueueItem(rollout, session.get(Sample, rollout.sample_id), scale, choices(scale),
+                     labels_so_far=len(latest_labels(session, rollout.id)))
+
+
+def progress(session: Session, task: Task, labeler: str | None = None) -> Progress:
+    counts = Counter(r.label_status for r in session.exec(
+        _task_rollouts(task.id).where(col(Rollout.label_status).is_not(None))).all())
+    mine = len(_open_for(session, task.id, labeler)) if labeler else 0
+    return Progress(needed=counts.get("needed", 0), done=counts.get("done", 0),
+                    disputed=counts.get("disputed", 0), mine_to_do=mine)
+
+
+# ---- writing labels ---------------------------------------------------------------------------------------
+
+
+def _check_value(task: Task, value: float) -> float:
+    allowed = [v for _, v in choices(scale_of(task))]
+    value = float(value)
+    if not any(abs(value - v) < 1e-9 for v in allowed):
+        shown = ", ".join(f"{v:g}" for v in allowed)
+        raise ValueError(f"a label on this task's scale is one of {shown}, got {value:g}")
+    return value
+
+
+def _context(session: Session, rollout_id: int) -> tuple[Rollout, Task]:
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"no rollout {rollout_id}")
+    if rollout.error is not None:
+        raise ValueError(f"rollout {rollout_id} failed ({rollout.error[:80]}); there is no answer to label")
+    sample = session.get(Sample, rollout.sample_id)
+    return rollout, session.get(Task, sample.task_id)
+
+
+def _settle(session: Session, rollout: Rollout, task: Task) -> None:
+    """Set the rollout's reward and status from its labels (a decision beats the labels)."""
+    history = label_history(session, rollout.id)
+    decisions = [h for h in history if h.kind == "decision"]
+    labels = latest_labels(session, rollout.id)
+    if rollout.suggested_reward is None and rollout.label_status is None and rollout.reward is not None:
+        rollout.suggested_reward, rollout.suggested_detail = rollout.reward, rollout.reward_detail
+    if decisions:
+        last = decisions[-1]
+        rollout.reward, rollout.label_status = last.value, "done"
+        rollout.reward_source, rollout.reward_detail = "human", f"decided by {last.labeler}: {last.value:g}"
+        return
+    values = [label.value for label in labels.values()]
+    needed = rollout.labels_needed or 1
+    if len(values) < needed:
+        rollout.label_status = "needed"
+        return
+    scale = scale_of(task)
+    agreed = len({score_of(v, scale) for v in values}) == 1
+    rollout.reward = values[0] if agreed else statistics.fmean(values)
+    rollout.reward_source = "human"
+    who = ", ".join(f"{name} {label.value:g}" for name, label in labels.items())
+    rollout.reward_detail = f"labelled by {who}" + ("" if agreed else " (disagree: mean until a reviewer decides)")
+    rollout.label_status = "done" if agreed else "disputed"
+
+
+def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: str, kind: str) -> Rollout:
+    with session_scope(engine) as session:
+        rollout, task = _context(session, rollout_id)
+        if kind == "decision":
+            require_role(session, actor, "reviewer", "deciding a disputed label")
+        else:
+            require_role(session, actor, "labeler", "labelling rollouts")
+        value = _check_value(task, value)
+        before = {"reward": rollout.reward, "source": rollout.reward_source, "label_status": rollout.label_status}
+        session.add(RewardLabel(rollout_id=rollout_id, value=value, comment=(comment or "").strip()[:2000],
+                                labeler=actor, kind=kind))
+        session.flush()
+        _settle(session, rollout, task)
+        session.add(rollout)
+        session.add(AuditEvent(actor=actor, action=f"rollout.{kind}", object_type="rollout", object_id=rollout_id,
+                               before=before, after={"reward": rollout.reward, "label_status": rollout.label_status,
+                                                     "value": value, "comment": comment or ""}))
+        step_id, evaluation_id = rollout.step_id, rollout.evaluation_id
+    release_if_labelled(engine, step_id=step_id, evaluation_id=evaluation_id, actor=actor)
+    with Session(engine) as session:
+        return session.get(Rollout, rollout_id)
+
+
+def submit_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Rollout:
+    """Record one person's score for a rollout (a labeller or above); their newest label counts."""
+    return _write(engine, rollout_id, value, actor, comment, "label")
+
+
+def decide_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Rollout:
+    """A reviewer settles a disagreement (or corrects any label); the decision counts over the labels."""
+    return _write(engine, rollout_id, value, actor, comment, "decision")
+
+
+def release_if_labelled(engine: Engine, *, step_id: int | None, evaluation_id: int | None, actor: str) -> bool:
+    """Put a waiting step's run, or a waiting evaluation, back in the queue once nothing in it needs a label."""
+    with session_scope(engine) as session:
+        owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
+        if step_id is None and evaluation_id is None:
+            return False
+        if session.exec(select(Rollout.id).where(owner, Rollout.label_status == "needed")).first() is not None:
+            return False
+        if step_id is not None:
+            step = session.get(Step, step_id)
+            if step is None or step.status != WAITING:
+                return False
+            step.status = "running"
+            session.add(step)
+            moved = session.exec(update(Run).where(Run.id == step.run_id, Run.status == WAITING)
+                                 .values(status="queued")).rowcount
+            job = ("run", step.run_id)
+        else:
+            moved = session.exec(update(Evaluation).where(Evaluation.id == evaluation_id, Evaluation.status == WAITING)
+                                 .values(status="queued")).rowcount
+            job = ("evaluation", evaluation_id)
+        if moved:
+            session.add(AuditEvent(actor=actor, action=f"{job[0]}.labels_complete", object_type=job[0],
+                                   object_id=job[1], before={"status": WAITING}, after={"status": "queued"}))
+        return bool(moved)
+
+
+def waiting_for_labels(session: Session, rollouts: list[Rollout]) -> bool:
+    return any(r.label_status == "needed" for r in rollouts)
+
+
+def is_person_method(task: Task) -> bool:
+    return task.reward_method in PERSON_METHODS
+
+
+# ---- agreement between labellers --------------------------------------------------------------------------
+
+
+@dataclass
+class Agreement:
+    """Fleiss' kappa over rollouts with the usual number of labels, Cohen's kappa per pair of labellers."""
+
+    items: int = 0
+    raters_per_item: int = 0
+    fleiss: float | None = None
+    cohen: dict[tuple[str, str], tuple[float | None, int]] = field(default_factory=dict)
+    disagreements: list[dict] = field(default_factory=list)
+
+
+def fleiss_kappa(table: list[list[int]]) -> float | None:
+    """Fleiss' kappa of an items x categories count table with the same number of raters per item."""
+    if not table:
+        return None
+    n = sum(table[0])
+    if n < 2 or any(sum(row) != n for row in table):
+        return None
+    items = len(table)
+    p_j = [sum(row[j] for row in table) / (items * n) for j in range(len(table[0]))]
+    p_bar = statistics.fmean((sum(c * c for c in row) - n) / (n * (n - 1)) for row in table)
+    p_e = sum(p * p for p in p_j)
+    if p_e >= 1.0:
+        return 1.0 if p_bar >= 1.0 else None
+    return (p_bar - p_e) / (1 - p_e)
+
+
+def cohen_kappa(a: list[int], b: list[int]) -> float | None:
+    """Cohen's kappa of two labellers' scores on the same rollouts."""
+    if len(a) != len(b) or not a:
+        return None
+    total = len(a)
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / total
+    ca, cb = Counter(a), Counter(b)
+    expected = sum(ca[c] * cb[c] for c in set(a) | set(b)) / (total * total)
+    if expected >= 1.0:
+        return 1.0 if observed >= 1.0 else None
+    return (observed - expected) / (1 - expected)
+
+
+def agreement(session: Session, task: Task) -> Agreement:
+    scale = scale_of(task)
+    categories = [score for score, _ in choices(scale)]
+    per_item: dict[int, dict[str, int]] = {}
+    result = Agreement()
+    for rollout in session.exec(_task_rollouts(task.id).where(col(Rollout.label_status).is_not(None))
+                                .order_by(Rollout.id)).all():
+        labels = latest_labels(session, rollout.id)
+        if len(labels) < 2:
+            continue
+        per_item[rollout.id] = {name: score_of(label.value, scale) for name, label in labels.items()}
+        if rollout.label_status == "disputed":
+            result.disagreements.append({"rollout": rollout.id, "sample": rollout.sample_id,
+                                         "labels": {k: f"{v.value:g}" for k, v in labels.items()},
+                                         "reward now": rollout.reward})
+    if not per_item:
+        return result
+    size = Counter(len(v) for v in per_item.values()).most_common(1)[0][0]
+    table = [[list(v.values()).count(c) for c in categories] for v in per_item.values() if len(v) == size]
+    result.items, result.raters_per_item, result.fleiss = len(table), size, fleiss_kappa(table)
+    pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for scores in per_item.values():
+        for x, y in combinations(sorted(scores), 2):
+            pairs[(x, y)][0].append(scores[x])
+            pairs[(x, y)][1].append(scores[y])
+    result.cohen = {pair: (cohen_kappa(a, b), len(a)) for pair, (a, b) in pairs.items()}
+    return result
