@@ -24,6 +24,10 @@ PAGES = [
     st.Page("pages/review.py", title="Review", icon=":material/rate_review:"),
     st.Page("pages/library.py", title="Library", icon=":material/library_books:"),
     st.Page("pages/evaluate.py", title="Evaluate", icon=":material/leaderboard:"),
+    st.Page("pages/labeling.py", title="Labeling", icon=":material/label:"),
+    st.Page("pages/tasks.py", title="Tasks", icon=":material/edit_note:"),
+    st.Page("pages/people.py", title="People", icon=":material/group:"),
+    st.Page("pages/audit.py", title="Audit", icon=":material/history:"),
 ]
 
 

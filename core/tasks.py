@@ -6,7 +6,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core import config
-from core.datasets import SampleRow, demo_rows
+from core.datasets import SampleRow, demo_rows, parse_dataset
+from core.people import require_role
 from core.versions import ensure_library
 from storage import queries
 from storage.db import session_scope
@@ -39,6 +40,23 @@ def add_samples(session: Session, task: Task, rows: list[SampleRow]) -> int:
         session.add(Sample(task_id=task.id, external_id=row.external_id, query=row.query, reference=row.reference,
                            rubric=row.rubric, split=row.split, meta=row.meta))
     return len(new)
+
+
+def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, mapping: dict[str, str] | None = None,
+                default_split: str = "train", actor: str = "cli") -> tuple[int, int]:
+    """Validate a whole dataset file, then add its new rows to a task: (added, already present).
+
+    The one path for the page, the CLI and scripts. A bad file raises DatasetError naming the row and
+    the problem before anything is written; only an admin may change a task's data.
+    """
+    rows = parse_dataset(data, filename, mapping, default_split)
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "adding data to a task")
+        task = get_task(session, task_name)
+        added = add_samples(session, task, rows)
+        session.add(AuditEvent(actor=actor, action="task.add_data", object_type="task", object_id=task.id,
+                               after={"file": filename, "rows": len(rows), "added": added}))
+        return added, len(rows) - added
 
 
 def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 from sqlalchemy.engine import Engine
+from sqlmodel import Session
 
+from core.people import can
 from core.worker import ensure_worker, job_health
 from storage.db import database_url, get_engine
 
@@ -58,6 +60,17 @@ def context() -> Context:
 
 def engine() -> Engine:
     return get_engine()
+
+
+def allowed(role: str) -> bool:
+    """Whether the person using the page has at least `role` (core checks again on every change)."""
+    with Session(engine()) as session:
+        return can(session, context().reviewer, role)
+
+
+def role_note(role: str, doing: str) -> None:
+    """Say why controls are missing, instead of leaving a person to guess."""
+    st.info(f"{doing.capitalize()} needs the {role} role; you are signed in as {context().reviewer}.")
 
 
 def show_text(text: str | None, empty: str = "(empty)") -> None:
