@@ -11,9 +11,10 @@ import streamlit as st
 from sqlmodel import Session
 
 from core import config
+from core.people import authenticate, role_of, sign_in_required
 from core.tasks import ensure_demo_task
 from core.worker import alive_workers
-from pages._common import LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer
+from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer
 from storage import queries
 from storage.db import database_url, describe_url, get_engine
 
@@ -37,7 +38,55 @@ def prepare_database(url: str) -> int:
     return ensure_demo_task(get_engine()).id
 
 
-def sidebar(url: str) -> None:
+def signed_in_person(required: bool) -> str | None:
+    """The signed-in user's name if still an active user; a removed or switched-off user is signed out."""
+    name = st.session_state.get(AUTH_KEY)
+    if not required or not name:
+        return None
+    with Session(get_engine()) as session:
+        if role_of(session, name) is None:
+            del st.session_state[AUTH_KEY]
+            return None
+    return name
+
+
+def sign_in_page() -> None:
+    """Shown instead of any page while sign-in is on and nobody is signed in."""
+    st.title("Sign in")
+    st.caption("This studio has user accounts. Ask an admin for one (`python -m core user add NAME --role labeler`).")
+    with st.form("sign_in"):
+        name = st.text_input("User name", key="sign_in_name")
+        password = st.text_input("Password", type="password", key="sign_in_password")
+        if st.form_submit_button("Sign in", type="primary"):
+            user = authenticate(get_engine(), name, password)
+            if user is None:
+                st.error("Wrong user name or password.")
+            else:
+                st.session_state[AUTH_KEY] = user.name
+                st.rerun()
+
+
+def sign_out() -> None:
+    st.session_state.pop(AUTH_KEY, None)
+
+
+def person_box(required: bool) -> None:
+    """Who is acting: the signed-in user and role, or (no sign-in) the single local user's name."""
+    if required:
+        name = st.session_state[AUTH_KEY]
+        with Session(get_engine()) as session:
+            role = role_of(session, name)
+        st.caption("Signed in")
+        st.code(f"{name} ({role})", language=None, wrap_lines=True)
+        st.button("Sign out", on_click=sign_out, key="sign_out")
+        return
+    st.caption("No sign-in: single local user with every permission")
+    st.session_state.setdefault(REVIEWER_KEY, default_reviewer())
+    st.text_input("Your name", key=REVIEWER_KEY, help="Recorded with every decision and label you make here. "
+                  "Add a user (People page, or `python -m core user add`) to require sign-in.")
+
+
+def sidebar(url: str, required: bool) -> None:
     """The context every page works in; choices live in st.session_state under the _common keys."""
     with Session(get_engine()) as session:
         tasks = [t.name for t in queries.list_tasks(session)]
@@ -53,8 +102,7 @@ def sidebar(url: str) -> None:
         if st.session_state.get(LIBRARY_KEY) not in libraries:
             st.session_state[LIBRARY_KEY] = "default" if "default" in libraries else libraries[0]
         st.selectbox("Library", libraries, key=LIBRARY_KEY)
-        st.session_state.setdefault(REVIEWER_KEY, default_reviewer())
-        st.text_input("Reviewing as", key=REVIEWER_KEY, help="Recorded with every decision you make here.")
+        person_box(required)
         st.caption("Worker")
         if workers:
             st.code("\n".join(f"{w.id} · {w.current or 'idle'}" for w in workers), language=None, wrap_lines=True)
@@ -76,5 +124,10 @@ except Exception as exc:  # a bad URL or an unreachable server: say so instead o
     st.code(f"{type(exc).__name__}: {exc}", language=None, wrap_lines=True)
     st.stop()
 
-sidebar(url)
+with Session(get_engine()) as _session:
+    sign_in_on = sign_in_required(_session)
+if sign_in_on and signed_in_person(sign_in_on) is None:
+    st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
+    st.stop()
+sidebar(url, sign_in_on)
 st.navigation(PAGES).run()

@@ -18,6 +18,7 @@ from core.worker import ensure_worker, job_health
 from storage.db import database_url, get_engine
 
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
+AUTH_KEY = "auth_user"  # the signed-in user's name; set only by the sign-in form in streamlit_app.py
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")
 
@@ -54,8 +55,11 @@ def default_reviewer() -> str:
 
 
 def context() -> Context:
+    """With sign-in on, the acting person is the signed-in user; without it, the name typed in the sidebar."""
+    signed_in = st.session_state.get(AUTH_KEY)
+    person = signed_in or (st.session_state.get(REVIEWER_KEY) or default_reviewer()).strip() or "local"
     return Context(task=st.session_state.get(TASK_KEY), library=st.session_state.get(LIBRARY_KEY) or "default",
-                   reviewer=(st.session_state.get(REVIEWER_KEY) or default_reviewer()).strip() or "local")
+                   reviewer=person)
 
 
 def engine() -> Engine:

@@ -19,10 +19,12 @@ from core.versions import EMPTY, PRODUCTION, set_label
 from core.worker import job_health
 from pages._common import (
     SCORE,
+    allowed,
     context,
     engine,
     keep_valid_choice,
     require_app,
+    role_note,
     run_action,
     show_text,
     start_worker_if_needed,
@@ -80,8 +82,8 @@ def evaluation_form(setup: dict) -> None:
              for v in setup["versions"]}
     names[EMPTY] = "empty (no library)"
     splits = sorted(setup["splits"])
-    for key, allowed in (("eval_version", options), ("eval_split", splits)):
-        keep_valid_choice(key, allowed)  # another task or library was chosen in the sidebar
+    for key, offered in (("eval_version", options), ("eval_split", splits)):
+        keep_valid_choice(key, offered)  # another task or library was chosen in the sidebar
     with st.form("eval_form"):
         c1, c2, c3 = st.columns(3)
         version = c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
@@ -249,6 +251,9 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
     chosen = st.selectbox("Evaluation to promote", ids, key="eval_promote_choice",
                           format_func=lambda i: evaluation_choice(by_id[i], numbers))
     version_id = by_id[chosen].version_id
+    if not allowed("admin"):
+        role_note("admin", "promoting a version to production")
+        return
     if st.button("Promote to production", key="eval_promote", type="primary", icon=":material/rocket_launch:"):
         if run_action(promote, version_id, context().reviewer) is not None:
             st.session_state[FLASH_KEY] = (f"production now points at version "
@@ -264,7 +269,10 @@ if setup is None:
     st.stop()
 
 st.header("New evaluation")
-evaluation_form(setup)
+if allowed("reviewer"):
+    evaluation_form(setup)
+else:
+    role_note("reviewer", "starting an evaluation")
 
 st.header("Evaluations")
 evaluations_view(setup["task"].id)

@@ -24,7 +24,17 @@ from core import versions as core_versions
 from core.library import ProposedOp
 from core.library import diff as library_diff
 from core.library_io import LibraryFormatError
-from pages._common import DATETIME, Context, context, engine, experience_lines, require_app, show_text
+from pages._common import (
+    DATETIME,
+    Context,
+    allowed,
+    context,
+    engine,
+    experience_lines,
+    require_app,
+    role_note,
+    show_text,
+)
 from storage import queries
 from storage.db import session_scope
 
@@ -457,11 +467,15 @@ def main() -> None:
     draw_versions(data)
     draw_text(data, newest_first)
     draw_diff(data, newest_first)
-    draw_edits(data)
-    draw_revert(data, newest_first)
-    draw_labels(data, newest_first)
+    if allowed("reviewer"):
+        draw_edits(data)
+        draw_revert(data, newest_first)
+        draw_labels(data, newest_first)
+    else:
+        role_note("reviewer", "editing the library, reverting it and moving labels")
     draw_export(data, newest_first, ctx)
-    draw_import()
+    if allowed("reviewer"):
+        draw_import()
 
 
 if __name__ == "__main__":  # run by st.navigation; tests import the action functions without drawing

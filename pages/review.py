@@ -18,11 +18,13 @@ from sqlmodel import Session
 from core import review
 from pages._common import (
     DATETIME,
+    allowed,
     context,
     engine,
     keep_valid_choice,
     require_app,
     reward_text,
+    role_note,
     run_action,
     show_text,
     show_trajectory,
@@ -153,7 +155,7 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
                     show_trajectory(rollout.messages or [])
 
 
-def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run_id: int) -> None:
+def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run_id: int, can_decide: bool) -> None:
     with st.container(border=True):
         st.markdown(f"**Operation {op.position + 1}** · {op.status}")
         show_text(f"{op.op} {', '.join(op.target_ids)}".strip())
@@ -171,6 +173,8 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
             show_text(f"{op.status} by {op.reviewer or '–'} at {when}")
             if op.comment:
                 show_text(op.comment)
+        if not can_decide:
+            return
         if op.status == "pending":
             approve, reject, edit = st.columns(3)
             approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
@@ -217,6 +221,7 @@ def choose_step(steps: list[Step], pending_by_step: dict[int, int]) -> int:
 
 def page() -> None:
     st.title("Review")
+    can_decide = allowed("reviewer")
     ctx = context()
     with Session(engine()) as session:
         task = queries.task_by_name(session, ctx.task) if ctx.task else None
@@ -268,14 +273,17 @@ def page() -> None:
                                     "status": op.status, "reviewer": op.reviewer or "", "decided at": op.decided_at,
                                     "validation error": op.validation_error or ""} for op in operations]),
                      hide_index=True, column_config={"decided at": DATETIME}, key="review_operations_table")
-        bulk_approve, bulk_reject = st.columns(2)
-        bulk_approve.button("Approve all pending", key="review_approve_all", disabled=not pending,
-                            on_click=decide_all, args=(step_id, "approved", run_id))
-        bulk_reject.button("Reject all pending", key="review_reject_all", disabled=not pending,
-                           on_click=decide_all, args=(step_id, "rejected", run_id))
+        if can_decide:
+            bulk_approve, bulk_reject = st.columns(2)
+            bulk_approve.button("Approve all pending", key="review_approve_all", disabled=not pending,
+                                on_click=decide_all, args=(step_id, "approved", run_id))
+            bulk_reject.button("Reject all pending", key="review_reject_all", disabled=not pending,
+                               on_click=decide_all, args=(step_id, "rejected", run_id))
+        else:
+            role_note("reviewer", "deciding operations")
         for op in operations:
-            show_operation(op, step, before, run_id)
-    if step.status == "awaiting_review" and not pending:
+            show_operation(op, step, before, run_id, can_decide)
+    if step.status == "awaiting_review" and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
                   args=(step_id, run_id))

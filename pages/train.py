@@ -20,9 +20,11 @@ from core.run_control import CANCELLABLE, PAUSABLE, RESUMABLE, cancel_run, pause
 from core.training import RunSettings, create_run
 from core.worker import job_health
 from pages._common import (
+    allowed,
     context,
     engine,
     require_app,
+    role_note,
     run_action,
     show_text,
     start_worker_if_needed,
@@ -142,10 +144,14 @@ def live_progress(run_id: int) -> None:
     if shown == "stalled":
         st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
                    "Resume it to queue it again for a live worker (what is stored is kept).")
-    control_buttons(run_id, shown, context().reviewer)
+    if allowed("reviewer"):
+        control_buttons(run_id, shown, context().reviewer)
     if shown == "awaiting_review":
         st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
         st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
+    if shown == "awaiting_labels":
+        st.info(f"Run #{run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
+        st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
     if run.error:
         st.caption("Error" if shown == "failed" else "Why it stopped")
         show_text(run.error)
@@ -236,7 +242,10 @@ if task is None:
     st.stop()
 
 st.header("New run")
-settings_form(task)
+if allowed("reviewer"):
+    settings_form(task)
+else:
+    role_note("reviewer", "starting a run")
 
 st.header("Runs")
 with Session(engine()) as session:
