@@ -141,10 +141,9 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
 
 def authenticate(engine: Engine, name: str, password: str) -> User | None:
     """The active user with this name and password, else None (the same answer for either mistake)."""
-    with Session(engine) as session:
+    with session_scope(engine) as session:
         user = user_by_name(session, (name or "").strip())
         ok = user is not None and user.active and check_password(password or "", user.password_hash)
         session.add(AuditEvent(actor=(name or "?")[:64], action="user.sign_in" if ok else "user.sign_in_failed",
                                object_type="user", object_id=user.id if user else None))
-        session.commit()
         return user if ok else None

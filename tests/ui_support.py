@@ -56,7 +56,7 @@ def seeded_run(engine, review_mode: str = "manual", epochs: int = 1, **overrides
     With review_mode="manual" it stops `awaiting_review` with its operations pending.
     """
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=epochs, batch_size=2, group_size=2, limit=2,
-                                                       review_mode=review_mode), created_by="test")
+                                                       review_mode=review_mode), created_by="cli")
     _model, gateway = scripted_gateway(engine, **overrides)
     execute_run(engine, run_id, gateway=gateway)
     return run_id

@@ -1,0 +1,161 @@
+"""People and roles: hashed passwords, sign-in, and what each role may do, through core and through the pages."""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import Session, select
+
+from core.library import ProposedOp
+from core.people import (
+    PermissionDenied,
+    add_user,
+    authenticate,
+    check_password,
+    hash_password,
+    sign_in_required,
+    update_user,
+)
+from core.review import decide_operation, decide_step
+from core.run_control import pause_run
+from core.tasks import DEMO_TASK, get_task
+from core.training import RunSettings, create_run
+from core.versions import edit_library, ensure_library, set_label
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, LibraryLabel, Operation, User
+from tests.ui_support import run_app, seeded_run
+
+
+@pytest.fixture
+def people(engine, demo_task):
+    """An admin, a reviewer and a labeller: sign-in is on from here."""
+    for name, role in (("ada", "admin"), ("rex", "reviewer"), ("lab", "labeler")):
+        add_user(engine, name, role, f"{name}-password")
+    return engine
+
+
+def pending(engine, run_id: int) -> list[Operation]:
+    with Session(engine) as session:
+        return list(session.exec(select(Operation).where(Operation.run_id == run_id, Operation.status == "pending")))
+
+
+def test_passwords_are_stored_as_salted_hashes(engine):
+    stored = hash_password("correct horse")
+    assert stored.startswith("scrypt$") and "correct horse" not in stored
+    assert stored != hash_password("correct horse")  # salted
+    assert check_password("correct horse", stored) and not check_password("wrong horse", stored)
+    assert not check_password("x", "not-a-hash")
+    add_user(engine, "ann", "labeler", "secret-pass")
+    with Session(engine) as session:
+        user = session.exec(select(User)).one()
+        events = session.exec(select(AuditEvent)).all()
+    assert check_password("secret-pass", user.password_hash)
+    assert all("secret-pass" not in str(e.after) and "hash" not in str(e.after) for e in events)
+    assert authenticate(engine, "ann", "secret-pass").name == "ann"
+    assert authenticate(engine, "ann", "wrong-pass") is None and authenticate(engine, "nobody", "x") is None
+
+
+def test_sign_in_turns_on_with_the_first_user_and_names_are_checked(engine):
+    with Session(engine) as session:
+        assert not sign_in_required(session)
+    for name, role, password, message in (("cli", "admin", "long-enough", "reserved"),
+                                          ("a b", "admin", "long-enough", "user name"),
+                                          ("ann", "boss", "long-enough", "unknown role"),
+                                          ("ann", "admin", "short", "at least 8")):
+        with pytest.raises(ValueError, match=message):
+            add_user(engine, name, role, password)
+    add_user(engine, "ann", "admin", "long-enough")
+    with Session(engine) as session:
+        assert sign_in_required(session)
+    with pytest.raises(ValueError, match="exists already"):
+        add_user(engine, "ann", "admin", "long-enough")
+
+
+def test_a_labeller_cannot_approve_an_operation_through_core(people):
+    run_id = seeded_run(people, "manual")
+    op = pending(people, run_id)[0]
+    with pytest.raises(PermissionDenied, match="lab is a labeler; deciding operations needs the reviewer role"):
+        decide_operation(people, op.id, "approved", "lab")
+    with pytest.raises(PermissionDenied):
+        decide_step(people, op.step_id, "approved", "lab")
+    assert [o.id for o in pending(people, run_id)] == [op.id]
+    decide_operation(people, op.id, "approved", "rex")
+    assert pending(people, run_id) == []
+
+
+def test_roles_gate_library_edits_runs_production_and_users(people):
+    with session_scope(people) as session:
+        task = get_task(session, DEMO_TASK)
+        library = ensure_library(session, task)
+        with pytest.raises(PermissionDenied, match="editing libraries needs the reviewer role"):
+            edit_library(session, library, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "lab")
+        version = edit_library(session, library, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "rex")
+        with pytest.raises(PermissionDenied, match="moving the production label needs the admin role"):
+            set_label(session, version, "production", "rex")
+        set_label(session, version, "candidate", "rex")
+        set_label(session, version, "production", "ada")
+    with Session(people) as session:
+        assert {label.name for label in session.exec(select(LibraryLabel))} == {"candidate", "production"}
+    with pytest.raises(PermissionDenied, match="starting a run needs the reviewer role"):
+        create_run(people, DEMO_TASK, RunSettings(limit=1), created_by="lab")
+    run_id = create_run(people, DEMO_TASK, RunSettings(limit=1), created_by="rex")
+    with pytest.raises(PermissionDenied):
+        pause_run(people, run_id, "lab")
+    with pytest.raises(PermissionDenied, match="adding users needs the admin role"):
+        add_user(people, "eve", "admin", "long-enough", actor="rex")
+    with pytest.raises(PermissionDenied, match="not a signed-in user"):
+        decide_step(people, 1, "approved", "someone-else")
+    update_user(people, "lab", "ada", active=False)
+    with pytest.raises(PermissionDenied, match="not a signed-in user"):
+        edit_library_as(people, "lab")
+
+
+def edit_library_as(engine, actor: str) -> None:
+    with session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        edit_library(session, library, [ProposedOp("ADD", [], "Re-read the question.", "")], actor)
+
+
+def sign_in(at, name: str, password: str):
+    at.text_input(key="sign_in_name").input(name)
+    at.text_input(key="sign_in_password").input(password)
+    at.button[0].click()
+    return at.run()
+
+
+def test_the_app_asks_for_sign_in_once_users_exist(app_engine):
+    add_user(app_engine, "lab", "labeler", "lab-password")
+    at = run_app()
+    assert [t.value for t in at.title] == ["Sign in"]
+    assert not at.sidebar.selectbox  # nothing of the studio before sign-in
+    at = sign_in(at, "lab", "wrong-password")
+    assert [e.value for e in at.error] == ["Wrong user name or password."]
+    at = sign_in(at, "lab", "lab-password")
+    assert not at.exception
+    assert "Overview" in [t.value for t in at.title]
+    assert "lab (labeler)" in [c.value for c in at.sidebar.code]
+    with Session(app_engine) as session:
+        actions = [e.action for e in session.exec(select(AuditEvent).order_by(AuditEvent.id))]
+    assert actions[-2:] == ["user.sign_in_failed", "user.sign_in"]
+
+
+def test_a_labeller_sees_no_decision_buttons_on_review_and_a_reviewer_does(app_engine):
+    add_user(app_engine, "lab", "labeler", "lab-password")
+    add_user(app_engine, "rex", "reviewer", "rex-password")
+    seeded_run(app_engine, "manual")
+    at = sign_in(run_app(), "lab", "lab-password")
+    at.switch_page("pages/review.py").run()
+    keys = [b.key for b in at.button]
+    assert not any(k and (k.startswith("review_approve") or k.startswith("review_reject")) for k in keys)
+    assert any("deciding operations needs the reviewer role" in i.value.lower() for i in at.info)
+
+    at = sign_in(run_app(), "rex", "rex-password")
+    at.switch_page("pages/review.py").run()
+    assert "review_approve_all" in [b.key for b in at.button]
+
+
+def test_without_users_the_single_local_user_is_shown_and_may_do_everything(app_engine):
+    at = run_app()
+    assert "No sign-in: single local user with every permission" in [c.value for c in at.sidebar.caption]
+    at.switch_page("pages/evaluate.py").run()
+    assert "eval_submit" in [b.key for b in at.button]
