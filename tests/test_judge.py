@@ -11,13 +11,20 @@ import pytest
 from sqlmodel import Session, select
 
 from core.gateway import Gateway, Scope
-from core.judge import choices, criteria_text, judge_messages, judge_response, parse_verdict, score_of, to_value
+from core.judge import (
+    choices,
+    criteria_text,
+    judge_messages,
+    judge_response,
+    parse_verdict,
+    score_of,
+    to_value,
+)
 from core.tasks import DEMO_TASK
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 from tests.conftest import ScriptedModel
 from tests.ui_support import seeded_run
-
 
 _ANSWERS = itertools.count()
 
