@@ -66,7 +66,6 @@ class QueueItem:
     scale: str
     choices: list[tuple[int, float]]
     labels_so_far: int
-    own_label: float | None = None
 
 
 @dataclass

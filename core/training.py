@@ -36,7 +36,7 @@ from core.prompts import (
     trajectory_text,
     update_messages,
 )
-from core.rewards import majority_rewards
+from core.rewards import MODEL_METHODS, PERSON_METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.tasks import NotFound, get_task
 from core.versions import all_ids, create_version, ensure_library, new_experiences
@@ -128,6 +128,9 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         task = get_task(session, task_name)
         settings.policy_model = settings.policy_model or task.policy_model or config.default_model()
         settings.learner_model = settings.learner_model or task.learner_model or config.default_model()
+        if not settings.ground_truth and task.reward_method in (*MODEL_METHODS, *PERSON_METHODS):
+            raise ValueError(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
+                             "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
         if task.agent_mode not in AGENT_MODES:
             raise ValueError(f"task {task.name!r} has an unknown agent mode {task.agent_mode!r}")
         if not queries.samples(session, task.id, "train", limit=1):

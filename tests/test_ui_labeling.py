@@ -1,0 +1,264 @@
+"""UI tests of the Labeling page (Streamlit AppTest): a real training run waits for labels, people label
+it through the page, and every change lands in the database through core.labeling."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sqlmodel import Session, select
+
+from core.people import add_user
+from core.tasks import DEMO_TASK, get_task
+from core.training import execute_run
+from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
+from storage import db, queries
+from storage.models import RewardLabel, Rollout, Run
+from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
+
+PAGE = "pages/labeling.py"
+JUDGE_REPLY = json.dumps({"reason": "Polite but it never names the quantity asked for.", "score": 4,
+                          "confident": False})
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def person_task(engine, method: str = "human", **settings) -> None:
+    """Switch the demo task to a reward method that needs people (1-5 scale, one label by default)."""
+    with db.session_scope(engine) as session:
+        task = get_task(session, DEMO_TASK)
+        task.reward_method = method
+        task.reward_settings = {"scale": "1-5", "labels_per_rollout": 1, **settings}
+        session.add(task)
+
+
+def waiting_run(engine, method: str = "human", **settings) -> tuple[int, list[Rollout]]:
+    """A real run (2 queries x G=2, scripted model) that stops after its first step's rollouts."""
+    person_task(engine, method, **settings)
+    run_id = seeded_run(engine, "auto", judge=JUDGE_REPLY)
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        assert run.status == "awaiting_labels", run.error
+        [step] = queries.steps(session, run_id)
+        rollouts = sorted(queries.step_rollouts(session, step.id), key=lambda r: r.id)
+        session.expunge_all()
+    assert len(rollouts) == 4 and all(r.label_status == "needed" for r in rollouts)
+    return run_id, rollouts
+
+
+def open_page(person: str = "alice", **state):
+    at = run_app(page=PAGE, session_state={TASK_KEY: DEMO_TASK, REVIEWER_KEY: person, **state})
+    assert [t.value for t in at.title] == ["Labeling"]
+    return at
+
+
+def click(at, key: str):
+    at.button(key=key).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def label(at, score: int):
+    click(at, f"label_score_{score}")
+    return click(at, "label_submit")
+
+
+def shown_rollout(at) -> int | None:
+    """The id of the rollout the page offers for labelling (its caption starts `Rollout N ·`)."""
+    found = [int(m.group(1)) for c in at.caption if (m := re.match(r"Rollout (\d+) · ", c.value))]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def progress_line(at) -> str:
+    [line] = [m.value for m in at.markdown if "waiting for you" in m.value]
+    return line
+
+
+def codes(at) -> list[str]:
+    return [c.value for c in at.code]
+
+
+def labels(engine) -> list[RewardLabel]:
+    with Session(engine) as session:
+        rows = list(session.exec(select(RewardLabel).order_by(RewardLabel.id)))
+        session.expunge_all()
+    return rows
+
+
+def rollout(engine, rollout_id: int) -> Rollout:
+    with Session(engine) as session:
+        row = session.get(Rollout, rollout_id)
+        session.expunge(row)
+    return row
+
+
+def run_status(engine, run_id: int) -> str:
+    with Session(engine) as session:
+        return session.get(Run, run_id).status
+
+
+def test_score_and_submit_labels_the_rollout_and_moves_on(engine):
+    _run_id, queued = waiting_run(engine)
+    first = queued[0]
+    with Session(engine) as session:
+        sample = queries.samples_by_ids(session, [first.sample_id])[0]
+    at = open_page()
+    assert shown_rollout(at) == first.id
+    assert sample.query in codes(at) and first.response in codes(at) and sample.reference in codes(at)
+    assert progress_line(at) == "4 waiting for you · 0 done · 0 disputed"
+    assert at.get("progress")[0].proto.value == 0
+    assert not any(first.response in text for text in markdown_texts(at))
+    assert "Keys: 1-5 score, Enter submit, S skip (outside the comment box)." in [c.value for c in at.caption]
+
+    click(at, "label_score_4")
+    assert "Selected: 4 (0.75)" in [m.value for m in at.markdown]
+    assert at.button(key="label_score_4").proto.type == "primary"
+    assert labels(engine) == []
+    at.text_input(key=f"label_comment_{first.id}").input("names the right quantity").run()
+    click(at, "label_submit")
+
+    [row] = labels(engine)
+    assert (row.rollout_id, row.value, row.labeler, row.kind, row.comment) == (
+        first.id, 0.75, "alice", "label", "names the right quantity")
+    after = rollout(engine, first.id)
+    assert (after.reward, after.reward_source, after.label_status) == (0.75, "human", "done")
+    assert shown_rollout(at) == queued[1].id
+    assert progress_line(at) == "3 waiting for you · 1 done · 0 disputed"
+    assert at.get("progress")[0].proto.value == 25
+    assert "Selected: none" in [m.value for m in at.markdown]
+    assert at.text_input(key=f"label_comment_{queued[1].id}").value == ""
+    history = table_with(at, "labeller")
+    assert history[["rollout", "labeller", "value", "kind", "comment"]].values.tolist() == [
+        [first.id, "alice", 0.75, "label", "names the right quantity"]]
+
+
+def test_submit_without_a_score_warns_and_writes_nothing(engine):
+    _run_id, queued = waiting_run(engine)
+    at = open_page()
+    click(at, "label_submit")
+
+    assert "Choose a score before submitting; nothing was saved." in [w.value for w in at.warning]
+    assert labels(engine) == []
+    assert rollout(engine, queued[0].id).label_status == "needed"
+    assert shown_rollout(at) == queued[0].id
+    assert progress_line(at) == "4 waiting for you · 0 done · 0 disputed"
+
+
+def test_skip_moves_on_and_the_skipped_rollout_comes_back_last(engine):
+    _run_id, queued = waiting_run(engine)
+    at = open_page()
+    click(at, "label_score_2")
+    click(at, "label_skip")
+
+    assert labels(engine) == []
+    assert shown_rollout(at) == queued[1].id
+    assert "Selected: none" in [m.value for m in at.markdown]
+    for expected in queued[1:]:
+        assert shown_rollout(at) == expected.id
+        label(at, 5)
+    assert shown_rollout(at) == queued[0].id
+    assert [row.rollout_id for row in labels(engine)] == [r.id for r in queued[1:]]
+    assert rollout(engine, queued[0].id).label_status == "needed"
+
+
+def test_labelling_the_whole_step_queues_the_run_again_and_it_finishes(engine):
+    run_id, queued = waiting_run(engine)
+    at = open_page()
+    scores = (1, 5, 2, 4)
+    for score, item in zip(scores[:-1], queued[:-1], strict=True):
+        assert shown_rollout(at) == item.id
+        label(at, score)
+        assert run_status(engine, run_id) == "awaiting_labels"
+    label(at, scores[-1])
+
+    assert run_status(engine, run_id) == "queued"
+    assert shown_rollout(at) is None
+    assert any(s.value.startswith("Nothing waiting for you") for s in at.success)
+    assert progress_line(at) == "0 waiting for you · 4 done · 0 disputed"
+    assert [rollout(engine, r.id).reward for r in queued] == [0.0, 1.0, 0.25, 0.75]
+
+    _model, gateway = scripted_gateway(engine)
+    finished = execute_run(engine, run_id, gateway=gateway)
+    assert finished.status == "completed", finished.error
+    assert [rollout(engine, r.id).reward_source for r in queued] == ["human"] * 4
+
+
+def test_two_labellers_disagree_and_a_reviewer_decides(engine):
+    _run_id, queued = waiting_run(engine, labels_per_rollout=2)
+    first = queued[0]
+    at = open_page("alice")
+    assert any(c.value.endswith("label 1 of 2") for c in at.caption)
+    label(at, 5)
+    assert rollout(engine, first.id).label_status == "needed"
+    assert shown_rollout(at) == queued[1].id
+
+    at.session_state[REVIEWER_KEY] = "bob"
+    at.run()
+    assert shown_rollout(at) == first.id
+    assert any(c.value.endswith("label 2 of 2") for c in at.caption)
+    label(at, 1)
+
+    disputed = rollout(engine, first.id)
+    assert (disputed.label_status, disputed.reward) == ("disputed", 0.5)
+    assert progress_line(at) == "3 waiting for you · 0 done · 1 disputed"
+    disagreements = table_with(at, "reward now")
+    assert disagreements[["rollout", "labels", "reward now"]].values.tolist() == [[first.id, "alice 1, bob 0", 0.5]]
+    pairs = table_with(at, "Cohen's kappa")
+    assert pairs[["labeller A", "labeller B", "n"]].values.tolist() == [["alice", "bob", 1]]
+    assert "Fleiss' kappa: -1.00 (poor) over 1 rollouts with 2 labels each." in [m.value for m in at.markdown]
+
+    at.session_state[REVIEWER_KEY] = "rita"
+    at.run()
+    assert at.selectbox(key="label_decide_rollout").value == first.id
+    click(at, "label_decide")
+    assert "Choose the final score before deciding; nothing was saved." in [w.value for w in at.warning]
+    assert len(labels(engine)) == 2
+    at.radio(key="label_decide_score").set_value(4)
+    at.text_input(key="label_decide_comment").input("partly right")
+    click(at, "label_decide")
+
+    decided = rollout(engine, first.id)
+    assert (decided.label_status, decided.reward, decided.reward_source) == ("done", 0.75, "human")
+    decision = labels(engine)[-1]
+    assert (decision.kind, decision.labeler, decision.value, decision.comment) == ("decision", "rita", 0.75,
+                                                                                   "partly right")
+    assert not [t for t in at.dataframe if "reward now" in t.value.columns]
+    assert "No disagreement waits for a decision." in [c.value for c in at.caption]
+
+
+def test_a_labeller_cannot_decide_a_disagreement(engine):
+    _run_id, queued = waiting_run(engine, labels_per_rollout=2)
+    for name, role in (("lena", "labeler"), ("lars", "labeler")):
+        add_user(engine, name, role, "a long enough password", actor="system")
+    at = open_page(**{AUTH_KEY: "lena"})
+    label(at, 5)
+    at.session_state[AUTH_KEY] = "lars"
+    at.run()
+    label(at, 1)
+
+    assert rollout(engine, queued[0].id).label_status == "disputed"
+    assert table_with(at, "reward now")["rollout"].tolist() == [queued[0].id]
+    assert not [b for b in at.button if b.key == "label_decide"]
+    assert any("Deciding disagreements needs the reviewer role" in i.value for i in at.info)
+    assert [(row.labeler, row.kind) for row in labels(engine)] == [("lena", "label"), ("lars", "label")]
+
+
+def test_the_judge_suggestion_is_shown(engine):
+    _run_id, queued = waiting_run(engine, "judge_human", spot_check_share=0,
+                                  criteria="Name the quantity the question asks for.")
+    first = rollout(engine, queued[0].id)
+    assert (first.suggested_reward, first.judge_unsure) == (0.75, True)
+    at = open_page()
+
+    assert "Judge suggestion: 4 (0.75) · judge unsure" in [c.value for c in at.caption]
+    assert first.suggested_detail in codes(at)
+    assert "Polite but it never names the quantity asked for." in first.suggested_detail
+    assert "Name the quantity the question asks for." in codes(at)
+    label(at, 2)
+    assert (rollout(engine, first.id).reward, rollout(engine, first.id).suggested_reward) == (0.25, 0.75)
