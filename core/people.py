@@ -105,6 +105,8 @@ def add_user(engine: Engine, name: str, role: str, password: str, actor: str = "
         require_role(session, actor, "admin", "adding users")
         if user_by_name(session, name) is not None:
             raise ValueError(f"a user named {name!r} exists already")
+        if role != "admin" and actor not in SYSTEM_ACTORS and not sign_in_required(session):
+            raise ValueError("the first user turns sign-in on, so it must be an admin (or nobody could manage users)")
         user = User(name=name, role=role, password_hash=hash_password(password), created_by=actor)
         session.add(user)
         session.flush()
@@ -122,6 +124,9 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
         if user is None:
             raise LookupError(f"no user named {name!r}")
         before = {"role": user.role, "active": user.active}
+        stays_admin = (role or user.role) == "admin" and (user.active if active is None else active)
+        if user.role == "admin" and user.active and not stays_admin and _active_admins(session) == 1:
+            raise ValueError(f"{name} is the last active admin; make another admin first")
         if role is not None:
             if role not in ROLES:
                 raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
@@ -137,6 +142,10 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
         session.add(AuditEvent(actor=actor, action="user.update", object_type="user", object_id=user.id,
                                before=before, after=after))
         return user
+
+
+def _active_admins(session: Session) -> int:
+    return session.exec(select(func.count()).select_from(User).where(User.active, User.role == "admin")).one()
 
 
 def authenticate(engine: Engine, name: str, password: str) -> User | None:

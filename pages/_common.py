@@ -74,7 +74,7 @@ def allowed(role: str) -> bool:
 
 def role_note(role: str, doing: str) -> None:
     """Say why controls are missing, instead of leaving a person to guess."""
-    st.info(f"{doing.capitalize()} needs the {role} role; you are signed in as {context().reviewer}.")
+    st.info(f"{doing.capitalize()} needs the {role} role, which you do not have. An admin can change roles on People.")
 
 
 def show_text(text: str | None, empty: str = "(empty)") -> None:

@@ -1,8 +1,157 @@
-"""People page (placeholder, being written)."""
+"""People: how people sign in, who the users are and what each role may do.
 
+With no active user the studio serves one local user with every permission; the first user added
+switches sign-in on. Admins add users and change their role, activity and password here; every change
+goes through `core.people`, which checks the role again and writes the audit event. Password hashes are
+never read into the page beyond the query, and never shown.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
 import streamlit as st
+from sqlmodel import Session
 
-from pages._common import require_app
+from core.people import ROLES, add_user, list_users, sign_in_required, update_user
+from pages._common import DATETIME, allowed, context, engine, require_app, role_note, run_action
+
+ADD_NAME, ADD_ROLE, ADD_PASSWORD, ADD_REPEAT = "people_add_name", "people_add_role", "people_add_pw", "people_add_pw2"
+USER_KEY = "people_user"
+FIRST_USER_COMMAND = "python -m core user add NAME --role admin"
+SIGN_IN_OFF = ("Sign-in is off: everyone using this studio is the single local user with every permission. "
+               f"Add a user (here or with `{FIRST_USER_COMMAND}`) to require sign-in.")
+ROLES_TEXT = """
+- **labeler**: labels rollouts in the labeling queue.
+- **reviewer**: everything a labeler does, and also decides operations, edits libraries, starts runs and
+  evaluations.
+- **admin**: everything a reviewer does, and also manages tasks, users and the `production` label.
+"""
+
+
+def role_key(user_id: int) -> str:
+    return f"people_role_{user_id}"
+
+
+def password_keys(user_id: int) -> tuple[str, str]:
+    return f"people_pw_{user_id}", f"people_pw2_{user_id}"
+
+
+# --- actions (button callbacks) ---------------------------------------------------------------
+
+
+def add() -> None:
+    name = str(st.session_state.get(ADD_NAME) or "").strip()
+    role = st.session_state.get(ADD_ROLE)
+    password, repeat = st.session_state.get(ADD_PASSWORD) or "", st.session_state.get(ADD_REPEAT) or ""
+    st.session_state[ADD_PASSWORD] = st.session_state[ADD_REPEAT] = ""
+    if password != repeat:
+        st.error("The two passwords differ; nothing was saved.")
+        return
+    if run_action(add_user, engine(), name, role, password, actor=context().reviewer,
+                  success=f"User {name} added as {role}.") is not None:
+        st.session_state[ADD_NAME] = ""
+
+
+def change_role(name: str, user_id: int) -> None:
+    role = st.session_state.get(role_key(user_id))
+    run_action(update_user, engine(), name, context().reviewer, role=role, success=f"{name} is now a {role}.")
+
+
+def set_active(name: str, active: bool) -> None:
+    run_action(update_user, engine(), name, context().reviewer, active=active,
+               success=f"{name} {'activated' if active else 'deactivated'}.")
+
+
+def set_password(name: str, user_id: int) -> None:
+    first, second = password_keys(user_id)
+    password, repeat = st.session_state.get(first) or "", st.session_state.get(second) or ""
+    st.session_state[first] = st.session_state[second] = ""
+    if password != repeat:
+        st.error("The two passwords differ; nothing was saved.")
+        return
+    run_action(update_user, engine(), name, context().reviewer, password=password,
+               success=f"New password set for {name}.")
+
+
+# --- display ----------------------------------------------------------------------------------
+
+
+def add_form(sign_in_on: bool) -> None:
+    st.subheader("Add a user", anchor=False)
+    if not sign_in_on:
+        st.warning("Adding the first user turns sign-in on: right after, everyone, you included, must sign in, "
+                   "and only an admin can manage users. Make the first user an admin whose password you know. "
+                   "(The command line can still add or change users if no admin can sign in.)")
+    with st.form("people_add_form"):
+        st.text_input("User name", key=ADD_NAME)
+        st.selectbox("Role", ROLES, index=ROLES.index("admin" if not sign_in_on else "labeler"), key=ADD_ROLE)
+        st.text_input("Password (at least 8 characters)", type="password", key=ADD_PASSWORD)
+        st.text_input("Password again", type="password", key=ADD_REPEAT)
+        st.form_submit_button("Add user", type="primary", on_click=add)
+
+
+def manage_user(users: list) -> None:
+    st.subheader("Change a user", anchor=False)
+    by_name = {user.name: user for user in users}
+    names = list(by_name)
+    if st.session_state.get(USER_KEY) not in names:
+        st.session_state.pop(USER_KEY, None)
+    name = st.selectbox("User", names, key=USER_KEY)
+    user = by_name[name]
+    if name == context().reviewer:
+        st.warning("This is you: a lower role or deactivation takes effect at once and may lock you out of this "
+                   "page.")
+    role_col, active_col = st.columns(2)
+    with role_col:
+        st.selectbox("Role", ROLES, index=ROLES.index(user.role) if user.role in ROLES else 0, key=role_key(user.id))
+        st.button("Change role", key=f"people_change_role_{user.id}", on_click=change_role, args=(name, user.id))
+    with active_col:
+        st.caption("Active" if user.active else "Deactivated")
+        if user.active:
+            st.button("Deactivate", key=f"people_deactivate_{user.id}", on_click=set_active, args=(name, False))
+        else:
+            st.button("Activate", key=f"people_activate_{user.id}", on_click=set_active, args=(name, True))
+    first, second = password_keys(user.id)
+    st.text_input("New password (at least 8 characters)", type="password", key=first)
+    st.text_input("New password again", type="password", key=second)
+    st.button("Set password", key=f"people_set_password_{user.id}", on_click=set_password, args=(name, user.id))
+
+
+def page() -> None:
+    st.title("People")
+    with Session(engine()) as session:
+        sign_in_on = sign_in_required(session)
+        users = list_users(session)
+        rows = [{"name": u.name, "role": u.role, "active": u.active, "created by": u.created_by,
+                 "created at": u.created_at} for u in users]
+        session.expunge_all()
+    if sign_in_on:
+        active = sum(1 for row in rows if row["active"])
+        st.caption(f"Sign-in is on: {active} active {'user' if active == 1 else 'users'}.")
+    elif users:
+        st.info("Sign-in is off because no user is active: everyone using this studio is the single local user "
+                "with every permission. Activate a user or add one to require sign-in.")
+    else:
+        st.info(SIGN_IN_OFF)
+        st.code(FIRST_USER_COMMAND, language=None)
+
+    st.header("Users", anchor=False)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={"created at": DATETIME},
+                     key="people_users_table")
+    else:
+        st.caption("No users yet.")
+
+    if allowed("admin"):
+        add_form(sign_in_on)
+        if users:
+            manage_user(users)
+    else:
+        role_note("admin", "managing users")
+
+    st.header("Roles", anchor=False)
+    st.markdown(ROLES_TEXT)
+
 
 require_app()
-st.title("People")
+page()

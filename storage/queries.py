@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import case, func
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import case, func, or_
 from sqlmodel import Session, col, select
 
 from storage.models import (
     Advantage,
+    AuditEvent,
     Evaluation,
     Library,
     LibraryLabel,
@@ -280,3 +284,48 @@ def steps_by_ids(session: Session, step_ids: list[int]) -> dict[int, Step]:
     if not step_ids:
         return {}
     return {s.id: s for s in session.exec(select(Step).where(col(Step.id).in_(list(step_ids))))}
+
+
+def _many(value: str | Iterable[str] | None) -> list[str]:
+    """One value or several, as a list (empty means no filter)."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [v for v in value if v]
+
+
+def audit_events(session: Session, *, actor: str | Iterable[str] | None = None,
+                 action_prefix: str | Iterable[str] | None = None, object_type: str | Iterable[str] | None = None,
+                 object_id: int | None = None, since: datetime | None = None, until: datetime | None = None,
+                 limit: int | None = 500) -> list[AuditEvent]:
+    """Audit events, newest first, for the Audit page and the CLI; each filter takes one value or several.
+
+    `action_prefix` "run" matches the group (run.create, run.paused) and "run.create" the action itself;
+    `since` is inclusive and `until` exclusive, so a date range is [first day 00:00, day after the last).
+    """
+    query = select(AuditEvent)
+    if actors := _many(actor):
+        query = query.where(col(AuditEvent.actor).in_(actors))
+    if prefixes := _many(action_prefix):
+        query = query.where(or_(*[(AuditEvent.action == p) | col(AuditEvent.action).startswith(f"{p}.", autoescape=True)
+                                  for p in prefixes]))
+    if types := _many(object_type):
+        query = query.where(col(AuditEvent.object_type).in_(types))
+    if object_id is not None:
+        query = query.where(AuditEvent.object_id == object_id)
+    if since is not None:
+        query = query.where(AuditEvent.created_at >= since)
+    if until is not None:
+        query = query.where(AuditEvent.created_at < until)
+    query = query.order_by(col(AuditEvent.created_at).desc(), col(AuditEvent.id).desc())
+    if limit:
+        query = query.limit(limit)
+    return list(session.exec(query))
+
+
+def audit_facets(session: Session) -> dict[str, list[str]]:
+    """The distinct actors, actions and object types in the audit log, sorted, for filter choices."""
+    def distinct(column) -> list[str]:
+        return sorted(v for v in session.exec(select(column).distinct()) if v is not None)
+
+    return {"actors": distinct(AuditEvent.actor), "actions": distinct(AuditEvent.action),
+            "object_types": distinct(AuditEvent.object_type)}

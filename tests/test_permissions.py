@@ -159,3 +159,16 @@ def test_without_users_the_single_local_user_is_shown_and_may_do_everything(app_
     assert "No sign-in: single local user with every permission" in [c.value for c in at.sidebar.caption]
     at.switch_page("pages/evaluate.py").run()
     assert "eval_submit" in [b.key for b in at.button]
+
+
+def test_the_first_user_from_a_page_is_an_admin_and_the_last_admin_stays(engine):
+    with pytest.raises(ValueError, match="first user turns sign-in on, so it must be an admin"):
+        add_user(engine, "lab", "labeler", "long-enough", actor="local")
+    add_user(engine, "ada", "admin", "long-enough", actor="local")
+    for change in ({"role": "reviewer"}, {"active": False}):
+        with pytest.raises(ValueError, match="ada is the last active admin"):
+            update_user(engine, "ada", "ada", **change)
+    add_user(engine, "bea", "admin", "long-enough", actor="ada")
+    update_user(engine, "ada", "bea", role="reviewer")
+    with Session(engine) as session:
+        assert {u.name: u.role for u in session.exec(select(User))} == {"ada": "reviewer", "bea": "admin"}
