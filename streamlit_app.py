@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from core import config
 from core.people import authenticate, role_of, sign_in_required
-from core.tasks import ensure_demo_task
+from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
 from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer
 from storage import queries
@@ -34,8 +34,8 @@ PAGES = [
 
 @st.cache_resource(show_spinner="Preparing the database…")
 def prepare_database(url: str) -> int:
-    """Migrate the database and create the demo task, once per process and database URL."""
-    return ensure_demo_task(get_engine()).id
+    """Migrate the database and create the two demo tasks, once per process and database URL."""
+    return len(ensure_demo_tasks(get_engine()))
 
 
 def signed_in_person(required: bool) -> str | None:

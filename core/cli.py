@@ -7,20 +7,23 @@ Exit codes: 0 success, 1 the work itself failed (a run or an evaluation ended in
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
 from sqlmodel import Session
 
-from core.datasets import DatasetError
+from core.datasets import DatasetError, check_size, parse_mapping
 from core.evaluation import create_evaluation
 from core.gateway import Gateway
 from core.library_io import LibraryFormatError
 from core.local_model import LocalModelError
-from core.tasks import NotFound, ensure_demo_task, get_task
+from core.people import ROLES, add_user, list_users, update_user
+from core.tasks import NotFound, add_dataset, ensure_demo_tasks, get_task
 from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
 from core.worker import claim_or_explain, execute_job, new_worker_id, serve
@@ -78,8 +81,79 @@ def _engine(args: argparse.Namespace):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    task = ensure_demo_task(_engine(args))
-    print(task.name)
+    for task in ensure_demo_tasks(_engine(args)):
+        print(task.name)
+    return 0
+
+
+def cmd_dataset_add(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        check_size(path.stat().st_size, path.name)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path.name}: cannot read file: {exc.strerror or exc}") from None
+    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping=parse_mapping(args.map),
+                                 default_split=args.split, actor="cli")
+    print(f"added {added} samples to {args.task} ({already} already present)")
+    return 0
+
+
+def cmd_dataset_show(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        task = get_task(session, args.task)
+        counts = queries.count_samples(session, task.id)
+    print(f"{task.name}: {sum(counts.values())} samples")
+    for split in sorted(counts):
+        print(f"  {split:<6}{counts[split]:>6}")
+    return 0
+
+
+def _password(args: argparse.Namespace) -> str:
+    """From the named environment variable, else one line of piped stdin, else typed twice (not echoed)."""
+    if args.password_env:
+        password = os.environ.get(args.password_env)
+        if not password:
+            raise UsageError(f"environment variable {args.password_env} is not set or empty")
+        return password
+    if not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise UsageError("no password: pipe one line to stdin or use --password-env VAR")
+        return password
+    password = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != password:
+        raise UsageError("the two passwords differ")
+    return password
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    user = add_user(_engine(args), args.name, args.role, _password(args), actor="cli")
+    print(f"added user {user.name} ({user.role}); sign-in is now required")
+    return 0
+
+
+def cmd_user_list(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        users = list_users(session)
+    print(f"{'name':<24}{'role':<10}active")
+    for user in users:
+        print(f"{user.name:<24}{user.role:<10}{'yes' if user.active else 'no'}")
+    return 0
+
+
+def cmd_user_set(args: argparse.Namespace) -> int:
+    password = _password(args) if args.password_env else None
+    if args.role is None and args.active is None and password is None:
+        raise UsageError("user set: nothing to change; give --role, --active or --password-env")
+    active = None if args.active is None else args.active == "yes"
+    try:
+        user = update_user(_engine(args), args.name, "cli", role=args.role, active=active, password=password)
+    except LookupError as exc:
+        raise NotFound(str(exc)) from None
+    changed = ", ".join(part for part, given in (("role", args.role), ("active", args.active),
+                                                   ("password", password)) if given is not None)
+    print(f"updated user {user.name}: {changed} (role {user.role}, active {'yes' if user.active else 'no'})")
     return 0
 
 
@@ -273,7 +347,38 @@ def build_parser() -> Parser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and retries")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    sub.add_parser("demo", help="ensure the demo task exists and print its name").set_defaults(func=cmd_demo)
+    sub.add_parser("demo", help="ensure the demo tasks exist and print their names").set_defaults(func=cmd_demo)
+
+    dataset = sub.add_parser("dataset", help="add a dataset file to a task, or show a task's data")
+    dsub = dataset.add_subparsers(dest="dataset_command", required=True, parser_class=Parser)
+    p = dsub.add_parser("add", help="validate a .jsonl, .json or .csv file, then add its new rows to a task")
+    p.add_argument("--task", required=True)
+    p.add_argument("--map", action="append", default=[], metavar="TARGET=COLUMN",
+                   help="which column holds id, query, reference, rubric (or criteria), split; meta=a,b lists "
+                        "the columns kept as metadata (default: all unused columns)")
+    p.add_argument("--split", choices=["train", "test"], default="train", help="split of rows that name none")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_dataset_add)
+    p = dsub.add_parser("show", help="count a task's samples per split")
+    p.add_argument("--task", required=True)
+    p.set_defaults(func=cmd_dataset_show)
+
+    user = sub.add_parser("user", help="add, list or change the people who may sign in")
+    usub = user.add_subparsers(dest="user_command", required=True, parser_class=Parser)
+    password_help = ("take the password from this environment variable; without it `user add` reads one line "
+                     "from piped stdin, or asks twice on a terminal")
+    p = usub.add_parser("add", help="add a user (the first one switches sign-in on)")
+    p.add_argument("name")
+    p.add_argument("--role", choices=ROLES, required=True)
+    p.add_argument("--password-env", metavar="VAR", help=password_help)
+    p.set_defaults(func=cmd_user_add)
+    usub.add_parser("list", help="list users: name, role, active").set_defaults(func=cmd_user_list)
+    p = usub.add_parser("set", help="change a user's role, switch them on or off, or set a new password")
+    p.add_argument("name")
+    p.add_argument("--role", choices=ROLES)
+    p.add_argument("--active", choices=["yes", "no"])
+    p.add_argument("--password-env", metavar="VAR", help="set the password from this environment variable")
+    p.set_defaults(func=cmd_user_set)
 
     p = sub.add_parser("train", help="learn an experience library (or resume a run)")
     p.add_argument("--task")

@@ -1,7 +1,10 @@
-"""Reading a user's dataset file (JSONL or CSV) into sample rows.
+"""Reading a user's dataset file (JSONL, JSON or CSV) into sample rows.
 
 The whole file is validated before anything is returned, so an import either succeeds completely or
-fails with one message that names the offending row; nothing is ever half-read.
+fails with one message that names the file, the offending row and the problem; nothing is ever
+half-read. Besides the shape of the file this rejects what would hurt later: files or fields too
+big to show or send to a model, text that is not UTF-8, and cells a spreadsheet would run as a
+formula when the data is exported again.
 """
 
 from __future__ import annotations
@@ -9,22 +12,33 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TARGETS = ("id", "query", "reference", "rubric", "split")
+TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
+ALIASES = {"criteria": "rubric"}
 SPLITS = ("train", "test")
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
+MB = 1024 * 1024
+MAX_FILE_BYTES = 20 * MB
+MAX_FIELD_CHARS = 20_000
 
 _DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "id": ("id",),
     "query": ("query",),
     "reference": ("reference", "answer"),
-    "rubric": ("rubric",),
+    "rubric": ("rubric", "criteria"),
     "split": ("split",),
 }
+_SIGNED_NUMBER = re.compile(r"[+-](\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?%?")
+# Fields up to the whole file's size are read, so an oversize field is reported with its column by
+# _check_cells instead of as the csv module's own "field larger than field limit".
+csv.field_size_limit(max(csv.field_size_limit(), MAX_FILE_BYTES))
+_FORMULA = "looks like a spreadsheet formula; remove it or put an apostrophe before it"
 
 
 @dataclass
@@ -38,7 +52,11 @@ class SampleRow:
 
 
 class DatasetError(ValueError):
-    """A dataset file that cannot be imported; `row` is the 1-based JSONL line or CSV data row, if any."""
+    """A dataset file that cannot be imported; the message names the file, the row and the problem.
+
+    `row` is the 1-based JSONL line, CSV data row or JSON array item, as the message says; for problems
+    found before the file is parsed (encoding, NUL bytes) it is the physical line; None for the whole file.
+    """
 
     def __init__(self, message: str, row: int | None = None) -> None:
         super().__init__(message)
@@ -46,17 +64,19 @@ class DatasetError(ValueError):
 
 
 def parse_mapping(items: list[str]) -> dict[str, str]:
-    """Turn CLI items like `query=Question` into {target: source column}, rejecting anything ambiguous."""
+    """Turn CLI items like `query=Question` into {target: source column}, rejecting anything ambiguous.
+
+    `criteria` is another name for `rubric`; `meta=a,b` lists the columns kept as metadata.
+    """
     mapping: dict[str, str] = {}
     for item in items:
         target, sep, column = item.partition("=")
         target, column = target.strip().lower(), column.strip()
         if not sep or not target or not column:
             raise DatasetError(f"malformed mapping {item!r}: expected TARGET=COLUMN, e.g. query=Question")
+        target = ALIASES.get(target, target)
         if target not in TARGETS:
-            raise DatasetError(
-                f"unknown mapping target {target!r} in {item!r}: use one of {', '.join(TARGETS)}"
-            )
+            raise DatasetError(f"unknown mapping target {target!r} in {item!r}: use one of {_target_names()}")
         if target in mapping:
             raise DatasetError(f"target {target!r} is mapped twice ({mapping[target]!r} and {column!r})")
         mapping[target] = column
@@ -68,8 +88,9 @@ def read_dataset(
 ) -> list[SampleRow]:
     """Read a .jsonl/.json (JSON lines or one JSON array) or .csv file, raising DatasetError before any row.
 
-    Targets not in `mapping` fall back to a column named like the target (reference also accepts `answer`);
-    columns used by no target go into meta unchanged.
+    Targets not in `mapping` fall back to a column named like the target (reference also accepts
+    `answer`, rubric also accepts `criteria`). Without a `meta` mapping, columns used by no target go
+    into meta unchanged; with one (comma-separated column names) only those columns do.
     """
     path = Path(path)
     try:
@@ -82,13 +103,18 @@ def read_dataset(
 def parse_dataset(
     data: bytes, filename: str, mapping: dict[str, str] | None = None, default_split: str = "train"
 ) -> list[SampleRow]:
-    """Same as read_dataset for bytes already in memory (an upload), so a bad file never touches disk."""
-    mapping = dict(mapping or {})
-    for target in mapping:
-        if target not in TARGETS:
-            raise DatasetError(f"unknown mapping target {target!r}: use one of {', '.join(TARGETS)}")
+    """Same as read_dataset for bytes already in memory (an upload), so a bad file never touches disk.
+
+    A text cell that a spreadsheet would evaluate (it starts with `=`, `@`, a tab, a carriage return,
+    or `+`/`-` not followed by a plain number) is rejected. A leading apostrophe, the spreadsheet way
+    of saying "this is text", makes it acceptable and is kept as written: stripping it would give back
+    the dangerous cell on the next export, and the same file could not be imported twice. Size and
+    formula checks cover the cells that are stored, so a `meta` mapping can leave a junk column out.
+    """
+    check_size(len(data), filename)
+    mapping = _normalise_mapping(mapping or {}, filename)
     if default_split not in SPLITS:
-        raise DatasetError(f"default split must be train or test, got {default_split!r}")
+        raise DatasetError(f"{filename}: default split must be train or test, got {default_split!r}")
 
     suffix = Path(filename).suffix.lower()
     if suffix in (".jsonl", ".json"):
@@ -96,9 +122,7 @@ def parse_dataset(
     elif suffix == ".csv":
         unit = "data row"
     else:
-        raise DatasetError(
-            f"{filename}: unsupported file type {suffix or '(none)'!r}: use .jsonl, .json or .csv"
-        )
+        raise DatasetError(f"{filename}: unsupported file type {suffix or '(none)'!r}: use .jsonl, .json or .csv")
 
     text = _decode(data, filename)
     if not text.strip():
@@ -116,9 +140,9 @@ def parse_dataset(
     if not records:
         raise DatasetError(f"{filename}: file has no data rows")
 
-    resolved = _resolve_columns(columns, mapping, filename)
+    resolved, meta_columns = _resolve_columns(columns, mapping, filename)
     rows = [
-        _to_row(record, number, resolved, default_split, f"{filename}: {unit} {number}")
+        _to_row(record, number, resolved, meta_columns, default_split, f"{filename}: {unit} {number}")
         for number, record in records
     ]
     _check_unique_ids(rows, [number for number, _ in records], filename, unit)
@@ -132,34 +156,124 @@ def demo_rows() -> list[SampleRow]:
     )
 
 
+def check_size(size: int, filename: str) -> None:
+    """Refuse a file over MAX_FILE_BYTES; callers holding only a path check before reading it."""
+    if size > MAX_FILE_BYTES:
+        raise DatasetError(f"{filename}: file is {_megabytes(size)} MB; the limit is {MAX_FILE_BYTES / MB:g} MB")
+
+
+def support_rows() -> list[SampleRow]:
+    """The customer-support demo set (40 messages written for this project), split given per line."""
+    return read_dataset(DEMO_DIR / "support_messages.jsonl")
+
+
+def formula_like(text: str) -> bool:
+    """True for a cell a spreadsheet would treat as a formula (CSV injection); `-5` and `+3.2` are numbers."""
+    if text[:1] in ("\t", "\r"):
+        return True
+    head = text.lstrip(" ")
+    if head[:1] in ("=", "@"):
+        return True
+    return head[:1] in ("+", "-") and not _SIGNED_NUMBER.fullmatch(head.rstrip())
+
+
+def _target_names() -> str:
+    return ", ".join((*TARGETS, *ALIASES))
+
+
+def _normalise_mapping(mapping: dict[str, Any], filename: str) -> dict[str, Any]:
+    """Targets in canonical form (criteria -> rubric); meta as a list of column names."""
+    normal: dict[str, Any] = {}
+    for raw_target, column in mapping.items():
+        target = ALIASES.get(raw_target.strip().lower(), raw_target.strip().lower())
+        if target not in TARGETS:
+            raise DatasetError(f"{filename}: unknown mapping target {raw_target!r}: use one of {_target_names()}")
+        if target in normal:
+            raise DatasetError(f"{filename}: target {target!r} is mapped twice")
+        if target == "meta":
+            names = column.split(",") if isinstance(column, str) else list(column)
+            normal[target] = [name.strip() for name in names if name.strip()]
+        else:
+            normal[target] = column
+    return normal
+
+
+def _megabytes(size: int) -> str:
+    """Rounded up, so a file just over the limit never reads as exactly the limit."""
+    return f"{math.ceil(size * 10 / MB) / 10:.1f}"
+
+
 def _decode(data: bytes, filename: str) -> str:
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        raise DatasetError(f"{filename}: file is UTF-32; save it as UTF-8")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DatasetError(f"{filename}: file is UTF-16; save it as UTF-8")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise DatasetError(
+            f"{filename}: line {line}: contains a NUL byte, so this is not a text file "
+            "(binary, or UTF-16 without a byte order mark); save it as UTF-8 text",
+            row=line,
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise DatasetError(
-            f"{filename}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x}); "
-            "save the file as UTF-8",
+            f"{filename}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8",
             row=line,
         ) from exc
 
 
+class _Object(dict):
+    """A parsed JSON object remembering the first key repeated in it or in an object inside it."""
+
+    duplicate: str | None = None
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    """json resolves a repeated key silently to its last value; here the record is refused instead."""
+    result = _Object()
+    for key, value in pairs:
+        if result.duplicate is None:
+            result.duplicate = key if key in result else _duplicate_in(value)
+        result[key] = value
+    return result
+
+
+def _duplicate_in(value: Any) -> str | None:
+    if isinstance(value, _Object):
+        return value.duplicate
+    if isinstance(value, list):
+        return next((key for key in map(_duplicate_in, value) if key is not None), None)
+    return None
+
+
+def _loads(text: str, filename: str, line: int | None) -> Any:
+    """json.loads keeping track of repeated keys; a syntax error names the line (given, or found by json)."""
+    try:
+        return json.loads(text, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        where = line if line is not None else exc.lineno
+        raise DatasetError(f"{filename}: line {where}: not valid JSON ({exc.msg})", row=where) from exc
+
+
+def _check_record(value: Any, filename: str, where: str, number: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DatasetError(f"{filename}: {where}: expected a JSON object, got {_json_type(value)}", row=number)
+    if value.duplicate is not None:
+        raise DatasetError(f"{filename}: {where}: key {value.duplicate!r} appears twice in one object", row=number)
+    return dict(value)
+
+
 def _json_array_records(text: str, filename: str) -> list[tuple[int, dict[str, Any]]]:
     """A .json file holding one array of objects, which is how many tools export "JSON"."""
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"{filename}: line {exc.lineno}: not valid JSON ({exc.msg})", row=exc.lineno
-        ) from exc
-    records = []
-    for number, value in enumerate(values, start=1):
-        if not isinstance(value, dict):
-            raise DatasetError(
-                f"{filename}: item {number}: expected a JSON object, got {_json_type(value)}", row=number
-            )
-        records.append((number, value))
-    return records
+    values = _loads(text, filename, None)
+    if not isinstance(values, list):
+        raise DatasetError(f"{filename}: expected one JSON array of objects, got {_json_type(values)}")
+    return [(number, _check_record(value, filename, f"item {number}", number))
+            for number, value in enumerate(values, start=1)]
 
 
 def _jsonl_records(text: str, filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -167,41 +281,44 @@ def _jsonl_records(text: str, filename: str) -> Iterator[tuple[int, dict[str, An
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
+        yield number, _check_record(_loads(line, filename, number), filename, f"line {number}", number)
+
+
+def _csv_rows(text: str, filename: str) -> Iterator[tuple[int, list[str]]]:
+    """(data row number, values), the header as row 0; a csv error names the row it happened in."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    number = 0
+    while True:
         try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{filename}: line {number}: not valid JSON ({exc.msg})", row=number) from exc
-        if not isinstance(value, dict):
-            raise DatasetError(
-                f"{filename}: line {number}: expected a JSON object, got {_json_type(value)}", row=number
-            )
-        yield number, value
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            where = "header" if number == 0 else f"data row {number}"
+            raise DatasetError(f"{filename}: {where}: not readable as CSV ({exc})", row=number or None) from exc
+        yield number, values
+        number += 1
 
 
 def _csv_records(text: str, filename: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-        body = [
-            (number, values)
-            for number, values in enumerate(reader, start=1)
-            if any(v.strip() for v in values)
-        ]
-    except csv.Error as exc:
-        raise DatasetError(f"{filename}: not a readable CSV file: {exc}") from exc
+    rows = _csv_rows(text, filename)
+    _, header = next(rows)
     header = [name.strip() for name in header]
     seen: set[str] = set()
     for name in header:
         if name and name in seen:
             raise DatasetError(f"{filename}: header: column {name!r} appears twice")
+        if formula_like(name):
+            raise DatasetError(f"{filename}: header: column name {name!r} {_FORMULA}")
         seen.add(name)
 
     records = []
-    for number, values in body:
+    for number, values in rows:
+        if not any(v.strip() for v in values):
+            continue
         if len(values) > len(header):
             raise DatasetError(
-                f"{filename}: data row {number}: has {len(values)} values "
-                f"but the header has {len(header)} columns",
+                f"{filename}: data row {number}: has {len(values)} values but the header has {len(header)} columns",
                 row=number,
             )
         record: dict[str, Any] = {}
@@ -210,8 +327,7 @@ def _csv_records(text: str, filename: str) -> tuple[list[str], list[tuple[int, d
             if not name:
                 if value.strip():
                     raise DatasetError(
-                        f"{filename}: data row {number}: column {position + 1} "
-                        "has a value but no header name",
+                        f"{filename}: data row {number}: column {position + 1} has a value but no header name",
                         row=number,
                     )
                 continue
@@ -220,14 +336,21 @@ def _csv_records(text: str, filename: str) -> tuple[list[str], list[tuple[int, d
     return [name for name in header if name], records
 
 
-def _resolve_columns(columns: list[str], mapping: dict[str, str], filename: str) -> dict[str, str]:
-    """Explicit mapping first; other targets fall back to a column of the conventional name, if present."""
+def _resolve_columns(
+    columns: list[str], mapping: dict[str, Any], filename: str
+) -> tuple[dict[str, str], list[str] | None]:
+    """Explicit mapping first; other targets fall back to a column of the conventional name, if present.
+
+    Returns the target -> column map and the meta columns (None: every column no target uses).
+    """
+    meta_columns = mapping.pop("meta", None)
+    listed = ", ".join(columns) or "(none)"
     for target, column in mapping.items():
         if column not in columns:
-            raise DatasetError(
-                f"{filename}: column {column!r} (mapped to {target}) is not in the file; "
-                f"columns: {', '.join(columns) or '(none)'}"
-            )
+            raise DatasetError(f"{filename}: column {column!r} (mapped to {target}) is not in the file; columns: {listed}")
+    for column in meta_columns or []:
+        if column not in columns:
+            raise DatasetError(f"{filename}: column {column!r} (mapped to meta) is not in the file; columns: {listed}")
     resolved = dict(mapping)
     used = set(mapping.values())
     lowered = {column.lower(): column for column in reversed(columns)}
@@ -241,15 +364,38 @@ def _resolve_columns(columns: list[str], mapping: dict[str, str], filename: str)
                 used.add(column)
                 break
     if "query" not in resolved:
-        raise DatasetError(
-            f"{filename}: no query column; map one (e.g. query=Question); columns: {', '.join(columns)}"
-        )
-    return resolved
+        raise DatasetError(f"{filename}: no query column; map one (e.g. query=Question); columns: {listed}")
+    return resolved, meta_columns
+
+
+def _check_cells(record: dict[str, Any], kept: set[str] | None, number: int, where: str) -> None:
+    """Size, formula and number checks on the cells that will be stored (`kept`; None: all of them)."""
+    for column, cell in record.items():
+        if kept is not None and column not in kept:
+            continue
+        if isinstance(cell, float) and not math.isfinite(cell):
+            raise DatasetError(f"{where}: column {column!r} is NaN or Infinity, which JSON does not allow", row=number)
+        text = _as_text(cell)
+        if len(text) > MAX_FIELD_CHARS:
+            raise DatasetError(
+                f"{where}: column {column!r} has {len(text):,} characters; the limit is {MAX_FIELD_CHARS:,} per field",
+                row=number,
+            )
+        if isinstance(cell, str) and formula_like(cell):
+            raise DatasetError(f"{where}: column {column!r} {_FORMULA}", row=number)
 
 
 def _to_row(
-    record: dict[str, Any], number: int, resolved: dict[str, str], default_split: str, where: str
+    record: dict[str, Any],
+    number: int,
+    resolved: dict[str, str],
+    meta_columns: list[str] | None,
+    default_split: str,
+    where: str,
 ) -> SampleRow:
+    kept = None if meta_columns is None else set(resolved.values()) | set(meta_columns)
+    _check_cells(record, kept, number, where)
+
     def value(target: str) -> str | None:
         column = resolved.get(target)
         if column is None or record.get(column) is None:
@@ -272,8 +418,11 @@ def _to_row(
     if split not in SPLITS:
         raise DatasetError(f"{where}: split must be train or test, got {value('split')!r}", row=number)
 
-    used = set(resolved.values())
-    meta = {key: item for key, item in record.items() if key not in used}
+    if meta_columns is None:
+        used = set(resolved.values())
+        meta = {key: item for key, item in record.items() if key not in used}
+    else:
+        meta = {key: record[key] for key in meta_columns if key in record}
     return SampleRow(
         external_id=external_id,
         query=query,
@@ -312,6 +461,8 @@ def _as_text(value: Any) -> str:
 def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
+    if isinstance(value, dict):
+        return "an object"
     if isinstance(value, str):
         return "a string"
     if value is None:

@@ -1,4 +1,4 @@
-"""Tasks and their samples, including the built-in demo task."""
+"""Tasks and their samples, including the two built-in demo tasks (arithmetic, customer support)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core import config
-from core.datasets import SampleRow, demo_rows, parse_dataset
+from core.datasets import SampleRow, demo_rows, parse_dataset, support_rows
 from core.people import require_role
 from core.versions import ensure_library
 from storage import queries
@@ -18,6 +18,33 @@ DEMO_INSTRUCTIONS = (
     "You are a careful math tutor. Solve the word problem step by step, checking each calculation."
 )
 DEMO_ANSWER_FORMAT = "End with the final numeric answer in \\boxed{}, for example \\boxed{42}."
+
+SUPPORT_TASK = "customer support replies"
+SUPPORT_INSTRUCTIONS = """\
+You are a customer support agent for Lumen, a fictional company that sells home internet plans and the \
+Lumen Dial smart thermostat. Reply to the customer's message politely and plainly. Rely only on these \
+facts and on what the customer wrote; if you do not know something, say what you will do to find out.
+- Refunds: a billing error or a double charge is refunded to the original payment method within 3-5 \
+business days; a device may be returned for a full refund within 30 days of delivery.
+- Support hours: Monday to Friday 8:00-20:00 and Saturday 9:00-17:00 (local time); the chat is closed on \
+Sundays and public holidays.
+- Outages: current outages and repair estimates are posted on status.lumen.example; the agent cannot \
+speed up a repair but can add the customer to text updates.
+- Escalation: safety issues, repeated unresolved problems and formal complaints go to a team lead, who \
+replies within one business day.
+- Accounts: after five failed sign-ins an account is locked for 30 minutes; a reset link can be sent to \
+the email address on file, never to a new one.
+- Cancellations: no cancellation fee on monthly plans; the service runs to the end of the paid month."""
+SUPPORT_ANSWER_FORMAT = "Reply to the customer in under 120 words, as the message you would send."
+SUPPORT_SETTINGS = {
+    "criteria": (
+        "Empathy: acknowledges the customer's situation and feelings. Accuracy: states only facts given in the "
+        "instructions or the message; no invented policies. Next step: offers a concrete next step or resolution."
+    ),
+    "scale": "1-5",
+    "spot_check_share": 0.25,
+    "labels_per_rollout": 1,
+}
 
 
 class NotFound(LookupError):
@@ -61,24 +88,48 @@ def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, m
 
 def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:
     """Create the demo task with its 100 train and 100 test problems, once."""
+    return _ensure_builtin(engine, Task(
+        name=DEMO_TASK,
+        description="Grade-school arithmetic word problems from SVAMP and MAWPS MultiArith (MIT).",
+        instructions=DEMO_INSTRUCTIONS,
+        answer_format=DEMO_ANSWER_FORMAT,
+        reward_method="math",
+    ), demo_rows(), actor)
+
+
+def ensure_support_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the customer-support demo, once: 40 messages with no automatic check, scored by the judge
+    with people spot-checking, so the judge and the labeling queue can be tried offline."""
+    return _ensure_builtin(engine, Task(
+        name=SUPPORT_TASK,
+        description="Replies to 40 customer messages for a fictional company, judged by a rubric "
+                    "(empathy, accuracy, next step); written for this project.",
+        instructions=SUPPORT_INSTRUCTIONS,
+        answer_format=SUPPORT_ANSWER_FORMAT,
+        reward_method="judge_human",
+        reward_settings=dict(SUPPORT_SETTINGS),
+    ), support_rows(), actor)
+
+
+def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
+    """Both built-in tasks (arithmetic first), each created once."""
+    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor)]
+
+
+def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str) -> Task:
+    """Create a built-in task from `template` if no task has its name, then add any missing rows and the
+    default library; an existing task keeps its settings, which an admin may have changed."""
     with session_scope(engine) as session:
-        task = queries.task_by_name(session, DEMO_TASK)
+        task = queries.task_by_name(session, template.name)
         if task is None:
             model = config.default_model()
-            task = Task(
-                name=DEMO_TASK,
-                description="Grade-school arithmetic word problems from SVAMP and MAWPS MultiArith (MIT).",
-                instructions=DEMO_INSTRUCTIONS,
-                answer_format=DEMO_ANSWER_FORMAT,
-                reward_method="math",
-                policy_model=model,
-                learner_model=model,
-                judge_model=model,
-            )
+            task = template
+            task.policy_model = task.learner_model = task.judge_model = model
+            task.agent_mode = "direct"
             session.add(task)
             session.flush()
             session.add(AuditEvent(actor=actor, action="task.create", object_type="task", object_id=task.id,
                                    after={"name": task.name}))
-        add_samples(session, task, demo_rows())
+        add_samples(session, task, rows)
         ensure_library(session, task, "default", actor=actor)
         return task

@@ -1,8 +1,432 @@
-"""Tasks page (placeholder, being written)."""
+"""Tasks: edit the sidebar's task or create one, add data to it, and export or import it as a file.
 
+Every change goes through `core.task_io` or `core.tasks.add_dataset`, which check the admin role
+again and write the audit log. Buttons act in callbacks, before the page (and the sidebar) is drawn
+again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
+kept in session state and shown once beside the section that caused it: our message in an alert, any
+text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
+references, rubrics and instructions appear only in tables or as code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
 import streamlit as st
+from sqlmodel import Session
 
-from pages._common import require_app
+from core.agent import AGENT_MODES
+from core.datasets import SPLITS, DatasetError, parse_dataset
+from core.judge import SCALES
+from core.rewards import METHODS
+from core.task_io import (
+    METHOD_SETTINGS,
+    SETTING_KEYS,
+    TaskSettings,
+    columns_of,
+    export_filename,
+    export_task_json,
+    import_task,
+    save_task,
+)
+from core.tasks import add_dataset
+from pages._common import TASK_KEY, allowed, context, engine, require_app, role_note, show_text
+from storage import queries
+from storage.models import Task
 
-require_app()
-st.title("Tasks")
+FLASH_KEY = "tasks_flash"
+NEW_KEY = "tasks_new"
+NEW_PREFIX = "task_new_"
+CHECKED_KEY = "tasks_checked"
+AUTO = "(automatic)"
+PREVIEW_ROWS, SAMPLE_ROWS = 20, 50
+MAPPING_TARGETS = {"query": "Query (required)", "id": "Id", "reference": "Reference answer",
+                   "rubric": "Rubric / criteria", "split": "Split"}
+GUESSES = {"query": ("query", "question", "prompt"), "id": ("id",), "reference": ("reference", "answer"),
+           "rubric": ("rubric", "criteria"), "split": ("split",)}
+PASTE_FORMATS = {"CSV": "pasted.csv", "JSONL": "pasted.jsonl"}
+AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
+
+
+@dataclass
+class Outcome:
+    """What an action did: our message, and optionally text from the database or a file (shown verbatim)."""
+
+    ok: bool
+    message: str
+    detail: str = ""
+
+
+def flash(section: str, outcome: Outcome) -> None:
+    st.session_state.setdefault(FLASH_KEY, {})[section] = outcome
+
+
+def show_flash(section: str) -> None:
+    outcome = st.session_state.get(FLASH_KEY, {}).pop(section, None)
+    if outcome is None:
+        return
+    (st.success if outcome.ok else st.error)(outcome.message)
+    if outcome.detail:
+        show_text(outcome.detail)
+
+
+def failure(what: str, exc: Exception) -> Outcome:
+    detail = str(exc) if isinstance(exc, LookupError | ValueError | PermissionError) else f"{type(exc).__name__}: {exc}"
+    return Outcome(False, f"{what}; nothing was written.", detail)
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def setting_key(prefix: str, name: str) -> str:
+    return f"{prefix}rs_{name}"
+
+
+def _number(current: dict, key: str, default: float) -> float:
+    value = current.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _flag(current: dict, key: str, default: bool) -> bool:
+    value = current.get(key)
+    return value if isinstance(value, bool) else default
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def method_fields(prefix: str, method: str, current: dict) -> None:
+    """The inputs for the settings `method` reads (METHOD_SETTINGS), preset from the task's values."""
+    used = METHOD_SETTINGS[method]
+    if not used:
+        st.caption("This method has no settings.")
+    if "rel_tol" in used:
+        left, right = st.columns(2)
+        left.number_input("Relative tolerance (rel_tol)", min_value=0.0, value=_number(current, "rel_tol", 1e-6),
+                          format="%g", key=setting_key(prefix, "rel_tol"))
+        right.number_input("Absolute tolerance (abs_tol)", min_value=0.0, value=_number(current, "abs_tol", 1e-9),
+                           format="%g", key=setting_key(prefix, "abs_tol"))
+    if "pattern" in used:
+        st.text_input("Pattern (a regular expression)", value=_text(current.get("pattern")),
+                      key=setting_key(prefix, "pattern"),
+                      help="Leave empty to use each sample's reference answer as its pattern.")
+    if "phrases" in used:
+        phrases = current.get("phrases")
+        lines = "\n".join(phrases) if isinstance(phrases, list) else _text(phrases)
+        st.text_area("Required phrases, one per line", value=lines, key=setting_key(prefix, "phrases"),
+                     help="Leave empty to use each sample's reference answer, split at ; or new lines.")
+    if "partial" in used:
+        st.checkbox("Partial credit (the share of phrases found)", value=_flag(current, "partial", False),
+                    key=setting_key(prefix, "partial"))
+    if "ignore_case" in used:
+        st.checkbox("Ignore case", value=_flag(current, "ignore_case", True), key=setting_key(prefix, "ignore_case"))
+    if "full_match" in used:
+        st.checkbox("The whole response must match", value=_flag(current, "full_match", False),
+                    key=setting_key(prefix, "full_match"))
+    if "criteria" in used:
+        st.text_area("Criteria (what a good answer does)", value=_text(current.get("criteria")),
+                     key=setting_key(prefix, "criteria"), height=120,
+                     help="Shown to the judge and to labellers, with each sample's own rubric.")
+    if "scale" in used:
+        scales = list(SCALES)
+        scale = current.get("scale") if current.get("scale") in scales else scales[0]
+        st.radio("Scale", scales, index=scales.index(scale), horizontal=True, key=setting_key(prefix, "scale"))
+    if "labels_per_rollout" in used:
+        value = current.get("labels_per_rollout")
+        st.number_input("Labels per rollout (people who label each one)", min_value=1, max_value=5, step=1,
+                        value=value if isinstance(value, int) and 1 <= value <= 5 else 1,
+                        key=setting_key(prefix, "labels_per_rollout"))
+    if "spot_check_share" in used:
+        share = min(1.0, max(0.0, _number(current, "spot_check_share", 0.2)))
+        st.slider("Spot-check share (rollouts a person confirms besides every unsure one)", 0.0, 1.0, share,
+                  step=0.05, key=setting_key(prefix, "spot_check_share"))
+
+
+def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
+    """The reward settings from the inputs of `method`, plus keys no method reads (kept as they were)."""
+    result = {key: value for key, value in kept.items() if key not in SETTING_KEYS}
+    state = st.session_state
+    for name in METHOD_SETTINGS[method]:
+        key = setting_key(prefix, name)
+        if key not in state:
+            continue
+        value = state[key]
+        if name == "phrases":
+            value = [line.strip() for line in str(value).splitlines() if line.strip()]
+        elif name in ("pattern", "criteria"):
+            value = str(value) if name == "pattern" else str(value).strip()
+        elif name == "labels_per_rollout":
+            value = int(value)
+        elif name in ("rel_tol", "abs_tol", "spot_check_share"):
+            value = float(value)
+        if value in ("", []):
+            continue
+        result[name] = value
+    return result
+
+
+def collect(prefix: str, kept: dict) -> TaskSettings:
+    state = st.session_state
+    method = state[f"{prefix}reward_method"]
+    return TaskSettings(
+        name=state[f"{prefix}name"], description=state[f"{prefix}description"],
+        instructions=state[f"{prefix}instructions"], answer_format=state[f"{prefix}answer_format"],
+        agent_mode=state[f"{prefix}agent_mode"], policy_model=state[f"{prefix}policy_model"],
+        learner_model=state[f"{prefix}learner_model"], judge_model=state[f"{prefix}judge_model"],
+        reward_method=method, reward_settings=collect_method_settings(prefix, method, kept),
+    )
+
+
+def on_save(prefix: str, original: str | None, kept: dict) -> None:
+    """Save through core; a new or renamed task becomes the sidebar's task (allowed here: before the sidebar)."""
+    try:
+        task = save_task(engine(), collect(prefix, kept), context().reviewer, original_name=original)
+    except Exception as exc:  # noqa: BLE001  (every failure is shown; core wrote nothing)
+        flash("settings", failure("Not saved" if original else "Not created", exc))
+        return
+    st.session_state[TASK_KEY] = task.name
+    if original is None:
+        st.session_state[NEW_KEY] = False
+        for key in [k for k in st.session_state if str(k).startswith(NEW_PREFIX)]:
+            del st.session_state[key]
+    st.toast("Task saved." if original else "Task created; it is now the sidebar's task.")
+
+
+def settings_form(prefix: str, base: TaskSettings) -> None:
+    st.text_input("Name", value=base.name, max_chars=100, key=f"{prefix}name")
+    st.text_input("Description", value=base.description, key=f"{prefix}description")
+    st.text_area("Instructions (the agent's system prompt)", value=base.instructions, height=160,
+                 key=f"{prefix}instructions")
+    st.text_area("Answer format", value=base.answer_format, height=80, key=f"{prefix}answer_format",
+                 help="Appended to the instructions: how the final answer must be written.")
+    modes = list(AGENT_MODES)
+    st.selectbox("Agent mode", modes, index=modes.index(base.agent_mode) if base.agent_mode in modes else 0,
+                 key=f"{prefix}agent_mode", help=AGENT_HELP)
+    policy, learner, judge = st.columns(3)
+    policy.text_input("Policy model", value=base.policy_model, key=f"{prefix}policy_model",
+                      help="Answers the queries (the agent).")
+    learner.text_input("Learner model", value=base.learner_model, key=f"{prefix}learner_model",
+                       help="Summarises rollouts and writes experiences.")
+    judge.text_input("Judge model", value=base.judge_model, key=f"{prefix}judge_model",
+                     help="Scores rollouts for the judge methods.")
+    methods = list(METHODS)
+    method = st.selectbox("Reward method", methods,
+                          index=methods.index(base.reward_method) if base.reward_method in methods else 0,
+                          key=f"{prefix}reward_method", help="\n\n".join(f"{m}: {d}" for m, d in METHODS.items()))
+    st.caption(METHODS[method])
+    method_fields(prefix, method, base.reward_settings)
+    kept = {k: v for k, v in base.reward_settings.items() if k not in SETTING_KEYS}
+    if kept:
+        st.caption("Other reward settings, kept as they are (no method of this studio reads them):")
+        show_text(json.dumps(kept, ensure_ascii=False, indent=2))
+
+
+def show_settings(task: Task) -> None:
+    """The settings as a reader sees them: short values in a table, long texts verbatim."""
+    rows = [("name", task.name), ("description", task.description), ("agent mode", task.agent_mode),
+            ("policy model", task.policy_model), ("learner model", task.learner_model),
+            ("judge model", task.judge_model), ("reward method", task.reward_method)]
+    st.dataframe(pd.DataFrame(rows, columns=["setting", "value"]), hide_index=True)
+    st.caption("Instructions")
+    show_text(task.instructions)
+    st.caption("Answer format")
+    show_text(task.answer_format)
+    st.caption("Reward settings")
+    show_text(json.dumps(task.reward_settings or {}, ensure_ascii=False, indent=2), empty="{}")
+
+
+def draw_settings(task: Task | None) -> None:
+    show_flash("settings")
+    if not allowed("admin"):
+        role_note("admin", "editing tasks")
+        if task is not None:
+            show_settings(task)
+        return
+    new = task is None or st.toggle("New task", key=NEW_KEY, help="Create another task instead of editing this one.")
+    if new:
+        models = TaskSettings.from_task(task) if task is not None else TaskSettings(name="", instructions="")
+        base = TaskSettings(name="", instructions="", policy_model=models.policy_model,
+                            learner_model=models.learner_model, judge_model=models.judge_model)
+        prefix, original = NEW_PREFIX, None
+    else:
+        base, prefix, original = TaskSettings.from_task(task), f"task_{task.id}_", task.name
+    settings_form(prefix, base)
+    st.button("Create task" if new else "Save", type="primary", key="tasks_save", on_click=on_save,
+              args=(prefix, original, dict(base.reward_settings)))
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_split: str) -> None:
+    try:
+        added, already = add_dataset(engine(), task_name, data, filename, mapping=mapping,
+                                     default_split=default_split, actor=context().reviewer)
+    except Exception as exc:  # noqa: BLE001
+        flash("data", failure("The samples were not added", exc))
+        return
+    st.session_state.pop(CHECKED_KEY, None)
+    flash("data", Outcome(True, f"Added {added} samples ({already} already present)."))
+
+
+def guess(target: str, columns: list[str]) -> str:
+    lowered = {column.lower(): column for column in reversed(columns)}
+    return next((lowered[name] for name in GUESSES[target] if name in lowered), AUTO)
+
+
+def mapping_form(columns: list[str]) -> tuple[dict[str, str], str]:
+    """Which column feeds which field; widget keys follow the columns, so another file starts afresh."""
+    tag = hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:10]
+    if columns:
+        st.caption("Columns found in the file")
+        show_text(", ".join(columns))
+    else:
+        st.caption("No column names could be read; Check file says why.")
+    st.caption(f"{AUTO} uses a column named like the field, if the file has one.")
+    mapping: dict[str, str] = {}
+    options = [AUTO, *columns]
+    cells = st.columns(len(MAPPING_TARGETS))
+    for cell, (target, label) in zip(cells, MAPPING_TARGETS.items(), strict=True):
+        chosen = cell.selectbox(label, options, index=options.index(guess(target, columns)),
+                                key=f"tasks_map_{tag}_{target}")
+        if chosen != AUTO:
+            mapping[target] = chosen
+    meta = st.multiselect("Metadata columns (none chosen: every column not used above)", columns,
+                          key=f"tasks_map_{tag}_meta")
+    if meta:
+        mapping["meta"] = ",".join(meta)
+    default_split = st.radio("Split for rows without one", SPLITS, horizontal=True, key="tasks_default_split")
+    return mapping, default_split
+
+
+def dataset_input() -> tuple[bytes, str]:
+    source = st.radio("Source", ["Upload a file", "Paste text"], horizontal=True, key="tasks_data_source")
+    if source == "Upload a file":
+        uploaded = st.file_uploader("Dataset file (CSV, JSONL or JSON)", type=["csv", "jsonl", "json"],
+                                    key="tasks_upload")
+        return (uploaded.getvalue(), uploaded.name) if uploaded is not None else (b"", "")
+    fmt = st.radio("Format", list(PASTE_FORMATS), horizontal=True, key="tasks_paste_format")
+    text = st.text_area("Rows (CSV with a header row, or one JSON object per line)", height=200,
+                        key="tasks_paste")
+    return text.encode("utf-8"), PASTE_FORMATS[fmt]
+
+
+def draw_samples(session: Session, task: Task) -> None:
+    counts = queries.count_samples(session, task.id)
+    train, test, total = st.columns(3)
+    train.metric("Train", counts.get("train", 0))
+    test.metric("Test", counts.get("test", 0))
+    total.metric("All samples", sum(counts.values()))
+    samples = queries.samples(session, task.id, limit=SAMPLE_ROWS)
+    if samples:
+        st.caption(f"The first {len(samples)} samples")
+        st.dataframe(pd.DataFrame([{"id": s.external_id, "split": s.split, "query": s.query,
+                                    "reference": s.reference, "rubric": s.rubric} for s in samples]),
+                     hide_index=True)
+    else:
+        st.caption("This task has no samples yet.")
+
+
+def draw_data(task: Task | None) -> None:
+    if task is None:
+        st.info("No task is chosen. Create one under Settings.")
+        return
+    with Session(engine()) as session:
+        draw_samples(session, task)
+    st.subheader("Add samples", anchor=False)
+    show_flash("data")
+    if not allowed("admin"):
+        role_note("admin", "adding data to a task")
+        return
+    data, filename = dataset_input()
+    if not data.strip():
+        st.caption("Give a file or paste rows to map their columns.")
+        return
+    mapping, default_split = mapping_form(columns_of(data, filename))
+    signature = json.dumps([task.name, hashlib.sha256(data).hexdigest(), filename, mapping, default_split])
+    if st.button("Check file", key="tasks_check"):
+        st.session_state[CHECKED_KEY] = signature
+    if st.session_state.get(CHECKED_KEY) != signature:
+        st.caption("Check the file to see a preview; nothing is written before you add the samples.")
+        return
+    try:
+        rows = parse_dataset(data, filename, mapping, default_split)
+    except DatasetError as exc:
+        where = f" (row {exc.row})" if exc.row is not None else ""
+        st.error(f"This file cannot be added{where}; nothing was written. The problem:")
+        show_text(str(exc))
+        return
+    st.success(f"{len(rows)} rows OK")
+    st.caption(f"Preview of the first {min(len(rows), PREVIEW_ROWS)} rows")
+    st.dataframe(pd.DataFrame([{"id": r.external_id, "split": r.split, "query": r.query, "reference": r.reference,
+                                "rubric": r.rubric, "meta": json.dumps(r.meta, ensure_ascii=False)}
+                               for r in rows[:PREVIEW_ROWS]]), hide_index=True)
+    st.button(f"Add {len(rows)} samples", type="primary", key="tasks_add", on_click=on_add,
+              args=(task.name, data, filename, mapping, default_split))
+
+
+# --- export / import --------------------------------------------------------------------------
+
+
+def on_import() -> None:
+    uploaded = st.session_state.get("tasks_import_file")
+    pasted = str(st.session_state.get("tasks_import_text") or "")
+    data: bytes | str = uploaded.getvalue() if uploaded is not None else pasted
+    if not (data.strip() if isinstance(data, str) else data):
+        flash("import", Outcome(False, "Choose a task file or paste one first."))
+        return
+    rename = str(st.session_state.get("tasks_import_name") or "").strip() or None
+    try:
+        task = import_task(engine(), data, context().reviewer, rename=rename)
+    except Exception as exc:  # noqa: BLE001
+        flash("import", failure("The task was not imported", exc))
+        return
+    with Session(engine()) as session:
+        count = sum(queries.count_samples(session, task.id).values())
+    st.session_state[TASK_KEY] = task.name
+    flash("import", Outcome(True, f"Imported a task with {count} samples; it is now the sidebar's task."))
+
+
+def draw_export_import(task: Task | None) -> None:
+    st.subheader("Export", anchor=False)
+    if task is None:
+        st.caption("No task is chosen.")
+    else:
+        with Session(engine()) as session:
+            text = export_task_json(session, task)
+        st.caption("The task's settings and all its samples, as one JSON file that Import reads.")
+        st.download_button("Download task file", data=text.encode("utf-8"), file_name=export_filename(task.name),
+                           mime="application/json", key="tasks_export", on_click="ignore")
+    st.subheader("Import", anchor=False)
+    show_flash("import")
+    if not allowed("admin"):
+        role_note("admin", "importing tasks")
+        return
+    st.file_uploader("Task file (exported from a studio)", type=["json"], key="tasks_import_file")
+    st.text_area("Or paste the file's JSON", height=120, key="tasks_import_text")
+    st.text_input("Import as (optional, a name for the new task)", key="tasks_import_name",
+                  help="Needed when a task of the file's name exists already.")
+    st.button("Import task", type="primary", key="tasks_import", on_click=on_import)
+
+
+def main() -> None:
+    require_app()
+    st.title("Tasks")
+    ctx = context()
+    with Session(engine()) as session:
+        task = queries.task_by_name(session, ctx.task) if ctx.task else None
+    settings_tab, data_tab, io_tab = st.tabs(["Settings", "Data", "Export / import"])
+    with settings_tab:
+        draw_settings(task)
+    with data_tab:
+        draw_data(task)
+    with io_tab:
+        draw_export_import(task)
+
+
+main()

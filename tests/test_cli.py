@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
+from sqlmodel import Session, select
 
 from core.cli import main
-from core.tasks import DEMO_TASK
+from core.people import check_password
+from core.tasks import DEMO_TASK, SUPPORT_TASK
+from storage import queries
+from storage.db import get_engine
+from storage.models import AuditEvent, Sample, User
+
+PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
@@ -23,11 +32,158 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_demo_is_idempotent_and_prints_the_task(db, capsys):
+def test_demo_is_idempotent_and_prints_both_tasks(db, capsys):
     code, out, _ = run(capsys, "--db", db, "demo")
-    assert code == 0 and out.strip() == DEMO_TASK
-    code, out, _ = run(capsys, "--db", db, "versions", "--task", DEMO_TASK)
-    assert code == 0 and out.count("initial") == 1
+    assert code == 0 and out.splitlines() == [DEMO_TASK, SUPPORT_TASK]
+    for task in (DEMO_TASK, SUPPORT_TASK):
+        code, out, _ = run(capsys, "--db", db, "versions", "--task", task)
+        assert code == 0 and out.count("initial") == 1
+    code, out, _ = run(capsys, "--db", db, "dataset", "show", "--task", SUPPORT_TASK)
+    assert code == 0 and out.splitlines() == [f"{SUPPORT_TASK}: 40 samples", "  test      10", "  train     30"]
+
+
+def samples_of(db: str, task_name: str) -> dict[str, Sample]:
+    with Session(get_engine(db)) as session:
+        return {s.external_id: s for s in queries.samples(session, queries.task_by_name(session, task_name).id)}
+
+
+def users(db: str) -> dict[str, User]:
+    with Session(get_engine(db)) as session:
+        return {u.name: u for u in session.exec(select(User)).all()}
+
+
+def audit(db: str, action: str) -> list[AuditEvent]:
+    with Session(get_engine(db)) as session:
+        return list(session.exec(select(AuditEvent).where(AuditEvent.action == action)))
+
+
+def test_dataset_add_with_mapping_criteria_and_meta(db, capsys, tmp_path):
+    source = tmp_path / "tickets.csv"
+    source.write_text("Ticket,Message,Criteria,Channel,Agent\nt1,My router is dead.,Offer a line check.,email,ann\n"
+                      "t2,Thanks for the help!,Thank them.,chat,bob\n", encoding="utf-8")
+    code, out, err = run(capsys, "--db", db, "dataset", "add", "--task", SUPPORT_TASK, "--map", "id=Ticket",
+                         "--map", "query=Message", "--map", "criteria=Criteria", "--map", "meta=Channel",
+                         "--split", "test", str(source))
+    assert (code, err) == (0, "")
+    assert out.strip() == f"added 2 samples to {SUPPORT_TASK} (0 already present)"
+    sample = samples_of(db, SUPPORT_TASK)["t1"]
+    assert (sample.query, sample.rubric, sample.split, sample.meta) == (
+        "My router is dead.", "Offer a line check.", "test", {"Channel": "email"})
+    [event] = audit(db, "task.add_data")
+    assert event.actor == "cli" and event.after == {"file": "tickets.csv", "rows": 2, "added": 2}
+    code, out, _ = run(capsys, "--db", db, "dataset", "add", "--task", SUPPORT_TASK, "--map", "id=Ticket",
+                       "--map", "query=Message", str(source))
+    assert code == 0 and out.strip() == f"added 0 samples to {SUPPORT_TASK} (2 already present)"
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--task", "no such task"], "no task named 'no such task'"),
+    (["--task", DEMO_TASK, "--map", "answer=Answer"], "unknown mapping target 'answer'"),
+    (["--task", DEMO_TASK, "--map", "query"], "malformed mapping 'query'"),
+    (["--task", DEMO_TASK, "--map", "query=Nope"], "column 'Nope' (mapped to query) is not in the file"),
+    (["--task", DEMO_TASK, "--split", "dev"], "invalid choice: 'dev'"),
+])
+def test_dataset_add_bad_input_exits_2_and_writes_nothing(db, capsys, tmp_path, argv, reason):
+    source = tmp_path / "ok.csv"
+    source.write_text("id,query\nz1,What is 1+1?\n", encoding="utf-8")
+    before = len(samples_of(db, DEMO_TASK))
+    code, out, err = run(capsys, "--db", db, "dataset", "add", *argv, str(source))
+    assert code == 2 and reason in err and err.startswith("error:") and len(err.strip().splitlines()) == 1
+    assert len(samples_of(db, DEMO_TASK)) == before and not audit(db, "task.add_data")
+
+
+def test_dataset_add_missing_file_and_directory_exit_2(db, capsys, tmp_path):
+    code, _, err = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(tmp_path / "nope.csv"))
+    assert code == 2 and "nope.csv: cannot read file" in err
+    code, _, err = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(tmp_path))
+    assert code == 2 and "cannot read file" in err
+
+
+def test_dataset_show_unknown_task(db, capsys):
+    code, _, err = run(capsys, "--db", db, "dataset", "show", "--task", "nope")
+    assert code == 2 and "no task named 'nope'" in err
+
+
+def test_user_add_from_env_stores_a_hash_and_never_prints_the_password(db, capsys, monkeypatch):
+    monkeypatch.setenv("NEW_PW", PASSWORD)
+    code, out, err = run(capsys, "--db", db, "user", "add", "ann", "--role", "reviewer", "--password-env", "NEW_PW")
+    assert code == 0 and "ann" in out and "reviewer" in out
+    assert PASSWORD not in out + err
+    user = users(db)["ann"]
+    assert user.role == "reviewer" and user.active
+    assert PASSWORD not in user.password_hash and check_password(PASSWORD, user.password_hash)
+    [event] = audit(db, "user.add")
+    assert event.actor == "cli" and PASSWORD not in json.dumps(event.after)
+    code, out, err = run(capsys, "--db", db, "user", "list")
+    assert code == 0 and out.splitlines()[1].split() == ["ann", "reviewer", "yes"]
+
+
+def test_user_add_reads_one_line_from_piped_stdin(db, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PASSWORD + "\nignored\n"))
+    code, out, err = run(capsys, "--db", db, "user", "add", "bob", "--role", "labeler")
+    assert code == 0 and PASSWORD not in out + err
+    assert check_password(PASSWORD, users(db)["bob"].password_hash)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_user_add_on_a_terminal_asks_twice(db, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    typed = iter([PASSWORD, PASSWORD])
+    prompts = []
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": prompts.append(prompt) or next(typed))
+    code, out, err = run(capsys, "--db", db, "user", "add", "cat", "--role", "admin")
+    assert code == 0 and len(prompts) == 2 and PASSWORD not in out + err
+    assert check_password(PASSWORD, users(db)["cat"].password_hash)
+
+
+def test_user_add_on_a_terminal_refuses_two_different_passwords(db, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    typed = iter([PASSWORD, PASSWORD + "x"])
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": next(typed))
+    code, _, err = run(capsys, "--db", db, "user", "add", "cat", "--role", "admin")
+    assert code == 2 and "differ" in err and PASSWORD not in err
+    assert users(db) == {}
+
+
+@pytest.mark.parametrize("argv, env, reason", [
+    (["user", "add", "dan", "--role", "boss", "--password-env", "PW"], PASSWORD, "invalid choice: 'boss'"),
+    (["user", "add", "dan", "--role", "admin", "--password-env", "PW"], "short", "at least 8 characters"),
+    (["user", "add", "dan", "--role", "admin", "--password-env", "UNSET_PW"], PASSWORD, "UNSET_PW is not set"),
+    (["user", "add", "cli", "--role", "admin", "--password-env", "PW"], PASSWORD, "reserved"),
+    (["user", "add", "--role", "admin", "--password-env", "PW"], PASSWORD, "required: name"),
+    (["user", "set", "nobody", "--role", "admin"], PASSWORD, "no user named 'nobody'"),
+    (["user", "set", "nobody"], PASSWORD, "nothing to change"),
+    (["user", "set", "nobody", "--active", "maybe"], PASSWORD, "invalid choice: 'maybe'"),
+])
+def test_user_bad_input_exits_2_and_writes_nothing(db, capsys, monkeypatch, argv, env, reason):
+    monkeypatch.setenv("PW", env)
+    monkeypatch.delenv("UNSET_PW", raising=False)
+    code, out, err = run(capsys, "--db", db, *argv)
+    assert code == 2 and reason in err and len(err.strip().splitlines()) == 1
+    assert env not in out + err
+    assert users(db) == {} and not audit(db, "user.add")
+
+
+def test_user_set_role_active_and_password(db, capsys, monkeypatch):
+    monkeypatch.setenv("PW", PASSWORD)
+    run(capsys, "--db", db, "user", "add", "eve", "--role", "labeler", "--password-env", "PW")
+    monkeypatch.setenv("NEW_PW", "another secret 42")
+    code, out, err = run(capsys, "--db", db, "user", "set", "eve", "--role", "reviewer", "--active", "no",
+                         "--password-env", "NEW_PW")
+    assert code == 0 and "another secret 42" not in out + err
+    user = users(db)["eve"]
+    assert (user.role, user.active) == ("reviewer", False)
+    assert check_password("another secret 42", user.password_hash) and not check_password(PASSWORD, user.password_hash)
+    [event] = audit(db, "user.update")
+    assert event.actor == "cli" and event.after == {"role": "reviewer", "active": False, "password": "changed"}
+    code, out, _ = run(capsys, "--db", db, "user", "list")
+    assert out.splitlines()[1].split() == ["eve", "reviewer", "no"]
+    code, _, _ = run(capsys, "--db", db, "user", "set", "eve", "--active", "yes")
+    assert code == 0 and users(db)["eve"].active
 
 
 @pytest.mark.parametrize("argv, reason", [
@@ -88,8 +244,9 @@ def test_label_then_resolve_by_label(db, capsys, tmp_path):
 
 
 def test_help_of_every_command(capsys):
-    for command in ("demo", "train", "eval", "export", "import", "runs", "run", "versions", "label"):
+    for command in ("demo", "train", "eval", "export", "import", "runs", "run", "versions", "label",
+                    "dataset", "dataset add", "dataset show", "user", "user add", "user list", "user set"):
         with pytest.raises(SystemExit) as info:
-            main([command, "--help"])
+            main([*command.split(), "--help"])
         assert info.value.code == 0
         assert "usage:" in capsys.readouterr().out

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from core.datasets import DatasetError, SampleRow, demo_rows, parse_mapping, read_dataset
+from core.datasets import (
+    MAX_FIELD_CHARS,
+    DatasetError,
+    SampleRow,
+    demo_rows,
+    formula_like,
+    parse_dataset,
+    parse_mapping,
+    read_dataset,
+)
 
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 REPO = Path(__file__).resolve().parent.parent
@@ -270,3 +279,123 @@ def test_unknown_extension_and_unknown_mapping_target(tmp_path):
 def test_missing_file_is_a_dataset_error(tmp_path):
     with pytest.raises(DatasetError, match="cannot read file"):
         read_dataset(tmp_path / "nope.csv")
+
+
+@pytest.mark.parametrize("cell", ["=SUM(A1)", "@cmd", "+A1", "-A1*2", "- bullet point", "=1+1", " =HYPERLINK(x)",
+                                  "\tsomething", "\rsomething", "-", "+", "+1 555 0100"])
+def test_formula_like_cells(cell):
+    assert formula_like(cell)
+
+
+@pytest.mark.parametrize("cell", ["-5", "+3.2", "-0.5", "+.5", "-1e3", "-12%", "What is -5 + 3?", "'=SUM(A1)",
+                                  "a = b", "email me@home", "", "5-3"])
+def test_cells_that_are_not_formulas(cell):
+    assert not formula_like(cell)
+
+
+@pytest.mark.parametrize(("name", "content", "row", "column"), [
+    ("d.csv", "id,query,note\na,fine,-5\nb,fine,=cmd\n", 2, "note"),
+    ("d.jsonl", jsonl({"query": "fine"}, {"query": "fine", "meta": {"x": 1}}, {"query": "@SUM(1)"}), 3, "query"),
+    ("d.json", json.dumps([{"query": "fine", "reference": "+A1"}]), 1, "reference"),
+    ("d.csv", "id,query\n\tq,fine\n", 1, "id"),
+])
+def test_formula_cells_are_rejected_in_every_format(name, content, row, column):
+    with pytest.raises(DatasetError, match=rf"{column!r} looks like a spreadsheet formula; remove it or put an "
+                                           "apostrophe before it") as info:
+        parse_dataset(content.encode(), name)
+    assert info.value.row == row
+
+
+def test_an_apostrophe_makes_a_formula_cell_text_and_is_kept():
+    [row] = parse_dataset(b"query,reference\n'=SUM(A1) means what?,'-A1\n", "d.csv")
+    assert (row.query, row.reference) == ("'=SUM(A1) means what?", "'-A1")
+
+
+def test_numbers_in_json_are_never_formulas():
+    [row] = parse_dataset(jsonl({"query": "q", "reference": -5, "score": -0.5}).encode(), "d.jsonl")
+    assert row.reference == "-5" and row.meta == {"score": -0.5}
+
+
+def test_formula_looking_csv_header_is_rejected():
+    with pytest.raises(DatasetError, match="header: column name '=cmd' looks like a spreadsheet formula"):
+        parse_dataset(b"query,=cmd\na,b\n", "d.csv")
+
+
+def test_oversize_field_names_row_and_column():
+    long = "x" * (MAX_FIELD_CHARS + 1)
+    with pytest.raises(DatasetError, match=r"d\.csv: data row 2: column 'notes' has 20,001 characters; "
+                                           r"the limit is 20,000 per field") as info:
+        parse_dataset(f"query,notes\na,b\nc,{long}\n".encode(), "d.csv")
+    assert info.value.row == 2
+    with pytest.raises(DatasetError, match="line 1: column 'meta' has"):
+        parse_dataset(jsonl({"query": "a", "meta": {"text": long}}).encode(), "d.jsonl")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_utf16_gets_its_own_message(encoding):
+    data = "query\nhello\n".encode(encoding)
+    if encoding == "utf-16-be":
+        data = b"\xfe\xff" + data
+    with pytest.raises(DatasetError, match=r"^d\.csv: file is UTF-16; save it as UTF-8$") as info:
+        parse_dataset(data, "d.csv")
+    assert info.value.row is None
+
+
+def test_nul_byte_names_the_line():
+    with pytest.raises(DatasetError, match="line 3: contains a NUL byte") as info:
+        parse_dataset(b'{"query": "a"}\n{"query": "b"}\n{"query": "c\x00"}\n', "d.jsonl")
+    assert info.value.row == 3
+
+
+def test_repeated_json_key_is_rejected_even_when_nested():
+    with pytest.raises(DatasetError, match="line 1: key 'query' appears twice"):
+        parse_dataset(b'{"query": "a", "query": "b"}\n', "d.jsonl")
+    with pytest.raises(DatasetError, match="item 2: key 'k' appears twice") as info:
+        parse_dataset(b'[{"query": "a"}, {"query": "b", "x": [{"k": 1, "k": 2}]}]', "d.json")
+    assert info.value.row == 2
+
+
+def test_json_file_that_is_not_an_array_of_objects():
+    with pytest.raises(DatasetError, match="item 2: expected a JSON object, got a number"):
+        parse_dataset(b'[{"query": "a"}, 3]', "d.json")
+
+
+def test_criteria_is_an_alias_of_rubric_as_default_column_and_as_target():
+    [row] = parse_dataset(b"query,criteria\nq,be kind\n", "d.csv")
+    assert row.rubric == "be kind" and row.meta == {}
+    [row] = parse_dataset(b"query,Checks\nq,be kind\n", "d.csv", {"criteria": "Checks"})
+    assert row.rubric == "be kind"
+    assert parse_mapping(["criteria=Checks"]) == {"rubric": "Checks"}
+    with pytest.raises(DatasetError, match="mapped twice"):
+        parse_mapping(["rubric=A", "criteria=B"])
+
+
+def test_meta_mapping_keeps_only_the_listed_columns():
+    data = b"query,channel,agent,notes\nq,email,ann,private\n"
+    mapping = parse_mapping(["meta=channel, agent"])
+    assert mapping == {"meta": "channel, agent"}
+    [row] = parse_dataset(data, "d.csv", mapping)
+    assert row.meta == {"channel": "email", "agent": "ann"}
+    [row] = parse_dataset(data, "d.csv")
+    assert row.meta == {"channel": "email", "agent": "ann", "notes": "private"}
+    [row] = parse_dataset(data, "d.csv", {"meta": ""})
+    assert row.meta == {}
+    with pytest.raises(DatasetError, match=r"column 'owner' \(mapped to meta\) is not in the file"):
+        parse_dataset(data, "d.csv", {"meta": "channel,owner"})
+
+
+def test_columns_left_out_of_meta_are_not_checked_because_they_are_not_stored():
+    data = f"query,channel,junk\nq,email,=cmd {'x' * MAX_FIELD_CHARS}\n".encode()
+    with pytest.raises(DatasetError, match="column 'junk'"):
+        parse_dataset(data, "d.csv")
+    [row] = parse_dataset(data, "d.csv", {"meta": "channel"})
+    assert row.meta == {"channel": "email"}
+    with pytest.raises(DatasetError, match="column 'junk'"):
+        parse_dataset(data, "d.csv", {"meta": "junk"})
+
+
+def test_every_message_names_the_file():
+    with pytest.raises(DatasetError, match=r"^d\.csv: default split"):
+        parse_dataset(b"query\na\n", "d.csv", default_split="dev")
+    with pytest.raises(DatasetError, match=r"^d\.csv: unknown mapping target 'answer'"):
+        parse_dataset(b"query\na\n", "d.csv", {"answer": "x"})

@@ -77,8 +77,8 @@ def change(at, widget):
 
 
 def test_every_event_is_listed_newest_first_with_a_count(engine, events):
+    at = open_audit()  # first, since opening the app writes events too (the demo tasks)
     stored = all_events(engine)
-    at = open_audit()
     shown = table(at)
     assert shown["id"].tolist() == [event.id for event in stored]
     assert list(shown.columns) == ["id", "when", "actor", "action", "object", "before", "after"]
@@ -208,9 +208,10 @@ def test_csv_download_holds_what_is_shown_with_formulas_kept_as_text(engine, mon
 
 
 def test_an_empty_log_says_so(engine):
+    at = run_app(page=PAGE)  # the first run creates the demo tasks, which writes events
     with session_scope(engine) as session:
         for event in session.exec(select(AuditEvent)):
             session.delete(event)
-    at = run_app(page=PAGE)
+    at.run()
     assert "Nothing has been recorded yet." in [i.value for i in at.info]
     assert not at.dataframe

@@ -8,7 +8,7 @@ import pytest
 
 from core.evaluation import create_evaluation
 from core.library import ProposedOp
-from core.tasks import DEMO_TASK, get_task
+from core.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.training import RunSettings, create_run, store_operations
 from core.versions import import_library
 from storage import db, queries
@@ -36,8 +36,8 @@ def test_app_creates_the_demo_task_in_an_empty_database(app_db):
     at = run_app()
 
     with db.session_scope(app_db) as session:
-        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK]
-    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK]
+        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK]
+    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK]
     assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
 
 
@@ -62,7 +62,9 @@ def test_library_version_shows_its_two_experiences(engine):
     version_id = import_text(engine, "- Check units first.\n- Re-read the question.")
     at = run_app()
 
-    versions = table_with(at, "size")
+    tables = [df.value for df in at.dataframe if "size" in df.value.columns and version_id in df.value["id"].tolist()]
+    assert len(tables) == 1
+    versions = tables[0]
     imported = versions[versions["id"] == version_id]
     assert len(imported) == 1
     assert imported.iloc[0]["size"] == 2

@@ -1,0 +1,286 @@
+"""UI tests of the Tasks page (Streamlit AppTest): settings, data and task files go through core.
+
+AppTest cannot drive st.file_uploader, so data and task files are given through the paste boxes,
+which feed the same core calls as an upload.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session, func, select
+
+from core.people import add_user
+from core.task_io import METHOD_SETTINGS, TaskSettings, export_task_json, save_task
+from core.tasks import DEMO_TASK
+from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
+from storage import queries
+from storage.models import AuditEvent, Sample, Task
+from tests.ui_support import markdown_texts, run_app, table_with
+
+PAGE = "pages/tasks.py"
+HOSTILE = "<img src=x onerror=alert(1)> **bold**"
+
+
+@pytest.fixture
+def engine(app_engine):
+    """The app's database with the demo task (shadows the conftest engine on purpose)."""
+    return app_engine
+
+
+def open_tasks(**state):
+    at = run_app(page=PAGE, session_state={REVIEWER_KEY: "ann", **state})
+    assert [t.value for t in at.title] == ["Tasks"]
+    return at
+
+
+def rerun(at):
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def click(at, key: str):
+    at.button(key=key).click()
+    return rerun(at)
+
+
+def demo(engine) -> Task:
+    with Session(engine) as session:
+        return queries.task_by_name(session, DEMO_TASK)
+
+
+def sample_count(engine) -> int:
+    with Session(engine) as session:
+        return session.exec(select(func.count()).select_from(Sample)).one()
+
+
+def task_names(engine) -> list[str]:
+    with Session(engine) as session:
+        return [t.name for t in queries.list_tasks(session)]
+
+
+def events(engine, action: str) -> list[AuditEvent]:
+    with Session(engine) as session:
+        return list(session.exec(select(AuditEvent).where(AuditEvent.action == action)))
+
+
+def paste(at, text: str, fmt: str = "CSV"):
+    at.radio(key="tasks_data_source").set_value("Paste text")
+    rerun(at)
+    at.radio(key="tasks_paste_format").set_value(fmt)
+    at.text_area(key="tasks_paste").set_value(text)
+    return rerun(at)
+
+
+def codes(at) -> str:
+    return "\n".join(c.value for c in at.code)
+
+
+def test_changing_the_reward_method_to_contains_all_saves_it_with_an_audit_event(engine):
+    task = demo(engine)
+    prefix = f"task_{task.id}_"
+    at = open_tasks()
+    assert at.text_input(key=f"{prefix}name").value == DEMO_TASK
+    at.selectbox(key=f"{prefix}reward_method").set_value("contains_all")
+    rerun(at)
+    at.text_area(key=f"{prefix}rs_phrases").set_value("sorry\n\n next step \n")
+    at.checkbox(key=f"{prefix}rs_partial").check()
+    click(at, "tasks_save")
+
+    stored = demo(engine)
+    assert stored.reward_method == "contains_all"
+    assert stored.reward_settings == {"phrases": ["sorry", "next step"], "partial": True, "ignore_case": True}
+    [event] = events(engine, "task.update")
+    assert event.actor == "ann" and event.object_id == task.id
+    assert event.before["reward_method"] == "math" and event.after["reward_method"] == "contains_all"
+    assert [t.value for t in at.toast] == ["Task saved."]
+
+
+def test_an_invalid_pattern_is_refused_with_its_reason_and_nothing_changes(engine):
+    task = demo(engine)
+    prefix = f"task_{task.id}_"
+    at = open_tasks()
+    at.selectbox(key=f"{prefix}reward_method").set_value("regex")
+    rerun(at)
+    at.text_input(key=f"{prefix}rs_pattern").set_value("(unclosed")
+    click(at, "tasks_save")
+    assert demo(engine).reward_method == "math"
+    assert events(engine, "task.update") == []
+    assert "Not saved; nothing was written." in [e.value for e in at.error]
+    assert "pattern is not a valid regular expression" in codes(at)
+
+
+def test_renaming_a_task_keeps_it_chosen_in_the_sidebar(engine):
+    second = save_task(engine, TaskSettings(name="second", instructions="Be brief."), "cli")
+    at = open_tasks(**{TASK_KEY: "second"})
+    assert at.text_input(key=f"task_{second.id}_name").value == "second"
+    at.text_input(key=f"task_{second.id}_name").set_value("second renamed")
+    click(at, "tasks_save")
+    with Session(engine) as session:
+        assert session.get(Task, second.id).name == "second renamed"
+    assert at.session_state[TASK_KEY] == "second renamed"
+    assert at.selectbox(key=TASK_KEY).value == "second renamed"
+    assert at.text_input(key=f"task_{second.id}_name").value == "second renamed"
+
+
+def test_creating_a_new_task_selects_it(engine):
+    at = open_tasks()
+    at.toggle(key="tasks_new").set_value(True)
+    rerun(at)
+    at.text_input(key="task_new_name").set_value("support replies")
+    at.text_area(key="task_new_instructions").set_value("Reply to the customer kindly.")
+    at.selectbox(key="task_new_reward_method").set_value("judge_human")
+    rerun(at)
+    at.text_area(key="task_new_rs_criteria").set_value("Empathy; a next step is offered.")
+    at.radio(key="task_new_rs_scale").set_value("1-5")
+    at.number_input(key="task_new_rs_labels_per_rollout").set_value(2)
+    at.slider(key="task_new_rs_spot_check_share").set_value(0.5)
+    assert at.button(key="tasks_save").label == "Create task"
+    click(at, "tasks_save")
+
+    with Session(engine) as session:
+        task = queries.task_by_name(session, "support replies")
+        assert task is not None
+        assert queries.library_by_name(session, task.id, "default") is not None
+    assert task.instructions == "Reply to the customer kindly."
+    assert task.reward_method == "judge_human"
+    assert task.reward_settings == {"criteria": "Empathy; a next step is offered.", "scale": "1-5",
+                                    "labels_per_rollout": 2, "spot_check_share": 0.5}
+    assert task.policy_model == demo(engine).policy_model
+    assert [e.object_id for e in events(engine, "task.create")][-1] == task.id
+    assert at.session_state[TASK_KEY] == "support replies"
+    assert at.toggle(key="tasks_new").value is False
+    assert at.text_input(key=f"task_{task.id}_name").value == "support replies"
+
+
+def test_creating_a_task_with_a_taken_name_is_refused(engine):
+    at = open_tasks()
+    before = task_names(engine)
+    at.toggle(key="tasks_new").set_value(True)
+    rerun(at)
+    at.text_input(key="task_new_name").set_value(DEMO_TASK)
+    at.text_area(key="task_new_instructions").set_value("x")
+    click(at, "tasks_save")
+    assert task_names(engine) == before
+    assert "Not created; nothing was written." in [e.value for e in at.error]
+    assert "exists already" in codes(at)
+
+
+def test_the_data_tab_counts_and_lists_the_samples(engine):
+    at = open_tasks()
+    assert [m.value for m in at.metric] == ["100", "100", "200"]
+    table = table_with(at, "rubric")
+    assert len(table) == 50 and list(table.columns) == ["id", "split", "query", "reference", "rubric"]
+
+
+def test_a_pasted_dataset_with_a_bad_row_names_the_row_and_writes_nothing(engine):
+    at = open_tasks()
+    before = sample_count(engine)
+    at = paste(at, f"id,query,answer\nn1,{HOSTILE},4\nn2,,5\n")
+    assert at.selectbox(key=next(s.key for s in at.selectbox if s.key.endswith("_query"))).value == "query"
+    click(at, "tasks_check")
+    assert "This file cannot be added (row 2); nothing was written. The problem:" in [e.value for e in at.error]
+    assert "pasted.csv: data row 2: query ('query') is missing or empty" in codes(at)
+    assert not [b for b in at.button if b.key == "tasks_add"]
+    assert sample_count(engine) == before
+
+
+def test_a_good_paste_is_previewed_then_added(engine):
+    at = open_tasks()
+    before = sample_count(engine)
+    text = "\n".join(json.dumps(r) for r in [
+        {"Question": HOSTILE, "key": "s1", "criteria": "be kind", "topic": "billing"},
+        {"Question": "Where is my parcel?", "key": "s2", "criteria": "offer tracking", "topic": "shipping"},
+    ])
+    at = paste(at, text, "JSONL")
+    query_key = next(s.key for s in at.selectbox if s.key.endswith("_query"))
+    at.selectbox(key=query_key).set_value("Question")
+    at.selectbox(key=query_key.replace("_query", "_id")).set_value("key")
+    at.radio(key="tasks_default_split").set_value("test")
+    rerun(at)
+    assert at.selectbox(key=query_key.replace("_query", "_rubric")).value == "criteria"
+    click(at, "tasks_check")
+    assert "2 rows OK" in [s.value for s in at.success]
+    preview = table_with(at, "meta")
+    assert preview["query"].tolist() == [HOSTILE, "Where is my parcel?"]
+    assert preview["split"].tolist() == ["test", "test"]
+    assert sample_count(engine) == before
+
+    click(at, "tasks_add")
+    assert "Added 2 samples (0 already present)." in [s.value for s in at.success]
+    assert sample_count(engine) == before + 2
+    with Session(engine) as session:
+        rows = {s.external_id: s for s in queries.samples(session, demo(engine).id, split="test")}
+    assert rows["s1"].query == HOSTILE and rows["s1"].rubric == "be kind" and rows["s1"].meta == {"topic": "billing"}
+    assert [e.after["added"] for e in events(engine, "task.add_data")] == [2]
+    assert [m.value for m in at.metric] == ["100", "102", "202"]
+    assert not any(HOSTILE in text for text in markdown_texts(at))
+
+
+def test_metadata_columns_can_be_chosen(engine):
+    at = paste(open_tasks(), "id,query,topic,internal\nm1,hello,billing,secret\n")
+    meta_key = next(m.key for m in at.multiselect if m.key.endswith("_meta"))
+    at.multiselect(key=meta_key).set_value(["topic"])
+    rerun(at)
+    click(at, "tasks_check")
+    click(at, "tasks_add")
+    with Session(engine) as session:
+        [row] = [s for s in queries.samples(session, demo(engine).id) if s.external_id == "m1"]
+    assert row.meta == {"topic": "billing"}
+
+
+def test_an_exported_task_imports_under_a_new_name(engine):
+    with Session(engine) as session:
+        text = export_task_json(session, queries.task_by_name(session, DEMO_TASK))
+    at = open_tasks()
+    before = task_names(engine)
+    assert at.get("download_button")[0].proto.label == "Download task file"
+    at.text_area(key="tasks_import_text").set_value(text)
+    click(at, "tasks_import")
+    assert "The task was not imported; nothing was written." in [e.value for e in at.error]
+    assert "exists already; import it under another name" in codes(at)
+    assert task_names(engine) == before
+
+    at.text_input(key="tasks_import_name").set_value("arithmetic copy")
+    click(at, "tasks_import")
+    with Session(engine) as session:
+        copy = queries.task_by_name(session, "arithmetic copy")
+        assert copy is not None
+        assert queries.count_samples(session, copy.id) == {"train": 100, "test": 100}
+    assert "Imported a task with 200 samples; it is now the sidebar's task." in [s.value for s in at.success]
+    assert at.session_state[TASK_KEY] == "arithmetic copy"
+    assert [e.actor for e in events(engine, "task.import")] == ["ann"]
+
+
+def test_a_labeller_sees_settings_and_data_but_no_controls(engine):
+    add_user(engine, "boss", "admin", "password1", actor="cli")
+    add_user(engine, "lab", "labeler", "password1", actor="cli")
+    at = open_tasks(**{AUTH_KEY: "lab", REVIEWER_KEY: "lab"})
+    keys = {b.key for b in at.button}
+    assert not keys & {"tasks_save", "tasks_check", "tasks_add", "tasks_import"}
+    assert not [r for r in at.radio if r.key == "tasks_data_source"]
+    assert not [t for t in at.text_area if t.key == "tasks_import_text"]
+    assert not [t for t in at.text_input if t.key.startswith("task_")]
+    notes = [i.value for i in at.info]
+    assert any("Editing tasks needs the admin role" in n for n in notes)
+    assert any("Adding data to a task needs the admin role" in n for n in notes)
+    assert any("Importing tasks needs the admin role" in n for n in notes)
+    assert table_with(at, "setting")["value"].tolist()[0] == DEMO_TASK
+    assert [m.value for m in at.metric] == ["100", "100", "200"]
+
+
+@pytest.mark.parametrize("method", ["math", "exact", "numeric", "regex", "contains_all", "judge", "human",
+                                    "judge_human"])
+def test_every_reward_method_saves_with_its_default_fields(engine, method):
+    task = demo(engine)
+    prefix = f"task_{task.id}_"
+    at = open_tasks()
+    at.selectbox(key=f"{prefix}reward_method").set_value(method)
+    rerun(at)
+    click(at, "tasks_save")
+    assert not at.error, [e.value for e in at.error]
+    stored = demo(engine)
+    assert stored.reward_method == method
+    assert set(stored.reward_settings) <= set(METHOD_SETTINGS[method])
