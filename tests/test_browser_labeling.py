@@ -61,13 +61,14 @@ def label_and_watch(page, app, run_id: int) -> None:
 
     shown = []
     for key in ("4", "1", "5"):
-        shown.append(page.locator("[data-testid='stCode']").nth(0).inner_text())
-        page.locator("body").click(position={"x": 5, "y": 5})  # focus out of any input: keys go to the page
+        shown.append(page.get_by_text("Rollout ").first.inner_text())
+        page.locator("h1").first.click()  # focus out of any input: keys go to the page
         page.keyboard.press(key)
         page.get_by_text(f"Selected: {key}").first.wait_for()
         page.keyboard.press("Enter")
         wait_for_app(page)
     page.get_by_text("Nothing waiting for you").first.wait_for()
+    assert len(set(shown)) == 3, shown  # each Enter moved on to the next rollout
     with Session(make_engine(app.database_url)) as session:
         labels = session.exec(select(RewardLabel).order_by(RewardLabel.id)).all()
     assert [(label.labeler, label.value) for label in labels] == [("lab", 0.75), ("lab", 0.0), ("lab", 1.0)]
