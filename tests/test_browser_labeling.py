@@ -61,7 +61,7 @@ def label_and_watch(page, app, run_id: int) -> None:
 
     shown = []
     for key in ("4", "1", "5"):
-        shown.append(page.get_by_text("Rollout ").first.inner_text())
+        shown.append(page.locator("[data-testid='stMain']").get_by_text("Rollout ").first.inner_text())
         page.locator("h1").first.click()  # focus out of any input: keys go to the page
         page.keyboard.press(key)
         page.get_by_text(f"Selected: {key}").first.wait_for()
