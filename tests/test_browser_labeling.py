@@ -60,13 +60,13 @@ def label_and_watch(page, app, run_id: int) -> None:
     screenshot(page, "labeling")
 
     shown = []
-    for key in ("4", "1", "5"):
+    for left, key in ((2, "4"), (1, "1"), (0, "5")):
         shown.append(page.locator("[data-testid='stMain']").get_by_text("Rollout ").first.inner_text())
         page.locator("h1").first.click()  # focus out of any input: keys go to the page
         page.keyboard.press(key)
         page.get_by_text(f"Selected: {key}").first.wait_for()
         page.keyboard.press("Enter")
-        wait_for_app(page)
+        page.get_by_text(f"{left} waiting for you" if left else "Nothing waiting for you").first.wait_for()
     page.get_by_text("Nothing waiting for you").first.wait_for()
     assert len(set(shown)) == 3, shown  # each Enter moved on to the next rollout
     with Session(make_engine(app.database_url)) as session:
