@@ -17,12 +17,14 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from core import labeling
 from core.datasets import DatasetError, check_size, parse_mapping
 from core.evaluation import create_evaluation
 from core.gateway import Gateway
 from core.library_io import LibraryFormatError
 from core.local_model import LocalModelError
 from core.people import ROLES, add_user, list_users, update_user
+from core.task_io import export_task_json, import_task
 from core.tasks import NotFound, add_dataset, ensure_demo_tasks, get_task
 from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
@@ -341,6 +343,45 @@ def cmd_label(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_task_export(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        text = export_task_json(session, get_task(session, args.name))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+def cmd_task_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    task = import_task(_engine(args), data, "cli", rename=args.name)
+    print(f"imported task {task.name!r}")
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    """What waits in the labeling queue of a task, and the agreement between its labellers."""
+    with Session(_engine(args)) as session:
+        task = get_task(session, args.task)
+        counts = labeling.progress(session, task)
+        found = labeling.agreement(session, task)
+    print(f"{task.name}: {counts.needed} waiting, {counts.done} done, {counts.disputed} disputed")
+    if found.fleiss is not None:
+        print(f"Fleiss' kappa {found.fleiss:.2f} over {found.items} rollouts with {found.raters_per_item} labels each")
+    for (a, b), (kappa, n) in sorted(found.cohen.items()):
+        print(f"Cohen's kappa {a} / {b}: {'-' if kappa is None else f'{kappa:.2f}'} over {n} rollouts")
+    for row in found.disagreements:
+        labels = ", ".join(f"{who} {value}" for who, value in row["labels"].items())
+        print(f"disputed: rollout {row['rollout']} ({labels})")
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="python -m core", description="Training-Free GRPO studio engine")
     parser.add_argument("--db", help="SQLAlchemy URL (default: DATABASE_URL or the studio.db SQLite file)")
@@ -362,6 +403,21 @@ def build_parser() -> Parser:
     p = dsub.add_parser("show", help="count a task's samples per split")
     p.add_argument("--task", required=True)
     p.set_defaults(func=cmd_dataset_show)
+
+    task = sub.add_parser("task", help="export a task (settings and data) to a file, or import one")
+    tsub = task.add_subparsers(dest="task_command", required=True, parser_class=Parser)
+    p = tsub.add_parser("export", help="write a task's settings and samples as one JSON file")
+    p.add_argument("name")
+    p.add_argument("--output", "-o")
+    p.set_defaults(func=cmd_task_export)
+    p = tsub.add_parser("import", help="create a task from an exported file (checked whole before writing)")
+    p.add_argument("file")
+    p.add_argument("--name", help="import under this name instead of the one in the file")
+    p.set_defaults(func=cmd_task_import)
+
+    p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
+    p.add_argument("--task", required=True)
+    p.set_defaults(func=cmd_queue)
 
     user = sub.add_parser("user", help="add, list or change the people who may sign in")
     usub = user.add_subparsers(dest="user_command", required=True, parser_class=Parser)

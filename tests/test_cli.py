@@ -250,3 +250,35 @@ def test_help_of_every_command(capsys):
             main([*command.split(), "--help"])
         assert info.value.code == 0
         assert "usage:" in capsys.readouterr().out
+
+
+def test_a_task_exports_to_a_file_and_imports_under_a_new_name(db, capsys, tmp_path):
+    target = tmp_path / "support.json"
+    code, _, err = run(capsys, "--db", db, "task", "export", SUPPORT_TASK, "-o", str(target))
+    assert code == 0 and "wrote" in err
+    exported = json.loads(target.read_text(encoding="utf-8"))
+    assert exported["task"]["reward_method"] == "judge_human" and len(exported["samples"]) == 40
+    code, _, err = run(capsys, "--db", db, "task", "import", str(target))
+    assert code == 2 and "exists" in err  # the name is taken: nothing written
+    code, out, _ = run(capsys, "--db", db, "task", "import", str(target), "--name", "support copy")
+    assert code == 0 and "support copy" in out
+    with Session(get_engine(db)) as session:
+        copy = queries.task_by_name(session, "support copy")
+        assert copy.reward_settings == exported["task"]["reward_settings"]
+        assert len(queries.samples(session, copy.id)) == 40
+
+
+def test_a_broken_task_file_exits_2_and_writes_nothing(db, capsys, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "tfgrpo-task", "version": 1, "task": {"name": "x"}', encoding="utf-8")
+    with Session(get_engine(db)) as session:
+        before = len(queries.list_tasks(session))
+    code, _, err = run(capsys, "--db", db, "task", "import", str(broken))
+    assert code == 2 and err.startswith("error:")
+    with Session(get_engine(db)) as session:
+        assert len(queries.list_tasks(session)) == before
+
+
+def test_queue_shows_what_waits_and_the_agreement(db, capsys):
+    code, out, _ = run(capsys, "--db", db, "queue", "--task", SUPPORT_TASK)
+    assert code == 0 and out.strip() == f"{SUPPORT_TASK}: 0 waiting, 0 done, 0 disputed"
