@@ -26,7 +26,7 @@ from storage.db import get_engine
 
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
-ATTENTION_STATUSES = ("awaiting_review", "failed", "stalled")
+ATTENTION_STATUSES = ("awaiting_review", "awaiting_labels", "failed", "stalled")
 
 
 def steps_label(progress: dict) -> str:
@@ -41,6 +41,8 @@ def next_action(status: str, pending: int) -> str:
         return "its worker stopped beating: resume"
     if status == "awaiting_review" or pending:
         return "review the proposed operations"
+    if status == "awaiting_labels":
+        return "label its rollouts"
     return ""
 
 
@@ -95,8 +97,10 @@ def load_overview() -> dict:
                       "status": job_health(ev.status, ev.heartbeat_at)}
                      for ev in queries.evaluations(session)]
 
+        waiting_labels = queries.rollouts_waiting_for_labels(session)
+
     return {"tasks": task_rows, "libraries": library_blocks, "runs": run_rows, "attention": attention_rows,
-            "pending_operations": pending_total, "evaluations": eval_rows}
+            "pending_operations": pending_total, "evaluations": eval_rows, "waiting_labels": waiting_labels}
 
 
 require_app()
@@ -105,9 +109,10 @@ data = load_overview()
 st.title("Overview")
 
 st.header("What needs a person")
-left, right = st.columns(2)
+left, middle, right = st.columns(3)
 left.metric("Operations waiting for review", data["pending_operations"])
-right.metric("Runs awaiting review or failed",
+middle.metric("Rollouts waiting for a label", data["waiting_labels"])
+right.metric("Runs waiting or failed",
              sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
 if data["attention"]:
     st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
@@ -119,7 +124,9 @@ if data["attention"]:
                 st.rerun()
     if any(row["status"] == "awaiting_review" or row["pending operations"] for row in data["attention"]):
         st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
-else:
+if data["waiting_labels"]:
+    st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
+if not data["attention"] and not data["waiting_labels"]:
     st.success("Nothing waits for a person.")
 
 st.header("Tasks")

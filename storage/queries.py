@@ -329,3 +329,7 @@ def audit_facets(session: Session) -> dict[str, list[str]]:
 
     return {"actors": distinct(AuditEvent.actor), "actions": distinct(AuditEvent.action),
             "object_types": distinct(AuditEvent.object_type)}
+
+
+def rollouts_waiting_for_labels(session: Session) -> int:
+    return session.exec(select(func.count()).select_from(Rollout).where(Rollout.label_status == "needed")).one()

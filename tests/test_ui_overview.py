@@ -100,7 +100,7 @@ def test_no_runs_hint_then_runs_and_evaluations_tables(engine):
 
 def test_runs_awaiting_review_or_failed_need_a_person(engine):
     at = run_app()
-    assert [m.value for m in at.metric] == ["0", "0"]
+    assert [m.value for m in at.metric] == ["0", "0", "0"]
     assert any("Nothing waits" in s.value for s in at.success)
 
     review_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
@@ -152,3 +152,16 @@ def test_a_stalled_run_shows_as_such_and_can_be_resumed(engine):
     with db.session_scope(engine) as session:
         assert session.get(Run, run_id).status == "queued"
     assert table_with(at, "steps").set_index("id").loc[run_id, "status"] == "queued"
+
+
+def test_rollouts_waiting_for_labels_are_on_the_to_do_list(app_engine):
+    from tests.test_labeling import set_reward
+    from tests.ui_support import seeded_run
+
+    set_reward(app_engine, "human")
+    run_id = seeded_run(app_engine, "auto")
+    at = run_app()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Rollouts waiting for a label"] == "4"
+    row = table_with(at, "what to do")
+    assert row[row["run"] == run_id].iloc[0]["what to do"] == "label its rollouts"
