@@ -115,7 +115,7 @@ def test_runs_awaiting_review_or_failed_need_a_person(engine):
                                         ProposedOp("ADD", text="Estimate the answer before computing it.")], [])
     at = run_app()
 
-    assert [m.value for m in at.metric] == ["2", "2"]
+    assert [m.value for m in at.metric] == ["2", "0", "2"]
     attention = table_with(at, "pending operations").set_index("run")
     assert sorted(attention.index) == sorted([review_id, failed_id])
     assert attention.loc[review_id, "pending operations"] == 2
