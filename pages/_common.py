@@ -7,6 +7,7 @@ go through `core`.
 from __future__ import annotations
 
 import getpass
+import re
 from dataclasses import dataclass
 
 import streamlit as st
@@ -125,15 +126,27 @@ def start_worker_if_needed() -> None:
         st.toast(message)
 
 
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~$])")
+
+
+def plain(text: str) -> str:
+    """Text for a Markdown element (st.error, st.info): core messages quote names and file content,
+    which must show as typed, never as emphasis, links or math."""
+    return _MARKDOWN.sub(r"\\\1", str(text))
+
+
 def run_action(action, *args, success: str | None = None, **kwargs):
     """Call a core function for a button; show its error as a message instead of a traceback."""
     try:
         result = action(*args, **kwargs)
     except (LookupError, ValueError) as exc:
-        st.error(str(exc))
+        st.error(plain(str(exc)))
+        return None
+    except PermissionError as exc:
+        st.error(plain(str(exc)))
         return None
     except Exception as exc:  # noqa: BLE001  (e.g. AlreadyDecided, a locked database)
-        st.error(f"{type(exc).__name__}: {exc}")
+        st.error(plain(f"{type(exc).__name__}: {exc}"))
         return None
     if success:
         st.toast(success)
