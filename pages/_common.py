@@ -135,6 +135,33 @@ def plain(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", str(text))
 
 
+@dataclass
+class Outcome:
+    """What an action did: a message of ours, and optionally text from a file or the database (shown verbatim)."""
+
+    ok: bool
+    message: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Flash:
+    """Outcomes set in a button's callback and shown once, where the section draws, on the next run."""
+
+    key: str
+
+    def set(self, section: str, outcome: Outcome) -> None:
+        st.session_state.setdefault(self.key, {})[section] = outcome
+
+    def show(self, section: str) -> None:
+        outcome = st.session_state.get(self.key, {}).pop(section, None)
+        if outcome is None:
+            return
+        (st.success if outcome.ok else st.error)(outcome.message)
+        if outcome.detail:
+            show_text(outcome.detail)
+
+
 def run_action(action, *args, success: str | None = None, **kwargs):
     """Call a core function for a button; show its error as a message instead of a traceback."""
     try:

@@ -27,6 +27,8 @@ from core.library_io import LibraryFormatError
 from pages._common import (
     DATETIME,
     Context,
+    Flash,
+    Outcome,
     allowed,
     context,
     engine,
@@ -38,21 +40,12 @@ from pages._common import (
 from storage import queries
 from storage.db import session_scope
 
-FLASH_KEY = "library_flash"
+FLASH = Flash("library_flash")
 FORMATS = {"md": "Markdown", "json": "JSON", "prompt": "System prompt"}
 EXTENSIONS = {"md": ("md", "text/markdown"), "json": ("json", "application/json"), "prompt": ("txt", "text/plain")}
 # Selections that should follow the newest version after a change (their defaults are recomputed).
 FOLLOW_LATEST_KEYS = ("lib_text_version", "lib_diff_from", "lib_diff_to", "lib_label_version",
                       "lib_export_version", "lib_revert_version")
-
-
-@dataclass
-class Outcome:
-    """What an action did: a message of ours, and optionally text from a file or the database (shown verbatim)."""
-
-    ok: bool
-    message: str
-    detail: str = ""
 
 
 @dataclass
@@ -246,21 +239,11 @@ def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Out
 
 
 def _flash(section: str, outcome: Outcome) -> None:
-    st.session_state.setdefault(FLASH_KEY, {})[section] = outcome
+    FLASH.set(section, outcome)
     if outcome.ok:
         stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
         for key in (*FOLLOW_LATEST_KEYS, *stale):
             st.session_state.pop(key, None)
-
-
-def show_flash(section: str) -> None:
-    """The outcome of the last action of this section, once."""
-    outcome = st.session_state.get(FLASH_KEY, {}).pop(section, None)
-    if outcome is None:
-        return
-    (st.success if outcome.ok else st.error)(outcome.message)
-    if outcome.detail:
-        show_text(outcome.detail)
 
 
 def _on_add() -> None:
@@ -359,7 +342,7 @@ def draw_edits(data: PageData) -> None:
     st.header("Edit the library", anchor=False)
     latest = data.latest
     st.caption(f"Each change creates a new version on top of the latest one (#{latest.number}).")
-    show_flash("edit")
+    FLASH.show("edit")
     ids = [exp["id"] for exp in latest.experiences]
     if latest.experiences:
         show_text(experience_lines(latest.experiences))
@@ -399,7 +382,7 @@ def draw_edits(data: PageData) -> None:
 
 def draw_revert(data: PageData, newest_first: list[int]) -> None:
     st.header("Revert", anchor=False)
-    show_flash("revert")
+    FLASH.show("revert")
     older = newest_first[1:]
     if not older:
         st.caption("There is no older version to revert to.")
@@ -411,7 +394,7 @@ def draw_revert(data: PageData, newest_first: list[int]) -> None:
 
 def draw_labels(data: PageData, newest_first: list[int]) -> None:
     st.header("Labels", anchor=False)
-    show_flash("label")
+    FLASH.show("label")
     if data.label_rows:
         st.dataframe(pd.DataFrame(data.label_rows), hide_index=True, key="lib_labels_table",
                      column_config={"moved at": DATETIME})
@@ -445,7 +428,7 @@ def draw_import() -> None:
     st.header("Import", anchor=False)
     st.caption("A Markdown or text list (one experience per line) or JSON; it becomes a new version that "
                "replaces the current content.")
-    show_flash("import")
+    FLASH.show("import")
     uploaded = st.file_uploader("Library file", type=["md", "json", "txt"], key="lib_import_file")
     st.button("Import", key="lib_import_button", on_click=_on_import, args=(uploaded,),
               disabled=uploaded is None)

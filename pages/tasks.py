@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -34,11 +33,21 @@ from core.task_io import (
     save_task,
 )
 from core.tasks import add_dataset
-from pages._common import TASK_KEY, allowed, context, engine, require_app, role_note, show_text
+from pages._common import (
+    TASK_KEY,
+    Flash,
+    Outcome,
+    allowed,
+    context,
+    engine,
+    require_app,
+    role_note,
+    show_text,
+)
 from storage import queries
 from storage.models import Task
 
-FLASH_KEY = "tasks_flash"
+FLASH = Flash("tasks_flash")
 NEW_KEY = "tasks_new"
 NEW_PREFIX = "task_new_"
 CHECKED_KEY = "tasks_checked"
@@ -50,28 +59,6 @@ GUESSES = {"query": ("query", "question", "prompt"), "id": ("id",), "reference":
            "rubric": ("rubric", "criteria"), "split": ("split",)}
 PASTE_FORMATS = {"CSV": "pasted.csv", "JSONL": "pasted.jsonl"}
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
-
-
-@dataclass
-class Outcome:
-    """What an action did: our message, and optionally text from the database or a file (shown verbatim)."""
-
-    ok: bool
-    message: str
-    detail: str = ""
-
-
-def flash(section: str, outcome: Outcome) -> None:
-    st.session_state.setdefault(FLASH_KEY, {})[section] = outcome
-
-
-def show_flash(section: str) -> None:
-    outcome = st.session_state.get(FLASH_KEY, {}).pop(section, None)
-    if outcome is None:
-        return
-    (st.success if outcome.ok else st.error)(outcome.message)
-    if outcome.detail:
-        show_text(outcome.detail)
 
 
 def failure(what: str, exc: Exception) -> Outcome:
@@ -187,7 +174,7 @@ def on_save(prefix: str, original: str | None, kept: dict) -> None:
     try:
         task = save_task(engine(), collect(prefix, kept), context().reviewer, original_name=original)
     except Exception as exc:  # noqa: BLE001  (every failure is shown; core wrote nothing)
-        flash("settings", failure("Not saved" if original else "Not created", exc))
+        FLASH.set("settings", failure("Not saved" if original else "Not created", exc))
         return
     st.session_state[TASK_KEY] = task.name
     if original is None:
@@ -241,7 +228,7 @@ def show_settings(task: Task) -> None:
 
 
 def draw_settings(task: Task | None) -> None:
-    show_flash("settings")
+    FLASH.show("settings")
     if not allowed("admin"):
         role_note("admin", "editing tasks")
         if task is not None:
@@ -268,10 +255,10 @@ def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_sp
         added, already = add_dataset(engine(), task_name, data, filename, mapping=mapping,
                                      default_split=default_split, actor=context().reviewer)
     except Exception as exc:  # noqa: BLE001
-        flash("data", failure("The samples were not added", exc))
+        FLASH.set("data", failure("The samples were not added", exc))
         return
     st.session_state.pop(CHECKED_KEY, None)
-    flash("data", Outcome(True, f"Added {added} samples ({already} already present)."))
+    FLASH.set("data", Outcome(True, f"Added {added} samples ({already} already present)."))
 
 
 def guess(target: str, columns: list[str]) -> str:
@@ -339,7 +326,7 @@ def draw_data(task: Task | None) -> None:
     with Session(engine()) as session:
         draw_samples(session, task)
     st.subheader("Add samples", anchor=False)
-    show_flash("data")
+    FLASH.show("data")
     if not allowed("admin"):
         role_note("admin", "adding data to a task")
         return
@@ -378,18 +365,18 @@ def on_import() -> None:
     pasted = str(st.session_state.get("tasks_import_text") or "")
     data: bytes | str = uploaded.getvalue() if uploaded is not None else pasted
     if not (data.strip() if isinstance(data, str) else data):
-        flash("import", Outcome(False, "Choose a task file or paste one first."))
+        FLASH.set("import", Outcome(False, "Choose a task file or paste one first."))
         return
     rename = str(st.session_state.get("tasks_import_name") or "").strip() or None
     try:
         task = import_task(engine(), data, context().reviewer, rename=rename)
     except Exception as exc:  # noqa: BLE001
-        flash("import", failure("The task was not imported", exc))
+        FLASH.set("import", failure("The task was not imported", exc))
         return
     with Session(engine()) as session:
         count = sum(queries.count_samples(session, task.id).values())
     st.session_state[TASK_KEY] = task.name
-    flash("import", Outcome(True, f"Imported a task with {count} samples; it is now the sidebar's task."))
+    FLASH.set("import", Outcome(True, f"Imported a task with {count} samples; it is now the sidebar's task."))
 
 
 def draw_export_import(task: Task | None) -> None:
@@ -403,7 +390,7 @@ def draw_export_import(task: Task | None) -> None:
         st.download_button("Download task file", data=text.encode("utf-8"), file_name=export_filename(task.name),
                            mime="application/json", key="tasks_export", on_click="ignore")
     st.subheader("Import", anchor=False)
-    show_flash("import")
+    FLASH.show("import")
     if not allowed("admin"):
         role_note("admin", "importing tasks")
         return
