@@ -1,6 +1,7 @@
 """Rollouts: one query's group of outputs side by side, from a training step or an evaluation.
 
-Read-only. Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
+Read-only but for one action: a person's label on an output, which overrides its automatic reward
+(core.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
 wrote (query, reference, answers, summaries, trajectories, errors) is shown with show_text.
 """
@@ -11,19 +12,23 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.judge import choices, scale_of
+from core.labeling import submit_label
 from pages._common import (
     SCORE,
+    allowed,
     context,
     engine,
     keep_valid_choice,
     require_app,
     reward_text,
+    run_action,
     show_text,
     show_trajectory,
     status_label,
 )
 from storage import queries
-from storage.models import Rollout
+from storage.models import Rollout, Task
 
 SOURCES = ("Training run", "Evaluation")
 SIDE_BY_SIDE_MAX = 4
@@ -44,11 +49,32 @@ def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[
     return [g for g in groups if (g["mixed"] or not only_mixed) and (g["failed"] or not only_failures)]
 
 
-def show_output(rollout: Rollout, *, in_expander: bool) -> None:
+def save_label(rollout_id: int) -> None:
+    value = st.session_state.get(f"rollouts_label_value_{rollout_id}")
+    comment = st.session_state.get(f"rollouts_label_comment_{rollout_id}", "")
+    if run_action(submit_label, engine(), rollout_id, value, context().reviewer, comment) is not None:
+        st.toast(f"Label {value:g} saved on rollout {rollout_id}")
+
+
+def label_control(rollout: Rollout, task: Task) -> None:
+    """A person's score for this output; it replaces the automatic reward (which stays in the history)."""
+    if rollout.error or not allowed("labeler"):
+        return
+    with st.popover("Label this output"):
+        values = [value for _, value in choices(scale_of(task))]
+        st.radio("Reward", values, key=f"rollouts_label_value_{rollout.id}", horizontal=True,
+                 format_func=lambda v: f"{v:g}")
+        st.text_input("Comment", key=f"rollouts_label_comment_{rollout.id}")
+        st.button("Save label", key=f"rollouts_label_save_{rollout.id}", on_click=save_label, args=(rollout.id,))
+
+
+def show_output(rollout: Rollout, task: Task, *, in_expander: bool) -> None:
     """One output: reward and its source, final answer, summary, trajectory, cost, error."""
     if not in_expander:
         st.markdown(f"**Output {rollout.group_index}**")
-    st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}")
+    waiting = " · waiting for a label" if rollout.label_status == "needed" else ""
+    st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}{waiting}")
+    label_control(rollout, task)
     st.caption("Final answer")
     show_text(rollout.final_answer, empty="(no final answer)")
     if rollout.reward_detail:
@@ -69,7 +95,7 @@ def show_output(rollout: Rollout, *, in_expander: bool) -> None:
             show_trajectory(rollout.messages or [])
 
 
-def show_group(rollouts: list[Rollout]) -> None:
+def show_group(rollouts: list[Rollout], task: Task) -> None:
     """The group side by side when it is small, a table plus one expander per output otherwise."""
     if not rollouts:
         st.info("This query has no outputs yet.")
@@ -77,14 +103,14 @@ def show_group(rollouts: list[Rollout]) -> None:
     if len(rollouts) <= SIDE_BY_SIDE_MAX:
         for column, rollout in zip(st.columns(len(rollouts)), rollouts, strict=True):
             with column:
-                show_output(rollout, in_expander=False)
+                show_output(rollout, task, in_expander=False)
         return
     st.dataframe(pd.DataFrame([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
                                 "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts]),
                  hide_index=True, column_config={"reward": SCORE}, key="rollouts_group_table")
     for rollout in rollouts:
         with st.expander(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)}"):
-            show_output(rollout, in_expander=True)
+            show_output(rollout, task, in_expander=True)
 
 
 def choose_training_step(session: Session, task_id: int) -> int | None:
@@ -167,7 +193,7 @@ def page() -> None:
     st.subheader("Reference answer", anchor=False)
     show_text(sample.reference if sample else None, empty="(no reference answer)")
     st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
-    show_group(rollouts)
+    show_group(rollouts, task)
 
 
 require_app()

@@ -130,3 +130,21 @@ def test_choosing_an_evaluation_shows_its_rollouts(engine):
     labels = [e.label for e in at.expander]
     assert [label for label in labels if label.startswith("Output ")] == [
         f"Output {r.group_index} · reward {r.reward:g}" for r in expected]
+
+
+def test_a_label_on_an_output_overrides_its_verifier_reward(engine):
+    run_id = seeded_run(engine, "auto")
+    _step_id, groups = step_groups(engine, run_id)
+    at = run_app(page=PAGE, session_state={"ctx_task": DEMO_TASK})
+    sample_id = at.selectbox(key="rollouts_query").value
+    target = groups[sample_id][0]
+    flipped = 1.0 - target.reward
+    at.radio(key=f"rollouts_label_value_{target.id}").set_value(flipped)
+    at.text_input(key=f"rollouts_label_comment_{target.id}").input("the checker misread the units")
+    at.button(key=f"rollouts_label_save_{target.id}").click()
+    at.run()
+    assert not at.exception and not at.error
+    with Session(engine) as session:
+        row = session.get(Rollout, target.id)
+    assert (row.reward, row.reward_source, row.suggested_reward) == (flipped, "human", target.reward)
+    assert f"Reward {flipped:g} · source human" in [c.value for c in at.caption]
