@@ -38,8 +38,7 @@ from storage.models import AuditEvent, Task
 FORMAT = "tfgrpo-task"
 VERSION = 1
 MAX_NAME_CHARS = 100
-MAX_FIELD_CHARS: int = getattr(datasets, "MAX_FIELD_CHARS", 20_000)
-MAX_FILE_BYTES: int = getattr(datasets, "MAX_FILE_BYTES", 20 * 1024 * 1024)
+MAX_FIELD_CHARS, MAX_FILE_BYTES = datasets.MAX_FIELD_CHARS, datasets.MAX_FILE_BYTES
 MAX_LABELS_PER_ROLLOUT = 5
 SAMPLE_KEYS = ("id", "query", "reference", "rubric", "split", "meta")
 
@@ -303,6 +302,10 @@ def _sample_rows(samples: list) -> list[SampleRow]:
         for key, size in sizes.items():
             if size > MAX_FIELD_CHARS:
                 raise ValueError(f"{where} ({sample_id!r}): {key} is longer than {MAX_FIELD_CHARS:,} characters")
+        for key in ("id", "query", "reference", "rubric"):
+            if isinstance(item.get(key), str) and datasets.formula_like(item[key]):
+                raise ValueError(f"{where} ({sample_id!r}): {key} looks like a spreadsheet formula; remove it or "
+                                 "put an apostrophe before it")
         rows.append(SampleRow(external_id=sample_id, query=query, reference=item.get("reference"),
                               rubric=item.get("rubric"), split=split, meta=meta))
     return rows

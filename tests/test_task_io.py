@@ -262,3 +262,13 @@ def test_an_admin_user_may_edit_once_sign_in_is_on(engine, demo_task):
 ])
 def test_columns_of_reads_names_and_never_raises(data, filename, columns):
     assert columns_of(data, filename) == columns
+
+
+def test_a_task_file_with_a_formula_cell_is_refused(engine, demo_task):
+    from core.task_io import read_task_file
+
+    data = {"format": "tfgrpo-task", "version": 1,
+            "task": {"name": "x", "instructions": "Answer.", "reward_method": "exact"},
+            "samples": [{"id": "a", "query": "=HYPERLINK(\"http://x\")", "split": "train"}]}
+    with pytest.raises(ValueError, match="sample 1 .*query looks like a spreadsheet formula"):
+        read_task_file(json.dumps(data))
