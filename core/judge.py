@@ -27,6 +27,10 @@ JUDGE_SCHEMA = {
     "required": ["reason", "score", "confident"],
     "additionalProperties": False,
 }
+# The embedded model enforces string lengths while it samples; a tiny model can otherwise loop inside
+# "reason" until max_tokens and never close the JSON. Hosted strict modes may reject maxLength.
+LOCAL_JUDGE_SCHEMA = {**JUDGE_SCHEMA, "properties": {**JUDGE_SCHEMA["properties"],
+                                                     "reason": {"type": "string", "maxLength": 400}}}
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,8 @@ async def judge_response(gateway: Gateway, task: Task, sample: Sample, response:
     messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, response, scale)
     try:
         (score, reason, confident), _call = await gateway.complete_json(
-            stage="judge", model=task.judge_model, messages=messages, schema=JUDGE_SCHEMA,
+            stage="judge", model=task.judge_model, messages=messages,
+            schema=LOCAL_JUDGE_SCHEMA if task.judge_model.startswith("local/") else JUDGE_SCHEMA,
             parse=lambda data: parse_verdict(data, scale), scope=scope, max_tokens=300, sample_index=sample_index)
     except StructuredOutputError as exc:
         return Verdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)

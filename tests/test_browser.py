@@ -14,7 +14,7 @@ from tests.browser_support import browser_page, require_chromium, screenshot, st
 
 pytestmark = pytest.mark.browser
 PAGES = {"overview": "", "train": "train", "rollouts": "rollouts", "review": "review", "library": "library",
-         "evaluate": "evaluate"}
+         "evaluate": "evaluate", "labeling": "labeling", "tasks": "tasks", "people": "people", "audit": "audit"}
 
 
 @pytest.fixture(autouse=True)

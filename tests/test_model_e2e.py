@@ -7,6 +7,7 @@ filter skips, and then no new version would be expected.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,9 +20,13 @@ import pytest
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from core.tasks import DEMO_TASK
-from storage.db import make_engine
-from storage.models import LibraryVersion, LLMCall, Rollout, Run
+from core.gateway import Gateway, Scope
+from core.judge import judge_response
+from core.labeling import submit_label
+from core.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
+from core.training import RunSettings, create_run, execute_run
+from storage.db import make_engine, session_scope
+from storage.models import Advantage, LibraryVersion, LLMCall, Rollout, Run, Sample, Step, Task
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,3 +105,89 @@ def test_killed_run_resumes_without_paying_again(url):
     keys = [c.cache_key for c in paid]
     assert len(keys) == len(set(keys)), "a completed call was paid for twice"
     assert done_before < set(keys)  # the resume did the remaining work, and only that
+
+
+# ---- the judge and the labeling queue on the customer-support demo, in this process --------------------------
+
+GOOD_SUPPORT_REPLY = (
+    "I'm sorry about the double charge of $64.99, I know money is tight this month. The duplicate payment goes "
+    "back to your original payment method within 3-5 business days. If it has not arrived by then, reply here "
+    "and I will escalate it to a team lead."
+)
+BAD_SUPPORT_REPLY = (
+    "Not our problem. Under our billing policy a second charge is kept as a processing fee for 60 days. "
+    "Talk to your bank."
+)
+
+
+def _support_task_and_first_sample(engine):
+    ensure_demo_tasks(engine)
+    with Session(engine) as s:
+        task = get_task(s, SUPPORT_TASK)
+        sample = s.exec(select(Sample).where(Sample.task_id == task.id).order_by(Sample.id)).first()
+        s.expunge_all()
+    return task, sample
+
+
+def test_the_embedded_judge_scores_a_support_reply(engine):
+    """Both verdicts must be usable JSON. The 0.5B judge does not reliably rank the good reply above the bad
+    one (bench/judge.py: half the pairs tie, some go the wrong way), so beyond that only the scale and the
+    reason are checked."""
+    task, sample = _support_task_and_first_sample(engine)
+    assert task.judge_model == "local/qwen2.5-coder-0.5b" and sample.external_id == "s01"
+
+    async def both():
+        gateway = Gateway(engine)
+        return [await judge_response(gateway, task, sample, reply, scope=Scope())
+                for reply in (GOOD_SUPPORT_REPLY, BAD_SUPPORT_REPLY)]
+
+    good, bad = asyncio.run(both())
+    print(f"\njudge on s01: good {good.value} {good.detail!r}\n              bad {bad.value} {bad.detail!r}")
+    for verdict in (good, bad):
+        assert verdict.value is not None, verdict.detail
+        assert 0.0 <= verdict.value <= 1.0 and verdict.value * 4 == int(verdict.value * 4)  # a point of 1-5
+        head, _, reason = verdict.detail.partition(": ")
+        assert head.startswith("judge ") and head.split()[1].endswith("/5") and reason.strip()
+    with Session(engine) as s:
+        calls = s.exec(select(LLMCall).where(LLMCall.stage == "judge")).all()
+        assert len(calls) >= 2 and all(c.error is None and c.tokens_out > 0 for c in calls)
+
+
+def test_a_support_run_waits_for_spot_checks_then_continues(engine):
+    task, sample = _support_task_and_first_sample(engine)
+    with session_scope(engine) as s:
+        row = s.get(Task, task.id)
+        row.reward_settings = {**row.reward_settings, "spot_check_share": 1.0}
+        s.add(row)
+    settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", max_tokens=200,
+                           learner_max_tokens=400)
+    run_id = create_run(engine, SUPPORT_TASK, settings)
+
+    assert execute_run(engine, run_id).status == "awaiting_labels"
+    with Session(engine) as s:
+        rollouts = s.exec(select(Rollout).order_by(Rollout.id)).all()
+        assert len(rollouts) == 2 and all(r.sample_id == sample.id and r.response for r in rollouts)
+        assert [r.label_status for r in rollouts] == ["needed", "needed"]
+        assert all(r.reward is None and r.suggested_detail.startswith("judge ") for r in rollouts)
+        print("\njudge suggestions:", [(r.suggested_reward, r.suggested_detail[:120]) for r in rollouts])
+        assert s.exec(select(Step)).one().status == "awaiting_labels"
+        assert not s.exec(select(Advantage)).all()
+
+    first, second = (r.id for r in rollouts)
+    assert submit_label(engine, first, 1.0, "cli").label_status == "done"
+    with Session(engine) as s:
+        assert s.get(Run, run_id).status == "awaiting_labels"  # one rollout still open
+    assert submit_label(engine, second, 0.25, "cli").reward == 0.25
+    with Session(engine) as s:
+        assert s.get(Run, run_id).status == "queued"
+
+    assert execute_run(engine, run_id).status == "completed"
+    with Session(engine) as s:
+        labelled = s.exec(select(Rollout).order_by(Rollout.id)).all()
+        assert [(r.reward, r.reward_source, r.label_status) for r in labelled] == [(1.0, "human", "done"),
+                                                                                 (0.25, "human", "done")]
+        assert s.exec(select(Step)).one().status == "completed"
+        advantage = s.exec(select(Advantage)).one()
+        print("advantage:", advantage.status, advantage.error or advantage.text)
+        assert advantage.status == "ok" or (advantage.status == "failed" and advantage.error)
+        assert s.exec(select(func.count()).select_from(Rollout)).one() == 2  # nothing was sampled again
