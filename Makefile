@@ -37,3 +37,4 @@ bench: install
 	PYTHONPATH=. $(PY) bench/page_render.py --browser
 	PYTHONPATH=. $(PY) bench/engine_overhead.py
 	PYTHONPATH=. $(PY) bench/local_throughput.py
+	PYTHONPATH=. $(PY) bench/judge.py --n 10
