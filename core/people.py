@@ -31,6 +31,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 
 
+_DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
+
+
 class PermissionDenied(PermissionError):
     """The actor's role does not allow the action; the message says which role it needs."""
 
@@ -152,7 +155,8 @@ def authenticate(engine: Engine, name: str, password: str) -> User | None:
     """The active user with this name and password, else None (the same answer for either mistake)."""
     with session_scope(engine) as session:
         user = user_by_name(session, (name or "").strip())
-        ok = user is not None and user.active and check_password(password or "", user.password_hash)
+        # An unknown name costs the same scrypt as a wrong password, so timing does not reveal user names.
+        ok = check_password(password or "", user.password_hash if user else _DUMMY_HASH) and bool(user and user.active)
         session.add(AuditEvent(actor=(name or "?")[:64], action="user.sign_in" if ok else "user.sign_in_failed",
                                object_type="user", object_id=user.id if user else None))
         return user if ok else None
