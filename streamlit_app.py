@@ -11,10 +11,10 @@ import streamlit as st
 from sqlmodel import Session
 
 from core import config
-from core.people import authenticate, role_of, sign_in_required
+from core.people import SignInLocked, authenticate, role_of, sign_in_required
 from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
-from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer
+from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer, plain
 from storage import queries
 from storage.db import database_url, describe_url, get_engine
 
@@ -58,7 +58,11 @@ def sign_in_page() -> None:
         name = st.text_input("User name", key="sign_in_name")
         password = st.text_input("Password", type="password", key="sign_in_password")
         if st.form_submit_button("Sign in", type="primary"):
-            user = authenticate(get_engine(), name, password)
+            try:
+                user = authenticate(get_engine(), name, password)
+            except SignInLocked as exc:
+                st.error(plain(str(exc).capitalize() + "."))
+                return
             if user is None:
                 st.error("Wrong user name or password.")
             else:

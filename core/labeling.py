@@ -96,8 +96,11 @@ def label_history(session: Session, rollout_id: int) -> list[RewardLabel]:
 
 
 def _open_for(session: Session, task_id: int, labeler: str) -> list[Rollout]:
-    rows = session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed").order_by(Rollout.id)).all()
-    return [r for r in rows if labeler not in latest_labels(session, r.id)]
+    """Queued rollouts of the task this person has not labelled yet, oldest first (one query)."""
+    labelled = select(RewardLabel.rollout_id).where(RewardLabel.labeler == labeler, RewardLabel.kind == "label")
+    return list(session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed",
+                                                            col(Rollout.id).not_in(labelled))
+                             .order_by(Rollout.id)).all())
 
 
 def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] | list[int] = ()) -> QueueItem | None:

@@ -14,12 +14,13 @@ import hashlib
 import hmac
 import re
 import secrets
+from datetime import UTC, timedelta
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
 from storage.db import session_scope
-from storage.models import AuditEvent, User
+from storage.models import AuditEvent, User, utcnow
 
 ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
@@ -29,6 +30,8 @@ SYSTEM_ACTORS = frozenset({"auto", "system", "cli"})
 LOCAL_USER = "local"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+MAX_FAILURES = 5
+LOCK_WINDOW = timedelta(minutes=10)
 
 
 _DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
@@ -151,12 +154,35 @@ def _active_admins(session: Session) -> int:
     return session.exec(select(func.count()).select_from(User).where(User.active, User.role == "admin")).one()
 
 
+class SignInLocked(PermissionError):
+    """Too many failed sign-ins for one name in a short time; the message says when to try again."""
+
+
+def _recent_failures(session: Session, name: str) -> int:
+    """Failed sign-ins for this name in the lock window, counted since its last successful one."""
+    since = utcnow() - LOCK_WINDOW
+    last_ok = session.exec(select(func.max(AuditEvent.created_at)).where(
+        AuditEvent.actor == name, AuditEvent.action == "user.sign_in")).one()
+    if last_ok is not None:
+        since = max(since, last_ok if last_ok.tzinfo else last_ok.replace(tzinfo=UTC))
+    return session.exec(select(func.count()).select_from(AuditEvent).where(
+        AuditEvent.actor == name, AuditEvent.action == "user.sign_in_failed", AuditEvent.created_at > since)).one()
+
+
 def authenticate(engine: Engine, name: str, password: str) -> User | None:
-    """The active user with this name and password, else None (the same answer for either mistake)."""
+    """The active user with this name and password, else None (the same answer for either mistake).
+
+    After MAX_FAILURES failed attempts on one name within LOCK_WINDOW, SignInLocked is raised
+    without checking the password, which makes guessing passwords slow."""
+    name = (name or "").strip()[:64]
     with session_scope(engine) as session:
-        user = user_by_name(session, (name or "").strip())
+        if _recent_failures(session, name) >= MAX_FAILURES:
+            minutes = int(LOCK_WINDOW.total_seconds() // 60)
+            raise SignInLocked(f"too many failed sign-ins for this user name; try again in {minutes} minutes")
+    with session_scope(engine) as session:
+        user = user_by_name(session, name)
         # An unknown name costs the same scrypt as a wrong password, so timing does not reveal user names.
         ok = check_password(password or "", user.password_hash if user else _DUMMY_HASH) and bool(user and user.active)
-        session.add(AuditEvent(actor=(name or "?")[:64], action="user.sign_in" if ok else "user.sign_in_failed",
+        session.add(AuditEvent(actor=name or "?", action="user.sign_in" if ok else "user.sign_in_failed",
                                object_type="user", object_id=user.id if user else None))
         return user if ok else None
