@@ -111,6 +111,7 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
     return _chat("You turn an agent's successes and failures into short, general lessons.", content)
 
 
+MAX_UPDATE_OPERATIONS = 4
 UPDATE_SCHEMA = {
     "type": "object",
     "properties": {
@@ -120,12 +121,15 @@ UPDATE_SCHEMA = {
                 "type": "object",
                 "properties": {
                     "op": {"type": "string", "enum": ["ADD", "MODIFY", "DELETE", "MERGE", "KEEP"]},
-                    "ids": {"type": "array", "items": {"type": "string"}},
+                    "ids": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 4},
                     "text": {"type": "string", "maxLength": 300},
-                    "rationale": {"type": "string", "maxLength": 300},
+                    "rationale": {"type": "string", "maxLength": 200},
                 },
                 "required": ["op", "ids", "text", "rationale"],
             },
+            # Bounded so a whole reply fits the learner's token limit: a tiny model otherwise writes ADD
+            # after ADD until it is cut off mid-JSON and the batch gets no operations at all.
+            "maxItems": MAX_UPDATE_OPERATIONS,
         }
     },
     "required": ["operations"],
@@ -147,7 +151,8 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
         "or a MODIFY / MERGE when it overlaps an experience already in the library. "
         f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
-        f"most {max_experiences} experiences. Use only the ids shown above.\n"
+        f"most {max_experiences} experiences. Use only the ids shown above. At most {MAX_UPDATE_OPERATIONS} "
+        "operations; a one-sentence rationale each.\n"
         'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "<experience>", '
         '"rationale": "<why>"}]}'
     )
