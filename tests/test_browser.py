@@ -32,6 +32,21 @@ def test_every_page_opens_without_an_error(tmp_path):
             screenshot(page, f"empty-{name}")
 
 
+def run_ended(database_url: str) -> str | None:
+    """Why the first run is over (status and step errors), or None while it may still reach review."""
+    from sqlmodel import Session, select
+
+    from storage.db import make_engine
+    from storage.models import Run, Step
+
+    with Session(make_engine(database_url)) as session:
+        run = session.get(Run, 1)
+        if run is None or run.status not in ("completed", "failed", "cancelled"):
+            return None
+        errors = [step.error for step in session.exec(select(Step).where(Step.run_id == 1)) if step.error]
+        return f"{run.status}; {run.error or ''} {'; '.join(errors)}"[:600]
+
+
 def metric_value(page, label: str) -> str:
     metric = page.locator("[data-testid='stMetric']").filter(
         has=page.locator("[data-testid='stMetricLabel']", has_text=label))
@@ -79,6 +94,9 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
                     wait_for_app(page)
             if page.get_by_text("awaiting_review").count():
                 break
+            ended = run_ended(app.database_url)
+            if ended:  # fail now with the reason instead of waiting out the loop
+                pytest.fail(f"the run ended without operations to review: {ended}")
         assert len(seen) >= 2, f"the Rollouts counter never changed: {seen}"
         assert seen[-1] == "4 / 4", seen
         assert page.get_by_text("awaiting_review").count(), "the run never reached awaiting_review"
