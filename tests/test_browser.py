@@ -39,12 +39,16 @@ def run_ended(database_url: str) -> str | None:
     from storage.db import make_engine
     from storage.models import Run, Step
 
-    with Session(make_engine(database_url)) as session:
-        run = session.get(Run, 1)
-        if run is None or run.status not in ("completed", "failed", "cancelled"):
-            return None
-        errors = [step.error for step in session.exec(select(Step).where(Step.run_id == 1)) if step.error]
-        return f"{run.status}; {run.error or ''} {'; '.join(errors)}"[:600]
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            run = session.get(Run, 1)
+            if run is None or run.status not in ("completed", "failed", "cancelled"):
+                return None
+            errors = [step.error for step in session.exec(select(Step).where(Step.run_id == 1)) if step.error]
+            return f"{run.status}; {run.error or ''} {'; '.join(errors)}"[:600]
+    finally:
+        engine.dispose()
 
 
 def metric_value(page, label: str) -> str:
