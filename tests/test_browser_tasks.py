@@ -31,7 +31,8 @@ def sample_count(database_url: str) -> int:
 def upload(page, name: str, data: bytes) -> None:
     page.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(
         files=[{"name": name, "mimeType": "text/csv", "buffer": data}])
-    page.get_by_role("button", name="Check file").wait_for()
+    # shown once the page has this file and it is not checked yet (so Check applies to this very file)
+    page.get_by_text("Check the file to see a preview").wait_for()
     wait_for_app(page)
 
 
