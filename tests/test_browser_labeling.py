@@ -48,6 +48,21 @@ def test_a_labeller_signs_in_labels_three_rollouts_by_keyboard_and_the_run_conti
             label_and_watch(page, app, run_id)
 
 
+def press_until(page, key: str, text: str, tries: int = 3) -> None:
+    """Press a key until `text` shows: a shortcut is bound a moment after its button is drawn, and
+    pressing a score key twice selects the same score."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        page.keyboard.press(key)
+        try:
+            page.get_by_text(text).first.wait_for(timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+
+
 def label_and_watch(page, app, run_id: int) -> None:
     page.goto(app.url)
     page.get_by_label("User name").fill("lab")
@@ -57,14 +72,17 @@ def label_and_watch(page, app, run_id: int) -> None:
     page.get_by_role("link", name="Labeling").click()
     wait_for_app(page)
     page.get_by_text("3 waiting for you").first.wait_for()
+    page.get_by_role("button", name="Submit and next").wait_for()
+    wait_for_app(page)
     screenshot(page, "labeling")
 
     shown = []
     for left, key in ((2, "4"), (1, "1"), (0, "5")):
         shown.append(page.locator("[data-testid='stMain']").get_by_text("Rollout ").first.inner_text())
+        page.get_by_role("button", name="Submit and next").wait_for()  # the keys are bound once it is drawn
+        page.get_by_text("Selected: none").first.wait_for()
         page.locator("h1").first.click()  # focus out of any input: keys go to the page
-        page.keyboard.press(key)
-        page.get_by_text(f"Selected: {key}").first.wait_for()
+        press_until(page, key, f"Selected: {key}")
         page.keyboard.press("Enter")
         page.get_by_text(f"{left} waiting for you" if left else "Nothing waiting for you").first.wait_for()
     page.get_by_text("Nothing waiting for you").first.wait_for()
