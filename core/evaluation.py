@@ -7,14 +7,13 @@ import logging
 import time
 from collections import defaultdict
 
-from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core import config
 from core.agent import AgentSettings
 from core.gateway import Gateway, Scope
-from core.labeling import WAITING
+from core.labeling import hold_for_labels
 from core.metrics import score_groups
 from core.people import require_role
 from core.rollouts import stored_rollout
@@ -22,7 +21,7 @@ from core.tasks import NotFound, get_task
 from core.versions import resolve_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
 from storage.models import utcnow as now
 
 log = logging.getLogger(__name__)
@@ -69,17 +68,6 @@ class _Progress:
             session.add(ev)
 
 
-def _wait_for_labels(engine: Engine, evaluation_id: int) -> bool:
-    """Mark the evaluation `awaiting_labels` while a rollout needs a label (written first, see training)."""
-    with session_scope(engine) as session:
-        session.exec(update(Evaluation).where(Evaluation.id == evaluation_id).values(status=WAITING))
-        waiting = session.exec(select(Rollout.id).where(Rollout.evaluation_id == evaluation_id,
-                                                        Rollout.label_status == "needed")).first() is not None
-        if not waiting:
-            session.exec(update(Evaluation).where(Evaluation.id == evaluation_id).values(status="running"))
-    return waiting
-
-
 def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
                        concurrency: int | None = None) -> Evaluation:
     return asyncio.run(execute_evaluation_async(engine, evaluation_id, gateway=gateway, concurrency=concurrency))
@@ -112,7 +100,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
 
     try:
         await asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k)))
-        if _wait_for_labels(engine, evaluation_id):
+        if hold_for_labels(engine, evaluation_id=evaluation_id):
             with Session(engine) as session:
                 return session.get(Evaluation, evaluation_id)
         with session_scope(engine) as session:

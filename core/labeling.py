@@ -19,12 +19,13 @@ from itertools import combinations
 
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from core.judge import choices, scale_of, score_of
 from core.people import require_role
 from core.rewards import PERSON_METHODS
 from core.tasks import NotFound
+from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
 
@@ -80,45 +81,21 @@ class Progress:
         return self.needed + self.done + self.disputed
 
 
-def _task_rollouts(task_id: int):
-    return select(Rollout).join(Sample, Sample.id == Rollout.sample_id).where(Sample.task_id == task_id)
-
-
-def latest_labels(session: Session, rollout_id: int) -> dict[str, RewardLabel]:
-    """Each labeller's newest label on a rollout (decisions excluded)."""
-    rows = session.exec(select(RewardLabel).where(RewardLabel.rollout_id == rollout_id, RewardLabel.kind == "label")
-                        .order_by(RewardLabel.id)).all()
-    return {row.labeler: row for row in rows}
-
-
-def label_history(session: Session, rollout_id: int) -> list[RewardLabel]:
-    return list(session.exec(select(RewardLabel).where(RewardLabel.rollout_id == rollout_id).order_by(RewardLabel.id)))
-
-
-def _open_for(session: Session, task_id: int, labeler: str) -> list[Rollout]:
-    """Queued rollouts of the task this person has not labelled yet, oldest first (one query)."""
-    labelled = select(RewardLabel.rollout_id).where(RewardLabel.labeler == labeler, RewardLabel.kind == "label")
-    return list(session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed",
-                                                            col(Rollout.id).not_in(labelled))
-                             .order_by(Rollout.id)).all())
-
-
 def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] | list[int] = ()) -> QueueItem | None:
     """The oldest queued rollout this person has not labelled; skipped ones come last, not never."""
-    open_ = _open_for(session, task.id, labeler)
+    open_ = queries.rollouts_to_label(session, task.id, labeler)
     if not open_:
         return None
     fresh = [r for r in open_ if r.id not in set(skip)]
     rollout = fresh[0] if fresh else open_[0]
     scale = scale_of(task)
     return QueueItem(rollout, session.get(Sample, rollout.sample_id), scale, choices(scale),
-                     labels_so_far=len(latest_labels(session, rollout.id)))
+                     labels_so_far=len(queries.latest_labels(session, rollout.id)))
 
 
 def progress(session: Session, task: Task, labeler: str | None = None) -> Progress:
-    counts = Counter(r.label_status for r in session.exec(
-        _task_rollouts(task.id).where(col(Rollout.label_status).is_not(None))).all())
-    mine = len(_open_for(session, task.id, labeler)) if labeler else 0
+    counts = Counter(r.label_status for r in queries.queued_rollouts(session, task.id))
+    mine = len(queries.rollouts_to_label(session, task.id, labeler)) if labeler else 0
     return Progress(needed=counts.get("needed", 0), done=counts.get("done", 0),
                     disputed=counts.get("disputed", 0), mine_to_do=mine)
 
@@ -147,9 +124,9 @@ def _context(session: Session, rollout_id: int) -> tuple[Rollout, Task]:
 
 def _settle(session: Session, rollout: Rollout, task: Task) -> None:
     """Set the rollout's reward and status from its labels (a decision beats the labels)."""
-    history = label_history(session, rollout.id)
+    history = queries.label_history(session, rollout.id)
     decisions = [h for h in history if h.kind == "decision"]
-    labels = latest_labels(session, rollout.id)
+    labels = {h.labeler: h for h in history if h.kind == "label"}  # each person's newest label
     if rollout.suggested_reward is None and rollout.label_status is None and rollout.reward is not None:
         rollout.suggested_reward, rollout.suggested_detail = rollout.reward, rollout.reward_detail
     if decisions:
@@ -171,7 +148,15 @@ def _settle(session: Session, rollout: Rollout, task: Task) -> None:
     rollout.label_status = "done" if agreed else "disputed"
 
 
-def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: str, kind: str) -> Rollout:
+@dataclass
+class Labelled:
+    """A rollout after a label, and whether that label sent its waiting run or evaluation back to the queue."""
+
+    rollout: Rollout
+    released: bool
+
+
+def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: str, kind: str) -> Labelled:
     with session_scope(engine) as session:
         rollout, task = _context(session, rollout_id)
         if kind == "decision":
@@ -189,28 +174,46 @@ def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: s
                                before=before, after={"reward": rollout.reward, "label_status": rollout.label_status,
                                                      "value": value, "comment": comment or ""}))
         step_id, evaluation_id = rollout.step_id, rollout.evaluation_id
-    release_if_labelled(engine, step_id=step_id, evaluation_id=evaluation_id, actor=actor)
+    released = release_if_labelled(engine, step_id=step_id, evaluation_id=evaluation_id, actor=actor)
     with Session(engine) as session:
-        return session.get(Rollout, rollout_id)
+        return Labelled(session.get(Rollout, rollout_id), released)
 
 
-def submit_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Rollout:
+def submit_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Labelled:
     """Record one person's score for a rollout (a labeller or above); their newest label counts."""
     return _write(engine, rollout_id, value, actor, comment, "label")
 
 
-def decide_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Rollout:
+def decide_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Labelled:
     """A reviewer settles a disagreement (or corrects any label); the decision counts over the labels."""
     return _write(engine, rollout_id, value, actor, comment, "decision")
 
 
+def hold_for_labels(engine: Engine, *, step_id: int | None = None, run_id: int | None = None,
+                    evaluation_id: int | None = None) -> bool:
+    """Mark a step and its running run, or an evaluation, `awaiting_labels` while a rollout of it needs a label.
+
+    The status is written before the check, inside one transaction, so a label that lands at the same
+    moment either sees the waiting job (and release_if_labelled queues it again) or is seen here (and the
+    job goes on); the other side of this is release_if_labelled.
+    """
+    table, job_id = (Step, step_id) if step_id is not None else (Evaluation, evaluation_id)
+    with session_scope(engine) as session:
+        session.exec(update(table).where(table.id == job_id).values(status=WAITING))
+        waiting = queries.has_rollouts_to_label(session, step_id=step_id, evaluation_id=evaluation_id)
+        if not waiting:
+            session.exec(update(table).where(table.id == job_id).values(status="running"))
+        elif step_id is not None:
+            session.exec(update(Run).where(Run.id == run_id, Run.status == "running").values(status=WAITING))
+    return waiting
+
+
 def release_if_labelled(engine: Engine, *, step_id: int | None, evaluation_id: int | None, actor: str) -> bool:
     """Put a waiting step's run, or a waiting evaluation, back in the queue once nothing in it needs a label."""
+    if step_id is None and evaluation_id is None:
+        return False
     with session_scope(engine) as session:
-        owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
-        if step_id is None and evaluation_id is None:
-            return False
-        if session.exec(select(Rollout.id).where(owner, Rollout.label_status == "needed")).first() is not None:
+        if queries.has_rollouts_to_label(session, step_id=step_id, evaluation_id=evaluation_id):
             return False
         if step_id is not None:
             step = session.get(Step, step_id)
@@ -229,10 +232,6 @@ def release_if_labelled(engine: Engine, *, step_id: int | None, evaluation_id: i
             session.add(AuditEvent(actor=actor, action=f"{job[0]}.labels_complete", object_type=job[0],
                                    object_id=job[1], before={"status": WAITING}, after={"status": "queued"}))
         return bool(moved)
-
-
-def waiting_for_labels(session: Session, rollouts: list[Rollout]) -> bool:
-    return any(r.label_status == "needed" for r in rollouts)
 
 
 def is_person_method(task: Task) -> bool:
@@ -287,9 +286,8 @@ def agreement(session: Session, task: Task) -> Agreement:
     categories = [score for score, _ in choices(scale)]
     per_item: dict[int, dict[str, int]] = {}
     result = Agreement()
-    for rollout in session.exec(_task_rollouts(task.id).where(col(Rollout.label_status).is_not(None))
-                                .order_by(Rollout.id)).all():
-        labels = latest_labels(session, rollout.id)
+    for rollout in queries.queued_rollouts(session, task.id):
+        labels = queries.latest_labels(session, rollout.id)
         if len(labels) < 2:
             continue
         per_item[rollout.id] = {name: score_of(label.value, scale) for name, label in labels.items()}

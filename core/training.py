@@ -23,7 +23,7 @@ from sqlmodel import Session, select
 from core import config
 from core.agent import AGENT_MODES, AgentSettings
 from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
-from core.labeling import WAITING
+from core.labeling import hold_for_labels
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
 from core.prompts import (
@@ -308,23 +308,6 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         return step
 
 
-def _wait_for_labels(ctx: _Ctx, step_id: int) -> bool:
-    """Mark step and run `awaiting_labels` if a rollout of the step still needs a label.
-
-    The status is written before the check, inside one transaction, so a label that lands at the same
-    moment either sees the waiting step (and queues the run again) or is seen here (and we go on).
-    """
-    with session_scope(ctx.engine) as session:
-        session.exec(update(Step).where(Step.id == step_id).values(status=WAITING))
-        waiting = session.exec(select(Rollout.id).where(Rollout.step_id == step_id,
-                                                        Rollout.label_status == "needed")).first() is not None
-        if waiting:
-            session.exec(update(Run).where(Run.id == ctx.run_id, Run.status == "running").values(status=WAITING))
-        else:
-            session.exec(update(Step).where(Step.id == step_id).values(status="running"))
-    return waiting
-
-
 def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
     """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
     with session_scope(ctx.engine) as session:
@@ -348,7 +331,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
         if not any(a.status == "waiting" for a in advantages):
             break
-        if _wait_for_labels(ctx, step.id):
+        if hold_for_labels(ctx.engine, step_id=step.id, run_id=ctx.run_id):
             raise _Stop()
     _tick(ctx)
     with session_scope(ctx.engine) as session:

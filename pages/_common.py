@@ -14,6 +14,7 @@ import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.labeling import Labelled
 from core.people import can
 from core.worker import ensure_worker, job_health
 from storage.db import database_url, get_engine
@@ -119,6 +120,12 @@ def status_label(status: str, heartbeat_at=None) -> str:
     return job_health(status, heartbeat_at)
 
 
+def after_label(result: Labelled) -> None:
+    """A label that completed a waiting step or evaluation queued it again: make sure a worker takes it."""
+    if result.released:
+        start_worker_if_needed()
+
+
 def start_worker_if_needed() -> None:
     """Queued work needs a live worker: start one beside the app when none is beating."""
     message = ensure_worker(engine(), database_url())
@@ -166,10 +173,7 @@ def run_action(action, *args, success: str | None = None, **kwargs):
     """Call a core function for a button; show its error as a message instead of a traceback."""
     try:
         result = action(*args, **kwargs)
-    except (LookupError, ValueError) as exc:
-        st.error(plain(str(exc)))
-        return None
-    except PermissionError as exc:
+    except (LookupError, ValueError, PermissionError) as exc:
         st.error(plain(str(exc)))
         return None
     except Exception as exc:  # noqa: BLE001  (e.g. AlreadyDecided, a locked database)

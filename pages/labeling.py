@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core import labeling
 from core.judge import choices, criteria_text, scale_of, score_of
 from core.labeling import Agreement, Progress, QueueItem
 from pages._common import (
     DATETIME,
+    after_label,
     allowed,
     context,
     engine,
@@ -27,10 +28,9 @@ from pages._common import (
     role_note,
     run_action,
     show_text,
-    start_worker_if_needed,
 )
 from storage import queries
-from storage.models import Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
+from storage.models import Rollout, Task
 
 SKIPPED_KEY, SELECTED_KEY, WARN_KEY = "label_skipped", "label_selected", "label_warn"
 DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY = "label_decide_rollout", "label_decide_score"
@@ -48,31 +48,12 @@ def comment_key(rollout_id: int) -> str:
 
 def origin(session: Session, rollout: Rollout) -> str:
     """Where a rollout came from, so a labeller can tell a training step from an evaluation."""
-    if rollout.step_id is not None:
-        step = session.get(Step, rollout.step_id)
-        if step is not None:
-            return f"run {step.run_id} · epoch {step.epoch + 1} · batch {step.batch_index + 1}"
+    step = queries.steps_by_ids(session, [rollout.step_id]).get(rollout.step_id) if rollout.step_id else None
+    if step is not None:
+        return f"run {step.run_id} · epoch {step.epoch + 1} · batch {step.batch_index + 1}"
     if rollout.evaluation_id is not None:
         return f"evaluation {rollout.evaluation_id}"
     return "no run or evaluation"
-
-
-def job_queued(session: Session, rollout: Rollout) -> bool:
-    """Whether the rollout's run or evaluation went back in the queue (the last label released it)."""
-    if rollout.step_id is not None:
-        step = session.get(Step, rollout.step_id)
-        run = session.get(Run, step.run_id) if step else None
-        return run is not None and run.status == "queued"
-    if rollout.evaluation_id is not None:
-        evaluation = session.get(Evaluation, rollout.evaluation_id)
-        return evaluation is not None and evaluation.status == "queued"
-    return False
-
-
-def recent_labels(session: Session, task_id: int, limit: int = HISTORY_LIMIT) -> list[RewardLabel]:
-    return list(session.exec(select(RewardLabel).join(Rollout, Rollout.id == RewardLabel.rollout_id)
-                             .join(Sample, Sample.id == Rollout.sample_id).where(Sample.task_id == task_id)
-                             .order_by(RewardLabel.id.desc()).limit(limit)))
 
 
 # --- display helpers --------------------------------------------------------------------------
@@ -109,24 +90,17 @@ def move_on(rollout_id: int) -> None:
         st.session_state.pop(key, None)
 
 
-def after_label(rollout: Rollout) -> None:
-    """The last label of a waiting step or evaluation queues it again: make sure a worker takes it."""
-    with Session(engine()) as session:
-        if job_queued(session, rollout):
-            start_worker_if_needed()
-
-
 def submit(rollout_id: int) -> None:
     chosen = selected_for(rollout_id)
     if chosen is None:
         st.session_state[WARN_KEY] = rollout_id
         return
     comment = st.session_state.get(comment_key(rollout_id), "")
-    rollout = run_action(labeling.submit_label, engine(), rollout_id, chosen["value"], context().reviewer, comment,
-                         success=f"Labelled rollout {rollout_id}: {chosen['score']}.")
-    if rollout is not None:
+    result = run_action(labeling.submit_label, engine(), rollout_id, chosen["value"], context().reviewer, comment,
+                        success=f"Labelled rollout {rollout_id}: {chosen['score']}.")
+    if result is not None:
         move_on(rollout_id)
-        after_label(rollout)
+        after_label(result)
 
 
 def skip(rollout_id: int) -> None:
@@ -142,13 +116,13 @@ def decide(rollout_id: int, values: dict[int, float]) -> None:
     if score not in values:
         st.session_state[WARN_KEY] = "decide"
         return
-    rollout = run_action(labeling.decide_label, engine(), rollout_id, values[score], context().reviewer,
-                         st.session_state.get(DECIDE_COMMENT_KEY, ""),
-                         success=f"Rollout {rollout_id} decided: {score}.")
-    if rollout is not None:
+    result = run_action(labeling.decide_label, engine(), rollout_id, values[score], context().reviewer,
+                        st.session_state.get(DECIDE_COMMENT_KEY, ""),
+                        success=f"Rollout {rollout_id} decided: {score}.")
+    if result is not None:
         for key in (DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY, DECIDE_COMMENT_KEY):
             st.session_state.pop(key, None)
-        after_label(rollout)
+        after_label(result)
 
 
 # --- sections ---------------------------------------------------------------------------------
@@ -233,8 +207,8 @@ def queue_section(task: Task, reviewer: str) -> None:
 def agreement_section(task: Task) -> None:
     with Session(engine()) as session:
         result: Agreement = labeling.agreement(session, task)
-        disputed = {row["rollout"]: session.get(Rollout, row["rollout"]) for row in result.disagreements}
-        histories = {rid: labeling.label_history(session, rid) for rid in disputed}
+        disputed = queries.rollouts_by_ids(session, [row["rollout"] for row in result.disagreements])
+        histories = {rid: queries.label_history(session, rid) for rid in disputed}
     if not result.items and not result.cohen:
         st.info("No rollout of this task has labels from two people yet.")
     else:
@@ -283,7 +257,7 @@ def agreement_section(task: Task) -> None:
 
 def history_section(task: Task) -> None:
     with Session(engine()) as session:
-        rows = recent_labels(session, task.id)
+        rows = queries.recent_labels(session, task.id, HISTORY_LIMIT)
     if not rows:
         st.caption("No labels for this task yet.")
         return

@@ -16,6 +16,7 @@ from core.judge import choices, scale_of
 from core.labeling import submit_label
 from pages._common import (
     SCORE,
+    after_label,
     allowed,
     context,
     engine,
@@ -52,8 +53,10 @@ def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[
 def save_label(rollout_id: int) -> None:
     value = st.session_state.get(f"rollouts_label_value_{rollout_id}")
     comment = st.session_state.get(f"rollouts_label_comment_{rollout_id}", "")
-    if run_action(submit_label, engine(), rollout_id, value, context().reviewer, comment) is not None:
+    result = run_action(submit_label, engine(), rollout_id, value, context().reviewer, comment)
+    if result is not None:
         st.toast(f"Label {value:g} saved on rollout {rollout_id}")
+        after_label(result)
 
 
 def label_control(rollout: Rollout, task: Task) -> None:

@@ -17,6 +17,7 @@ from storage.models import (
     LibraryVersion,
     LLMCall,
     Operation,
+    RewardLabel,
     Rollout,
     Run,
     Sample,
@@ -333,3 +334,53 @@ def audit_facets(session: Session) -> dict[str, list[str]]:
 
 def rollouts_waiting_for_labels(session: Session) -> int:
     return session.exec(select(func.count()).select_from(Rollout).where(Rollout.label_status == "needed")).one()
+
+
+# ---- the labeling queue ----------------------------------------------------------------------------------
+
+
+def _task_rollouts(task_id: int):
+    return select(Rollout).join(Sample, Sample.id == Rollout.sample_id).where(Sample.task_id == task_id)
+
+
+def queued_rollouts(session: Session, task_id: int) -> list[Rollout]:
+    """Every rollout of a task that entered the labeling queue (any label status), oldest first."""
+    return list(session.exec(_task_rollouts(task_id).where(col(Rollout.label_status).is_not(None))
+                             .order_by(Rollout.id)))
+
+
+def rollouts_to_label(session: Session, task_id: int, labeler: str) -> list[Rollout]:
+    """Queued rollouts of the task this person has not labelled yet, oldest first (one query)."""
+    labelled = select(RewardLabel.rollout_id).where(RewardLabel.labeler == labeler, RewardLabel.kind == "label")
+    return list(session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed",
+                                                            col(Rollout.id).not_in(labelled))
+                             .order_by(Rollout.id)))
+
+
+def label_history(session: Session, rollout_id: int) -> list[RewardLabel]:
+    """Every label and decision on a rollout, oldest first."""
+    return list(session.exec(select(RewardLabel).where(RewardLabel.rollout_id == rollout_id).order_by(RewardLabel.id)))
+
+
+def latest_labels(session: Session, rollout_id: int) -> dict[str, RewardLabel]:
+    """Each labeller's newest label on a rollout (decisions excluded)."""
+    return {row.labeler: row for row in label_history(session, rollout_id) if row.kind == "label"}
+
+
+def recent_labels(session: Session, task_id: int, limit: int = 50) -> list[RewardLabel]:
+    """The newest labels and decisions on a task's rollouts."""
+    return list(session.exec(select(RewardLabel).join(Rollout, Rollout.id == RewardLabel.rollout_id)
+                             .join(Sample, Sample.id == Rollout.sample_id).where(Sample.task_id == task_id)
+                             .order_by(col(RewardLabel.id).desc()).limit(limit)))
+
+
+def rollouts_by_ids(session: Session, rollout_ids: list[int]) -> dict[int, Rollout]:
+    if not rollout_ids:
+        return {}
+    return {r.id: r for r in session.exec(select(Rollout).where(col(Rollout.id).in_(rollout_ids)))}
+
+
+def has_rollouts_to_label(session: Session, *, step_id: int | None = None, evaluation_id: int | None = None) -> bool:
+    """Whether a training step (or an evaluation) still has a rollout waiting for a label."""
+    owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
+    return session.exec(select(Rollout.id).where(owner, Rollout.label_status == "needed")).first() is not None

@@ -14,7 +14,6 @@ from core.labeling import (
     cohen_kappa,
     decide_label,
     fleiss_kappa,
-    label_history,
     next_item,
     progress,
     spot_checked,
@@ -25,6 +24,7 @@ from core.tasks import DEMO_TASK
 from core.training import execute_run
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Run, Task
+from storage.queries import label_history
 from tests.ui_support import scripted_gateway, seeded_run
 
 
