@@ -23,7 +23,7 @@ from core.evaluation import create_evaluation
 from core.gateway import Gateway
 from core.library_io import LibraryFormatError
 from core.local_model import LocalModelError
-from core.people import ROLES, add_user, list_users, update_user
+from core.people import ROLES, add_user, update_user
 from core.task_io import export_task_json, import_task
 from core.tasks import NotFound, add_dataset, ensure_demo_tasks, get_task
 from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
@@ -137,7 +137,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 def cmd_user_list(args: argparse.Namespace) -> int:
     with Session(_engine(args)) as session:
-        users = list_users(session)
+        users = queries.list_users(session)
     print(f"{'name':<24}{'role':<10}active")
     for user in users:
         print(f"{user.name:<24}{user.role:<10}{'yes' if user.active else 'no'}")

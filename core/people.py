@@ -19,6 +19,7 @@ from datetime import UTC, timedelta
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
+from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, User, utcnow
 
@@ -63,19 +64,11 @@ def sign_in_required(session: Session) -> bool:
     return bool(session.exec(select(func.count()).select_from(User).where(User.active)).one())
 
 
-def user_by_name(session: Session, name: str) -> User | None:
-    return session.exec(select(User).where(User.name == name)).first()
-
-
-def list_users(session: Session) -> list[User]:
-    return list(session.exec(select(User).order_by(User.name)))
-
-
 def role_of(session: Session, actor: str) -> str | None:
     """The actor's role: `admin` for internal actors and for everyone while sign-in is off."""
     if actor in SYSTEM_ACTORS or not sign_in_required(session):
         return "admin"
-    user = user_by_name(session, actor)
+    user = queries.user_by_name(session, actor)
     return user.role if user is not None and user.active else None
 
 
@@ -109,7 +102,7 @@ def add_user(engine: Engine, name: str, role: str, password: str, actor: str = "
     validate_new_user(name, role, password)
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding users")
-        if user_by_name(session, name) is not None:
+        if queries.user_by_name(session, name) is not None:
             raise ValueError(f"a user named {name!r} exists already")
         if role != "admin" and actor not in SYSTEM_ACTORS and not sign_in_required(session):
             raise ValueError("the first user turns sign-in on, so it must be an admin (or nobody could manage users)")
@@ -126,7 +119,7 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
     """Change a user's role, switch them off or set a new password (admin only, audited without the hash)."""
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "managing users")
-        user = user_by_name(session, name)
+        user = queries.user_by_name(session, name)
         if user is None:
             raise LookupError(f"no user named {name!r}")
         before = {"role": user.role, "active": user.active}
@@ -180,7 +173,7 @@ def authenticate(engine: Engine, name: str, password: str) -> User | None:
             minutes = int(LOCK_WINDOW.total_seconds() // 60)
             raise SignInLocked(f"too many failed sign-ins for this user name; try again in {minutes} minutes")
     with session_scope(engine) as session:
-        user = user_by_name(session, name)
+        user = queries.user_by_name(session, name)
         # An unknown name costs the same scrypt as a wrong password, so timing does not reveal user names.
         ok = check_password(password or "", user.password_hash if user else _DUMMY_HASH) and bool(user and user.active)
         session.add(AuditEvent(actor=name or "?", action="user.sign_in" if ok else "user.sign_in_failed",

@@ -12,8 +12,9 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.people import ROLES, add_user, list_users, sign_in_required, update_user
+from core.people import ROLES, add_user, sign_in_required, update_user
 from pages._common import DATETIME, allowed, context, engine, require_app, role_note, run_action
+from storage import queries
 
 ADD_NAME, ADD_ROLE, ADD_PASSWORD, ADD_REPEAT = "people_add_name", "people_add_role", "people_add_pw", "people_add_pw2"
 USER_KEY = "people_user"
@@ -121,7 +122,7 @@ def page() -> None:
     st.title("People")
     with Session(engine()) as session:
         sign_in_on = sign_in_required(session)
-        users = list_users(session)
+        users = queries.list_users(session)
         rows = [{"name": u.name, "role": u.role, "active": u.active, "created by": u.created_by,
                  "created at": u.created_at} for u in users]
         session.expunge_all()

@@ -23,6 +23,7 @@ from storage.models import (
     Sample,
     Step,
     Task,
+    User,
 )
 
 
@@ -384,3 +385,11 @@ def has_rollouts_to_label(session: Session, *, step_id: int | None = None, evalu
     """Whether a training step (or an evaluation) still has a rollout waiting for a label."""
     owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
     return session.exec(select(Rollout.id).where(owner, Rollout.label_status == "needed")).first() is not None
+
+
+def user_by_name(session: Session, name: str) -> User | None:
+    return session.exec(select(User).where(User.name == name)).first()
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.exec(select(User).order_by(User.name)))
