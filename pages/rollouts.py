@@ -59,9 +59,9 @@ def save_label(rollout_id: int) -> None:
         after_label(result)
 
 
-def label_control(rollout: Rollout, task: Task) -> None:
+def label_control(rollout: Rollout, task: Task, can_label: bool) -> None:
     """A person's score for this output; it replaces the automatic reward (which stays in the history)."""
-    if rollout.error or not allowed("labeler"):
+    if rollout.error or not can_label:
         return
     with st.popover("Label this output"):
         values = [value for _, value in choices(scale_of(task))]
@@ -71,13 +71,13 @@ def label_control(rollout: Rollout, task: Task) -> None:
         st.button("Save label", key=f"rollouts_label_save_{rollout.id}", on_click=save_label, args=(rollout.id,))
 
 
-def show_output(rollout: Rollout, task: Task, *, in_expander: bool) -> None:
+def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: bool) -> None:
     """One output: reward and its source, final answer, summary, trajectory, cost, error."""
     if not in_expander:
         st.markdown(f"**Output {rollout.group_index}**")
     waiting = " · waiting for a label" if rollout.label_status == "needed" else ""
     st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}{waiting}")
-    label_control(rollout, task)
+    label_control(rollout, task, can_label)
     st.caption("Final answer")
     show_text(rollout.final_answer, empty="(no final answer)")
     if rollout.reward_detail:
@@ -98,7 +98,7 @@ def show_output(rollout: Rollout, task: Task, *, in_expander: bool) -> None:
             show_trajectory(rollout.messages or [])
 
 
-def show_group(rollouts: list[Rollout], task: Task) -> None:
+def show_group(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
     """The group side by side when it is small, a table plus one expander per output otherwise."""
     if not rollouts:
         st.info("This query has no outputs yet.")
@@ -106,14 +106,14 @@ def show_group(rollouts: list[Rollout], task: Task) -> None:
     if len(rollouts) <= SIDE_BY_SIDE_MAX:
         for column, rollout in zip(st.columns(len(rollouts)), rollouts, strict=True):
             with column:
-                show_output(rollout, task, in_expander=False)
+                show_output(rollout, task, can_label, in_expander=False)
         return
     st.dataframe(pd.DataFrame([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
                                 "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts]),
                  hide_index=True, column_config={"reward": SCORE}, key="rollouts_group_table")
     for rollout in rollouts:
         with st.expander(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)}"):
-            show_output(rollout, task, in_expander=True)
+            show_output(rollout, task, can_label, in_expander=True)
 
 
 def choose_training_step(session: Session, task_id: int) -> int | None:
@@ -196,7 +196,7 @@ def page() -> None:
     st.subheader("Reference answer", anchor=False)
     show_text(sample.reference if sample else None, empty="(no reference answer)")
     st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
-    show_group(rollouts, task)
+    show_group(rollouts, task, allowed("labeler"))  # the role once per page, not once per output
 
 
 require_app()
