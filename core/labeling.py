@@ -286,8 +286,9 @@ def agreement(session: Session, task: Task) -> Agreement:
     categories = [score for score, _ in choices(scale)]
     per_item: dict[int, dict[str, int]] = {}
     result = Agreement()
+    labels_by_rollout = queries.latest_labels_of_task(session, task.id)
     for rollout in queries.queued_rollouts(session, task.id):
-        labels = queries.latest_labels(session, rollout.id)
+        labels = labels_by_rollout.get(rollout.id, {})
         if len(labels) < 2:
             continue
         per_item[rollout.id] = {name: score_of(label.value, scale) for name, label in labels.items()}

@@ -368,6 +368,17 @@ def latest_labels(session: Session, rollout_id: int) -> dict[str, RewardLabel]:
     return {row.labeler: row for row in label_history(session, rollout_id) if row.kind == "label"}
 
 
+def latest_labels_of_task(session: Session, task_id: int) -> dict[int, dict[str, RewardLabel]]:
+    """Rollout id -> each labeller's newest label (decisions excluded), for a whole task in one query."""
+    rows = session.exec(select(RewardLabel).join(Rollout, Rollout.id == RewardLabel.rollout_id)
+                        .join(Sample, Sample.id == Rollout.sample_id)
+                        .where(Sample.task_id == task_id, RewardLabel.kind == "label").order_by(RewardLabel.id))
+    latest: dict[int, dict[str, RewardLabel]] = {}
+    for row in rows:
+        latest.setdefault(row.rollout_id, {})[row.labeler] = row
+    return latest
+
+
 def recent_labels(session: Session, task_id: int, limit: int = 50) -> list[RewardLabel]:
     """The newest labels and decisions on a task's rollouts."""
     return list(session.exec(select(RewardLabel).join(Rollout, Rollout.id == RewardLabel.rollout_id)
