@@ -65,11 +65,13 @@ def test_a_human_rewarded_run_waits_for_its_batch_and_continues_once_labelled(en
     queued = rollouts(engine, label_status="needed")
     assert len(queued) == 4 and all(r.reward is None for r in queued)
 
-    for rollout, value in zip(queued, [1.0, 0.0, 1.0, 0.0], strict=True):
+    # one right and one wrong answer per query, so both groups are mixed (rollout ids interleave the queries)
+    given = {r.id: 1.0 if r.group_index == 0 else 0.0 for r in queued}
+    for rollout_id, value in given.items():
         assert run_status(engine, run_id) == "awaiting_labels"
-        submit_label(engine, rollout.id, value, "ann")
+        submit_label(engine, rollout_id, value, "ann")
     assert run_status(engine, run_id) == "queued"
-    assert [r.reward for r in rollouts(engine)] == [1.0, 0.0, 1.0, 0.0]
+    assert {r.id: r.reward for r in rollouts(engine)} == given
     assert {r.reward_source for r in rollouts(engine)} == {"human"}
 
     _model, gateway = scripted_gateway(engine)
