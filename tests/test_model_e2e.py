@@ -174,10 +174,12 @@ def test_a_support_run_waits_for_spot_checks_then_continues(engine):
         assert not s.exec(select(Advantage)).all()
 
     first, second = (r.id for r in rollouts)
-    assert submit_label(engine, first, 1.0, "cli").label_status == "done"
+    labelled = submit_label(engine, first, 1.0, "cli")
+    assert labelled.rollout.label_status == "done" and not labelled.released
     with Session(engine) as s:
         assert s.get(Run, run_id).status == "awaiting_labels"  # one rollout still open
-    assert submit_label(engine, second, 0.25, "cli").reward == 0.25
+    labelled = submit_label(engine, second, 0.25, "cli")
+    assert labelled.rollout.reward == 0.25 and labelled.released
     with Session(engine) as s:
         assert s.get(Run, run_id).status == "queued"
 
