@@ -10,8 +10,9 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core import config
-from core.people import SignInLocked, authenticate, role_of, sign_in_required
+from core.errors import SignInLocked
+from core.people import authenticate, role_of, sign_in_required
+from core.settings import settings
 from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
 from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer, plain
@@ -115,7 +116,7 @@ def sidebar(url: str, required: bool) -> None:
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
         st.caption("Default model")
-        st.code(config.default_model(), language=None, wrap_lines=True)
+        st.code(settings().model, language=None, wrap_lines=True)
 
 
 st.set_page_config(page_title="Training-Free GRPO studio", layout="wide")

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 
 from core.answers import extract_final_answer
-from core.gateway import Gateway, ModelCallError, Scope
+from core.errors import ModelCallError
+from core.gateway import Gateway, Scope
 from core.prompts import agent_messages
 from core.sandbox import arun_python, extract_code_blocks
 

@@ -19,13 +19,12 @@ from sqlmodel import Session
 
 from core import labeling
 from core.datasets import DatasetError, check_size, parse_mapping
+from core.errors import InvalidInput, NotFound, StudioError, exit_code
 from core.evaluation import create_evaluation
 from core.gateway import Gateway
-from core.library_io import LibraryFormatError
-from core.local_model import LocalModelError
 from core.people import ROLES, add_user, update_user
 from core.task_io import export_task_json, import_task
-from core.tasks import NotFound, add_dataset, ensure_demo_tasks, get_task
+from core.tasks import add_dataset, ensure_demo_tasks, get_task
 from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
 from core.worker import claim_or_explain, execute_job, new_worker_id, serve
@@ -33,11 +32,11 @@ from storage import queries
 from storage.db import describe_url, get_engine, session_scope
 from storage.models import LibraryVersion, Run, Task
 
-BAD_INPUT = (NotFound, ValueError, DatasetError, LibraryFormatError, FileNotFoundError, LocalModelError)
+BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 
 
-class UsageError(Exception):
-    pass
+class UsageError(InvalidInput):
+    """A mistake on the command line itself."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -149,10 +148,7 @@ def cmd_user_set(args: argparse.Namespace) -> int:
     if args.role is None and args.active is None and password is None:
         raise UsageError("user set: nothing to change; give --role, --active or --password-env")
     active = None if args.active is None else args.active == "yes"
-    try:
-        user = update_user(_engine(args), args.name, "cli", role=args.role, active=active, password=password)
-    except LookupError as exc:
-        raise NotFound(str(exc)) from None
+    user = update_user(_engine(args), args.name, "cli", role=args.role, active=active, password=password)
     changed = ", ".join(part for part, given in (("role", args.role), ("active", args.active),
                                                    ("password", password)) if given is not None)
     print(f"updated user {user.name}: {changed} (role {user.role}, active {'yes' if user.active else 'no'})")
@@ -284,7 +280,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from None
     with session_scope(_engine(args)) as session:
         task = get_task(session, args.task)
         version = import_library(session, task, text, path.name, library_name=args.library)
@@ -337,7 +333,7 @@ def cmd_label(args: argparse.Namespace) -> int:
         task: Task = get_task(session, args.task)
         version = resolve_version(session, task, args.version, args.library)
         if version is None:
-            raise ValueError("the empty library has no version to label")
+            raise InvalidInput("the empty library has no version to label")
         set_label(session, version, args.name, actor="cli")
         print(f"{args.name} -> version {version.id}")
     return 0
@@ -359,7 +355,7 @@ def cmd_task_import(args: argparse.Namespace) -> int:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+        raise InvalidInput(f"{path}: cannot read file: {exc.strerror or exc}") from None
     task = import_task(_engine(args), data, "cli", rename=args.name)
     print(f"imported task {task.name!r}")
     return 0
@@ -518,9 +514,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING if args.verbose else logging.ERROR,
                             format="%(levelname)s %(name)s: %(message)s")
         return args.func(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except BAD_INPUT as exc:
+    except (StudioError, *BAD_INPUT) as exc:
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
+        return exit_code(exc)

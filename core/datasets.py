@@ -19,10 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import InvalidInput
+from core.settings import PROJECT_DIR
+
 TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
 ALIASES = {"criteria": "rubric"}
 SPLITS = ("train", "test")
-DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
+DEMO_DIR = PROJECT_DIR / "data" / "demo"
 MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000
@@ -51,7 +54,7 @@ class SampleRow:
     meta: dict = field(default_factory=dict)
 
 
-class DatasetError(ValueError):
+class DatasetError(InvalidInput):
     """A dataset file that cannot be imported; the message names the file, the row and the problem.
 
     `row` is the 1-based JSONL line, CSV data row or JSON array item, as the message says; for problems

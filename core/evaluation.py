@@ -10,14 +10,15 @@ from collections import defaultdict
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core import config
 from core.agent import AgentSettings
+from core.errors import InvalidInput, NotFound
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
 from core.metrics import score_groups
 from core.people import require_role
 from core.rollouts import stored_rollout
-from core.tasks import NotFound, get_task
+from core.settings import settings
+from core.tasks import get_task
 from core.versions import resolve_version
 from storage import queries
 from storage.db import session_scope
@@ -32,17 +33,17 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                       created_by: str = "cli") -> int:
     """Queue an evaluation of a version (id, label, `latest` or `empty`)."""
     if k < 1:
-        raise ValueError("k must be at least 1")
+        raise InvalidInput("k must be at least 1")
     if limit is not None and limit < 1:
-        raise ValueError("limit must be at least 1")
+        raise InvalidInput("limit must be at least 1")
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting an evaluation")
         task = get_task(session, task_name)
         version = resolve_version(session, task, version_ref)
         if not queries.samples(session, task.id, split, limit=1):
-            raise ValueError(f"task {task.name!r} has no {split!r} samples")
+            raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
-                         model=model or task.policy_model or config.default_model(), temperature=temperature,
+                         model=model or task.policy_model or settings().model, temperature=temperature,
                          created_by=created_by)
         session.add(row)
         session.flush()
@@ -87,7 +88,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         ev.started_at = ev.started_at or now()
         ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
-    gateway = gateway or Gateway(engine, concurrency=concurrency or config.default_concurrency())
+    gateway = gateway or Gateway(engine, concurrency=concurrency or settings().concurrency)
     agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
     experiences = version.experiences if version else []
     progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)

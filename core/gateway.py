@@ -24,7 +24,9 @@ import litellm
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core import config, local_model
+from core import local_model
+from core.errors import InvalidInput, ModelCallError, StructuredOutputError
+from core.settings import settings
 from storage.models import LLMCall
 
 log = logging.getLogger(__name__)
@@ -42,18 +44,6 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 Mock = Callable[[str, list[dict]], "str | Exception"]
-
-
-class ModelCallError(RuntimeError):
-    """A model call failed for good (after retries); the ledger holds the details."""
-
-
-class StructuredOutputError(ModelCallError):
-    """The model did not return the JSON that was asked for."""
-
-    def __init__(self, message: str, raw: str) -> None:
-        super().__init__(message)
-        self.raw = raw
 
 
 @dataclass
@@ -101,7 +91,7 @@ class Gateway:
     """Owns the per-model semaphores; one per process (or per run) is enough."""
 
     engine: Engine
-    concurrency: int = field(default_factory=config.default_concurrency)
+    concurrency: int = field(default_factory=lambda: settings().concurrency)
     max_retries: int = 3
     backoff_s: float = 1.0
     timeout_s: float = 600.0
@@ -244,7 +234,7 @@ def extract_json(text: str) -> Any:
             return json.loads(candidate, strict=False)
         except (json.JSONDecodeError, TypeError):
             continue
-    raise ValueError(f"no JSON found in reply: {text[:120]!r}")
+    raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
 
 
 _JSON_ESCAPES = {"\b": "\\b", "\f": "\\f"}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
+from core.errors import InvalidInput, StructuredOutputError
+from core.gateway import Gateway, Scope, clean_text
 from storage.models import Sample, Task
 
 SCALES = {"binary": (0, 1), "1-5": (1, 5)}
@@ -45,7 +46,7 @@ class Verdict:
 def scale_of(task: Task) -> str:
     scale = str((task.reward_settings or {}).get("scale") or DEFAULT_SCALE)
     if scale not in SCALES:
-        raise ValueError(f"unknown judge scale {scale!r}; use binary or 1-5")
+        raise InvalidInput(f"unknown judge scale {scale!r}; use binary or 1-5")
     return scale
 
 
@@ -91,12 +92,12 @@ def judge_messages(query: str, criteria: str, reference: str | None, response: s
 def parse_verdict(data: object, scale: str) -> tuple[int, str, bool]:
     low, high = SCALES[scale]
     if not isinstance(data, dict):
-        raise ValueError("expected a JSON object with reason, score and confident")
+        raise InvalidInput("expected a JSON object with reason, score and confident")
     score = data.get("score")
     if isinstance(score, bool) or not isinstance(score, int | float) or int(score) != score:
-        raise ValueError(f"score must be an integer, got {score!r}")
+        raise InvalidInput(f"score must be an integer, got {score!r}")
     if not low <= int(score) <= high:
-        raise ValueError(f"score must be between {low} and {high}, got {int(score)}")
+        raise InvalidInput(f"score must be between {low} and {high}, got {int(score)}")
     confident = data.get("confident", True)
     return int(score), clean_text(data.get("reason", ""))[:500], confident is not False
 

@@ -21,10 +21,10 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.errors import InvalidInput, NotFound
 from core.judge import choices, scale_of, score_of
 from core.people import require_role
 from core.rewards import PERSON_METHODS
-from core.tasks import NotFound
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
@@ -108,7 +108,7 @@ def _check_value(task: Task, value: float) -> float:
     value = float(value)
     if not any(abs(value - v) < 1e-9 for v in allowed):
         shown = ", ".join(f"{v:g}" for v in allowed)
-        raise ValueError(f"a label on this task's scale is one of {shown}, got {value:g}")
+        raise InvalidInput(f"a label on this task's scale is one of {shown}, got {value:g}")
     return value
 
 
@@ -117,7 +117,7 @@ def _context(session: Session, rollout_id: int) -> tuple[Rollout, Task]:
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id}")
     if rollout.error is not None:
-        raise ValueError(f"rollout {rollout_id} failed ({rollout.error[:80]}); there is no answer to label")
+        raise InvalidInput(f"rollout {rollout_id} failed ({rollout.error[:80]}); there is no answer to label")
     sample = session.get(Sample, rollout.sample_id)
     return rollout, session.get(Task, sample.task_id)
 

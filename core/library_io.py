@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+from core.errors import InvalidInput
+
 _ITEM_MARKER = re.compile(r"^(?:(?P<id>\[G?\d+\]\.?)|[-*+]|\d+[.)])(?:\s+|$)", re.IGNORECASE)
 _ID_PREFIX = re.compile(r"^\[G?\d+\]\.?(?:\s+|$)", re.IGNORECASE)
 _NUMBERED_KEY = re.compile(r"^\[?G?(\d+)\]?$", re.IGNORECASE)
@@ -17,7 +19,7 @@ _BRACKET_ITEM = re.compile(r"^\[G?\d+\]", re.IGNORECASE)
 _HEADING_OR_FENCE = re.compile(r"^(?:#{1,6}(?:\s|$)|```)")
 
 
-class LibraryFormatError(ValueError):
+class LibraryFormatError(InvalidInput):
     """A library file that holds no experiences or cannot be parsed in any supported format."""
 
 
@@ -62,7 +64,7 @@ def to_json(experiences: list[dict], meta: dict | None = None) -> str:
     """Pretty JSON {"experiences": [{"id", "text"}, ...], **meta}, keeping the stable ids."""
     meta = dict(meta or {})
     if "experiences" in meta:
-        raise ValueError("meta must not contain the key 'experiences'")
+        raise InvalidInput("meta must not contain the key 'experiences'")
     document = {"experiences": [{"id": str(e["id"]), "text": e["text"]} for e in experiences], **meta}
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 

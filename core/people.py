@@ -19,6 +19,7 @@ from datetime import UTC, timedelta
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
+from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, User, utcnow
@@ -36,10 +37,6 @@ LOCK_WINDOW = timedelta(minutes=10)
 
 
 _DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
-
-
-class PermissionDenied(PermissionError):
-    """The actor's role does not allow the action; the message says which role it needs."""
 
 
 def hash_password(password: str) -> str:
@@ -88,13 +85,13 @@ def require_role(session: Session, actor: str, role: str, doing: str) -> None:
 
 def validate_new_user(name: str, role: str, password: str) -> None:
     if not _NAME.match(name or ""):
-        raise ValueError("a user name is 1-64 letters, digits, or . _ @ - and starts with a letter or digit")
+        raise InvalidInput("a user name is 1-64 letters, digits, or . _ @ - and starts with a letter or digit")
     if name in SYSTEM_ACTORS or name == LOCAL_USER:
-        raise ValueError(f"{name!r} is reserved for the studio itself; choose another name")
+        raise InvalidInput(f"{name!r} is reserved for the studio itself; choose another name")
     if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
+        raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if len(password or "") < 8:
-        raise ValueError("the password must be at least 8 characters")
+        raise InvalidInput("the password must be at least 8 characters")
 
 
 def add_user(engine: Engine, name: str, role: str, password: str, actor: str = "cli") -> User:
@@ -103,9 +100,9 @@ def add_user(engine: Engine, name: str, role: str, password: str, actor: str = "
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding users")
         if queries.user_by_name(session, name) is not None:
-            raise ValueError(f"a user named {name!r} exists already")
+            raise InvalidInput(f"a user named {name!r} exists already")
         if role != "admin" and actor not in SYSTEM_ACTORS and not sign_in_required(session):
-            raise ValueError("the first user turns sign-in on, so it must be an admin (or nobody could manage users)")
+            raise InvalidInput("the first user turns sign-in on, so it must be an admin (or nobody could manage users)")
         user = User(name=name, role=role, password_hash=hash_password(password), created_by=actor)
         session.add(user)
         session.flush()
@@ -121,20 +118,20 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
         require_role(session, actor, "admin", "managing users")
         user = queries.user_by_name(session, name)
         if user is None:
-            raise LookupError(f"no user named {name!r}")
+            raise NotFound(f"no user named {name!r}")
         before = {"role": user.role, "active": user.active}
         stays_admin = (role or user.role) == "admin" and (user.active if active is None else active)
         if user.role == "admin" and user.active and not stays_admin and _active_admins(session) == 1:
-            raise ValueError(f"{name} is the last active admin; make another admin first")
+            raise InvalidInput(f"{name} is the last active admin; make another admin first")
         if role is not None:
             if role not in ROLES:
-                raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
+                raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
             user.role = role
         if active is not None:
             user.active = active
         if password is not None:
             if len(password) < 8:
-                raise ValueError("the password must be at least 8 characters")
+                raise InvalidInput("the password must be at least 8 characters")
             user.password_hash = hash_password(password)
         session.add(user)
         after = {"role": user.role, "active": user.active, **({"password": "changed"} if password else {})}
@@ -145,10 +142,6 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
 
 def _active_admins(session: Session) -> int:
     return session.exec(select(func.count()).select_from(User).where(User.active, User.role == "admin")).one()
-
-
-class SignInLocked(PermissionError):
-    """Too many failed sign-ins for one name in a short time; the message says when to try again."""
 
 
 def _recent_failures(session: Session, name: str) -> int:

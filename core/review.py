@@ -12,20 +12,16 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.errors import AlreadyDecided, InvalidInput, NotFound
 from core.gateway import clean_text
 from core.library import ProposedOp, validate_ops
 from core.people import require_role
-from core.tasks import NotFound
 from core.training import RunSettings, apply_step_operations
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step, utcnow
 
 DECISIONS = {"approved": "operation.approve", "rejected": "operation.reject"}
-
-
-class AlreadyDecided(Exception):
-    """The operation is no longer pending: somebody decided it first, or it was applied."""
 
 
 def _operation(session: Session, op_id: int) -> Operation:
@@ -60,7 +56,7 @@ def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: 
 def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
     """Approve or reject one pending operation; applies its step when it was the last one."""
     if decision not in DECISIONS:
-        raise ValueError("decision must be approved or rejected")
+        raise InvalidInput("decision must be approved or rejected")
     op = _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision)
     apply_if_decided(engine, op.step_id, actor)
     return op
@@ -79,7 +75,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
     ids = [str(i).strip() for i in target_ids if str(i).strip()]
     checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
     if not checked.valid:
-        raise ValueError(f"the edited operation is not valid: {checked.error}")
+        raise InvalidInput(f"the edited operation is not valid: {checked.error}")
     op = _from_pending(engine, op_id, actor, "operation.edit", comment, status="edited", text=text, target_ids=ids)
     apply_if_decided(engine, op.step_id, actor)
     return op
@@ -104,7 +100,7 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
 def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
     """Approve or reject every pending operation of a step; returns how many this call decided."""
     if decision not in DECISIONS:
-        raise ValueError("decision must be approved or rejected")
+        raise InvalidInput("decision must be approved or rejected")
     with Session(engine) as session:
         require_role(session, actor, "reviewer", "deciding operations")
         pending = [op.id for op in queries.step_operations(session, step_id) if op.status == "pending"]

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from core.answers import extract_final_answer, normalize_answer
+from core.errors import InvalidInput
 
 __all__ = ["METHODS", "PERSON_METHODS", "REWARD_METHODS", "RewardResult", "majority_rewards", "score"]
 
@@ -141,7 +142,7 @@ def _regex_reward(response: str, reference: str, settings: dict[str, Any]) -> Re
     try:
         compiled = re.compile(pattern, flags | re.DOTALL)
     except re.error as exc:
-        raise ValueError(f"invalid regular expression {_short(pattern)}: {exc}") from exc
+        raise InvalidInput(f"invalid regular expression {_short(pattern)}: {exc}") from exc
     text = response.strip()
     match = compiled.fullmatch(text) if settings.get("full_match") else compiled.search(text)
     if match:
@@ -165,7 +166,7 @@ def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]
     """
     phrases = _phrases(reference, settings)
     if not phrases:
-        raise ValueError("reward method 'contains_all' needs phrases (task setting `phrases` or the reference)")
+        raise InvalidInput("reward method 'contains_all' needs phrases (task setting `phrases` or the reference)")
     fold = (lambda t: " ".join(t.lower().split())) if settings.get("ignore_case", True) else (lambda t: " ".join(t.split()))
     text = fold(response)
     missing = [p for p in phrases if fold(p) not in text]
@@ -210,11 +211,11 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     func = REWARD_METHODS.get(method)
     if func is None:
         known = ", ".join(sorted(REWARD_METHODS))
-        raise ValueError(f"unknown reward method {method!r}; known methods: {known}")
+        raise InvalidInput(f"unknown reward method {method!r}; known methods: {known}")
     settings = dict(settings or {})
     has_setting = bool(settings.get(SETTINGS_ONLY.get(method, "")))
     if (reference is None or not str(reference).strip()) and not has_setting:
-        raise ValueError(f"reward method {method!r} needs a reference answer")
+        raise InvalidInput(f"reward method {method!r} needs a reference answer")
     return func(response or "", str(reference or ""), settings)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
+from core.errors import Conflict, NotFound
 from core.people import require_role
-from core.tasks import NotFound
 from core.worker import job_health
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Run, utcnow
@@ -30,7 +30,7 @@ def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, 
             raise NotFound(f"no {kind} {job_id}")
         shown = job_health(row.status, row.heartbeat_at)
         if shown not in allowed:
-            raise ValueError(f"{kind} {job_id} is {shown}; only {', '.join(allowed)} can be {verb}")
+            raise Conflict(f"{kind} {job_id} is {shown}; only {', '.join(allowed)} can be {verb}")
         before = row.status
         row.status = new_status
         if new_status == "queued":

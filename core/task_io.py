@@ -23,12 +23,14 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core import config, datasets
+from core import datasets
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, SampleRow
+from core.errors import InvalidInput
 from core.judge import SCALES
 from core.people import require_role
 from core.rewards import METHODS
+from core.settings import settings
 from core.tasks import add_samples, get_task
 from core.versions import ensure_library
 from storage import queries
@@ -65,9 +67,9 @@ class TaskSettings:
     description: str = ""
     answer_format: str = ""
     agent_mode: str = "direct"
-    policy_model: str = field(default_factory=config.default_model)
-    learner_model: str = field(default_factory=config.default_model)
-    judge_model: str = field(default_factory=config.default_model)
+    policy_model: str = field(default_factory=lambda: settings().model)
+    learner_model: str = field(default_factory=lambda: settings().model)
+    judge_model: str = field(default_factory=lambda: settings().model)
     reward_method: str = "math"
     reward_settings: dict = field(default_factory=dict)
 
@@ -80,15 +82,15 @@ class TaskSettings:
     def from_dict(cls, data: Any) -> TaskSettings:
         """Settings from a file's `task` object; unknown or mistyped fields are refused by name."""
         if not isinstance(data, dict):
-            raise ValueError("the task settings must be a JSON object")
+            raise InvalidInput("the task settings must be a JSON object")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown task setting(s) {', '.join(map(repr, unknown))}; "
+            raise InvalidInput(f"unknown task setting(s) {', '.join(map(repr, unknown))}; "
                              f"known: {', '.join(sorted(known))}")
         missing = [name for name in ("name", "instructions") if name not in data]
         if missing:
-            raise ValueError(f"the task settings lack {' and '.join(missing)}")
+            raise InvalidInput(f"the task settings lack {' and '.join(missing)}")
         settings = cls(**data).normalized()
         settings.validate()
         return settings
@@ -112,23 +114,23 @@ class TaskSettings:
             value = getattr(self, f.name)
             if f.name == "reward_settings":
                 if not isinstance(value, dict):
-                    raise ValueError("reward settings must be a JSON object (a dictionary)")
+                    raise InvalidInput("reward settings must be a JSON object (a dictionary)")
             elif not isinstance(value, str):
-                raise ValueError(f"{f.name.replace('_', ' ')} must be text")
+                raise InvalidInput(f"{f.name.replace('_', ' ')} must be text")
         if not self.name.strip() or len(self.name) > MAX_NAME_CHARS:
-            raise ValueError(f"the task name must be 1 to {MAX_NAME_CHARS} characters")
+            raise InvalidInput(f"the task name must be 1 to {MAX_NAME_CHARS} characters")
         if not self.instructions.strip():
-            raise ValueError("the instructions (the agent's system prompt) must not be empty")
+            raise InvalidInput("the instructions (the agent's system prompt) must not be empty")
         for name in ("description", "instructions", "answer_format"):
             if len(getattr(self, name)) > MAX_FIELD_CHARS:
-                raise ValueError(f"{name.replace('_', ' ')} is longer than {MAX_FIELD_CHARS:,} characters")
+                raise InvalidInput(f"{name.replace('_', ' ')} is longer than {MAX_FIELD_CHARS:,} characters")
         if self.agent_mode not in AGENT_MODES:
-            raise ValueError(f"unknown agent mode {self.agent_mode!r}; use one of {', '.join(AGENT_MODES)}")
+            raise InvalidInput(f"unknown agent mode {self.agent_mode!r}; use one of {', '.join(AGENT_MODES)}")
         for name in ("policy_model", "learner_model", "judge_model"):
             if not getattr(self, name).strip():
-                raise ValueError(f"the {name.replace('_', ' ')} must not be empty")
+                raise InvalidInput(f"the {name.replace('_', ' ')} must not be empty")
         if self.reward_method not in METHODS:
-            raise ValueError(f"unknown reward method {self.reward_method!r}; use one of {', '.join(METHODS)}")
+            raise InvalidInput(f"unknown reward method {self.reward_method!r}; use one of {', '.join(METHODS)}")
         check_reward_settings(self.reward_method, self.reward_settings)
 
 
@@ -143,37 +145,37 @@ def check_reward_settings(method: str, settings: dict) -> None:
         if present(key):
             value = settings[key]
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{key} must be a number of 0 or more, got {value!r}")
+                raise InvalidInput(f"{key} must be a number of 0 or more, got {value!r}")
     for key in ("ignore_case", "full_match", "partial"):
         if present(key) and not isinstance(settings[key], bool):
-            raise ValueError(f"{key} must be true or false, got {settings[key]!r}")
+            raise InvalidInput(f"{key} must be true or false, got {settings[key]!r}")
     if present("pattern"):
         pattern = settings["pattern"]
         if not isinstance(pattern, str):
-            raise ValueError("pattern must be text (a regular expression)")
+            raise InvalidInput("pattern must be text (a regular expression)")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
+            raise InvalidInput(f"pattern is not a valid regular expression: {exc}") from exc
     if present("phrases"):
         phrases = settings["phrases"]
         if not (isinstance(phrases, str) or (isinstance(phrases, list) and all(isinstance(p, str) for p in phrases))):
-            raise ValueError("phrases must be a list of text phrases (or one phrase)")
+            raise InvalidInput("phrases must be a list of text phrases (or one phrase)")
     if present("criteria") and not isinstance(settings["criteria"], str):
-        raise ValueError("criteria must be text")
+        raise InvalidInput("criteria must be text")
     if present("criteria") and len(settings["criteria"]) > MAX_FIELD_CHARS:
-        raise ValueError(f"criteria are longer than {MAX_FIELD_CHARS:,} characters")
+        raise InvalidInput(f"criteria are longer than {MAX_FIELD_CHARS:,} characters")
     if present("scale") and settings["scale"] not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {settings['scale']!r}")
+        raise InvalidInput(f"scale must be one of {', '.join(SCALES)}, got {settings['scale']!r}")
     if present("labels_per_rollout"):
         value = settings["labels_per_rollout"]
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LABELS_PER_ROLLOUT:
-            raise ValueError(f"labels_per_rollout must be a whole number from 1 to {MAX_LABELS_PER_ROLLOUT}, "
+            raise InvalidInput(f"labels_per_rollout must be a whole number from 1 to {MAX_LABELS_PER_ROLLOUT}, "
                              f"got {value!r}")
     if present("spot_check_share"):
         value = settings["spot_check_share"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ValueError(f"spot_check_share must be a number from 0 to 1, got {value!r}")
+            raise InvalidInput(f"spot_check_share must be a number from 0 to 1, got {value!r}")
 
 
 def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_name: str | None = None) -> Task:
@@ -188,7 +190,7 @@ def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_na
         require_role(session, actor, "admin", "editing tasks")
         if original_name is None:
             if queries.task_by_name(session, settings.name) is not None:
-                raise ValueError(f"a task named {settings.name!r} exists already; choose another name")
+                raise InvalidInput(f"a task named {settings.name!r} exists already; choose another name")
             task = Task(**settings.to_dict())
             session.add(task)
             session.flush()
@@ -199,7 +201,7 @@ def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_na
         task = get_task(session, original_name)
         before = TaskSettings.from_task(task).to_dict()
         if settings.name != task.name and queries.task_by_name(session, settings.name) is not None:
-            raise ValueError(f"cannot rename {task.name!r}: a task named {settings.name!r} exists already")
+            raise InvalidInput(f"cannot rename {task.name!r}: a task named {settings.name!r} exists already")
         if before == settings.to_dict():
             return task
         for name, value in settings.to_dict().items():
@@ -238,31 +240,31 @@ def read_task_file(text: str | bytes, *, rename: str | None = None) -> tuple[Tas
     """Parse and check a whole task file without touching the database; ValueError names the problem."""
     if isinstance(text, bytes):
         if len(text) > MAX_FILE_BYTES:
-            raise ValueError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+            raise InvalidInput(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
         try:
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"the file is not UTF-8 text (byte {exc.start})") from exc
+            raise InvalidInput(f"the file is not UTF-8 text (byte {exc.start})") from exc
     elif len(text.encode("utf-8")) > MAX_FILE_BYTES:
-        raise ValueError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+        raise InvalidInput(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
     if not text.strip():
-        raise ValueError("the file is empty")
+        raise InvalidInput("the file is empty")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: line {exc.lineno}: {exc.msg}") from exc
+        raise InvalidInput(f"not valid JSON: line {exc.lineno}: {exc.msg}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"not a task file: it must be a JSON object with \"format\": \"{FORMAT}\" "
+        raise InvalidInput(f"not a task file: it must be a JSON object with \"format\": \"{FORMAT}\" "
                          "(export one from the Tasks page)")
     if data.get("version") != VERSION:
-        raise ValueError(f"unsupported task file version {data.get('version')!r}; this studio reads version {VERSION}")
+        raise InvalidInput(f"unsupported task file version {data.get('version')!r}; this studio reads version {VERSION}")
     task_data = data.get("task")
     if rename is not None and rename.strip() and isinstance(task_data, dict):
         task_data = {**task_data, "name": rename}
     settings = TaskSettings.from_dict(task_data)
     samples = data.get("samples", [])
     if not isinstance(samples, list):
-        raise ValueError("\"samples\" must be a JSON array")
+        raise InvalidInput("\"samples\" must be a JSON array")
     return settings, _sample_rows(samples)
 
 
@@ -272,39 +274,39 @@ def _sample_rows(samples: list) -> list[SampleRow]:
     for number, item in enumerate(samples, start=1):
         where = f"sample {number}"
         if not isinstance(item, dict):
-            raise ValueError(f"{where}: expected a JSON object")
+            raise InvalidInput(f"{where}: expected a JSON object")
         unknown = sorted(set(item) - set(SAMPLE_KEYS))
         if unknown:
-            raise ValueError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; "
+            raise InvalidInput(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; "
                              f"known: {', '.join(SAMPLE_KEYS)}")
         sample_id = item.get("id")
         if isinstance(sample_id, int) and not isinstance(sample_id, bool):
             sample_id = str(sample_id)
         if not isinstance(sample_id, str) or not sample_id.strip():
-            raise ValueError(f"{where}: id is missing or empty")
+            raise InvalidInput(f"{where}: id is missing or empty")
         if sample_id in first_seen:
-            raise ValueError(f"{where}: duplicate id {sample_id!r} (first used by sample {first_seen[sample_id]})")
+            raise InvalidInput(f"{where}: duplicate id {sample_id!r} (first used by sample {first_seen[sample_id]})")
         first_seen[sample_id] = number
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"{where} ({sample_id!r}): query is missing or empty")
+            raise InvalidInput(f"{where} ({sample_id!r}): query is missing or empty")
         for key in ("reference", "rubric"):
             if item.get(key) is not None and not isinstance(item[key], str):
-                raise ValueError(f"{where} ({sample_id!r}): {key} must be text or null")
+                raise InvalidInput(f"{where} ({sample_id!r}): {key} must be text or null")
         split = item.get("split", "train")
         if split not in SPLITS:
-            raise ValueError(f"{where} ({sample_id!r}): split must be train or test, got {split!r}")
+            raise InvalidInput(f"{where} ({sample_id!r}): split must be train or test, got {split!r}")
         meta = item.get("meta") or {}
         if not isinstance(meta, dict):
-            raise ValueError(f"{where} ({sample_id!r}): meta must be a JSON object")
+            raise InvalidInput(f"{where} ({sample_id!r}): meta must be a JSON object")
         sizes = {"id": len(sample_id), "query": len(query), "reference": len(item.get("reference") or ""),
                  "rubric": len(item.get("rubric") or ""), "meta": len(json.dumps(meta, ensure_ascii=False))}
         for key, size in sizes.items():
             if size > MAX_FIELD_CHARS:
-                raise ValueError(f"{where} ({sample_id!r}): {key} is longer than {MAX_FIELD_CHARS:,} characters")
+                raise InvalidInput(f"{where} ({sample_id!r}): {key} is longer than {MAX_FIELD_CHARS:,} characters")
         for key in ("id", "query", "reference", "rubric"):
             if isinstance(item.get(key), str) and datasets.formula_like(item[key]):
-                raise ValueError(f"{where} ({sample_id!r}): {key} looks like a spreadsheet formula; remove it or "
+                raise InvalidInput(f"{where} ({sample_id!r}): {key} looks like a spreadsheet formula; remove it or "
                                  "put an apostrophe before it")
         rows.append(SampleRow(external_id=sample_id, query=query, reference=item.get("reference"),
                               rubric=item.get("rubric"), split=split, meta=meta))
@@ -320,7 +322,7 @@ def import_task(engine: Engine, text: str | bytes, actor: str, *, rename: str | 
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "importing tasks")
         if queries.task_by_name(session, settings.name) is not None:
-            raise ValueError(f"a task named {settings.name!r} exists already; import it under another name "
+            raise InvalidInput(f"a task named {settings.name!r} exists already; import it under another name "
                              "(rename)")
         task = Task(**settings.to_dict())
         session.add(task)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core import config
 from core.datasets import SampleRow, demo_rows, parse_dataset, support_rows
+from core.errors import NotFound
 from core.people import require_role
+from core.settings import settings
 from core.versions import ensure_library
 from storage import queries
 from storage.db import session_scope
@@ -45,10 +46,6 @@ SUPPORT_SETTINGS = {
     "spot_check_share": 0.25,
     "labels_per_rollout": 1,
 }
-
-
-class NotFound(LookupError):
-    """A named thing (task, library, version, run) does not exist; the message names it."""
 
 
 def get_task(session: Session, name: str) -> Task:
@@ -122,7 +119,7 @@ def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor
     with session_scope(engine) as session:
         task = queries.task_by_name(session, template.name)
         if task is None:
-            model = config.default_model()
+            model = settings().model
             task = template
             task.policy_model = task.learner_model = task.judge_model = model
             task.agent_mode = "direct"

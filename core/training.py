@@ -20,9 +20,9 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core import config
 from core.agent import AGENT_MODES, AgentSettings
-from core.gateway import Gateway, Scope, StructuredOutputError, clean_text
+from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
+from core.gateway import Gateway, Scope, clean_text
 from core.labeling import hold_for_labels
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
@@ -38,7 +38,7 @@ from core.prompts import (
 )
 from core.rewards import MODEL_METHODS, PERSON_METHODS, majority_rewards
 from core.rollouts import stored_rollout
-from core.tasks import NotFound, get_task
+from core.tasks import get_task
 from core.versions import all_ids, create_version, ensure_library, new_experiences
 from storage import queries
 from storage.db import session_scope
@@ -99,7 +99,7 @@ class RunSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise InvalidInput(message)
         return self
 
     @classmethod
@@ -126,15 +126,15 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting a run")
         task = get_task(session, task_name)
-        settings.policy_model = settings.policy_model or task.policy_model or config.default_model()
-        settings.learner_model = settings.learner_model or task.learner_model or config.default_model()
+        settings.policy_model = settings.policy_model or task.policy_model or settings().model
+        settings.learner_model = settings.learner_model or task.learner_model or settings().model
         if not settings.ground_truth and task.reward_method in (*MODEL_METHODS, *PERSON_METHODS):
-            raise ValueError(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
+            raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
         if task.agent_mode not in AGENT_MODES:
-            raise ValueError(f"task {task.name!r} has an unknown agent mode {task.agent_mode!r}")
+            raise InvalidInput(f"task {task.name!r} has an unknown agent mode {task.agent_mode!r}")
         if not queries.samples(session, task.id, "train", limit=1):
-            raise ValueError(f"task {task.name!r} has no train samples")
+            raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
         start = queries.latest_version(session, library.id)
         run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
@@ -179,7 +179,7 @@ def check_resumable(session: Session, run_id: int) -> Run:
     if run is None:
         raise NotFound(f"no run {run_id}")
     if run.status not in RESUMABLE:
-        raise ValueError(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
+        raise Conflict(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
     return run
 
 
@@ -394,7 +394,7 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
 
 def _parse_advantage(data: object) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
-        raise ValueError('expected an object with an "experiences" list')
+        raise InvalidInput('expected an object with an "experiences" list')
     texts = [clean_text(t) for t in data["experiences"] if isinstance(t, str | int | float) and str(t).strip()]
     return {"analysis": clean_text(data.get("analysis", "")), "experiences": texts[:3]}
 
@@ -448,11 +448,11 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
 
 def _parse_operations(data: object) -> list[ProposedOp]:
     if not isinstance(data, dict) or not isinstance(data.get("operations"), list):
-        raise ValueError('expected an object with an "operations" list')
+        raise InvalidInput('expected an object with an "operations" list')
     ops = []
     for item in data["operations"]:
         if not isinstance(item, dict) or "op" not in item:
-            raise ValueError("each operation must be an object with an op")
+            raise InvalidInput("each operation must be an object with an op")
         ids = item.get("ids") or item.get("target_ids") or []
         ids = [str(i).strip("[] ") for i in (ids if isinstance(ids, list) else [ids])]
         ops.append(ProposedOp(str(item["op"]).upper(), ids, clean_text(item.get("text") or "") or None,
@@ -498,7 +498,7 @@ def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: l
 def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, only_pending: bool = True) -> int:
     """Approve or reject every (pending) operation of a step; returns how many were decided."""
     if decision not in ("approved", "rejected"):
-        raise ValueError("decision must be approved or rejected")
+        raise InvalidInput("decision must be approved or rejected")
     count = 0
     with session_scope(engine) as session:
         for op in queries.step_operations(session, step_id):
@@ -527,7 +527,7 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
             return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
         ops = queries.step_operations(session, step_id)
         if any(o.status == "pending" for o in ops):
-            raise ValueError(f"step {step_id} still has operations awaiting review")
+            raise Conflict(f"step {step_id} still has operations awaiting review")
         before = session.get(LibraryVersion, step.version_before_id)
         max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
         chosen = [o for o in ops if o.status in ("approved", "edited") and o.op != "KEEP"]
@@ -589,8 +589,8 @@ async def _direct_experiences(ctx: _Ctx) -> None:
 
 def _parse_direct(data: object) -> list[str]:
     if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
-        raise ValueError('expected an object with an "experiences" list')
+        raise InvalidInput('expected an object with an "experiences" list')
     texts = [clean_text(t) for t in data["experiences"] if clean_text(t)]
     if not texts:
-        raise ValueError("no experiences in the reply")
+        raise InvalidInput("no experiences in the reply")
     return texts

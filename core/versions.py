@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from core import library_io
+from core.errors import InvalidInput, NotFound
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
 from storage import queries
@@ -69,8 +70,6 @@ def new_experiences(session: Session, library: Library, texts: list[str]) -> lis
 
 def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
     """A version by id, by label (`production`), `latest`, or None for `empty` (the empty library)."""
-    from core.tasks import NotFound
-
     ref = str(ref).strip()
     if ref.lower() == EMPTY:
         return None
@@ -112,7 +111,7 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
         from core.prompts import EXPERIENCE_HEADER
 
         return f"{EXPERIENCE_HEADER}\n{library_io.to_prompt_block(experiences)}\n" if experiences else ""
-    raise ValueError(f"unknown export format {fmt!r}: use md, json or prompt")
+    raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 
 def set_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
@@ -150,9 +149,9 @@ def edit_library(session: Session, library: Library, ops: list[ProposedOp], acto
     checked = validate_ops(base.experiences, ops)
     errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
     if errors:
-        raise ValueError("; ".join(errors))
+        raise InvalidInput("; ".join(errors))
     if not ops:
-        raise ValueError("nothing to change")
+        raise InvalidInput("nothing to change")
     experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
     summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
     return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,

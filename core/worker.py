@@ -27,6 +27,8 @@ from sqlalchemy import or_, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from core.errors import Conflict, NotFound
+from core.settings import PROJECT_DIR, settings
 from storage.db import session_scope
 from storage.models import Evaluation, Run, utcnow
 from storage.models import Worker as WorkerRow
@@ -34,7 +36,6 @@ from storage.models import Worker as WorkerRow
 log = logging.getLogger(__name__)
 STALE_AFTER = 30.0
 HEARTBEAT_EVERY = 3.0
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 TABLES = {"run": Run, "evaluation": Evaluation}
 
 
@@ -158,10 +159,10 @@ def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuse
     with Session(engine) as session:
         row = session.get(TABLES[kind], job_id)
     if row is None:
-        raise ValueError(f"no {kind} {job_id}")
+        raise NotFound(f"no {kind} {job_id}")
     if row.status == "running":
-        raise ValueError(f"{kind} {job_id} is being executed by worker {row.worker_id}; pause it first")
-    raise ValueError(f"{kind} {job_id} is {row.status}")
+        raise Conflict(f"{kind} {job_id} is being executed by worker {row.worker_id}; pause it first")
+    raise Conflict(f"{kind} {job_id} is {row.status}")
 
 
 def execute_job(engine: Engine, kind: str, job_id: int, owner: str, *, gateway=None,
@@ -238,7 +239,7 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
 
 
 def default_log_path() -> Path:
-    return Path(os.environ.get("TFGRPO_WORKER_LOG") or PROJECT_DIR / "worker.log")
+    return settings().worker_log
 
 
 def spawn_worker(database_url: str, log_path: Path | None = None) -> int:
@@ -259,7 +260,7 @@ def ensure_worker(engine: Engine, database_url: str) -> str:
 
     TFGRPO_NO_AUTOWORKER=1 turns this off (tests, or a team that runs its workers elsewhere).
     """
-    if os.environ.get("TFGRPO_NO_AUTOWORKER"):
+    if settings().no_autoworker:
         return "automatic worker start is off (TFGRPO_NO_AUTOWORKER)"
     with Session(engine) as session:
         alive = alive_workers(session)

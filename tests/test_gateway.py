@@ -8,7 +8,8 @@ import litellm
 import pytest
 from sqlmodel import Session, select
 
-from core.gateway import Gateway, ModelCallError, StructuredOutputError, clean_text, extract_json, redact
+from core.errors import ModelCallError, StructuredOutputError
+from core.gateway import Gateway, clean_text, extract_json, redact
 from storage.models import LLMCall
 from tests.conftest import ScriptedModel
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from sqlmodel import Session, select
 
+from core.errors import PermissionDenied
 from core.evaluation import create_evaluation, execute_evaluation
 from core.labeling import (
     agreement,
@@ -19,7 +20,7 @@ from core.labeling import (
     spot_checked,
     submit_label,
 )
-from core.people import PermissionDenied, add_user
+from core.people import add_user
 from core.tasks import DEMO_TASK
 from core.training import execute_run
 from storage.db import session_scope

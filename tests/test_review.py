@@ -8,8 +8,9 @@ import threading
 import pytest
 from sqlmodel import Session, select
 
+from core.errors import AlreadyDecided
 from core.library import ProposedOp
-from core.review import AlreadyDecided, decide_operation, decide_step, edit_operation, reopen_operation
+from core.review import decide_operation, decide_step, edit_operation, reopen_operation
 from core.tasks import DEMO_TASK, get_task
 from core.versions import edit_library, ensure_library, revert_to
 from storage import queries

@@ -7,7 +7,8 @@ import json
 import pytest
 from sqlmodel import Session, func, select
 
-from core.people import PermissionDenied, add_user
+from core.errors import NotFound, PermissionDenied
+from core.people import add_user
 from core.task_io import (
     FORMAT,
     TaskSettings,
@@ -18,7 +19,7 @@ from core.task_io import (
     import_task,
     save_task,
 )
-from core.tasks import DEMO_TASK, NotFound
+from core.tasks import DEMO_TASK
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task
 

@@ -1,0 +1,58 @@
+"""Every error the studio raises on purpose: one base, shown as a one-line message by the CLI and pages.
+
+The builtin base of each class (LookupError, ValueError, PermissionError, RuntimeError) is kept so that
+code written against the builtins still catches them; `exit_code` is what the CLI returns.
+"""
+
+from __future__ import annotations
+
+
+class StudioError(Exception):
+    """A failure the user can act on; its message says what and why, in one line."""
+
+    exit_code = 2
+
+
+class NotFound(StudioError, LookupError):
+    """A named thing (task, library, version, run, operation, user) does not exist; the message names it."""
+
+
+class InvalidInput(StudioError, ValueError):
+    """A setting, file, reference or request that cannot be used as given; the message says which and why."""
+
+
+class Conflict(StudioError, ValueError):
+    """The state changed under the request (decided by someone else, already applied, wrong status)."""
+
+
+class AlreadyDecided(Conflict):
+    """The operation is no longer pending: somebody decided it first, or it was applied."""
+
+
+class PermissionDenied(StudioError, PermissionError):
+    """The acting person's role does not allow this change."""
+
+
+class SignInLocked(PermissionDenied):
+    """Too many failed sign-ins on this name; it must wait."""
+
+
+class ModelCallError(StudioError, RuntimeError):
+    """A model call failed for good (after retries); the ledger holds the details."""
+
+    exit_code = 1
+
+
+class StructuredOutputError(ModelCallError):
+    """The model did not return the JSON that was asked for, even after repair and one more try."""
+
+    def __init__(self, message: str, raw: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+def exit_code(exc: BaseException) -> int:
+    """The CLI's exit code for an error: the class's own, else 2 for bad input, else 1."""
+    if isinstance(exc, StudioError):
+        return exc.exit_code
+    return 2 if isinstance(exc, ValueError | LookupError | PermissionError | FileNotFoundError) else 1

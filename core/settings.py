@@ -1,0 +1,48 @@
+"""The studio's configuration: one object read from the environment once per process.
+
+Only names, numbers and paths live here. Provider API keys stay in the provider's usual environment
+variables (OPENAI_API_KEY, DEEPSEEK_API_KEY, ...), read by litellm alone, and never enter this object.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import Engine
+
+from storage.db import get_engine
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
+
+
+class Settings(BaseSettings):
+    """Every environment variable the studio reads, with its default (the README's Configuration table)."""
+
+    model_config = SettingsConfigDict(env_prefix="TFGRPO_", env_ignore_empty=True, extra="ignore")
+
+    database_url: str = Field(default=f"sqlite:///{PROJECT_DIR / 'studio.db'}",
+                              validation_alias=AliasChoices("DATABASE_URL", "TFGRPO_DATABASE_URL"))
+    model: str = Field(default=DEFAULT_MODEL, min_length=1, description="default model of every role")
+    concurrency: int = Field(default=4, ge=1, le=1024, description="model calls in flight per model")
+    local_slots: int = Field(default=4, ge=1, le=64, description="parallel sequences of the embedded model")
+    local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
+    threads: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1, description="llama.cpp threads")
+    model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
+    no_autoworker: bool = Field(default=False, description="pages never start a worker process themselves")
+    worker_log: Path = Field(default=PROJECT_DIR / "worker.log", description="log of a worker a page started")
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The settings of this process (tests that change the environment call `settings.cache_clear()`)."""
+    return Settings()
+
+
+def engine() -> Engine:
+    """The configured database's engine (one per URL per process, migrated on first use)."""
+    return get_engine(settings().database_url)
