@@ -25,12 +25,13 @@ from core.gateway import Gateway
 from core.people import ROLES, add_user, update_user
 from core.task_io import export_task_json, import_task
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
-from core.training import RESUMABLE, RunSettings, check_resumable, create_run, run_counters
+from core.training import RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
 from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
 from storage.db import describe_url, get_engine, session_scope
 from storage.models import LibraryVersion, Run, Task
+from storage.statuses import WORKER_MAY_CONTINUE, GroupStatus, JobStatus, OperationStatus, RunKind
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 
@@ -178,10 +179,10 @@ def _report_run(engine, run_id: int) -> int:
             if unscored:
                 problems.append(f"{where}: {len(unscored)} rollouts could not be scored: {unscored[0].reward_detail}")
             for adv in queries.step_advantages(session, step.id):
-                if adv.status == "failed":
+                if adv.status == GroupStatus.FAILED:
                     problems.append(f"{where}, sample {adv.sample_id}: group failed: {adv.error}")
             for op in queries.step_operations(session, step.id):
-                if op.status == "invalid":
+                if op.status == OperationStatus.INVALID:
                     problems.append(f"{where}: {op.op} {op.target_ids} rejected: {op.validation_error}")
     print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
     print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
@@ -189,7 +190,7 @@ def _report_run(engine, run_id: int) -> int:
     for line in problems:
         print(f"  note: {line}")
     _print_version(version)
-    return 0 if run.status in ("completed", "awaiting_review", "paused") else 1
+    return 0 if run.status in (JobStatus.COMPLETED, JobStatus.AWAITING_REVIEW, JobStatus.PAUSED) else 1
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -208,12 +209,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                                concurrency=args.concurrency, max_experiences=args.max_experiences,
                                budget_usd=args.budget, api_base=args.api_base)
         run_id = create_run(engine, args.task, settings, library_name=args.library,
-                            kind="direct" if args.direct else "train")
+                            kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
     if args.queue:
         print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
         return 0
     owner = new_worker_id()
-    claim_or_explain(engine, "run", run_id, owner, RESUMABLE if args.resume is not None else ("queued",))
+    claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
     print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = StageProgress()
     try:
@@ -231,7 +232,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
         return 0
     owner = new_worker_id()
-    claim_or_explain(engine, "evaluation", eval_id, owner, ("queued",))
+    claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
     gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
     ev = execute_job(engine, "evaluation", eval_id, owner, gateway=gateway)
     m = ev.metrics or {}
@@ -240,7 +241,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
                           "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
                           "errors": m.get("errors"), "cost": ev.cost, "model": ev.model, "error": ev.error}))
-    elif ev.status == "completed":
+    elif ev.status == JobStatus.COMPLETED:
         lo, hi = m["mean_at_k_ci"]
         plo, phi = m["pass_at_k_ci"]
         print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
@@ -248,7 +249,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
               f"  rollout errors {m.get('errors', 0)}  cost ${ev.cost:.4f}")
     else:
         print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
-    return 0 if ev.status == "completed" else 1
+    return 0 if ev.status == JobStatus.COMPLETED else 1
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
 from storage.models import utcnow as now
+from storage.statuses import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         task = session.get(Task, ev.task_id)
         version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
         samples = queries.samples(session, task.id, ev.split, limit=ev.limit)
-        ev.status, ev.error, ev.heartbeat_at = "running", None, now()
+        ev.status, ev.error, ev.heartbeat_at = JobStatus.RUNNING, None, now()
         ev.started_at = ev.started_at or now()
         ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
@@ -114,14 +115,14 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             ev = session.get(Evaluation, evaluation_id)
             ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
             ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
-            ev.status, ev.finished_at = "completed", now()
+            ev.status, ev.finished_at = JobStatus.COMPLETED, now()
             ev.progress = {"rollouts_done": len(rollouts), "rollouts_total": progress.total}
             session.add(ev)
     except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
         log.exception("evaluation %s failed", evaluation_id)
         with session_scope(engine) as session:
             ev = session.get(Evaluation, evaluation_id)
-            ev.status, ev.error, ev.finished_at = "failed", f"{type(exc).__name__}: {exc}", now()
+            ev.status, ev.error, ev.finished_at = JobStatus.FAILED, f"{type(exc).__name__}: {exc}", now()
             session.add(ev)
     with Session(engine) as session:
         return session.get(Evaluation, evaluation_id)

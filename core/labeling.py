@@ -28,8 +28,9 @@ from core.rewards import PERSON_METHODS
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
+from storage.statuses import JobStatus, LabelStatus, StepStatus
 
-WAITING = "awaiting_labels"
+WAITING = JobStatus.AWAITING_LABELS
 
 
 # ---- entering the queue (called while a rollout is scored) ------------------------------------------------
@@ -96,8 +97,8 @@ def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] 
 def progress(session: Session, task: Task, labeler: str | None = None) -> Progress:
     counts = Counter(r.label_status for r in queries.queued_rollouts(session, task.id))
     mine = len(queries.rollouts_to_label(session, task.id, labeler)) if labeler else 0
-    return Progress(needed=counts.get("needed", 0), done=counts.get("done", 0),
-                    disputed=counts.get("disputed", 0), mine_to_do=mine)
+    return Progress(needed=counts.get(LabelStatus.NEEDED, 0), done=counts.get(LabelStatus.DONE, 0),
+                    disputed=counts.get(LabelStatus.DISPUTED, 0), mine_to_do=mine)
 
 
 # ---- writing labels ---------------------------------------------------------------------------------------
@@ -131,13 +132,13 @@ def _settle(session: Session, rollout: Rollout, task: Task) -> None:
         rollout.suggested_reward, rollout.suggested_detail = rollout.reward, rollout.reward_detail
     if decisions:
         last = decisions[-1]
-        rollout.reward, rollout.label_status = last.value, "done"
+        rollout.reward, rollout.label_status = last.value, LabelStatus.DONE
         rollout.reward_source, rollout.reward_detail = "human", f"decided by {last.labeler}: {last.value:g}"
         return
     values = [label.value for label in labels.values()]
     needed = rollout.labels_needed or 1
     if len(values) < needed:
-        rollout.label_status = "needed"
+        rollout.label_status = LabelStatus.NEEDED
         return
     scale = scale_of(task)
     agreed = len({score_of(v, scale) for v in values}) == 1
@@ -145,7 +146,7 @@ def _settle(session: Session, rollout: Rollout, task: Task) -> None:
     rollout.reward_source = "human"
     who = ", ".join(f"{name} {label.value:g}" for name, label in labels.items())
     rollout.reward_detail = f"labelled by {who}" + ("" if agreed else " (disagree: mean until a reviewer decides)")
-    rollout.label_status = "done" if agreed else "disputed"
+    rollout.label_status = LabelStatus.DONE if agreed else LabelStatus.DISPUTED
 
 
 @dataclass
@@ -202,9 +203,9 @@ def hold_for_labels(engine: Engine, *, step_id: int | None = None, run_id: int |
         session.exec(update(table).where(table.id == job_id).values(status=WAITING))
         waiting = queries.has_rollouts_to_label(session, step_id=step_id, evaluation_id=evaluation_id)
         if not waiting:
-            session.exec(update(table).where(table.id == job_id).values(status="running"))
+            session.exec(update(table).where(table.id == job_id).values(status=JobStatus.RUNNING))
         elif step_id is not None:
-            session.exec(update(Run).where(Run.id == run_id, Run.status == "running").values(status=WAITING))
+            session.exec(update(Run).where(Run.id == run_id, Run.status == JobStatus.RUNNING).values(status=WAITING))
     return waiting
 
 
@@ -219,18 +220,18 @@ def release_if_labelled(engine: Engine, *, step_id: int | None, evaluation_id: i
             step = session.get(Step, step_id)
             if step is None or step.status != WAITING:
                 return False
-            step.status = "running"
+            step.status = StepStatus.RUNNING
             session.add(step)
             moved = session.exec(update(Run).where(Run.id == step.run_id, Run.status == WAITING)
-                                 .values(status="queued")).rowcount
+                                 .values(status=JobStatus.QUEUED)).rowcount
             job = ("run", step.run_id)
         else:
             moved = session.exec(update(Evaluation).where(Evaluation.id == evaluation_id, Evaluation.status == WAITING)
-                                 .values(status="queued")).rowcount
+                                 .values(status=JobStatus.QUEUED)).rowcount
             job = ("evaluation", evaluation_id)
         if moved:
             session.add(AuditEvent(actor=actor, action=f"{job[0]}.labels_complete", object_type=job[0],
-                                   object_id=job[1], before={"status": WAITING}, after={"status": "queued"}))
+                                   object_id=job[1], before={"status": WAITING}, after={"status": JobStatus.QUEUED}))
         return bool(moved)
 
 
@@ -292,7 +293,7 @@ def agreement(session: Session, task: Task) -> Agreement:
         if len(labels) < 2:
             continue
         per_item[rollout.id] = {name: score_of(label.value, scale) for name, label in labels.items()}
-        if rollout.label_status == "disputed":
+        if rollout.label_status == LabelStatus.DISPUTED:
             result.disagreements.append({"rollout": rollout.id, "sample": rollout.sample_id,
                                          "labels": {k: f"{v.value:g}" for k, v in labels.items()},
                                          "reward now": rollout.reward})

@@ -20,8 +20,9 @@ from core.training import RunSettings, apply_step_operations
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step, utcnow
+from storage.statuses import OperationStatus, StepStatus
 
-DECISIONS = {"approved": "operation.approve", "rejected": "operation.reject"}
+DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
 
 def _operation(session: Session, op_id: int) -> Operation:
@@ -41,7 +42,7 @@ def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: 
         require_role(session, actor, "reviewer", "deciding operations")
         op = _operation(session, op_id)
         before = _snapshot(op)
-        result = session.exec(update(Operation).where(Operation.id == op_id, Operation.status == "pending")
+        result = session.exec(update(Operation).where(Operation.id == op_id, Operation.status == OperationStatus.PENDING)
                               .values(reviewer=actor, decided_at=utcnow(), comment=comment or None, **values))
         if result.rowcount != 1:
             session.refresh(op)
@@ -76,7 +77,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
     checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
     if not checked.valid:
         raise InvalidInput(f"the edited operation is not valid: {checked.error}")
-    op = _from_pending(engine, op_id, actor, "operation.edit", comment, status="edited", text=text, target_ids=ids)
+    op = _from_pending(engine, op_id, actor, "operation.edit", comment, status=OperationStatus.EDITED, text=text, target_ids=ids)
     apply_if_decided(engine, op.step_id, actor)
     return op
 
@@ -87,10 +88,10 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
         require_role(session, actor, "reviewer", "reopening operations")
         op = _operation(session, op_id)
         step = session.get(Step, op.step_id) if op.step_id else None
-        if op.status not in ("approved", "rejected", "edited") or (step and step.status == "completed"):
+        if op.status not in (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED) or (step and step.status == StepStatus.COMPLETED):
             raise AlreadyDecided(f"operation {op_id} is {op.status} in an applied step and cannot be reopened")
         before = _snapshot(op)
-        op.status, op.reviewer, op.decided_at = "pending", None, None
+        op.status, op.reviewer, op.decided_at = OperationStatus.PENDING, None, None
         session.add(op)
         session.add(AuditEvent(actor=actor, action="operation.reopen", object_type="operation", object_id=op_id,
                                before=before, after=_snapshot(op)))
@@ -103,7 +104,7 @@ def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
         raise InvalidInput("decision must be approved or rejected")
     with Session(engine) as session:
         require_role(session, actor, "reviewer", "deciding operations")
-        pending = [op.id for op in queries.step_operations(session, step_id) if op.status == "pending"]
+        pending = [op.id for op in queries.step_operations(session, step_id) if op.status == OperationStatus.PENDING]
     decided = 0
     for op_id in pending:
         try:
@@ -121,8 +122,8 @@ def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> Library
         return None
     with Session(engine) as session:
         step = session.get(Step, step_id)
-        if step is None or step.status != "awaiting_review":
+        if step is None or step.status != StepStatus.AWAITING_REVIEW:
             return None
-        if any(op.status == "pending" for op in queries.step_operations(session, step_id)):
+        if any(op.status == OperationStatus.PENDING for op in queries.step_operations(session, step_id)):
             return None
     return apply_step_operations(engine, step_id, actor=actor)

@@ -18,6 +18,7 @@ from core.labeling import labels_per_rollout, needs_person
 from core.rewards import MODEL_METHODS, PERSON_METHODS, score_or_error
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
+from storage.statuses import LabelStatus
 
 
 async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
@@ -67,6 +68,6 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
         row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
     key = f"{row.step_id}:{row.evaluation_id}:{row.sample_id}:{row.group_index}"
     if needs_person(task, unsure, key):
-        row.reward, row.reward_source, row.label_status = None, None, "needed"
+        row.reward, row.reward_source, row.label_status = None, None, LabelStatus.NEEDED
         row.reward_detail = "waiting for a label"
         row.labels_needed = labels_per_rollout(task)

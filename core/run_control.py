@@ -14,10 +14,13 @@ from core.people import require_role
 from core.worker import job_health
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Run, utcnow
-
-PAUSABLE = ("queued", "running")
-CANCELLABLE = ("queued", "running", "paused", "awaiting_review", "awaiting_labels", "failed")
-RESUMABLE = ("paused", "failed", "stalled")
+from storage.statuses import (
+    EVALUATION_MAY_RESUME,
+    PERSON_MAY_CANCEL,
+    PERSON_MAY_PAUSE,
+    PERSON_MAY_RESUME,
+    JobStatus,
+)
 
 
 def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, ...], new_status: str,
@@ -33,9 +36,9 @@ def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, 
             raise Conflict(f"{kind} {job_id} is {shown}; only {', '.join(allowed)} can be {verb}")
         before = row.status
         row.status = new_status
-        if new_status == "queued":
+        if new_status == JobStatus.QUEUED:
             row.error = None
-        if new_status == "cancelled":
+        if new_status == JobStatus.CANCELLED:
             row.finished_at = utcnow()
         session.add(row)
         session.add(AuditEvent(actor=actor, action=f"{kind}.{verb}", object_type=kind, object_id=job_id,
@@ -45,19 +48,19 @@ def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, 
 
 def pause_run(engine: Engine, run_id: int, actor: str) -> str:
     """A queued run waits; a running one stops at its next progress tick (what is done stays done)."""
-    return _change(engine, Run, run_id, actor, PAUSABLE + ("stalled",), "paused", "paused")
+    return _change(engine, Run, run_id, actor, PERSON_MAY_PAUSE, JobStatus.PAUSED, "paused")
 
 
 def resume_run(engine: Engine, run_id: int, actor: str) -> str:
     """Queue a paused, failed or stalled run again; a worker continues it where it stopped."""
-    return _change(engine, Run, run_id, actor, RESUMABLE, "queued", "resumed")
+    return _change(engine, Run, run_id, actor, PERSON_MAY_RESUME, JobStatus.QUEUED, "resumed")
 
 
 def cancel_run(engine: Engine, run_id: int, actor: str) -> str:
     """End a run for good; versions it already created stay."""
-    return _change(engine, Run, run_id, actor, CANCELLABLE + ("stalled",), "cancelled", "cancelled")
+    return _change(engine, Run, run_id, actor, PERSON_MAY_CANCEL, JobStatus.CANCELLED, "cancelled")
 
 
 def resume_evaluation(engine: Engine, evaluation_id: int, actor: str) -> str:
     """Queue a failed or stalled evaluation again; stored rollouts are reused."""
-    return _change(engine, Evaluation, evaluation_id, actor, ("failed", "stalled"), "queued", "resumed")
+    return _change(engine, Evaluation, evaluation_id, actor, EVALUATION_MAY_RESUME, JobStatus.QUEUED, "resumed")

@@ -55,11 +55,18 @@ from storage.models import (
     Task,
 )
 from storage.models import utcnow as now
+from storage.statuses import (
+    WORKER_MAY_CONTINUE,
+    GroupStatus,
+    JobStatus,
+    LabelStatus,
+    OperationStatus,
+    RunKind,
+    StepStatus,
+)
 
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
-ACTIVE = ("queued", "running")
-RESUMABLE = ("queued", "running", "paused", "failed", "awaiting_review", "awaiting_labels")
 
 
 @dataclass
@@ -120,7 +127,7 @@ def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int)
 
 
 def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library_name: str = "default",
-               kind: str = "train", created_by: str = "cli") -> int:
+               kind: str = RunKind.TRAIN, created_by: str = "cli") -> int:
     """Queue a run (validated); `execute_run` or a worker carries it out."""
     settings.validate()
     with session_scope(engine) as session:
@@ -178,8 +185,8 @@ def check_resumable(session: Session, run_id: int) -> Run:
     run = session.get(Run, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
-    if run.status not in RESUMABLE:
-        raise Conflict(f"run {run_id} is {run.status}; only {', '.join(RESUMABLE)} runs can be resumed")
+    if run.status not in WORKER_MAY_CONTINUE:
+        raise Conflict(f"run {run_id} is {run.status}; only {', '.join(WORKER_MAY_CONTINUE)} runs can be resumed")
     return run
 
 
@@ -190,7 +197,7 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
         settings = RunSettings.from_dict(run.settings)
         task = session.get(Task, run.task_id)
         library = session.get(Library, run.library_id)
-        run.status, run.error, run.heartbeat_at = "running", None, now()
+        run.status, run.error, run.heartbeat_at = JobStatus.RUNNING, None, now()
         run.started_at = run.started_at or now()
         session.add(run)
     gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base)
@@ -198,16 +205,16 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
                           max_tokens=settings.max_tokens, mode=task.agent_mode, max_turns=settings.max_turns)
     ctx = _Ctx(engine, run_id, task, library, settings, gateway, agent, on_progress)
     try:
-        if run.kind == "direct":
+        if run.kind == RunKind.DIRECT:
             await _direct_experiences(ctx)
         else:
             await _train(ctx)
-        _finish(ctx, "completed")
+        _finish(ctx, JobStatus.COMPLETED)
     except _Stop:
         pass
     except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
         log.exception("run %s failed", run_id)
-        _finish(ctx, "failed", f"{type(exc).__name__}: {exc}")
+        _finish(ctx, JobStatus.FAILED, f"{type(exc).__name__}: {exc}")
     _tick(ctx, final=True)
     with Session(engine) as session:
         return session.get(Run, run_id)
@@ -237,11 +244,11 @@ def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
         ctx.on_progress(counters)
     if final:
         return
-    if status in ("paused", "cancelled"):
+    if status in (JobStatus.PAUSED, JobStatus.CANCELLED):
         raise _Stop()
     budget = ctx.settings.budget_usd
     if budget is not None and counters["cost"] >= budget:
-        _finish(ctx, "paused", f"budget of ${budget:.2f} reached (${counters['cost']:.4f} spent)")
+        _finish(ctx, JobStatus.PAUSED, f"budget of ${budget:.2f} reached (${counters['cost']:.4f} spent)")
         raise _Stop()
 
 
@@ -258,12 +265,12 @@ def run_counters(session: Session, run: Run) -> dict:
         "rollout_errors": counts["rollout_errors"],
         "rewards": counts["rewards"],
         "summaries": counts["summaries"],
-        "advantages": adv.get("ok", 0),
-        "groups_skipped": adv.get("skipped", 0),
-        "groups_failed": adv.get("failed", 0),
+        "advantages": adv.get(GroupStatus.OK, 0),
+        "groups_skipped": adv.get(GroupStatus.SKIPPED, 0),
+        "groups_failed": adv.get(GroupStatus.FAILED, 0),
         "operations": sum(ops.values()),
-        "operations_applied": ops.get("applied", 0),
-        "operations_invalid": ops.get("invalid", 0),
+        "operations_applied": ops.get(OperationStatus.APPLIED, 0),
+        "operations_invalid": ops.get(OperationStatus.INVALID, 0),
         "calls": totals["calls"],
         "cache_hits": totals["cache_hits"],
         "tokens_in": totals["tokens_in"],
@@ -288,9 +295,9 @@ async def _train(ctx: _Ctx) -> None:
     for epoch, batch_index, sample_ids in plan:
         _tick(ctx, checkpoint=True)
         step = _ensure_step(ctx, epoch, batch_index, sample_ids)
-        if step.status == "completed":
+        if step.status == StepStatus.COMPLETED:
             continue
-        if step.status == "awaiting_review":
+        if step.status == StepStatus.AWAITING_REVIEW:
             _apply_or_wait(ctx, step.id, actor="reviewer")
             continue
         await _run_step(ctx, step)
@@ -302,7 +309,7 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         if step is None:
             run = session.get(Run, ctx.run_id)
             step = Step(run_id=ctx.run_id, epoch=epoch, batch_index=batch_index, sample_ids=sample_ids,
-                        version_before_id=run.current_version_id, status="running")
+                        version_before_id=run.current_version_id, status=StepStatus.RUNNING)
             session.add(step)
             session.flush()
         return step
@@ -311,10 +318,10 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
 def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
     """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
     with session_scope(ctx.engine) as session:
-        pending = any(o.status == "pending" for o in queries.step_operations(session, step_id))
+        pending = any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
         if pending:
             step, run = session.get(Step, step_id), session.get(Run, ctx.run_id)
-            step.status, run.status = "awaiting_review", "awaiting_review"
+            step.status, run.status = StepStatus.AWAITING_REVIEW, StepStatus.AWAITING_REVIEW
             session.add(step)
             session.add(run)
     if pending:
@@ -329,7 +336,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
     experiences = before.experiences
     while True:
         advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
-        if not any(a.status == "waiting" for a in advantages):
+        if not any(a.status == GroupStatus.WAITING for a in advantages):
             break
         if hold_for_labels(ctx.engine, step_id=step.id, run_id=ctx.run_id):
             raise _Stop()
@@ -340,15 +347,15 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         row.reward_mean = statistics.fmean(rewards) if rewards else None
         row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
         row.stats = {"groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
-                                                 for k in ("ok", "skipped", "failed")}}
+                                                 for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)}}
         session.add(row)
         has_ops = bool(queries.step_operations(session, step.id))
     if not has_ops:
-        proposals = [text for a in advantages if a.status == "ok" for text in a.proposals]
-        source_ids = [a.id for a in advantages if a.status == "ok"]
+        proposals = [text for a in advantages if a.status == GroupStatus.OK for text in a.proposals]
+        source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
         await _consolidate(ctx, step, experiences, proposals, source_ids)
     if ctx.settings.review_mode == "auto":
-        decide_all(ctx.engine, step.id, "approved", actor="auto", only_pending=True)
+        decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", only_pending=True)
     _apply_or_wait(ctx, step.id, actor="auto")
 
 
@@ -357,21 +364,21 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
     with Session(ctx.engine) as session:
         done = session.exec(select(Advantage).where(Advantage.step_id == step.id,
                                                      Advantage.sample_id == sample.id)).first()
-    if done is not None and done.status in ("ok", "skipped"):
+    if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
         return done
     try:
         rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
                                           for g in range(ctx.settings.group_size)))
         rollouts = _assign_rewards(ctx, sample, rollouts)
-        if any(r.label_status == "needed" for r in rollouts):
-            return Advantage(step_id=step.id, sample_id=sample.id, status="waiting")
+        if any(r.label_status == LabelStatus.NEEDED for r in rollouts):
+            return Advantage(step_id=step.id, sample_id=sample.id, status=GroupStatus.WAITING)
         valid = [r for r in rollouts if r.error is None]
         if not valid:
-            return _save_advantage(ctx, step, sample, done, status="failed",
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED,
                                    error=f"every rollout failed: {rollouts[0].error}")
         rewards = [r.reward or 0.0 for r in valid]
         if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
-            return _save_advantage(ctx, step, sample, done, status="skipped",
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
                                    text=f"all {len(valid)} rewards equal ({rewards[0]:g}): no group advantage")
         summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         gt = ctx.settings.ground_truth
@@ -381,15 +388,15 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
         parsed, call = await ctx.gateway.complete_json(
             stage="advantage", model=ctx.settings.learner_model, messages=messages, schema=ADVANTAGE_SCHEMA,
             parse=_parse_advantage, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
-        return _save_advantage(ctx, step, sample, done, status="ok", text=parsed["analysis"],
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed["analysis"],
                                proposals=parsed["experiences"], raw=call.text)
     except _Stop:
         raise
     except StructuredOutputError as exc:
-        return _save_advantage(ctx, step, sample, done, status="failed", error=str(exc), raw=exc.raw)
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=str(exc), raw=exc.raw)
     except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)
         log.warning("group of sample %s failed: %s", sample.id, exc)
-        return _save_advantage(ctx, step, sample, done, status="failed", error=f"{type(exc).__name__}: {exc}")
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
 
 
 def _parse_advantage(data: object) -> dict:
@@ -488,7 +495,7 @@ def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: l
         for position, item in enumerate(checked):
             row = Operation(step_id=step.id, run_id=step.run_id, position=position, op=item.op.op,
                             target_ids=item.op.target_ids, text=item.op.text, rationale=item.op.rationale,
-                            source_advantage_ids=source_ids, status="pending" if item.valid else "invalid",
+                            source_advantage_ids=source_ids, status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID,
                             validation_error=item.error)
             session.add(row)
             rows.append(row)
@@ -497,12 +504,12 @@ def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: l
 
 def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, only_pending: bool = True) -> int:
     """Approve or reject every (pending) operation of a step; returns how many were decided."""
-    if decision not in ("approved", "rejected"):
+    if decision not in (OperationStatus.APPROVED, OperationStatus.REJECTED):
         raise InvalidInput("decision must be approved or rejected")
     count = 0
     with session_scope(engine) as session:
         for op in queries.step_operations(session, step_id):
-            if op.status == "pending" or (not only_pending and op.status in ("approved", "rejected", "edited")):
+            if op.status == OperationStatus.PENDING or (not only_pending and op.status in (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED)):
                 op.status, op.reviewer, op.decided_at = decision, actor, now()
                 session.add(op)
                 count += 1
@@ -518,19 +525,19 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
     with session_scope(engine) as session:
         # A write first, so this transaction holds the step (SQLite write lock, PostgreSQL row lock) and two
         # reviewers finishing at the same moment cannot both apply it.
-        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != "completed")
+        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != StepStatus.COMPLETED)
                                .values(finished_at=now())).rowcount
         step = session.get(Step, step_id)
         if step is None:
             raise NotFound(f"no step {step_id}")
-        if not claimed or step.status == "completed":
+        if not claimed or step.status == StepStatus.COMPLETED:
             return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
         ops = queries.step_operations(session, step_id)
-        if any(o.status == "pending" for o in ops):
+        if any(o.status == OperationStatus.PENDING for o in ops):
             raise Conflict(f"step {step_id} still has operations awaiting review")
         before = session.get(LibraryVersion, step.version_before_id)
         max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
-        chosen = [o for o in ops if o.status in ("approved", "edited") and o.op != "KEEP"]
+        chosen = [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and o.op != "KEEP"]
         checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
                                                     for o in chosen], max_size=max_size)
         valid = []
@@ -538,7 +545,7 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
             if item.valid:
                 valid.append(item.op)
             else:
-                op.status, op.validation_error = "invalid", item.error
+                op.status, op.validation_error = OperationStatus.INVALID, item.error
                 session.add(op)
         version = before
         if valid:
@@ -548,15 +555,15 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
                                      note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
                                      run_id=step.run_id, step_id=step.id)
         for op in ops:
-            if op.status in ("approved", "edited") and (op.op == "KEEP" or op in chosen):
-                op.status, op.applied_version_id = "applied", version.id
+            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and (op.op == "KEEP" or op in chosen):
+                op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
                 session.add(op)
-        step.version_after_id, step.status, step.finished_at = version.id, "completed", now()
+        step.version_after_id, step.status, step.finished_at = version.id, StepStatus.COMPLETED, now()
         session.add(step)
         run = session.get(Run, step.run_id)
         run.current_version_id = version.id
-        if run.status == "awaiting_review":
-            run.status = "queued"
+        if run.status == JobStatus.AWAITING_REVIEW:
+            run.status = JobStatus.QUEUED
         session.add(run)
         return version
 

@@ -32,6 +32,7 @@ from core.settings import PROJECT_DIR, settings
 from storage.db import session_scope
 from storage.models import Evaluation, Run, utcnow
 from storage.models import Worker as WorkerRow
+from storage.statuses import JobStatus, WorkerStatus
 
 log = logging.getLogger(__name__)
 STALE_AFTER = 30.0
@@ -54,8 +55,8 @@ def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool
 
 def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
     """The status a person should see: `running` turns into `stalled` when its worker stopped beating."""
-    if status == "running" and is_stale(heartbeat_at, now):
-        return "stalled"
+    if status == JobStatus.RUNNING and is_stale(heartbeat_at, now):
+        return JobStatus.STALLED
     return status
 
 
@@ -75,24 +76,24 @@ def holder_is_dead(worker_id: str) -> bool:
     return False
 
 
-def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple[str, ...] = ("queued",)) -> bool:
+def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple[str, ...] = (JobStatus.QUEUED,)) -> bool:
     """Atomically mark a job `running` for `owner` if it is in one of `statuses`; `running` there means
     only a stalled one (its heartbeat is stale), never one that a live worker holds."""
     table = TABLES[kind]
     stale_before = utcnow() - timedelta(seconds=STALE_AFTER)
-    stalled = (table.status == "running") & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
-    if "running" in statuses:
+    stalled = (table.status == JobStatus.RUNNING) & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
+    if JobStatus.RUNNING in statuses:
         with Session(engine) as session:
             row = session.get(table, job_id)
-            holder = row.worker_id if row is not None and row.status == "running" else None
+            holder = row.worker_id if row is not None and row.status == JobStatus.RUNNING else None
         if holder and holder_is_dead(holder):
-            stalled = stalled | ((table.status == "running") & (table.worker_id == holder))
-    condition = col(table.status).in_([s for s in statuses if s != "running"])
-    if "running" in statuses:
+            stalled = stalled | ((table.status == JobStatus.RUNNING) & (table.worker_id == holder))
+    condition = col(table.status).in_([s for s in statuses if s != JobStatus.RUNNING])
+    if JobStatus.RUNNING in statuses:
         condition = condition | stalled
     with session_scope(engine) as session:
         result = session.exec(update(table).where(table.id == job_id, condition)
-                              .values(status="running", worker_id=owner, heartbeat_at=utcnow()))
+                              .values(status=JobStatus.RUNNING, worker_id=owner, heartbeat_at=utcnow()))
         return result.rowcount == 1
 
 
@@ -100,9 +101,9 @@ def claim_next(engine: Engine, owner: str) -> tuple[str, int] | None:
     """The oldest queued run or evaluation, claimed for `owner`; None when nothing waits."""
     with Session(engine) as session:
         waiting = [("run", r.id, r.created_at) for r in session.exec(
-            select(Run).where(Run.status == "queued").order_by(Run.created_at).limit(5))]
+            select(Run).where(Run.status == JobStatus.QUEUED).order_by(Run.created_at).limit(5))]
         waiting += [("evaluation", e.id, e.created_at) for e in session.exec(
-            select(Evaluation).where(Evaluation.status == "queued").order_by(Evaluation.created_at).limit(5))]
+            select(Evaluation).where(Evaluation.status == JobStatus.QUEUED).order_by(Evaluation.created_at).limit(5))]
     for kind, job_id, _created in sorted(waiting, key=lambda item: item[2]):
         if claim(engine, kind, job_id, owner):
             return kind, job_id
@@ -115,11 +116,11 @@ def beat(engine: Engine, owner: str, job: tuple[str, int] | None) -> None:
     with session_scope(engine) as session:
         row = session.get(WorkerRow, owner)
         if row is not None:
-            row.heartbeat_at, row.current, row.status = now, f"{job[0]} {job[1]}" if job else None, "running"
+            row.heartbeat_at, row.current, row.status = now, f"{job[0]} {job[1]}" if job else None, WorkerStatus.RUNNING
             session.add(row)
         if job is not None:
             table = TABLES[job[0]]
-            session.exec(update(table).where(table.id == job[1], table.worker_id == owner, table.status == "running")
+            session.exec(update(table).where(table.id == job[1], table.worker_id == owner, table.status == JobStatus.RUNNING)
                          .values(heartbeat_at=now))
 
 
@@ -148,8 +149,8 @@ def release(engine: Engine, kind: str, job_id: int, owner: str) -> None:
     """Put a job this worker still holds back in the queue (the worker is stopping mid-job)."""
     table = TABLES[kind]
     with session_scope(engine) as session:
-        session.exec(update(table).where(table.id == job_id, table.worker_id == owner, table.status == "running")
-                     .values(status="queued"))
+        session.exec(update(table).where(table.id == job_id, table.worker_id == owner, table.status == JobStatus.RUNNING)
+                     .values(status=JobStatus.QUEUED))
 
 
 def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuses: tuple[str, ...]) -> None:
@@ -160,7 +161,7 @@ def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuse
         row = session.get(TABLES[kind], job_id)
     if row is None:
         raise NotFound(f"no {kind} {job_id}")
-    if row.status == "running":
+    if row.status == JobStatus.RUNNING:
         raise Conflict(f"{kind} {job_id} is being executed by worker {row.worker_id}; pause it first")
     raise Conflict(f"{kind} {job_id} is {row.status}")
 
@@ -182,7 +183,7 @@ def execute_job(engine: Engine, kind: str, job_id: int, owner: str, *, gateway=N
 
 
 def alive_workers(session: Session) -> list[WorkerRow]:
-    rows = session.exec(select(WorkerRow).where(WorkerRow.status == "running")).all()
+    rows = session.exec(select(WorkerRow).where(WorkerRow.status == WorkerStatus.RUNNING)).all()
     return [w for w in rows if not is_stale(w.heartbeat_at)]
 
 
@@ -195,7 +196,7 @@ def unregister(engine: Engine, owner: str) -> None:
     with session_scope(engine) as session:
         row = session.get(WorkerRow, owner)
         if row is not None:
-            row.status, row.current, row.heartbeat_at = "stopped", None, utcnow()
+            row.status, row.current, row.heartbeat_at = WorkerStatus.STOPPED, None, utcnow()
             session.add(row)
 
 

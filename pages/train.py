@@ -16,7 +16,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
-from core.run_control import CANCELLABLE, PAUSABLE, RESUMABLE, cancel_run, pause_run, resume_run
+from core.run_control import cancel_run, pause_run, resume_run
 from core.training import RunSettings, create_run
 from core.worker import job_health
 from pages._common import (
@@ -31,6 +31,7 @@ from pages._common import (
     status_label,
 )
 from storage import queries
+from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_PAUSE, PERSON_MAY_RESUME
 
 RUN_KEY = "train_run"
 DEFAULTS = RunSettings()
@@ -116,13 +117,13 @@ def control_buttons(run_id: int, shown: str, actor: str) -> None:
     """Only the requests that make sense for the run's (shown) status; after a change, redraw the page."""
     left, middle, right, _ = st.columns([1, 1, 1, 4])
     changed = None
-    if shown in PAUSABLE + ("stalled",) and left.button("Pause", key="train_pause", icon=":material/pause:"):
+    if shown in PERSON_MAY_PAUSE and left.button("Pause", key="train_pause", icon=":material/pause:"):
         changed = run_action(pause_run, engine(), run_id, actor, success=f"Run #{run_id} paused")
-    if shown in RESUMABLE and middle.button("Resume", key="train_resume", icon=":material/play_arrow:"):
+    if shown in PERSON_MAY_RESUME and middle.button("Resume", key="train_resume", icon=":material/play_arrow:"):
         changed = run_action(resume_run, engine(), run_id, actor, success=f"Run #{run_id} queued again")
         if changed:
             start_worker_if_needed()
-    if shown in CANCELLABLE + ("stalled",) and right.button("Cancel", key="train_cancel", icon=":material/stop:"):
+    if shown in PERSON_MAY_CANCEL and right.button("Cancel", key="train_cancel", icon=":material/stop:"):
         changed = run_action(cancel_run, engine(), run_id, actor, success=f"Run #{run_id} cancelled")
     if changed:
         st.rerun()

@@ -45,15 +45,17 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str | None = None) -> Engine:
-    """A new engine on `url`; the schema is migrated before it is returned."""
+def make_engine(url: str | None = None, *, migrate: bool = True) -> Engine:
+    """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
+    (for a database known to be at the newest revision, such as the tests' copies of a migrated file)."""
     url = url or database_url()
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    migrate(engine)
+    if migrate:
+        _migrate(engine)
     return engine
 
 
@@ -65,6 +67,9 @@ def migrate(engine: Engine) -> None:
     with engine.begin() as connection:
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, "head")
+
+
+_migrate = migrate  # make_engine's `migrate` flag hides the function's name inside it
 
 
 @lru_cache(maxsize=8)

@@ -12,14 +12,17 @@ from typing import Any
 from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from storage.statuses import GroupStatus, JobStatus, OperationStatus, RunKind, StepStatus, WorkerStatus
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 def _json(default: Any = None) -> Any:
+    """A JSON column; with a default (dict or list) it is NOT NULL, without one (`dict | None`) it may be NULL."""
     factory = (lambda: {}) if default is dict else (lambda: []) if default is list else (lambda: None)
-    return Field(default_factory=factory, sa_column=Column(JSON, nullable=default is not None))
+    return Field(default_factory=factory, sa_column=Column(JSON, nullable=default is None))
 
 
 def _text(nullable: bool = True) -> Any:
@@ -102,11 +105,11 @@ class Run(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     task_id: int = Field(foreign_key="task.id", index=True)
     library_id: int = Field(foreign_key="library.id")
-    kind: str = "train"  # train | direct
+    kind: str = RunKind.TRAIN
     start_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
     current_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")
     settings: dict = _json(dict)
-    status: str = Field(default="queued", index=True)
+    status: str = Field(default=JobStatus.QUEUED, index=True)
     progress: dict = _json(dict)
     heartbeat_at: datetime | None = None
     worker_id: str | None = None
@@ -126,7 +129,7 @@ class Step(SQLModel, table=True):
     epoch: int
     batch_index: int
     sample_ids: list = _json(list)
-    status: str = "pending"  # pending | running | awaiting_review | completed | failed
+    status: str = StepStatus.RUNNING
     version_before_id: int | None = Field(default=None, foreign_key="libraryversion.id")
     version_after_id: int | None = Field(default=None, foreign_key="libraryversion.id")
     reward_mean: float | None = None
@@ -148,7 +151,7 @@ class Evaluation(SQLModel, table=True):
     limit: int | None = None
     model: str = ""
     temperature: float = 0.7
-    status: str = Field(default="queued", index=True)
+    status: str = Field(default=JobStatus.QUEUED, index=True)
     n: int = 0
     mean_at_k: float | None = None
     pass_at_k: float | None = None
@@ -212,7 +215,7 @@ class Advantage(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     step_id: int = Field(foreign_key="step.id", index=True)
     sample_id: int = Field(foreign_key="sample.id")
-    status: str = "ok"  # ok | skipped | failed
+    status: str = GroupStatus.OK
     text: str | None = _text()
     proposals: list = _json(list)
     raw_response: str | None = _text()
@@ -232,7 +235,7 @@ class Operation(SQLModel, table=True):
     text: str | None = _text()
     rationale: str | None = _text()
     source_advantage_ids: list = _json(list)
-    status: str = Field(default="pending", index=True)  # pending|approved|rejected|edited|applied|invalid
+    status: str = Field(default=OperationStatus.PENDING, index=True)
     validation_error: str | None = _text()
     reviewer: str | None = None
     decided_at: datetime | None = None
@@ -293,7 +296,7 @@ class Worker(SQLModel, table=True):
     id: str = Field(primary_key=True)
     host: str = ""
     pid: int = 0
-    status: str = "running"  # running | stopped
+    status: str = WorkerStatus.RUNNING
     current: str | None = None  # e.g. "run 3" or "evaluation 5"
     started_at: datetime = Field(default_factory=utcnow)
     heartbeat_at: datetime = Field(default_factory=utcnow)

@@ -25,6 +25,7 @@ from storage.models import (
     Task,
     User,
 )
+from storage.statuses import LabelStatus, OperationStatus, StepStatus
 
 
 def task_by_name(session: Session, name: str) -> Task | None:
@@ -169,7 +170,7 @@ def call_totals(session: Session, run_id: int | None = None, evaluation_id: int 
 def pending_operations_by_run(session: Session) -> dict[int, int]:
     """How many operations of each run wait for a reviewer."""
     rows = session.exec(
-        select(Operation.run_id, func.count()).where(Operation.status == "pending").group_by(Operation.run_id)
+        select(Operation.run_id, func.count()).where(Operation.status == OperationStatus.PENDING).group_by(Operation.run_id)
     ).all()
     return {run_id: n for run_id, n in rows if run_id is not None}
 
@@ -189,7 +190,7 @@ def run_stage_counts(session: Session, run_id: int) -> dict:
         select(Operation.status, func.count()).where(Operation.run_id == run_id).group_by(Operation.status)
     ).all())
     steps_done = session.exec(
-        select(func.count()).select_from(Step).where(Step.run_id == run_id, Step.status == "completed")
+        select(func.count()).select_from(Step).where(Step.run_id == run_id, Step.status == StepStatus.COMPLETED)
     ).one()
     return {"rollouts": rollouts, "rollout_errors": errors, "rewards": rewards, "summaries": summaries,
             "advantages": advantages, "operations": operations, "steps_done": steps_done}
@@ -275,7 +276,7 @@ def pending_operations_by_step(session: Session, run_id: int) -> dict[int, int]:
     """How many operations of each step of a run wait for a reviewer."""
     rows = session.exec(
         select(Operation.step_id, func.count())
-        .where(Operation.run_id == run_id, Operation.status == "pending")
+        .where(Operation.run_id == run_id, Operation.status == OperationStatus.PENDING)
         .group_by(Operation.step_id)
     ).all()
     return {step_id: n for step_id, n in rows if step_id is not None}
@@ -334,7 +335,7 @@ def audit_facets(session: Session) -> dict[str, list[str]]:
 
 
 def rollouts_waiting_for_labels(session: Session) -> int:
-    return session.exec(select(func.count()).select_from(Rollout).where(Rollout.label_status == "needed")).one()
+    return session.exec(select(func.count()).select_from(Rollout).where(Rollout.label_status == LabelStatus.NEEDED)).one()
 
 
 # ---- the labeling queue ----------------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def queued_rollouts(session: Session, task_id: int) -> list[Rollout]:
 def rollouts_to_label(session: Session, task_id: int, labeler: str) -> list[Rollout]:
     """Queued rollouts of the task this person has not labelled yet, oldest first (one query)."""
     labelled = select(RewardLabel.rollout_id).where(RewardLabel.labeler == labeler, RewardLabel.kind == "label")
-    return list(session.exec(_task_rollouts(task_id).where(Rollout.label_status == "needed",
+    return list(session.exec(_task_rollouts(task_id).where(Rollout.label_status == LabelStatus.NEEDED,
                                                             col(Rollout.id).not_in(labelled))
                              .order_by(Rollout.id)))
 
@@ -395,7 +396,7 @@ def rollouts_by_ids(session: Session, rollout_ids: list[int]) -> dict[int, Rollo
 def has_rollouts_to_label(session: Session, *, step_id: int | None = None, evaluation_id: int | None = None) -> bool:
     """Whether a training step (or an evaluation) still has a rollout waiting for a label."""
     owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
-    return session.exec(select(Rollout.id).where(owner, Rollout.label_status == "needed")).first() is not None
+    return session.exec(select(Rollout.id).where(owner, Rollout.label_status == LabelStatus.NEEDED)).first() is not None
 
 
 def user_by_name(session: Session, name: str) -> User | None:

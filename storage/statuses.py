@@ -77,21 +77,19 @@ class OpKind(StrEnum):
     KEEP = "KEEP"
 
 
-J, O = JobStatus, OperationStatus
-
 # What a worker may pick up and carry on (train --resume, a claim of a job that is not finished).
-WORKER_MAY_CONTINUE = (J.QUEUED, J.RUNNING, J.PAUSED, J.FAILED, J.AWAITING_REVIEW, J.AWAITING_LABELS)
+WORKER_MAY_CONTINUE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.FAILED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS)
 # What a person may press Pause, Resume or Cancel on (as shown, so `stalled` counts).
-PERSON_MAY_PAUSE = (J.QUEUED, J.RUNNING, J.STALLED)
-PERSON_MAY_RESUME = (J.PAUSED, J.FAILED, J.STALLED)
-PERSON_MAY_CANCEL = (J.QUEUED, J.RUNNING, J.PAUSED, J.AWAITING_REVIEW, J.AWAITING_LABELS, J.FAILED, J.STALLED)
-EVALUATION_MAY_RESUME = (J.FAILED, J.STALLED)
+PERSON_MAY_PAUSE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STALLED)
+PERSON_MAY_RESUME = (JobStatus.PAUSED, JobStatus.FAILED, JobStatus.STALLED)
+PERSON_MAY_CANCEL = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS, JobStatus.FAILED, JobStatus.STALLED)
+EVALUATION_MAY_RESUME = (JobStatus.FAILED, JobStatus.STALLED)
 # A job that is not over: it holds or waits for a worker or a person.
-ACTIVE = (J.QUEUED, J.RUNNING)
-UNFINISHED = (J.QUEUED, J.RUNNING, J.PAUSED, J.AWAITING_REVIEW, J.AWAITING_LABELS)
-FINISHED = (J.COMPLETED, J.FAILED, J.CANCELLED)
+ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+UNFINISHED = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS)
+FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 # Operation decisions: what a reviewer sets, and what counts as decided-but-not-applied.
-DECISIONS = (O.APPROVED, O.REJECTED)
-DECIDED = (O.APPROVED, O.REJECTED, O.EDITED)
-TO_APPLY = (O.APPROVED, O.EDITED)
+DECISIONS = (OperationStatus.APPROVED, OperationStatus.REJECTED)
+DECIDED = (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED)
+TO_APPLY = (OperationStatus.APPROVED, OperationStatus.EDITED)
