@@ -202,12 +202,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.task:
             raise UsageError("train: --task is required (or --resume RUN)")
-        settings = RunSettings(epochs=args.epochs, batch_size=args.batch_size, group_size=args.group_size,
-                               temperature=args.temperature, limit=args.limit, seed=args.seed,
-                               ground_truth=not args.no_ground_truth, review_mode=args.review,
-                               policy_model=args.model or "", learner_model=args.learner_model or "",
-                               concurrency=args.concurrency, max_experiences=args.max_experiences,
-                               budget_usd=args.budget, api_base=args.api_base)
+        given = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
+                 "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
+                 "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
+                 "concurrency": args.concurrency, "max_experiences": args.max_experiences,
+                 "budget_usd": args.budget, "api_base": args.api_base}
+        settings = RunSettings.build(ground_truth=not args.no_ground_truth,
+                                     **{name: value for name, value in given.items() if value is not None})
         run_id = create_run(engine, args.task, settings, library_name=args.library,
                             kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
     if args.queue:
@@ -379,6 +380,14 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default(name: str) -> str:
+    """A train option's help: the RunSettings field's description and default, so the two never disagree."""
+    field = RunSettings.model_fields[name]
+    default = field.get_default(call_default_factory=True)
+    text = field.description or name.replace("_", " ")
+    return f"{text} (default {default})" if default not in (None, "") else text
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="python -m core", description="Training-Free GRPO studio engine")
     parser.add_argument("--db", help="SQLAlchemy URL (default: DATABASE_URL or the studio.db SQLite file)")
@@ -436,20 +445,20 @@ def build_parser() -> Parser:
     p = sub.add_parser("train", help="learn an experience library (or resume a run)")
     p.add_argument("--task")
     p.add_argument("--library", default="default")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--group-size", type=int, default=5, help="G, outputs per query (1 = no group comparison)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--limit", type=int, help="use only the first N training queries")
+    p.add_argument("--epochs", type=int, help=_default("epochs"))
+    p.add_argument("--batch-size", type=int, help=_default("batch_size"))
+    p.add_argument("--group-size", type=int, help=_default("group_size"))
+    p.add_argument("--temperature", type=float, help=_default("temperature"))
+    p.add_argument("--limit", type=int, help=_default("limit"))
     p.add_argument("--model", help="policy model (litellm string); default: the task's")
     p.add_argument("--learner-model", help="learner model for summaries, advantages, updates")
     p.add_argument("--no-ground-truth", action="store_true", help="learner sees no reward or reference")
     p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
-    p.add_argument("--review", choices=["auto", "manual"], default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--concurrency", type=int, default=4, help="calls in flight per model")
-    p.add_argument("--max-experiences", type=int, default=30)
-    p.add_argument("--budget", type=float, help="pause the run when its cost reaches this many USD")
+    p.add_argument("--review", choices=["auto", "manual"], help=_default("review_mode"))
+    p.add_argument("--seed", type=int, help=_default("seed"))
+    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
+    p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
+    p.add_argument("--budget", type=float, help=_default("budget_usd"))
     p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
     p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")

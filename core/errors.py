@@ -56,3 +56,14 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, StudioError):
         return exc.exit_code
     return 2 if isinstance(exc, ValueError | LookupError | PermissionError | FileNotFoundError) else 1
+
+
+def describe_validation(exc: object) -> str:
+    """A pydantic ValidationError as one line a person can act on: `field: problem; field: problem`."""
+    errors = getattr(exc, "errors", lambda: [])()
+    parts = []
+    for error in errors:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "__root__")
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where.replace('_', ' ')}: {message}" if where else message)
+    return "; ".join(parts) or str(exc)

@@ -17,7 +17,7 @@ from core.labeling import hold_for_labels
 from core.metrics import score_groups
 from core.people import require_role
 from core.rollouts import stored_rollout
-from core.settings import settings
+from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import resolve_version
 from storage import queries
@@ -44,7 +44,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
-                         model=model or task.policy_model or settings().model, temperature=temperature,
+                         model=model or task.policy_model or get_settings().model, temperature=temperature,
                          created_by=created_by)
         session.add(row)
         session.flush()
@@ -89,7 +89,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         ev.started_at = ev.started_at or now()
         ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
-    gateway = gateway or Gateway(engine, concurrency=concurrency or settings().concurrency)
+    gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
     agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
     experiences = version.experiences if version else []
     progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)

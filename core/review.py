@@ -12,15 +12,16 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.errors import AlreadyDecided, InvalidInput, NotFound
+from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.gateway import clean_text
-from core.library import ProposedOp, validate_ops
+from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
-from core.training import RunSettings, apply_step_operations
+from core.run_settings import RunSettings
+from core.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step, utcnow
-from storage.statuses import OperationStatus, StepStatus
+from storage.models import AuditEvent, Library, LibraryVersion, Operation, Run, Step, utcnow
+from storage.statuses import JobStatus, OperationStatus, StepStatus
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -98,8 +99,9 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
         return op
 
 
-def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
-    """Approve or reject every pending operation of a step; returns how many this call decided."""
+def decide_all(engine: Engine, step_id: int, decision: str, actor: str) -> int:
+    """Approve or reject every pending operation of a step, each an audit event; returns how many this call
+    decided. The step is not applied here (see decide_step); auto review mode calls this with actor `auto`."""
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approved or rejected")
     with Session(engine) as session:
@@ -112,6 +114,12 @@ def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
             decided += 1
         except AlreadyDecided:
             continue
+    return decided
+
+
+def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
+    """Approve or reject every pending operation of a step, then apply it if it waits for review."""
+    decided = decide_all(engine, step_id, decision, actor)
     apply_if_decided(engine, step_id, actor)
     return decided
 
@@ -127,3 +135,59 @@ def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> Library
         if any(op.status == OperationStatus.PENDING for op in queries.step_operations(session, step_id)):
             return None
     return apply_step_operations(engine, step_id, actor=actor)
+
+
+def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVersion | None:
+    """Apply a step's approved and edited operations as one new version and complete the step.
+
+    The operations are validated again against the version the step started from (a reviewer's
+    edit may have broken one); whatever fails is marked invalid with its reason and not applied.
+    """
+    with session_scope(engine) as session:
+        # A write first, so this transaction holds the step (SQLite write lock, PostgreSQL row lock) and two
+        # reviewers finishing at the same moment cannot both apply it.
+        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != StepStatus.COMPLETED)
+                               .values(finished_at=utcnow())).rowcount
+        step = session.get(Step, step_id)
+        if step is None:
+            raise NotFound(f"no step {step_id}")
+        if not claimed or step.status == StepStatus.COMPLETED:
+            return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
+        ops = queries.step_operations(session, step_id)
+        if any(o.status == OperationStatus.PENDING for o in ops):
+            raise Conflict(f"step {step_id} still has operations awaiting review")
+        before = session.get(LibraryVersion, step.version_before_id)
+        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+        chosen = [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and o.op != "KEEP"]
+        checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
+                                                    for o in chosen], max_size=max_size)
+        valid = []
+        for op, item in zip(chosen, checked, strict=True):
+            if item.valid:
+                valid.append(item.op)
+            else:
+                op.status, op.validation_error = OperationStatus.INVALID, item.error
+                session.add(op)
+        version = before
+        if valid:
+            library = session.get(Library, before.library_id)
+            experiences = apply_ops(before.experiences, valid, first_new_id=_next_number(session, library))
+            version = create_version(session, library, experiences, parent_id=before.id, source="run", created_by=actor,
+                                     note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
+                                     run_id=step.run_id, step_id=step.id)
+        for op in ops:
+            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and (op.op == "KEEP" or op in chosen):
+                op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
+                session.add(op)
+        step.version_after_id, step.status, step.finished_at = version.id, StepStatus.COMPLETED, utcnow()
+        session.add(step)
+        run = session.get(Run, step.run_id)
+        run.current_version_id = version.id
+        if run.status == JobStatus.AWAITING_REVIEW:
+            run.status = JobStatus.QUEUED
+        session.add(run)
+        return version
+
+
+def _next_number(session: Session, library: Library) -> int:
+    return next_id_number(all_ids(session, library.id))

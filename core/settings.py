@@ -38,11 +38,11 @@ class Settings(BaseSettings):
 
 
 @lru_cache(maxsize=1)
-def settings() -> Settings:
-    """The settings of this process (tests that change the environment call `settings.cache_clear()`)."""
+def get_settings() -> Settings:
+    """The settings of this process (tests that change the environment call `get_settings.cache_clear()`)."""
     return Settings()
 
 
 def engine() -> Engine:
     """The configured database's engine (one per URL per process, migrated on first use)."""
-    return get_engine(settings().database_url)
+    return get_engine(get_settings().database_url)

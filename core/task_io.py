@@ -30,7 +30,7 @@ from core.errors import InvalidInput
 from core.judge import SCALES
 from core.people import require_role
 from core.rewards import METHODS
-from core.settings import settings
+from core.settings import get_settings
 from core.tasks import add_samples, get_task
 from core.versions import ensure_library
 from storage import queries
@@ -67,9 +67,9 @@ class TaskSettings:
     description: str = ""
     answer_format: str = ""
     agent_mode: str = "direct"
-    policy_model: str = field(default_factory=lambda: settings().model)
-    learner_model: str = field(default_factory=lambda: settings().model)
-    judge_model: str = field(default_factory=lambda: settings().model)
+    policy_model: str = field(default_factory=lambda: get_settings().model)
+    learner_model: str = field(default_factory=lambda: get_settings().model)
+    judge_model: str = field(default_factory=lambda: get_settings().model)
     reward_method: str = "math"
     reward_settings: dict = field(default_factory=dict)
 

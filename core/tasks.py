@@ -8,7 +8,7 @@ from sqlmodel import Session
 from core.datasets import SampleRow, demo_rows, parse_dataset, support_rows
 from core.errors import NotFound
 from core.people import require_role
-from core.settings import settings
+from core.settings import get_settings
 from core.versions import ensure_library
 from storage import queries
 from storage.db import session_scope
@@ -119,7 +119,7 @@ def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor
     with session_scope(engine) as session:
         task = queries.task_by_name(session, template.name)
         if task is None:
-            model = settings().model
+            model = get_settings().model
             task = template
             task.policy_model = task.learner_model = task.judge_model = model
             task.agent_mode = "direct"

@@ -14,9 +14,8 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
-from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -24,7 +23,7 @@ from core.agent import AGENT_MODES, AgentSettings
 from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
 from core.gateway import Gateway, Scope, clean_text
 from core.labeling import hold_for_labels
-from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.library import ProposedOp, validate_ops
 from core.people import require_role
 from core.prompts import (
     ADVANTAGE_SCHEMA,
@@ -36,10 +35,13 @@ from core.prompts import (
     trajectory_text,
     update_messages,
 )
+from core.review import apply_step_operations, decide_all
 from core.rewards import MODEL_METHODS, PERSON_METHODS, majority_rewards
 from core.rollouts import stored_rollout
+from core.run_settings import RunSettings
+from core.settings import get_settings
 from core.tasks import get_task
-from core.versions import all_ids, create_version, ensure_library, new_experiences
+from core.versions import create_version, ensure_library, new_experiences
 from storage import queries
 from storage.db import session_scope
 from storage.models import (
@@ -69,52 +71,6 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
 
 
-@dataclass
-class RunSettings:
-    """Everything that shapes a run; frozen into Run.settings when the run is created."""
-
-    epochs: int = 3
-    batch_size: int = 8
-    group_size: int = 5
-    temperature: float = 0.7
-    concurrency: int = 4
-    limit: int | None = None
-    seed: int = 0
-    ground_truth: bool = True
-    review_mode: str = "auto"
-    policy_model: str = ""
-    learner_model: str = ""
-    max_tokens: int = 1024
-    learner_max_tokens: int = 768
-    max_turns: int = 3
-    max_experiences: int = 30
-    direct_count: int = 8
-    budget_usd: float | None = None
-    api_base: str | None = None
-
-    def validate(self) -> RunSettings:
-        checks = [
-            (self.epochs >= 1, "epochs must be at least 1"),
-            (self.batch_size >= 1, "batch size must be at least 1"),
-            (self.group_size >= 1, "group size must be at least 1"),
-            (0 <= self.temperature <= 2, "temperature must be between 0 and 2"),
-            (self.concurrency >= 1, "concurrency must be at least 1"),
-            (self.limit is None or self.limit >= 1, "limit must be at least 1"),
-            (self.review_mode in ("auto", "manual"), "review mode must be auto or manual"),
-            (self.max_turns >= 1, "max turns must be at least 1"),
-            (self.budget_usd is None or self.budget_usd > 0, "budget must be positive"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise InvalidInput(message)
-        return self
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunSettings:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
 def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int) -> list[tuple[int, int, list[int]]]:
     """(epoch, batch index, sample ids) for the whole run: each epoch a seeded shuffle."""
     plan = []
@@ -133,8 +89,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting a run")
         task = get_task(session, task_name)
-        settings.policy_model = settings.policy_model or task.policy_model or settings().model
-        settings.learner_model = settings.learner_model or task.learner_model or settings().model
+        settings.policy_model = settings.policy_model or task.policy_model or get_settings().model
+        settings.learner_model = settings.learner_model or task.learner_model or get_settings().model
         if not settings.ground_truth and task.reward_method in (*MODEL_METHODS, *PERSON_METHODS):
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
@@ -145,11 +101,11 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         library = ensure_library(session, task, library_name, actor=created_by)
         start = queries.latest_version(session, library.id)
         run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
-                  current_version_id=start.id, settings=asdict(settings), created_by=created_by)
+                  current_version_id=start.id, settings=settings.model_dump(), created_by=created_by)
         session.add(run)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="run.create", object_type="run", object_id=run.id,
-                               after={"task": task.name, "kind": kind, "settings": asdict(settings)}))
+                               after={"task": task.name, "kind": kind, "settings": settings.model_dump()}))
         return run.id
 
 
@@ -355,7 +311,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
         await _consolidate(ctx, step, experiences, proposals, source_ids)
     if ctx.settings.review_mode == "auto":
-        decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", only_pending=True)
+        decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
     _apply_or_wait(ctx, step.id, actor="auto")
 
 
@@ -500,76 +456,6 @@ def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: l
             session.add(row)
             rows.append(row)
     return rows
-
-
-def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, only_pending: bool = True) -> int:
-    """Approve or reject every (pending) operation of a step; returns how many were decided."""
-    if decision not in (OperationStatus.APPROVED, OperationStatus.REJECTED):
-        raise InvalidInput("decision must be approved or rejected")
-    count = 0
-    with session_scope(engine) as session:
-        for op in queries.step_operations(session, step_id):
-            if op.status == OperationStatus.PENDING or (not only_pending and op.status in (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED)):
-                op.status, op.reviewer, op.decided_at = decision, actor, now()
-                session.add(op)
-                count += 1
-    return count
-
-
-def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVersion | None:
-    """Apply a step's approved and edited operations as one new version and complete the step.
-
-    The operations are validated again against the version the step started from (a reviewer's
-    edit may have broken one); whatever fails is marked invalid with its reason and not applied.
-    """
-    with session_scope(engine) as session:
-        # A write first, so this transaction holds the step (SQLite write lock, PostgreSQL row lock) and two
-        # reviewers finishing at the same moment cannot both apply it.
-        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != StepStatus.COMPLETED)
-                               .values(finished_at=now())).rowcount
-        step = session.get(Step, step_id)
-        if step is None:
-            raise NotFound(f"no step {step_id}")
-        if not claimed or step.status == StepStatus.COMPLETED:
-            return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
-        ops = queries.step_operations(session, step_id)
-        if any(o.status == OperationStatus.PENDING for o in ops):
-            raise Conflict(f"step {step_id} still has operations awaiting review")
-        before = session.get(LibraryVersion, step.version_before_id)
-        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
-        chosen = [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and o.op != "KEEP"]
-        checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
-                                                    for o in chosen], max_size=max_size)
-        valid = []
-        for op, item in zip(chosen, checked, strict=True):
-            if item.valid:
-                valid.append(item.op)
-            else:
-                op.status, op.validation_error = OperationStatus.INVALID, item.error
-                session.add(op)
-        version = before
-        if valid:
-            library = session.get(Library, before.library_id)
-            experiences = apply_ops(before.experiences, valid, first_new_id=_next_number(session, library))
-            version = create_version(session, library, experiences, parent_id=before.id, source="run", created_by=actor,
-                                     note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
-                                     run_id=step.run_id, step_id=step.id)
-        for op in ops:
-            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and (op.op == "KEEP" or op in chosen):
-                op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
-                session.add(op)
-        step.version_after_id, step.status, step.finished_at = version.id, StepStatus.COMPLETED, now()
-        session.add(step)
-        run = session.get(Run, step.run_id)
-        run.current_version_id = version.id
-        if run.status == JobStatus.AWAITING_REVIEW:
-            run.status = JobStatus.QUEUED
-        session.add(run)
-        return version
-
-
-def _next_number(session: Session, library: Library) -> int:
-    return next_id_number(all_ids(session, library.id))
 
 
 async def _direct_experiences(ctx: _Ctx) -> None:

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core.errors import Conflict, NotFound
-from core.settings import PROJECT_DIR, settings
+from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
 from storage.models import Evaluation, Run, utcnow
 from storage.models import Worker as WorkerRow
@@ -240,7 +240,7 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
 
 
 def default_log_path() -> Path:
-    return settings().worker_log
+    return get_settings().worker_log
 
 
 def spawn_worker(database_url: str, log_path: Path | None = None) -> int:
@@ -261,7 +261,7 @@ def ensure_worker(engine: Engine, database_url: str) -> str:
 
     TFGRPO_NO_AUTOWORKER=1 turns this off (tests, or a team that runs its workers elsewhere).
     """
-    if settings().no_autoworker:
+    if get_settings().no_autoworker:
         return "automatic worker start is off (TFGRPO_NO_AUTOWORKER)"
     with Session(engine) as session:
         alive = alive_workers(session)

@@ -8,14 +8,8 @@ import litellm
 from sqlmodel import Session, select
 
 from core.tasks import DEMO_TASK
-from core.training import (
-    RunSettings,
-    apply_step_operations,
-    create_run,
-    decide_all,
-    execute_run,
-    plan_batches,
-)
+from core.review import apply_step_operations, decide_all
+from core.training import RunSettings, create_run, execute_run, plan_batches
 from storage import queries
 from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run
 from tests.conftest import mixed_rollouts

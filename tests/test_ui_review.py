@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core import review
-from core.training import decide_all
+from core.review import decide_all
 from pages._common import REVIEWER_KEY
 from storage import queries
 from storage.models import AuditEvent, Run

@@ -1,0 +1,63 @@
+"""The settings of a training run, declared once with their constraints (a pydantic model).
+
+Frozen into Run.settings when a run is created; the Train page, the CLI (its defaults and help) and
+the engine all read this one definition.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.errors import InvalidInput, describe_validation
+from core.settings import get_settings
+
+
+class RunSettings(BaseModel):
+    """Everything that shapes a run; frozen into Run.settings when the run is created.
+
+    The constraints are declared on the fields, so the Train page, the CLI and a stored run are checked
+    by the same rules; the CLI's defaults are these defaults.
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    epochs: int = Field(3, ge=1, description="passes over the training queries")
+    batch_size: int = Field(8, ge=1, description="queries per step")
+    group_size: int = Field(5, ge=1, description="G, outputs per query (1 = no group comparison)")
+    temperature: float = Field(0.7, ge=0, le=2)
+    concurrency: int = Field(default_factory=lambda: get_settings().concurrency, ge=1,
+                             description="calls in flight per model (TFGRPO_CONCURRENCY)")
+    limit: int | None = Field(None, ge=1, description="use only the first N training queries")
+    seed: int = 0
+    ground_truth: bool = True
+    review_mode: Literal["auto", "manual"] = "auto"
+    policy_model: str = ""
+    learner_model: str = ""
+    max_tokens: int = Field(1024, ge=16)
+    learner_max_tokens: int = Field(768, ge=16)
+    max_turns: int = Field(3, ge=1)
+    max_experiences: int = Field(30, ge=1)
+    direct_count: int = Field(8, ge=1)
+    budget_usd: float | None = Field(None, gt=0, description="pause the run when its cost reaches this many USD")
+    api_base: str | None = None
+
+    def validate(self) -> RunSettings:  # type: ignore[override]
+        """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""
+        try:
+            return RunSettings.model_validate(self.model_dump())
+        except ValidationError as exc:
+            raise InvalidInput(describe_validation(exc)) from None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSettings:
+        return cls.model_validate(data)
+
+    @classmethod
+    def build(cls, **values) -> RunSettings:
+        """Settings from a form or the command line; a bad value is InvalidInput naming the field."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise InvalidInput(describe_validation(exc)) from None
