@@ -29,8 +29,8 @@ from core.training import RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
 from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
-from storage.db import describe_url, get_engine, session_scope
-from storage.models import LibraryVersion, Run, Task
+from storage.db import describe_url, get_engine
+from storage.models import LibraryVersion, Run
 from storage.statuses import WORKER_MAY_CONTINUE, GroupStatus, JobStatus, OperationStatus, RunKind
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
@@ -187,6 +187,7 @@ def _report_run(engine, run_id: int) -> int:
     print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
     print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
           f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
+    print(f"structured replies repaired {counters['replies_repaired']}, malformed {counters['replies_malformed']}")
     for line in problems:
         print(f"  note: {line}")
     _print_version(version)
@@ -283,10 +284,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from None
-    with session_scope(_engine(args)) as session:
-        task = get_task(session, args.task)
-        version = import_library(session, task, text, path.name, library_name=args.library)
-    _print_version(version)
+    _print_version(import_library(_engine(args), args.task, text, path.name, library_name=args.library))
     return 0
 
 
@@ -331,13 +329,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_label(args: argparse.Namespace) -> int:
-    with session_scope(_engine(args)) as session:
-        task: Task = get_task(session, args.task)
-        version = resolve_version(session, task, args.version, args.library)
-        if version is None:
-            raise InvalidInput("the empty library has no version to label")
-        set_label(session, version, args.name, actor="cli")
-        print(f"{args.name} -> version {version.id}")
+    label = set_label(_engine(args), args.task, args.version, args.name, "cli", library_name=args.library)
+    print(f"{args.name} -> version {label.version_id}")
     return 0
 
 

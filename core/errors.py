@@ -58,12 +58,31 @@ def exit_code(exc: BaseException) -> int:
     return 2 if isinstance(exc, ValueError | LookupError | PermissionError | FileNotFoundError) else 1
 
 
+_PHRASES = {
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "literal_error": "must be {expected}",
+    "string_too_short": "must not be empty",
+    "string_too_long": "must be at most {max_length} characters",
+    "missing": "is missing",
+    "extra_forbidden": "is not a known setting",
+}
+
+
 def describe_validation(exc: object) -> str:
-    """A pydantic ValidationError as one line a person can act on: `field: problem; field: problem`."""
+    """A pydantic ValidationError as one line a person can act on: "group size must be at least 1; ..."."""
     errors = getattr(exc, "errors", lambda: [])()
     parts = []
     for error in errors:
-        where = ".".join(str(p) for p in error.get("loc", ()) if p != "__root__")
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where.replace('_', ' ')}: {message}" if where else message)
+        where = " ".join(str(p) for p in error.get("loc", ()) if p != "__root__").replace("_", " ")
+        phrase = _PHRASES.get(error.get("type", ""))
+        try:
+            message = phrase.format(**error.get("ctx", {})) if phrase else None
+        except (KeyError, IndexError):
+            message = None
+        message = message or str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        joined = phrase or message.startswith(("must ", "is "))
+        parts.append(f"{where} {message}" if where and joined else f"{where}: {message}" if where else message)
     return "; ".join(parts) or str(exc)

@@ -4,6 +4,10 @@ a response cache and a ledger row per call.
 The cache is the ledger itself: a successful call is stored with a key made of the model, the
 messages, the parameters and the sample index, so repeating it (a resumed run, a re-run
 evaluation) is answered from the database at no cost.
+
+A structured reply (`complete_json`) is read with its core.replies model; broken JSON is repaired
+with json-repair as the last resort, and the ledger row says how the reply was read
+(`reply_status`: parsed, repaired or malformed).
 """
 
 from __future__ import annotations
@@ -18,16 +22,23 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import json_repair
 import litellm
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core import local_model
-from core.errors import InvalidInput, ModelCallError, StructuredOutputError
+from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
 from core.settings import get_settings
 from storage.models import LLMCall
+
+if TYPE_CHECKING:
+    from core.replies import Reply
+
+    R = TypeVar("R", bound=Reply)
 
 log = logging.getLogger(__name__)
 litellm.drop_params = True
@@ -45,6 +56,9 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 
 Mock = Callable[[str, list[dict]], "str | Exception"]
 
+# How a structured reply was read, on its ledger row (LLMCall.reply_status).
+PARSED, REPAIRED, MALFORMED = "parsed", "repaired", "malformed"
+
 
 @dataclass
 class CallResult:
@@ -55,6 +69,7 @@ class CallResult:
     latency_ms: float = 0.0
     cache_hit: bool = False
     call_id: int | None = None
+    reply_status: str | None = None
 
 
 @dataclass
@@ -115,6 +130,17 @@ class Gateway:
             session.add(row)
             session.commit()
             return row.id
+
+    def _mark(self, call_id: int | None, status: str) -> None:
+        """Note on a ledger row how its structured reply was read."""
+        if call_id is None:
+            return
+        with Session(self.engine) as session:
+            row = session.get(LLMCall, call_id)
+            if row is not None:
+                row.reply_status = status
+                session.add(row)
+                session.commit()
 
     async def complete(
         self,
@@ -191,19 +217,21 @@ class Gateway:
         stage: str,
         model: str,
         messages: list[dict],
-        schema: dict,
-        parse: Callable[[Any], Any],
+        reply: type[R],
+        context: dict | None = None,
         scope: Scope | None = None,
         temperature: float = 0.0,
         max_tokens: int = 1024,
         sample_index: int = 0,
         attempts: int = 2,
-    ) -> tuple[Any, CallResult]:
-        """A call that must return JSON matching `schema`; `parse` validates it (raising ValueError).
+    ) -> tuple[R, CallResult]:
+        """A call whose reply must be the JSON of the `reply` model, whose schema the request sends.
+        `context` is passed to the model's validators (the judge's scale, for one).
 
-        A malformed reply is asked again (a different sample, so not from the cache), then raised as
-        StructuredOutputError carrying the raw text.
+        A malformed reply (even after repair) is asked again (a different sample, so not from the cache),
+        then raised as StructuredOutputError carrying the raw text.
         """
+        schema = reply.prompt_schema(local=model.startswith("local/"))
         response_format = {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
         last_error = ""
         result = CallResult(text="")
@@ -213,14 +241,51 @@ class Gateway:
                                          max_tokens=max_tokens, sample_index=sample_index * 100 + attempt,
                                          response_format=response_format)
             try:
-                return parse(extract_json(result.text)), result
+                value, result.reply_status = parse_reply(result.text, reply, context)
             except ValueError as exc:
-                last_error = str(exc)
+                last_error, result.reply_status = str(exc), MALFORMED
+            self._mark(result.call_id, result.reply_status)
+            if result.reply_status != MALFORMED:
+                return value, result
         raise StructuredOutputError(f"{stage}: the reply is not the JSON asked for ({last_error})", result.text)
+
+
+def parse_reply(text: str, reply: type[R], context: dict | None = None) -> tuple[R, str]:
+    """The reply as its model, and how it was read: PARSED (JSON, perhaps in prose or a code fence) or
+    REPAIRED (json-repair mended it: a trailing comma, a missing bracket, single quotes, a cut-off end).
+    Raises InvalidInput saying what is wrong when neither gives a valid reply."""
+    try:
+        candidate = json_text(text)
+    except InvalidInput as exc:
+        problem = str(exc)
+    else:
+        try:
+            return _validate_json(reply, candidate, context), PARSED
+        except ValidationError as exc:
+            problem = describe_validation(exc)
+    try:
+        return reply.model_validate(json_repair.repair_json(text or "", return_objects=True), context=context), REPAIRED
+    except Exception:  # noqa: BLE001  (whatever the repair makes of it, the reply stays malformed)
+        raise InvalidInput(problem) from None
+
+
+def _validate_json(reply: type[R], candidate: str, context: dict | None) -> R:
+    try:
+        return reply.model_validate_json(candidate, context=context)
+    except ValidationError as exc:
+        if not any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise
+    # JSON that only Python's lenient decoder reads (a raw control character or line break in a string)
+    return reply.model_validate(json.loads(candidate, strict=False), context=context)
 
 
 def extract_json(text: str) -> Any:
     """The JSON value in a reply, tolerating code fences and prose around it."""
+    return json.loads(json_text(text), strict=False)
+
+
+def json_text(text: str) -> str:
+    """The JSON text in a reply, tolerating code fences and prose around it."""
     text = (text or "").strip()
     fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
     candidates = [text] + ([fenced.group(1)] if fenced else [])
@@ -231,9 +296,10 @@ def extract_json(text: str) -> Any:
             candidates.append(text[start : end + 1])
     for candidate in candidates:
         try:
-            return json.loads(candidate, strict=False)
+            json.loads(candidate, strict=False)
         except (json.JSONDecodeError, TypeError):
             continue
+        return candidate
     raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
 
 

@@ -12,26 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.errors import InvalidInput, StructuredOutputError
-from core.gateway import Gateway, Scope, clean_text
+from core.gateway import Gateway, Scope
+from core.replies import JudgeReply
 from storage.models import Sample, Task
 
 SCALES = {"binary": (0, 1), "1-5": (1, 5)}
 DEFAULT_SCALE = "binary"
-
-JUDGE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "reason": {"type": "string"},
-        "score": {"type": "integer"},
-        "confident": {"type": "boolean"},
-    },
-    "required": ["reason", "score", "confident"],
-    "additionalProperties": False,
-}
-# The embedded model enforces string lengths while it samples; a tiny model can otherwise loop inside
-# "reason" until max_tokens and never close the JSON. Hosted strict modes may reject maxLength.
-LOCAL_JUDGE_SCHEMA = {**JUDGE_SCHEMA, "properties": {**JUDGE_SCHEMA["properties"],
-                                                     "reason": {"type": "string", "maxLength": 400}}}
 
 
 @dataclass(frozen=True)
@@ -89,33 +75,20 @@ def judge_messages(query: str, criteria: str, reference: str | None, response: s
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def parse_verdict(data: object, scale: str) -> tuple[int, str, bool]:
-    low, high = SCALES[scale]
-    if not isinstance(data, dict):
-        raise InvalidInput("expected a JSON object with reason, score and confident")
-    score = data.get("score")
-    if isinstance(score, bool) or not isinstance(score, int | float) or int(score) != score:
-        raise InvalidInput(f"score must be an integer, got {score!r}")
-    if not low <= int(score) <= high:
-        raise InvalidInput(f"score must be between {low} and {high}, got {int(score)}")
-    confident = data.get("confident", True)
-    return int(score), clean_text(data.get("reason", ""))[:500], confident is not False
-
-
 async def judge_response(gateway: Gateway, task: Task, sample: Sample, response: str, *, scope: Scope,
                          sample_index: int = 0) -> Verdict:
     """Ask the task's judge model for a verdict on one response."""
     scale = scale_of(task)
     messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, response, scale)
     try:
-        (score, reason, confident), _call = await gateway.complete_json(
-            stage="judge", model=task.judge_model, messages=messages,
-            schema=LOCAL_JUDGE_SCHEMA if task.judge_model.startswith("local/") else JUDGE_SCHEMA,
-            parse=lambda data: parse_verdict(data, scale), scope=scope, max_tokens=300, sample_index=sample_index)
+        reply, _call = await gateway.complete_json(
+            stage="judge", model=task.judge_model, messages=messages, reply=JudgeReply,
+            context={"score_range": SCALES[scale]}, scope=scope, max_tokens=300, sample_index=sample_index)
     except StructuredOutputError as exc:
         return Verdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)
     except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run; a person decides)
         return Verdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True)
     low, high = SCALES[scale]
-    doubt = "" if confident else " (judge unsure)"
-    return Verdict(to_value(score, scale), f"judge {score}/{high}{doubt}: {reason}", unsure=not confident)
+    doubt = "" if reply.confident else " (judge unsure)"
+    return Verdict(to_value(reply.score, scale), f"judge {reply.score}/{high}{doubt}: {reply.reason}",
+                   unsure=not reply.confident)

@@ -24,7 +24,7 @@ from sqlmodel import Session
 from core.errors import InvalidInput, NotFound
 from core.judge import choices, scale_of, score_of
 from core.people import require_role
-from core.rewards import PERSON_METHODS
+from core.rewards import METHODS
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
@@ -51,9 +51,10 @@ def spot_checked(task: Task, key: str) -> bool:
 
 
 def needs_person(task: Task, unsure: bool, key: str) -> bool:
-    if task.reward_method == "human":
-        return True
-    return task.reward_method == "judge_human" and (unsure or spot_checked(task, key))
+    """People label every rollout of a method without the judge, else the unsure ones and a spot-check share."""
+    if not is_person_method(task):
+        return False
+    return not METHODS[task.reward_method].uses_judge or unsure or spot_checked(task, key)
 
 
 # ---- reading the queue ------------------------------------------------------------------------------------
@@ -236,7 +237,8 @@ def release_if_labelled(engine: Engine, *, step_id: int | None, evaluation_id: i
 
 
 def is_person_method(task: Task) -> bool:
-    return task.reward_method in PERSON_METHODS
+    method = METHODS.get(task.reward_method)
+    return method is not None and method.uses_people
 
 
 # ---- agreement between labellers --------------------------------------------------------------------------

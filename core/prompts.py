@@ -1,4 +1,4 @@
-"""Every prompt the engine sends, and the JSON schemas of the structured replies.
+"""Every prompt the engine sends (the structured replies' JSON schemas come from their core.replies models).
 
 Kept in one place so that a change of wording is one diff, and so that the cache key of a call
 (which includes its messages) only changes when a prompt really changes.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from core.library import render_for_learner
 from core.library_io import to_prompt_block
+from core.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
 
 EXPERIENCE_HEADER = (
     "When solving problems, you MUST first carefully read and understand the helpful instructions "
@@ -76,16 +77,6 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
     return _chat("You analyse an agent's reasoning precisely and briefly.", content)
 
 
-ADVANTAGE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "analysis": {"type": "string", "maxLength": 800},
-        "experiences": {"type": "array", "items": {"type": "string", "maxLength": 300}, "maxItems": 3},
-    },
-    "required": ["analysis", "experiences"],
-}
-
-
 def advantage_messages(query: str, reference: str | None, attempts: list[tuple[float | None, str]],
                        experiences: list[dict], ground_truth: bool) -> list[dict]:
     """Step 3b: compare the group's summaries and write the semantic advantage as lessons."""
@@ -104,36 +95,11 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
         + (f"Reference answer: {reference}\n\n" if ground_truth and reference else "")
         + f"Current experiences:\n{render_for_learner(experiences)}\n\n"
         + "\n\n".join(lines)
-        + f"\n\n{task}? Then write at most 3 new experiences: general, reusable lessons for similar "
+        + f"\n\n{task}? Then write at most {MAX_PROPOSALS} new experiences: general, reusable lessons for similar "
         "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
         'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
     )
     return _chat("You turn an agent's successes and failures into short, general lessons.", content)
-
-
-MAX_UPDATE_OPERATIONS = 4
-UPDATE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "operations": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": ["ADD", "MODIFY", "DELETE", "MERGE", "KEEP"]},
-                    "ids": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 4},
-                    "text": {"type": "string", "maxLength": 300},
-                    "rationale": {"type": "string", "maxLength": 200},
-                },
-                "required": ["op", "ids", "text", "rationale"],
-            },
-            # Bounded so a whole reply fits the learner's token limit: a tiny model otherwise writes ADD
-            # after ADD until it is cut off mid-JSON and the batch gets no operations at all.
-            "maxItems": MAX_UPDATE_OPERATIONS,
-        }
-    },
-    "required": ["operations"],
-}
 
 
 def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int) -> list[dict]:
@@ -157,13 +123,6 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         '"rationale": "<why>"}]}'
     )
     return _chat("You curate a small library of experiences for an AI agent.", content)
-
-
-DIRECT_SCHEMA = {
-    "type": "object",
-    "properties": {"experiences": {"type": "array", "items": {"type": "string"}}},
-    "required": ["experiences"],
-}
 
 
 def direct_messages(instructions: str, queries: list[tuple[str, str | None]], count: int) -> list[dict]:

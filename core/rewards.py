@@ -1,7 +1,16 @@
-"""Reward functions for rollouts.
+"""Reward methods: one registry that says, for each method, what it reads and who scores it.
+
+`METHODS` maps a method's name to one object (`RewardMethod`): its description, the pydantic model of
+the settings it reads (constraints declared on the fields), whether it needs each sample's reference
+(and which setting can stand in for it), whether the judge model or people take part, and, for a
+verifier, the function that scores. The Tasks page, task-file validation, rollouts, labeling and runs
+all read this registry; none of them branches on a method's name.
 
 Every reward is stored with where it came from and a human-readable reason, so reviewers can see
 why a rollout scored 0 or 1 without re-running anything.
+
+A pure module: no database, no model calls (the judge lives in core/judge.py, the queue in
+core/labeling.py).
 """
 
 from __future__ import annotations
@@ -12,12 +21,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.answers import extract_final_answer, normalize_answer
 from core.errors import InvalidInput
 
-__all__ = ["METHODS", "PERSON_METHODS", "REWARD_METHODS", "RewardResult", "majority_rewards", "score"]
+__all__ = ["METHODS", "Method", "MethodSettings", "RewardMethod", "RewardResult", "check_settings", "get_method",
+           "majority_rewards", "score", "score_or_error", "setting_keys"]
 
 _DETAIL_LIMIT = 200
 
@@ -32,6 +44,87 @@ class RewardResult:
 def _short(text: object, limit: int = _DETAIL_LIMIT) -> str:
     text = str(text).replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---- settings: what each method reads, its constraints declared on the fields ----------------------------
+
+MAX_CRITERIA_CHARS = 20_000  # as every text field of a task (core.datasets.MAX_FIELD_CHARS; a test keeps them equal)
+MAX_LABELS_PER_ROLLOUT = 5
+Scale = Literal["binary", "1-5"]  # the judge's and the labellers' scales (core.judge.SCALES; a test keeps them equal)
+SCALE_NAMES: tuple[str, ...] = get_args(Scale)
+_TRUE_OR_FALSE = "true or false"
+
+
+class MethodSettings(BaseModel):
+    """The base of every method's settings. Types are strict (the text "yes" is not a bool, "0.1" is not a
+    number); keys no method reads are allowed and kept as they are. A field's `description` is the rule
+    a person reads when a value breaks it: "<key> must be <description>, got <value>"."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+
+class NoSettings(MethodSettings):
+    """A method that reads no settings (math, exact)."""
+
+
+class NumericSettings(MethodSettings):
+    rel_tol: float = Field(1e-6, ge=0, allow_inf_nan=False, description="a number of 0 or more")
+    abs_tol: float = Field(1e-9, ge=0, allow_inf_nan=False, description="a number of 0 or more")
+
+
+class RegexSettings(MethodSettings):
+    pattern: str | None = Field(None, description="text (a regular expression)")
+    ignore_case: bool = Field(True, description=_TRUE_OR_FALSE)
+    full_match: bool = Field(False, description=_TRUE_OR_FALSE)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        try:
+            re.compile(pattern or "")
+        except re.error as exc:
+            raise InvalidInput(f"pattern is not a valid regular expression: {exc}") from exc
+        return pattern
+
+
+class ContainsAllSettings(MethodSettings):
+    phrases: str | list[str] | None = Field(None, description="a list of text phrases (or one phrase)")
+    partial: bool = Field(False, description=_TRUE_OR_FALSE)
+    ignore_case: bool = Field(True, description=_TRUE_OR_FALSE)
+
+
+class JudgeSettings(MethodSettings):
+    criteria: str = Field("", max_length=MAX_CRITERIA_CHARS, description="text")
+    scale: Scale = Field("binary", description=f"one of {', '.join(SCALE_NAMES)}")
+
+
+class HumanSettings(JudgeSettings):
+    labels_per_rollout: int = Field(1, ge=1, le=MAX_LABELS_PER_ROLLOUT,
+                                    description=f"a whole number from 1 to {MAX_LABELS_PER_ROLLOUT}")
+
+
+class JudgeHumanSettings(HumanSettings):
+    spot_check_share: float = Field(0.2, ge=0, le=1, allow_inf_nan=False, description="a number from 0 to 1")
+
+
+def _setting(settings: dict[str, Any], model: type[MethodSettings], key: str) -> Any:
+    """A setting's value, or the model's default when it is missing or null."""
+    value = settings.get(key)
+    return model.model_fields[key].default if value is None else value
+
+
+def _settings_problem(model: type[MethodSettings], exc: ValidationError) -> str:
+    """The first broken setting as one line that names it."""
+    error = exc.errors()[0]
+    key = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
+    if error["type"] == "string_too_long":
+        return f"{key} is longer than {error['ctx']['max_length']:,} characters"
+    field = model.model_fields.get(key)
+    if field is None or not field.description:
+        return f"{key}: {error['msg']}" if key else str(error["msg"])
+    return f"{key} must be {field.description}, got {_short(repr(error['input']), 80)}"
 
 
 def _parse_gold(reference: str) -> list:
@@ -109,8 +202,8 @@ def _to_number(text: str | None) -> float | None:
 
 
 def _numeric_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
-    rel_tol = float(settings.get("rel_tol", 1e-6))
-    abs_tol = float(settings.get("abs_tol", 1e-9))
+    rel_tol = float(_setting(settings, NumericSettings, "rel_tol"))
+    abs_tol = float(_setting(settings, NumericSettings, "abs_tol"))
     expected = _to_number(reference)
     if expected is None:
         return RewardResult(0.0, "verifier", f"reference {_short(reference)} is not numeric")
@@ -138,13 +231,13 @@ def _regex_reward(response: str, reference: str, settings: dict[str, Any]) -> Re
     `ignore_case` (default true) and `full_match` (default false: the pattern may match anywhere).
     """
     pattern = str(settings.get("pattern") or reference)
-    flags = re.IGNORECASE if settings.get("ignore_case", True) else 0
+    flags = re.IGNORECASE if _setting(settings, RegexSettings, "ignore_case") else 0
     try:
         compiled = re.compile(pattern, flags | re.DOTALL)
     except re.error as exc:
         raise InvalidInput(f"invalid regular expression {_short(pattern)}: {exc}") from exc
     text = response.strip()
-    match = compiled.fullmatch(text) if settings.get("full_match") else compiled.search(text)
+    match = compiled.fullmatch(text) if _setting(settings, RegexSettings, "full_match") else compiled.search(text)
     if match:
         return RewardResult(1.0, "verifier", f"matches /{_short(pattern, 80)}/: {_short(match.group(0), 80)}")
     return RewardResult(0.0, "verifier", f"no match for /{_short(pattern, 80)}/")
@@ -167,39 +260,139 @@ def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]
     phrases = _phrases(reference, settings)
     if not phrases:
         raise InvalidInput("reward method 'contains_all' needs phrases (task setting `phrases` or the reference)")
-    fold = (lambda t: " ".join(t.lower().split())) if settings.get("ignore_case", True) else (lambda t: " ".join(t.split()))
+    ignore_case = _setting(settings, ContainsAllSettings, "ignore_case")
+    fold = (lambda t: " ".join(t.lower().split())) if ignore_case else (lambda t: " ".join(t.split()))
     text = fold(response)
     missing = [p for p in phrases if fold(p) not in text]
     found = len(phrases) - len(missing)
-    value = found / len(phrases) if settings.get("partial") else float(not missing)
+    value = found / len(phrases) if _setting(settings, ContainsAllSettings, "partial") else float(not missing)
     detail = f"{found} of {len(phrases)} phrases found"
     if missing:
         detail += "; missing: " + _short("; ".join(missing), 150)
     return RewardResult(value, "verifier", detail)
 
 
-REWARD_METHODS: dict[str, Callable[[str, str, dict[str, Any]], RewardResult]] = {
-    "math": _math_reward,
-    "exact": _exact_reward,
-    "numeric": _numeric_reward,
-    "regex": _regex_reward,
-    "contains_all": _contains_all_reward,
-}
-# Methods that can take what they check from the task's settings instead of each sample's reference.
-SETTINGS_ONLY = {"regex": "pattern", "contains_all": "phrases"}
-# Methods that need a model or a person rather than a function (core/judge.py, core/labeling.py).
-PERSON_METHODS = ("human", "judge_human")
-MODEL_METHODS = ("judge", "judge_human")
-METHODS = {
-    "math": "math-verify equivalence with the reference answer",
-    "exact": "exact match of the final answer (normalised)",
-    "numeric": "numeric match within a tolerance (rel_tol, abs_tol)",
-    "regex": "the response matches a regular expression (pattern, or the reference)",
-    "contains_all": "the response contains every phrase (phrases, or the reference split at ;)",
-    "judge": "an LLM judge scores against the criteria (scale binary or 1-5)",
-    "human": "people label every rollout in the labeling queue",
-    "judge_human": "the judge suggests, people confirm a share (spot_check_share) and every unsure verdict",
-}
+# ---- the registry --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class RewardMethod(Protocol):
+    """What the studio needs to know about a reward method; resolved by name with `get_method`.
+
+    `uses_judge`: the task's judge model scores (core/judge.py). `uses_people`: rollouts may wait in the
+    labeling queue (core/labeling.py): every one if the judge takes no part, else the unsure ones and a
+    spot-check share. Neither: a verifier, whose `score` decides alone (and only a verifier can serve
+    the no-ground-truth mode's comparison of final answers).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def settings_model(self) -> type[MethodSettings]: ...
+    @property
+    def needs_reference(self) -> bool: ...
+    @property
+    def reference_setting(self) -> str | None: ...  # a setting that may stand in for each sample's reference
+    @property
+    def uses_judge(self) -> bool: ...
+    @property
+    def uses_people(self) -> bool: ...
+    @property
+    def scored_by_function(self) -> bool: ...
+
+    def score(self, response: str, reference: str, settings: dict[str, Any]) -> RewardResult: ...
+
+
+Scorer = Callable[[str, str, dict[str, Any]], RewardResult]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A reward method of this studio (see RewardMethod)."""
+
+    name: str
+    description: str
+    settings_model: type[MethodSettings] = NoSettings
+    scorer: Scorer | None = None
+    needs_reference: bool = False
+    reference_setting: str | None = None
+    uses_judge: bool = False
+    uses_people: bool = False
+
+    @property
+    def scored_by_function(self) -> bool:
+        return not (self.uses_judge or self.uses_people)
+
+    @property
+    def scored_by(self) -> str:
+        if self.scored_by_function:
+            return "a verifier function"
+        if self.uses_judge and self.uses_people:
+            return "the judge model with people confirming"
+        return "the judge model" if self.uses_judge else "people"
+
+    def score(self, response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+        if self.scorer is None:
+            raise InvalidInput(f"reward method {self.name!r} is scored by {self.scored_by}, not by a function")
+        return self.scorer(response, reference, settings)
+
+
+METHODS: dict[str, RewardMethod] = {method.name: method for method in (
+    Method("math", "math-verify equivalence with the reference answer", scorer=_math_reward, needs_reference=True),
+    Method("exact", "exact match of the final answer (normalised)", scorer=_exact_reward, needs_reference=True),
+    Method("numeric", "numeric match within a tolerance (rel_tol, abs_tol)", NumericSettings,
+           scorer=_numeric_reward, needs_reference=True),
+    Method("regex", "the response matches a regular expression (pattern, or the reference)", RegexSettings,
+           scorer=_regex_reward, needs_reference=True, reference_setting="pattern"),
+    Method("contains_all", "the response contains every phrase (phrases, or the reference split at ;)",
+           ContainsAllSettings, scorer=_contains_all_reward, needs_reference=True, reference_setting="phrases"),
+    Method("judge", "an LLM judge scores against the criteria (scale binary or 1-5)", JudgeSettings,
+           uses_judge=True),
+    Method("human", "people label every rollout in the labeling queue", HumanSettings, uses_people=True),
+    Method("judge_human", "the judge suggests, people confirm a share (spot_check_share) and every unsure verdict",
+           JudgeHumanSettings, uses_judge=True, uses_people=True),
+)}
+
+
+def get_method(name: str) -> RewardMethod:
+    """The registered method called `name`; InvalidInput naming the known methods otherwise."""
+    method = METHODS.get(name) if isinstance(name, str) else None
+    if method is None:
+        raise InvalidInput(f"unknown reward method {name!r}; use one of {', '.join(METHODS)}")
+    return method
+
+
+def setting_keys(name: str) -> tuple[str, ...]:
+    """The reward_settings keys method `name` reads, in the order its settings model declares them."""
+    return tuple(get_method(name).settings_model.model_fields)
+
+
+def all_setting_keys() -> frozenset[str]:
+    """Every key some registered method reads; any other key is kept unchecked."""
+    return frozenset(key for method in METHODS.values() for key in method.settings_model.model_fields)
+
+
+def setting_defaults(name: str) -> dict[str, Any]:
+    """The default of every setting method `name` reads."""
+    return {key: field.default for key, field in get_method(name).settings_model.model_fields.items()}
+
+
+def check_settings(name: str, settings: Any) -> None:
+    """Check the keys method `name` reads against its settings model; InvalidInput names the first bad one.
+
+    Other keys are kept as they are, unchecked (a newer studio's settings survive a round trip), and a
+    null value means the default.
+    """
+    model = get_method(name).settings_model
+    if not isinstance(settings, dict):
+        raise InvalidInput("reward settings must be a JSON object (a dictionary)")
+    read = {key: value for key, value in settings.items() if key in model.model_fields and value is not None}
+    try:
+        model.model_validate(read)
+    except ValidationError as exc:
+        raise InvalidInput(_settings_problem(model, exc)) from None
 
 
 def score(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:
@@ -208,15 +401,15 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     Raises ValueError for configuration mistakes (unknown method, missing reference) so they surface
     before a run starts; problems with the response itself only ever produce a 0.0 reward.
     """
-    func = REWARD_METHODS.get(method)
-    if func is None:
-        known = ", ".join(sorted(REWARD_METHODS))
+    found = METHODS.get(method)
+    if found is None:
+        known = ", ".join(sorted(name for name, m in METHODS.items() if m.scored_by_function))
         raise InvalidInput(f"unknown reward method {method!r}; known methods: {known}")
     settings = dict(settings or {})
-    has_setting = bool(settings.get(SETTINGS_ONLY.get(method, "")))
-    if (reference is None or not str(reference).strip()) and not has_setting:
+    has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
+    if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
         raise InvalidInput(f"reward method {method!r} needs a reference answer")
-    return func(response or "", str(reference or ""), settings)
+    return found.score(response or "", str(reference or ""), settings)
 
 
 def score_or_error(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:

@@ -15,7 +15,7 @@ from core.agent import AgentSettings, run_agent
 from core.gateway import Gateway, Scope
 from core.judge import judge_response
 from core.labeling import labels_per_rollout, needs_person
-from core.rewards import MODEL_METHODS, PERSON_METHODS, score_or_error
+from core.rewards import METHODS, score_or_error
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 from storage.statuses import LabelStatus
@@ -51,17 +51,18 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
                          sample_index: int) -> None:
     """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
-    if task.reward_method not in (*MODEL_METHODS, *PERSON_METHODS):
+    method = METHODS.get(task.reward_method)
+    if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
         reward = await asyncio.to_thread(score_or_error, task.reward_method, row.response, sample.reference,
                                          task.reward_settings)
         row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
         return
     unsure = False
-    if task.reward_method in MODEL_METHODS:
+    if method.uses_judge:
         verdict = await judge_response(gateway, task, sample, row.response or "", scope=scope,
                                        sample_index=sample_index)
         unsure = row.judge_unsure = verdict.unsure
-        if verdict.value is None and task.reward_method == "judge":
+        if verdict.value is None and not method.uses_people:  # no person will give the reward instead
             row.reward, row.reward_source, row.reward_detail = 0.0, "error", verdict.detail
             return
         row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import InvalidInput, describe_validation
 from core.settings import get_settings
@@ -26,7 +26,7 @@ class RunSettings(BaseModel):
     epochs: int = Field(3, ge=1, description="passes over the training queries")
     batch_size: int = Field(8, ge=1, description="queries per step")
     group_size: int = Field(5, ge=1, description="G, outputs per query (1 = no group comparison)")
-    temperature: float = Field(0.7, ge=0, le=2)
+    temperature: float = 0.7
     concurrency: int = Field(default_factory=lambda: get_settings().concurrency, ge=1,
                              description="calls in flight per model (TFGRPO_CONCURRENCY)")
     limit: int | None = Field(None, ge=1, description="use only the first N training queries")
@@ -40,8 +40,22 @@ class RunSettings(BaseModel):
     max_turns: int = Field(3, ge=1)
     max_experiences: int = Field(30, ge=1)
     direct_count: int = Field(8, ge=1)
-    budget_usd: float | None = Field(None, gt=0, description="pause the run when its cost reaches this many USD")
+    budget_usd: float | None = Field(None, description="pause the run when its cost reaches this many USD")
     api_base: str | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_in_range(cls, value: float) -> float:
+        if not 0 <= value <= 2:
+            raise ValueError("must be between 0 and 2")
+        return value
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _budget_positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be positive")
+        return value
 
     def validate(self) -> RunSettings:  # type: ignore[override]
         """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""

@@ -4,9 +4,10 @@ The Tasks page, the CLI and scripts all call these functions, so a setting that 
 the others accept too, and every change is checked for the admin role and written to the audit log.
 An import is validated completely before the first row is written: a bad file changes nothing.
 
-Reward settings are an open dictionary. The keys the chosen method reads (METHOD_SETTINGS) are
-checked; any other key is kept unchecked, so a file written by a newer studio, or the settings of a
-method a person switched away from, survive a round trip instead of vanishing silently.
+Reward settings are an open dictionary. The keys the chosen method reads (its settings model in the
+registry, core.rewards.METHODS) are checked; any other key is kept unchecked, so a file written by a
+newer studio, or the settings of a method a person switched away from, survive a round trip instead
+of vanishing silently.
 """
 
 from __future__ import annotations
@@ -14,12 +15,20 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -27,9 +36,8 @@ from core import datasets
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, SampleRow
 from core.errors import InvalidInput
-from core.judge import SCALES
 from core.people import require_role
-from core.rewards import METHODS
+from core.rewards import METHODS, check_settings, get_method, setting_keys
 from core.settings import get_settings
 from core.tasks import add_samples, get_task
 from core.versions import ensure_library
@@ -41,41 +49,67 @@ FORMAT = "tfgrpo-task"
 VERSION = 1
 MAX_NAME_CHARS = 100
 MAX_FIELD_CHARS, MAX_FILE_BYTES = datasets.MAX_FIELD_CHARS, datasets.MAX_FILE_BYTES
-MAX_LABELS_PER_ROLLOUT = 5
 SAMPLE_KEYS = ("id", "query", "reference", "rubric", "split", "meta")
 
-# The reward_settings keys each method reads (core/rewards.py, core/judge.py, core/labeling.py).
-METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
-    "math": (),
-    "exact": (),
-    "numeric": ("rel_tol", "abs_tol"),
-    "regex": ("pattern", "ignore_case", "full_match"),
-    "contains_all": ("phrases", "partial", "ignore_case"),
-    "judge": ("criteria", "scale"),
-    "human": ("criteria", "scale", "labels_per_rollout"),
-    "judge_human": ("criteria", "scale", "labels_per_rollout", "spot_check_share"),
-}
-SETTING_KEYS = frozenset(key for keys in METHOD_SETTINGS.values() for key in keys)
+# Derived from the registry, for readers of the old table (tests/test_ui_tasks.py); use rewards.setting_keys.
+METHOD_SETTINGS: dict[str, tuple[str, ...]] = {name: setting_keys(name) for name in METHODS}
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_CHARS)]
+ModelName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+Text = Annotated[str, StringConstraints(max_length=MAX_FIELD_CHARS)]
+NonBlankText = Annotated[str, StringConstraints(max_length=MAX_FIELD_CHARS, pattern=r"\S")]  # kept as typed
 
 
-@dataclass
-class TaskSettings:
-    """Everything a person sets about a task (not its data); the unit of editing, export and audit."""
+def _default_model() -> str:
+    return get_settings().model
 
-    name: str
-    instructions: str
-    description: str = ""
-    answer_format: str = ""
-    agent_mode: str = "direct"
-    policy_model: str = field(default_factory=lambda: get_settings().model)
-    learner_model: str = field(default_factory=lambda: get_settings().model)
-    judge_model: str = field(default_factory=lambda: get_settings().model)
-    reward_method: str = "math"
-    reward_settings: dict = field(default_factory=dict)
+
+class TaskSettings(BaseModel):
+    """Everything a person sets about a task (not its data); the unit of editing, export and audit.
+
+    The constraints are declared on the fields: constructing settings checks them and raises InvalidInput
+    with one line naming the setting. `from_task` and `draft` build settings without a check (what is
+    stored, a blank form); `validate` checks those.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    name: Name = Field(title="the task name", description=f"must be 1 to {MAX_NAME_CHARS} characters")
+    instructions: NonBlankText = Field(title="the instructions (the agent's system prompt)")
+    description: Text = Field("", title="description")
+    answer_format: Text = Field("", title="answer format")
+    agent_mode: Literal[AGENT_MODES] = Field("direct", title="agent mode")  # type: ignore[valid-type]
+    policy_model: ModelName = Field(default_factory=_default_model, title="the policy model")
+    learner_model: ModelName = Field(default_factory=_default_model, title="the learner model")
+    judge_model: ModelName = Field(default_factory=_default_model, title="the judge model")
+    reward_method: str = Field("math", title="reward method")
+    reward_settings: dict[str, Any] = Field(default_factory=dict, title="reward settings")
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidInput(_task_problem(exc)) from None
+
+    @field_validator("reward_method")
+    @classmethod
+    def _known_method(cls, name: str) -> str:
+        return get_method(name).name
+
+    @model_validator(mode="after")
+    def _method_settings(self) -> TaskSettings:
+        check_settings(self.reward_method, self.reward_settings)
+        return self
+
+    @classmethod
+    def draft(cls, **values: Any) -> TaskSettings:
+        """Settings without a check (defaults for the rest): a blank form, or a form's first values."""
+        return cls.model_construct(**values)
 
     @classmethod
     def from_task(cls, task: Task) -> TaskSettings:
-        return cls(**{f.name: getattr(task, f.name) for f in fields(cls)} | {
+        """The task's stored settings as they are (not checked: a stored task may predate a rule)."""
+        return cls.draft(**{name: getattr(task, name) for name in cls.model_fields} | {
             "reward_settings": dict(task.reward_settings or {})})
 
     @classmethod
@@ -83,99 +117,57 @@ class TaskSettings:
         """Settings from a file's `task` object; unknown or mistyped fields are refused by name."""
         if not isinstance(data, dict):
             raise InvalidInput("the task settings must be a JSON object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidInput(f"unknown task setting(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(sorted(known))}")
-        missing = [name for name in ("name", "instructions") if name not in data]
-        if missing:
-            raise InvalidInput(f"the task settings lack {' and '.join(missing)}")
-        settings = cls(**data).normalized()
-        settings.validate()
-        return settings
+        return cls(**data)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
 
     def normalized(self) -> TaskSettings:
         """A copy with the surrounding spaces people type by accident removed from names."""
-        def strip(value: Any) -> Any:
-            return value.strip() if isinstance(value, str) else value
+        return self.model_copy(update={
+            name: value.strip() for name in ("name", "policy_model", "learner_model", "judge_model")
+            if isinstance(value := getattr(self, name), str)})
 
-        return replace(self, name=strip(self.name), policy_model=strip(self.policy_model),
-                       learner_model=strip(self.learner_model), judge_model=strip(self.judge_model),
-                       reward_settings=dict(self.reward_settings or {}) if isinstance(self.reward_settings, dict)
-                       else self.reward_settings)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first setting that a run, the judge or the queue could not use."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "reward_settings":
-                if not isinstance(value, dict):
-                    raise InvalidInput("reward settings must be a JSON object (a dictionary)")
-            elif not isinstance(value, str):
-                raise InvalidInput(f"{f.name.replace('_', ' ')} must be text")
-        if not self.name.strip() or len(self.name) > MAX_NAME_CHARS:
-            raise InvalidInput(f"the task name must be 1 to {MAX_NAME_CHARS} characters")
-        if not self.instructions.strip():
-            raise InvalidInput("the instructions (the agent's system prompt) must not be empty")
-        for name in ("description", "instructions", "answer_format"):
-            if len(getattr(self, name)) > MAX_FIELD_CHARS:
-                raise InvalidInput(f"{name.replace('_', ' ')} is longer than {MAX_FIELD_CHARS:,} characters")
-        if self.agent_mode not in AGENT_MODES:
-            raise InvalidInput(f"unknown agent mode {self.agent_mode!r}; use one of {', '.join(AGENT_MODES)}")
-        for name in ("policy_model", "learner_model", "judge_model"):
-            if not getattr(self, name).strip():
-                raise InvalidInput(f"the {name.replace('_', ' ')} must not be empty")
-        if self.reward_method not in METHODS:
-            raise InvalidInput(f"unknown reward method {self.reward_method!r}; use one of {', '.join(METHODS)}")
-        check_reward_settings(self.reward_method, self.reward_settings)
+    def validate(self) -> TaskSettings:  # type: ignore[override]
+        """The settings checked (and names stripped); InvalidInput names the first setting that a run, the
+        judge or the queue could not use."""
+        return type(self)(**self.model_dump())
 
 
-def check_reward_settings(method: str, settings: dict) -> None:
-    """Check the keys `method` reads; others are kept as they are (see the module docstring)."""
-    used = METHOD_SETTINGS.get(method, ())
+def _task_problem(exc: ValidationError) -> str:
+    """One line naming the setting: unknown keys first, then missing ones, then the first broken field."""
+    errors = exc.errors()
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        return (f"unknown task setting(s) {', '.join(map(repr, sorted(unknown)))}; "
+                f"known: {', '.join(sorted(TaskSettings.model_fields))}")
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]
+    if missing:
+        return f"the task settings lack {' and '.join(missing)}"
+    return _field_problem(errors[0])
 
-    def present(key: str) -> bool:
-        return key in used and settings.get(key) is not None
 
-    for key in ("rel_tol", "abs_tol"):
-        if present(key):
-            value = settings[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise InvalidInput(f"{key} must be a number of 0 or more, got {value!r}")
-    for key in ("ignore_case", "full_match", "partial"):
-        if present(key) and not isinstance(settings[key], bool):
-            raise InvalidInput(f"{key} must be true or false, got {settings[key]!r}")
-    if present("pattern"):
-        pattern = settings["pattern"]
-        if not isinstance(pattern, str):
-            raise InvalidInput("pattern must be text (a regular expression)")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise InvalidInput(f"pattern is not a valid regular expression: {exc}") from exc
-    if present("phrases"):
-        phrases = settings["phrases"]
-        if not (isinstance(phrases, str) or (isinstance(phrases, list) and all(isinstance(p, str) for p in phrases))):
-            raise InvalidInput("phrases must be a list of text phrases (or one phrase)")
-    if present("criteria") and not isinstance(settings["criteria"], str):
-        raise InvalidInput("criteria must be text")
-    if present("criteria") and len(settings["criteria"]) > MAX_FIELD_CHARS:
-        raise InvalidInput(f"criteria are longer than {MAX_FIELD_CHARS:,} characters")
-    if present("scale") and settings["scale"] not in SCALES:
-        raise InvalidInput(f"scale must be one of {', '.join(SCALES)}, got {settings['scale']!r}")
-    if present("labels_per_rollout"):
-        value = settings["labels_per_rollout"]
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LABELS_PER_ROLLOUT:
-            raise InvalidInput(f"labels_per_rollout must be a whole number from 1 to {MAX_LABELS_PER_ROLLOUT}, "
-                             f"got {value!r}")
-    if present("spot_check_share"):
-        value = settings["spot_check_share"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise InvalidInput(f"spot_check_share must be a number from 0 to 1, got {value!r}")
+def _field_problem(error: ErrorDetails) -> str:
+    kind, ctx = error["type"], error.get("ctx", {})
+    if kind == "value_error":
+        return str(ctx["error"])
+    field = TaskSettings.model_fields.get(str(error["loc"][0])) if error["loc"] else None
+    if field is None:
+        return str(error["msg"])
+    title = field.title or ""
+    if kind in ("string_too_short", "string_too_long") and field.description:
+        return f"{title} {field.description}"
+    if kind in ("string_too_short", "string_pattern_mismatch"):
+        return f"{title} must not be empty"
+    if kind == "string_too_long":
+        return f"{title} is longer than {ctx['max_length']:,} characters"
+    if kind == "string_type":
+        return f"{title} must be text"
+    if kind == "dict_type":
+        return f"{title} must be a JSON object (a dictionary)"
+    if kind == "literal_error":
+        return f"unknown {title} {error['input']!r}; use one of {', '.join(get_args(field.annotation))}"
+    return f"{title}: {error['msg']}"
 
 
 def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_name: str | None = None) -> Task:
@@ -184,8 +176,7 @@ def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_na
     A rename is allowed when the new name is free. Only an admin may do either; the audit event keeps
     the settings before and after.
     """
-    settings = settings.normalized()
-    settings.validate()
+    settings = settings.validate()
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "editing tasks")
         if original_name is None:

@@ -21,22 +21,20 @@ from sqlmodel import Session, select
 
 from core.agent import AGENT_MODES, AgentSettings
 from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
-from core.gateway import Gateway, Scope, clean_text
+from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
 from core.library import ProposedOp, validate_ops
 from core.people import require_role
 from core.prompts import (
-    ADVANTAGE_SCHEMA,
-    DIRECT_SCHEMA,
-    UPDATE_SCHEMA,
     advantage_messages,
     direct_messages,
     summary_messages,
     trajectory_text,
     update_messages,
 )
+from core.replies import AdvantageReply, DirectReply, UpdateReply
 from core.review import apply_step_operations, decide_all
-from core.rewards import MODEL_METHODS, PERSON_METHODS, majority_rewards
+from core.rewards import METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.run_settings import RunSettings
 from core.settings import get_settings
@@ -91,7 +89,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         task = get_task(session, task_name)
         settings.policy_model = settings.policy_model or task.policy_model or get_settings().model
         settings.learner_model = settings.learner_model or task.learner_model or get_settings().model
-        if not settings.ground_truth and task.reward_method in (*MODEL_METHODS, *PERSON_METHODS):
+        method = METHODS.get(task.reward_method)
+        if not settings.ground_truth and method is not None and not method.scored_by_function:
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
         if task.agent_mode not in AGENT_MODES:
@@ -229,6 +228,8 @@ def run_counters(session: Session, run: Run) -> dict:
         "operations_invalid": ops.get(OperationStatus.INVALID, 0),
         "calls": totals["calls"],
         "cache_hits": totals["cache_hits"],
+        "replies_repaired": totals["repaired"],
+        "replies_malformed": totals["malformed"],
         "tokens_in": totals["tokens_in"],
         "tokens_out": totals["tokens_out"],
         "cost": totals["cost"],
@@ -342,10 +343,10 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                       [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
                                       experiences, gt)
         parsed, call = await ctx.gateway.complete_json(
-            stage="advantage", model=ctx.settings.learner_model, messages=messages, schema=ADVANTAGE_SCHEMA,
-            parse=_parse_advantage, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
-        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed["analysis"],
-                               proposals=parsed["experiences"], raw=call.text)
+            stage="advantage", model=ctx.settings.learner_model, messages=messages, reply=AdvantageReply,
+            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed.analysis,
+                               proposals=parsed.experiences, raw=call.text)
     except _Stop:
         raise
     except StructuredOutputError as exc:
@@ -353,13 +354,6 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
     except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)
         log.warning("group of sample %s failed: %s", sample.id, exc)
         return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-
-
-def _parse_advantage(data: object) -> dict:
-    if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
-        raise InvalidInput('expected an object with an "experiences" list')
-    texts = [clean_text(t) for t in data["experiences"] if isinstance(t, str | int | float) and str(t).strip()]
-    return {"analysis": clean_text(data.get("analysis", "")), "experiences": texts[:3]}
 
 
 def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
@@ -409,20 +403,6 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
     return call.text.strip()
 
 
-def _parse_operations(data: object) -> list[ProposedOp]:
-    if not isinstance(data, dict) or not isinstance(data.get("operations"), list):
-        raise InvalidInput('expected an object with an "operations" list')
-    ops = []
-    for item in data["operations"]:
-        if not isinstance(item, dict) or "op" not in item:
-            raise InvalidInput("each operation must be an object with an op")
-        ids = item.get("ids") or item.get("target_ids") or []
-        ids = [str(i).strip("[] ") for i in (ids if isinstance(ids, list) else [ids])]
-        ops.append(ProposedOp(str(item["op"]).upper(), ids, clean_text(item.get("text") or "") or None,
-                              clean_text(item.get("rationale") or "")))
-    return ops
-
-
 async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals: list[str],
                        source_ids: list[int]) -> None:
     """One learner call per batch turns all proposals into operations; invalid ones are kept with a reason."""
@@ -430,16 +410,17 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
         return
     messages = update_messages(experiences, proposals, ctx.settings.max_experiences)
     try:
-        ops, _call = await ctx.gateway.complete_json(
-            stage="update", model=ctx.settings.learner_model, messages=messages, schema=UPDATE_SCHEMA,
-            parse=_parse_operations, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        reply, _call = await ctx.gateway.complete_json(
+            stage="update", model=ctx.settings.learner_model, messages=messages, reply=UpdateReply,
+            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
     except StructuredOutputError as exc:
         with session_scope(ctx.engine) as session:
             row = session.get(Step, step.id)
             row.error = f"{exc} | raw reply: {exc.raw[:500]}"
             session.add(row)
         return
-    store_operations(ctx.engine, step, experiences, ops, source_ids, max_size=ctx.settings.max_experiences)
+    store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
+                     max_size=ctx.settings.max_experiences)
 
 
 def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
@@ -469,21 +450,12 @@ async def _direct_experiences(ctx: _Ctx) -> None:
     parsed, _call = await ctx.gateway.complete_json(
         stage="direct", model=ctx.settings.learner_model, messages=direct_messages(
             ctx.task.instructions, queries_, ctx.settings.direct_count),
-        schema=DIRECT_SCHEMA, parse=_parse_direct, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        reply=DirectReply, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
         library = session.get(Library, run.library_id)
-        version = create_version(session, library, new_experiences(session, library, parsed), parent_id=None,
-                                 source="direct", created_by=run.created_by, run_id=run.id,
+        version = create_version(session, library, new_experiences(session, library, parsed.experiences),
+                                 parent_id=None, source="direct", created_by=run.created_by, run_id=run.id,
                                  note="directly generated experiences (baseline, no rollouts)")
         run.current_version_id = version.id
         session.add(run)
-
-
-def _parse_direct(data: object) -> list[str]:
-    if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
-        raise InvalidInput('expected an object with an "experiences" list')
-    texts = [clean_text(t) for t in data["experiences"] if clean_text(t)]
-    if not texts:
-        raise InvalidInput("no experiences in the reply")
-    return texts

@@ -6,6 +6,7 @@ appends a new version whose parent is the one it started from.
 
 from __future__ import annotations
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core import library_io
@@ -13,6 +14,7 @@ from core.errors import InvalidInput, NotFound
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
 from storage import queries
+from storage.db import session_scope
 from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
 
 PRODUCTION = "production"
@@ -90,15 +92,17 @@ def resolve_version(session: Session, task: Task, ref: str, library_name: str = 
     return session.get(LibraryVersion, label.version_id)
 
 
-def import_library(session: Session, task: Task, text: str, filename: str, *, library_name: str = "default",
+def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
                    actor: str = "cli") -> LibraryVersion:
     """A new version holding the experiences of an imported file (replacing the current content)."""
-    require_role(session, actor, "reviewer", "importing a library")
     texts = library_io.parse_library_text(text, filename)
-    lib = ensure_library(session, task, library_name, actor=actor)
-    parent = queries.latest_version(session, lib.id)
-    return create_version(session, lib, new_experiences(session, lib, texts), parent_id=parent.id if parent else None,
-                          source="import", created_by=actor, note=f"imported from {filename or 'text'}")
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "importing a library")
+        lib = ensure_library(session, _task(session, task_name), library_name, actor=actor)
+        parent = queries.latest_version(session, lib.id)
+        return create_version(session, lib, new_experiences(session, lib, texts),
+                              parent_id=parent.id if parent else None, source="import", created_by=actor,
+                              note=f"imported from {filename or 'text'}")
 
 
 def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) -> str:
@@ -114,8 +118,29 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
     raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 
-def set_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
-    """Point a label such as `production` at a version (moving it if it exists); `production` is the admin's."""
+def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str, actor: str, *,
+              library_name: str = "default") -> LibraryLabel:
+    """Point a label such as `production` at a version (id, label or `latest`) of the library, moving it if it
+    exists; `production` is the admin's."""
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput("give the label a name, e.g. production")
+    with session_scope(engine) as session:
+        task = _task(session, task_name)
+        version = _version_in(session, task, version_ref, library_name)
+        return _move_label(session, version, name, actor)
+
+
+def promote(engine: Engine, version_id: int, actor: str) -> LibraryLabel:
+    """Point `production` at a version (an admin's decision, audited)."""
+    with session_scope(engine) as session:
+        version = session.get(LibraryVersion, version_id)
+        if version is None:
+            raise NotFound(f"no version {version_id}")
+        return _move_label(session, version, PRODUCTION, actor)
+
+
+def _move_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
     if name == PRODUCTION:
         require_role(session, actor, "admin", "moving the production label")
     else:
@@ -139,29 +164,62 @@ def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
 
 
 
-def edit_library(session: Session, library: Library, ops: list[ProposedOp], actor: str, note: str = "") -> LibraryVersion:
+def edit_library(engine: Engine, task_name: str, ops: list[ProposedOp], actor: str, *, library_name: str = "default",
+                 note: str = "") -> LibraryVersion:
     """A person's change (ADD, MODIFY, DELETE, MERGE) as a new version on top of the latest one.
 
     The operations pass the same validation as the learner's; any invalid one rejects the whole edit.
     """
-    require_role(session, actor, "reviewer", "editing libraries")
-    base = queries.latest_version(session, library.id)
-    checked = validate_ops(base.experiences, ops)
-    errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
-    if errors:
-        raise InvalidInput("; ".join(errors))
     if not ops:
         raise InvalidInput("nothing to change")
-    experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
-    summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
-    return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,
-                          note=note or f"manual edit: {summary}")
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "editing libraries")
+        library = _library(session, _task(session, task_name), library_name)
+        base = queries.latest_version(session, library.id)
+        checked = validate_ops(base.experiences, ops)
+        errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
+        if errors:
+            raise InvalidInput("; ".join(errors))
+        experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
+        summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
+        return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,
+                              note=note.strip() or f"manual edit: {summary}")
 
 
-def revert_to(session: Session, version: LibraryVersion, actor: str) -> LibraryVersion:
+def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
+              library_name: str = "default") -> LibraryVersion:
     """A new version with the content of an older one (history is never rewritten)."""
-    require_role(session, actor, "reviewer", "reverting libraries")
-    library = session.get(Library, version.library_id)
-    latest = queries.latest_version(session, library.id)
-    return create_version(session, library, [dict(exp) for exp in version.experiences], parent_id=latest.id,
-                          source="revert", created_by=actor, note=f"revert to version #{version.number}")
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "reverting libraries")
+        library = _library(session, _task(session, task_name), library_name)
+        old = session.get(LibraryVersion, version_id)
+        if old is None or old.library_id != library.id:
+            raise NotFound(f"version id {version_id} is not in library {library_name!r}")
+        latest = queries.latest_version(session, library.id)
+        return create_version(session, library, [dict(exp) for exp in old.experiences], parent_id=latest.id,
+                              source="revert", created_by=actor, note=f"revert to version #{old.number}")
+
+
+def _task(session: Session, name: str) -> Task:
+    task = queries.task_by_name(session, name) if name else None
+    if task is None:
+        raise NotFound(f"no task named {name!r}")
+    return task
+
+
+def _library(session: Session, task: Task, name: str) -> Library:
+    library = queries.library_by_name(session, task.id, name)
+    if library is None:
+        raise NotFound(f"task {task.name!r} has no library {name!r}; import a file to create it")
+    return library
+
+
+def _version_in(session: Session, task: Task, ref: str | int, library_name: str) -> LibraryVersion:
+    """A version of this library by id, label or `latest`; the empty library is no version."""
+    library = _library(session, task, library_name)
+    version = resolve_version(session, task, str(ref), library_name)
+    if version is None:
+        raise InvalidInput("the empty library has no version to label")
+    if version.library_id != library.id:
+        raise NotFound(f"version id {version.id} is not in library {library_name!r}")
+    return version

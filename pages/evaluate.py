@@ -15,25 +15,28 @@ from sqlmodel import Session
 
 from core.evaluation import create_evaluation
 from core.run_control import resume_evaluation
-from core.versions import EMPTY, PRODUCTION, set_label
+from core.versions import EMPTY, PRODUCTION, promote
 from core.worker import job_health
 from pages._common import (
     SCORE,
+    Flash,
+    Outcome,
     allowed,
     context,
     engine,
     keep_valid_choice,
-    require_app,
+    require_task,
     role_note,
     run_action,
+    run_page,
     show_text,
     start_worker_if_needed,
     status_label,
 )
 from storage import queries
-from storage.db import session_scope
+from storage.models import Task
 
-FLASH_KEY = "eval_flash"
+FLASH = Flash("eval_flash")
 COST = st.column_config.NumberColumn(format="$%.4f")
 
 
@@ -49,12 +52,9 @@ def interval(metrics: dict, key: str) -> str:
     return f"{ci[0]:.3f} – {ci[1]:.3f}" if ci and len(ci) == 2 else ""
 
 
-def load_setup(task_name: str | None, library_name: str) -> dict | None:
+def load_setup(task: Task, library_name: str) -> dict:
     """The task, its splits, and the current library's versions (newest first) with their labels."""
     with Session(engine()) as session:
-        task = queries.task_by_name(session, task_name or "")
-        if task is None:
-            return None
         library = queries.library_by_name(session, task.id, library_name)
         versions = list(reversed(queries.versions(session, library.id))) if library else []
         labels: dict[int, list[str]] = {}
@@ -74,8 +74,23 @@ def load_evaluations(task_id: int) -> tuple[list, dict[int, int]]:
     return evaluations, numbers
 
 
+def start_evaluation(task_name: str) -> None:
+    """Queue an evaluation of the form's choices (the Start evaluation button's callback) for a worker."""
+    state = st.session_state
+    if state.get("eval_split") is None:
+        FLASH.set("new", Outcome(False, "This task has no samples to evaluate on."))
+        return
+    evaluation_id = run_action(
+        FLASH, "new", create_evaluation, engine(), task_name, state.get("eval_version") or EMPTY,
+        split=state["eval_split"], k=int(state["eval_k"]), limit=int(state["eval_limit"]) or None,
+        model=str(state["eval_model"]).strip() or None, temperature=float(state["eval_temperature"]),
+        created_by=context().reviewer, report=lambda new_id: f"Evaluation #{new_id} queued.")
+    if evaluation_id is not None:
+        start_worker_if_needed()
+
+
 def evaluation_form(setup: dict) -> None:
-    """What to evaluate; on submit the evaluation is queued for the worker."""
+    """What to evaluate; Start evaluation queues it for the worker."""
     task = setup["task"]
     options = [str(v["id"]) for v in setup["versions"]] + [EMPTY]
     names = {str(v["id"]): f"#{v['number']} (id {v['id']}) {' '.join(v['labels'])}".strip()
@@ -86,27 +101,17 @@ def evaluation_form(setup: dict) -> None:
         keep_valid_choice(key, offered)  # another task or library was chosen in the sidebar
     with st.form("eval_form"):
         c1, c2, c3 = st.columns(3)
-        version = c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
-        split = c2.selectbox("Split", splits, index=splits.index("test") if "test" in splits else 0,
-                             format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key="eval_split")
-        k = c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key="eval_k")
-        limit = c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="eval_limit")
-        model = c2.text_input("Model", value=task.policy_model, key="eval_model")
-        temperature = c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1,
-                                      format="%.2f", key="eval_temperature")
-        submitted = st.form_submit_button("Start evaluation", key="eval_submit", type="primary")
-    if not submitted:
-        return
-    if split is None:
-        st.error("This task has no samples to evaluate on.")
-        return
-    ctx = context()
-    evaluation_id = run_action(create_evaluation, engine(), task.name, version or EMPTY, split=split, k=int(k),
-                               limit=int(limit) or None, model=model.strip() or None,
-                               temperature=float(temperature), created_by=ctx.reviewer)
-    if evaluation_id is not None:
-        st.success(f"Evaluation #{evaluation_id} queued.")
-        start_worker_if_needed()
+        c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
+        c2.selectbox("Split", splits, index=splits.index("test") if "test" in splits else 0,
+                     format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key="eval_split")
+        c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key="eval_k")
+        c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="eval_limit")
+        c2.text_input("Model", value=task.policy_model, key="eval_model")
+        c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1, format="%.2f",
+                        key="eval_temperature")
+        st.form_submit_button("Start evaluation", key="eval_submit", type="primary", on_click=start_evaluation,
+                              args=(task.name,))
+    FLASH.show("new")
 
 
 def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
@@ -124,9 +129,17 @@ def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
     return fig
 
 
+def resume(evaluation_id: int) -> None:
+    """Queue a failed or stalled evaluation again (a button's callback) and make sure a worker takes it."""
+    if run_action(FLASH, "evaluations", resume_evaluation, engine(), evaluation_id, context().reviewer,
+                  success=f"Evaluation #{evaluation_id} queued again") is not None:
+        start_worker_if_needed()
+
+
 @st.fragment(run_every=2)
 def evaluations_view(task_id: int) -> None:
     """The task's evaluations with live progress, resume for failed or stalled ones, and the scores chart."""
+    FLASH.show("evaluations")
     evaluations, numbers = load_evaluations(task_id)
     if not evaluations:
         st.info("No evaluations of this task yet: choose a version above and press Start evaluation.")
@@ -145,7 +158,6 @@ def evaluations_view(task_id: int) -> None:
                  column_config={"Mean@k": SCORE, "Pass@k": SCORE, "cost": COST,
                                 "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
 
-    actor = context().reviewer
     for e in evaluations:
         shown = job_health(e.status, e.heartbeat_at)
         if shown not in ("failed", "stalled"):
@@ -154,10 +166,8 @@ def evaluations_view(task_id: int) -> None:
                    + (": its worker stopped beating." if shown == "stalled" else ". Error:"))
         if e.error:
             show_text(e.error)
-        if st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:"):
-            if run_action(resume_evaluation, engine(), e.id, actor, success=f"Evaluation #{e.id} queued again"):
-                start_worker_if_needed()
-                st.rerun()
+        st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
+                  on_click=resume, args=(e.id,))
 
     completed = [e for e in reversed(evaluations) if e.status == "completed"]
     if completed:
@@ -222,18 +232,14 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
                  column_config={"mean reward A": SCORE, "mean reward B": SCORE, "cost A": COST, "cost B": COST})
 
 
-def promote(version_id: int, actor: str) -> int:
-    """Point `production` at the version (core.versions.set_label), in one transaction."""
-    with session_scope(engine()) as session:
-        version = queries.version_by_id(session, version_id)
-        if version is None:
-            raise LookupError(f"no version {version_id}")
-        return set_label(session, version, PRODUCTION, actor).version_id
+def promote_version(version_id: int, name: str) -> None:
+    """Point `production` at the version (the Promote button's callback; core.versions.promote checks the role)."""
+    run_action(FLASH, "promote", promote, engine(), version_id, context().reviewer,
+               report=f"production now points at version {name} (id {version_id}).")
 
 
 def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> None:
-    if FLASH_KEY in st.session_state:
-        st.success(st.session_state.pop(FLASH_KEY))
+    FLASH.show("promote")
     current = setup["production"]
     if current:
         library_numbers = {v["id"]: v["number"] for v in setup["versions"]}
@@ -254,34 +260,31 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
     if not allowed("admin"):
         role_note("admin", "promoting a version to production")
         return
-    if st.button("Promote to production", key="eval_promote", type="primary", icon=":material/rocket_launch:"):
-        if run_action(promote, version_id, context().reviewer) is not None:
-            st.session_state[FLASH_KEY] = (f"production now points at version "
-                                           f"{version_name(version_id, numbers)} (id {version_id}).")
-            st.rerun()
+    st.button("Promote to production", key="eval_promote", type="primary", icon=":material/rocket_launch:",
+              on_click=promote_version, args=(version_id, version_name(version_id, numbers)))
 
 
-require_app()
-st.title("Evaluate")
-setup = load_setup(context().task, context().library)
-if setup is None:
-    st.info("Choose a task in the sidebar (or create one) to evaluate it.")
-    st.stop()
+def page() -> None:
+    st.title("Evaluate")
+    ctx, task = require_task()
+    setup = load_setup(task, ctx.library)
+    st.header("New evaluation")
+    if allowed("reviewer"):
+        evaluation_form(setup)
+    else:
+        role_note("reviewer", "starting an evaluation")
 
-st.header("New evaluation")
-if allowed("reviewer"):
-    evaluation_form(setup)
-else:
-    role_note("reviewer", "starting an evaluation")
+    st.header("Evaluations")
+    evaluations_view(setup["task"].id)
 
-st.header("Evaluations")
-evaluations_view(setup["task"].id)
+    evaluations, numbers = load_evaluations(setup["task"].id)
+    completed = [e for e in evaluations if e.status == "completed"]
 
-evaluations, numbers = load_evaluations(setup["task"].id)
-completed = [e for e in evaluations if e.status == "completed"]
+    st.header("Compare two evaluations")
+    compare_section(completed, numbers)
 
-st.header("Compare two evaluations")
-compare_section(completed, numbers)
+    st.header("Promote")
+    promote_section(completed, numbers, setup)
 
-st.header("Promote")
-promote_section(completed, numbers, setup)
+
+run_page(page)

@@ -33,12 +33,13 @@ from pages._common import (
     context,
     engine,
     experience_lines,
-    require_app,
+    failed,
+    require_task,
     role_note,
+    run_page,
     show_text,
 )
 from storage import queries
-from storage.db import session_scope
 
 FLASH = Flash("library_flash")
 FORMATS = {"md": "Markdown", "json": "JSON", "prompt": "System prompt"}
@@ -146,68 +147,35 @@ def export_file_name(task_name: str, library_name: str, number: int, fmt: str) -
 # Each takes its inputs explicitly and returns an Outcome; all writing is done by core.versions.
 
 
-def _task_and_library(session: Session, ctx: Context):
-    task = queries.task_by_name(session, ctx.task) if ctx.task else None
-    if task is None:
-        raise LookupError("The task chosen in the sidebar does not exist (any more).")
-    library = queries.library_by_name(session, task.id, ctx.library)
-    if library is None:
-        raise LookupError("This task has no library of the name chosen in the sidebar; import a file to create it.")
-    return task, library
-
-
-def _failure(exc: Exception) -> Outcome:
-    if isinstance(exc, LookupError | ValueError):
-        return Outcome(False, str(exc))
-    return Outcome(False, "The change failed; nothing was written.", detail=f"{type(exc).__name__}: {exc}")
-
-
 def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None) -> Outcome:
     """A manual change as a new version; an invalid operation (duplicate, too short, unknown id) writes nothing."""
     ctx = ctx or context()
     try:
-        with session_scope(engine()) as session:
-            _task, library = _task_and_library(session, ctx)
-            version = core_versions.edit_library(session, library, ops, ctx.reviewer, note.strip())
-            number, version_id = version.number, version.id
+        version = core_versions.edit_library(engine(), ctx.task, ops, ctx.reviewer, library_name=ctx.library,
+                                             note=note)
     except Exception as exc:  # noqa: BLE001  (shown to the person; the transaction was rolled back)
-        return _failure(exc)
-    return Outcome(True, f"Created version #{number} (id {version_id}).")
+        return failed(exc)
+    return Outcome(True, f"Created version #{version.number} (id {version.id}).")
 
 
 def revert(version_id: int, ctx: Context | None = None) -> Outcome:
     """A new version with the content of an older one."""
     ctx = ctx or context()
     try:
-        with session_scope(engine()) as session:
-            _task, library = _task_and_library(session, ctx)
-            old = queries.version_by_id(session, version_id)
-            if old is None or old.library_id != library.id:
-                raise LookupError(f"Version id {version_id} is not in this library.")
-            version = core_versions.revert_to(session, old, ctx.reviewer)
-            number, new_id, old_number = version.number, version.id, old.number
+        version = core_versions.revert_to(engine(), ctx.task, version_id, ctx.reviewer, library_name=ctx.library)
     except Exception as exc:  # noqa: BLE001
-        return _failure(exc)
-    return Outcome(True, f"Created version #{number} (id {new_id}) with the content of version #{old_number}.")
+        return failed(exc)
+    return Outcome(True, f"Created version #{version.number} (id {version.id}): {version.note}.")
 
 
 def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcome:
     """Point a label (e.g. `production`) at a version."""
     ctx = ctx or context()
-    name = (name or "").strip()
-    if not name:
-        return Outcome(False, "Give the label a name, e.g. production.")
     try:
-        with session_scope(engine()) as session:
-            _task, library = _task_and_library(session, ctx)
-            version = queries.version_by_id(session, version_id)
-            if version is None or version.library_id != library.id:
-                raise LookupError(f"Version id {version_id} is not in this library.")
-            core_versions.set_label(session, version, name, ctx.reviewer)
-            number = version.number
+        core_versions.set_label(engine(), ctx.task, version_id, name, ctx.reviewer, library_name=ctx.library)
     except Exception as exc:  # noqa: BLE001
-        return _failure(exc)
-    return Outcome(True, f"The label now points at version #{number} (id {version_id}).")
+        return failed(exc)
+    return Outcome(True, f"The label now points at version id {version_id}.")
 
 
 def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Outcome:
@@ -220,19 +188,15 @@ def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Out
                               "Save it as UTF-8 Markdown, JSON or plain text and try again.",
                        detail=f"{filename}: {exc}")
     try:
-        with session_scope(engine()) as session:
-            task = queries.task_by_name(session, ctx.task) if ctx.task else None
-            if task is None:
-                raise LookupError("The task chosen in the sidebar does not exist (any more).")
-            version = core_versions.import_library(session, task, text, filename, library_name=ctx.library,
-                                                   actor=ctx.reviewer)
-            number, version_id, size = version.number, version.id, len(version.experiences)
-    except (LibraryFormatError, ValueError) as exc:
+        version = core_versions.import_library(engine(), ctx.task, text, filename, library_name=ctx.library,
+                                               actor=ctx.reviewer)
+    except LibraryFormatError as exc:
         return Outcome(False, "Cannot import this file: it holds no experiences in a format this studio reads. "
                               "Nothing was written.", detail=str(exc))
     except Exception as exc:  # noqa: BLE001
-        return _failure(exc)
-    return Outcome(True, f"Imported {size} experiences as version #{number} (id {version_id}).")
+        return failed(exc)
+    return Outcome(True, f"Imported {len(version.experiences)} experiences as version #{version.number} "
+                         f"(id {version.id}).")
 
 
 # ---------------------------------------------------------------------------------------------- callbacks
@@ -434,14 +398,10 @@ def draw_import() -> None:
               disabled=uploaded is None)
 
 
-def main() -> None:
-    require_app()
-    ctx = context()
+def page() -> None:
     st.title("Library")
+    ctx, _task = require_task()
     data = load(ctx)
-    if data.task is None:
-        st.info("No task is chosen. Pick one in the sidebar.")
-        return
     if not data.library_exists or not data.versions:
         st.info("This task has no library of the name chosen in the sidebar yet; importing a file creates it.")
         draw_import()
@@ -461,5 +421,4 @@ def main() -> None:
         draw_import()
 
 
-if __name__ == "__main__":  # run by st.navigation; tests import the action functions without drawing
-    main()
+run_page(page)

@@ -17,15 +17,18 @@ from plotly.subplots import make_subplots
 from sqlmodel import Session
 
 from core.run_control import cancel_run, pause_run, resume_run
-from core.training import RunSettings, create_run
+from core.run_settings import RunSettings
+from core.training import create_run
 from core.worker import job_health
 from pages._common import (
+    Flash,
     allowed,
     context,
     engine,
-    require_app,
+    require_task,
     role_note,
     run_action,
+    run_page,
     show_text,
     start_worker_if_needed,
     status_label,
@@ -33,6 +36,7 @@ from pages._common import (
 from storage import queries
 from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_PAUSE, PERSON_MAY_RESUME
 
+FLASH = Flash("train_flash")
 RUN_KEY = "train_run"
 DEFAULTS = RunSettings()
 
@@ -113,20 +117,25 @@ def progress_chart(rewards: list[tuple[int, float]], sizes: list[tuple[int, int]
     return fig
 
 
-def control_buttons(run_id: int, shown: str, actor: str) -> None:
-    """Only the requests that make sense for the run's (shown) status; after a change, redraw the page."""
+def request(change, run_id: int, done: str) -> None:
+    """Pause, resume or cancel the run (a button's callback); a run queued again needs a worker."""
+    if run_action(FLASH, "control", change, engine(), run_id, context().reviewer, success=done) is not None \
+            and change is resume_run:
+        start_worker_if_needed()
+
+
+def control_buttons(run_id: int, shown: str) -> None:
+    """Only the requests that make sense for the run's (shown) status."""
     left, middle, right, _ = st.columns([1, 1, 1, 4])
-    changed = None
-    if shown in PERSON_MAY_PAUSE and left.button("Pause", key="train_pause", icon=":material/pause:"):
-        changed = run_action(pause_run, engine(), run_id, actor, success=f"Run #{run_id} paused")
-    if shown in PERSON_MAY_RESUME and middle.button("Resume", key="train_resume", icon=":material/play_arrow:"):
-        changed = run_action(resume_run, engine(), run_id, actor, success=f"Run #{run_id} queued again")
-        if changed:
-            start_worker_if_needed()
-    if shown in PERSON_MAY_CANCEL and right.button("Cancel", key="train_cancel", icon=":material/stop:"):
-        changed = run_action(cancel_run, engine(), run_id, actor, success=f"Run #{run_id} cancelled")
-    if changed:
-        st.rerun()
+    if shown in PERSON_MAY_PAUSE:
+        left.button("Pause", key="train_pause", icon=":material/pause:", on_click=request,
+                    args=(pause_run, run_id, f"Run #{run_id} paused"))
+    if shown in PERSON_MAY_RESUME:
+        middle.button("Resume", key="train_resume", icon=":material/play_arrow:", on_click=request,
+                      args=(resume_run, run_id, f"Run #{run_id} queued again"))
+    if shown in PERSON_MAY_CANCEL:
+        right.button("Cancel", key="train_cancel", icon=":material/stop:", on_click=request,
+                     args=(cancel_run, run_id, f"Run #{run_id} cancelled"))
 
 
 @st.fragment(run_every=2)
@@ -145,8 +154,9 @@ def live_progress(run_id: int) -> None:
     if shown == "stalled":
         st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
                    "Resume it to queue it again for a live worker (what is stored is kept).")
+    FLASH.show("control")
     if allowed("reviewer"):
-        control_buttons(run_id, shown, context().reviewer)
+        control_buttons(run_id, shown)
     if shown == "awaiting_review":
         st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
         st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
@@ -186,81 +196,91 @@ def live_progress(run_id: int) -> None:
     st.plotly_chart(progress_chart(view["rewards"], view["sizes"]), key="train_chart")
 
 
+def form_settings() -> RunSettings:
+    """The run settings as the form holds them (its widgets' values, by key)."""
+    state = st.session_state
+    return RunSettings.build(
+        epochs=int(state["train_epochs"]), batch_size=int(state["train_batch_size"]),
+        group_size=int(state["train_group_size"]), temperature=float(state["train_temperature"]),
+        concurrency=int(state["train_concurrency"]), limit=int(state["train_limit"]) or None,
+        seed=int(state["train_seed"]), ground_truth=bool(state["train_ground_truth"]),
+        review_mode=state["train_review_mode"], policy_model=state["train_policy_model"].strip(),
+        learner_model=state["train_learner_model"].strip(), max_tokens=int(state["train_max_tokens"]),
+        budget_usd=float(state["train_budget"]) or None)
+
+
+def start_run(task_name: str) -> None:
+    """Queue a run with the form's settings (the Start run button's callback); a worker takes it."""
+    ctx = context()
+    run_id = run_action(FLASH, "new run", lambda: create_run(engine(), task_name, form_settings(),
+                                                             library_name=ctx.library, created_by=ctx.reviewer),
+                        success="Run queued")
+    if run_id is not None:
+        st.session_state[RUN_KEY] = run_id
+        start_worker_if_needed()
+
+
 def settings_form(task) -> None:
-    """The run settings; on submit the run is queued (or the reason it cannot be is shown)."""
+    """The run settings; Start run queues the run (or says why it cannot be)."""
     with st.form("train_form"):
         c1, c2, c3, c4 = st.columns(4)
-        epochs = c1.number_input("Epochs", value=DEFAULTS.epochs, step=1, key="train_epochs")
-        batch_size = c2.number_input("Batch size", value=DEFAULTS.batch_size, step=1, key="train_batch_size",
-                                     help="Training queries per step.")
-        group_size = c3.number_input("Group size (G)", value=DEFAULTS.group_size, step=1, key="train_group_size",
-                                     help="Attempts per query; their differences teach the learner.")
-        temperature = c4.number_input("Temperature", value=DEFAULTS.temperature, step=0.1, format="%.2f",
-                                      key="train_temperature")
-        concurrency = c1.number_input("Concurrency", value=DEFAULTS.concurrency, step=1, key="train_concurrency",
-                                      help="Model calls in flight at once.")
-        limit = c2.number_input("Training queries limit (0 = all)", value=0, min_value=0, step=1,
-                                key="train_limit")
-        seed = c3.number_input("Seed", value=DEFAULTS.seed, step=1, key="train_seed")
-        max_tokens = c4.number_input("Max tokens per answer", value=DEFAULTS.max_tokens, min_value=16, step=64,
-                                     key="train_max_tokens")
+        c1.number_input("Epochs", value=DEFAULTS.epochs, step=1, key="train_epochs")
+        c2.number_input("Batch size", value=DEFAULTS.batch_size, step=1, key="train_batch_size",
+                        help="Training queries per step.")
+        c3.number_input("Group size (G)", value=DEFAULTS.group_size, step=1, key="train_group_size",
+                        help="Attempts per query; their differences teach the learner.")
+        c4.number_input("Temperature", value=DEFAULTS.temperature, step=0.1, format="%.2f",
+                        key="train_temperature")
+        c1.number_input("Concurrency", value=DEFAULTS.concurrency, step=1, key="train_concurrency",
+                        help="Model calls in flight at once.")
+        c2.number_input("Training queries limit (0 = all)", value=0, min_value=0, step=1, key="train_limit")
+        c3.number_input("Seed", value=DEFAULTS.seed, step=1, key="train_seed")
+        c4.number_input("Max tokens per answer", value=DEFAULTS.max_tokens, min_value=16, step=64,
+                        key="train_max_tokens")
         m1, m2 = st.columns(2)
-        policy_model = m1.text_input("Policy model", value=task.policy_model, key="train_policy_model",
-                                     help="The model that answers the queries.")
-        learner_model = m2.text_input("Learner model", value=task.learner_model, key="train_learner_model",
-                                      help="The model that summarises attempts and proposes experiences.")
+        m1.text_input("Policy model", value=task.policy_model, key="train_policy_model",
+                      help="The model that answers the queries.")
+        m2.text_input("Learner model", value=task.learner_model, key="train_learner_model",
+                      help="The model that summarises attempts and proposes experiences.")
         o1, o2, o3 = st.columns(3)
-        ground_truth = o1.checkbox("Ground truth", value=True, key="train_ground_truth",
-                                   help="Score answers against the reference; off: the group's majority answer.")
-        review_mode = o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
-                               help="manual: every proposed library change waits for a person.")
-        budget = o3.number_input("Budget USD (0 = none)", value=0.0, min_value=0.0, step=0.5, format="%.2f",
-                                 key="train_budget", help="The run pauses when its cost reaches the budget.")
-        submitted = st.form_submit_button("Start run", key="train_submit", type="primary")
-    if not submitted:
+        o1.checkbox("Ground truth", value=True, key="train_ground_truth",
+                    help="Score answers against the reference; off: the group's majority answer.")
+        o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
+                 help="manual: every proposed library change waits for a person.")
+        o3.number_input("Budget USD (0 = none)", value=0.0, min_value=0.0, step=0.5, format="%.2f",
+                        key="train_budget", help="The run pauses when its cost reaches the budget.")
+        st.form_submit_button("Start run", key="train_submit", type="primary", on_click=start_run,
+                              args=(task.name,))
+    FLASH.show("new run")
+
+
+def page() -> None:
+    st.title("Train")
+    _ctx, task = require_task()
+    st.header("New run")
+    if allowed("reviewer"):
+        settings_form(task)
+    else:
+        role_note("reviewer", "starting a run")
+
+    st.header("Runs")
+    with Session(engine()) as session:
+        runs = queries.runs(session, task.id)
+    if not runs:
+        st.info("No runs of this task yet: set the run above and press Start run.")
         return
-    settings = RunSettings(
-        epochs=int(epochs), batch_size=int(batch_size), group_size=int(group_size), temperature=float(temperature),
-        concurrency=int(concurrency), limit=int(limit) or None, seed=int(seed), ground_truth=bool(ground_truth),
-        review_mode=review_mode, policy_model=policy_model.strip(), learner_model=learner_model.strip(),
-        max_tokens=int(max_tokens), budget_usd=float(budget) or None)
-    ctx = context()
-    run_id = run_action(create_run, engine(), task.name, settings, library_name=ctx.library,
-                        created_by=ctx.reviewer, success="Run queued")
-    if run_id is None:
-        return
-    st.session_state[RUN_KEY] = run_id
-    start_worker_if_needed()
+    # the status is live, below
+    labels = {r.id: f"#{r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}
+    if st.session_state.get(RUN_KEY) not in labels:
+        st.session_state[RUN_KEY] = runs[0].id
+    selected = st.selectbox("Run", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
+                            key=RUN_KEY)
+    live_progress(selected)
+    chosen = next(r for r in runs if r.id == selected)
+    with st.expander("Settings of this run"):
+        st.dataframe(pd.DataFrame({"setting": list(chosen.settings),
+                                   "value": [str(v) for v in chosen.settings.values()]}),
+                     hide_index=True, key="train_settings_table")
 
 
-require_app()
-st.title("Train")
-ctx = context()
-with Session(engine()) as session:
-    task = queries.task_by_name(session, ctx.task or "")
-if task is None:
-    st.info("Choose a task in the sidebar (or create one) to train on it.")
-    st.stop()
-
-st.header("New run")
-if allowed("reviewer"):
-    settings_form(task)
-else:
-    role_note("reviewer", "starting a run")
-
-st.header("Runs")
-with Session(engine()) as session:
-    runs = queries.runs(session, task.id)
-if not runs:
-    st.info("No runs of this task yet: set the run above and press Start run.")
-    st.stop()
-labels = {r.id: f"#{r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}  # status: live below
-if st.session_state.get(RUN_KEY) not in labels:
-    st.session_state[RUN_KEY] = runs[0].id
-selected = st.selectbox("Run", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
-                        key=RUN_KEY)
-live_progress(selected)
-chosen = next(r for r in runs if r.id == selected)
-with st.expander("Settings of this run"):
-    st.dataframe(pd.DataFrame({"setting": list(chosen.settings), "value": [str(v) for v in chosen.settings.values()]}),
-                 hide_index=True, key="train_settings_table")
+run_page(page)

@@ -20,7 +20,6 @@ from core.run_control import pause_run
 from core.tasks import DEMO_TASK, get_task
 from core.training import RunSettings, create_run
 from core.versions import edit_library, ensure_library, set_label
-from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryLabel, Operation, User
 from tests.ui_support import run_app, seeded_run
@@ -85,15 +84,14 @@ def test_a_labeller_cannot_approve_an_operation_through_core(people):
 
 def test_roles_gate_library_edits_runs_production_and_users(people):
     with session_scope(people) as session:
-        task = get_task(session, DEMO_TASK)
-        library = ensure_library(session, task)
-        with pytest.raises(PermissionDenied, match="editing libraries needs the reviewer role"):
-            edit_library(session, library, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "lab")
-        version = edit_library(session, library, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "rex")
-        with pytest.raises(PermissionDenied, match="moving the production label needs the admin role"):
-            set_label(session, version, "production", "rex")
-        set_label(session, version, "candidate", "rex")
-        set_label(session, version, "production", "ada")
+        ensure_library(session, get_task(session, DEMO_TASK))
+    with pytest.raises(PermissionDenied, match="editing libraries needs the reviewer role"):
+        edit_library(people, DEMO_TASK, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "lab")
+    version = edit_library(people, DEMO_TASK, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "rex")
+    with pytest.raises(PermissionDenied, match="moving the production label needs the admin role"):
+        set_label(people, DEMO_TASK, version.id, "production", "rex")
+    set_label(people, DEMO_TASK, version.id, "candidate", "rex")
+    set_label(people, DEMO_TASK, version.id, "production", "ada")
     with Session(people) as session:
         assert {label.name for label in session.exec(select(LibraryLabel))} == {"candidate", "production"}
     with pytest.raises(PermissionDenied, match="starting a run needs the reviewer role"):
@@ -111,9 +109,7 @@ def test_roles_gate_library_edits_runs_production_and_users(people):
 
 
 def edit_library_as(engine, actor: str) -> None:
-    with session_scope(engine) as session:
-        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
-        edit_library(session, library, [ProposedOp("ADD", [], "Re-read the question.", "")], actor)
+    edit_library(engine, DEMO_TASK, [ProposedOp("ADD", [], "Re-read the question.", "")], actor)
 
 
 def sign_in(at, name: str, password: str):

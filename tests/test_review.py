@@ -110,16 +110,15 @@ def test_reopen_before_apply_and_decide_step(engine, demo_task):
 def test_manual_edits_and_revert_make_new_versions(engine, demo_task):
     with session_scope(engine) as session:
         library = ensure_library(session, get_task(session, DEMO_TASK))
-        v2 = edit_library(session, library, [ProposedOp("ADD", text="Write each quantity with its unit first.")],
-                          "ann")
-        e_id = v2.experiences[0]["id"]
-        v3 = edit_library(session, library, [ProposedOp("MODIFY", [e_id], "Write every quantity with its unit.")],
-                          "ann")
-        with pytest.raises(ValueError, match="unknown experience id"):
-            edit_library(session, library, [ProposedOp("DELETE", ["E99"])], "ann")
-        with pytest.raises(ValueError, match="duplicates"):
-            edit_library(session, library, [ProposedOp("ADD", text="Write every quantity with its unit.")], "ann")
-        v4 = revert_to(session, v2, "bob")
+    v2 = edit_library(engine, DEMO_TASK, [ProposedOp("ADD", text="Write each quantity with its unit first.")], "ann")
+    e_id = v2.experiences[0]["id"]
+    v3 = edit_library(engine, DEMO_TASK, [ProposedOp("MODIFY", [e_id], "Write every quantity with its unit.")], "ann")
+    with pytest.raises(ValueError, match="unknown experience id"):
+        edit_library(engine, DEMO_TASK, [ProposedOp("DELETE", ["E99"])], "ann")
+    with pytest.raises(ValueError, match="duplicates"):
+        edit_library(engine, DEMO_TASK, [ProposedOp("ADD", text="Write every quantity with its unit.")], "ann")
+    v4 = revert_to(engine, DEMO_TASK, v2.id, "bob")
+    with session_scope(engine) as session:
         assert (v3.source, v3.parent_id, v3.created_by) == ("manual", v2.id, "ann")
         assert v4.source == "revert" and v4.parent_id == v3.id and v4.experiences == v2.experiences
         assert [v.number for v in queries.versions(session, library.id)] == [1, 2, 3, 4]

@@ -24,8 +24,7 @@ def engine(app_engine):
 
 
 def imported_version(engine) -> int:
-    with db.session_scope(engine) as session:
-        return import_library(session, get_task(session, DEMO_TASK), "- Re-read the question.", "lib.md").id
+    return import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md").id
 
 
 def executed_evaluation(engine, version: str, k: int, limit: int = 3) -> Evaluation:
@@ -140,8 +139,8 @@ def test_promote_moves_the_production_label(engine):
     with db.session_scope(engine) as session:
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
         first_version = queries.versions(session, library.id)[0]
-        set_label(session, first_version, "production", "test")
         library_id = library.id
+    set_label(engine, DEMO_TASK, first_version.id, "production", "test")
     evaluation = executed_evaluation(engine, str(version_id), k=1)
     executed_evaluation(engine, "empty", k=1)  # the empty library is no candidate
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})

@@ -30,15 +30,12 @@ def engine(app_engine):
 
 
 def import_texts(engine, *texts: str) -> int:
-    with db.session_scope(engine) as session:
-        body = "\n".join(f"- {text}" for text in texts)
-        return import_library(session, get_task(session, DEMO_TASK), body, "lib.md", actor="bob").id
+    body = "\n".join(f"- {text}" for text in texts)
+    return import_library(engine, DEMO_TASK, body, "lib.md", actor="bob").id
 
 
 def modify(engine, exp_id: str, text: str) -> int:
-    with db.session_scope(engine) as session:
-        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
-        return edit_library(session, library, [ProposedOp("MODIFY", [exp_id], text)], "bob").id
+    return edit_library(engine, DEMO_TASK, [ProposedOp("MODIFY", [exp_id], text)], "bob").id
 
 
 def stored_versions(engine) -> list:

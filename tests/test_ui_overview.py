@@ -26,8 +26,7 @@ def engine(app_engine):
 
 
 def import_text(engine, text: str) -> int:
-    with db.session_scope(engine) as session:
-        return import_library(session, get_task(session, DEMO_TASK), text, "lib.md").id
+    return import_library(engine, DEMO_TASK, text, "lib.md").id
 
 
 def test_app_creates_the_demo_task_in_an_empty_database(app_db):
