@@ -29,6 +29,7 @@ worker: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: lint
 	$(VENV)/bin/pytest -q
