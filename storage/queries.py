@@ -149,7 +149,8 @@ def calls(session: Session, run_id: int | None = None, evaluation_id: int | None
 
 
 def call_totals(session: Session, run_id: int | None = None, evaluation_id: int | None = None) -> dict:
-    """Calls, cache hits, errors, tokens and cost of a run or an evaluation, from the ledger."""
+    """Calls, cache hits, errors, tokens and cost of a run or an evaluation, from the ledger; `repaired` and
+    `malformed` count the structured replies that json-repair had to mend, and those still unusable."""
     query = select(
         func.count(),
         func.coalesce(func.sum(LLMCall.tokens_in), 0),
@@ -157,14 +158,16 @@ def call_totals(session: Session, run_id: int | None = None, evaluation_id: int 
         func.coalesce(func.sum(LLMCall.cost), 0.0),
         func.coalesce(func.sum(case((col(LLMCall.cache_hit), 1), else_=0)), 0),
         func.count(LLMCall.error),
+        func.coalesce(func.sum(case((LLMCall.reply_status == "repaired", 1), else_=0)), 0),
+        func.coalesce(func.sum(case((LLMCall.reply_status == "malformed", 1), else_=0)), 0),
     )
     if run_id is not None:
         query = query.where(LLMCall.run_id == run_id)
     if evaluation_id is not None:
         query = query.where(LLMCall.evaluation_id == evaluation_id)
-    n, tin, tout, cost, hits, errors = session.exec(query).one()
+    n, tin, tout, cost, hits, errors, repaired, malformed = session.exec(query).one()
     return {"calls": n, "tokens_in": tin, "tokens_out": tout, "cost": float(cost), "cache_hits": hits,
-            "errors": errors}
+            "errors": errors, "repaired": repaired, "malformed": malformed}
 
 
 def pending_operations_by_run(session: Session) -> dict[int, int]:
@@ -237,6 +240,17 @@ def evaluation_query_stats(session: Session, evaluation_id: int) -> dict[int, di
     ).all()
     return {sample_id: {"mean": float(mean), "cost": float(cost), "n": n, "errors": errors}
             for sample_id, mean, cost, n, errors in rows}
+
+
+def evaluation_rewards(session: Session, evaluation_id: int) -> dict[int, list[float]]:
+    """Per query of an evaluation: every sample's reward in sample order (a missing reward counts 0)."""
+    rows = session.exec(select(Rollout.sample_id, Rollout.group_index, Rollout.reward)
+                        .where(Rollout.evaluation_id == evaluation_id)
+                        .order_by(Rollout.sample_id, Rollout.group_index)).all()
+    rewards: dict[int, list[float]] = {}
+    for sample_id, _index, reward in rows:
+        rewards.setdefault(sample_id, []).append(float(reward or 0.0))
+    return rewards
 
 
 def rollout_groups(session: Session, *, step_id: int | None = None, evaluation_id: int | None = None) -> list[dict]:
