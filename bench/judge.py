@@ -163,12 +163,12 @@ def main() -> None:
 
     from sqlmodel import Session, select
 
-    from core.settings import settings
+    from core.settings import get_settings
     from core.tasks import SUPPORT_TASK, ensure_demo_tasks, get_task
     from storage.db import make_engine
     from storage.models import Sample
 
-    model = args.model or settings().model
+    model = args.model or get_settings().model
     with tempfile.TemporaryDirectory() as folder:
         engine = make_engine(f"sqlite:///{Path(folder) / 'bench.db'}")
         ensure_demo_tasks(engine)
@@ -180,7 +180,7 @@ def main() -> None:
                              key=lambda s: ids.index(s.external_id))
             session.expunge_all()
         task.judge_model = model
-        print(f"cpu_count {os.cpu_count()}  n_threads {settings().threads}  judge {model}  "
+        print(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  judge {model}  "
               f"scale {task.reward_settings['scale']}  messages {len(samples)} x (good, bad)")
         started = time.perf_counter()
         if model.startswith("local/"):

@@ -99,14 +99,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    # The provider loads the server with settings().local_slots; make that N so both settings share it.
+    # The provider loads the server with get_settings().local_slots; make that N so both settings share it.
     os.environ["TFGRPO_LOCAL_SLOTS"] = str(args.parallel)
     from core import gateway  # noqa: F401  (importing the gateway registers local/...)
-    from core.settings import settings
     from core.local_model import get_server
+    from core.settings import get_settings
 
     print(
-        f"cpu_count {os.cpu_count()}  n_threads {settings().threads}  slots {args.parallel}  "
+        f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  slots {args.parallel}  "
         f"model {args.model}  max_tokens {args.max_tokens}  rounds {args.rounds}"
     )
     started = time.perf_counter()

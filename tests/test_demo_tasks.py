@@ -10,7 +10,7 @@ from sqlmodel import Session, func, select
 from core.datasets import DEMO_DIR, formula_like, support_rows
 from core.judge import scale_of
 from core.rewards import METHODS
-from core.settings import settings as app_settings
+from core.settings import get_settings
 from core.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_task, ensure_demo_tasks, ensure_support_task
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task
@@ -59,7 +59,7 @@ def test_support_task_settings(engine):
     for part in ("Empathy:", "Accuracy:", "Next step:"):
         assert part in settings["criteria"]
     assert task.agent_mode == "direct"
-    assert task.policy_model == task.learner_model == task.judge_model == app_settings().model
+    assert task.policy_model == task.learner_model == task.judge_model == get_settings().model
     assert "120 words" in task.answer_format
     facts = [line for line in task.instructions.splitlines() if line.startswith("- ")]
     assert 4 <= len(facts) <= 6
