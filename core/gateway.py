@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import json_repair
 import litellm
@@ -32,14 +32,12 @@ from sqlmodel import Session, select
 
 from core import local_model
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
+from core.replies import Reply
+from core.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.settings import get_settings
 from storage.models import LLMCall
 
-if TYPE_CHECKING:
-    from core.replies import Reply
-
-    R = TypeVar("R", bound=Reply)
-
+R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)
 litellm.drop_params = True
 litellm.suppress_debug_info = True
@@ -264,9 +262,18 @@ def parse_reply(text: str, reply: type[R], context: dict | None = None) -> tuple
         except ValidationError as exc:
             problem = describe_validation(exc)
     try:
-        return reply.model_validate(json_repair.repair_json(text or "", return_objects=True), context=context), REPAIRED
+        repaired = json_repair.repair_json(text or "", return_objects=True)
     except Exception:  # noqa: BLE001  (whatever the repair makes of it, the reply stays malformed)
         raise InvalidInput(problem) from None
+    options = [repaired]
+    if isinstance(repaired, list):  # prose with brackets of its own ("use [E1]") gives a list of values
+        options += [item for item in repaired if isinstance(item, dict)]
+    for option in options:
+        try:
+            return reply.model_validate(option, context=context), REPAIRED
+        except ValidationError:
+            continue
+    raise InvalidInput(problem)
 
 
 def _validate_json(reply: type[R], candidate: str, context: dict | None) -> R:
@@ -301,18 +308,6 @@ def json_text(text: str) -> str:
             continue
         return candidate
     raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
-
-
-_JSON_ESCAPES = {"\b": "\\b", "\f": "\\f"}
-
-
-def clean_text(value: object) -> str:
-    """Model text decoded from JSON: a LaTeX `\\boxed` written unescaped arrives as a backspace
-    and `oxed`; put such escapes back and drop other control characters."""
-    text = str(value)
-    for char, escaped in _JSON_ESCAPES.items():
-        text = text.replace(char, escaped)
-    return "".join(c for c in text if c in "\n\t" or ord(c) >= 32).strip()
 
 
 def _cost(response: Any, model: str) -> float:

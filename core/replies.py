@@ -20,13 +20,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from core.gateway import clean_text
 from core.library import ProposedOp
 
 MAX_PROPOSALS = 3
 MAX_UPDATE_OPERATIONS = 4
 MAX_IDS = 4
 MAX_REASON_CHARS = 500
+_JSON_ESCAPES = {"\b": "\\b", "\f": "\\f"}
+
+
+def clean_text(value: object) -> str:
+    """Model text decoded from JSON: a LaTeX `\\boxed` written unescaped arrives as a backspace
+    and `oxed`; put such escapes back and drop other control characters."""
+    text = str(value)
+    for char, escaped in _JSON_ESCAPES.items():
+        text = text.replace(char, escaped)
+    return "".join(c for c in text if c in "\n\t" or ord(c) >= 32).strip()
 
 
 def _text(value: object) -> str:

@@ -262,6 +262,8 @@ class LLMCall(SQLModel, table=True):
     cache_hit: bool = False
     attempts: int = 1
     error: str | None = _text()
+    # How a structured reply was read: parsed | repaired (json-repair mended it) | malformed; None when no JSON was asked
+    reply_status: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
 

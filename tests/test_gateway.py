@@ -10,6 +10,7 @@ from sqlmodel import Session, select
 
 from core.errors import ModelCallError, StructuredOutputError
 from core.gateway import Gateway, clean_text, extract_json, redact
+from core.replies import AdvantageReply
 from storage.models import LLMCall
 from tests.conftest import ScriptedModel
 
@@ -60,12 +61,12 @@ def test_malformed_json_is_asked_again_then_reported_with_the_raw_reply(engine):
     model = ScriptedModel({"advantage": ["not json at all", '```json\n{"experiences": ["a"]}\n```']})
     gw = Gateway(engine, mock=model)
     value, _ = asyncio.run(gw.complete_json(stage="advantage", model="openai/gpt-4o-mini", messages=MSG,
-                                            schema={"type": "object"}, parse=lambda d: d["experiences"]))
-    assert value == ["a"] and len(model.calls) == 2
+                                            reply=AdvantageReply))
+    assert value.experiences == ["a"] and len(model.calls) == 2
     model.replies["advantage"] = "still {not json"
     with pytest.raises(StructuredOutputError) as info:
         asyncio.run(gw.complete_json(stage="advantage", model="openai/gpt-4o-mini", messages=MSG + MSG,
-                                     schema={"type": "object"}, parse=lambda d: d))
+                                     reply=AdvantageReply))
     assert info.value.raw == "still {not json"
 
 

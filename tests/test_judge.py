@@ -12,14 +12,15 @@ from sqlmodel import Session, select
 
 from core.gateway import Gateway, Scope
 from core.judge import (
+    SCALES,
     choices,
     criteria_text,
     judge_messages,
     judge_response,
-    parse_verdict,
     score_of,
     to_value,
 )
+from core.replies import JudgeReply
 from core.tasks import DEMO_TASK
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
@@ -82,7 +83,11 @@ def test_a_provider_error_is_an_unsure_verdict_not_a_crash(engine, demo_task):
     assert verdict.value is None and verdict.unsure and "judge call failed" in verdict.detail
 
 
-def test_parse_verdict_rejects_what_is_not_a_score():
+def test_a_judge_reply_rejects_what_is_not_a_score():
+    def parse_verdict(data, scale):
+        reply = JudgeReply.model_validate(data, context={"score_range": SCALES[scale]})
+        return reply.score, reply.reason, reply.confident
+
     assert parse_verdict({"reason": "r", "score": 4.0, "confident": True}, "1-5") == (4, "r", True)
     for bad in ({"score": "4"}, {"score": True}, {"score": 2.5}, ["score", 4], {"reason": "no score"}):
         with pytest.raises(ValueError):
