@@ -37,7 +37,7 @@ from core.agent import AGENT_MODES
 from core.datasets import SPLITS, SampleRow
 from core.errors import InvalidInput
 from core.people import require_role
-from core.rewards import METHODS, check_settings, get_method, setting_keys
+from core.rewards import check_settings, get_method
 from core.settings import get_settings
 from core.tasks import add_samples, get_task
 from core.versions import ensure_library
@@ -50,9 +50,6 @@ VERSION = 1
 MAX_NAME_CHARS = 100
 MAX_FIELD_CHARS, MAX_FILE_BYTES = datasets.MAX_FIELD_CHARS, datasets.MAX_FILE_BYTES
 SAMPLE_KEYS = ("id", "query", "reference", "rubric", "split", "meta")
-
-# Derived from the registry, for readers of the old table (tests/test_ui_tasks.py); use rewards.setting_keys.
-METHOD_SETTINGS: dict[str, tuple[str, ...]] = {name: setting_keys(name) for name in METHODS}
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_CHARS)]
 ModelName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]

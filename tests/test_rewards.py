@@ -2,11 +2,12 @@ import threading
 
 import pytest
 
-from core.rewards import REWARD_METHODS, RewardResult, majority_rewards, score
+from core.rewards import METHODS, RewardResult, majority_rewards, score
 
 
 def test_registry_lists_methods():
-    assert set(REWARD_METHODS) == {"math", "exact", "numeric", "regex", "contains_all"}
+    assert {name for name, m in METHODS.items() if m.scored_by_function} == {"math", "exact", "numeric", "regex",
+                                                                           "contains_all"}
 
 
 @pytest.mark.parametrize(

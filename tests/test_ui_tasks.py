@@ -12,7 +12,8 @@ import pytest
 from sqlmodel import Session, func, select
 
 from core.people import add_user
-from core.task_io import METHOD_SETTINGS, TaskSettings, export_task_json, save_task
+from core.rewards import setting_keys
+from core.task_io import TaskSettings, export_task_json, save_task
 from core.tasks import DEMO_TASK
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 from storage import queries
@@ -283,4 +284,4 @@ def test_every_reward_method_saves_with_its_default_fields(engine, method):
     assert not at.error, [e.value for e in at.error]
     stored = demo(engine)
     assert stored.reward_method == method
-    assert set(stored.reward_settings) <= set(METHOD_SETTINGS[method])
+    assert set(stored.reward_settings) <= set(setting_keys(method))
