@@ -58,11 +58,11 @@ async def run_agent(
     result = AgentResult(messages=messages)
     started = time.perf_counter()
     turns = settings.max_turns if python_tool else 1
-    for _turn in range(turns):
+    for turn in range(turns):
         try:
             call = await gateway.complete(stage="rollout", model=settings.model, messages=messages, scope=scope,
                                           temperature=settings.temperature, max_tokens=settings.max_tokens,
-                                          sample_index=sample_index)
+                                          sample_index=sample_index, seed_key=f"{query}\x00{sample_index}\x00{turn}")
         except ModelCallError as exc:
             result.error = str(exc)
             break

@@ -151,8 +151,14 @@ class Gateway:
         max_tokens: int = 1024,
         sample_index: int = 0,
         response_format: dict | None = None,
+        seed_key: str | None = None,
     ) -> CallResult:
-        """One chat completion, from the cache if this exact call succeeded before."""
+        """One chat completion, from the cache if this exact call succeeded before.
+
+        The sampling seed comes from `seed_key` when given (the agent passes its query and sample index, so
+        two library versions draw the same random numbers for the same query and sample: common random
+        numbers, which make their paired comparison sharper), else from the whole call.
+        """
         scope = scope or Scope()
         params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
         if response_format:
@@ -167,7 +173,9 @@ class Gateway:
             return CallResult(text=hit.response or "", cache_hit=True, call_id=call_id)
 
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s, **params}
-        if model.startswith("local/"):
+        if seed_key is not None:
+            kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
+        elif model.startswith("local/"):
             kwargs["seed"] = _seed(key)
         if self.api_base and not model.startswith("local/"):
             kwargs["api_base"] = self.api_base

@@ -85,12 +85,36 @@ def test_compare_evaluations_refuses_different_k(engine, demo_task, scripted):
 
 
 def test_compare_evaluations_on_stored_rollouts(engine, demo_task, scripted):
-    replies = iter(["\\boxed{-1}"] * 6)
-    _model, gateway = scripted(engine, rollout=lambda messages: next(replies, "\\boxed{-1}"))
     a = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=3)
-    execute_evaluation(engine, a, gateway=gateway)
+    assert execute_evaluation(engine, a, gateway=scripted(engine)[1]).status == "completed"
     b = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=4)
-    execute_evaluation(engine, b, gateway=gateway)
+    assert execute_evaluation(engine, b, gateway=scripted(engine)[1]).status == "completed"
     result = compare_evaluations(engine, a, b)
     assert result.stats.n == 3 and result.only_b == 1 and "left out" in result.note
     assert result.stats.delta == 0 and len(result.rows) == 4
+
+
+def test_two_versions_draw_the_same_seed_per_query_and_sample(engine, demo_task, scripted, monkeypatch):
+    """Common random numbers: the library is the only difference between two evaluations."""
+    import core.gateway as gateway_module
+    from core.versions import import_library
+
+    seen: dict[str, list[tuple[str, int]]] = {}
+    real = gateway_module.litellm.acompletion
+
+    async def spy(**kwargs):
+        system, query = kwargs["messages"][0]["content"], kwargs["messages"][1]["content"]
+        seen.setdefault("with library" if "Re-read" in system else "empty", []).append((query, kwargs["seed"]))
+        return await real(**kwargs)
+
+    monkeypatch.setattr(gateway_module.litellm, "acompletion", spy)
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
+    for ref in ("empty", str(version.id)):
+        _model, gateway = scripted(engine)  # a gateway's semaphores belong to one event loop
+        execute_evaluation(engine, create_evaluation(engine, DEMO_TASK, ref, k=2, limit=3), gateway=gateway)
+    assert len(seen["empty"]) == len(seen["with library"]) == 6
+    assert sorted(seen["empty"]) == sorted(seen["with library"])
+    by_query: dict[str, set[int]] = {}
+    for query, seed in seen["empty"]:
+        by_query.setdefault(query, set()).add(seed)
+    assert all(len(seeds) == 2 for seeds in by_query.values())  # sample 0 and sample 1 differ
