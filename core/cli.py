@@ -18,9 +18,10 @@ from pathlib import Path
 from sqlmodel import Session
 
 from core import labeling
+from core.comparison import compare_evaluations
 from core.datasets import DatasetError, check_size, parse_mapping
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
-from core.evaluation import create_evaluation
+from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
 from core.people import ROLES, add_user, update_user
 from core.task_io import export_task_json, import_task
@@ -30,7 +31,7 @@ from core.versions import export_version, import_library, resolve_version, set_l
 from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
 from storage.db import describe_url, get_engine
-from storage.models import LibraryVersion, Run
+from storage.models import Evaluation, LibraryVersion, Run
 from storage.statuses import WORKER_MAY_CONTINUE, GroupStatus, JobStatus, OperationStatus, RunKind
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
@@ -254,6 +255,44 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if ev.status == JobStatus.COMPLETED else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare B with A on the same queries; evaluations that are missing are run first (exit 0 either way)."""
+    engine = _engine(args)
+    ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit) for ref in (args.a, args.b)]
+    for eval_id in ids:
+        with Session(engine) as session:
+            ev = session.get(Evaluation, eval_id)
+            if ev is None:
+                raise NotFound(f"no evaluation {eval_id}")
+            status = ev.status
+        if status == JobStatus.QUEUED:
+            print(f"running evaluation {eval_id} ...", file=sys.stderr)
+            owner = new_worker_id()
+            claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
+            ev = execute_job(engine, "evaluation", eval_id, owner)
+            if ev.status != JobStatus.COMPLETED:
+                print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
+                return 1
+    result = compare_evaluations(engine, *ids)
+    s = result.stats
+    if args.json:
+        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "n_queries": s.n, "k": result.a.k,
+                          "mean_a": s.mean_a, "mean_b": s.mean_b, "delta": s.delta, "ci_low": s.ci_low,
+                          "ci_high": s.ci_high, "p_value": s.p_value, "wins": s.wins, "losses": s.losses,
+                          "ties": s.ties, "pass_a": s.pass_a, "pass_b": s.pass_b, "mcnemar_p": s.mcnemar_p,
+                          "detectable": s.detectable, "verdict": s.verdict, "note": result.note}))
+        return 0
+    print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
+    print(f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] "
+          f"(paired bootstrap 95%)")
+    print(f"per query: B wins {s.wins}, loses {s.losses}, ties {s.ties}; sign test p = {s.p_value:.3g}")
+    print(f"Pass@k  A {s.pass_a:.3f}  B {s.pass_b:.3f}; McNemar p = {s.mcnemar_p:.3g}")
+    if result.note:
+        print(result.note)
+    print(s.verdict)
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.INFO)
     for noisy in ("LiteLLM", "litellm", "httpx"):
@@ -469,6 +508,16 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--queue", action="store_true", help="only queue the evaluation; a worker executes it")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="is B better than A? a paired comparison on the same queries")
+    p.add_argument("--task", required=True)
+    p.add_argument("a", help="version id, label, latest, empty, or an evaluation as e12")
+    p.add_argument("b", help="the same kinds of reference as A")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=1)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("worker", help="execute queued runs and evaluations until stopped (Ctrl-C, SIGTERM)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")

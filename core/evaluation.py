@@ -126,3 +126,23 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             session.add(ev)
     with Session(engine) as session:
         return session.get(Evaluation, evaluation_id)
+
+
+def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,
+                  limit: int | None = None, created_by: str = "cli") -> int:
+    """The evaluation a comparison should use for `ref`: `e12` / `eval:12` names one; a version reference
+    (id, label, latest, empty) reuses a completed evaluation of that version with the same split, k and
+    query limit under the task's policy model, or queues a new one on the same queries."""
+    text = str(ref).strip().lower()
+    for prefix in ("eval:", "e"):
+        if text.startswith(prefix) and text[len(prefix):].isdigit():
+            return int(text[len(prefix):])
+    with Session(engine) as session:
+        task = get_task(session, task_name)
+        version = resolve_version(session, task, ref)
+        version_id = version.id if version else None
+        for ev in queries.evaluations(session, task.id):
+            if (ev.version_id == version_id and ev.split == split and ev.k == k and ev.limit == limit
+                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model):
+                return ev.id
+    return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by)

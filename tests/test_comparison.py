@@ -118,3 +118,27 @@ def test_two_versions_draw_the_same_seed_per_query_and_sample(engine, demo_task,
     for query, seed in seen["empty"]:
         by_query.setdefault(query, set()).add(seed)
     assert all(len(seeds) == 2 for seeds in by_query.values())  # sample 0 and sample 1 differ
+
+
+def test_cli_compare_prints_the_paired_figures_and_reuses_evaluations(engine, demo_task, scripted, capsys):
+    import json
+
+    from core.cli import main
+    from core.versions import import_library
+
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
+    ids = []
+    for ref in ("empty", str(version.id)):
+        ids.append(create_evaluation(engine, DEMO_TASK, ref, k=2, limit=4))
+        execute_evaluation(engine, ids[-1], gateway=scripted(engine)[1])
+    url = str(engine.url)
+    assert main(["--db", url, "compare", "--task", DEMO_TASK, "empty", str(version.id), "--k", "2",
+                 "--limit", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["evaluation_a"], out["evaluation_b"]) == tuple(ids)  # reused, nothing run again
+    assert out["n_queries"] == 4 and out["k"] == 2 and out["delta"] == 0 and out["p_value"] == 1.0
+    assert out["verdict"].startswith("no detectable difference on 4 queries")
+    assert main(["--db", url, "compare", "--task", DEMO_TASK, f"e{ids[0]}", f"e{ids[1]}"]) == 0
+    text = capsys.readouterr().out
+    assert "B - A +0.000" in text and "sign test p = 1" in text and "no detectable difference" in text
+    assert main(["--db", url, "compare", "--task", DEMO_TASK, "e999", f"e{ids[1]}"]) == 2
