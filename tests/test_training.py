@@ -7,8 +7,8 @@ import json
 import litellm
 from sqlmodel import Session, select
 
-from core.tasks import DEMO_TASK
 from core.review import apply_step_operations, decide_all
+from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run, execute_run, plan_batches
 from storage import queries
 from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run
