@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import streamlit as st
@@ -15,9 +17,29 @@ from storage import db
 from storage.db import make_engine
 
 
+@pytest.fixture(scope="session")
+def migrated_db(tmp_path_factory) -> Path:
+    """A SQLite file migrated to the newest revision once per session; each test gets a copy of it
+    (running every migration per test was about half the fast suite's time)."""
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+    template = make_engine(f"sqlite:///{path}")
+    with template.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    template.dispose()  # the last connection closes: SQLite folds the WAL into the file and deletes it
+    assert not Path(f"{path}-wal").exists(), "the template must be one complete file to copy"
+    return path
+
+
+def copy_of_migrated_db(template: Path, path: Path) -> str:
+    """Copy the migrated template to `path`; returns its SQLAlchemy URL."""
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture
-def engine(tmp_path):
-    return make_engine(f"sqlite:///{tmp_path / 'studio.db'}")
+def engine(migrated_db, tmp_path):
+    """A fresh, migrated SQLite file of this test's own (already at the newest revision: no upgrade)."""
+    return make_engine(copy_of_migrated_db(migrated_db, tmp_path / "studio.db"), migrate=False)
 
 
 @pytest.fixture
@@ -25,36 +47,22 @@ def demo_task(engine):
     return ensure_demo_task(engine)
 
 
-def keep_navigation_mode(monkeypatch) -> None:
-    """AppTest resets PagesManager.uses_pages_directory before every run, and with a `pages/` folder beside
-    the entry script each rerun would then execute the page file alone (no sidebar, no task). The real
-    server leaves that mode for good at the first st.navigation call (pages._common.require_app covers a
-    deep link opened first); here every run starts in navigation mode."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    original = PagesManager.__init__
-
-    def init(self, *args, **kwargs) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    monkeypatch.setattr(PagesManager, "__init__", init)
-
-
 @pytest.fixture
-def app_db(tmp_path, monkeypatch):
+def app_db(migrated_db, tmp_path, monkeypatch):
     """DATABASE_URL on a fresh SQLite file for the Streamlit app, with its per-process caches cleared."""
+    from core.settings import get_settings
     from tests.ui_support import ROOT
 
     monkeypatch.chdir(ROOT)
-    keep_navigation_mode(monkeypatch)
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ui.db'}")
+    monkeypatch.setenv("DATABASE_URL", copy_of_migrated_db(migrated_db, tmp_path / "ui.db"))
     monkeypatch.setenv("TFGRPO_NO_AUTOWORKER", "1")
+    get_settings.cache_clear()  # settings are read once per process: read these two variables anew
     db.get_engine.cache_clear()
     st.cache_resource.clear()
     engine = db.get_engine()
     yield engine
     engine.dispose()
+    get_settings.cache_clear()
     db.get_engine.cache_clear()
     st.cache_resource.clear()
 

@@ -1,0 +1,109 @@
+"""The Alembic migrations build exactly the schema that storage/models.py declares.
+
+compare_metadata reports what `alembic revision --autogenerate` would write: tables, columns, types
+(compare_type, on by default since Alembic 1.12), nullability, indexes, unique constraints and foreign
+keys. Server defaults are not compared (Alembic's default): 0002 and 0003 gave new NOT NULL columns a
+server default to fill existing rows, and the models create every value in Python instead. Type
+spellings need no filter: SQLModel's AutoString against the VARCHAR that SQLite reflects, or its
+UTCDateTime against DATETIME, compare as equal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import JSON, Column, Integer, MetaData
+from sqlmodel import SQLModel
+
+from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from storage.db import MIGRATIONS_DIR, make_engine, migrate
+
+
+def differences(engine, metadata: MetaData = SQLModel.metadata) -> list:
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return compare_metadata(context, metadata)
+
+
+def upgrade_to(engine, revision: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+
+def head() -> str:
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+def test_the_migrations_build_the_schema_the_models_declare(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+
+    assert differences(engine) == []
+
+
+def test_a_model_column_changed_without_a_migration_is_reported(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    changed = MetaData()
+    for table in SQLModel.metadata.tables.values():
+        table.to_metadata(changed)
+    changed.tables["evaluation"].c.progress.nullable = True
+    changed.tables["sample"].c.split.type = Integer()
+    changed.tables["task"].append_column(Column("notes", JSON, nullable=True))
+
+    assert {_describe(diff) for diff in _flat(differences(engine, changed))} == {
+        ("modify_nullable", "evaluation", "progress"),
+        ("modify_type", "sample", "split"),
+        ("add_column", "task", "notes"),
+    }
+
+
+def test_upgrading_a_filled_0003_database_keeps_its_rows_and_foreign_keys(tmp_path):
+    """0004 rebuilds tables that other rows point at; SQLite must not refuse that, NULLs in JSON columns
+    with a default become that default, and the engine enforces foreign keys again afterwards."""
+    path = tmp_path / "old.db"
+    engine = make_engine(f"sqlite:///{path}", migrate=False)
+    upgrade_to(engine, "0003")
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO task (id, name, description, instructions, answer_format, reward_method,"
+            " reward_settings, policy_model, learner_model, judge_model, agent_mode, created_at)"
+            " VALUES (1, 't', '', 'solve', '', 'math', NULL, 'm', 'm', 'm', 'direct', '2026-01-01')")
+        connection.exec_driver_sql("INSERT INTO library (id, task_id, name, created_at)"
+                                   " VALUES (1, 1, 'default', '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO libraryversion (id, library_id, number, experiences, source, note, created_by,"
+            " created_at) VALUES (1, 1, 1, NULL, 'initial', '', 'system', '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO auditevent (id, actor, action, object_type, \"before\", \"after\", created_at)"
+            " VALUES (1, 'cli', 'create', 'task', 'null', '{\"name\": \"t\"}', '2026-01-01')")
+
+    migrate(engine)
+
+    assert differences(engine) == []
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT reward_settings FROM task").scalar() == "{}"
+        assert connection.exec_driver_sql("SELECT experiences FROM libraryversion").scalar() == "[]"
+        assert connection.exec_driver_sql("SELECT count(*) FROM library").scalar() == 1
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+    engine.dispose()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(head(),)]
+
+
+def _flat(diffs: list) -> list:
+    """compare_metadata nests column modifications in lists, one per column."""
+    return [item for diff in diffs for item in (diff if isinstance(diff, list) else [diff])]
+
+
+def _describe(diff: tuple) -> tuple[str, str, str]:
+    """(kind, table, column) of ("modify_...", schema, table, column, ...) or ("add_column", schema, table, Column)."""
+    kind, _schema, table, column = diff[:4]
+    return kind, table, column if isinstance(column, str) else column.name
