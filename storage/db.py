@@ -63,7 +63,6 @@ def migrate(engine: Engine) -> None:
     """Apply every Alembic migration that this database has not seen yet."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, "head")

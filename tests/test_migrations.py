@@ -107,3 +107,15 @@ def _describe(diff: tuple) -> tuple[str, str, str]:
     """(kind, table, column) of ("modify_...", schema, table, column, ...) or ("add_column", schema, table, Column)."""
     kind, _schema, table, column = diff[:4]
     return kind, table, column if isinstance(column, str) else column.name
+
+
+def test_a_database_password_with_url_escapes_never_reaches_alembics_interpolation(tmp_path):
+    """`%` in a URL-escaped password once crashed start-up inside Alembic's config parser."""
+    from sqlalchemy import create_engine
+
+    from storage.db import migrate
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}?password=p%40ss%25word%2F%3A")
+    migrate(engine)
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("select count(*) from alembic_version").scalar() == 1
