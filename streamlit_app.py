@@ -2,7 +2,7 @@
 
 It sets up the page, makes sure the database holds the demo task, draws the shared sidebar (task,
 library, reviewer, database, worker) and hands over to the page chosen in the navigation. Pages
-live in `pages/`, one file each; add a new one to PAGES.
+live in `pages/`, one file each, ending in `run_page(page)`; add a new one to PAGES.
 """
 
 from __future__ import annotations
@@ -12,13 +12,24 @@ from sqlmodel import Session
 
 from core.errors import SignInLocked
 from core.people import authenticate, role_of, sign_in_required
-from core.settings import settings
+from core.settings import get_settings
 from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
-from pages._common import AUTH_KEY, LIBRARY_KEY, REVIEWER_KEY, TASK_KEY, default_reviewer, plain
+from pages._common import (
+    AUTH_KEY,
+    LIBRARY_KEY,
+    REVIEWER_KEY,
+    TASK_KEY,
+    Flash,
+    Outcome,
+    default_reviewer,
+    plain,
+    studio_frame,
+)
 from storage import queries
 from storage.db import database_url, describe_url, get_engine
 
+SIGN_IN = Flash("sign_in_flash")
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
     st.Page("pages/train.py", title="Train", icon=":material/model_training:"),
@@ -51,24 +62,29 @@ def signed_in_person(required: bool) -> str | None:
     return name
 
 
+def sign_in() -> None:
+    """The Sign in button's callback: with the right password, the run that follows draws the studio."""
+    name, password = st.session_state.get("sign_in_name", ""), st.session_state.get("sign_in_password", "")
+    try:
+        user = authenticate(get_engine(), name, password)
+    except SignInLocked as exc:
+        SIGN_IN.set("form", Outcome(False, plain(str(exc).capitalize() + ".")))
+        return
+    if user is None:
+        SIGN_IN.set("form", Outcome(False, "Wrong user name or password."))
+    else:
+        st.session_state[AUTH_KEY] = user.name
+
+
 def sign_in_page() -> None:
     """Shown instead of any page while sign-in is on and nobody is signed in."""
     st.title("Sign in")
     st.caption("This studio has user accounts. Ask an admin for one (`python -m core user add NAME --role labeler`).")
+    SIGN_IN.show("form")
     with st.form("sign_in"):
-        name = st.text_input("User name", key="sign_in_name")
-        password = st.text_input("Password", type="password", key="sign_in_password")
-        if st.form_submit_button("Sign in", type="primary"):
-            try:
-                user = authenticate(get_engine(), name, password)
-            except SignInLocked as exc:
-                st.error(plain(str(exc).capitalize() + "."))
-                return
-            if user is None:
-                st.error("Wrong user name or password.")
-            else:
-                st.session_state[AUTH_KEY] = user.name
-                st.rerun()
+        st.text_input("User name", key="sign_in_name")
+        st.text_input("Password", type="password", key="sign_in_password")
+        st.form_submit_button("Sign in", type="primary", on_click=sign_in)
 
 
 def sign_out() -> None:
@@ -116,7 +132,7 @@ def sidebar(url: str, required: bool) -> None:
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
         st.caption("Default model")
-        st.code(settings().model, language=None, wrap_lines=True)
+        st.code(get_settings().model, language=None, wrap_lines=True)
 
 
 st.set_page_config(page_title="Training-Free GRPO studio", layout="wide")
@@ -134,5 +150,7 @@ with Session(get_engine()) as _session:
 if sign_in_on and signed_in_person(sign_in_on) is None:
     st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
     st.stop()
+page = st.navigation(PAGES)  # before the sidebar, whose widgets then keep their ids in every run (run_page)
 sidebar(url, sign_in_on)
-st.navigation(PAGES).run()
+with studio_frame():  # the page knows the sidebar is drawn (pages._common.run_page)
+    page.run()

@@ -1,4 +1,14 @@
-"""What every page shares: the sidebar context (task, library, reviewer), safe text display, the worker.
+"""What every page shares: the page skeleton, the sidebar context (task, library, reviewer), the outcome
+of an action, safe text display, the worker.
+
+Every page file has the same shape, a prologue and a call:
+
+    def page() -> None:
+        st.title("Review")
+        ctx, task = require_task()   # stops the page with a hint when no task is chosen
+        ...                          # reads through storage.queries, changes through run_action(core...)
+
+    run_page(page)
 
 Not a page itself (it is not in streamlit_app.PAGES). Holds display helpers only; state changes
 go through `core`.
@@ -8,36 +18,64 @@ from __future__ import annotations
 
 import getpass
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.errors import StudioError
 from core.labeling import Labelled
 from core.people import can
 from core.worker import ensure_worker, job_health
+from storage import queries
 from storage.db import database_url, get_engine
+from storage.models import Task
 
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
 AUTH_KEY = "auth_user"  # the signed-in user's name; set only by the sign-in form in streamlit_app.py
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")
+ENTRY_SCRIPT = Path(__file__).resolve().parent.parent / "streamlit_app.py"
+_IN_STUDIO: ContextVar[bool] = ContextVar("studio_frame", default=False)
 
 
-def require_app() -> None:
-    """Make sure this page runs inside streamlit_app.py (sidebar, navigation), never on its own.
+@contextmanager
+def studio_frame() -> Iterator[None]:
+    """streamlit_app.py runs the chosen page inside this, after drawing the sidebar: see run_page."""
+    token = _IN_STUDIO.set(True)
+    try:
+        yield
+    finally:
+        _IN_STUDIO.reset(token)
 
-    Because the folder is called `pages/`, Streamlit starts every process in its old multipage mode
-    and, for a deep link such as /review opened first after a restart (and in AppTest reruns), runs
-    the page file alone. st.navigation switches that mode off; this does it early and reruns, so the
-    entry script draws the sidebar and routes to the same page.
+
+def run_page(page: Callable[[], None]) -> None:
+    """Draw a page inside the studio (sidebar, navigation); the last line of every page file.
+
+    A folder called `pages/` beside streamlit_app.py makes Streamlit start every server process (and
+    every AppTest run) in its legacy multipage mode, in which a URL such as /review runs pages/review.py
+    on its own (streamlit/runtime/pages_manager.py sets the mode when a `pages` folder exists;
+    scriptrunner/script_runner.py then runs `_mpa_v1` instead of the entry script). The mode ends for
+    good, for every session, at the first st.navigation call ("As soon as any session of your app
+    executes the st.navigation command, your app will ignore the pages/ directory", st.navigation's
+    documentation), so a deep link opened first after a restart meets it. A page run that way runs
+    streamlit_app.py in its place, as Streamlit itself does for the app's root URL in that mode: its
+    st.navigation call ends the legacy mode and routes to this same page (both modes know it by its URL
+    path), drawn with the sidebar. Outside a Streamlit run (a test importing the page) it draws nothing.
     """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
+    if not st.runtime.exists():
+        return
+    if _IN_STUDIO.get():
+        page()
+        return
+    code = compile(ENTRY_SCRIPT.read_text(encoding="utf-8"), str(ENTRY_SCRIPT), "exec")
+    exec(code, {"__name__": "__main__", "__file__": str(ENTRY_SCRIPT)})  # noqa: S102  (our own entry script)
 
 
 @dataclass
@@ -62,6 +100,30 @@ def context() -> Context:
     person = signed_in or (st.session_state.get(REVIEWER_KEY) or default_reviewer()).strip() or "local"
     return Context(task=st.session_state.get(TASK_KEY), library=st.session_state.get(LIBRARY_KEY) or "default",
                    reviewer=person)
+
+
+class Current(NamedTuple):
+    """What a page that works on a task needs: the sidebar's choices and the task's row."""
+
+    ctx: Context
+    task: Task
+
+
+def current_task(ctx: Context) -> Task | None:
+    """The sidebar's task row, if it exists."""
+    with Session(engine()) as session:
+        return queries.task_by_name(session, ctx.task) if ctx.task else None
+
+
+def require_task() -> Current:
+    """The sidebar's context and task; with no task, say what to do (with a link to Tasks) and stop the page."""
+    ctx = context()
+    task = current_task(ctx)
+    if task is None:
+        st.info("No task is chosen. Pick one in the sidebar, or create one on the Tasks page.")
+        st.page_link("pages/tasks.py", label="Open Tasks", icon=":material/edit_note:")
+        st.stop()
+    return Current(ctx, task)
 
 
 def engine() -> Engine:
@@ -144,16 +206,34 @@ def plain(text: str) -> str:
 
 @dataclass
 class Outcome:
-    """What an action did: a message of ours, and optionally text from a file or the database (shown verbatim)."""
+    """What an action did, shown once as an alert beside the section that caused it.
+
+    `message` is ours, written as Markdown (anything quoted from outside goes through plain()); `detail` is
+    text from a file or the database (core's error text), shown verbatim below it.
+    """
 
     ok: bool
     message: str
     detail: str = ""
 
 
+def failed(exc: Exception, message: str = "") -> Outcome:
+    """An action's failure: our `message` with core's error text as its detail; without one, core's text alone."""
+    on_purpose = isinstance(exc, StudioError | LookupError | ValueError | PermissionError)
+    text = str(exc) if on_purpose else f"{type(exc).__name__}: {exc}"
+    return Outcome(False, message, detail=text) if message else Outcome(False, plain(text))
+
+
+def show_outcome(outcome: Outcome) -> None:
+    (st.success if outcome.ok else st.error)(outcome.message)
+    if outcome.detail:
+        show_text(outcome.detail)
+
+
 @dataclass(frozen=True)
 class Flash:
-    """Outcomes set in a button's callback and shown once, where the section draws, on the next run."""
+    """A page's outcomes, kept in session state from the action (a button's callback, which runs before
+    the page is drawn) until its section draws and shows it, once."""
 
     key: str
 
@@ -162,23 +242,29 @@ class Flash:
 
     def show(self, section: str) -> None:
         outcome = st.session_state.get(self.key, {}).pop(section, None)
-        if outcome is None:
-            return
-        (st.success if outcome.ok else st.error)(outcome.message)
-        if outcome.detail:
-            show_text(outcome.detail)
+        if outcome is not None:
+            show_outcome(outcome)
 
 
-def run_action(action, *args, success: str | None = None, **kwargs):
-    """Call a core function for a button; show its error as a message instead of a traceback."""
+Said = str | Callable[[Any], str] | None
+
+
+def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: Any, success: Said = None,
+               report: Said = None, failure: str = "", **kwargs: Any) -> Any:
+    """Call a core function for a button (in its callback); its outcome is shown on the run that follows.
+
+    Returns the function's result, or None if it raised: core wrote nothing, and `flash.show(section)`
+    shows the error (`failure` over core's text when given, else core's text). On success, `success`
+    (text, or a function of the result) is a toast, for a change the redrawn page shows anyway, and
+    `report` an alert beside the section, for a result the page does not show; with neither, nothing.
+    """
     try:
         result = action(*args, **kwargs)
-    except (LookupError, ValueError, PermissionError) as exc:
-        st.error(plain(str(exc)))
+    except Exception as exc:  # noqa: BLE001  (every failure is shown; core rolled its transaction back)
+        flash.set(section, failed(exc, failure))
         return None
-    except Exception as exc:  # noqa: BLE001  (e.g. AlreadyDecided, a locked database)
-        st.error(plain(f"{type(exc).__name__}: {exc}"))
-        return None
-    if success:
-        st.toast(success)
+    if success is not None:
+        st.toast(success(result) if callable(success) else success)
+    if report is not None:
+        flash.set(section, Outcome(True, report(result) if callable(report) else report))
     return result

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from pages._common import DATETIME, engine, require_app
+from pages._common import DATETIME, engine, run_page
 from storage import queries
 from storage.models import AuditEvent
 
@@ -143,5 +143,4 @@ def page() -> None:
     show_event(by_id[chosen_id])
 
 
-require_app()
-page()
+run_page(page)

@@ -18,20 +18,23 @@ from core.judge import choices, criteria_text, scale_of, score_of
 from core.labeling import Agreement, Progress, QueueItem
 from pages._common import (
     DATETIME,
+    Flash,
     after_label,
     allowed,
     context,
     engine,
     keep_valid_choice,
-    require_app,
+    require_task,
     reward_text,
     role_note,
     run_action,
+    run_page,
     show_text,
 )
 from storage import queries
 from storage.models import Rollout, Task
 
+FLASH = Flash("label_flash")
 SKIPPED_KEY, SELECTED_KEY, WARN_KEY = "label_skipped", "label_selected", "label_warn"
 DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY = "label_decide_rollout", "label_decide_score"
 DECIDE_COMMENT_KEY = "label_decide_comment"
@@ -96,8 +99,8 @@ def submit(rollout_id: int) -> None:
         st.session_state[WARN_KEY] = rollout_id
         return
     comment = st.session_state.get(comment_key(rollout_id), "")
-    result = run_action(labeling.submit_label, engine(), rollout_id, chosen["value"], context().reviewer, comment,
-                        success=f"Labelled rollout {rollout_id}: {chosen['score']}.")
+    result = run_action(FLASH, "queue", labeling.submit_label, engine(), rollout_id, chosen["value"],
+                        context().reviewer, comment, success=f"Labelled rollout {rollout_id}: {chosen['score']}.")
     if result is not None:
         move_on(rollout_id)
         after_label(result)
@@ -116,8 +119,8 @@ def decide(rollout_id: int, values: dict[int, float]) -> None:
     if score not in values:
         st.session_state[WARN_KEY] = "decide"
         return
-    result = run_action(labeling.decide_label, engine(), rollout_id, values[score], context().reviewer,
-                        st.session_state.get(DECIDE_COMMENT_KEY, ""),
+    result = run_action(FLASH, "agreement", labeling.decide_label, engine(), rollout_id, values[score],
+                        context().reviewer, st.session_state.get(DECIDE_COMMENT_KEY, ""),
                         success=f"Rollout {rollout_id} decided: {score}.")
     if result is not None:
         for key in (DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY, DECIDE_COMMENT_KEY):
@@ -185,6 +188,7 @@ def queue_section(task: Task, reviewer: str) -> None:
         skipped = [int(i) for i in st.session_state.get(SKIPPED_KEY, [])]
         item = labeling.next_item(session, task, reviewer, skip=skipped)
         where = origin(session, item.rollout) if item else ""
+    FLASH.show("queue")
     show_progress(progress)
     if not labeling.is_person_method(task):
         st.caption(f"This task's reward method is {task.reward_method}; rollouts wait here only for the human "
@@ -209,6 +213,7 @@ def agreement_section(task: Task) -> None:
         result: Agreement = labeling.agreement(session, task)
         disputed = queries.rollouts_by_ids(session, [row["rollout"] for row in result.disagreements])
         histories = {rid: queries.label_history(session, rid) for rid in disputed}
+    FLASH.show("agreement")
     if not result.items and not result.cohen:
         st.info("No rollout of this task has labels from two people yet.")
     else:
@@ -268,12 +273,7 @@ def history_section(task: Task) -> None:
 
 def page() -> None:
     st.title("Labeling")
-    ctx = context()
-    with Session(engine()) as session:
-        task = queries.task_by_name(session, ctx.task) if ctx.task else None
-    if task is None:
-        st.info("Choose a task in the sidebar.")
-        return
+    ctx, task = require_task()
     queue, agreement, history = st.tabs(["Queue", "Agreement", f"History (latest {HISTORY_LIMIT})"])
     with queue:
         queue_section(task, ctx.reviewer)
@@ -283,5 +283,4 @@ def page() -> None:
         history_section(task)
 
 
-require_app()
-page()
+run_page(page)

@@ -15,15 +15,17 @@ from core.worker import job_health
 from pages._common import (
     DATETIME,
     SCORE,
+    Flash,
     context,
     experience_lines,
-    require_app,
     run_action,
+    run_page,
     start_worker_if_needed,
 )
 from storage import queries
 from storage.db import get_engine
 
+FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
 ATTENTION_STATUSES = ("awaiting_review", "awaiting_labels", "failed", "stalled")
@@ -103,65 +105,72 @@ def load_overview() -> dict:
             "pending_operations": pending_total, "evaluations": eval_rows, "waiting_labels": waiting_labels}
 
 
-require_app()
-data = load_overview()
+def resume(run_id: int) -> None:
+    """Queue a failed or stalled run again (a button's callback) and make sure a worker takes it."""
+    if run_action(FLASH, "attention", resume_run, get_engine(), run_id, context().reviewer,
+                  success=f"Run {run_id} queued") is not None:
+        start_worker_if_needed()
 
-st.title("Overview")
 
-st.header("What needs a person")
-left, middle, right = st.columns(3)
-left.metric("Operations waiting for review", data["pending_operations"])
-middle.metric("Rollouts waiting for a label", data["waiting_labels"])
-right.metric("Runs waiting or failed",
-             sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
-if data["attention"]:
-    st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
-    resumable = [row["run"] for row in data["attention"] if row["status"] in ("failed", "stalled")]
-    for run_id in resumable:
-        if st.button(f"Resume run {run_id}", key=f"resume_{run_id}"):
-            if run_action(resume_run, get_engine(), run_id, context().reviewer, success=f"Run {run_id} queued"):
-                start_worker_if_needed()
-                st.rerun()
-    if any(row["status"] == "awaiting_review" or row["pending operations"] for row in data["attention"]):
-        st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
-if data["waiting_labels"]:
-    st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
-if not data["attention"] and not data["waiting_labels"]:
-    st.success("Nothing waits for a person.")
+def page() -> None:
+    data = load_overview()
+    st.title("Overview")
 
-st.header("Tasks")
-if data["tasks"]:
-    st.dataframe(pd.DataFrame(data["tasks"]), hide_index=True, key="tasks_table")
-else:
-    st.info("No tasks yet.")
+    st.header("What needs a person")
+    FLASH.show("attention")
+    left, middle, right = st.columns(3)
+    left.metric("Operations waiting for review", data["pending_operations"])
+    middle.metric("Rollouts waiting for a label", data["waiting_labels"])
+    right.metric("Runs waiting or failed",
+                 sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
+    if data["attention"]:
+        st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
+        resumable = [row["run"] for row in data["attention"] if row["status"] in ("failed", "stalled")]
+        for run_id in resumable:
+            st.button(f"Resume run {run_id}", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
+        if any(row["status"] == "awaiting_review" or row["pending operations"] for row in data["attention"]):
+            st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
+    if data["waiting_labels"]:
+        st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
+    if not data["attention"] and not data["waiting_labels"]:
+        st.success("Nothing waits for a person.")
 
-st.header("Libraries")
-if not data["libraries"]:
-    st.info("No libraries yet.")
-for block in data["libraries"]:
-    st.subheader(block["title"], anchor=False)
-    st.dataframe(pd.DataFrame(block["rows"]), hide_index=True, column_config={"created": DATETIME},
-                 key=f"versions_table_{block['id']}")
-    for version in block["versions"]:
-        labels = f" · {', '.join(version['labels'])}" if version["labels"] else ""
-        size = len(version["experiences"])
-        with st.expander(f"Version {version['number']} (id {version['id']}) · {size} experiences{labels}"):
-            if version["experiences"]:
-                st.code(experience_lines(version["experiences"]), language=None, wrap_lines=True)
-            else:
-                st.caption("No experiences: the agent runs without a library.")
+    st.header("Tasks")
+    if data["tasks"]:
+        st.dataframe(pd.DataFrame(data["tasks"]), hide_index=True, key="tasks_table")
+    else:
+        st.info("No tasks yet.")
 
-st.header("Runs")
-if data["runs"]:
-    st.dataframe(pd.DataFrame(data["runs"]), hide_index=True, column_config={"created": DATETIME},
-                 key="runs_table")
-else:
-    st.info("No runs yet. Start one on the Train page, or from a terminal in the project folder:"
-            f"\n\n`{TRAIN_COMMAND}`")
+    st.header("Libraries")
+    if not data["libraries"]:
+        st.info("No libraries yet.")
+    for block in data["libraries"]:
+        st.subheader(block["title"], anchor=False)
+        st.dataframe(pd.DataFrame(block["rows"]), hide_index=True, column_config={"created": DATETIME},
+                     key=f"versions_table_{block['id']}")
+        for version in block["versions"]:
+            labels = f" · {', '.join(version['labels'])}" if version["labels"] else ""
+            size = len(version["experiences"])
+            with st.expander(f"Version {version['number']} (id {version['id']}) · {size} experiences{labels}"):
+                if version["experiences"]:
+                    st.code(experience_lines(version["experiences"]), language=None, wrap_lines=True)
+                else:
+                    st.caption("No experiences: the agent runs without a library.")
 
-st.header("Evaluations")
-if data["evaluations"]:
-    st.dataframe(pd.DataFrame(data["evaluations"]), hide_index=True,
-                 column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
-else:
-    st.caption(f"No evaluations yet. Score a version on the test split with `{EVAL_COMMAND}`.")
+    st.header("Runs")
+    if data["runs"]:
+        st.dataframe(pd.DataFrame(data["runs"]), hide_index=True, column_config={"created": DATETIME},
+                     key="runs_table")
+    else:
+        st.info("No runs yet. Start one on the Train page, or from a terminal in the project folder:"
+                f"\n\n`{TRAIN_COMMAND}`")
+
+    st.header("Evaluations")
+    if data["evaluations"]:
+        st.dataframe(pd.DataFrame(data["evaluations"]), hide_index=True,
+                     column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
+    else:
+        st.caption(f"No evaluations yet. Score a version on the test split with `{EVAL_COMMAND}`.")
+
+
+run_page(page)

@@ -13,9 +13,22 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.people import ROLES, add_user, sign_in_required, update_user
-from pages._common import DATETIME, allowed, context, engine, require_app, role_note, run_action
+from pages._common import (
+    DATETIME,
+    Flash,
+    Outcome,
+    allowed,
+    context,
+    engine,
+    plain,
+    role_note,
+    run_action,
+    run_page,
+)
 from storage import queries
 
+FLASH = Flash("people_flash")
+MISMATCH = Outcome(False, "The two passwords differ; nothing was saved.")
 ADD_NAME, ADD_ROLE, ADD_PASSWORD, ADD_REPEAT = "people_add_name", "people_add_role", "people_add_pw", "people_add_pw2"
 USER_KEY = "people_user"
 FIRST_USER_COMMAND = "python -m core user add NAME --role admin"
@@ -46,21 +59,22 @@ def add() -> None:
     password, repeat = st.session_state.get(ADD_PASSWORD) or "", st.session_state.get(ADD_REPEAT) or ""
     st.session_state[ADD_PASSWORD] = st.session_state[ADD_REPEAT] = ""
     if password != repeat:
-        st.error("The two passwords differ; nothing was saved.")
+        FLASH.set("add", MISMATCH)
         return
-    if run_action(add_user, engine(), name, role, password, actor=context().reviewer,
-                  success=f"User {name} added as {role}.") is not None:
+    if run_action(FLASH, "add", add_user, engine(), name, role, password, actor=context().reviewer,
+                  success=f"User {plain(name)} added as {role}.") is not None:
         st.session_state[ADD_NAME] = ""
 
 
 def change_role(name: str, user_id: int) -> None:
     role = st.session_state.get(role_key(user_id))
-    run_action(update_user, engine(), name, context().reviewer, role=role, success=f"{name} is now a {role}.")
+    run_action(FLASH, "user", update_user, engine(), name, context().reviewer, role=role,
+               success=f"{plain(name)} is now a {role}.")
 
 
 def set_active(name: str, active: bool) -> None:
-    run_action(update_user, engine(), name, context().reviewer, active=active,
-               success=f"{name} {'activated' if active else 'deactivated'}.")
+    run_action(FLASH, "user", update_user, engine(), name, context().reviewer, active=active,
+               success=f"{plain(name)} {'activated' if active else 'deactivated'}.")
 
 
 def set_password(name: str, user_id: int) -> None:
@@ -68,10 +82,10 @@ def set_password(name: str, user_id: int) -> None:
     password, repeat = st.session_state.get(first) or "", st.session_state.get(second) or ""
     st.session_state[first] = st.session_state[second] = ""
     if password != repeat:
-        st.error("The two passwords differ; nothing was saved.")
+        FLASH.set("user", MISMATCH)
         return
-    run_action(update_user, engine(), name, context().reviewer, password=password,
-               success=f"New password set for {name}.")
+    run_action(FLASH, "user", update_user, engine(), name, context().reviewer, password=password,
+               success=f"New password set for {plain(name)}.")
 
 
 # --- display ----------------------------------------------------------------------------------
@@ -79,6 +93,7 @@ def set_password(name: str, user_id: int) -> None:
 
 def add_form(sign_in_on: bool) -> None:
     st.subheader("Add a user", anchor=False)
+    FLASH.show("add")
     if not sign_in_on:
         st.warning("Adding the first user turns sign-in on: right after, everyone, you included, must sign in, "
                    "and only an admin can manage users. Make the first user an admin whose password you know. "
@@ -93,6 +108,7 @@ def add_form(sign_in_on: bool) -> None:
 
 def manage_user(users: list) -> None:
     st.subheader("Change a user", anchor=False)
+    FLASH.show("user")
     by_name = {user.name: user for user in users}
     names = list(by_name)
     if st.session_state.get(USER_KEY) not in names:
@@ -154,5 +170,4 @@ def page() -> None:
     st.markdown(ROLES_TEXT)
 
 
-require_app()
-page()
+run_page(page)

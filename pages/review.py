@@ -18,14 +18,16 @@ from sqlmodel import Session
 from core import review
 from pages._common import (
     DATETIME,
+    Flash,
     allowed,
     context,
     engine,
     keep_valid_choice,
-    require_app,
+    require_task,
     reward_text,
     role_note,
     run_action,
+    run_page,
     show_text,
     show_trajectory,
     start_worker_if_needed,
@@ -34,6 +36,7 @@ from pages._common import (
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 
+FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
 DECIDED = ("approved", "rejected", "edited")
 
@@ -63,7 +66,7 @@ def after_decision(run_id: int) -> None:
 
 def act(run_id: int, action, *args, success: str) -> object:
     """Call a core.review function for a button; errors (e.g. AlreadyDecided) show as messages."""
-    result = run_action(action, engine(), *args, success=success)
+    result = run_action(FLASH, "decisions", action, engine(), *args, success=success)
     after_decision(run_id)
     return result
 
@@ -221,13 +224,9 @@ def choose_step(steps: list[Step], pending_by_step: dict[int, int]) -> int:
 
 def page() -> None:
     st.title("Review")
+    _ctx, task = require_task()
     can_decide = allowed("reviewer")
-    ctx = context()
     with Session(engine()) as session:
-        task = queries.task_by_name(session, ctx.task) if ctx.task else None
-        if task is None:
-            st.info("Choose a task in the sidebar.")
-            return
         runs = queries.runs(session, task.id)
         if not runs:
             st.info("This task has no training runs yet. Start one on the Train page.")
@@ -266,6 +265,7 @@ def page() -> None:
 
     pending = [op for op in operations if op.status == "pending"]
     st.header("Proposed operations", anchor=False)
+    FLASH.show("decisions")
     if not operations:
         st.info("This step proposed no operations.")
     else:
@@ -297,5 +297,4 @@ def page() -> None:
                    rollouts.get(sample_id, []))
 
 
-require_app()
-page()
+run_page(page)

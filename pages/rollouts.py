@@ -16,14 +16,16 @@ from core.judge import choices, scale_of
 from core.labeling import submit_label
 from pages._common import (
     SCORE,
+    Flash,
     after_label,
     allowed,
     context,
     engine,
     keep_valid_choice,
-    require_app,
+    require_task,
     reward_text,
     run_action,
+    run_page,
     show_text,
     show_trajectory,
     status_label,
@@ -31,6 +33,7 @@ from pages._common import (
 from storage import queries
 from storage.models import Rollout, Task
 
+FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")
 SIDE_BY_SIDE_MAX = 4
 SOURCE_KEY, RUN_KEY, STEP_KEY, EVAL_KEY, QUERY_KEY = (
@@ -53,9 +56,9 @@ def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[
 def save_label(rollout_id: int) -> None:
     value = st.session_state.get(f"rollouts_label_value_{rollout_id}")
     comment = st.session_state.get(f"rollouts_label_comment_{rollout_id}", "")
-    result = run_action(submit_label, engine(), rollout_id, value, context().reviewer, comment)
+    result = run_action(FLASH, "label", submit_label, engine(), rollout_id, value, context().reviewer, comment,
+                        success=lambda _: f"Label {value:g} saved on rollout {rollout_id}")
     if result is not None:
-        st.toast(f"Label {value:g} saved on rollout {rollout_id}")
         after_label(result)
 
 
@@ -151,12 +154,8 @@ def choose_evaluation(session: Session, task_id: int) -> int | None:
 
 def page() -> None:
     st.title("Rollouts")
-    ctx = context()
+    _ctx, task = require_task()
     with Session(engine()) as session:
-        task = queries.task_by_name(session, ctx.task) if ctx.task else None
-        if task is None:
-            st.info("Choose a task in the sidebar.")
-            return
         source = st.radio("Source", SOURCES, key=SOURCE_KEY, horizontal=True)
         step_id = evaluation_id = None
         if source == SOURCES[0]:
@@ -196,8 +195,8 @@ def page() -> None:
     st.subheader("Reference answer", anchor=False)
     show_text(sample.reference if sample else None, empty="(no reference answer)")
     st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
+    FLASH.show("label")
     show_group(rollouts, task, allowed("labeler"))  # the role once per page, not once per output
 
 
-require_app()
-page()
+run_page(page)

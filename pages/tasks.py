@@ -20,11 +20,16 @@ from sqlmodel import Session
 
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, DatasetError, parse_dataset
-from core.judge import SCALES
-from core.rewards import METHODS
+from core.rewards import (
+    MAX_LABELS_PER_ROLLOUT,
+    METHODS,
+    SCALE_NAMES,
+    all_setting_keys,
+    get_method,
+    setting_defaults,
+    setting_keys,
+)
 from core.task_io import (
-    METHOD_SETTINGS,
-    SETTING_KEYS,
     TaskSettings,
     columns_of,
     export_filename,
@@ -39,9 +44,12 @@ from pages._common import (
     Outcome,
     allowed,
     context,
+    current_task,
     engine,
-    require_app,
     role_note,
+    run_action,
+    run_page,
+    show_outcome,
     show_text,
 )
 from storage import queries
@@ -61,11 +69,6 @@ PASTE_FORMATS = {"CSV": "pasted.csv", "JSONL": "pasted.jsonl"}
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
 
 
-def failure(what: str, exc: Exception) -> Outcome:
-    detail = str(exc) if isinstance(exc, LookupError | ValueError | PermissionError) else f"{type(exc).__name__}: {exc}"
-    return Outcome(False, f"{what}; nothing was written.", detail)
-
-
 # --- settings ---------------------------------------------------------------------------------
 
 
@@ -73,14 +76,14 @@ def setting_key(prefix: str, name: str) -> str:
     return f"{prefix}rs_{name}"
 
 
-def _number(current: dict, key: str, default: float) -> float:
+def _number(current: dict, key: str, defaults: dict) -> float:
     value = current.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else defaults[key]
 
 
-def _flag(current: dict, key: str, default: bool) -> bool:
+def _flag(current: dict, key: str, defaults: dict) -> bool:
     value = current.get(key)
-    return value if isinstance(value, bool) else default
+    return value if isinstance(value, bool) else defaults[key]
 
 
 def _text(value: Any) -> str:
@@ -88,15 +91,16 @@ def _text(value: Any) -> str:
 
 
 def method_fields(prefix: str, method: str, current: dict) -> None:
-    """The inputs for the settings `method` reads (METHOD_SETTINGS), preset from the task's values."""
-    used = METHOD_SETTINGS[method]
+    """The inputs for the settings `method` reads (its settings model in the registry), preset from the
+    task's values, else the model's defaults."""
+    used, defaults = setting_keys(method), setting_defaults(method)
     if not used:
         st.caption("This method has no settings.")
     if "rel_tol" in used:
         left, right = st.columns(2)
-        left.number_input("Relative tolerance (rel_tol)", min_value=0.0, value=_number(current, "rel_tol", 1e-6),
+        left.number_input("Relative tolerance (rel_tol)", min_value=0.0, value=_number(current, "rel_tol", defaults),
                           format="%g", key=setting_key(prefix, "rel_tol"))
-        right.number_input("Absolute tolerance (abs_tol)", min_value=0.0, value=_number(current, "abs_tol", 1e-9),
+        right.number_input("Absolute tolerance (abs_tol)", min_value=0.0, value=_number(current, "abs_tol", defaults),
                            format="%g", key=setting_key(prefix, "abs_tol"))
     if "pattern" in used:
         st.text_input("Pattern (a regular expression)", value=_text(current.get("pattern")),
@@ -108,39 +112,45 @@ def method_fields(prefix: str, method: str, current: dict) -> None:
         st.text_area("Required phrases, one per line", value=lines, key=setting_key(prefix, "phrases"),
                      help="Leave empty to use each sample's reference answer, split at ; or new lines.")
     if "partial" in used:
-        st.checkbox("Partial credit (the share of phrases found)", value=_flag(current, "partial", False),
+        st.checkbox("Partial credit (the share of phrases found)", value=_flag(current, "partial", defaults),
                     key=setting_key(prefix, "partial"))
     if "ignore_case" in used:
-        st.checkbox("Ignore case", value=_flag(current, "ignore_case", True), key=setting_key(prefix, "ignore_case"))
+        st.checkbox("Ignore case", value=_flag(current, "ignore_case", defaults),
+                    key=setting_key(prefix, "ignore_case"))
     if "full_match" in used:
-        st.checkbox("The whole response must match", value=_flag(current, "full_match", False),
+        st.checkbox("The whole response must match", value=_flag(current, "full_match", defaults),
                     key=setting_key(prefix, "full_match"))
     if "criteria" in used:
         st.text_area("Criteria (what a good answer does)", value=_text(current.get("criteria")),
                      key=setting_key(prefix, "criteria"), height=120,
                      help="Shown to the judge and to labellers, with each sample's own rubric.")
     if "scale" in used:
-        scales = list(SCALES)
-        scale = current.get("scale") if current.get("scale") in scales else scales[0]
+        scales = list(SCALE_NAMES)
+        scale = current.get("scale") if current.get("scale") in scales else defaults["scale"]
         st.radio("Scale", scales, index=scales.index(scale), horizontal=True, key=setting_key(prefix, "scale"))
     if "labels_per_rollout" in used:
         value = current.get("labels_per_rollout")
-        st.number_input("Labels per rollout (people who label each one)", min_value=1, max_value=5, step=1,
-                        value=value if isinstance(value, int) and 1 <= value <= 5 else 1,
+        fits = isinstance(value, int) and 1 <= value <= MAX_LABELS_PER_ROLLOUT
+        st.number_input("Labels per rollout (people who label each one)", min_value=1,
+                        max_value=MAX_LABELS_PER_ROLLOUT, step=1,
+                        value=value if fits else defaults["labels_per_rollout"],
                         key=setting_key(prefix, "labels_per_rollout"))
     if "spot_check_share" in used:
-        share = min(1.0, max(0.0, _number(current, "spot_check_share", 0.2)))
+        share = min(1.0, max(0.0, _number(current, "spot_check_share", defaults)))
         st.slider("Spot-check share (rollouts a person confirms besides every unsure one)", 0.0, 1.0, share,
                   step=0.05, key=setting_key(prefix, "spot_check_share"))
 
 
 def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
-    """The reward settings from the inputs of `method`, plus keys no method reads (kept as they were)."""
-    result = {key: value for key, value in kept.items() if key not in SETTING_KEYS}
+    """The reward settings from the inputs of `method`, plus keys no method reads (kept as they were); a
+    setting of `method` that has no input on this page (a method added to the registry) keeps its value."""
+    result = {key: value for key, value in kept.items() if key not in all_setting_keys()}
     state = st.session_state
-    for name in METHOD_SETTINGS[method]:
+    for name in setting_keys(method):
         key = setting_key(prefix, name)
         if key not in state:
+            if kept.get(name) is not None:
+                result[name] = kept[name]
             continue
         value = state[key]
         if name == "phrases":
@@ -171,17 +181,17 @@ def collect(prefix: str, kept: dict) -> TaskSettings:
 
 def on_save(prefix: str, original: str | None, kept: dict) -> None:
     """Save through core; a new or renamed task becomes the sidebar's task (allowed here: before the sidebar)."""
-    try:
-        task = save_task(engine(), collect(prefix, kept), context().reviewer, original_name=original)
-    except Exception as exc:  # noqa: BLE001  (every failure is shown; core wrote nothing)
-        FLASH.set("settings", failure("Not saved" if original else "Not created", exc))
+    task = run_action(FLASH, "settings", lambda: save_task(engine(), collect(prefix, kept), context().reviewer,
+                                                           original_name=original),
+                      success="Task saved." if original else "Task created; it is now the sidebar's task.",
+                      failure=f"{'Not saved' if original else 'Not created'}; nothing was written.")
+    if task is None:
         return
     st.session_state[TASK_KEY] = task.name
     if original is None:
         st.session_state[NEW_KEY] = False
         for key in [k for k in st.session_state if str(k).startswith(NEW_PREFIX)]:
             del st.session_state[key]
-    st.toast("Task saved." if original else "Task created; it is now the sidebar's task.")
 
 
 def settings_form(prefix: str, base: TaskSettings) -> None:
@@ -204,10 +214,11 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
     methods = list(METHODS)
     method = st.selectbox("Reward method", methods,
                           index=methods.index(base.reward_method) if base.reward_method in methods else 0,
-                          key=f"{prefix}reward_method", help="\n\n".join(f"{m}: {d}" for m, d in METHODS.items()))
-    st.caption(METHODS[method])
+                          key=f"{prefix}reward_method",
+                          help="\n\n".join(f"{m.name}: {m.description}" for m in METHODS.values()))
+    st.caption(get_method(method).description)
     method_fields(prefix, method, base.reward_settings)
-    kept = {k: v for k, v in base.reward_settings.items() if k not in SETTING_KEYS}
+    kept = {k: v for k, v in base.reward_settings.items() if k not in all_setting_keys()}
     if kept:
         st.caption("Other reward settings, kept as they are (no method of this studio reads them):")
         show_text(json.dumps(kept, ensure_ascii=False, indent=2))
@@ -236,9 +247,9 @@ def draw_settings(task: Task | None) -> None:
         return
     new = task is None or st.toggle("New task", key=NEW_KEY, help="Create another task instead of editing this one.")
     if new:
-        models = TaskSettings.from_task(task) if task is not None else TaskSettings(name="", instructions="")
-        base = TaskSettings(name="", instructions="", policy_model=models.policy_model,
-                            learner_model=models.learner_model, judge_model=models.judge_model)
+        models = TaskSettings.from_task(task) if task is not None else TaskSettings.draft(name="", instructions="")
+        base = TaskSettings.draft(name="", instructions="", policy_model=models.policy_model,
+                                  learner_model=models.learner_model, judge_model=models.judge_model)
         prefix, original = NEW_PREFIX, None
     else:
         base, prefix, original = TaskSettings.from_task(task), f"task_{task.id}_", task.name
@@ -251,14 +262,11 @@ def draw_settings(task: Task | None) -> None:
 
 
 def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_split: str) -> None:
-    try:
-        added, already = add_dataset(engine(), task_name, data, filename, mapping=mapping,
-                                     default_split=default_split, actor=context().reviewer)
-    except Exception as exc:  # noqa: BLE001
-        FLASH.set("data", failure("The samples were not added", exc))
-        return
-    st.session_state.pop(CHECKED_KEY, None)
-    FLASH.set("data", Outcome(True, f"Added {added} samples ({already} already present)."))
+    if run_action(FLASH, "data", add_dataset, engine(), task_name, data, filename, mapping=mapping,
+                  default_split=default_split, actor=context().reviewer,
+                  report=lambda counts: f"Added {counts[0]} samples ({counts[1]} already present).",
+                  failure="The samples were not added; nothing was written.") is not None:
+        st.session_state.pop(CHECKED_KEY, None)
 
 
 def guess(target: str, columns: list[str]) -> str:
@@ -345,10 +353,9 @@ def draw_data(task: Task | None) -> None:
         rows = parse_dataset(data, filename, mapping, default_split)
     except DatasetError as exc:
         where = f" (row {exc.row})" if exc.row is not None else ""
-        st.error(f"This file cannot be added{where}; nothing was written. The problem:")
-        show_text(str(exc))
+        show_outcome(Outcome(False, f"This file cannot be added{where}; nothing was written. The problem:", str(exc)))
         return
-    st.success(f"{len(rows)} rows OK")
+    show_outcome(Outcome(True, f"{len(rows)} rows OK"))
     st.caption(f"Preview of the first {min(len(rows), PREVIEW_ROWS)} rows")
     st.dataframe(pd.DataFrame([{"id": r.external_id, "split": r.split, "query": r.query, "reference": r.reference,
                                 "rubric": r.rubric, "meta": json.dumps(r.meta, ensure_ascii=False)}
@@ -360,6 +367,11 @@ def draw_data(task: Task | None) -> None:
 # --- export / import --------------------------------------------------------------------------
 
 
+def sample_count(task: Task) -> int:
+    with Session(engine()) as session:
+        return sum(queries.count_samples(session, task.id).values())
+
+
 def on_import() -> None:
     uploaded = st.session_state.get("tasks_import_file")
     pasted = str(st.session_state.get("tasks_import_text") or "")
@@ -368,15 +380,12 @@ def on_import() -> None:
         FLASH.set("import", Outcome(False, "Choose a task file or paste one first."))
         return
     rename = str(st.session_state.get("tasks_import_name") or "").strip() or None
-    try:
-        task = import_task(engine(), data, context().reviewer, rename=rename)
-    except Exception as exc:  # noqa: BLE001
-        FLASH.set("import", failure("The task was not imported", exc))
-        return
-    with Session(engine()) as session:
-        count = sum(queries.count_samples(session, task.id).values())
-    st.session_state[TASK_KEY] = task.name
-    FLASH.set("import", Outcome(True, f"Imported a task with {count} samples; it is now the sidebar's task."))
+    task = run_action(FLASH, "import", import_task, engine(), data, context().reviewer, rename=rename,
+                      report=lambda new: f"Imported a task with {sample_count(new)} samples; it is now the "
+                                         "sidebar's task.",
+                      failure="The task was not imported; nothing was written.")
+    if task is not None:
+        st.session_state[TASK_KEY] = task.name
 
 
 def draw_export_import(task: Task | None) -> None:
@@ -401,12 +410,9 @@ def draw_export_import(task: Task | None) -> None:
     st.button("Import task", type="primary", key="tasks_import", on_click=on_import)
 
 
-def main() -> None:
-    require_app()
+def page() -> None:
     st.title("Tasks")
-    ctx = context()
-    with Session(engine()) as session:
-        task = queries.task_by_name(session, ctx.task) if ctx.task else None
+    task = current_task(context())  # none chosen (or none yet): Settings creates one
     settings_tab, data_tab, io_tab = st.tabs(["Settings", "Data", "Export / import"])
     with settings_tab:
         draw_settings(task)
@@ -416,4 +422,4 @@ def main() -> None:
         draw_export_import(task)
 
 
-main()
+run_page(page)

@@ -1,8 +1,16 @@
-"""Display helpers shared by the pages."""
+"""The page skeleton and the display helpers shared by the pages."""
 
 from __future__ import annotations
 
-from pages._common import plain
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.tasks import SUPPORT_TASK
+from pages._common import Outcome, failed, plain
+from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
+from tests.ui_support import APP
+
+NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Tasks", "People", "Audit"]
 
 
 def test_plain_keeps_markdown_and_html_from_core_messages_inert():
@@ -10,3 +18,42 @@ def test_plain_keeps_markdown_and_html_from_core_messages_inert():
     escaped = plain(message)
     assert "**" not in escaped.replace("\\*", "") and "[click]" not in escaped and "<script>" not in escaped
     assert escaped.replace("\\", "") == message.replace("\\", "")  # nothing lost, only escaped
+
+
+def test_a_failure_shows_core_text_alone_or_verbatim_under_our_message():
+    assert failed(ValueError("no task named *x*")) == Outcome(False, plain("no task named *x*"))
+    assert failed(LookupError("row 3: no query"), "Not saved; nothing was written.") == Outcome(
+        False, "Not saved; nothing was written.", "row 3: no query")
+    assert failed(RuntimeError("database is locked")).message == "RuntimeError: database is locked"
+
+
+def test_a_page_opened_first_is_drawn_inside_the_studio(app_engine):
+    """A deep link opened first after a restart: Streamlit's legacy `pages/` mode (which every AppTest run
+    starts in) runs pages/review.py alone, and the page hands over to streamlit_app.py (run_page)."""
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.switch_page("pages/review.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Review"]
+    assert [box.label for box in at.sidebar.selectbox] == ["Task", "Library"]
+
+
+@pytest.mark.browser
+def test_a_deep_link_opened_first_after_a_start_shows_the_page_in_the_studio(tmp_path):
+    require_chromium()
+    from playwright.sync_api import expect
+
+    with studio(tmp_path, worker=False) as app, browser_page() as page:
+        page.goto(f"{app.url}/tasks")  # the server's first request
+        wait_for_app(page)
+        assert page.locator("[data-testid='stMain'] h1").all_inner_texts() == ["Tasks"]
+        links = page.locator("[data-testid='stSidebarNav'] a").all_inner_texts()
+        assert [text.split()[-1] for text in links] == NAVIGATION  # titles, not the files of pages/
+        assert page.locator("[role='dialog']").count() == 0  # no "Page not found"
+
+        task_box = page.get_by_label("Task", exact=True)  # the sidebar of that first run works
+        task_box.click()
+        page.get_by_role("option", name=SUPPORT_TASK).click()
+        page.wait_for_function(  # the chosen task's settings, as the server drew them (the old form gone)
+            "name => { const boxes = [...document.querySelectorAll(\"input[aria-label='Name']\")];"
+            " return boxes.length === 1 && boxes[0].value === name; }", arg=SUPPORT_TASK, timeout=30_000)
+        expect(task_box).to_have_value(SUPPORT_TASK)
