@@ -35,6 +35,7 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Task
+from storage.statuses import JobStatus
 
 FLASH = Flash("eval_flash")
 COST = st.column_config.NumberColumn(format="$%.4f")
@@ -160,16 +161,16 @@ def evaluations_view(task_id: int) -> None:
 
     for e in evaluations:
         shown = job_health(e.status, e.heartbeat_at)
-        if shown not in ("failed", "stalled"):
+        if shown not in (JobStatus.FAILED, JobStatus.STALLED):
             continue
         st.caption(f"Evaluation #{e.id} is {shown}"
-                   + (": its worker stopped beating." if shown == "stalled" else ". Error:"))
+                   + (": its worker stopped beating." if shown == JobStatus.STALLED else ". Error:"))
         if e.error:
             show_text(e.error)
         st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
                   on_click=resume, args=(e.id,))
 
-    completed = [e for e in reversed(evaluations) if e.status == "completed"]
+    completed = [e for e in reversed(evaluations) if e.status == JobStatus.COMPLETED]
     if completed:
         st.plotly_chart(scores_chart(completed, numbers), key="eval_chart")
 
@@ -278,7 +279,7 @@ def page() -> None:
     evaluations_view(setup["task"].id)
 
     evaluations, numbers = load_evaluations(setup["task"].id)
-    completed = [e for e in evaluations if e.status == "completed"]
+    completed = [e for e in evaluations if e.status == JobStatus.COMPLETED]
 
     st.header("Compare two evaluations")
     compare_section(completed, numbers)

@@ -24,11 +24,12 @@ from pages._common import (
 )
 from storage import queries
 from storage.db import get_engine
+from storage.statuses import JobStatus
 
 FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
-ATTENTION_STATUSES = ("awaiting_review", "awaiting_labels", "failed", "stalled")
+ATTENTION_STATUSES = (JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS, JobStatus.FAILED, JobStatus.STALLED)
 
 
 def steps_label(progress: dict) -> str:
@@ -37,13 +38,13 @@ def steps_label(progress: dict) -> str:
 
 
 def next_action(status: str, pending: int) -> str:
-    if status == "failed":
+    if status == JobStatus.FAILED:
         return "read the error, then resume"
-    if status == "stalled":
+    if status == JobStatus.STALLED:
         return "its worker stopped beating: resume"
-    if status == "awaiting_review" or pending:
+    if status == JobStatus.AWAITING_REVIEW or pending:
         return "review the proposed operations"
-    if status == "awaiting_labels":
+    if status == JobStatus.AWAITING_LABELS:
         return "label its rollouts"
     return ""
 
@@ -125,10 +126,10 @@ def page() -> None:
                  sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
     if data["attention"]:
         st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
-        resumable = [row["run"] for row in data["attention"] if row["status"] in ("failed", "stalled")]
+        resumable = [row["run"] for row in data["attention"] if row["status"] in (JobStatus.FAILED, JobStatus.STALLED)]
         for run_id in resumable:
             st.button(f"Resume run {run_id}", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
-        if any(row["status"] == "awaiting_review" or row["pending operations"] for row in data["attention"]):
+        if any(row["status"] == JobStatus.AWAITING_REVIEW or row["pending operations"] for row in data["attention"]):
             st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
     if data["waiting_labels"]:
         st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")

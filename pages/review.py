@@ -35,10 +35,10 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
+from storage.statuses import DECIDED, JobStatus, OperationStatus, StepStatus
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
-DECIDED = ("approved", "rejected", "edited")
 
 
 def editing_key(op_id: int) -> str:
@@ -60,7 +60,7 @@ def after_decision(run_id: int) -> None:
     """A decision may have applied the step and queued the run again: make sure a worker takes it."""
     with Session(engine()) as session:
         run = queries.run_by_id(session, run_id)
-    if run is not None and run.status == "queued":
+    if run is not None and run.status == JobStatus.QUEUED:
         start_worker_if_needed()
 
 
@@ -162,7 +162,7 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
     with st.container(border=True):
         st.markdown(f"**Operation {op.position + 1}** · {op.status}")
         show_text(f"{op.op} {', '.join(op.target_ids)}".strip())
-        if op.status == "invalid":
+        if op.status == OperationStatus.INVALID:
             st.warning("Invalid: this operation will not be applied. Reason:")
             show_text(op.validation_error)
         st.caption("Rationale")
@@ -178,11 +178,11 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
                 show_text(op.comment)
         if not can_decide:
             return
-        if op.status == "pending":
+        if op.status == OperationStatus.PENDING:
             approve, reject, edit = st.columns(3)
             approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
-                           args=(op.id, "approved", run_id))
-            reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide, args=(op.id, "rejected", run_id))
+                           args=(op.id, OperationStatus.APPROVED, run_id))
+            reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide, args=(op.id, OperationStatus.REJECTED, run_id))
             edit.button("Edit", key=f"review_edit_{op.id}", on_click=start_edit, args=(op.id,))
             if st.session_state.get(editing_key(op.id)):
                 if edit_text_key(op.id) not in st.session_state:
@@ -195,7 +195,7 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
                             args=(op.id, run_id))
                 cancel.button("Cancel edit", key=f"review_cancel_edit_{op.id}", on_click=cancel_edit,
                               args=(op.id,))
-        elif op.status in DECIDED and step.status != "completed":
+        elif op.status in DECIDED and step.status != StepStatus.COMPLETED:
             st.button("Reopen", key=f"review_reopen_{op.id}", on_click=reopen, args=(op.id, run_id))
 
 
@@ -203,7 +203,7 @@ def choose_run(runs: list[Run], pending_by_run: dict[int, int]) -> int:
     """Default: the first run awaiting review, else the newest."""
     by_id = {run.id: run for run in runs}
     ids = list(by_id)
-    waiting = [run.id for run in runs if run.status == "awaiting_review"]
+    waiting = [run.id for run in runs if run.status == JobStatus.AWAITING_REVIEW]
     keep_valid_choice(RUN_KEY, ids)
     return st.selectbox("Run", ids, index=ids.index(waiting[0]) if waiting else 0, key=RUN_KEY,
                         format_func=lambda i: f"Run {i} · {status_label(by_id[i].status, by_id[i].heartbeat_at)}"
@@ -215,7 +215,7 @@ def choose_step(steps: list[Step], pending_by_step: dict[int, int]) -> int:
     by_id = {step.id: step for step in steps}
     ids = list(by_id)
     waiting = [s.id for s in steps if pending_by_step.get(s.id)] or [
-        s.id for s in steps if s.status == "awaiting_review"]
+        s.id for s in steps if s.status == StepStatus.AWAITING_REVIEW]
     keep_valid_choice(STEP_KEY, ids)
     return st.selectbox("Step", ids, index=ids.index(waiting[0]) if waiting else len(ids) - 1, key=STEP_KEY,
                         format_func=lambda i: f"epoch {by_id[i].epoch + 1} · batch {by_id[i].batch_index + 1} · "
@@ -259,11 +259,11 @@ def page() -> None:
     if step.error:
         st.caption("Step error")
         show_text(step.error)
-    if step.status == "completed" and after is not None:
+    if step.status == StepStatus.COMPLETED and after is not None:
         unchanged = " (the library did not change)" if step.version_after_id == step.version_before_id else ""
         st.success(f"Applied as version #{after.number}{unchanged}")
 
-    pending = [op for op in operations if op.status == "pending"]
+    pending = [op for op in operations if op.status == OperationStatus.PENDING]
     st.header("Proposed operations", anchor=False)
     FLASH.show("decisions")
     if not operations:
@@ -276,14 +276,14 @@ def page() -> None:
         if can_decide:
             bulk_approve, bulk_reject = st.columns(2)
             bulk_approve.button("Approve all pending", key="review_approve_all", disabled=not pending,
-                                on_click=decide_all, args=(step_id, "approved", run_id))
+                                on_click=decide_all, args=(step_id, OperationStatus.APPROVED, run_id))
             bulk_reject.button("Reject all pending", key="review_reject_all", disabled=not pending,
-                               on_click=decide_all, args=(step_id, "rejected", run_id))
+                               on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id))
         else:
             role_note("reviewer", "deciding operations")
         for op in operations:
             show_operation(op, step, before, run_id, can_decide)
-    if step.status == "awaiting_review" and not pending and can_decide:
+    if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
                   args=(step_id, run_id))

@@ -32,6 +32,7 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Rollout, Task
+from storage.statuses import LabelStatus
 
 FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")
@@ -78,7 +79,7 @@ def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: b
     """One output: reward and its source, final answer, summary, trajectory, cost, error."""
     if not in_expander:
         st.markdown(f"**Output {rollout.group_index}**")
-    waiting = " · waiting for a label" if rollout.label_status == "needed" else ""
+    waiting = " · waiting for a label" if rollout.label_status == LabelStatus.NEEDED else ""
     st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}{waiting}")
     label_control(rollout, task, can_label)
     st.caption("Final answer")

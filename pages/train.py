@@ -34,7 +34,7 @@ from pages._common import (
     status_label,
 )
 from storage import queries
-from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_PAUSE, PERSON_MAY_RESUME
+from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_PAUSE, PERSON_MAY_RESUME, JobStatus
 
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"
@@ -76,15 +76,15 @@ def elapsed_and_left(run, shown: str, progress: dict) -> tuple[float | None, flo
     started = aware(run.started_at)
     if started is None:
         return None, None
-    if shown == "running":
+    if shown == JobStatus.RUNNING:
         end = datetime.now(UTC)
     else:
         end = aware(run.finished_at) or aware(run.heartbeat_at) or datetime.now(UTC)
     elapsed = max(0.0, (end - started).total_seconds())
-    if shown == "completed":
+    if shown == JobStatus.COMPLETED:
         return elapsed, 0.0
     done, total = progress.get("rollouts_done", 0), progress.get("rollouts_total", 0)
-    if shown != "running" or not done or not total or elapsed <= 0:
+    if shown != JobStatus.RUNNING or not done or not total or elapsed <= 0:
         return elapsed, None
     return elapsed, max(0, total - done) * elapsed / done
 
@@ -151,20 +151,20 @@ def live_progress(run_id: int) -> None:
     settings = RunSettings.from_dict(run.settings or {})
 
     st.markdown(f"**Status:** {status_label(run.status, run.heartbeat_at)}")
-    if shown == "stalled":
+    if shown == JobStatus.STALLED:
         st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
                    "Resume it to queue it again for a live worker (what is stored is kept).")
     FLASH.show("control")
     if allowed("reviewer"):
         control_buttons(run_id, shown)
-    if shown == "awaiting_review":
+    if shown == JobStatus.AWAITING_REVIEW:
         st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
         st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
-    if shown == "awaiting_labels":
+    if shown == JobStatus.AWAITING_LABELS:
         st.info(f"Run #{run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
         st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
     if run.error:
-        st.caption("Error" if shown == "failed" else "Why it stopped")
+        st.caption("Error" if shown == JobStatus.FAILED else "Why it stopped")
         show_text(run.error)
 
     elapsed, left = elapsed_and_left(run, shown, progress)
