@@ -3,7 +3,7 @@ evaluations query by query, and promote the better version to `production`.
 
 The worker executes queued evaluations; this page queues them (`core.evaluation.create_evaluation`),
 resumes failed or stalled ones (`core.run_control.resume_evaluation`) and moves the label
-(`core.versions.set_label`). Per-query figures are aggregated in SQL for the two evaluations compared.
+(`core.versions.promote`). Two evaluations are compared by `core.comparison.compare_evaluations`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
+from core.comparison import compare_evaluations
+from core.errors import StudioError
 from core.evaluation import create_evaluation
 from core.run_control import resume_evaluation
 from core.versions import EMPTY, PRODUCTION, promote
@@ -25,6 +27,7 @@ from pages._common import (
     context,
     engine,
     keep_valid_choice,
+    plain,
     require_task,
     role_note,
     run_action,
@@ -180,30 +183,9 @@ def evaluation_choice(e, numbers: dict[int, int]) -> str:
             f"Mean@k {e.mean_at_k or 0:.3f}")
 
 
-def comparison(a, b) -> tuple[pd.DataFrame, dict]:
-    """Per query: mean reward under A and under B, who won, and the cost of each; plus the totals."""
-    with Session(engine()) as session:
-        stats_a = queries.evaluation_query_stats(session, a.id)
-        stats_b = queries.evaluation_query_stats(session, b.id)
-        samples = {s.id: s for s in queries.samples_by_ids(session, sorted(set(stats_a) | set(stats_b)))}
-    rows, counts = [], {"A": 0, "B": 0, "tie": 0}
-    for sample_id, sample in samples.items():
-        ra, rb = stats_a.get(sample_id), stats_b.get(sample_id)
-        winner = "–"
-        if ra and rb:
-            winner = "A" if ra["mean"] > rb["mean"] else "B" if rb["mean"] > ra["mean"] else "tie"
-            counts[winner] += 1
-        rows.append({"query id": sample.external_id, "query": sample.query, "reference": sample.reference,
-                     "mean reward A": ra["mean"] if ra else None, "mean reward B": rb["mean"] if rb else None,
-                     "winner": winner, "cost A": ra["cost"] if ra else None, "cost B": rb["cost"] if rb else None})
-    totals = {**counts,
-              "cost_a": sum(r["cost"] for r in stats_a.values()) / len(stats_a) if stats_a else 0.0,
-              "cost_b": sum(r["cost"] for r in stats_b.values()) / len(stats_b) if stats_b else 0.0,
-              "only_a": len(set(stats_a) - set(stats_b)), "only_b": len(set(stats_b) - set(stats_a))}
-    return pd.DataFrame(rows), totals
-
-
 def compare_section(completed: list, numbers: dict[int, int]) -> None:
+    """B against A on the same queries (core.comparison): the paired difference with its interval, the
+    tests, the verdict in words, and every query sorted by difference with both versions' outputs."""
     if len(completed) < 2:
         st.info("Two completed evaluations are needed to compare them.")
         return
@@ -219,18 +201,51 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     if a_id == b_id:
         st.warning("Choose two different evaluations.")
         return
-    table, totals = comparison(by_id[a_id], by_id[b_id])
+    try:
+        result = compare_evaluations(engine(), a_id, b_id)
+    except StudioError as exc:
+        st.error(plain(f"These two cannot be compared: {exc}"))
+        return
+    s = result.stats
+    (st.success if s.decided and s.delta > 0 else st.error if s.decided else st.info)(plain(s.verdict))
+    cols = st.columns(4)
+    cols[0].metric("B − A (Mean@k)", f"{s.delta:+.3f}")
+    cols[1].metric("95% interval", f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.n >= 2 else "–")
+    cols[2].metric("Sign test p", f"{s.p_value:.3g}")
+    cols[3].metric("Pass@k McNemar p", f"{s.mcnemar_p:.3g}")
     cols = st.columns(5)
-    cols[0].metric("A wins", totals["A"])
-    cols[1].metric("B wins", totals["B"])
-    cols[2].metric("Ties", totals["tie"])
-    cols[3].metric("Cost per query A", f"${totals['cost_a']:.4f}")
-    cols[4].metric("Cost per query B", f"${totals['cost_b']:.4f}")
-    if totals["only_a"] or totals["only_b"]:
-        st.caption(f"Queries evaluated only under A: {totals['only_a']}, only under B: {totals['only_b']} "
-                   "(not counted as wins or losses).")
+    cols[0].metric("A wins", s.losses)
+    cols[1].metric("B wins", s.wins)
+    cols[2].metric("Ties", s.ties)
+    cols[3].metric("Cost per query A", f"${result.cost_a:.4f}")
+    cols[4].metric("Cost per query B", f"${result.cost_b:.4f}")
+    st.caption(f"{s.n} queries answered by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired bootstrap "
+               f"interval over queries, exact sign test on per-query wins and losses. "
+               f"Smallest difference this comparison could detect: about {s.detectable:.2f}."
+               + (f" {result.note.capitalize()}." if result.note else ""))
+    table = pd.DataFrame([{k: v for k, v in row.items() if k != "sample_id"} for row in result.rows])
     st.dataframe(table, hide_index=True, key="compare_table",
-                 column_config={"mean reward A": SCORE, "mean reward B": SCORE, "cost A": COST, "cost B": COST})
+                 column_config={"mean reward A": SCORE, "mean reward B": SCORE, "difference": SCORE,
+                                "cost A": COST, "cost B": COST})
+    outputs_side_by_side(result)
+
+
+def outputs_side_by_side(result) -> None:
+    """One query's outputs under A and under B, next to each other (model text shown as text)."""
+    rows = {row["sample_id"]: row for row in result.rows}
+    chosen = st.selectbox("Open a query", list(rows), key="compare_query",
+                          format_func=lambda i: f"{rows[i]['query id']} ({rows[i]['winner']}): {rows[i]['query'][:80]}")
+    if chosen is None:
+        return
+    with Session(engine()) as session:
+        outputs = {side: queries.evaluation_sample_rollouts(session, ev.id, chosen)
+                   for side, ev in (("A", result.a), ("B", result.b))}
+    for column, (side, rollouts) in zip(st.columns(2), outputs.items(), strict=True):
+        with column:
+            st.markdown(f"**{side}** (evaluation {result.a.id if side == 'A' else result.b.id})")
+            for rollout in rollouts:
+                st.caption(f"sample {rollout.group_index}: reward {rollout.reward if rollout.reward is not None else '–'}")
+                show_text(rollout.response or rollout.error)
 
 
 def promote_version(version_id: int, name: str) -> None:

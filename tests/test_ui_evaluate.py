@@ -106,10 +106,10 @@ def test_executed_evaluations_appear_in_the_table_and_the_chart(engine):
     assert traces["Mean@k"]["x"][1].startswith(f"#2 (eval {second.id}")
 
 
-def test_comparing_two_evaluations_shows_one_row_per_query(engine):
+def test_comparing_two_evaluations_shows_the_paired_difference_and_one_row_per_query(engine):
     version_id = imported_version(engine)
     first = executed_evaluation(engine, "empty", k=2)
-    second = executed_evaluation(engine, str(version_id), k=1)
+    second = executed_evaluation(engine, str(version_id), k=2)
     at = run_app(page=PAGE)
 
     assert at.selectbox(key="eval_compare_a").value == first.id
@@ -118,19 +118,35 @@ def test_comparing_two_evaluations_shows_one_row_per_query(engine):
     assert len(compare) == 3
     with Session(engine) as session:
         test_queries = queries.samples(session, get_task(session, DEMO_TASK).id, "test", limit=3)
-    assert compare["query"].tolist() == [s.query for s in test_queries]
-    assert compare["reference"].tolist() == [s.reference for s in test_queries]
-    assert compare["mean reward A"].tolist() == pytest.approx([0.5, 0.5, 0.5])
-    expected = ["B" if b > 0.5 else "A" if b < 0.5 else "tie" for b in compare["mean reward B"]]
+    assert sorted(compare["query"].tolist()) == sorted(s.query for s in test_queries)
+    assert compare["difference"].tolist() == sorted(compare["difference"].tolist())  # worst for B first
+    assert (compare["difference"] == compare["mean reward B"] - compare["mean reward A"]).all()
+    expected = ["B" if d > 0 else "A" if d < 0 else "tie" for d in compare["difference"]]
     assert compare["winner"].tolist() == expected
     metrics = {m.label: m.value for m in at.metric}
     assert int(metrics["B wins"]) == expected.count("B")
     assert int(metrics["A wins"]) + int(metrics["B wins"]) + int(metrics["Ties"]) == 3
+    delta = (second.mean_at_k or 0) - (first.mean_at_k or 0)
+    assert metrics["B − A (Mean@k)"] == f"{delta:+.3f}"
+    assert metrics["95% interval"].startswith("[") and "Sign test p" in metrics
     assert metrics["Cost per query A"].startswith("$")
+    verdicts = [e.value for e in (*at.success, *at.error, *at.info)]
+    assert any("B is better" in v or "B is worse" in v or "no detectable difference on 3 queries" in v
+               for v in verdicts), verdicts
+    assert at.selectbox(key="compare_query").value is not None  # a query's outputs open side by side
 
     at.selectbox(key="eval_compare_b").set_value(first.id)
     at.run()
     assert any("two different" in w.value for w in at.warning)
+    assert not [df for df in at.dataframe if "mean reward A" in df.value.columns]
+
+
+def test_evaluations_with_different_k_are_not_compared(engine):
+    first = executed_evaluation(engine, "empty", k=2)
+    executed_evaluation(engine, "empty", k=1)
+    at = run_app(page=PAGE)
+    assert at.selectbox(key="eval_compare_b").value != first.id
+    assert any("same k" in e.value for e in at.error)
     assert not [df for df in at.dataframe if "mean reward A" in df.value.columns]
 
 
