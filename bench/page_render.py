@@ -115,18 +115,10 @@ def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
 
 def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
     import streamlit as st
-    from streamlit.runtime.pages_manager import PagesManager
     from streamlit.testing.v1 import AppTest
 
     from storage import db
 
-    original = PagesManager.__init__
-
-    def navigation_mode(self, *args, **kwargs) -> None:  # as in tests/conftest.py: every run is a full app run
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    PagesManager.__init__ = navigation_mode
     results = []
     app = str(ROOT / "streamlit_app.py")
     start = time.perf_counter()
