@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from core.errors import SignInLocked
 from core.people import authenticate, role_of, sign_in_required
-from core.settings import get_settings
+from core.settings import engine, get_settings
 from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
 from pages._common import (
@@ -27,7 +27,7 @@ from pages._common import (
     studio_frame,
 )
 from storage import queries
-from storage.db import database_url, describe_url, get_engine
+from storage.db import describe_url
 
 SIGN_IN = Flash("sign_in_flash")
 PAGES = [
@@ -47,7 +47,7 @@ PAGES = [
 @st.cache_resource(show_spinner="Preparing the database…")
 def prepare_database(url: str) -> int:
     """Migrate the database and create the two demo tasks, once per process and database URL."""
-    return len(ensure_demo_tasks(get_engine()))
+    return len(ensure_demo_tasks(engine()))
 
 
 def signed_in_person(required: bool) -> str | None:
@@ -55,7 +55,7 @@ def signed_in_person(required: bool) -> str | None:
     name = st.session_state.get(AUTH_KEY)
     if not required or not name:
         return None
-    with Session(get_engine()) as session:
+    with Session(engine()) as session:
         if role_of(session, name) is None:
             del st.session_state[AUTH_KEY]
             return None
@@ -66,7 +66,7 @@ def sign_in() -> None:
     """The Sign in button's callback: with the right password, the run that follows draws the studio."""
     name, password = st.session_state.get("sign_in_name", ""), st.session_state.get("sign_in_password", "")
     try:
-        user = authenticate(get_engine(), name, password)
+        user = authenticate(engine(), name, password)
     except SignInLocked as exc:
         SIGN_IN.set("form", Outcome(False, plain(str(exc).capitalize() + ".")))
         return
@@ -95,7 +95,7 @@ def person_box(required: bool) -> None:
     """Who is acting: the signed-in user and role, or (no sign-in) the single local user's name."""
     if required:
         name = st.session_state[AUTH_KEY]
-        with Session(get_engine()) as session:
+        with Session(engine()) as session:
             role = role_of(session, name)
         st.caption("Signed in")
         st.code(f"{name} ({role})", language=None, wrap_lines=True)
@@ -109,7 +109,7 @@ def person_box(required: bool) -> None:
 
 def sidebar(url: str, required: bool) -> None:
     """The context every page works in; choices live in st.session_state under the _common keys."""
-    with Session(get_engine()) as session:
+    with Session(engine()) as session:
         tasks = [t.name for t in queries.list_tasks(session)]
         task = queries.task_by_name(session, st.session_state.get(TASK_KEY) or (tasks[0] if tasks else ""))
         libraries = [lib.name for lib in queries.libraries(session, task.id)] if task else []
@@ -137,7 +137,7 @@ def sidebar(url: str, required: bool) -> None:
 
 st.set_page_config(page_title="Training-Free GRPO studio", layout="wide")
 
-url = database_url()
+url = get_settings().database_url
 try:
     prepare_database(url)
 except Exception as exc:  # a bad URL or an unreachable server: say so instead of a traceback
@@ -145,7 +145,7 @@ except Exception as exc:  # a bad URL or an unreachable server: say so instead o
     st.code(f"{type(exc).__name__}: {exc}", language=None, wrap_lines=True)
     st.stop()
 
-with Session(get_engine()) as _session:
+with Session(engine()) as _session:
     sign_in_on = sign_in_required(_session)
 if sign_in_on and signed_in_person(sign_in_on) is None:
     st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()

@@ -24,6 +24,7 @@ from core.errors import InvalidInput, NotFound, StudioError, exit_code
 from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
 from core.people import ROLES, add_user, update_user
+from core.settings import engine as settings_engine
 from core.task_io import export_task_json, import_task
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
 from core.training import RunSettings, check_resumable, create_run, run_counters
@@ -80,7 +81,7 @@ class StageProgress:
 
 
 def _engine(args: argparse.Namespace):
-    return get_engine(args.db) if args.db else get_engine()
+    return get_engine(args.db) if args.db else settings_engine()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -32,9 +32,10 @@ from sqlmodel import Session
 from core.errors import StudioError
 from core.labeling import Labelled
 from core.people import can
+from core.settings import engine as settings_engine
+from core.settings import get_settings
 from core.worker import ensure_worker, job_health
 from storage import queries
-from storage.db import database_url, get_engine
 from storage.models import Task
 
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
@@ -127,7 +128,7 @@ def require_task() -> Current:
 
 
 def engine() -> Engine:
-    return get_engine()
+    return settings_engine()
 
 
 def allowed(role: str) -> bool:
@@ -190,7 +191,7 @@ def after_label(result: Labelled) -> None:
 
 def start_worker_if_needed() -> None:
     """Queued work needs a live worker: start one beside the app when none is beating."""
-    message = ensure_worker(engine(), database_url())
+    message = ensure_worker(engine(), get_settings().database_url)
     if message.startswith("started"):
         st.toast(message)
 

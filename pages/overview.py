@@ -17,13 +17,13 @@ from pages._common import (
     SCORE,
     Flash,
     context,
+    engine,
     experience_lines,
     run_action,
     run_page,
     start_worker_if_needed,
 )
 from storage import queries
-from storage.db import get_engine
 from storage.statuses import JobStatus
 
 FLASH = Flash("overview_flash")
@@ -51,7 +51,7 @@ def next_action(status: str, pending: int) -> str:
 
 def load_overview() -> dict:
     """Everything the page shows, as plain rows, read in one session."""
-    with Session(get_engine()) as session:
+    with Session(engine()) as session:
         tasks = queries.list_tasks(session)
         task_names = {t.id: t.name for t in tasks}
 
@@ -108,7 +108,7 @@ def load_overview() -> dict:
 
 def resume(run_id: int) -> None:
     """Queue a failed or stalled run again (a button's callback) and make sure a worker takes it."""
-    if run_action(FLASH, "attention", resume_run, get_engine(), run_id, context().reviewer,
+    if run_action(FLASH, "attention", resume_run, engine(), run_id, context().reviewer,
                   success=f"Run {run_id} queued") is not None:
         start_worker_if_needed()
 

@@ -6,7 +6,6 @@ the schema is brought up to date with Alembic whenever an engine is opened.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -20,13 +19,7 @@ from sqlmodel import Session, create_engine
 
 from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
-DEFAULT_DB_PATH = Path(__file__).resolve().parent.parent / "studio.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-
-
-def database_url() -> str:
-    """The configured database: DATABASE_URL, else the SQLite file `studio.db` in the project."""
-    return os.environ.get("DATABASE_URL") or f"sqlite:///{DEFAULT_DB_PATH}"
 
 
 def describe_url(url: str) -> str:
@@ -45,10 +38,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str | None = None, *, migrate: bool = True) -> Engine:
+def make_engine(url: str, *, migrate: bool = True) -> Engine:
     """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
     (for a database known to be at the newest revision, such as the tests' copies of a migrated file)."""
-    url = url or database_url()
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -72,15 +64,15 @@ _migrate = migrate  # make_engine's `migrate` flag hides the function's name ins
 
 
 @lru_cache(maxsize=8)
-def get_engine(url: str | None = None) -> Engine:
+def get_engine(url: str) -> Engine:
     """One engine per URL per process."""
-    return make_engine(url or database_url())
+    return make_engine(url)
 
 
 @contextmanager
-def session_scope(engine: Engine | None = None) -> Iterator[Session]:
+def session_scope(engine: Engine) -> Iterator[Session]:
     """A short transaction: committed on success, rolled back on error."""
-    with Session(engine or get_engine(), expire_on_commit=False) as session:
+    with Session(engine, expire_on_commit=False) as session:
         try:
             yield session
             session.commit()

@@ -12,6 +12,7 @@ import streamlit as st
 
 from core.datasets import demo_rows
 from core.gateway import Gateway
+from core.settings import engine as settings_engine
 from core.tasks import ensure_demo_task
 from storage import db
 from storage.db import make_engine
@@ -59,7 +60,7 @@ def app_db(migrated_db, tmp_path, monkeypatch):
     get_settings.cache_clear()  # settings are read once per process: read these two variables anew
     db.get_engine.cache_clear()
     st.cache_resource.clear()
-    engine = db.get_engine()
+    engine = settings_engine()
     yield engine
     engine.dispose()
     get_settings.cache_clear()
