@@ -59,10 +59,7 @@ class RunSettings(BaseModel):
 
     def validate(self) -> RunSettings:  # type: ignore[override]
         """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""
-        try:
-            return RunSettings.model_validate(self.model_dump())
-        except ValidationError as exc:
-            raise InvalidInput(describe_validation(exc)) from None
+        return RunSettings.build(**self.model_dump())
 
     @classmethod
     def from_dict(cls, data: dict) -> RunSettings:
