@@ -51,6 +51,7 @@ async def run_agent(
     query: str,
     sample_index: int,
     scope: Scope,
+    stage: str = "rollout",
 ) -> AgentResult:
     """Answer one query; a failed model call ends the rollout with `error` set instead of raising."""
     python_tool = settings.mode == "python"
@@ -60,7 +61,7 @@ async def run_agent(
     turns = settings.max_turns if python_tool else 1
     for turn in range(turns):
         try:
-            call = await gateway.complete(stage="rollout", model=settings.model, messages=messages, scope=scope,
+            call = await gateway.complete(stage=stage, model=settings.model, messages=messages, scope=scope,
                                           temperature=settings.temperature, max_tokens=settings.max_tokens,
                                           sample_index=sample_index, seed_key=f"{query}\x00{sample_index}\x00{turn}")
         except ModelCallError as exc:

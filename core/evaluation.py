@@ -24,9 +24,11 @@ from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
 from storage.models import utcnow as now
-from storage.statuses import JobStatus
+from storage.statuses import EvaluationPurpose, JobStatus
 
 log = logging.getLogger(__name__)
+# The ledger stage of an evaluation's agent calls: a gate's or an attribution's cost shows apart from training's.
+STAGES = {EvaluationPurpose.GATE: "gate", EvaluationPurpose.ATTRIBUTION: "attribution"}
 
 
 def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
@@ -51,6 +53,20 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
                                object_id=row.id, after={"version": version_ref, "split": split, "k": k}))
         return row.id
+
+
+def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split: str, sample_ids: list[int],
+                            experiences: list[dict], k: int, model: str, temperature: float,
+                            version_id: int | None = None, run_id: int | None = None, step_id: int | None = None,
+                            left_out: str | None = None, created_by: str = "system") -> Evaluation:
+    """An evaluation the engine itself needs (a gate, an attribution variant): exactly these queries and
+    these experiences, which need not be a stored version. It is executed by its run, not queued."""
+    row = Evaluation(task_id=task.id, version_id=version_id, split=split, k=k, model=model, temperature=temperature, purpose=purpose,
+                     sample_ids=list(sample_ids), experiences=list(experiences), run_id=run_id, step_id=step_id,
+                     left_out=left_out, created_by=created_by, status=JobStatus.RUNNING)
+    session.add(row)
+    session.flush()
+    return row
 
 
 class _Progress:
@@ -84,20 +100,23 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             raise NotFound(f"no evaluation {evaluation_id}")
         task = session.get(Task, ev.task_id)
         version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
-        samples = queries.samples(session, task.id, ev.split, limit=ev.limit)
+        samples = (queries.samples_by_ids(session, ev.sample_ids) if ev.sample_ids is not None
+                   else queries.samples(session, task.id, ev.split, limit=ev.limit))
         ev.status, ev.error, ev.heartbeat_at = JobStatus.RUNNING, None, now()
         ev.started_at = ev.started_at or now()
         ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
     agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
-    experiences = version.experiences if version else []
+    experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
     progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)
+    scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)
+    stage = STAGES.get(ev.purpose, "rollout")
 
     async def one(sample, g: int) -> None:
         await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                             experiences=experiences, scope=Scope(evaluation_id=evaluation_id),
-                             evaluation_id=evaluation_id)
+                             experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
+                             people=ev.purpose == EvaluationPurpose.EVALUATION)
         progress.advance()
 
     try:

@@ -28,7 +28,7 @@ ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
 # Internal actors: the engine itself ("auto", "system") and the command line, whose user already
 # holds the database file. User names may not take these.
-SYSTEM_ACTORS = frozenset({"auto", "system", "cli"})
+SYSTEM_ACTORS = frozenset({"auto", "system", "cli", "gate"})
 LOCAL_USER = "local"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}

@@ -102,7 +102,8 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
     return _chat("You turn an agent's successes and failures into short, general lessons.", content)
 
 
-def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int) -> list[dict]:
+def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int,
+                    max_operations: int = MAX_UPDATE_OPERATIONS) -> list[dict]:
     """Step 4: consolidate the batch's proposals into operations on the current library."""
     proposal_lines = "\n".join(f"{i}. {text}" for i, text in enumerate(proposals, 1))
     content = (
@@ -117,7 +118,7 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
         "or a MODIFY / MERGE when it overlaps an experience already in the library. "
         f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
-        f"most {max_experiences} experiences. Use only the ids shown above. At most {MAX_UPDATE_OPERATIONS} "
+        f"most {max_experiences} experiences. Use only the ids shown above. At most {max_operations} "
         "operations; a one-sentence rationale each.\n"
         'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "<experience>", '
         '"rationale": "<why>"}]}'

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -141,9 +141,31 @@ class UpdateReply(Reply):
     # Bounded in the schema so a whole reply fits the learner's token limit: a tiny model otherwise writes
     # ADD after ADD until it is cut off mid-JSON and the batch gets no operations at all.
     operations: list[OperationReply] = Field(json_schema_extra={"maxItems": MAX_UPDATE_OPERATIONS})
+    max_operations: ClassVar[int] = MAX_UPDATE_OPERATIONS
+
+    @field_validator("operations", mode="after")
+    @classmethod
+    def _cut(cls, value: list[OperationReply]) -> list[OperationReply]:
+        return value[:cls.max_operations]
 
     def proposed(self) -> list[ProposedOp]:
         return [operation.proposed() for operation in self.operations]
+
+
+@functools.cache
+def update_reply(max_operations: int = MAX_UPDATE_OPERATIONS) -> type[UpdateReply]:
+    """UpdateReply whose schema allows at most `max_operations` operations (the run's setting); extra
+    operations in a reply are cut off, not rejected."""
+    if max_operations == MAX_UPDATE_OPERATIONS:
+        return UpdateReply
+    limit = max_operations
+
+    class Limited(UpdateReply):
+        operations: list[OperationReply] = Field(json_schema_extra={"maxItems": limit})
+        max_operations: ClassVar[int] = limit
+
+    Limited.__name__ = Limited.__qualname__ = "UpdateReply"
+    return Limited
 
 
 class DirectReply(Reply):

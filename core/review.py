@@ -20,8 +20,8 @@ from core.run_settings import RunSettings
 from core.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Library, LibraryVersion, Operation, Run, Step, utcnow
-from storage.statuses import JobStatus, OperationStatus, StepStatus
+from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
+from storage.statuses import GateDecision, JobStatus, OperationStatus, StepStatus
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -55,10 +55,27 @@ def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: 
         return op
 
 
+def _check_gate(engine: Engine, step_id: int | None, decision: str, comment: str | None) -> None:
+    """Approving against a failed validation gate is allowed, with a note saying why."""
+    if decision == OperationStatus.REJECTED or step_id is None or (comment or "").strip():
+        return
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+    if step is not None and gate_failed(step.gate):
+        raise InvalidInput(f"the validation gate failed for this step ({step.gate.get('line', '')}); "
+                           "approving against it needs a note saying why")
+
+
+def gate_failed(gate: dict | None) -> bool:
+    return bool(gate) and gate.get("decision") == GateDecision.FAILED
+
+
 def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
     """Approve or reject one pending operation; applies its step when it was the last one."""
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approved or rejected")
+    with Session(engine) as session:
+        _check_gate(engine, _operation(session, op_id).step_id, decision, comment)
     op = _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision)
     apply_if_decided(engine, op.step_id, actor)
     return op
@@ -78,6 +95,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
     checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
     if not checked.valid:
         raise InvalidInput(f"the edited operation is not valid: {checked.error}")
+    _check_gate(engine, op.step_id, OperationStatus.EDITED, comment)
     op = _from_pending(engine, op_id, actor, "operation.edit", comment, status=OperationStatus.EDITED, text=text, target_ids=ids)
     apply_if_decided(engine, op.step_id, actor)
     return op
@@ -99,27 +117,31 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
         return op
 
 
-def decide_all(engine: Engine, step_id: int, decision: str, actor: str) -> int:
+def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comment: str | None = None,
+               reason: str | None = None) -> int:
     """Approve or reject every pending operation of a step, each an audit event; returns how many this call
-    decided. The step is not applied here (see decide_step); auto review mode calls this with actor `auto`."""
+    decided. The step is not applied here (see decide_step); auto review mode calls this with actor `auto`,
+    a failed validation gate with actor `gate` and reason `validation`."""
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approved or rejected")
+    if actor not in ("auto", "gate"):
+        _check_gate(engine, step_id, decision, comment)
     with Session(engine) as session:
         require_role(session, actor, "reviewer", "deciding operations")
         pending = [op.id for op in queries.step_operations(session, step_id) if op.status == OperationStatus.PENDING]
     decided = 0
     for op_id in pending:
         try:
-            _from_pending(engine, op_id, actor, DECISIONS[decision], None, status=decision)
+            _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision, reason=reason)
             decided += 1
         except AlreadyDecided:
             continue
     return decided
 
 
-def decide_step(engine: Engine, step_id: int, decision: str, actor: str) -> int:
+def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment: str | None = None) -> int:
     """Approve or reject every pending operation of a step, then apply it if it waits for review."""
-    decided = decide_all(engine, step_id, decision, actor)
+    decided = decide_all(engine, step_id, decision, actor, comment=comment)
     apply_if_decided(engine, step_id, actor)
     return decided
 
@@ -179,6 +201,7 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
             if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and (op.op == "KEEP" or op in chosen):
                 op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
                 session.add(op)
+        _link_gate_evaluation(session, step, version)
         step.version_after_id, step.status, step.finished_at = version.id, StepStatus.COMPLETED, utcnow()
         session.add(step)
         run = session.get(Run, step.run_id)
@@ -187,6 +210,17 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
             run.status = JobStatus.QUEUED
         session.add(run)
         return version
+
+
+def _link_gate_evaluation(session: Session, step: Step, version: LibraryVersion) -> None:
+    """The gate's evaluation of the candidate is the landed version's evaluation when their texts agree
+    (a reviewer may have approved only some operations), so later steps and pages find it by version."""
+    ev_id = (step.gate or {}).get("evaluation_after")
+    ev = session.get(Evaluation, ev_id) if ev_id else None
+    if ev is not None and ev.version_id is None and (
+            [e["text"] for e in ev.experiences or []] == [e["text"] for e in version.experiences]):
+        ev.version_id = version.id
+        session.add(ev)
 
 
 def _next_number(session: Session, library: Library) -> int:

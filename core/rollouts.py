@@ -24,9 +24,12 @@ from storage.statuses import LabelStatus
 async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
                          group_index: int, sample_index: int, experiences: list[dict], scope: Scope,
                          step_id: int | None = None, evaluation_id: int | None = None,
-                         score: bool = True) -> Rollout:
+                         score: bool = True, stage: str = "rollout", people: bool = True) -> Rollout:
     """The rollout of (step or evaluation, sample, group index); `score=False` leaves the reward
-    to the caller (the no-ground-truth mode scores a whole group at once)."""
+    to the caller (the no-ground-truth mode scores a whole group at once). `stage` names the agent's
+    calls in the ledger (a validation gate's rollouts are `gate`, so their cost shows apart).
+    `people=False` keeps the judge's reward and never queues the rollout for a label (the engine's own
+    measurements cannot wait for people)."""
     with session_scope(engine) as session:
         row = session.exec(select(Rollout).where(Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id,
                                                  Rollout.sample_id == sample.id,
@@ -36,20 +39,21 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
         if row is not None:
             session.delete(row)
     result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
-                             experiences=experiences, query=sample.query, sample_index=sample_index, scope=scope)
+                             experiences=experiences, query=sample.query, sample_index=sample_index, scope=scope,
+                             stage=stage)
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
                   latency_ms=result.latency_ms, error=result.error)
     if result.error is None and score:
-        await _assign_reward(gateway, task, sample, row, scope, sample_index)
+        await _assign_reward(gateway, task, sample, row, scope, sample_index, people)
     with session_scope(engine) as session:
         session.add(row)
     return row
 
 
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
-                         sample_index: int) -> None:
+                         sample_index: int, people: bool = True) -> None:
     """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
     method = METHODS.get(task.reward_method)
     if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
@@ -68,7 +72,7 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
         row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
         row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
     key = f"{row.step_id}:{row.evaluation_id}:{row.sample_id}:{row.group_index}"
-    if needs_person(task, unsure, key):
+    if people and needs_person(task, unsure, key):
         row.reward, row.reward_source, row.label_status = None, None, LabelStatus.NEEDED
         row.reward_detail = "waiting for a label"
         row.labels_needed = labels_per_rollout(task)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import InvalidInput, describe_validation
 from core.settings import get_settings
+from storage.statuses import GateRule
 
 
 class RunSettings(BaseModel):
@@ -38,7 +39,14 @@ class RunSettings(BaseModel):
     max_tokens: int = Field(1024, ge=16)
     learner_max_tokens: int = Field(768, ge=16)
     max_turns: int = Field(3, ge=1)
-    max_experiences: int = Field(30, ge=1)
+    max_experiences: int = Field(30, ge=1, description="the most experiences a library may hold")
+    max_operations: int | None = Field(None, ge=1, description="operations the learner may propose per step "
+                                       "(default: grows with the batch size, batch_size // 2, 4 to 12)")
+    validation_size: int | None = Field(None, ge=0, description="train queries held out for the gate when "
+                                        "the task has no validation split (default: 20%, 8 to 50; 0 = none)")
+    gate: GateRule = Field(GateRule.NO_WORSE, description="when a step's library lands: off (always), "
+                           "no_worse (not significantly worse, mean not lower) or better (significantly better)")
+    gate_k: int = Field(2, ge=1, description="samples per validation query for the gate")
     direct_count: int = Field(8, ge=1)
     budget_usd: float | None = Field(None, description="pause the run when its cost reaches this many USD")
     api_base: str | None = None
@@ -56,6 +64,11 @@ class RunSettings(BaseModel):
         if value is not None and value <= 0:
             raise ValueError("must be positive")
         return value
+
+    def operations_limit(self) -> int:
+        """The most operations one step may propose: the setting, or half the batch size within 4 to 12
+        (a larger batch brings more lessons to fold in)."""
+        return self.max_operations or min(12, max(4, self.batch_size // 2))
 
     def validate(self) -> RunSettings:  # type: ignore[override]
         """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""

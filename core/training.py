@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from core import gate
 from core.agent import AGENT_MODES, AgentSettings
 from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
 from core.gateway import Gateway, Scope
@@ -32,8 +33,8 @@ from core.prompts import (
     trajectory_text,
     update_messages,
 )
-from core.replies import AdvantageReply, DirectReply, UpdateReply
-from core.review import apply_step_operations, decide_all
+from core.replies import AdvantageReply, DirectReply, update_reply
+from core.review import apply_step_operations, decide_all, gate_failed
 from core.rewards import METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.run_settings import RunSettings
@@ -162,6 +163,10 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
     try:
         if run.kind == RunKind.DIRECT:
             await _direct_experiences(ctx)
+        elif run.kind == RunKind.ATTRIBUTE:
+            from core.attribution import measure_experiences  # the attribution job reuses this run machinery
+
+            await measure_experiences(engine, run_id, gateway, check=lambda: _tick(ctx))
         else:
             await _train(ctx)
         _finish(ctx, JobStatus.COMPLETED)
@@ -236,14 +241,33 @@ def run_counters(session: Session, run: Run) -> dict:
     }
 
 
-def _train_sample_ids(session: Session, task: Task, limit: int | None) -> list[int]:
-    return [s.id for s in queries.samples(session, task.id, "train", limit=limit)]
+def _validation(ctx: _Ctx) -> list[int]:
+    """The run's validation queries, chosen when it first executes and then kept (a resume uses the same)."""
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        if run.validation_ids is None:
+            split, ids = gate.choose_validation(session, ctx.task, ctx.settings)
+            run.validation_ids = ids
+            run.progress = {**run.progress, "validation_split": split, "validation_queries": len(ids)}
+            session.add(run)
+        return list(run.validation_ids)
+
+
+def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out: list[int]) -> list[int]:
+    """The training queries: the train split without the held-out validation queries, the first `limit`."""
+    kept = [s.id for s in queries.samples(session, task.id, "train") if s.id not in set(held_out)]
+    return kept[:limit] if limit else kept
 
 
 async def _train(ctx: _Ctx) -> None:
     s = ctx.settings
+    held_out = _validation(ctx)
     with Session(ctx.engine) as session:
-        plan = plan_batches(_train_sample_ids(session, ctx.task, s.limit), s.epochs, s.batch_size, s.seed)
+        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out)
+        if not train_ids:
+            raise InvalidInput(f"no training queries are left after holding out {len(held_out)} for validation; "
+                               "lower validation_size or add train samples")
+        plan = plan_batches(train_ids, s.epochs, s.batch_size, s.seed)
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
         run.progress = {**run.progress, "steps_total": len(plan),
@@ -311,8 +335,14 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         proposals = [text for a in advantages if a.status == GroupStatus.OK for text in a.proposals]
         source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
         await _consolidate(ctx, step, experiences, proposals, source_ids)
+    verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
+    _tick(ctx)
     if ctx.settings.review_mode == "auto":
-        decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
+        if gate_failed(verdict):
+            decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
+                       reason="validation")
+        else:
+            decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
     _apply_or_wait(ctx, step.id, actor="auto")
 
 
@@ -408,10 +438,11 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
     """One learner call per batch turns all proposals into operations; invalid ones are kept with a reason."""
     if not proposals:
         return
-    messages = update_messages(experiences, proposals, ctx.settings.max_experiences)
+    limit = ctx.settings.operations_limit()
+    messages = update_messages(experiences, proposals, ctx.settings.max_experiences, limit)
     try:
         reply, _call = await ctx.gateway.complete_json(
-            stage="update", model=ctx.settings.learner_model, messages=messages, reply=UpdateReply,
+            stage="update", model=ctx.settings.learner_model, messages=messages, reply=update_reply(limit),
             scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
     except StructuredOutputError as exc:
         with session_scope(ctx.engine) as session:

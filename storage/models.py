@@ -12,7 +12,15 @@ from typing import Any
 from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from storage.statuses import GroupStatus, JobStatus, OperationStatus, RunKind, StepStatus, WorkerStatus
+from storage.statuses import (
+    EvaluationPurpose,
+    GroupStatus,
+    JobStatus,
+    OperationStatus,
+    RunKind,
+    StepStatus,
+    WorkerStatus,
+)
 
 
 def utcnow() -> datetime:
@@ -111,6 +119,8 @@ class Run(SQLModel, table=True):
     settings: dict = _json(dict)
     status: str = Field(default=JobStatus.QUEUED, index=True)
     progress: dict = _json(dict)
+    # The queries the validation gate scores candidates on, chosen once when the run first executes.
+    validation_ids: list | None = _json()
     heartbeat_at: datetime | None = None
     worker_id: str | None = None
     error: str | None = _text()
@@ -135,6 +145,8 @@ class Step(SQLModel, table=True):
     reward_mean: float | None = None
     reward_std: float | None = None
     stats: dict = _json(dict)
+    # The validation gate's figures and decision for this step's candidate library (None: no gate ran).
+    gate: dict | None = _json()
     error: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
@@ -149,6 +161,14 @@ class Evaluation(SQLModel, table=True):
     split: str = "test"
     k: int = 1
     limit: int | None = None
+    purpose: str = Field(default=EvaluationPurpose.EVALUATION, index=True)
+    # Set for gate and attribution evaluations: exactly these queries, these experiences (a candidate or a
+    # leave-one-out variant that is no version), the run (and step) it serves, and the experience left out.
+    sample_ids: list | None = _json()
+    experiences: list | None = _json()
+    run_id: int | None = Field(default=None, index=True)
+    step_id: int | None = None
+    left_out: str | None = None
     model: str = ""
     temperature: float = 0.7
     status: str = Field(default=JobStatus.QUEUED, index=True)
@@ -238,6 +258,7 @@ class Operation(SQLModel, table=True):
     status: str = Field(default=OperationStatus.PENDING, index=True)
     validation_error: str | None = _text()
     reviewer: str | None = None
+    reason: str | None = None  # why a decision was made by the engine, e.g. `validation` (the gate)
     decided_at: datetime | None = None
     comment: str | None = _text()
     applied_version_id: int | None = Field(default=None, foreign_key="libraryversion.id")

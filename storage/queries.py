@@ -25,7 +25,7 @@ from storage.models import (
     Task,
     User,
 )
-from storage.statuses import LabelStatus, OperationStatus, StepStatus
+from storage.statuses import EvaluationPurpose, LabelStatus, OperationStatus, StepStatus
 
 
 def task_by_name(session: Session, name: str) -> Task | None:
@@ -132,8 +132,12 @@ def step_operations(session: Session, step_id: int) -> list[Operation]:
     return list(session.exec(select(Operation).where(Operation.step_id == step_id).order_by(Operation.position)))
 
 
-def evaluations(session: Session, task_id: int | None = None) -> list[Evaluation]:
+def evaluations(session: Session, task_id: int | None = None,
+                purpose: str | None = EvaluationPurpose.EVALUATION) -> list[Evaluation]:
+    """Newest first; by default only those people asked for (not a gate's or an attribution's); purpose=None: all."""
     query = select(Evaluation).order_by(col(Evaluation.id).desc())
+    if purpose is not None:
+        query = query.where(Evaluation.purpose == purpose)
     if task_id is not None:
         query = query.where(Evaluation.task_id == task_id)
     return list(session.exec(query))

@@ -63,8 +63,37 @@ class WorkerStatus(StrEnum):
 
 
 class RunKind(StrEnum):
+    """What a run does: learn a library (`train`), write experiences directly (`direct`), or measure the
+    effect of each experience of a version (`attribute`)."""
+
     TRAIN = "train"
     DIRECT = "direct"
+    ATTRIBUTE = "attribute"
+
+
+class EvaluationPurpose(StrEnum):
+    """Why an evaluation exists: one a person asked for, a training step's validation gate, or one
+    leave-one-out variant of an experience measurement."""
+
+    EVALUATION = "evaluation"
+    GATE = "gate"
+    ATTRIBUTION = "attribution"
+
+
+class GateRule(StrEnum):
+    """When a training step's candidate library may land (run setting `gate`)."""
+
+    OFF = "off"
+    NO_WORSE = "no_worse"
+    BETTER = "better"
+
+
+class GateDecision(StrEnum):
+    """What the validation gate found for one step (Step.gate["decision"])."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
 
 
 class OpKind(StrEnum):

@@ -75,6 +75,9 @@ def app_engine(app_db):
     return app_db
 
 
+AGENT_STAGES = ("gate", "attribution")
+
+
 class ScriptedModel:
     """Replies by stage, recording every request it sees; a reply may be an exception to raise.
 
@@ -87,7 +90,8 @@ class ScriptedModel:
 
     def __call__(self, stage: str, messages: list[dict]) -> str | Exception:
         self.calls.append((stage, messages))
-        reply = self.replies[stage]
+        # A gate's or an attribution's agent calls answer like rollouts unless a test scripts them apart.
+        reply = self.replies[stage if stage in self.replies or stage not in AGENT_STAGES else "rollout"]
         if isinstance(reply, list):
             reply = reply.pop(0) if len(reply) > 1 else reply[0]
         if callable(reply) and not isinstance(reply, Exception):

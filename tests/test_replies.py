@@ -167,7 +167,7 @@ def test_a_runs_counters_show_repaired_and_malformed_replies(engine, demo_task, 
         return "no JSON here" if second in content else GOOD  # malformed twice: that group fails
 
     _model, gateway = scripted(engine, rollout=mixed_rollouts(), advantage=advantage)
-    settings = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, concurrency=2)
+    settings = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, concurrency=2, gate="off")
     run = execute_run(engine, create_run(engine, DEMO_TASK, settings), gateway=gateway)
     assert run.status == "completed", run.error
     with Session(engine) as session:

@@ -16,7 +16,7 @@ from tests.conftest import mixed_rollouts
 
 
 def small(**kw) -> RunSettings:
-    base = {"epochs": 1, "batch_size": 2, "group_size": 2, "limit": 2, "concurrency": 2}
+    base = {"epochs": 1, "batch_size": 2, "group_size": 2, "limit": 2, "concurrency": 2, "gate": "off"}
     return RunSettings(**{**base, **kw})
 
 
