@@ -35,10 +35,11 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
-from storage.statuses import DECIDED, JobStatus, OperationStatus, StepStatus
+from storage.statuses import DECIDED, LEARNING_KINDS, GateDecision, JobStatus, OperationStatus, StepStatus
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
+NOTE_KEY = "review_note"
 
 
 def editing_key(op_id: int) -> str:
@@ -71,8 +72,13 @@ def act(run_id: int, action, *args, success: str) -> object:
     return result
 
 
+def note() -> str | None:
+    """The reviewer's note for the next decision (needed to approve against a failed validation gate)."""
+    return (st.session_state.get(NOTE_KEY) or "").strip() or None
+
+
 def decide(op_id: int, decision: str, run_id: int) -> None:
-    act(run_id, review.decide_operation, op_id, decision, context().reviewer, None,
+    act(run_id, review.decide_operation, op_id, decision, context().reviewer, note(),
         success=f"Operation {op_id} {decision}.")
 
 
@@ -92,13 +98,13 @@ def cancel_edit(op_id: int) -> None:
 def save_edit(op_id: int, run_id: int) -> None:
     text = st.session_state.get(edit_text_key(op_id), "")
     ids = [part.strip() for part in str(st.session_state.get(edit_ids_key(op_id), "")).split(",") if part.strip()]
-    if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer,
+    if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer, note(),
            success=f"Operation {op_id} edited.") is not None:
         cancel_edit(op_id)
 
 
 def decide_all(step_id: int, decision: str, run_id: int) -> None:
-    act(run_id, review.decide_step, step_id, decision, context().reviewer,
+    act(run_id, review.decide_step, step_id, decision, context().reviewer, note(),
         success=f"Every pending operation {decision}.")
 
 
@@ -107,6 +113,21 @@ def apply_decisions(step_id: int, run_id: int) -> None:
 
 
 # --- display ----------------------------------------------------------------------------------
+
+
+def show_gate(step: Step, can_decide: bool) -> None:
+    """The validation gate's figures above the operations: what the candidate did on held-out queries."""
+    gate = step.gate
+    if not gate:
+        st.caption("No validation gate ran for this step (gate off, or the step has not reached it).")
+        return
+    shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error}.get(gate.get("decision"), st.info)
+    shown(gate.get("line", ""), icon=None)
+    if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
+        st.text_input("Note for approving against the failed gate (required to approve or edit)", key=NOTE_KEY)
+    if gate.get("evaluation_before"):
+        st.caption(f"Gate evaluations: {gate['evaluation_before']} (starting library) and "
+                   f"{gate['evaluation_after']} (candidate); their queries side by side are on the Rollouts page.")
 
 
 def operation_diff(op: Operation, before: list[dict], before_number: int | None) -> str:
@@ -227,7 +248,7 @@ def page() -> None:
     _ctx, task = require_task()
     can_decide = allowed("reviewer")
     with Session(engine()) as session:
-        runs = queries.runs(session, task.id)
+        runs = queries.runs(session, task.id, kinds=LEARNING_KINDS)
         if not runs:
             st.info("This task has no training runs yet. Start one on the Train page.")
             return
@@ -265,12 +286,14 @@ def page() -> None:
 
     pending = [op for op in operations if op.status == OperationStatus.PENDING]
     st.header("Proposed operations", anchor=False)
+    show_gate(step, can_decide)
     FLASH.show("decisions")
     if not operations:
         st.info("This step proposed no operations.")
     else:
         st.dataframe(pd.DataFrame([{"#": op.position + 1, "op": op.op, "targets": ", ".join(op.target_ids),
-                                    "status": op.status, "reviewer": op.reviewer or "", "decided at": op.decided_at,
+                                    "status": op.status, "reviewer": op.reviewer or "", "reason": op.reason or "",
+                                    "decided at": op.decided_at,
                                     "validation error": op.validation_error or ""} for op in operations]),
                      hide_index=True, column_config={"decided at": DATETIME}, key="review_operations_table")
         if can_decide:

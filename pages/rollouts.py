@@ -32,7 +32,7 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Rollout, Task
-from storage.statuses import LabelStatus
+from storage.statuses import EvaluationPurpose, LabelStatus
 
 FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")
@@ -142,15 +142,20 @@ def choose_training_step(session: Session, task_id: int) -> int | None:
 
 
 def choose_evaluation(session: Session, task_id: int) -> int | None:
-    evaluations = queries.evaluations(session, task_id)
+    evaluations = queries.evaluations(session, task_id, purpose=None)  # a gate's and an attribution's too
     if not evaluations:
         st.info("This task has no evaluations yet. Start one on the Evaluate page.")
         return None
     by_id = {ev.id: ev for ev in evaluations}
     keep_valid_choice(EVAL_KEY, list(by_id))
-    return st.selectbox("Evaluation", list(by_id), key=EVAL_KEY, format_func=lambda i: (
-        f"Evaluation {i} · version {by_id[i].version_id if by_id[i].version_id is not None else 'empty'} · "
-        f"{by_id[i].split} · k={by_id[i].k} · {by_id[i].status}"))
+    return st.selectbox("Evaluation", list(by_id), key=EVAL_KEY, format_func=lambda i: evaluation_label(by_id[i]))
+
+
+def evaluation_label(ev) -> str:
+    version = ev.version_id if ev.version_id is not None else "candidate" if ev.experiences else "empty"
+    purpose = "" if ev.purpose == EvaluationPurpose.EVALUATION else f"{ev.purpose} of run {ev.run_id} · "
+    left_out = f" without {ev.left_out}" if ev.left_out else ""
+    return f"Evaluation {ev.id} · {purpose}version {version}{left_out} · {ev.split} · k={ev.k} · {ev.status}"
 
 
 def page() -> None:

@@ -34,7 +34,14 @@ from pages._common import (
     status_label,
 )
 from storage import queries
-from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_PAUSE, PERSON_MAY_RESUME, JobStatus
+from storage.statuses import (
+    LEARNING_KINDS,
+    PERSON_MAY_CANCEL,
+    PERSON_MAY_PAUSE,
+    PERSON_MAY_RESUME,
+    GateRule,
+    JobStatus,
+)
 
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"
@@ -95,24 +102,50 @@ def load_run_view(run_id: int) -> dict | None:
         run = queries.run_by_id(session, run_id)
         if run is None:
             return None
-        rewards = [(i + 1, s.reward_mean) for i, s in enumerate(queries.steps(session, run_id))
-                   if s.reward_mean is not None]
+        steps = queries.steps(session, run_id)
+        rewards = [(i + 1, s.reward_mean) for i, s in enumerate(steps) if s.reward_mean is not None]
         versions = queries.run_versions(session, run_id)
         start = queries.version_by_id(session, run.start_version_id) if run.start_version_id else None
+        numbers = {v.id: v.number for v in ([start] if start else []) + versions}
         sizes = [(v.number, len(v.experiences)) for v in ([start] if start else []) + versions]
-    return {"run": run, "rewards": rewards, "sizes": sorted(set(sizes))}
+    gates = [{"step": i + 1, "epoch": s.epoch + 1, "batch": s.batch_index + 1,
+              "decision": s.gate.get("decision", ""), "gate": s.gate.get("line", "")}
+             for i, s in enumerate(steps) if s.gate]
+    return {"run": run, "rewards": rewards, "sizes": sorted(set(sizes)), "gates": gates,
+            "validation": validation_by_version(steps, numbers)}
 
 
-def progress_chart(rewards: list[tuple[int, float]], sizes: list[tuple[int, int]]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Mean reward per step", "Library size per version"))
+def validation_by_version(steps, numbers: dict[int, int]) -> list[tuple[int, float]]:
+    """The gate's validation mean of each version the run went through (its starting library and each
+    candidate that landed), in version order."""
+    means: dict[int, float] = {}
+    for step in steps:
+        gate = step.gate or {}
+        if "mean_before" not in gate:
+            continue
+        if step.version_before_id in numbers:
+            means.setdefault(numbers[step.version_before_id], gate["mean_before"])
+        if step.version_after_id in numbers and step.version_after_id != step.version_before_id:
+            means.setdefault(numbers[step.version_after_id], gate["mean_after"])
+    return sorted(means.items())
+
+
+def progress_chart(rewards: list[tuple[int, float]], sizes: list[tuple[int, int]],
+                   validation: list[tuple[int, float]]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("Mean reward per step", "Library size per version",
+                                                        "Validation mean per version"))
     fig.add_trace(go.Scatter(x=[s for s, _ in rewards], y=[r for _, r in rewards], mode="lines+markers",
                              name="mean reward"), row=1, col=1)
     fig.add_trace(go.Scatter(x=[n for n, _ in sizes], y=[k for _, k in sizes], mode="lines+markers",
                              line_shape="hv", name="experiences"), row=1, col=2)
     fig.update_xaxes(title_text="step", dtick=1, row=1, col=1)
     fig.update_yaxes(title_text="mean reward", range=[-0.05, 1.05], row=1, col=1)
+    fig.add_trace(go.Scatter(x=[n for n, _ in validation], y=[m for _, m in validation], mode="lines+markers",
+                             name="validation mean"), row=1, col=3)
     fig.update_xaxes(title_text="version", dtick=1, row=1, col=2)
     fig.update_yaxes(title_text="experiences", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(title_text="version", dtick=1, row=1, col=3)
+    fig.update_yaxes(title_text="validation mean", range=[-0.05, 1.05], row=1, col=3)
     fig.update_layout(height=320, showlegend=False, margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
 
@@ -193,7 +226,14 @@ def live_progress(run_id: int) -> None:
         f"rollout errors: {progress.get('rollout_errors', 0)} · "
         f"model calls: {progress.get('calls', 0)} (cache hits {progress.get('cache_hits', 0)})"
     )
-    st.plotly_chart(progress_chart(view["rewards"], view["sizes"]), key="train_chart")
+    st.plotly_chart(progress_chart(view["rewards"], view["sizes"], view["validation"]), key="train_chart")
+    if settings.gate == GateRule.OFF:
+        st.caption("Validation gate: off (every approved operation lands).")
+    else:
+        st.caption(f"Validation gate: {settings.gate} on {progress.get('validation_queries', '?')} "
+                   f"{progress.get('validation_split', 'validation')} queries x {settings.gate_k}")
+    if view["gates"]:
+        st.dataframe(pd.DataFrame(view["gates"]), hide_index=True, key="train_gates_table")
 
 
 def form_settings() -> RunSettings:
@@ -206,7 +246,15 @@ def form_settings() -> RunSettings:
         seed=int(state["train_seed"]), ground_truth=bool(state["train_ground_truth"]),
         review_mode=state["train_review_mode"], policy_model=state["train_policy_model"].strip(),
         learner_model=state["train_learner_model"].strip(), max_tokens=int(state["train_max_tokens"]),
-        budget_usd=float(state["train_budget"]) or None)
+        budget_usd=float(state["train_budget"]) or None, gate=state["train_gate"],
+        validation_size=optional_int(state.get("train_validation_size")), gate_k=int(state["train_gate_k"]),
+        max_operations=optional_int(state.get("train_max_operations")),
+        max_experiences=int(state["train_max_experiences"]))
+
+
+def optional_int(value) -> int | None:
+    """An empty number box means the setting's automatic default."""
+    return None if value is None else int(value)
 
 
 def start_run(task_name: str) -> None:
@@ -249,6 +297,17 @@ def settings_form(task) -> None:
                  help="manual: every proposed library change waits for a person.")
         o3.number_input("Budget USD (0 = none)", value=0.0, min_value=0.0, step=0.5, format="%.2f",
                         key="train_budget", help="The run pauses when its cost reaches the budget.")
+        g1, g2, g3, g4, g5 = st.columns(5)
+        g1.selectbox("Validation gate", [rule.value for rule in GateRule], index=list(GateRule).index(DEFAULTS.gate),
+                     key="train_gate", help=RunSettings.model_fields["gate"].description)
+        g2.number_input("Validation queries", value=None, min_value=0, step=1, key="train_validation_size",
+                        placeholder="automatic", help=RunSettings.model_fields["validation_size"].description
+                        + ". A task with a validation split uses all of it.")
+        g3.number_input("Gate samples per query", value=DEFAULTS.gate_k, min_value=1, step=1, key="train_gate_k")
+        g4.number_input("Operations per step", value=None, min_value=1, step=1, key="train_max_operations",
+                        placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
+        g5.number_input("Max experiences", value=DEFAULTS.max_experiences, min_value=1, step=1,
+                        key="train_max_experiences", help=RunSettings.model_fields["max_experiences"].description)
         st.form_submit_button("Start run", key="train_submit", type="primary", on_click=start_run,
                               args=(task.name,))
     FLASH.show("new run")
@@ -265,7 +324,7 @@ def page() -> None:
 
     st.header("Runs")
     with Session(engine()) as session:
-        runs = queries.runs(session, task.id)
+        runs = queries.runs(session, task.id, kinds=LEARNING_KINDS)
     if not runs:
         st.info("No runs of this task yet: set the run above and press Start run.")
         return

@@ -90,10 +90,13 @@ def label_by_name(session: Session, library_id: int, name: str) -> LibraryLabel 
     ).first()
 
 
-def runs(session: Session, task_id: int | None = None) -> list[Run]:
+def runs(session: Session, task_id: int | None = None, kinds: Iterable[str] | None = None) -> list[Run]:
+    """Newest first; `kinds` keeps only runs of those kinds (e.g. training runs without attribution jobs)."""
     query = select(Run).order_by(col(Run.id).desc())
     if task_id is not None:
         query = query.where(Run.task_id == task_id)
+    if kinds is not None:
+        query = query.where(col(Run.kind).in_(list(kinds)))
     return list(session.exec(query))
 
 

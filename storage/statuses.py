@@ -118,6 +118,9 @@ ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 UNFINISHED = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS)
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
+# Runs that learn a library (what the Train and Review pages list); an attribution measures one.
+LEARNING_KINDS = (RunKind.TRAIN, RunKind.DIRECT)
+
 # Operation decisions: what a reviewer sets, and what counts as decided-but-not-applied.
 DECISIONS = (OperationStatus.APPROVED, OperationStatus.REJECTED)
 DECIDED = (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED)

@@ -181,3 +181,25 @@ def test_reopen_and_apply_decisions(engine):
     assert after["step"].status == "completed"
     assert after["run"].status == "queued"
     assert [o.status for o in after["ops"]] == ["rejected", "rejected"]
+
+
+def test_the_gates_figures_stand_above_the_operations_and_approving_against_a_failed_gate_needs_a_note(engine):
+    from tests.test_gate import answers
+
+    run_id = seeded_run(engine, "manual", gate=answers(right_with_experience=False),
+                        settings={"validation_size": 6, "gate_k": 1})
+    [op] = state(engine, run_id)["ops"]
+    at = open_review()
+    [failed] = [e.value for e in at.error]
+    assert failed.startswith("validation, 6 queries x 1: 1.00 -> 0.00, -1.00 [") and "gate no_worse failed" in failed
+
+    click(at, f"review_approve_{op.id}")
+    assert any("needs a note" in e.value for e in at.error)
+    assert state(engine, run_id)["ops"][0].status == "pending"
+
+    at.text_input(key="review_note").input("the validation queries are not like production")
+    click(at, f"review_approve_{op.id}")
+    after = state(engine, run_id)
+    assert after["ops"][0].status == "applied"
+    assert after["ops"][0].comment == "the validation queries are not like production"
+    assert len(after["versions"]) == 2

@@ -44,6 +44,11 @@ def run_status(engine, run_id: int) -> str:
         return queries.run_by_id(session, run_id).status
 
 
+def gate_table(at):
+    [frame] = [df.value for df in at.dataframe if "gate" in df.value.columns]
+    return frame
+
+
 def test_invalid_settings_show_the_error_and_create_no_run(engine):
     at = run_app(page=PAGE)
     assert [t.value for t in at.title] == ["Train"]
@@ -69,6 +74,10 @@ def test_valid_submit_queues_a_run_with_exactly_the_chosen_settings(engine):
     at.text_input(key="train_learner_model").input("openai/gpt-4o-mini")
     at.checkbox(key="train_ground_truth").uncheck()
     at.radio(key="train_review_mode").set_value("manual")
+    at.selectbox(key="train_gate").set_value("better")
+    at.number_input(key="train_validation_size").set_value(12)
+    at.number_input(key="train_gate_k").set_value(3)
+    at.number_input(key="train_max_operations").set_value(6)
     at.button(key="train_submit").click()
     at.run()
 
@@ -82,6 +91,7 @@ def test_valid_submit_queues_a_run_with_exactly_the_chosen_settings(engine):
     s = run.settings
     assert (s["epochs"], s["batch_size"], s["group_size"], s["limit"], s["seed"]) == (2, 3, 4, 6, 7)
     assert s["review_mode"] == "manual"
+    assert (s["gate"], s["validation_size"], s["gate_k"], s["max_operations"]) == ("better", 12, 3, 6)
     assert s["ground_truth"] is False
     assert s["budget_usd"] == 1.5
     assert s["learner_model"] == "openai/gpt-4o-mini"
@@ -102,6 +112,8 @@ def test_zero_limit_and_budget_mean_none(engine):
     assert run.settings["limit"] is None
     assert run.settings["budget_usd"] is None
     assert run.settings["review_mode"] == "auto"
+    assert (run.settings["gate"], run.settings["validation_size"], run.settings["max_operations"]) == (
+        "no_worse", None, None)  # empty boxes: the automatic defaults
 
 
 def test_seeded_run_counters_appear_in_the_metrics_and_the_chart(engine):
@@ -123,9 +135,27 @@ def test_seeded_run_counters_appear_in_the_metrics_and_the_chart(engine):
     charts = at.get("plotly_chart")
     assert len(charts) == 1
     spec = json.loads(charts[0].proto.spec)
-    reward_trace, size_trace = spec["data"]
+    reward_trace, size_trace, validation_trace = spec["data"]
     assert reward_trace["x"] == [1] and reward_trace["y"] == [0.5]  # mixed groups: half right
     assert size_trace["y"] == [0]  # only the empty start version: the ADD awaits review
+    assert validation_trace["x"] == [1]  # the gate measured the start version; the candidate awaits review
+    assert any("Validation gate: no_worse on 20 train queries x 2" in c.value for c in at.caption)
+    gates = gate_table(at)
+    assert list(gates["step"]) == [1] and gates["gate"][0].startswith("validation, 20 queries x 2: ")
+
+
+def test_a_run_whose_gate_failed_says_so_and_its_validation_line_stays_flat(engine):
+    from tests.test_gate import answers
+
+    seeded_run(engine, review_mode="auto", epochs=2, gate=answers(right_with_experience=False),
+               settings={"validation_size": 6, "gate_k": 1})
+    at = run_app(page=PAGE)
+    assert not at.exception, [e.value for e in at.exception]
+    gates = gate_table(at)
+    assert list(gates["decision"]) == ["failed", "failed"]
+    assert all("1.00 -> 0.00" in line and "gate no_worse failed" in line for line in gates["gate"])
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["data"][1]["y"] == [0] and spec["data"][2]["x"] == [1] and spec["data"][2]["y"] == [1.0]
 
 
 def test_completed_auto_run_shows_the_library_growing(engine):

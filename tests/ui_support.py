@@ -50,13 +50,16 @@ def scripted_gateway(engine, **overrides) -> tuple[ScriptedModel, Gateway]:
     return model, Gateway(engine, concurrency=4, mock=model, backoff_s=0.001)
 
 
-def seeded_run(engine, review_mode: str = "manual", epochs: int = 1, **overrides) -> int:
-    """A run of 2 queries x G=2 on scripted replies (every group mixed, one ADD proposed per step).
+def seeded_run(engine, review_mode: str = "manual", epochs: int = 1, settings: dict | None = None,
+               **overrides) -> int:
+    """A run of 2 queries x G=2 on scripted replies (every group mixed, one ADD proposed per step), with the
+    default validation gate unless `settings` say otherwise.
 
     With review_mode="manual" it stops `awaiting_review` with its operations pending.
     """
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=epochs, batch_size=2, group_size=2, limit=2,
-                                                       review_mode=review_mode), created_by="cli")
+                                                       review_mode=review_mode, **(settings or {})),
+                        created_by="cli")
     _model, gateway = scripted_gateway(engine, **overrides)
     execute_run(engine, run_id, gateway=gateway)
     return run_id
