@@ -17,9 +17,9 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from core import labeling
+from core import attribution, labeling
 from core.comparison import compare_evaluations
-from core.datasets import DatasetError, check_size, parse_mapping
+from core.datasets import SPLITS, DatasetError, check_size, parse_mapping
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
 from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
@@ -33,7 +33,7 @@ from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
 from storage.db import describe_url, get_engine
 from storage.models import Evaluation, LibraryVersion, Run
-from storage.statuses import WORKER_MAY_CONTINUE, GroupStatus, JobStatus, OperationStatus, RunKind
+from storage.statuses import WORKER_MAY_CONTINUE, GateRule, GroupStatus, JobStatus, OperationStatus, RunKind
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 
@@ -172,9 +172,11 @@ def _report_run(engine, run_id: int) -> int:
         run = session.get(Run, run_id)
         counters = run_counters(session, run)
         version = session.get(LibraryVersion, run.current_version_id) if run.current_version_id else None
-        problems = []
+        problems, gates = [], []
         for step in queries.steps(session, run.id):
             where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
+            if step.gate:
+                gates.append(f"  {where}: {step.gate.get('line', '')}")
             if step.error:
                 problems.append(f"{where}: {step.error}")
             unscored = [r for r in queries.step_rollouts(session, step.id) if r.reward_source == "error"]
@@ -190,6 +192,11 @@ def _report_run(engine, run_id: int) -> int:
     print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
           f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
     print(f"structured replies repaired {counters['replies_repaired']}, malformed {counters['replies_malformed']}")
+    if gates:
+        print(f"validation gate ({RunSettings.from_dict(run.settings).gate}, "
+              f"{run.progress.get('validation_queries', 0)} {run.progress.get('validation_split', '')} queries):")
+        for line in gates:
+            print(line)
     for line in problems:
         print(f"  note: {line}")
     _print_version(version)
@@ -209,7 +216,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
                  "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
-                 "budget_usd": args.budget, "api_base": args.api_base}
+                 "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
+                 "validation_size": args.validation_size, "gate_k": args.gate_k,
+                 "max_operations": args.max_operations}
         settings = RunSettings.build(ground_truth=not args.no_ground_truth,
                                      **{name: value for name, value in given.items() if value is not None})
         run_id = create_run(engine, args.task, settings, library_name=args.library,
@@ -291,6 +300,95 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.note:
         print(result.note)
     print(s.verdict)
+    return 0
+
+
+class VariantProgress:
+    """A measurement's progress on one status line: variants done, the one being evaluated, calls and cost."""
+
+    def __init__(self, engine, run_id: int, stream=sys.stderr) -> None:
+        self.engine, self.run_id, self.stream = engine, run_id, stream
+        self.tty = stream.isatty()
+        self.last_line = ""
+        self.last_print = 0.0
+
+    def __call__(self, c: dict) -> None:
+        with Session(self.engine) as session:
+            progress = session.get(Run, self.run_id).progress or {}
+        current = f" | now: {progress['current']}" if progress.get("current") else ""
+        line = (f"variants {progress.get('variants_done', 0)}/{progress.get('variants_total', '?')}{current} "
+                f"| calls {c['calls']} (cache hits {c['cache_hits']}) | ${c['cost']:.4f}")
+        if line == self.last_line:
+            return
+        if self.tty:
+            self.stream.write("\r" + line[:200].ljust(len(self.last_line)))
+        elif time.monotonic() - self.last_print >= 2:
+            self.stream.write(line + "\n")
+            self.last_print = time.monotonic()
+        self.stream.flush()
+        self.last_line = line
+
+    def close(self) -> None:
+        if self.tty and self.last_line:
+            self.stream.write("\n")
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    """Measure each experience of a version (leave-one-out): the estimate first, then the measurement in the
+    foreground (unless --queue), then each experience's effect."""
+    engine = _engine(args)
+    say = sys.stderr if args.json else sys.stdout
+    if args.resume is not None:
+        run_id = args.resume
+        with Session(engine) as session:
+            run = check_resumable(session, run_id)
+            if run.kind != RunKind.ATTRIBUTE:
+                raise InvalidInput(f"run {run_id} is a {run.kind} run, not a measurement; resume it with train --resume")
+    else:
+        if not (args.task and args.version):
+            raise UsageError("attribute: --task and --version are required (or --resume RUN)")
+        est = attribution.estimate(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
+                                   library_name=args.library)
+        print(f"estimate: {attribution.estimate_line(est)}", file=say)
+        if est["note"]:
+            print(f"note: {est['note']}", file=say)
+        run_id = attribution.create_attribution(engine, args.task, args.version, split=args.split, k=args.k,
+                                                limit=args.limit, library_name=args.library,
+                                                concurrency=args.concurrency, budget_usd=args.budget)
+    if args.queue:
+        print(f"measurement run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) "
+              "executes it", file=say)
+        if args.json:
+            print(json.dumps({"run_id": run_id, "status": JobStatus.QUEUED}))
+        return 0
+    owner = new_worker_id()
+    claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
+    print(f"measurement run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
+    progress = VariantProgress(engine, run_id)
+    try:
+        run = execute_job(engine, "run", run_id, owner, on_progress=progress)
+    finally:
+        progress.close()
+    if run.status != JobStatus.COMPLETED:
+        print(f"measurement run {run_id} is {run.status}" + (f": {run.error}" if run.error else "")
+              + (f"; continue it with: python -m core attribute --resume {run_id}" if run.status != JobStatus.CANCELLED
+                 else ""), file=sys.stderr)
+        return 0 if run.status == JobStatus.PAUSED else 1
+    effects = list(attribution.run_effects(engine, run_id).values())
+    if args.json:
+        print(json.dumps([e.as_dict() for e in effects]))
+        return 0
+    first = effects[0] if effects else None
+    if first is not None:
+        print(f"run {run_id}: version #{first.version_number} (id {first.version_id}), {first.n} {first.split} "
+              f"queries x k={first.k}; effect = mean reward with the experience minus without it")
+    print(f"{'id':<6}{'effect':>8}  {'95% interval':<18}{'p':>7}  {'verdict':<9}text")
+    for e in effects:
+        print(f"{e.experience_id:<6}{e.delta:>+8.3f}  {e.interval:<18}{e.p_value:>7.3g}  {e.verdict:<9}{e.text}")
+    hurting = [e.experience_id for e in effects if e.verdict == attribution.Verdict.HURTS]
+    if hurting:
+        print(f"{len(hurting)} hurt ({', '.join(hurting)}); the Library page removes "
+              f"{'it' if len(hurting) == 1 else 'them'} as a new version")
     return 0
 
 
@@ -418,7 +516,8 @@ def _default(name: str) -> str:
     field = RunSettings.model_fields[name]
     default = field.get_default(call_default_factory=True)
     text = field.description or name.replace("_", " ")
-    return f"{text} (default {default})" if default not in (None, "") else text
+    help_text = f"{text} (default {default})" if default not in (None, "") else text
+    return help_text.replace("%", "%%")  # argparse formats help with %
 
 
 def build_parser() -> Parser:
@@ -436,7 +535,7 @@ def build_parser() -> Parser:
     p.add_argument("--map", action="append", default=[], metavar="TARGET=COLUMN",
                    help="which column holds id, query, reference, rubric (or criteria), split; meta=a,b lists "
                         "the columns kept as metadata (default: all unused columns)")
-    p.add_argument("--split", choices=["train", "test"], default="train", help="split of rows that name none")
+    p.add_argument("--split", choices=list(SPLITS), default="train", help="split of rows that name none")
     p.add_argument("file")
     p.set_defaults(func=cmd_dataset_add)
     p = dsub.add_parser("show", help="count a task's samples per split")
@@ -491,6 +590,10 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=int, help=_default("seed"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
+    p.add_argument("--max-operations", type=int, help=_default("max_operations"))
+    p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
+    p.add_argument("--validation-size", type=int, help=_default("validation_size"))
+    p.add_argument("--gate-k", type=int, help=_default("gate_k"))
     p.add_argument("--budget", type=float, help=_default("budget_usd"))
     p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
@@ -519,6 +622,21 @@ def build_parser() -> Parser:
     p.add_argument("--limit", type=int)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("attribute", help="measure each experience of a version: the version against it without "
+                       "each one, on the same queries")
+    p.add_argument("--task")
+    p.add_argument("--version", help="version id, label or latest")
+    p.add_argument("--library", default="default")
+    p.add_argument("--split", help="split of the queries (default: validation if the task has one, else test)")
+    p.add_argument("--k", type=int, default=2, help="samples per query for every variant (default 2)")
+    p.add_argument("--limit", type=int, help="use only the first N queries of the split")
+    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
+    p.add_argument("--budget", type=float, help=_default("budget_usd"))
+    p.add_argument("--resume", type=int, metavar="RUN", help="continue a stopped measurement")
+    p.add_argument("--queue", action="store_true", help="only queue the measurement; a worker executes it")
+    p.add_argument("--json", action="store_true", help="print the effects as a JSON list")
+    p.set_defaults(func=cmd_attribute)
 
     p = sub.add_parser("worker", help="execute queued runs and evaluations until stopped (Ctrl-C, SIGTERM)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")

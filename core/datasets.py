@@ -24,7 +24,7 @@ from core.settings import PROJECT_DIR
 
 TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
 ALIASES = {"criteria": "rubric"}
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")  # validation: the gate's queries (core/gate.py)
 DEMO_DIR = PROJECT_DIR / "data" / "demo"
 MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
@@ -117,7 +117,7 @@ def parse_dataset(
     check_size(len(data), filename)
     mapping = _normalise_mapping(mapping or {}, filename)
     if default_split not in SPLITS:
-        raise DatasetError(f"{filename}: default split must be train or test, got {default_split!r}")
+        raise DatasetError(f"{filename}: default split must be train, validation or test, got {default_split!r}")
 
     suffix = Path(filename).suffix.lower()
     if suffix in (".jsonl", ".json"):
@@ -419,7 +419,7 @@ def _to_row(
 
     split = (value("split") or default_split).lower()
     if split not in SPLITS:
-        raise DatasetError(f"{where}: split must be train or test, got {value('split')!r}", row=number)
+        raise DatasetError(f"{where}: split must be train, validation or test, got {value('split')!r}", row=number)
 
     if meta_columns is None:
         used = set(resolved.values())

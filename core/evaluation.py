@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.agent import AgentSettings
 from core.errors import InvalidInput, NotFound
@@ -22,7 +22,7 @@ from core.tasks import get_task
 from core.versions import resolve_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Run, Task
 from storage.models import utcnow as now
 from storage.statuses import EvaluationPurpose, JobStatus
 
@@ -67,6 +67,39 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
     session.add(row)
     session.flush()
     return row
+
+
+def experience_texts(experiences: list[dict] | None) -> list[str]:
+    """What the agent sees of a library (its prompt numbers the texts; ids never reach it)."""
+    return [e["text"] for e in experiences or []]
+
+
+async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
+                               sample_ids: list[int], experiences: list[dict], k: int, model: str,
+                               temperature: float, version_id: int | None = None, step_id: int | None = None,
+                               left_out: str | None = None) -> int:
+    """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement.
+
+    One the run already made of the same texts, queries, k (and left-out experience) is reused, or finished
+    after a kill with its stored rollouts kept; otherwise a new one is executed. Raises when it cannot
+    complete, so the run records why."""
+    with session_scope(engine) as session:
+        found = next((ev for ev in session.exec(select(Evaluation).where(
+            Evaluation.run_id == run_id, Evaluation.purpose == purpose).order_by(Evaluation.id))
+            if ev.k == k and ev.sample_ids == list(sample_ids) and ev.left_out == left_out
+            and experience_texts(ev.experiences) == experience_texts(experiences)), None)
+        if found is None:
+            found = create_fixed_evaluation(session, session.get(Task, session.get(Run, run_id).task_id),
+                                            purpose=purpose, split=split, sample_ids=sample_ids,
+                                            experiences=experiences, k=k, model=model, temperature=temperature,
+                                            version_id=version_id, run_id=run_id, step_id=step_id,
+                                            left_out=left_out, created_by=purpose)
+        evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
+    if not done:
+        ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
+        if ev.status != JobStatus.COMPLETED:
+            raise RuntimeError(f"{purpose} evaluation {evaluation_id} ended {ev.status}: {ev.error or ''}")
+    return evaluation_id
 
 
 class _Progress:

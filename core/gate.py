@@ -14,10 +14,10 @@ import asyncio
 import random
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core.comparison import Paired, compare_evaluations
-from core.evaluation import create_fixed_evaluation, execute_evaluation_async
+from core.evaluation import experience_texts, run_fixed_evaluation
 from core.gateway import Gateway
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.rewards import METHODS
@@ -25,8 +25,8 @@ from core.run_settings import RunSettings
 from core.versions import all_ids
 from storage import queries
 from storage.db import session_scope
-from storage.models import Evaluation, Library, LibraryVersion, Run, Step, Task
-from storage.statuses import EvaluationPurpose, GateDecision, GateRule, JobStatus, OperationStatus
+from storage.models import Library, LibraryVersion, Run, Step, Task
+from storage.statuses import EvaluationPurpose, GateDecision, GateRule, OperationStatus
 
 VALIDATION_SPLIT = "validation"
 MAX_HELD_OUT = 50
@@ -91,38 +91,6 @@ def candidate_experiences(session: Session, step: Step, ops: list) -> list[dict]
     return apply_ops(before.experiences, valid, first_new_id=next_id_number(all_ids(session, library.id)))
 
 
-def _texts(experiences: list[dict] | None) -> list[str]:
-    return [e["text"] for e in experiences or []]
-
-
-async def evaluate_experiences(engine: Engine, gateway: Gateway, run_id: int, step_id: int, experiences: list[dict],
-                               sample_ids: list[int], split: str, version_id: int | None = None) -> int:
-    """A completed gate evaluation of `experiences` on the run's validation queries: one this run already
-    made of the same texts is reused (or finished, after a kill), otherwise a new one is executed."""
-    with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        settings = RunSettings.from_dict(run.settings)
-        task = session.get(Task, run.task_id)
-        found = None
-        for ev in session.exec(select(Evaluation).where(Evaluation.run_id == run_id,
-                                                        Evaluation.purpose == EvaluationPurpose.GATE)):
-            if ev.k == settings.gate_k and ev.sample_ids == sample_ids and _texts(ev.experiences) == _texts(experiences):
-                found = ev
-                break
-        if found is None:
-            found = create_fixed_evaluation(session, task, purpose=EvaluationPurpose.GATE, split=split,
-                                            sample_ids=sample_ids, experiences=experiences, k=settings.gate_k,
-                                            model=settings.policy_model, temperature=settings.temperature,
-                                            version_id=version_id, run_id=run_id, step_id=step_id,
-                                            created_by="gate")
-        evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
-    if not done:
-        ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
-        if ev.status != JobStatus.COMPLETED:
-            raise RuntimeError(f"the validation gate's evaluation {evaluation_id} ended {ev.status}: {ev.error or ''}")
-    return evaluation_id
-
-
 async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int) -> dict | None:
     """Evaluate the step's candidate (its pending or approved operations applied) against its starting
     library on the validation queries; store and return the figures and the decision on Step.gate.
@@ -147,13 +115,15 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
     elif method is not None and method.uses_people and not method.uses_judge:
         gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate,
                 "reason": "rewards come from people only; evaluate versions on the Evaluate page instead"}
-    elif _texts(after) == _texts(before.experiences):
+    elif experience_texts(after) == experience_texts(before.experiences):
         gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate, "reason": "the library would not change"}
     else:
+        common = {"purpose": EvaluationPurpose.GATE, "split": split, "sample_ids": sample_ids, "k": settings.gate_k,
+                  "model": settings.policy_model, "temperature": settings.temperature, "step_id": step_id}
         before_id, after_id = await asyncio.gather(
-            evaluate_experiences(engine, gateway, run_id, step_id, before.experiences, sample_ids, split,
-                                 version_id=before.id),
-            evaluate_experiences(engine, gateway, run_id, step_id, after, sample_ids, split))
+            run_fixed_evaluation(engine, gateway, run_id, experiences=before.experiences, version_id=before.id,
+                                 **common),
+            run_fixed_evaluation(engine, gateway, run_id, experiences=after, **common))
         stats = compare_evaluations(engine, before_id, after_id, seed=settings.seed).stats
         ok = passes(settings.gate, stats)
         gate = {"decision": GateDecision.PASSED if ok else GateDecision.FAILED, "rule": settings.gate,

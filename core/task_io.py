@@ -283,7 +283,7 @@ def _sample_rows(samples: list) -> list[SampleRow]:
                 raise InvalidInput(f"{where} ({sample_id!r}): {key} must be text or null")
         split = item.get("split", "train")
         if split not in SPLITS:
-            raise InvalidInput(f"{where} ({sample_id!r}): split must be train or test, got {split!r}")
+            raise InvalidInput(f"{where} ({sample_id!r}): split must be train, validation or test, got {split!r}")
         meta = item.get("meta") or {}
         if not isinstance(meta, dict):
             raise InvalidInput(f"{where} ({sample_id!r}): meta must be a JSON object")

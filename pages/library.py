@@ -1,9 +1,14 @@
-"""Library: the versions of the sidebar's library, their text, a diff between any two, manual edits,
-revert, labels, export and import.
+"""Library: the versions of the sidebar's library, their text, what each experience of a version does
+(measured by leaving it out), a diff between any two, manual edits, revert, labels, export and import.
 
 Versions are immutable: every change here goes through `core.versions` and appends a new version
 (the actor is the sidebar's reviewer). Reads go through `storage.queries`. Experience texts are
 written by a model or a person, so they are shown only with `show_text`, in tables, or in a diff block.
+
+"Measure experiences" queues a run of kind `attribute` (core.attribution) for the worker and follows its
+progress; once measured, each experience's effect (version minus version-without-it, with its interval and
+helps / hurts / unclear) shows beside it, and the experiences that hurt can be removed as a new version
+through the same edit path as manual edits.
 
 Actions run in button callbacks, before the page is drawn, so every table already shows their result;
 their outcome is kept in session state and shown once beside the section that caused it.
@@ -20,10 +25,14 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core import attribution
 from core import versions as core_versions
+from core.errors import StudioError
 from core.library import ProposedOp
 from core.library import diff as library_diff
 from core.library_io import LibraryFormatError
+from core.run_control import cancel_run, resume_run
+from core.worker import job_health
 from pages._common import (
     DATETIME,
     Context,
@@ -34,12 +43,18 @@ from pages._common import (
     engine,
     experience_lines,
     failed,
+    keep_valid_choice,
+    plain,
     require_task,
     role_note,
+    run_action,
     run_page,
     show_text,
+    start_worker_if_needed,
+    status_label,
 )
 from storage import queries
+from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
 
 FLASH = Flash("library_flash")
 FORMATS = {"md": "Markdown", "json": "JSON", "prompt": "System prompt"}
@@ -47,6 +62,8 @@ EXTENSIONS = {"md": ("md", "text/markdown"), "json": ("json", "application/json"
 # Selections that should follow the newest version after a change (their defaults are recomputed).
 FOLLOW_LATEST_KEYS = ("lib_text_version", "lib_diff_from", "lib_diff_to", "lib_label_version",
                       "lib_export_version", "lib_revert_version")
+AUTO_SPLIT = "auto"  # the measurement's default split: validation when the task has one, else test
+VERDICT_ORDER = {attribution.Verdict.HURTS: 0, attribution.Verdict.UNCLEAR: 1, attribution.Verdict.HELPS: 2}
 
 
 @dataclass
@@ -69,6 +86,7 @@ class PageData:
     versions: list[VersionInfo] = field(default_factory=list)  # oldest first
     rows: list[dict] = field(default_factory=list)  # newest first
     label_rows: list[dict] = field(default_factory=list)
+    splits: dict[str, int] = field(default_factory=dict)  # samples per split of the task
 
     @property
     def by_id(self) -> dict[int, VersionInfo]:
@@ -102,6 +120,7 @@ def load(ctx: Context) -> PageData:
         if library is None:
             return data
         data.library_exists = True
+        data.splits = queries.count_samples(session, data.task.id)
         stored = queries.versions(session, library.id)
         labels = queries.labels(session, library.id)
         steps = queries.steps_by_ids(session, sorted({v.step_id for v in stored if v.step_id is not None}))
@@ -257,6 +276,58 @@ def _on_import(uploaded: Any) -> None:
     _flash("import", import_upload(uploaded.name, uploaded.getvalue()))
 
 
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def effect_rows(experiences: list[dict], effects: dict) -> list[dict]:
+    """One row per experience of the version, in its order, with its measured effect (blank if none)."""
+    rows = []
+    for exp in experiences:
+        effect = effects.get(exp["id"])
+        rows.append({"id": exp["id"], "experience": exp["text"],
+                     "effect": effect.delta if effect else None,
+                     "95% interval": effect.interval if effect else "–",
+                     "p": effect.p_value if effect else None,
+                     "verdict": str(effect.verdict) if effect else "not measured"})
+    return rows
+
+
+def measure_settings() -> dict:
+    """The measurement form's choices as core.attribution takes them."""
+    state = st.session_state
+    split = state.get("lib_measure_split") or AUTO_SPLIT
+    return {"split": None if split == AUTO_SPLIT else split, "k": int(state.get("lib_measure_k") or 2),
+            "limit": int(state.get("lib_measure_limit") or 0) or None}
+
+
+def _on_measure(version_id: int) -> None:
+    ctx = context()
+    run_id = run_action(FLASH, "measure", attribution.create_attribution, engine(), ctx.task, version_id,
+                        library_name=ctx.library, created_by=ctx.reviewer, **measure_settings(),
+                        report=lambda new_id: f"Measurement run #{new_id} queued; a worker executes it.")
+    if run_id is not None:
+        start_worker_if_needed()
+
+
+def _on_remove_hurting(version_id: int) -> None:
+    ctx = context()
+    version = run_action(FLASH, "measure", attribution.remove_hurting, engine(), ctx.task, version_id, ctx.reviewer,
+                         library_name=ctx.library,
+                         report=lambda new: f"Created version #{new.number} (id {new.id}) without the experiences "
+                                            "that hurt.")
+    if version is not None:
+        stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
+        for key in (*FOLLOW_LATEST_KEYS, *stale):
+            st.session_state.pop(key, None)
+        st.session_state["lib_text_version"] = version.id
+
+
+def _on_measure_request(change, run_id: int, done: str) -> None:
+    if run_action(FLASH, "measure", change, engine(), run_id, context().reviewer, success=done) is not None \
+            and change is resume_run:
+        start_worker_if_needed()
+
+
 # ---------------------------------------------------------------------------------------------- drawing
 
 
@@ -271,13 +342,113 @@ def draw_versions(data: PageData) -> None:
                  column_config={"created at": DATETIME, "parent": st.column_config.NumberColumn(format="%d")})
 
 
-def draw_text(data: PageData, newest_first: list[int]) -> None:
+def draw_text(data: PageData, newest_first: list[int], ctx: Context) -> None:
     st.header("Experiences of a version", anchor=False)
     chosen = data.by_id[version_select("Version", "lib_text_version", newest_first, data)]
     if chosen.experiences:
         show_text(experience_lines(chosen.experiences))
     else:
         st.caption(f"Version #{chosen.number} is empty: the agent runs without experiences.")
+    draw_measure(data, chosen, ctx)
+
+
+def draw_effects(chosen: VersionInfo, effects: dict, latest: VersionInfo) -> None:
+    """Each experience of the version beside its measured effect, and the removal of those that hurt."""
+    some = next(iter(effects.values()))
+    st.caption(f"Measured by run #{some.run_id} on {some.n} {some.split} queries x k={some.k}. Effect: mean reward "
+               "of the version minus the version without that experience, per query (paired); it helps when "
+               "its 95% interval lies above 0, hurts when it lies below 0, and is unclear otherwise.")
+    st.dataframe(pd.DataFrame(effect_rows(chosen.experiences, effects)), hide_index=True, key="lib_effects_table",
+                 column_config={"effect": st.column_config.NumberColumn(format="%+.3f"),
+                                "p": st.column_config.NumberColumn(format="%.3g")})
+    hurting = [e.experience_id for e in effects.values() if e.verdict == attribution.Verdict.HURTS]
+    if not hurting or not allowed("reviewer"):
+        return
+    if chosen.id != latest.id:
+        st.caption(f"{len(hurting)} of these hurt, but version #{chosen.number} is no longer the latest "
+                   f"(#{latest.number} is): measure the latest version, or delete by hand below.")
+        return
+    label = (f"Remove the experience that hurts ({hurting[0]})" if len(hurting) == 1
+             else f"Remove the {len(hurting)} experiences that hurt ({', '.join(hurting)})")
+    st.button(label, key="lib_remove_hurting", icon=":material/delete_sweep:", on_click=_on_remove_hurting,
+              args=(chosen.id,), help="Creates a new version without them, audited like a manual edit.")
+
+
+def draw_measure_form(chosen: VersionInfo, data: PageData, ctx: Context, busy: bool) -> None:
+    """The measurement's settings, what it would take (shown before starting) and the start button."""
+    splits = [AUTO_SPLIT, *sorted(data.splits)]
+    keep_valid_choice("lib_measure_split", splits)
+    names = {AUTO_SPLIT: "validation if the task has one, else test"}
+    c1, c2, c3 = st.columns(3)
+    c1.selectbox("Split", splits, key="lib_measure_split",
+                 format_func=lambda s: names.get(s, f"{s} ({data.splits.get(s, 0)} queries)"))
+    c2.number_input("k (samples per query)", value=2, min_value=1, step=1, key="lib_measure_k")
+    c3.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="lib_measure_limit")
+    try:
+        est = attribution.estimate(engine(), ctx.task, chosen.id, library_name=ctx.library, **measure_settings())
+    except StudioError as exc:
+        st.error(plain(f"This version cannot be measured: {exc}"))
+        return
+    st.info(plain(f"Estimate: {attribution.estimate_line(est)}."))
+    if est["note"]:
+        st.warning(plain(f"Note: {est['note']}."))
+    st.button("Start measuring", key="lib_measure_start", type="primary", on_click=_on_measure, args=(chosen.id,),
+              disabled=busy, help="Queues the measurement; a worker evaluates every variant.")
+
+
+@st.fragment(run_every=2)
+def measure_progress(version_id: int, run_id: int) -> None:
+    """A measurement that is not over: its status and progress, redrawn every two seconds; when it completes,
+    the whole page is drawn again so that the effects show."""
+    run = next((r for r in attribution.attribution_runs(engine(), version_id) if r.id == run_id), None)
+    if run is None:
+        return
+    if run.status == JobStatus.COMPLETED:
+        st.rerun()
+    shown = job_health(run.status, run.heartbeat_at)
+    p = attribution.measurement_progress(engine(), run_id)
+    now = ""
+    if p["current"]:
+        which = "the whole version" if p["current"] == attribution.FULL else f"without {p['current']}"
+        now = f" · now {which}: {p['rollouts_done']}/{p['rollouts_total']} rollouts"
+    st.caption(f"Measurement run #{run_id}: {status_label(run.status, run.heartbeat_at)} · variants "
+               f"{p['variants_done']}/{p['variants_total']}{now} · {p['calls']} model calls "
+               f"(cache hits {p['cache_hits']}) · ${p['cost']:.4f}")
+    if shown == JobStatus.STALLED:
+        st.warning(f"The worker executing run #{run_id} stopped beating. Resume it to queue it again "
+                   "(finished variants are kept).")
+    if run.error:
+        show_text(run.error)
+    if not allowed("reviewer"):
+        return
+    offered = [(label, key, icon, change, done) for label, key, icon, change, done, statuses in (
+        ("Resume", "lib_measure_resume", ":material/play_arrow:", resume_run, "queued again", PERSON_MAY_RESUME),
+        ("Cancel", "lib_measure_cancel", ":material/stop:", cancel_run, "cancelled", PERSON_MAY_CANCEL))
+        if shown in statuses]
+    for column, (label, key, icon, change, done) in zip(st.columns([1, 1, 4])[:len(offered)], offered, strict=True):
+        column.button(label, key=key, icon=icon, on_click=_on_measure_request, args=(change, run_id, f"Run #{run_id} {done}"))
+
+
+def draw_measure(data: PageData, chosen: VersionInfo, ctx: Context) -> None:
+    """Measure experiences: each experience's effect once measured, the measurement under way, and a new one."""
+    st.subheader("Measure experiences", anchor=False)
+    FLASH.show("measure")
+    if not chosen.experiences:
+        st.caption(f"Version #{chosen.number} has no experiences to measure.")
+        return
+    effects = attribution.experience_effects(engine(), chosen.id)
+    if effects:
+        draw_effects(chosen, effects, data.latest)
+    else:
+        st.caption(f"The experiences of version #{chosen.number} have not been measured yet. Measuring evaluates "
+                   "the version and, for each experience, the version without it, on the same queries.")
+    runs = attribution.attribution_runs(engine(), chosen.id)
+    active = next((r for r in runs if r.status in UNFINISHED or r.status == JobStatus.FAILED), None)
+    if active is not None and (not effects or active.id > next(iter(effects.values())).run_id):
+        measure_progress(chosen.id, active.id)
+    if allowed("reviewer"):
+        with st.expander("Measure again" if effects else "Measure this version", expanded=not effects):
+            draw_measure_form(chosen, data, ctx, busy=active is not None and active.status in UNFINISHED)
 
 
 def draw_diff(data: PageData, newest_first: list[int]) -> None:
@@ -408,7 +579,7 @@ def page() -> None:
         return
     newest_first = [v.id for v in reversed(data.versions)]
     draw_versions(data)
-    draw_text(data, newest_first)
+    draw_text(data, newest_first, ctx)
     draw_diff(data, newest_first)
     if allowed("reviewer"):
         draw_edits(data)

@@ -16,6 +16,7 @@ import streamlit as st
 from sqlmodel import Session
 
 from core import review
+from core.attribution import effects_for_library as experience_effects
 from pages._common import (
     DATETIME,
     Flash,
@@ -35,7 +36,15 @@ from pages._common import (
 )
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
-from storage.statuses import DECIDED, LEARNING_KINDS, GateDecision, JobStatus, OperationStatus, StepStatus
+from storage.statuses import (
+    DECIDED,
+    LEARNING_KINDS,
+    GateDecision,
+    JobStatus,
+    OperationStatus,
+    OpKind,
+    StepStatus,
+)
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
@@ -179,7 +188,24 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
                     show_trajectory(rollout.messages or [])
 
 
-def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run_id: int, can_decide: bool) -> None:
+def effect_lines(op: Operation, before: LibraryVersion | None, effects: dict) -> list[str]:
+    """The measured effect of each experience an operation modifies, merges or deletes (Measure experiences
+    on the Library page), saying when it was measured on another text of that id."""
+    texts = {exp.get("id"): exp.get("text") for exp in (before.experiences if before else [])}
+    lines = []
+    for exp_id in op.target_ids if op.op in (OpKind.MODIFY, OpKind.MERGE, OpKind.DELETE) else []:
+        effect = effects.get(exp_id)
+        if effect is None:
+            lines.append(f"{exp_id}: not measured")
+            continue
+        other = "" if texts.get(exp_id) == effect.text else ", on an earlier text of this id"
+        lines.append(f"{exp_id}: {effect.verdict}, effect {effect.delta:+.3f} {effect.interval} on {effect.n} "
+                     f"{effect.split} queries x {effect.k} (measured in version #{effect.version_number}{other})")
+    return lines
+
+
+def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run_id: int, can_decide: bool,
+                   effects: dict) -> None:
     with st.container(border=True):
         st.markdown(f"**Operation {op.position + 1}** · {op.status}")
         show_text(f"{op.op} {', '.join(op.target_ids)}".strip())
@@ -191,6 +217,10 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
         st.caption("Before → after")
         st.code(operation_diff(op, before.experiences if before else [], before.number if before else None),
                 language="diff", wrap_lines=True)
+        measured = effect_lines(op, before, effects)
+        if measured:
+            st.caption("Measured effect of the experiences it changes")
+            show_text("\n".join(measured))
         if op.reviewer or op.decided_at:
             st.caption("Decision")
             when = f"{op.decided_at:%Y-%m-%d %H:%M:%S}" if op.decided_at else "–"
@@ -304,8 +334,9 @@ def page() -> None:
                                on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id))
         else:
             role_note("reviewer", "deciding operations")
+        effects = experience_effects(engine(), run.library_id)
         for op in operations:
-            show_operation(op, step, before, run_id, can_decide)
+            show_operation(op, step, before, run_id, can_decide, effects)
     if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,

@@ -8,6 +8,8 @@ Evaluate page. Screenshots of each page land in tests/artifacts/ (ignored by git
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
@@ -81,6 +83,8 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         fill_number(page, "Batch size", 2)
         fill_number(page, "Group size (G)", 2)
         fill_number(page, "Training queries limit (0 = all)", 2)
+        fill_number(page, "Validation queries", 2)  # a small gate: 2 held-out queries x 1 sample
+        fill_number(page, "Gate samples per query", 1)
         page.get_by_text("Ground truth", exact=True).click()
         page.get_by_role("radiogroup").get_by_text("manual", exact=True).click()
         page.get_by_role("button", name="Start run").click()
@@ -116,7 +120,13 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         # Review: approve everything the learner proposed; the step is applied as a new version
         page.goto(f"{app.url}/review")
         wait_for_app(page)
+        page.get_by_text(re.compile(r"validation(, 2 queries x 1:| gate skipped)")).first.wait_for()
         screenshot(page, "review")
+        note = page.get_by_label("Note for approving against the failed gate (required to approve or edit)")
+        if note.count():  # a tiny model's candidate may fail its gate: approving anyway needs a note
+            note.fill("approved for the browser test")
+            note.press("Enter")
+            page.wait_for_timeout(500)
         page.get_by_role("button", name="Approve all pending").click()
         wait_for_text(page, "Applied as version", 60)
         screenshot(page, "review-applied")

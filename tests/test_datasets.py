@@ -254,13 +254,19 @@ def test_numeric_ids_that_collide_after_conversion(tmp_path):
 
 def test_bad_split(tmp_path):
     path = write(tmp_path, "d.jsonl", jsonl({"query": "a", "split": "train"}, {"query": "b", "split": "dev"}))
-    with pytest.raises(DatasetError, match="line 2: split must be train or test, got 'dev'"):
+    with pytest.raises(DatasetError, match="line 2: split must be train, validation or test, got 'dev'"):
         read_dataset(path)
 
 
 def test_bad_default_split(tmp_path):
     with pytest.raises(DatasetError, match="default split"):
-        read_dataset(write(tmp_path, "d.jsonl", jsonl({"query": "a"})), default_split="validation")
+        read_dataset(write(tmp_path, "d.jsonl", jsonl({"query": "a"})), default_split="dev")
+
+
+def test_a_validation_split_is_accepted_by_row_and_by_default(tmp_path):
+    rows = read_dataset(write(tmp_path, "d.jsonl", jsonl({"query": "a", "split": "validation"}, {"query": "b"})),
+                        default_split="validation")
+    assert [row.split for row in rows] == ["validation", "validation"]
 
 
 def test_csv_row_with_too_many_values(tmp_path):

@@ -199,3 +199,26 @@ def test_the_gate_line_reads_like_the_issue():
                       "finding": "no detectable difference"})
     assert line.startswith("validation, 20 queries x 2: 0.55 -> 0.62, +0.07 [-0.02, +0.16], p = 0.21: "
                            "no detectable difference")
+
+
+def test_the_cli_takes_the_gate_settings_and_prints_each_steps_gate(engine, demo_task, scripted, capsys):
+    from core.cli import main
+
+    url = str(engine.url)
+    assert main(["--db", url, "train", "--task", DEMO_TASK, "--limit", "2", "--batch-size", "2", "--group-size", "2",
+                 "--epochs", "1", "--gate", "better", "--validation-size", "6", "--gate-k", "1",
+                 "--max-operations", "3", "--queue"]) == 0
+    with Session(engine) as s:
+        run = s.exec(select(Run)).one()
+    assert {k: run.settings[k] for k in ("gate", "validation_size", "gate_k", "max_operations")} == {
+        "gate": "better", "validation_size": 6, "gate_k": 1, "max_operations": 3}
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), gate=answers(right_with_experience=True))
+    execute_run(engine, run.id, gateway=gateway)
+    assert "At most 3 operations" in next(m for stage, m in model.calls if stage == "update")[-1]["content"]
+    capsys.readouterr()
+    assert main(["--db", url, "run", str(run.id)]) == 0
+    out = capsys.readouterr().out
+    assert "validation gate (better, 6 train queries):" in out
+    assert "epoch 1 batch 1: validation, 6 queries x 1: 0.00 -> 1.00, +1.00 [+1.00, +1.00]" in out
+    assert "gate better passed" in out
+    assert main(["--db", url, "train", "--task", DEMO_TASK, "--gate", "sometimes"]) == 2

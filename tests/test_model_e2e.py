@@ -26,12 +26,12 @@ from core.labeling import submit_label
 from core.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
 from core.training import RunSettings, create_run, execute_run
 from storage.db import make_engine, session_scope
-from storage.models import Advantage, LibraryVersion, LLMCall, Rollout, Run, Sample, Step, Task
+from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample, Step, Task
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ["train", "--task", DEMO_TASK, "--limit", "2", "--group-size", "2", "--epochs", "1", "--batch-size", "2",
-         "--no-ground-truth"]
+         "--no-ground-truth", "--gate", "no_worse", "--validation-size", "2", "--gate-k", "1"]
 
 
 def cli(url: str, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -55,12 +55,24 @@ def test_train_and_eval_on_the_embedded_model(url):
     with Session(engine) as s:
         run = s.get(Run, 1)
         version = s.get(LibraryVersion, run.current_version_id)
-        assert version.number == 2 and version.source == "run" and version.experiences
-        assert f"version {version.id} (#2, run)" in result.stdout
+        step_gate = s.exec(select(Step).where(Step.run_id == run.id)).one().gate
+        if step_gate["decision"] == "passed":
+            assert version.number == 2 and version.source == "run" and version.experiences
+            assert f"version {version.id} (#2, run)" in result.stdout
+        else:  # the gate kept the empty library: the operations are rejected for validation
+            assert version.number == 1
+            ops = s.exec(select(Operation)).all()
+            assert ops and all(o.status in ("rejected", "invalid") for o in ops)
+            assert any(o.reason == "validation" for o in ops)
         calls = s.exec(select(LLMCall).where(LLMCall.run_id == run.id)).all()
         by_stage = {stage: sum(1 for c in calls if c.stage == stage) for stage in {c.stage for c in calls}}
-        rollouts = s.exec(select(Rollout)).all()
+        rollouts = s.exec(select(Rollout).where(Rollout.step_id.is_not(None))).all()
         assert len(rollouts) == 4 and all(r.response for r in rollouts)
+        # the validation gate ran on the 2 held-out queries x 1 sample, for the start and the candidate
+        step = s.exec(select(Step).where(Step.run_id == run.id)).one()
+        assert step.gate["decision"] in ("passed", "failed") and step.gate["n"] == 2, step.gate
+        assert by_stage["gate"] == 4 and f"epoch 1 batch 1: {step.gate['line']}" in result.stdout
+        print("\ngate:", step.gate["line"])
         # every model call has its ledger row: one per rollout, per summary, per group, per batch
         assert by_stage["rollout"] == 4
         assert by_stage["summary"] == sum(1 for r in rollouts if r.summary) == 4
@@ -160,7 +172,7 @@ def test_a_support_run_waits_for_spot_checks_then_continues(engine):
         row.reward_settings = {**row.reward_settings, "spot_check_share": 1.0}
         s.add(row)
     settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", max_tokens=200,
-                           learner_max_tokens=400)
+                           learner_max_tokens=400, gate="off")  # the labeling queue is what this test is about
     run_id = create_run(engine, SUPPORT_TASK, settings)
 
     assert execute_run(engine, run_id).status == "awaiting_labels"

@@ -205,7 +205,7 @@ def _set_sample(index: int, key: str, value):
     (broken(_set_sample(1, "query", " ")), "sample 2 \\('b'\\): query is missing or empty"),
     (broken(_set_sample(1, "id", "a")), "sample 2: duplicate id 'a' \\(first used by sample 1\\)"),
     (broken(_set_sample(0, "id", "")), "sample 1: id is missing or empty"),
-    (broken(_set_sample(1, "split", "dev")), "split must be train or test, got 'dev'"),
+    (broken(_set_sample(1, "split", "dev")), "split must be train, validation or test, got 'dev'"),
     (broken(_set_sample(1, "meta", [1])), "meta must be a JSON object"),
     (broken(_set_sample(1, "reference", 5)), "reference must be text or null"),
     (broken(_set_sample(0, "extra", 5)), "unknown field"),

@@ -326,3 +326,100 @@ def test_import_button_on_the_page(engine, name, data, ok):
         assert len(versions) == 1
         assert any("Nothing was written" in e.value for e in at.error), [e.value for e in at.error]
         assert not at.success
+
+
+# ---- Measure experiences (core.attribution): the effect beside each experience ---------------------------
+
+
+def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(engine, scripted):
+    from sqlmodel import select
+
+    from storage.models import AuditEvent
+    from tests.test_attribution import HARMFUL, HELPFUL, NEUTRAL, measured
+
+    version_id, run_id = measured(engine, scripted, HELPFUL, HARMFUL, NEUTRAL)
+    at = open_page()
+    effects = table_with(at, "verdict")
+    assert effects.columns.tolist() == ["id", "experience", "effect", "95% interval", "p", "verdict"]
+    assert effects["id"].tolist() == ["E1", "E2", "E3"]
+    assert effects["experience"].tolist() == [HELPFUL, HARMFUL, NEUTRAL]
+    assert effects["effect"].tolist() == [0.5, -0.5, 0.0]
+    assert effects["95% interval"].tolist() == ["[+0.125, +0.875]", "[-0.875, -0.125]", "[+0.000, +0.000]"]
+    assert effects["verdict"].tolist() == ["helps", "hurts", "unclear"]
+    assert any(f"Measured by run #{run_id} on 8 test queries x k=2" in c.value for c in at.caption)
+
+    at.button(key="lib_remove_hurting").click()
+    rerun(at)
+    latest = stored_versions(engine)[-1]
+    assert (latest.number, latest.source, latest.created_by) == (3, "manual", REVIEWER)
+    assert [e["text"] for e in latest.experiences] == [HELPFUL, NEUTRAL]
+    assert f"run {run_id}" in latest.note
+    assert any("Created version #3" in s.value for s in at.success)
+    # The page now shows the new version, whose experiences are not measured yet.
+    assert at.selectbox(key="lib_text_version").value == latest.id
+    assert table_with(at, "created by")["number"].tolist() == [3, 2, 1]
+    assert not [df for df in at.dataframe if "verdict" in df.value.columns]
+    with db.session_scope(engine) as session:
+        events = session.exec(select(AuditEvent).where(AuditEvent.action == "attribution.remove_hurting")).all()
+        assert [(e.actor, e.object_id) for e in events] == [(REVIEWER, run_id)]
+
+
+def test_an_older_measured_version_shows_its_effects_without_the_remove_button(engine, scripted):
+    from tests.test_attribution import HARMFUL, HELPFUL, measured
+
+    version_id, _run_id = measured(engine, scripted, HELPFUL, HARMFUL)
+    import_texts(engine, UNITS)  # the library moved on
+    at = open_page()
+    at.selectbox(key="lib_text_version").select(version_id)
+    rerun(at)
+    assert table_with(at, "verdict")["verdict"].tolist() == ["helps", "hurts"]
+    assert not [b for b in at.button if b.key == "lib_remove_hurting"]
+    assert any("no longer the latest" in c.value for c in at.caption)
+
+
+def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(engine):
+    from core.attribution import attribution_runs
+
+    version_id = import_texts(engine, UNITS, ESTIMATE)
+    at = open_page()
+    assert any("not been measured yet" in c.value for c in at.caption)
+    assert any("3 variants" in i.value and "x 100 test queries x k=2 = 600 agent calls" in i.value for i in at.info), \
+        [i.value for i in at.info]
+    assert any("no validation split" in w.value for w in at.warning)
+    at.number_input(key="lib_measure_limit").set_value(4)
+    at.number_input(key="lib_measure_k").set_value(1)
+    rerun(at)
+    assert any("x 4 test queries x k=1 = 12 agent calls" in i.value for i in at.info), [i.value for i in at.info]
+    at.button(key="lib_measure_start").click()
+    rerun(at)
+
+    [run] = attribution_runs(engine, version_id)
+    assert (run.status, run.kind, run.created_by, run.settings["k"], len(run.settings["sample_ids"])) == (
+        "queued", "attribute", REVIEWER, 1, 4)
+    assert any(f"Measurement run #{run.id} queued" in s.value for s in at.success)
+    assert any(f"Measurement run #{run.id}: queued · variants 0/3" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+    assert at.button(key="lib_measure_start").disabled
+    at.button(key="lib_measure_cancel").click()
+    rerun(at)
+    assert attribution_runs(engine, version_id)[0].status == "cancelled"
+    assert not at.button(key="lib_measure_start").disabled
+
+
+def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
+    from core.attribution import attribution_runs, create_attribution
+    from storage.models import Run
+
+    version_id = import_texts(engine, UNITS, ESTIMATE)
+    run_id = create_attribution(engine, DEMO_TASK, version_id, k=1, limit=2)
+    with db.session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        run.status, run.error = "failed", "RuntimeError: the provider is down"
+        session.add(run)
+    at = open_page()
+    assert any(f"Measurement run #{run_id}: failed · variants 0/3" in c.value for c in at.caption)
+    assert "RuntimeError: the provider is down" in codes(at)
+    at.button(key="lib_measure_resume").click()
+    rerun(at)
+    assert attribution_runs(engine, version_id)[0].status == "queued"
+    assert any(f"Measurement run #{run_id}: queued" in c.value for c in at.caption)

@@ -203,3 +203,19 @@ def test_the_gates_figures_stand_above_the_operations_and_approving_against_a_fa
     assert after["ops"][0].status == "applied"
     assert after["ops"][0].comment == "the validation queries are not like production"
     assert len(after["versions"]) == 2
+
+
+def test_an_operation_on_a_measured_experience_shows_its_effect(engine):
+    from tests.test_attribution import HARMFUL, measured
+
+    def scripted(engine, **replies):
+        from tests.ui_support import scripted_gateway
+        return scripted_gateway(engine, **replies)
+
+    measured(engine, scripted)  # E2 (HARMFUL) hurts, measured in version #2
+    delete = json.dumps({"operations": [{"op": "DELETE", "ids": ["E2"], "text": "", "rationale": "it misleads"}]})
+    seeded_run(engine, "manual", update=delete, settings={"gate": "off"})
+    at = open_review()
+    [shown] = [c for c in at.code if c.value.startswith("E2: ")]
+    assert shown.value.startswith("E2: hurts, effect -0.500 [") and "(measured in version #2)" in shown.value
+    assert HARMFUL not in shown.value  # the effect line, not the text: the diff above shows the text
