@@ -23,18 +23,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core.comparison import Paired, compare_evaluations
-from core.errors import Conflict, InvalidInput, NotFound, describe_validation
+from core.errors import Conflict, InvalidInput, NotFound
 from core.evaluation import run_fixed_evaluation
 from core.gateway import Gateway
 from core.library import ProposedOp
 from core.people import require_role
 from core.rewards import METHODS
+from core.run_settings import Budget, JobSettings, Temperature, default_concurrency
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import edit_library, resolve_version
@@ -66,49 +67,26 @@ class Verdict(StrEnum):
     UNCLEAR = "unclear"
 
 
-class AttributionSettings(BaseModel):
+class AttributionSettings(JobSettings):
     """A measurement's settings, frozen into Run.settings; the run machinery reads the same dict through
     RunSettings (policy model, temperature, concurrency, seed, budget, api base), which ignores the rest."""
-
-    model_config = ConfigDict(extra="ignore")
 
     split: str | None = Field(None, description="the split the queries come from (default: validation, else test)")
     k: int = Field(2, ge=1, description="samples per query for every variant")
     limit: int | None = Field(None, ge=1, description="use only the first N queries of the split")
     sample_ids: list[int] = Field(default_factory=list)
     policy_model: str = ""
-    temperature: float = 0.7
-    concurrency: int = Field(default_factory=lambda: get_settings().concurrency, ge=1,
+    temperature: Temperature = 0.7
+    concurrency: int = Field(default_factory=default_concurrency, ge=1,
                              description="calls in flight per model (TFGRPO_CONCURRENCY)")
     seed: int = 0
-    budget_usd: float | None = Field(None, description="pause the measurement when its cost reaches this many USD")
+    budget_usd: Budget = Field(None, description="pause the measurement when its cost reaches this many USD")
     api_base: str | None = None
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature_in_range(cls, value: float) -> float:
-        if not 0 <= value <= 2:
-            raise ValueError("must be between 0 and 2")
-        return value
-
-    @field_validator("budget_usd")
-    @classmethod
-    def _budget_positive(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError("must be positive")
-        return value
-
-    @classmethod
-    def from_dict(cls, data: dict) -> AttributionSettings:
-        return cls.model_validate(data)
 
     @classmethod
     def build(cls, **values) -> AttributionSettings:
-        """Settings from a form or the command line; a bad value is InvalidInput naming the field."""
-        try:
-            return cls(**{name: value for name, value in values.items() if value is not None})
-        except ValidationError as exc:
-            raise InvalidInput(describe_validation(exc)) from None
+        """Like JobSettings.build; an option left out (None) takes its default."""
+        return super().build(**{name: value for name, value in values.items() if value is not None})
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,54 @@ the engine all read this one definition.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidInput, describe_validation
 from core.settings import get_settings
 from storage.statuses import GateRule
 
 
-class RunSettings(BaseModel):
+def _temperature_in_range(value: float) -> float:
+    if not 0 <= value <= 2:
+        raise ValueError("must be between 0 and 2")
+    return value
+
+
+def _budget_positive(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+Temperature = Annotated[float, AfterValidator(_temperature_in_range)]
+Budget = Annotated[float | None, AfterValidator(_budget_positive)]
+
+
+def default_concurrency() -> int:
+    return get_settings().concurrency
+
+
+class JobSettings(BaseModel):
+    """A job's settings as stored in its row: read back with `from_dict`, built from a form or the command
+    line with `build` (a bad value is InvalidInput naming the field)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Self:
+        return cls.model_validate(data)
+
+    @classmethod
+    def build(cls, **values) -> Self:
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise InvalidInput(describe_validation(exc)) from None
+
+
+class RunSettings(JobSettings):
     """Everything that shapes a run; frozen into Run.settings when the run is created.
 
     The constraints are declared on the fields, so the Train page, the CLI and a stored run are checked
@@ -27,8 +65,8 @@ class RunSettings(BaseModel):
     epochs: int = Field(3, ge=1, description="passes over the training queries")
     batch_size: int = Field(8, ge=1, description="queries per step")
     group_size: int = Field(5, ge=1, description="G, outputs per query (1 = no group comparison)")
-    temperature: float = 0.7
-    concurrency: int = Field(default_factory=lambda: get_settings().concurrency, ge=1,
+    temperature: Temperature = 0.7
+    concurrency: int = Field(default_factory=default_concurrency, ge=1,
                              description="calls in flight per model (TFGRPO_CONCURRENCY)")
     limit: int | None = Field(None, ge=1, description="use only the first N training queries")
     seed: int = 0
@@ -48,22 +86,8 @@ class RunSettings(BaseModel):
                            "no_worse (not significantly worse, mean not lower) or better (significantly better)")
     gate_k: int = Field(2, ge=1, description="samples per validation query for the gate")
     direct_count: int = Field(8, ge=1)
-    budget_usd: float | None = Field(None, description="pause the run when its cost reaches this many USD")
+    budget_usd: Budget = Field(None, description="pause the run when its cost reaches this many USD")
     api_base: str | None = None
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature_in_range(cls, value: float) -> float:
-        if not 0 <= value <= 2:
-            raise ValueError("must be between 0 and 2")
-        return value
-
-    @field_validator("budget_usd")
-    @classmethod
-    def _budget_positive(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError("must be positive")
-        return value
 
     def operations_limit(self) -> int:
         """The most operations one step may propose: the setting, or half the batch size within 4 to 12
@@ -73,15 +97,3 @@ class RunSettings(BaseModel):
     def validate(self) -> RunSettings:  # type: ignore[override]
         """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""
         return RunSettings.build(**self.model_dump())
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunSettings:
-        return cls.model_validate(data)
-
-    @classmethod
-    def build(cls, **values) -> RunSettings:
-        """Settings from a form or the command line; a bad value is InvalidInput naming the field."""
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            raise InvalidInput(describe_validation(exc)) from None
