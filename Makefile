@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: install run test lint bench worker clean-db
+.PHONY: install run test lint bench bench-learning worker clean-db
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +39,9 @@ bench: install
 	PYTHONPATH=. $(PY) bench/engine_overhead.py
 	PYTHONPATH=. $(PY) bench/local_throughput.py
 	PYTHONPATH=. $(PY) bench/judge.py --n 10
+
+# Learning effect on the embedded model: empty library, direct baseline, gate off, gate no_worse on one test set.
+# About 30 minutes on 2 cores with these sizes; override, e.g. make bench-learning BENCH_LEARNING="--test-limit 60".
+BENCH_LEARNING ?= --train-limit 12 --validation-size 8 --test-limit 30 --epochs 1 --batch-size 4 --group-size 4 --k 2
+bench-learning: install
+	PYTHONPATH=. $(PY) bench/learning_effect.py $(BENCH_LEARNING)

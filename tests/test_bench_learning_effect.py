@@ -1,0 +1,85 @@
+"""bench/learning_effect.py on a tiny dataset with scripted model replies: four rows with figures, the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.learning_effect import main, read_records
+
+TRAIN = [{"question": f"Tom has {n} apples and buys {n + 1} more. How many apples does he have?", "answer": 2 * n + 1}
+         for n in range(1, 7)]
+TEST = [{"Body": f"A box holds {n} pens.", "Question": f"How many pens are in {n} boxes?", "Answer": float(n * n)}
+        for n in range(2, 5)]
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def alternating(references: dict[str, str]):
+    """Right, then wrong, per query: every group of G >= 2 is mixed and Mean@k lies strictly inside (0, 1)."""
+    seen: dict[str, int] = {}
+
+    def reply(messages: list[dict]) -> str:
+        query = messages[1]["content"]
+        seen[query] = seen.get(query, 0) + 1
+        return f"So the answer is \\boxed{{{references[query] if seen[query] % 2 else '-1'}}}"
+
+    return reply
+
+
+def test_alternative_field_names_are_mapped(tmp_path):
+    records, note = read_records(Path(write_jsonl(tmp_path / "svamp.jsonl", TEST)))
+    assert records[0] == {"query": "A box holds 2 pens. How many pens are in 2 boxes?", "answer": 4.0}
+    assert "query = Body + ' ' + Question, answer = Answer (3)" in note
+
+
+def test_four_rows_with_figures_and_gate_decisions(tmp_path, capsys, scripted):
+    train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
+    test = write_jsonl(tmp_path / "test.jsonl", TEST)
+    references = {row["question"]: str(row["answer"]) for row in TRAIN}
+    references |= {f"{row['Body']} {row['Question']}": str(int(row["Answer"])) for row in TEST}
+    models = []
+
+    def gateway_for(engine):
+        model, gateway = scripted(engine, rollout=alternating(references))
+        models.append(model)
+        return gateway
+
+    out_json = tmp_path / "result.json"
+    result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "2", "--test-limit",
+                   "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--json", str(out_json)],
+                  gateway_for=gateway_for)
+    out = capsys.readouterr().out
+
+    rows = {row["name"]: row for row in result["rows"]}
+    assert list(rows) == ["empty", "direct", "gate off", "gate no_worse"]
+    assert result["queries"] == {"train": 4, "validation": 2, "test": 3}
+    for row in rows.values():
+        assert row["evaluation_status"] == "completed" and row["n"] == 3
+        assert 0 <= row["mean_at_k"] <= 1 and row["wall_s"] >= 0
+    assert rows["empty"]["experiences"] == 0 and rows["empty"]["comparison"] is None
+    assert rows["direct"]["experiences"] == 2  # the scripted direct reply has two
+    assert rows["gate off"]["experiences"] >= 1 and rows["gate off"]["gate_decisions"] == {}
+    for name in ("direct", "gate off", "gate no_worse"):
+        assert rows[name]["run_status"] == "completed"
+        c = rows[name]["comparison"]
+        assert c["n"] == 3 and c["ci_low"] <= c["delta"] <= c["ci_high"] and 0 <= c["p_value"] <= 1
+        assert rows[name]["calls"] + rows[name]["cached"] > 0
+    no_worse = rows["gate no_worse"]
+    assert sum(no_worse["gate_decisions"].values()) == no_worse["steps"] == 2
+    assert len(models) == 4  # a gateway per database: the empty library's, then one copy per arm
+    assert models[0].count("gate") == models[2].count("gate") == 0 < models[3].count("gate")  # only no_worse gates
+    assert rows["gate no_worse"]["cached"] == 0  # its own copy: nothing answered from the gate-off run's calls
+    assert json.loads(out_json.read_text())["rows"][3]["name"] == "gate no_worse"
+
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "Δ vs empty [95% CI]" in line)
+    assert "Mean@2" in lines[header] and "Pass@2" in lines[header] and "wall s" in lines[header]
+    table = lines[header + 2 : header + 6]
+    assert [line.split("  ")[0].strip() for line in table] == ["empty", "direct", "gate off", "gate no_worse"]
+    assert "(reference)" in table[0] and all("[" in line for line in table[1:])
+    assert any(line.startswith("gate no_worse: run") and "passed" in line for line in lines)
+    assert lines[-1].startswith("command: PYTHONPATH=. .venv/bin/python bench/learning_effect.py --train")
