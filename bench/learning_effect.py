@@ -160,10 +160,7 @@ def sample_rows(records: list[dict], prefix: str, split: str) -> list:
         return []
     lines = [json.dumps({"id": f"{prefix}-{i}", "query": r["query"], "answer": r["answer"]}, ensure_ascii=False)
              for i, r in enumerate(records, start=1)]
-    rows = parse_dataset("\n".join(lines).encode(), f"{prefix}.jsonl", default_split="train")
-    for row in rows:
-        row.split = split
-    return rows
+    return parse_dataset("\n".join(lines).encode(), f"{prefix}.jsonl", default_split=split)
 
 
 def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict]) -> dict:
