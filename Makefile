@@ -41,7 +41,7 @@ bench: install
 	PYTHONPATH=. $(PY) bench/judge.py --n 10
 
 # Learning effect on the embedded model: empty library, direct baseline, gate off, gate no_worse on one test set.
-# About 30 minutes on 2 cores with these sizes; override, e.g. make bench-learning BENCH_LEARNING="--test-limit 60".
-BENCH_LEARNING ?= --train-limit 12 --validation-size 8 --test-limit 30 --epochs 1 --batch-size 4 --group-size 4 --k 2
+# 48 minutes on 2 cores with these sizes (bench/README.md); override, e.g. make bench-learning BENCH_LEARNING="--test-limit 60".
+BENCH_LEARNING ?= --train-limit 8 --validation-size 6 --test-limit 20 --epochs 1 --batch-size 4 --group-size 4 --k 2
 bench-learning: install
 	PYTHONPATH=. $(PY) bench/learning_effect.py $(BENCH_LEARNING)
