@@ -73,6 +73,8 @@ class StatusLine:
         elif time.monotonic() - self.last_print >= 2 or self.finished(counters):
             self.stream.write(line + "\n")
             self.last_print = time.monotonic()
+        else:
+            return  # not shown yet: the next call may show it (or a newer line)
         self.stream.flush()
         self.last_line = line
 

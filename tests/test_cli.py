@@ -282,3 +282,24 @@ def test_a_broken_task_file_exits_2_and_writes_nothing(db, capsys, tmp_path):
 def test_queue_shows_what_waits_and_the_agreement(db, capsys):
     code, out, _ = run(capsys, "--db", db, "queue", "--task", SUPPORT_TASK)
     assert code == 0 and out.strip() == f"{SUPPORT_TASK}: 0 waiting, 0 done, 0 disputed"
+
+
+def test_a_status_line_held_back_by_the_two_second_rule_is_shown_later(monkeypatch):
+    import io
+
+    from core.cli import StatusLine
+
+    class Count(StatusLine):
+        def line(self, counters: dict) -> str:
+            return f"done {counters['n']}"
+
+    clock = {"now": 100.0}
+    monkeypatch.setattr("core.cli.time.monotonic", lambda: clock["now"])
+    out = io.StringIO()
+    status = Count(out)
+    status({"n": 1})
+    clock["now"] += 0.5
+    status({"n": 2})  # too soon: held back
+    clock["now"] += 5
+    status({"n": 2})  # nothing new since, but "done 2" was never shown
+    assert out.getvalue().splitlines() == ["done 1", "done 2"]
