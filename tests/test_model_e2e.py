@@ -86,7 +86,8 @@ def test_train_and_eval_on_the_embedded_model(url):
     assert report["k"] == 2 and report["n"] == 2 and report["status"] == "completed"
     assert 0.0 <= report["mean_at_k"] <= report["pass_at_k"] <= 1.0
     with Session(engine) as s:
-        assert s.exec(select(func.count()).select_from(LLMCall).where(LLMCall.evaluation_id.is_not(None))).one() == 4
+        assert s.exec(select(func.count()).select_from(LLMCall).where(
+            LLMCall.evaluation_id == report["evaluation_id"])).one() == 4  # the gate's evaluations are the run's
 
 
 def _paid_calls(engine) -> list[LLMCall]:
