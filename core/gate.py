@@ -19,13 +19,12 @@ from sqlmodel import Session
 from core.comparison import Paired, compare_evaluations
 from core.evaluation import experience_texts, run_fixed_evaluation
 from core.gateway import Gateway
-from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.review import check_step_operations, next_library
 from core.rewards import METHODS
 from core.run_settings import RunSettings
-from core.versions import all_ids
 from storage import queries
 from storage.db import session_scope
-from storage.models import Library, LibraryVersion, Run, Step, Task
+from storage.models import LibraryVersion, Run, Step, Task
 from storage.statuses import EvaluationPurpose, GateDecision, GateRule, OperationStatus
 
 VALIDATION_SPLIT = "validation"
@@ -83,12 +82,8 @@ def finding(stats: Paired) -> str:
 
 def candidate_experiences(session: Session, step: Step, ops: list) -> list[dict]:
     """The library the step would make if `ops` (Operation rows) were applied, with the ids it would get."""
-    before = session.get(LibraryVersion, step.version_before_id)
-    max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
-    proposed = [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "") for o in ops if o.op != "KEEP"]
-    valid = [item.op for item in validate_ops(before.experiences, proposed, max_size=max_size) if item.valid]
-    library = session.get(Library, before.library_id)
-    return apply_ops(before.experiences, valid, first_new_id=next_id_number(all_ids(session, library.id)))
+    before, checked = check_step_operations(session, step, ops)
+    return next_library(session, before, [item.op for _op, item in checked if item.valid])
 
 
 async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int) -> dict | None:

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
+from core.evaluation import experience_texts
 from core.gateway import clean_text
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
@@ -21,7 +22,7 @@ from core.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
-from storage.statuses import GateDecision, JobStatus, OperationStatus, StepStatus
+from storage.statuses import GateDecision, JobStatus, OperationStatus, OpKind, StepStatus
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -178,13 +179,11 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
         ops = queries.step_operations(session, step_id)
         if any(o.status == OperationStatus.PENDING for o in ops):
             raise Conflict(f"step {step_id} still has operations awaiting review")
-        before = session.get(LibraryVersion, step.version_before_id)
-        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
-        chosen = [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and o.op != "KEEP"]
-        checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
-                                                    for o in chosen], max_size=max_size)
+        before, checked = check_step_operations(
+            session, step, [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED)])
+        chosen = [op for op, _item in checked]
         valid = []
-        for op, item in zip(chosen, checked, strict=True):
+        for op, item in checked:
             if item.valid:
                 valid.append(item.op)
             else:
@@ -193,8 +192,7 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
         version = before
         if valid:
             library = session.get(Library, before.library_id)
-            experiences = apply_ops(before.experiences, valid, first_new_id=_next_number(session, library))
-            version = create_version(session, library, experiences, parent_id=before.id, source="run", created_by=actor,
+            version = create_version(session, library, next_library(session, before, valid), parent_id=before.id, source="run", created_by=actor,
                                      note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
                                      run_id=step.run_id, step_id=step.id)
         for op in ops:
@@ -218,10 +216,22 @@ def _link_gate_evaluation(session: Session, step: Step, version: LibraryVersion)
     ev_id = (step.gate or {}).get("evaluation_after")
     ev = session.get(Evaluation, ev_id) if ev_id else None
     if ev is not None and ev.version_id is None and (
-            [e["text"] for e in ev.experiences or []] == [e["text"] for e in version.experiences]):
+            experience_texts(ev.experiences) == experience_texts(version.experiences)):
         ev.version_id = version.id
         session.add(ev)
 
 
-def _next_number(session: Session, library: Library) -> int:
-    return next_id_number(all_ids(session, library.id))
+def check_step_operations(session: Session, step: Step, ops: list[Operation]) -> tuple[LibraryVersion, list]:
+    """The step's starting version, and each operation that changes the library (not KEEP) with its check
+    against that version: what applying `ops` would do. The gate's candidate is built the same way."""
+    before = session.get(LibraryVersion, step.version_before_id)
+    max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+    changing = [o for o in ops if o.op != OpKind.KEEP]
+    checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
+                                                for o in changing], max_size=max_size)
+    return before, list(zip(changing, checked, strict=True))
+
+
+def next_library(session: Session, before: LibraryVersion, valid: list[ProposedOp]) -> list[dict]:
+    """The experiences after `valid` operations, new ones numbered after every id the library ever used."""
+    return apply_ops(before.experiences, valid, first_new_id=next_id_number(all_ids(session, before.library_id)))
