@@ -4,6 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
+# Loopback only by default: with sign-in off everyone who reaches the port is admin. Open the studio to a
+# team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
+ADDRESS ?= 127.0.0.1
 
 .PHONY: install run test lint bench bench-learning worker clean-db
 
@@ -22,7 +25,7 @@ run: install
 	$(PY) -m core demo
 	$(PY) -m core worker >> worker.log 2>&1 & WORKER=$$!; \
 	trap 'kill $$WORKER 2>/dev/null' EXIT INT TERM; \
-	$(VENV)/bin/streamlit run streamlit_app.py --server.port $(PORT)
+	$(VENV)/bin/streamlit run streamlit_app.py --server.port $(PORT) --server.address $(ADDRESS)
 
 worker: install
 	$(PY) -m core worker

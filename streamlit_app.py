@@ -135,7 +135,8 @@ def sidebar(url: str, required: bool) -> None:
         st.code(get_settings().model, language=None, wrap_lines=True)
 
 
-st.set_page_config(page_title="Training-Free GRPO studio", layout="wide")
+# An emoji icon is drawn by the browser; a :material: page icon as favicon would be fetched from a font CDN.
+st.set_page_config(page_title="Training-Free GRPO studio", page_icon="🧪", layout="wide")
 
 url = get_settings().database_url
 try:

@@ -35,7 +35,7 @@ from core.gateway import Gateway
 from core.library import ProposedOp
 from core.people import require_role
 from core.rewards import METHODS
-from core.run_settings import Budget, JobSettings, Temperature, default_concurrency
+from core.run_settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import edit_library, resolve_version
@@ -81,7 +81,7 @@ class AttributionSettings(JobSettings):
                              description="calls in flight per model (TFGRPO_CONCURRENCY)")
     seed: int = 0
     budget_usd: Budget = Field(None, description="pause the measurement when its cost reaches this many USD")
-    api_base: str | None = None
+    api_base: ApiBase = None
 
     @classmethod
     def build(cls, **values) -> AttributionSettings:

@@ -34,6 +34,7 @@ from core import local_model
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
 from core.replies import Reply
 from core.replies import clean_text as clean_text  # re-exported for the gateway's callers
+from core.secrets import mask_url, resolve_api_base
 from core.settings import get_settings
 from storage.models import LLMCall
 
@@ -86,12 +87,14 @@ def redact(text: str) -> str:
     return text
 
 
-def cache_key(model: str, messages: list[dict], params: dict[str, Any], sample_index: int) -> str:
-    payload = json.dumps(
-        {"model": model, "messages": messages, "params": params, "sample": sample_index},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
+def cache_key(model: str, messages: list[dict], params: dict[str, Any], sample_index: int,
+              api_base: str | None = None) -> str:
+    """The response cache's key; a reply from one endpoint never answers the same model name on another
+    (the endpoint enters masked, so the key holds no credentials)."""
+    call = {"model": model, "messages": messages, "params": params, "sample": sample_index}
+    if api_base:
+        call["api_base"] = mask_url(api_base)
+    payload = json.dumps(call, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -111,6 +114,13 @@ class Gateway:
     api_base: str | None = None
     mock: Mock | None = None
     _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.api_base = resolve_api_base(self.api_base)
+
+    def _endpoint(self, model: str) -> str | None:
+        """The api_base this model is called on (the embedded model has none)."""
+        return None if model.startswith("local/") else self.api_base
 
     def _semaphore(self, model: str) -> asyncio.Semaphore:
         if model not in self._semaphores:
@@ -163,7 +173,7 @@ class Gateway:
         params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
         if response_format:
             params["response_format"] = response_format
-        key = cache_key(model, messages, params, sample_index)
+        key = cache_key(model, messages, params, sample_index, self._endpoint(model))
         request = {"messages": messages, "params": params, "sample_index": sample_index}
         hit = self._cached(key)
         if hit is not None:
@@ -177,8 +187,8 @@ class Gateway:
             kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
         elif model.startswith("local/"):
             kwargs["seed"] = _seed(key)
-        if self.api_base and not model.startswith("local/"):
-            kwargs["api_base"] = self.api_base
+        if self._endpoint(model):
+            kwargs["api_base"] = self._endpoint(model)
         attempts = 0
         started = time.perf_counter()
         async with self._semaphore(model):

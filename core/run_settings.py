@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidInput, describe_validation
+from core.secrets import mask_url
 from core.settings import get_settings
 from storage.statuses import GateRule
 
@@ -28,6 +29,9 @@ def _budget_positive(value: float | None) -> float | None:
 
 
 Temperature = Annotated[float, AfterValidator(_temperature_in_range)]
+# Stored and shown with its credentials masked; the process that calls it reads the full URL from
+# STUDIO_API_BASE (core.secrets.resolve_api_base).
+ApiBase = Annotated[str | None, AfterValidator(mask_url)]
 Budget = Annotated[float | None, AfterValidator(_budget_positive)]
 
 
@@ -87,7 +91,7 @@ class RunSettings(JobSettings):
     gate_k: int = Field(2, ge=1, description="samples per validation query for the gate")
     direct_count: int = Field(8, ge=1)
     budget_usd: Budget = Field(None, description="pause the run when its cost reaches this many USD")
-    api_base: str | None = None
+    api_base: ApiBase = None
 
     def operations_limit(self) -> int:
         """The most operations one step may propose: the setting, or half the batch size within 4 to 12

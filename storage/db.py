@@ -23,10 +23,36 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def describe_url(url: str) -> str:
-    """The URL without its password, for pages and logs."""
+    """The driver and host of a database URL (a SQLite file by its name), for pages and logs.
+
+    User, password, query and paths stay out: pages are seen by every signed-in person, and an
+    unparsable URL is described without echoing it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        return "an unreadable DATABASE_URL"
+    if parsed.get_backend_name() == "sqlite":
+        return f"{parsed.drivername} file {Path(parsed.database).name}" if parsed.database else f"{parsed.drivername} in memory"
+    host = parsed.host or "localhost"
+    return f"{parsed.drivername} on {host}" + (f":{parsed.port}" if parsed.port else "")
+
+
+def scrub_url(text: str, url: str) -> str:
+    """`text` (an error message) with the URL and its password replaced, so a page can show it."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    secrets = [url]
+    try:
+        parsed = make_url(url)
+        secrets += [parsed.render_as_string(hide_password=False), parsed.password or "", parsed.username or ""]
+    except Exception:  # noqa: BLE001  (an unparsable URL has no parts to look for)
+        pass
+    for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -24,14 +24,24 @@ def _chromium():
     require_chromium()
 
 
-def test_every_page_opens_without_an_error(tmp_path):
+def test_every_page_opens_without_an_error_or_an_outside_request(tmp_path):
+    """With the network blocked, every page draws completely from the studio's own server (no CDN font,
+    icon or script): the studio runs offline."""
+    outside: list[str] = []
+
+    def block(route):
+        outside.append(route.request.url)
+        route.abort()
+
     with studio(tmp_path, worker=False) as app, browser_page() as page:
+        page.route(lambda url: not url.startswith(app.url) and not url.startswith("data:"), block)
         for name, path in PAGES.items():
             page.goto(f"{app.url}/{path}")
             wait_for_app(page)
             assert page.locator("[data-testid='stException']").count() == 0, name
             assert page.locator("h1").first.is_visible(), name
             screenshot(page, f"empty-{name}")
+    assert outside == [], outside
 
 
 def run_ended(database_url: str) -> str | None:
