@@ -10,12 +10,21 @@ import time
 from dataclasses import dataclass, field
 
 from core.answers import extract_final_answer
-from core.errors import ModelCallError
+from core.errors import InvalidInput, ModelCallError
 from core.gateway import Gateway, Scope
 from core.prompts import agent_messages
-from core.sandbox import arun_python, extract_code_blocks
+from core.sandbox import arun_python, extract_code_blocks, harden_process, require_jail
 
 AGENT_MODES = ("direct", "python")
+
+
+def check_agent_mode(task_name: str, mode: str) -> None:
+    """Refuse a job whose agent mode is unknown, or needs the code jail on a machine without one, when it
+    is created rather than when its first answer runs."""
+    if mode not in AGENT_MODES:
+        raise InvalidInput(f"task {task_name!r} has an unknown agent mode {mode!r}")
+    if mode == "python":
+        require_jail()
 
 
 @dataclass
@@ -53,8 +62,14 @@ async def run_agent(
     scope: Scope,
     stage: str = "rollout",
 ) -> AgentResult:
-    """Answer one query; a failed model call ends the rollout with `error` set instead of raising."""
+    """Answer one query; a failed model call ends the rollout with `error` set instead of raising.
+
+    Python mode raises InvalidInput before any model call when model-written code cannot be jailed.
+    """
     python_tool = settings.mode == "python"
+    if python_tool:
+        require_jail()
+        harden_process()
     messages = agent_messages(instructions, answer_format, experiences, query, python_tool)
     result = AgentResult(messages=messages)
     started = time.perf_counter()

@@ -10,7 +10,7 @@ from collections import defaultdict
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core.agent import AgentSettings
+from core.agent import AgentSettings, check_agent_mode
 from core.errors import InvalidInput, NotFound
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
@@ -43,6 +43,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         require_role(session, created_by, "reviewer", "starting an evaluation")
         task = get_task(session, task_name)
         version = resolve_version(session, task, version_ref)
+        check_agent_mode(task.name, task.agent_mode)
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,

@@ -9,6 +9,10 @@ all read this registry; none of them branches on a method's name.
 Every reward is stored with where it came from and a human-readable reason, so reviewers can see
 why a rollout scored 0 or 1 without re-running anything.
 
+A method that runs a pattern or a parser someone else controls (regex: the task's pattern; math: the
+model's answer) is `isolated`: `score` runs it in a scoring process with a time and a memory limit
+(core/scoring.py), so one costly input costs a 0 reward with the reason instead of a stalled run.
+
 A pure module: no database, no model calls (the judge lives in core/judge.py, the queue in
 core/labeling.py).
 """
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import math
 import re
+import re._constants as sre
+import re._parser as sre_parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +31,12 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core import scoring
 from core.answers import extract_final_answer, normalize_answer
 from core.errors import InvalidInput
 
 __all__ = ["METHODS", "Method", "MethodSettings", "RewardMethod", "RewardResult", "check_settings", "get_method",
-           "majority_rewards", "score", "score_or_error", "setting_keys"]
+           "majority_rewards", "pattern_problem", "score", "score_or_error", "setting_keys", "warm_up"]
 
 _DETAIL_LIMIT = 200
 
@@ -84,6 +91,9 @@ class RegexSettings(MethodSettings):
             re.compile(pattern or "")
         except re.error as exc:
             raise InvalidInput(f"pattern is not a valid regular expression: {exc}") from exc
+        problem = pattern_problem(pattern or "")
+        if problem:
+            raise InvalidInput(problem)
         return pattern
 
 
@@ -151,7 +161,7 @@ def _shown(parsed: list) -> str:
 
 def _math_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
     """math-verify equivalence; like math-verify, several \\boxed{} in a response form one multi-part answer."""
-    # Signal-based timeouts in math-verify only work in the main thread; we run in worker threads.
+    # math-verify's own timeouts are signals, which cannot stop C code: the scoring process's kill is the limit.
     from math_verify import parse, verify
 
     try:
@@ -167,6 +177,8 @@ def _math_reward(response: str, reference: str, settings: dict[str, Any]) -> Rew
             return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
         ok = verify(gold, pred, timeout_seconds=None)
         got = _shown(pred)
+    except MemoryError:  # the scoring process reports it as its memory limit
+        raise
     except Exception as exc:  # a broken verifier must never crash a training run
         return RewardResult(0.0, "verifier", _short(f"math-verify error: {type(exc).__name__}: {exc}"))
     verdict = "correct" if ok else "wrong"
@@ -243,6 +255,175 @@ def _regex_reward(response: str, reference: str, settings: dict[str, Any]) -> Re
     return RewardResult(0.0, "verifier", f"no match for /{_short(pattern, 80)}/")
 
 
+# ---- costly patterns: a repeated group that can match the same text in more than one way ------------------
+#
+# Python's `re` backtracks: when a repeated group can split the same text in many ways (`(a+)+`, `(\w+\s?)*`,
+# `(a|aa)*`), a failing match tries every split, 2^n of them. A repeated group is safe here when each of
+# its variable-length parts is followed (within the group, or at the start of the next repetition) by a
+# required part that cannot start with any character the variable part can match, and its alternatives
+# cannot start alike: `(\.[\w-]+)+`, `(,\s*\d+)*` and `(\w+\s)*` pass. Character sets are compared on a
+# sample of characters (ASCII, Latin, a few others), folded for case; the scoring process's time limit
+# remains the guard for whatever this misses.
+
+_COSTLY_PATTERN = ("pattern can take exponential time: a repeated group can match the same text in more than "
+                   r"one way (like (a+)+, (\w+\s?)* or (a|aa)*); make each repetition match one way only")
+_SAMPLE = frozenset(map(chr, range(0x250))) | frozenset("\u00a0\u0394\u0436\u0663\u2003\u2028\u4e2d\U0001f600")
+_CATEGORIES = {sre.CATEGORY_DIGIT: r"\d", sre.CATEGORY_NOT_DIGIT: r"\D", sre.CATEGORY_SPACE: r"\s",
+               sre.CATEGORY_NOT_SPACE: r"\S", sre.CATEGORY_WORD: r"\w", sre.CATEGORY_NOT_WORD: r"\W",
+               sre.CATEGORY_LINEBREAK: r"\n", sre.CATEGORY_NOT_LINEBREAK: r"[^\n]"}
+_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT)
+_ZERO_WIDTH = (sre.AT, sre.ASSERT, sre.ASSERT_NOT)
+_ONE_CHAR = (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN)
+Item = tuple[Any, Any]  # one (opcode, argument) of re._parser's parse tree
+
+
+def _folded(chars: frozenset[str]) -> frozenset[str]:
+    """Both cases of every character: the pattern may be matched ignoring case."""
+    return chars | {c.lower() for c in chars} | {c.upper() for c in chars if len(c.upper()) == 1}
+
+
+def _in_set(char: str, members: list[Item]) -> bool:
+    """Whether `char` matches a character set's members (LITERAL, RANGE, CATEGORY)."""
+    for op, av in members:
+        if op is sre.LITERAL and char == chr(av):
+            return True
+        if op is sre.RANGE and av[0] <= ord(char) <= av[1]:
+            return True
+        if op is sre.CATEGORY and re.fullmatch(_CATEGORIES.get(av, r"(?s:.)"), char):
+            return True
+    return False
+
+
+def _one_char(op: Any, av: Any) -> frozenset[str]:
+    """The characters (of the sample, folded) a one-character element can match."""
+    if op is sre.LITERAL:
+        return _folded(frozenset(chr(av)))
+    if op is sre.NOT_LITERAL or op is sre.ANY:
+        return _SAMPLE
+    negate = bool(av) and av[0][0] is sre.NEGATE
+    members = av[1:] if negate else av
+    chars = frozenset(c for c in _SAMPLE if _in_set(c, members) != negate)
+    return _folded(chars | {chr(a) for o, a in members if o is sre.LITERAL and not negate})
+
+
+def _children(op: Any, av: Any) -> list:
+    """The sub-sequences of one element of the parse tree."""
+    if op is sre.SUBPATTERN:
+        return [av[3]]
+    if op is sre.BRANCH:
+        return list(av[1])
+    if op in _REPEATS or op is sre.POSSESSIVE_REPEAT:
+        return [av[2]]
+    if op is sre.ATOMIC_GROUP:
+        return [av]
+    if op in (sre.ASSERT, sre.ASSERT_NOT):
+        return [av[1]]
+    if op is sre.GROUPREF_EXISTS:
+        return [part for part in av[1:] if part is not None]
+    return []
+
+
+def _all_chars(items: Any) -> frozenset[str]:
+    """Every character some element of `items` can match (a back-reference: any)."""
+    chars: frozenset[str] = frozenset()
+    for op, av in items:
+        if op in _ONE_CHAR:
+            chars |= _one_char(op, av)
+        elif op is sre.GROUPREF:
+            return _SAMPLE
+        else:
+            for child in _children(op, av):
+                chars |= _all_chars(child)
+    return chars
+
+
+def _first(items: Any) -> tuple[frozenset[str], bool]:
+    """The characters a match of `items` can start with, and whether it can match nothing."""
+    chars: frozenset[str] = frozenset()
+    for item in items:
+        first, empty = _first_of(*item)
+        chars |= first
+        if not empty:
+            return chars, False
+    return chars, True
+
+
+def _first_of(op: Any, av: Any) -> tuple[frozenset[str], bool]:
+    if op in _ONE_CHAR:
+        return _one_char(op, av), False
+    if op in _ZERO_WIDTH:
+        return frozenset(), True
+    if op in _REPEATS or op is sre.POSSESSIVE_REPEAT:
+        first, empty = _first(av[2])
+        return first, empty or av[0] == 0
+    if op in (sre.SUBPATTERN, sre.ATOMIC_GROUP, sre.BRANCH):
+        parts = [_first(child) for child in _children(op, av)]
+        return frozenset().union(*(f for f, _ in parts)), any(e for _, e in parts)
+    return _SAMPLE, True  # a back-reference or a conditional group: it could start with anything
+
+
+def _flat(items: Any) -> list[Item]:
+    """The elements of a sequence with plain groups opened and zero-width ones (anchors, look-arounds) left out."""
+    flat: list[Item] = []
+    for op, av in items:
+        if op is sre.SUBPATTERN:
+            flat.extend(_flat(av[3]))
+        elif op not in _ZERO_WIDTH:
+            flat.append((op, av))
+    return flat
+
+
+def _alternatives_overlap(items: Any) -> bool:
+    """Whether some alternation in `items` has two alternatives that can start with the same character."""
+    for op, av in items:
+        if op is sre.BRANCH:
+            firsts = [_first(alternative) for alternative in av[1]]
+            for i, (first, empty) in enumerate(firsts):
+                for other, other_empty in firsts[i + 1:]:
+                    if first & other or (empty and other_empty):
+                        return True
+        if any(_alternatives_overlap(child) for child in _children(op, av)):
+            return True
+    return False
+
+
+def _ambiguous_body(body: Any, state: Any) -> bool:
+    """Whether the body of a repetition can match the same text in more than one way (see above)."""
+    if _alternatives_overlap(body):
+        return True
+    items = _flat(body)
+    for index, (op, av) in enumerate(items):
+        if op is sre.POSSESSIVE_REPEAT or op is sre.ATOMIC_GROUP:  # never gives characters back
+            continue
+        low, high = sre_parse.SubPattern(state, [(op, av)]).getwidth()
+        if low == high:
+            continue
+        following, can_be_empty = _first_of(*items[(index + 1) % len(items)])
+        if can_be_empty or following & _all_chars([(op, av)]):
+            return True
+    return False
+
+
+def _costly(items: Any, state: Any) -> bool:
+    """Whether some repetition (of more than one) in the parse tree has an ambiguous body."""
+    for op, av in items:
+        if op in _REPEATS and av[1] > 1 and _ambiguous_body(av[2], state):
+            return True
+        if any(_costly(child, state) for child in _children(op, av)):
+            return True
+    return False
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` can take exponential time to match (a nested quantifier, overlapping alternatives in a
+    repetition), or None. An invalid pattern is none of this function's business (re.compile says why)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    return _COSTLY_PATTERN if _costly(parsed, parsed.state) else None
+
+
 def _phrases(reference: str, settings: dict[str, Any]) -> list[str]:
     given = settings.get("phrases")
     if isinstance(given, str):
@@ -282,7 +463,9 @@ class RewardMethod(Protocol):
     `uses_judge`: the task's judge model scores (core/judge.py). `uses_people`: rollouts may wait in the
     labeling queue (core/labeling.py): every one if the judge takes no part, else the unsure ones and a
     spot-check share. Neither: a verifier, whose `score` decides alone (and only a verifier can serve
-    the no-ground-truth mode's comparison of final answers).
+    the no-ground-truth mode's comparison of final answers). `isolated`: the verifier runs patterns or
+    parsers that a task's author or the model controls, so the module's `score` runs it in a scoring
+    process with a time and a memory limit (its scorer must then be a module-level function).
     """
 
     @property
@@ -301,6 +484,8 @@ class RewardMethod(Protocol):
     def uses_people(self) -> bool: ...
     @property
     def scored_by_function(self) -> bool: ...
+    @property
+    def isolated(self) -> bool: ...
 
     def score(self, response: str, reference: str, settings: dict[str, Any]) -> RewardResult: ...
 
@@ -320,6 +505,7 @@ class Method:
     reference_setting: str | None = None
     uses_judge: bool = False
     uses_people: bool = False
+    isolated: bool = False
 
     @property
     def scored_by_function(self) -> bool:
@@ -334,18 +520,21 @@ class Method:
         return "the judge model" if self.uses_judge else "people"
 
     def score(self, response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+        """Run the scorer in this process, without limits (the scoring process calls this; the rest of the
+        studio calls the module's `score`, which isolates where the method says so)."""
         if self.scorer is None:
             raise InvalidInput(f"reward method {self.name!r} is scored by {self.scored_by}, not by a function")
         return self.scorer(response, reference, settings)
 
 
 METHODS: dict[str, RewardMethod] = {method.name: method for method in (
-    Method("math", "math-verify equivalence with the reference answer", scorer=_math_reward, needs_reference=True),
+    Method("math", "math-verify equivalence with the reference answer", scorer=_math_reward, needs_reference=True,
+           isolated=True),
     Method("exact", "exact match of the final answer (normalised)", scorer=_exact_reward, needs_reference=True),
     Method("numeric", "numeric match within a tolerance (rel_tol, abs_tol)", NumericSettings,
            scorer=_numeric_reward, needs_reference=True),
     Method("regex", "the response matches a regular expression (pattern, or the reference)", RegexSettings,
-           scorer=_regex_reward, needs_reference=True, reference_setting="pattern"),
+           scorer=_regex_reward, needs_reference=True, reference_setting="pattern", isolated=True),
     Method("contains_all", "the response contains every phrase (phrases, or the reference split at ;)",
            ContainsAllSettings, scorer=_contains_all_reward, needs_reference=True, reference_setting="phrases"),
     Method("judge", "an LLM judge scores against the criteria (scale binary or 1-5)", JudgeSettings,
@@ -399,7 +588,9 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     """Score one response against a reference answer with a registered verifier.
 
     Raises ValueError for configuration mistakes (unknown method, missing reference) so they surface
-    before a run starts; problems with the response itself only ever produce a 0.0 reward.
+    before a run starts; problems with the response itself only ever produce a 0.0 reward. An isolated
+    method scores the response's last 20,000 characters in a scoring process: past its time or memory
+    limit the reward is 0.0 from source `error` with the reason (core/scoring.py).
     """
     found = METHODS.get(method)
     if found is None:
@@ -409,6 +600,8 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
     if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
         raise InvalidInput(f"reward method {method!r} needs a reference answer")
+    if getattr(found, "isolated", False) and isinstance(found, Method) and found.scorer is not None:
+        return RewardResult(*scoring.score_in_child(found.scorer, response or "", str(reference or ""), settings))
     return found.score(response or "", str(reference or ""), settings)
 
 
@@ -419,6 +612,14 @@ def score_or_error(method: str, response: str, reference: str | None, settings: 
         return score(method, response, reference, settings)
     except ValueError as exc:
         return RewardResult(0.0, "error", str(exc))
+
+
+def warm_up() -> None:
+    """Score a trivial answer with every isolated method, so a new scoring process pays math-verify's and
+    sympy's imports (about 0.3 s) before its first timed score instead of inside it."""
+    for method in METHODS.values():
+        if getattr(method, "isolated", False):
+            method.score("\\boxed{1}", "1", {})
 
 
 def majority_rewards(responses: list[str]) -> list[RewardResult]:

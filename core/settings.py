@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
     no_autoworker: bool = Field(default=False, description="pages never start a worker process themselves")
     worker_log: Path = Field(default=PROJECT_DIR / "worker.log", description="log of a worker a page started")
+    score_timeout_s: float = Field(default=5.0, gt=0, description="seconds one regex or math-verify score may take")
+    score_memory_mb: int = Field(default=512, ge=128, description="address-space limit of a scoring process")
 
 
 @lru_cache(maxsize=1)
@@ -46,3 +48,12 @@ def get_settings() -> Settings:
 def engine() -> Engine:
     """The configured database's engine (one per URL per process, migrated on first use)."""
     return get_engine(get_settings().database_url)
+
+
+def configure_scoring() -> None:
+    """Give this process's scoring processes (core/scoring.py) the configured limits; they start at the
+    first score. Called once at the start of the CLI, the worker and the app."""
+    from core import scoring
+
+    settings = get_settings()
+    scoring.configure(time_limit_s=settings.score_timeout_s, memory_limit_mb=settings.score_memory_mb)

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core import gate
-from core.agent import AGENT_MODES, AgentSettings
+from core.agent import AgentSettings, check_agent_mode
 from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
@@ -94,8 +94,7 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         if not settings.ground_truth and method is not None and not method.scored_by_function:
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
-        if task.agent_mode not in AGENT_MODES:
-            raise InvalidInput(f"task {task.name!r} has an unknown agent mode {task.agent_mode!r}")
+        check_agent_mode(task.name, task.agent_mode)
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core.errors import Conflict, NotFound
+from core.sandbox import harden_process
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
 from storage.models import Evaluation, Run, utcnow
@@ -207,6 +208,7 @@ class _Shutdown(BaseException):
 def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str | None = None,
           gateway=None) -> int:
     """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done."""
+    harden_process()
     owner = owner or new_worker_id()
     register(engine, owner)
     done = 0

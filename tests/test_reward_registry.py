@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import subprocess
 import sys
 from typing import get_args
@@ -92,6 +93,18 @@ def test_the_flags_say_who_scores():
                    "judge": (False, True, False), "human": (False, False, True), "judge_human": (False, True, True)}
 
 
+def test_the_methods_that_run_patterns_or_parsers_are_isolated():
+    assert {name for name, m in METHODS.items() if m.isolated} == {"math", "regex"}
+    assert all(m.scored_by_function for m in METHODS.values() if m.isolated)
+
+
+def test_rewards_starts_no_scoring_process_on_import():
+    code = ("import core.rewards, core.scoring as s; import sys; "
+            "sys.exit(s._pool is not None and bool(s._pool._idle or s._pool._busy))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_an_unknown_name_is_refused_naming_the_known_methods():
     with pytest.raises(InvalidInput, match="unknown reward method 'vibes'; use one of math, exact, .*judge_human"):
         get_method("vibes")
@@ -150,6 +163,30 @@ def test_each_constraint_is_refused_naming_the_setting(method, settings, message
         check_settings(method, settings)
     with pytest.raises(InvalidInput, match=message):
         task_settings(reward_method=method, reward_settings=settings)
+
+
+COSTLY = "pattern can take exponential time: a repeated group can match the same text in more than one way"
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+", r"(a+)+$", r"^(\w+\s?)*$", r"(a|aa)*", r"(?:\d+)+", r"(.*,)+",
+                                     r"(\w*\.\w*)+", r"(x\w+)+", r"(a{1,2})+", r"((a+)b?)+", r"(abc|a\wc)+"])
+def test_a_pattern_that_can_take_exponential_time_is_refused(pattern):
+    with pytest.raises(InvalidInput, match=re.escape(COSTLY)):
+        check_settings("regex", {"pattern": pattern})
+    with pytest.raises(InvalidInput, match=re.escape(COSTLY)):
+        task_settings(reward_method="regex", reward_settings={"pattern": pattern})
+    assert rewards.pattern_problem(pattern).startswith(COSTLY)
+
+
+@pytest.mark.parametrize("pattern", [r"^\d+$", r"(ab)+", r"\w+\s\w+", r"\bsorry\b", r"#[A-Z]-\d{4}",
+                                     r"[\w.+-]+@[\w-]+(\.[\w-]+)+", r"\d+(,\s*\d+)*", r"(\w+\s)*\w+",
+                                     r"(\d{1,3},)*\d+", r"(cat|car)+", r"(\d|\w)*", r"(?i)(sorry|apolog\w*)",
+                                     r"(https?://)?[\w.-]+", r"(a++)+", ""])
+def test_an_ordinary_pattern_is_accepted(pattern):
+    check_settings("regex", {"pattern": pattern})
+    assert task_settings(reward_method="regex", reward_settings={"pattern": pattern}).reward_settings == {
+        "pattern": pattern}
+    assert rewards.pattern_problem(pattern) is None
 
 
 def test_keys_a_method_does_not_read_are_kept_unchecked_and_null_means_the_default():

@@ -70,9 +70,30 @@ def test_math_error_inside_verifier_is_reported(monkeypatch):
         raise RuntimeError("parser exploded")
 
     monkeypatch.setattr(math_verify, "verify", boom)
-    result = score("math", r"\boxed{12}", "12")
+    result = METHODS["math"].score(r"\boxed{12}", "12", {})  # the scorer itself, as the scoring process runs it
     assert result.value == 0.0
     assert "RuntimeError: parser exploded" in result.detail
+
+
+def test_math_leaves_running_out_of_memory_to_the_scoring_process(monkeypatch):
+    import math_verify
+
+    def greedy(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(math_verify, "verify", greedy)
+    with pytest.raises(MemoryError):
+        METHODS["math"].score(r"\boxed{12}", "12", {})
+
+
+def test_regex_and_math_scores_read_the_last_20000_characters():
+    long = "START " + "a" * 30_000 + " END"
+    capped = score("regex", long, None, {"pattern": "^START"})
+    assert (capped.value, capped.source) == (0.0, "verifier")
+    assert capped.detail.endswith("(scored the last 20,000 of 30,010 characters)")
+    assert score("regex", long, None, {"pattern": "END$"}).value == 1.0
+    assert score("math", "x" * 25_000 + r" so \boxed{12}", "12").value == 1.0
+    assert "scored the last" not in score("regex", "START", None, {"pattern": "^START"}).detail
 
 
 def test_math_works_off_main_thread():
