@@ -10,24 +10,29 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.errors import SignInLocked
+from core.errors import PermissionDenied, SignInLocked
 from core.people import authenticate, role_of, sign_in_required
-from core.settings import engine, get_settings
+from core.sandbox import harden_process
+from core.settings import configure_scoring, engine, get_settings
 from core.tasks import ensure_demo_tasks
 from core.worker import alive_workers
 from pages._common import (
     AUTH_KEY,
     LIBRARY_KEY,
+    REFUSED_KEY,
     REVIEWER_KEY,
     TASK_KEY,
     Flash,
     Outcome,
+    acting_person,
     default_reviewer,
     plain,
+    refusal,
+    sign_in_client,
     studio_frame,
 )
 from storage import queries
-from storage.db import describe_url
+from storage.db import describe_url, scrub_url
 
 SIGN_IN = Flash("sign_in_flash")
 PAGES = [
@@ -50,23 +55,25 @@ def prepare_database(url: str) -> int:
     return len(ensure_demo_tasks(engine()))
 
 
-def signed_in_person(required: bool) -> str | None:
-    """The signed-in user's name if still an active user; a removed or switched-off user is signed out."""
-    name = st.session_state.get(AUTH_KEY)
-    if not required or not name:
+def signed_in_person() -> str | None:
+    """With sign-in on, the signed-in user's name if still an active user; a removed or switched-off user
+    is signed out (core.people.page_actor decides, as it does inside every action)."""
+    try:
+        return acting_person()
+    except PermissionDenied:
+        st.session_state.pop(AUTH_KEY, None)
         return None
-    with Session(engine()) as session:
-        if role_of(session, name) is None:
-            del st.session_state[AUTH_KEY]
-            return None
-    return name
 
 
 def sign_in() -> None:
-    """The Sign in button's callback: with the right password, the run that follows draws the studio."""
+    """The Sign in button's callback: with the right password, the run that follows draws the studio.
+
+    core.people's back-off counts the name and this browser's address (else its tab); the password field is
+    emptied whatever the outcome, so a password never stays in the session."""
     name, password = st.session_state.get("sign_in_name", ""), st.session_state.get("sign_in_password", "")
+    st.session_state["sign_in_password"] = ""
     try:
-        user = authenticate(engine(), name, password)
+        user = authenticate(engine(), name, password, client=sign_in_client())
     except SignInLocked as exc:
         SIGN_IN.set("form", Outcome(False, plain(str(exc).capitalize() + ".")))
         return
@@ -74,12 +81,16 @@ def sign_in() -> None:
         SIGN_IN.set("form", Outcome(False, "Wrong user name or password."))
     else:
         st.session_state[AUTH_KEY] = user.name
+        st.session_state.pop(REFUSED_KEY, None)
 
 
 def sign_in_page() -> None:
     """Shown instead of any page while sign-in is on and nobody is signed in."""
     st.title("Sign in")
     st.caption("This studio has user accounts. Ask an admin for one (`python -m core user add NAME --role labeler`).")
+    refused = st.session_state.pop(REFUSED_KEY, None)
+    if refused:
+        st.warning(f"Nothing was done: {plain(refused)}.")
     SIGN_IN.show("form")
     with st.form("sign_in"):
         st.text_input("User name", key="sign_in_name")
@@ -105,6 +116,9 @@ def person_box(required: bool) -> None:
     st.session_state.setdefault(REVIEWER_KEY, default_reviewer())
     st.text_input("Your name", key=REVIEWER_KEY, help="Recorded with every decision and label you make here. "
                   "Add a user (People page, or `python -m core user add`) to require sign-in.")
+    reason = refusal()  # e.g. a name of the studio's own, such as `cli`: nothing can be done under it
+    if reason:
+        st.warning(plain(reason[:1].upper() + reason[1:]) + ".")
 
 
 def sidebar(url: str, required: bool) -> None:
@@ -138,19 +152,31 @@ def sidebar(url: str, required: bool) -> None:
 # An emoji icon is drawn by the browser; a :material: page icon as favicon would be fetched from a font CDN.
 st.set_page_config(page_title="Training-Free GRPO studio", page_icon="🧪", layout="wide")
 
+
+@st.cache_resource
+def harden() -> None:
+    """Once per app process: provider keys in its environment stay unreadable to other processes of the
+    same user, and scores run under the configured limits."""
+    harden_process()
+    configure_scoring()
+
+
+harden()
+
 url = get_settings().database_url
 try:
     prepare_database(url)
 except Exception as exc:  # a bad URL or an unreachable server: say so instead of a traceback
     st.error(f"Cannot open the database `{describe_url(url)}`. Check DATABASE_URL.")
-    st.code(f"{type(exc).__name__}: {exc}", language=None, wrap_lines=True)
+    st.code(scrub_url(f"{type(exc).__name__}: {exc}", url), language=None, wrap_lines=True)
     st.stop()
 
 with Session(engine()) as _session:
     sign_in_on = sign_in_required(_session)
-if sign_in_on and signed_in_person(sign_in_on) is None:
+if sign_in_on and signed_in_person() is None:
     st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
     st.stop()
+st.session_state.pop(REFUSED_KEY, None)  # the page's own section shows why an action was refused
 page = st.navigation(PAGES)  # before the sidebar, whose widgets then keep their ids in every run (run_page)
 sidebar(url, sign_in_on)
 with studio_frame():  # the page knows the sidebar is drawn (pages._common.run_page)

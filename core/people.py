@@ -6,54 +6,113 @@ a person trying it on their own machine. Roles are ordered: a labeller labels; a
 decides operations, edits libraries and starts runs; an admin also manages tasks, users and the
 `production` label. The checks live here and are called by the core functions themselves, so a
 page, the CLI or a script cannot get around them.
+
+A page acts only for the person `page_actor` names (the signed-in user, or without sign-in the typed
+name, never an internal actor). Sign-in attempts are counted before the password is checked, in one
+transaction at a time, and a name or client that keeps failing waits a little longer each time (a
+capped back-off, not a long lock a stranger could impose).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
-from datetime import UTC, timedelta
+import threading
+from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import ColumnElement, delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
 from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, User, utcnow
+from storage.models import AuditEvent, SignInAttempt, User, utcnow
 
 ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
 # Internal actors: the engine itself ("auto", "system") and the command line, whose user already
-# holds the database file. User names may not take these.
+# holds the database file. User names may not take these, and no page may act as one (page_actor).
 SYSTEM_ACTORS = frozenset({"auto", "system", "cli", "gate"})
 LOCAL_USER = "local"
+# What a page acts as when nobody may act from it (not signed in, or a reserved name typed): every role
+# check refuses it, so an action that skips the page's own check still writes nothing.
+NOBODY = "(nobody)"
+SIGN_IN_FIRST = "sign in first (this studio has user accounts, and this tab is not signed in)"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
-_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+
+# scrypt's cost: N=2^17, r=8, p=1 (OWASP's password storage guidance) takes ~0.4 s and 128 MiB per hash.
+# Hashes made with other figures still verify and are remade with these at the next sign-in.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**17, 8, 1
+_MAX_N, _MAX_R, _MAX_P = 2**20, 32, 16  # a stored hash asking for more is refused, not allowed to take GiBs
+# At most this many hashes at once per process: a burst of sign-ins waits instead of taking all the memory.
+_HASHING = threading.BoundedSemaphore(2)
+
+# Back-off: after MAX_FAILURES failed sign-ins on a name (since its last success, within FAILURE_WINDOW)
+# the next attempt waits FIRST_WAIT after the last failure, doubling with every further failure up to
+# MAX_WAIT, so a stranger cannot shut a person out for long. One client (address, else browser tab) gets
+# CLIENT_MAX_FAILURES over all names, never reset by a success, and waits up to CLIENT_MAX_WAIT.
 MAX_FAILURES = 5
-LOCK_WINDOW = timedelta(minutes=10)
-
-
-_DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
+CLIENT_MAX_FAILURES = 10
+FAILURE_WINDOW = timedelta(hours=1)
+FIRST_WAIT = timedelta(seconds=30)
+MAX_WAIT = timedelta(minutes=5)
+CLIENT_MAX_WAIT = timedelta(minutes=15)
+PENDING, OK, FAILED = "pending", "ok", "failed"
+# Key of the PostgreSQL advisory lock that sign-in bookkeeping takes (any constant bigint would do).
+_SIGN_IN_LOCK = 0x7F61_7369_676E
 
 
 def hash_password(password: str) -> str:
+    """A salted scrypt hash at today's cost, as `scrypt$N$r$p$salt$digest` (the figures travel with it)."""
     salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, dklen=32, **_SCRYPT)
-    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${salt.hex()}${digest.hex()}"
+    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${salt.hex()}${digest.hex()}"
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    """scrypt with room for its memory (128·r·N bytes: hashlib's default limit of 32 MiB is too small for N=2^17)."""
+    with _HASHING:
+        return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, dklen=32,
+                              maxmem=2 * 128 * r * (n + p + 2))
+
+
+def _parameters(stored: str) -> tuple[int, int, int, bytes, str] | None:
+    """N, r, p, salt and digest of a stored hash; None for anything that is not a sane scrypt hash."""
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        n, r, p, raw_salt = int(n), int(r), int(p), bytes.fromhex(salt)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    sane = scheme == "scrypt" and 1 < n <= _MAX_N and n & (n - 1) == 0 and 0 < r <= _MAX_R and 0 < p <= _MAX_P
+    return (n, r, p, raw_salt, digest) if sane and raw_salt and digest else None
 
 
 def check_password(password: str, stored: str) -> bool:
+    """Whether `password` matches the stored hash, whatever scrypt figures it was made with."""
+    found = _parameters(stored)
+    if found is None:
+        return False
+    n, r, p, salt, digest = found
     try:
-        scheme, n, r, p, salt, digest = stored.split("$")
-        if scheme != "scrypt":
-            return False
-        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), dklen=32, n=int(n), r=int(r), p=int(p))
-    except (ValueError, TypeError):
+        got = _scrypt(password, salt, n, r, p)
+    except ValueError:  # OpenSSL could not run it (e.g. no memory): no match, counted as a failure
         return False
     return hmac.compare_digest(got.hex(), digest)
+
+
+def needs_rehash(stored: str) -> bool:
+    """Whether a hash was made with other scrypt figures than today's (it is remade at the next sign-in)."""
+    found = _parameters(stored)
+    return found is None or found[:3] != (SCRYPT_N, SCRYPT_R, SCRYPT_P)
+
+
+def _dummy_hash() -> str:
+    """A hash no password matches, at today's cost: an unknown name takes as long to refuse as a wrong password."""
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${'00' * 16}${'00' * 32}"
 
 
 def sign_in_required(session: Session) -> bool:
@@ -62,7 +121,9 @@ def sign_in_required(session: Session) -> bool:
 
 
 def role_of(session: Session, actor: str) -> str | None:
-    """The actor's role: `admin` for internal actors and for everyone while sign-in is off."""
+    """The actor's role: `admin` for internal actors and for everyone while sign-in is off; none for NOBODY."""
+    if actor == NOBODY:
+        return None
     if actor in SYSTEM_ACTORS or not sign_in_required(session):
         return "admin"
     user = queries.user_by_name(session, actor)
@@ -79,6 +140,9 @@ def require_role(session: Session, actor: str, role: str, doing: str) -> None:
     if can(session, actor, role):
         return
     have = role_of(session, actor)
+    if actor == NOBODY:
+        raise PermissionDenied(f"nobody may act from this tab (sign in first, or type your own name in the "
+                               f"sidebar); {doing} needs the {role} role")
     who = f"{actor} is a {have}" if have else f"{actor!r} is not a signed-in user"
     raise PermissionDenied(f"{who}; {doing} needs the {role} role")
 
@@ -86,7 +150,7 @@ def require_role(session: Session, actor: str, role: str, doing: str) -> None:
 def validate_new_user(name: str, role: str, password: str) -> None:
     if not _NAME.match(name or ""):
         raise InvalidInput("a user name is 1-64 letters, digits, or . _ @ - and starts with a letter or digit")
-    if name in SYSTEM_ACTORS or name == LOCAL_USER:
+    if is_reserved(name) or name.lower() == LOCAL_USER:
         raise InvalidInput(f"{name!r} is reserved for the studio itself; choose another name")
     if role not in ROLES:
         raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
@@ -144,31 +208,128 @@ def _active_admins(session: Session) -> int:
     return session.exec(select(func.count()).select_from(User).where(User.active, User.role == "admin")).one()
 
 
-def _recent_failures(session: Session, name: str) -> int:
-    """Failed sign-ins for this name in the lock window, counted since its last successful one."""
-    since = utcnow() - LOCK_WINDOW
-    last_ok = session.exec(select(func.max(AuditEvent.created_at)).where(
-        AuditEvent.actor == name, AuditEvent.action == "user.sign_in")).one()
-    if last_ok is not None:
-        since = max(since, last_ok if last_ok.tzinfo else last_ok.replace(tzinfo=UTC))
-    return session.exec(select(func.count()).select_from(AuditEvent).where(
-        AuditEvent.actor == name, AuditEvent.action == "user.sign_in_failed", AuditEvent.created_at > since)).one()
+def is_reserved(name: str | None) -> bool:
+    """Whether a name belongs to the studio itself (an internal actor or NOBODY), in any case or spacing."""
+    cleaned = (name or "").strip()
+    return cleaned.lower() in SYSTEM_ACTORS or cleaned == NOBODY
 
 
-def authenticate(engine: Engine, name: str, password: str) -> User | None:
+def page_actor(session: Session, signed_in: str | None, typed: str | None) -> str:
+    """The person a page acts for, or PermissionDenied; pages ask this inside every action's callback.
+
+    With sign-in on it is only the signed-in user, still active; a name typed in the sidebar counts for
+    nothing. Without sign-in it is the typed name, never an internal actor's: a tab opened before sign-in
+    was switched on must not act (as `cli`, say, which core treats as admin) after it was."""
+    if sign_in_required(session):
+        user = queries.user_by_name(session, signed_in) if signed_in and not is_reserved(signed_in) else None
+        if user is None or not user.active:
+            raise PermissionDenied(SIGN_IN_FIRST)
+        return user.name
+    name = (typed or "").strip() or LOCAL_USER
+    if is_reserved(name):
+        raise PermissionDenied(f"{name!r} is reserved for the studio itself; type your own name in the sidebar")
+    return name
+
+
+def client_key(ip_address: str | None, session_id: str | None) -> str:
+    """Who knocks, for the per-client back-off: the browser's address, else its tab (a hash of the session
+    id, which is a secret that resumes a session and must not be stored)."""
+    if ip_address:
+        return f"ip:{ip_address}"[:80]
+    if session_id:
+        return "tab:" + hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return ""
+
+
+def authenticate(engine: Engine, name: str, password: str, client: str | None = None) -> User | None:
     """The active user with this name and password, else None (the same answer for either mistake).
 
-    After MAX_FAILURES failed attempts on one name within LOCK_WINDOW, SignInLocked is raised
-    without checking the password, which makes guessing passwords slow."""
-    name = (name or "").strip()[:64]
+    The attempt is written and counted in one transaction that sign-ins take one at a time, before the
+    password is checked, so attempts made at the same moment count each other. While the name or the
+    client (`client_key`; None from the command line) is backing off, SignInLocked is raised without
+    checking the password. A hash made with older scrypt figures is remade at a successful sign-in."""
+    name, client = (name or "").strip()[:64], (client or "")[:80]
+    attempt_id, user = _claim_attempt(engine, name, client)
+    stored = user.password_hash if user is not None else _dummy_hash()
+    ok = check_password(password or "", stored) and user is not None and user.active
+    new_hash = hash_password(password) if ok and needs_rehash(stored) else None
+    _settle_attempt(engine, attempt_id, name, user, ok, stored, new_hash)
+    return user if ok else None
+
+
+def _claim_attempt(engine: Engine, name: str, client: str) -> tuple[int, User | None]:
+    """Record the attempt as pending and refuse it if the name or client must wait; returns its id and the user.
+
+    On SQLite the INSERT is the transaction's first statement, which takes the database's single write lock
+    (waiting for it under the busy timeout) with the newest snapshot; on PostgreSQL an advisory lock does the
+    same. A refused attempt is rolled back: waiting out a back-off costs a stranger's retries nothing more."""
     with session_scope(engine) as session:
-        if _recent_failures(session, name) >= MAX_FAILURES:
-            minutes = int(LOCK_WINDOW.total_seconds() // 60)
-            raise SignInLocked(f"too many failed sign-ins for this user name; try again in {minutes} minutes")
-    with session_scope(engine) as session:
+        if session.get_bind().dialect.name == "postgresql":
+            session.exec(select(func.pg_advisory_xact_lock(_SIGN_IN_LOCK)))
+        attempt = SignInAttempt(name=name, client=client, outcome=PENDING, created_at=utcnow())
+        session.add(attempt)
+        session.flush()
+        now = utcnow()
+        session.exec(delete(SignInAttempt).where(SignInAttempt.created_at < now - FAILURE_WINDOW))
+        _refuse_while_backing_off(session, attempt, now)
         user = queries.user_by_name(session, name)
-        # An unknown name costs the same scrypt as a wrong password, so timing does not reveal user names.
-        ok = check_password(password or "", user.password_hash if user else _DUMMY_HASH) and bool(user and user.active)
+        session.expunge_all()
+        return attempt.id, user
+
+
+def _refuse_while_backing_off(session: Session, attempt: SignInAttempt, now: datetime) -> None:
+    """Raise SignInLocked if the name's or the client's failures (pending attempts included) ask for a wait."""
+    since = now - FAILURE_WINDOW
+    last_ok = session.exec(select(func.max(SignInAttempt.created_at)).where(
+        SignInAttempt.name == attempt.name, SignInAttempt.outcome == OK)).one()
+    if last_ok is not None:
+        since = max(since, _aware(last_ok))
+    wait = _backoff(session, SignInAttempt.name == attempt.name, since, attempt.id, MAX_FAILURES, MAX_WAIT, now)
+    if wait:
+        raise SignInLocked(f"too many failed sign-ins for this user name; try again in {_say(wait)}")
+    if attempt.client:
+        wait = _backoff(session, SignInAttempt.client == attempt.client, now - FAILURE_WINDOW, attempt.id,
+                        CLIENT_MAX_FAILURES, CLIENT_MAX_WAIT, now)
+        if wait:
+            raise SignInLocked(f"too many failed sign-ins from this connection; try again in {_say(wait)}")
+
+
+def _backoff(session: Session, whose: ColumnElement[bool], since: datetime, own_id: int, free: int, cap: timedelta,
+             now: datetime) -> timedelta:
+    """How long to wait: none for the first `free` failures, then FIRST_WAIT after the last one, doubling
+    with each further failure up to `cap`."""
+    count, last = session.exec(select(func.count(), func.max(SignInAttempt.created_at)).where(
+        whose, SignInAttempt.outcome != OK, SignInAttempt.created_at > since, SignInAttempt.id != own_id)).one()
+    if count < free or last is None:
+        return timedelta(0)
+    delay = min(FIRST_WAIT * 2 ** min(count - free, 30), cap)
+    return max(_aware(last) + delay - now, timedelta(0))
+
+
+def _settle_attempt(engine: Engine, attempt_id: int, name: str, user: User | None, ok: bool, stored: str,
+                    new_hash: str | None) -> None:
+    """Record the outcome (and a remade hash) and write the audit event.
+
+    Writes only, the first one first, so on SQLite it queues for the write lock rather than failing on a
+    stale snapshot. The new hash replaces the old one only if nobody set another password meanwhile."""
+    with session_scope(engine) as session:
+        session.exec(update(SignInAttempt).where(SignInAttempt.id == attempt_id).values(outcome=OK if ok else FAILED))
+        if new_hash is not None and user is not None:
+            changed = session.exec(update(User).where(User.id == user.id, User.password_hash == stored)
+                                   .values(password_hash=new_hash))
+            if changed.rowcount:
+                user.password_hash = new_hash
         session.add(AuditEvent(actor=name or "?", action="user.sign_in" if ok else "user.sign_in_failed",
                                object_type="user", object_id=user.id if user else None))
-        return user if ok else None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _say(wait: timedelta) -> str:
+    """A wait as a person reads it: seconds up to two minutes, then whole minutes (rounded up)."""
+    seconds = max(1, math.ceil(wait.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    return f"{math.ceil(seconds / 60)} minutes"

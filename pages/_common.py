@@ -28,10 +28,11 @@ from typing import Any, NamedTuple
 import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from core.errors import StudioError
+from core.errors import PermissionDenied, StudioError
 from core.labeling import Labelled
-from core.people import can
+from core.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
 from core.settings import engine as settings_engine
 from core.settings import get_settings
 from core.worker import ensure_worker, job_health
@@ -40,6 +41,7 @@ from storage.models import Task
 
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
 AUTH_KEY = "auth_user"  # the signed-in user's name; set only by the sign-in form in streamlit_app.py
+REFUSED_KEY = "action_refused"  # why the last action was refused; the sign-in page shows it
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")
 ENTRY_SCRIPT = Path(__file__).resolve().parent.parent / "streamlit_app.py"
@@ -89,16 +91,50 @@ class Context:
 
 
 def default_reviewer() -> str:
+    """The name the sidebar starts with: the account's login name, unless that is one of the studio's own."""
     try:
-        return getpass.getuser() or "local"
+        name = getpass.getuser() or LOCAL_USER
     except Exception:  # noqa: BLE001  (no user database in some containers)
-        return "local"
+        return LOCAL_USER
+    return LOCAL_USER if is_reserved(name) else name
+
+
+def acting_person() -> str:
+    """Who this tab acts for, asked anew from core.people.page_actor; raises PermissionDenied when nobody may.
+
+    Button callbacks run before streamlit_app.py's sign-in gate, so every action asks this itself."""
+    with Session(engine()) as session:
+        return page_actor(session, st.session_state.get(AUTH_KEY),
+                          st.session_state.get(REVIEWER_KEY) or default_reviewer())
+
+
+def refusal() -> str | None:
+    """Why this tab may not act right now (not signed in, switched off, a reserved name), or None."""
+    try:
+        acting_person()
+    except PermissionDenied as exc:
+        return str(exc)
+    return None
+
+
+def sign_in_client() -> str:
+    """The client the sign-in back-off counts: the browser's address, else this tab (core.people.client_key)."""
+    try:
+        ip = st.context.ip_address
+    except Exception:  # noqa: BLE001  (no browser connection)
+        ip = None
+    run = get_script_run_ctx(suppress_warning=True)
+    return client_key(ip if isinstance(ip, str) else None, run.session_id if run else None)  # AppTest: a mock
 
 
 def context() -> Context:
-    """With sign-in on, the acting person is the signed-in user; without it, the name typed in the sidebar."""
-    signed_in = st.session_state.get(AUTH_KEY)
-    person = signed_in or (st.session_state.get(REVIEWER_KEY) or default_reviewer()).strip() or "local"
+    """The sidebar's choices and who acts: the signed-in user with sign-in on, else the typed name.
+
+    When nobody may act the person is core.people.NOBODY, whom every role check refuses."""
+    try:
+        person = acting_person()
+    except PermissionDenied:
+        person = NOBODY
     return Context(task=st.session_state.get(TASK_KEY), library=st.session_state.get(LIBRARY_KEY) or "default",
                    reviewer=person)
 
@@ -258,7 +294,14 @@ def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: An
     shows the error (`failure` over core's text when given, else core's text). On success, `success`
     (text, or a function of the result) is a toast, for a change the redrawn page shows anyway, and
     `report` an alert beside the section, for a result the page does not show; with neither, nothing.
+    First it asks again whether this tab may act at all (it runs before the app's sign-in gate): if not,
+    nothing is called and the reason ("sign in first") is shown, on the sign-in page too.
     """
+    reason = refusal()
+    if reason is not None:
+        st.session_state[REFUSED_KEY] = reason
+        flash.set(section, Outcome(False, "Nothing was done: " + plain(reason) + "."))
+        return None
     try:
         result = action(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001  (every failure is shown; core rolled its transaction back)

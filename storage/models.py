@@ -313,6 +313,17 @@ class User(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class SignInAttempt(SQLModel, table=True):
+    """One sign-in attempt, written before its password is checked: the back-off counts these rows, so
+    attempts running at the same time count each other. Kept only as long as the back-off looks back."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)  # the user name typed, known or not
+    client: str = Field(default="", index=True)  # e.g. "ip:203.0.113.7", "tab:<hash>"; "" for the command line
+    outcome: str = "pending"  # pending | ok | failed
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
 class Worker(SQLModel, table=True):
     """A worker process that executes queued runs and evaluations; its heartbeat says it is alive."""
 

@@ -18,6 +18,15 @@ from storage import db
 from storage.db import make_engine
 
 
+@pytest.fixture(autouse=True)
+def cheap_password_hashes(request, monkeypatch):
+    """scrypt at N=2^10 in-process (N=2^17 costs ~0.4 s a hash); tests marked real_hash_cost keep the real one."""
+    if request.node.get_closest_marker("real_hash_cost") is None:
+        from core import people
+
+        monkeypatch.setattr(people, "SCRYPT_N", 2**10)
+
+
 @pytest.fixture(scope="session")
 def migrated_db(tmp_path_factory) -> Path:
     """A SQLite file migrated to the newest revision once per session; each test gets a copy of it
