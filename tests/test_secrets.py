@@ -103,3 +103,27 @@ def test_importing_the_studio_makes_no_outside_request():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ATTEMPTS []" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from core import tasks
+    from tests.ui_support import APP
+
+    url = "postgresql+psycopg://bob:hunter2-db-pw@db.example.com:5432/grpo"
+    monkeypatch.setenv("DATABASE_URL", url)
+    from core.settings import get_settings
+
+    get_settings.cache_clear()
+
+    def unreachable(_engine):  # an error that echoes its URL, as some drivers and parsers do
+        raise RuntimeError(f"cannot reach {url} (password hunter2-db-pw)")
+
+    monkeypatch.setattr(tasks, "ensure_demo_tasks", unreachable)
+    monkeypatch.setattr("core.settings.engine", lambda: None)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    shown = " ".join([e.value for e in at.error] + [c.value for c in at.code])
+    assert "Cannot open the database" in shown and "db.example.com" in shown
+    assert "hunter2" not in shown and "bob" not in shown
