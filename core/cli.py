@@ -19,11 +19,13 @@ from sqlmodel import Session
 
 from core import attribution, labeling
 from core.comparison import compare_evaluations
-from core.datasets import SPLITS, DatasetError, check_size, parse_mapping
+from core.datasets import SPLITS, check_size, column_names, mapping_note, parse_mapping, resolve_columns
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
 from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
+from core.library_io import check_file_size, decode_library
 from core.people import ROLES, add_user, update_user
+from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
 from core.task_io import export_task_json, import_task
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
@@ -108,15 +110,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dataset_add(args: argparse.Namespace) -> int:
-    path = Path(args.file)
+def _read_file(path: Path, check) -> bytes:
+    """A file's bytes, its size checked by `check(size, name)` before it is read."""
     try:
-        check_size(path.stat().st_size, path.name)
-        data = path.read_bytes()
+        check(path.stat().st_size, path.name)
+        return path.read_bytes()
     except OSError as exc:
-        raise DatasetError(f"{path.name}: cannot read file: {exc.strerror or exc}") from None
-    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping=parse_mapping(args.map),
+        raise InvalidInput(f"{path.name}: cannot read file: {exc.strerror or exc}") from None
+
+
+def cmd_dataset_add(args: argparse.Namespace) -> int:
+    """Columns nobody mapped are taken by core's rule (datasets.resolve_columns), and said when renamed."""
+    path = Path(args.file)
+    data = _read_file(path, check_size)
+    explicit = parse_mapping(args.map)
+    resolved = resolve_columns(column_names(data, path.name), explicit)
+    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping={**resolved, **explicit},
                                  default_split=args.split, actor="cli")
+    note = mapping_note({target: column for target, column in resolved.items() if target not in explicit})
+    if note:
+        print(note)
     print(f"added {added} samples to {args.task} ({already} already present)")
     return 0
 
@@ -221,6 +234,16 @@ def _report_run(engine, run_id: int) -> int:
     return 0 if run.status in (JobStatus.COMPLETED, JobStatus.AWAITING_REVIEW, JobStatus.PAUSED) else 1
 
 
+def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
+    """An --api-base with credentials is stored masked; this process calls it with the full URL, which
+    stays in its environment (core.secrets), and a queued run tells what its worker needs."""
+    if not has_credentials(api_base):
+        return
+    os.environ[API_BASE_ENV] = api_base
+    where = f"the worker needs {API_BASE_ENV} set to the full URL" if queued else "it is used by this process only"
+    print(f"--api-base holds credentials: stored as {mask_url(api_base)}; {where}", file=sys.stderr)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     engine = _engine(args)
     if args.resume is not None:
@@ -230,6 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.task:
             raise UsageError("train: --task is required (or --resume RUN)")
+        _keep_api_base_secret(args.api_base, queued=args.queue)
         given = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
                  "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
                  "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
@@ -421,10 +445,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from None
+    text = decode_library(_read_file(path, check_file_size), path.name)
     _print_version(import_library(_engine(args), args.task, text, path.name, library_name=args.library))
     return 0
 
@@ -488,10 +509,7 @@ def cmd_task_export(args: argparse.Namespace) -> int:
 
 def cmd_task_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    data = _read_file(path, check_size)
     task = import_task(_engine(args), data, "cli", rename=args.name)
     print(f"imported task {task.name!r}")
     return 0

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core import json_input
 from core.errors import InvalidInput
 from core.settings import PROJECT_DIR
 
@@ -30,10 +31,12 @@ MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000
 
-_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
+# The one rule for columns nobody mapped (the CLI and the Tasks page): the first of these names the file
+# has, in this order, compared without case. Mapping a synonym is said ("mapped question→query").
+SYNONYMS: dict[str, tuple[str, ...]] = {
     "id": ("id",),
-    "query": ("query",),
-    "reference": ("reference", "answer"),
+    "query": ("query", "question", "prompt", "input"),
+    "reference": ("reference", "answer", "target", "solution"),
     "rubric": ("rubric", "criteria"),
     "split": ("split",),
 }
@@ -91,9 +94,10 @@ def read_dataset(
 ) -> list[SampleRow]:
     """Read a .jsonl/.json (JSON lines or one JSON array) or .csv file, raising DatasetError before any row.
 
-    Targets not in `mapping` fall back to a column named like the target (reference also accepts
-    `answer`, rubric also accepts `criteria`). Without a `meta` mapping, columns used by no target go
-    into meta unchanged; with one (comma-separated column names) only those columns do.
+    Targets not in `mapping` fall back to a column named like the target or one of its SYNONYMS (query:
+    question, prompt, input; reference: answer, target, solution; rubric: criteria); see resolve_columns.
+    Without a `meta` mapping, columns used by no target go into meta unchanged; with one (comma-separated
+    column names) only those columns do.
     """
     path = Path(path)
     try:
@@ -180,6 +184,73 @@ def formula_like(text: str) -> bool:
     return head[:1] in ("+", "-") and not _SIGNED_NUMBER.fullmatch(head.rstrip())
 
 
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell for a CSV a person may open in a spreadsheet: text that would run as a formula gets a leading
+    apostrophe (the spreadsheet way of saying "text"); everything else is returned unchanged."""
+    return f"'{value}" if isinstance(value, str) and formula_like(value) else value
+
+
+def resolve_columns(columns: list[str], mapping: dict[str, str] | None = None) -> dict[str, str]:
+    """Target -> column: the explicit `mapping` first, then for each other target the first of its
+    SYNONYMS the file has (exact name first, then any case) that no other target took."""
+    resolved = {target: column for target, column in (mapping or {}).items() if target != "meta"}
+    used = set(resolved.values())
+    lowered = {column.lower(): column for column in reversed(columns)}
+    for target, names in SYNONYMS.items():
+        if target in resolved:
+            continue
+        for name in names:
+            column = name if name in columns else lowered.get(name)
+            if column is not None and column not in used:
+                resolved[target] = column
+                used.add(column)
+                break
+    return resolved
+
+
+def mapping_note(resolved: dict[str, str]) -> str:
+    """What a file's columns were taken as, when not named like the target: "mapped question→query"; else ""."""
+    renamed = [f"{column}→{target}" for target, column in resolved.items()
+               if target != "meta" and column.lower() != target]
+    return f"mapped {', '.join(renamed)}" if renamed else ""
+
+
+def column_names(data: bytes, filename: str, limit: int | None = None) -> list[str]:
+    """The column names of a dataset file, in order; [] for anything unreadable, never an error (parse_dataset
+    says what is wrong). CSV: the header row. JSON lines or a JSON array: the keys of the objects (the
+    first `limit` of them, or all)."""
+    try:
+        text = data.decode("utf-8-sig")
+        suffix = Path(filename).suffix.lower()
+        if suffix == ".csv":
+            header = next(csv.reader(io.StringIO(text, newline="")), [])
+            return list(dict.fromkeys(name.strip() for name in header if name.strip()))
+        if suffix not in (".jsonl", ".json"):
+            return []
+        objects = _json_objects(text, filename, limit)
+        return list(dict.fromkeys(str(key) for obj in objects for key in obj))
+    except (ValueError, csv.Error):  # InvalidInput and JSON errors are ValueErrors
+        return []
+
+
+def _json_objects(text: str, filename: str, limit: int | None) -> list[dict]:
+    """The objects of a JSON array, or of the JSON lines that parse, skipping anything else."""
+    if text.lstrip().startswith("["):
+        values = json_input.loads(text, filename)
+        return [item for item in values[:limit] if isinstance(item, dict)] if isinstance(values, list) else []
+    objects: list[dict] = []
+    for line in text.split("\n"):
+        if limit is not None and len(objects) >= limit:
+            break
+        try:
+            value = json_input.loads(line, filename) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            objects.append(value)
+    return objects
+
+
 def _target_names() -> str:
     return ", ".join((*TARGETS, *ALIASES))
 
@@ -254,9 +325,13 @@ def _duplicate_in(value: Any) -> str | None:
 
 
 def _loads(text: str, filename: str, line: int | None) -> Any:
-    """json.loads keeping track of repeated keys; a syntax error names the line (given, or found by json)."""
+    """json.loads keeping track of repeated keys; a syntax error names the line (given, or found by json),
+    nesting deeper than json_input.MAX_DEPTH is refused before parsing."""
     try:
-        return json.loads(text, object_pairs_hook=_object)
+        return json_input.loads(text, filename if line is None else f"{filename}: line {line}",
+                                object_pairs_hook=_object)
+    except json_input.TooDeep as exc:
+        raise DatasetError(str(exc), row=line) from None
     except json.JSONDecodeError as exc:
         where = line if line is not None else exc.lineno
         raise DatasetError(f"{filename}: line {where}: not valid JSON ({exc.msg})", row=where) from exc
@@ -354,18 +429,7 @@ def _resolve_columns(
     for column in meta_columns or []:
         if column not in columns:
             raise DatasetError(f"{filename}: column {column!r} (mapped to meta) is not in the file; columns: {listed}")
-    resolved = dict(mapping)
-    used = set(mapping.values())
-    lowered = {column.lower(): column for column in reversed(columns)}
-    for target, names in _DEFAULT_COLUMNS.items():
-        if target in resolved:
-            continue
-        for name in names:
-            column = name if name in columns else lowered.get(name)
-            if column is not None and column not in used:
-                resolved[target] = column
-                used.add(column)
-                break
+    resolved = resolve_columns(columns, mapping)
     if "query" not in resolved:
         raise DatasetError(f"{filename}: no query column; map one (e.g. query=Question); columns: {listed}")
     return resolved, meta_columns

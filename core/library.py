@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass, field
 
 OPS = ("ADD", "MODIFY", "DELETE", "MERGE", "KEEP")
-MAX_WORDS = 64
+MAX_WORDS = 64  # the longest experience, in words and in characters: the learner's and a person's edits
 MAX_CHARS = 500
+MAX_EXPERIENCES = 30  # the most a library holds by default (RunSettings.max_experiences); an import's limit
 
 
 @dataclass

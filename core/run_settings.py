@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidInput, describe_validation
+from core.library import MAX_EXPERIENCES
 from core.secrets import mask_url
 from core.settings import get_settings
 from storage.statuses import GateRule
@@ -81,7 +82,7 @@ class RunSettings(JobSettings):
     max_tokens: int = Field(1024, ge=16)
     learner_max_tokens: int = Field(768, ge=16)
     max_turns: int = Field(3, ge=1)
-    max_experiences: int = Field(30, ge=1, description="the most experiences a library may hold")
+    max_experiences: int = Field(MAX_EXPERIENCES, ge=1, description="the most experiences a library may hold")
     max_operations: int | None = Field(None, ge=1, description="operations the learner may propose per step "
                                        "(default: grows with the batch size, batch_size // 2, 4 to 12)")
     validation_size: int | None = Field(None, ge=0, description="train queries held out for the gate when "

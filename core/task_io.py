@@ -12,11 +12,8 @@ of vanishing silently.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -32,7 +29,7 @@ from pydantic_core import ErrorDetails
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core import datasets
+from core import datasets, json_input
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, SampleRow
 from core.errors import InvalidInput
@@ -238,7 +235,7 @@ def read_task_file(text: str | bytes, *, rename: str | None = None) -> tuple[Tas
     if not text.strip():
         raise InvalidInput("the file is empty")
     try:
-        data = json.loads(text)
+        data = json_input.loads(text, "the task file")
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"not valid JSON: line {exc.lineno}: {exc.msg}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -323,31 +320,6 @@ def import_task(engine: Engine, text: str | bytes, actor: str, *, rename: str | 
 
 
 def columns_of(data: bytes, filename: str) -> list[str]:
-    """The column names of a dataset file, for the mapping form; [] for anything unreadable, never an error.
-
-    CSV: the header row. JSON lines or a JSON array: the keys of the first objects, in order.
-    """
-    try:
-        text = data.decode("utf-8-sig")
-        suffix = Path(filename).suffix.lower()
-        if suffix == ".csv":
-            header = next(csv.reader(io.StringIO(text, newline="")), [])
-            return list(dict.fromkeys(name.strip() for name in header if name.strip()))
-        if suffix not in (".jsonl", ".json"):
-            return []
-        if text.lstrip().startswith("["):
-            objects = [item for item in json.loads(text)[:50] if isinstance(item, dict)]
-        else:
-            objects = []
-            for line in text.split("\n"):
-                if len(objects) >= 50:
-                    break
-                try:
-                    value = json.loads(line) if line.strip() else None
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    objects.append(value)
-        return list(dict.fromkeys(str(key) for obj in objects for key in obj))
-    except Exception:  # noqa: BLE001  (a broken file is reported by parse_dataset, not here)
-        return []
+    """The column names of a dataset file, for the mapping form (the keys of the first 50 JSON objects); []
+    for anything unreadable, never an error: parse_dataset says what is wrong."""
+    return datasets.column_names(data, filename, limit=50)

@@ -183,20 +183,6 @@ def show_text(text: str | None, empty: str = "(empty)") -> None:
     st.code(text if text else empty, language=None, wrap_lines=True)
 
 
-def show_trajectory(messages: list[dict]) -> None:
-    """The agent's side of the conversation (after the system prompt and the query), each with its role."""
-    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
-    if not turns:
-        st.caption("No model turn was recorded.")
-    for message in turns:
-        role = str(message.get("role", "?"))
-        content = str(message.get("content", ""))
-        if role == "user" and content.startswith("Code output:"):
-            role = "user (tool output)"
-        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
-        show_text(content)
-
-
 def keep_valid_choice(key: str, options: list) -> None:
     """Forget a remembered choice that is no longer offered (another task, a deleted row)."""
     if key in st.session_state and st.session_state[key] not in options:

@@ -2,7 +2,8 @@
 
 Read-only, so every role sees it. Filters narrow the query in the database; the free-text filter over
 the before/after JSON runs here on what the query returned. Actors and JSON values may be user-written,
-so they appear only in the dataframe and as code, never as Markdown. Core never records passwords.
+so they appear only in the table and as code (pages._display), never as Markdown, and the CSV download
+is spreadsheet-safe. Core never records passwords.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import streamlit as st
 from sqlmodel import Session
 
 from pages._common import DATETIME, engine, run_page
+from pages._display import csv_download, show_long, table
 from storage import queries
 from storage.models import AuditEvent
 
 ACTOR_KEY, GROUP_KEY, ACTION_KEY, TYPE_KEY = "audit_actor", "audit_group", "audit_action", "audit_type"
 OBJECT_KEY, DATES_KEY, CONTAINS_KEY, LIMIT_KEY = "audit_object_id", "audit_dates", "audit_contains", "audit_limit"
 EVENT_KEY = "audit_event"
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def compact(value: dict | list | None) -> str:
@@ -41,11 +42,6 @@ def contains(event: AuditEvent, needle: str) -> bool:
     """Case-insensitive match of the free text against the event's before and after JSON."""
     needle = needle.casefold()
     return needle in compact(event.before).casefold() or needle in compact(event.after).casefold()
-
-
-def csv_cell(value: object) -> object:
-    """A spreadsheet would run a cell that starts like a formula; a leading quote keeps it text."""
-    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_START) else value
 
 
 def keep_offered(key: str, options: list[str]) -> None:
@@ -97,15 +93,15 @@ def filters(facets: dict[str, list[str]]) -> dict:
 def show_event(event: AuditEvent) -> None:
     st.caption("Event")
     when = f"{event.created_at:%Y-%m-%d %H:%M:%S}" if event.created_at else "–"
-    st.code(f"#{event.id} · {event.action} · {object_text(event)} · by {event.actor} · {when} UTC",
-            language=None, wrap_lines=True)
+    show_long(f"#{event.id} · {event.action} · {object_text(event)} · by {event.actor} · {when} UTC",
+              f"audit_{event.id}_event")
     before, after = st.columns(2)
     with before:
         st.caption("Before")
-        st.code(pretty(event.before), language="json", wrap_lines=True)
+        show_long(pretty(event.before), f"audit_{event.id}_before", language="json")
     with after:
         st.caption("After")
-        st.code(pretty(event.after), language="json", wrap_lines=True)
+        show_long(pretty(event.after), f"audit_{event.id}_after", language="json")
 
 
 def page() -> None:
@@ -128,12 +124,11 @@ def page() -> None:
     if not events:
         st.info("No event matches these filters.")
         return
-    table = pd.DataFrame([{"id": e.id, "when": e.created_at, "actor": e.actor, "action": e.action,
+    frame = pd.DataFrame([{"id": e.id, "when": e.created_at, "actor": e.actor, "action": e.action,
                            "object": object_text(e), "before": compact(e.before), "after": compact(e.after)}
                           for e in events])
-    st.dataframe(table, hide_index=True, column_config={"when": DATETIME}, key="audit_table")
-    st.download_button("Download CSV", data=table.map(csv_cell).to_csv(index=False), file_name="audit.csv",
-                       mime="text/csv", key="audit_download")
+    table(frame, column_config={"when": DATETIME}, key="audit_table")
+    csv_download(frame, "Download CSV", "audit.csv", "audit_download")
     by_id = {event.id: event for event in events}
     ids = list(by_id)
     if st.session_state.get(EVENT_KEY) not in ids:

@@ -4,6 +4,7 @@ evaluations query by query, and promote the better version to `production`.
 The worker executes queued evaluations; this page queues them (`core.evaluation.create_evaluation`),
 resumes failed or stalled ones (`core.run_control.resume_evaluation`) and moves the label
 (`core.versions.promote`). Two evaluations are compared by `core.comparison.compare_evaluations`.
+Model output and names are shown as text or in tables through pages._display, never as Markdown.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from pages._common import (
     role_note,
     run_action,
     run_page,
-    show_text,
     start_worker_if_needed,
     status_label,
 )
+from pages._display import show_long, table
 from storage import queries
 from storage.models import Task
 from storage.statuses import JobStatus
@@ -158,9 +159,9 @@ def evaluations_view(task_id: int) -> None:
                      "status": status_label(e.status, e.heartbeat_at),
                      "progress": f"{progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')}",
                      "model": e.model, "created": e.created_at})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="evaluations_table",
-                 column_config={"Mean@k": SCORE, "Pass@k": SCORE, "cost": COST,
-                                "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
+    table(rows, key="evaluations_table",
+          column_config={"Mean@k": SCORE, "Pass@k": SCORE, "cost": COST,
+                         "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
 
     for e in evaluations:
         shown = job_health(e.status, e.heartbeat_at)
@@ -169,7 +170,7 @@ def evaluations_view(task_id: int) -> None:
         st.caption(f"Evaluation #{e.id} is {shown}"
                    + (": its worker stopped beating." if shown == JobStatus.STALLED else ". Error:"))
         if e.error:
-            show_text(e.error)
+            show_long(e.error, f"eval_error_{e.id}")
         st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
                   on_click=resume, args=(e.id,))
 
@@ -222,11 +223,11 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     st.caption(f"{s.n} queries answered by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired bootstrap "
                f"interval over queries, exact sign test on per-query wins and losses. "
                f"Smallest difference this comparison could detect: about {s.detectable:.2f}."
-               + (f" {result.note.capitalize()}." if result.note else ""))
-    table = pd.DataFrame([{k: v for k, v in row.items() if k != "sample_id"} for row in result.rows])
-    st.dataframe(table, hide_index=True, key="compare_table",
-                 column_config={"mean reward A": SCORE, "mean reward B": SCORE, "difference": SCORE,
-                                "cost A": COST, "cost B": COST})
+               + (f" {plain(result.note.capitalize())}." if result.note else ""))
+    frame = pd.DataFrame([{k: v for k, v in row.items() if k != "sample_id"} for row in result.rows])
+    table(frame, key="compare_table",
+          column_config={"mean reward A": SCORE, "mean reward B": SCORE, "difference": SCORE,
+                         "cost A": COST, "cost B": COST})
     outputs_side_by_side(result)
 
 
@@ -245,7 +246,7 @@ def outputs_side_by_side(result) -> None:
             st.markdown(f"**{side}** (evaluation {result.a.id if side == 'A' else result.b.id})")
             for rollout in rollouts:
                 st.caption(f"sample {rollout.group_index}: reward {rollout.reward if rollout.reward is not None else '–'}")
-                show_text(rollout.response or rollout.error)
+                show_long(rollout.response or rollout.error, f"eval_compare_{side}_{rollout.id}")
 
 
 def promote_version(version_id: int, name: str) -> None:

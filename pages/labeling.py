@@ -4,12 +4,12 @@ One rollout at a time from `core.labeling.next_item`, with the query, criteria, 
 the judge's suggestion; a button per scale point (digit keys), Submit (Enter) and Skip (S). Below it
 the agreement between labellers, the disagreements a reviewer settles, and the latest labels.
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
-change goes through `core.labeling`; text written by models or people is shown as code or in tables.
+change goes through `core.labeling`; text written by models or people is shown as code (long texts
+clipped with a "Show all" toggle) or in tables, through pages._display.
 """
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
@@ -29,8 +29,8 @@ from pages._common import (
     role_note,
     run_action,
     run_page,
-    show_text,
 )
+from pages._display import show_long, table
 from storage import queries
 from storage.models import Rollout, Task
 
@@ -142,15 +142,16 @@ def show_item(task: Task, item: QueueItem, where: str) -> None:
     with st.container(border=True):
         count = f" · label {item.labels_so_far + 1} of {rollout.labels_needed}" if rollout.labels_needed > 1 else ""
         st.caption(f"Rollout {rollout.id} · sample {sample.id} · {where}{count}")
+        key = f"label_rollout_{rollout.id}"
         st.caption("Query")
-        show_text(sample.query)
+        show_long(sample.query, f"{key}_query")
         st.caption("Criteria")
-        show_text(criteria_text(task, sample))
+        show_long(criteria_text(task, sample), f"{key}_criteria")
         if sample.reference:
             st.caption("Reference answer")
-            show_text(sample.reference)
+            show_long(sample.reference, f"{key}_reference")
         st.caption("Answer")
-        show_text(rollout.response, empty="(no answer)")
+        show_long(rollout.response, f"{key}_answer", empty="(no answer)")
         if rollout.suggested_reward is not None or rollout.judge_unsure:
             unsure = " · judge unsure" if rollout.judge_unsure else ""
             if rollout.suggested_reward is None:
@@ -158,7 +159,7 @@ def show_item(task: Task, item: QueueItem, where: str) -> None:
             else:
                 point = score_of(rollout.suggested_reward, item.scale)
                 st.caption(f"Judge suggestion: {point} ({rollout.suggested_reward:g}){unsure}")
-            show_text(rollout.suggested_detail, empty="(no reason given)")
+            show_long(rollout.suggested_detail, f"{key}_judge", empty="(no reason given)")
         score_buttons(item)
 
 
@@ -223,20 +224,17 @@ def agreement_section(task: Task) -> None:
         else:
             st.markdown(f"Fleiss' kappa: {result.fleiss:.2f} ({kappa_word(result.fleiss)}) over {result.items} "
                         f"rollouts with {result.raters_per_item} labels each.")
-        st.dataframe(pd.DataFrame([{"labeller A": a, "labeller B": b, "Cohen's kappa": kappa,
-                                    "agreement": kappa_word(kappa), "n": n}
-                                   for (a, b), (kappa, n) in result.cohen.items()]),
-                     hide_index=True, key="label_cohen_table",
-                     column_config={"Cohen's kappa": st.column_config.NumberColumn(format="%.2f")})
+        table([{"labeller A": a, "labeller B": b, "Cohen's kappa": kappa, "agreement": kappa_word(kappa), "n": n}
+               for (a, b), (kappa, n) in result.cohen.items()], key="label_cohen_table",
+              column_config={"Cohen's kappa": st.column_config.NumberColumn(format="%.2f")})
         st.caption("Kappa: below 0.2 poor, 0.2 fair, 0.4 moderate, 0.6 substantial, 0.8 almost perfect.")
     st.subheader("Disagreements", anchor=False)
     if not result.disagreements:
         st.caption("No disagreement waits for a decision.")
         return
-    st.dataframe(pd.DataFrame([{"rollout": row["rollout"], "sample": row["sample"],
-                                "labels": ", ".join(f"{name} {value}" for name, value in row["labels"].items()),
-                                "reward now": row["reward now"]} for row in result.disagreements]),
-                 hide_index=True, key="label_disagreements_table")
+    table([{"rollout": row["rollout"], "sample": row["sample"],
+            "labels": ", ".join(f"{name} {value}" for name, value in row["labels"].items()),
+            "reward now": row["reward now"]} for row in result.disagreements], key="label_disagreements_table")
     if not allowed("reviewer"):
         role_note("reviewer", "deciding disagreements")
         return
@@ -245,10 +243,9 @@ def agreement_section(task: Task) -> None:
     rollout_id = st.selectbox("Rollout to decide", ids, key=DECIDE_ROLLOUT_KEY,
                               format_func=lambda i: f"Rollout {i} · reward now {reward_text(disputed[i].reward)}")
     st.caption("Answer")
-    show_text(disputed[rollout_id].response, empty="(no answer)")
-    st.dataframe(pd.DataFrame([{"labeller": h.labeler, "kind": h.kind, "value": h.value, "comment": h.comment,
-                                "when": h.created_at} for h in histories[rollout_id]]),
-                 hide_index=True, key="label_decide_history", column_config={"when": DATETIME})
+    show_long(disputed[rollout_id].response, f"label_disputed_{rollout_id}_answer", empty="(no answer)")
+    table([{"labeller": h.labeler, "kind": h.kind, "value": h.value, "comment": h.comment, "when": h.created_at}
+           for h in histories[rollout_id]], key="label_decide_history", column_config={"when": DATETIME})
     scale = scale_of(task)
     values = dict(choices(scale))
     st.radio("Final score", list(values), key=DECIDE_SCORE_KEY, horizontal=True, index=None,
@@ -266,9 +263,9 @@ def history_section(task: Task) -> None:
     if not rows:
         st.caption("No labels for this task yet.")
         return
-    st.dataframe(pd.DataFrame([{"rollout": r.rollout_id, "labeller": r.labeler, "value": r.value, "kind": r.kind,
-                                "comment": r.comment, "when": r.created_at} for r in rows]),
-                 hide_index=True, key="label_history_table", column_config={"when": DATETIME})
+    table([{"rollout": r.rollout_id, "labeller": r.labeler, "value": r.value, "kind": r.kind,
+            "comment": r.comment, "when": r.created_at} for r in rows],
+          key="label_history_table", column_config={"when": DATETIME})
 
 
 def page() -> None:

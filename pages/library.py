@@ -3,7 +3,8 @@
 
 Versions are immutable: every change here goes through `core.versions` and appends a new version
 (the actor is the sidebar's reviewer). Reads go through `storage.queries`. Experience texts are
-written by a model or a person, so they are shown only with `show_text`, in tables, or in a diff block.
+written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
+pages._display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
 "Measure experiences" queues a run of kind `attribute` (core.attribution) for the worker and follows its
 progress; once measured, each experience's effect (version minus version-without-it, with its interval and
@@ -21,7 +22,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
@@ -30,7 +30,7 @@ from core import versions as core_versions
 from core.errors import StudioError
 from core.library import ProposedOp
 from core.library import diff as library_diff
-from core.library_io import LibraryFormatError
+from core.library_io import LibraryFormatError, decode_library
 from core.run_control import cancel_run, resume_run
 from core.worker import job_health
 from pages._common import (
@@ -49,10 +49,10 @@ from pages._common import (
     role_note,
     run_action,
     run_page,
-    show_text,
     start_worker_if_needed,
     status_label,
 )
+from pages._display import show_long, table
 from storage import queries
 from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
 
@@ -198,20 +198,15 @@ def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcom
 
 
 def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Outcome:
-    """An uploaded Markdown, JSON or text file as a new version; a bad or undecodable file writes nothing."""
+    """An uploaded Markdown, JSON or text file as a new version, through the CLI's checks (core.library_io: size,
+    UTF-8, nesting, the learner's limits); a file that fails any of them writes nothing."""
     ctx = ctx or context()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Outcome(False, "Cannot import this file: it is not UTF-8 text. Nothing was written. "
-                              "Save it as UTF-8 Markdown, JSON or plain text and try again.",
-                       detail=f"{filename}: {exc}")
-    try:
+        text = decode_library(data, filename)
         version = core_versions.import_library(engine(), ctx.task, text, filename, library_name=ctx.library,
                                                actor=ctx.reviewer)
     except LibraryFormatError as exc:
-        return Outcome(False, "Cannot import this file: it holds no experiences in a format this studio reads. "
-                              "Nothing was written.", detail=str(exc))
+        return Outcome(False, "Cannot import this file. Nothing was written. The problem:", detail=str(exc))
     except Exception as exc:  # noqa: BLE001
         return failed(exc)
     return Outcome(True, f"Imported {len(version.experiences)} experiences as version #{version.number} "
@@ -338,15 +333,15 @@ def version_select(label: str, key: str, ids: list[int], data: PageData, default
 
 def draw_versions(data: PageData) -> None:
     st.header("Versions", anchor=False)
-    st.dataframe(pd.DataFrame(data.rows), hide_index=True, key="lib_versions_table",
-                 column_config={"created at": DATETIME, "parent": st.column_config.NumberColumn(format="%d")})
+    table(data.rows, key="lib_versions_table",
+          column_config={"created at": DATETIME, "parent": st.column_config.NumberColumn(format="%d")})
 
 
 def draw_text(data: PageData, newest_first: list[int], ctx: Context) -> None:
     st.header("Experiences of a version", anchor=False)
     chosen = data.by_id[version_select("Version", "lib_text_version", newest_first, data)]
     if chosen.experiences:
-        show_text(experience_lines(chosen.experiences))
+        show_long(experience_lines(chosen.experiences), f"lib_text_{chosen.id}")
     else:
         st.caption(f"Version #{chosen.number} is empty: the agent runs without experiences.")
     draw_measure(data, chosen, ctx)
@@ -358,9 +353,9 @@ def draw_effects(chosen: VersionInfo, effects: dict, latest: VersionInfo) -> Non
     st.caption(f"Measured by run #{some.run_id} on {some.n} {some.split} queries x k={some.k}. Effect: mean reward "
                "of the version minus the version without that experience, per query (paired); it helps when "
                "its 95% interval lies above 0, hurts when it lies below 0, and is unclear otherwise.")
-    st.dataframe(pd.DataFrame(effect_rows(chosen.experiences, effects)), hide_index=True, key="lib_effects_table",
-                 column_config={"effect": st.column_config.NumberColumn(format="%+.3f"),
-                                "p": st.column_config.NumberColumn(format="%.3g")})
+    table(effect_rows(chosen.experiences, effects), key="lib_effects_table",
+          column_config={"effect": st.column_config.NumberColumn(format="%+.3f"),
+                         "p": st.column_config.NumberColumn(format="%.3g")})
     hurting = [e.experience_id for e in effects.values() if e.verdict == attribution.Verdict.HURTS]
     if not hurting or not allowed("reviewer"):
         return
@@ -418,7 +413,7 @@ def measure_progress(version_id: int, run_id: int) -> None:
         st.warning(f"The worker executing run #{run_id} stopped beating. Resume it to queue it again "
                    "(finished variants are kept).")
     if run.error:
-        show_text(run.error)
+        show_long(run.error, f"lib_measure_error_{run_id}")
     if not allowed("reviewer"):
         return
     offered = [(label, key, icon, change, done) for label, key, icon, change, done, statuses in (
@@ -466,11 +461,10 @@ def draw_diff(data: PageData, newest_first: list[int]) -> None:
         st.info(f"No differences between version #{old.number} and version #{new.number}.")
         return
     if changes:
-        st.dataframe(pd.DataFrame(changes, columns=["change", "id", "before", "after"]), hide_index=True,
-                     key="lib_diff_table")
+        table(changes, columns=["change", "id", "before", "after"], key="lib_diff_table")
     else:
         st.caption("Same experiences, in a different order.")
-    st.code(unified_diff(old, new), language="diff", wrap_lines=True)
+    show_long(unified_diff(old, new), f"lib_diff_{old.id}_{new.id}", language="diff")
 
 
 def draw_edits(data: PageData) -> None:
@@ -480,7 +474,7 @@ def draw_edits(data: PageData) -> None:
     FLASH.show("edit")
     ids = [exp["id"] for exp in latest.experiences]
     if latest.experiences:
-        show_text(experience_lines(latest.experiences))
+        show_long(experience_lines(latest.experiences), f"lib_edit_{latest.id}")
     add_tab, edit_tab, delete_tab, merge_tab = st.tabs(["Add", "Edit", "Delete", "Merge"])
     with add_tab, st.form("lib_add_form"):
         st.text_area("New experience", key="lib_add_text", height=100)
@@ -531,8 +525,7 @@ def draw_labels(data: PageData, newest_first: list[int]) -> None:
     st.header("Labels", anchor=False)
     FLASH.show("label")
     if data.label_rows:
-        st.dataframe(pd.DataFrame(data.label_rows), hide_index=True, key="lib_labels_table",
-                     column_config={"moved at": DATETIME})
+        table(data.label_rows, key="lib_labels_table", column_config={"moved at": DATETIME})
     else:
         st.caption("No labels yet.")
     left, right = st.columns(2)
@@ -553,7 +546,7 @@ def draw_export(data: PageData, newest_first: list[int], ctx: Context) -> None:
     # version_json_meta reads only .id and .number, which VersionInfo has (no database object kept).
     text = core_versions.export_version(chosen.experiences, fmt,
                                         meta=core_versions.version_json_meta(data.task, chosen))
-    show_text(text, empty="(the version is empty: nothing to paste)")
+    show_long(text, f"lib_export_{chosen.id}_{fmt}", empty="(the version is empty: nothing to paste)")
     st.download_button("Download", data=text, file_name=export_file_name(data.task.name, ctx.library,
                                                                           chosen.number, fmt),
                        mime=EXTENSIONS[fmt][1], key="lib_export_download", on_click="ignore")

@@ -1,12 +1,12 @@
 """Overview: tasks, libraries with their versions, runs, evaluations, and what waits for a person.
 
-Read-only. Everything comes through `storage.queries`; text written by a model (experiences, notes,
-errors) is shown with st.code / st.dataframe, never as Markdown.
+Read-only. Everything comes through `storage.queries`; text written by a model or a person (experiences,
+notes, errors) is shown as code or in tables (pages._display), never as Markdown; task, library and
+label names in headings and expander labels are escaped with plain().
 """
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
@@ -19,10 +19,12 @@ from pages._common import (
     context,
     engine,
     experience_lines,
+    plain,
     run_action,
     run_page,
     start_worker_if_needed,
 )
+from pages._display import show_long, table
 from storage import queries
 from storage.statuses import JobStatus
 
@@ -125,7 +127,7 @@ def page() -> None:
     right.metric("Runs waiting or failed",
                  sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
     if data["attention"]:
-        st.dataframe(pd.DataFrame(data["attention"]), hide_index=True, key="attention_table")
+        table(data["attention"], key="attention_table")
         resumable = [row["run"] for row in data["attention"] if row["status"] in (JobStatus.FAILED, JobStatus.STALLED)]
         for run_id in resumable:
             st.button(f"Resume run {run_id}", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
@@ -138,7 +140,7 @@ def page() -> None:
 
     st.header("Tasks")
     if data["tasks"]:
-        st.dataframe(pd.DataFrame(data["tasks"]), hide_index=True, key="tasks_table")
+        table(data["tasks"], key="tasks_table")
     else:
         st.info("No tasks yet.")
 
@@ -146,30 +148,27 @@ def page() -> None:
     if not data["libraries"]:
         st.info("No libraries yet.")
     for block in data["libraries"]:
-        st.subheader(block["title"], anchor=False)
-        st.dataframe(pd.DataFrame(block["rows"]), hide_index=True, column_config={"created": DATETIME},
-                     key=f"versions_table_{block['id']}")
+        st.subheader(plain(block["title"]), anchor=False)
+        table(block["rows"], column_config={"created": DATETIME}, key=f"versions_table_{block['id']}")
         for version in block["versions"]:
-            labels = f" · {', '.join(version['labels'])}" if version["labels"] else ""
+            labels = f" · {plain(', '.join(version['labels']))}" if version["labels"] else ""
             size = len(version["experiences"])
             with st.expander(f"Version {version['number']} (id {version['id']}) · {size} experiences{labels}"):
                 if version["experiences"]:
-                    st.code(experience_lines(version["experiences"]), language=None, wrap_lines=True)
+                    show_long(experience_lines(version["experiences"]), f"overview_version_{version['id']}")
                 else:
                     st.caption("No experiences: the agent runs without a library.")
 
     st.header("Runs")
     if data["runs"]:
-        st.dataframe(pd.DataFrame(data["runs"]), hide_index=True, column_config={"created": DATETIME},
-                     key="runs_table")
+        table(data["runs"], column_config={"created": DATETIME}, key="runs_table")
     else:
         st.info("No runs yet. Start one on the Train page, or from a terminal in the project folder:"
                 f"\n\n`{TRAIN_COMMAND}`")
 
     st.header("Evaluations")
     if data["evaluations"]:
-        st.dataframe(pd.DataFrame(data["evaluations"]), hide_index=True,
-                     column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
+        table(data["evaluations"], column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
     else:
         st.caption(f"No evaluations yet. Score a version on the test split with `{EVAL_COMMAND}`.")
 

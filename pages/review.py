@@ -4,14 +4,14 @@ A reviewer approves, rejects, edits or reopens each operation (or all pending on
 decision goes through `core.review`; once nothing in a step that waits for review is pending, core
 applies it (a new library version) and queues the run again, and this page starts a worker for it.
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
-Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code.
+Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code,
+long texts clipped with a "Show all" toggle, and tables through pages._display.
 """
 
 from __future__ import annotations
 
 import difflib
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
@@ -30,10 +30,10 @@ from pages._common import (
     run_action,
     run_page,
     show_text,
-    show_trajectory,
     start_worker_if_needed,
     status_label,
 )
+from pages._display import show_long, show_turns, table
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 from storage.statuses import (
@@ -131,7 +131,7 @@ def show_gate(step: Step, can_decide: bool) -> None:
         st.caption("No validation gate ran for this step (gate off, or the step has not reached it).")
         return
     shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error}.get(gate.get("decision"), st.info)
-    shown(gate.get("line", ""), icon=None)
+    shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.gate.gate_line)
     if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)", key=NOTE_KEY)
     if gate.get("evaluation_before"):
@@ -163,29 +163,30 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
         status = advantage.status if advantage else "not computed yet"
         st.markdown(f"**Group {index}** · sample #{sample_id} · advantage {status}")
         st.caption("Query")
-        show_text(query)
+        show_long(query, f"review_query_{sample_id}")
         left, right = st.columns(2)
         with left:
             st.caption("Semantic advantage")
-            show_text(advantage.text if advantage else None, empty="(no advantage)")
+            show_long(advantage.text if advantage else None, f"review_advantage_{sample_id}", empty="(no advantage)")
             if advantage and advantage.proposals:
                 st.caption("Proposed experiences")
-                show_text("\n".join(f"- {p}" for p in advantage.proposals))
+                show_long("\n".join(f"- {p}" for p in advantage.proposals), f"review_proposals_{sample_id}")
             if advantage and advantage.error:
                 st.caption("Error")
-                show_text(advantage.error)
+                show_long(advantage.error, f"review_advantage_error_{sample_id}")
         with right:
             if not rollouts:
                 st.caption("No rollouts.")
             for rollout in rollouts:
+                key = f"review_rollout_{rollout.id}"
                 st.caption(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)} · "
                            f"source {rollout.reward_source or '–'}")
-                show_text(rollout.final_answer, empty="(no final answer)")
-                show_text(rollout.summary, empty="(no summary)")
+                show_long(rollout.final_answer, f"{key}_final", empty="(no final answer)")
+                show_long(rollout.summary, f"{key}_summary", empty="(no summary)")
                 if rollout.error:
-                    show_text(rollout.error)
+                    show_long(rollout.error, f"{key}_error")
                 with st.expander(f"Trajectory · output {rollout.group_index}"):
-                    show_trajectory(rollout.messages or [])
+                    show_turns(rollout.messages or [], key)
 
 
 def effect_lines(op: Operation, before: LibraryVersion | None, effects: dict) -> list[str]:
@@ -208,15 +209,16 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
                    effects: dict) -> None:
     with st.container(border=True):
         st.markdown(f"**Operation {op.position + 1}** · {op.status}")
-        show_text(f"{op.op} {', '.join(op.target_ids)}".strip())
+        key = f"review_op_{op.id}"
+        show_long(f"{op.op} {', '.join(op.target_ids)}".strip(), f"{key}_targets")
         if op.status == OperationStatus.INVALID:
             st.warning("Invalid: this operation will not be applied. Reason:")
-            show_text(op.validation_error)
+            show_long(op.validation_error, f"{key}_invalid")
         st.caption("Rationale")
-        show_text(op.rationale, empty="(no rationale)")
+        show_long(op.rationale, f"{key}_rationale", empty="(no rationale)")
         st.caption("Before → after")
-        st.code(operation_diff(op, before.experiences if before else [], before.number if before else None),
-                language="diff", wrap_lines=True)
+        show_long(operation_diff(op, before.experiences if before else [], before.number if before else None),
+                  f"{key}_diff", language="diff")
         measured = effect_lines(op, before, effects)
         if measured:
             st.caption("Measured effect of the experiences it changes")
@@ -224,9 +226,9 @@ def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run
         if op.reviewer or op.decided_at:
             st.caption("Decision")
             when = f"{op.decided_at:%Y-%m-%d %H:%M:%S}" if op.decided_at else "–"
-            show_text(f"{op.status} by {op.reviewer or '–'} at {when}")
+            show_long(f"{op.status} by {op.reviewer or '–'} at {when}", f"{key}_decision")
             if op.comment:
-                show_text(op.comment)
+                show_long(op.comment, f"{key}_comment")
         if not can_decide:
             return
         if op.status == OperationStatus.PENDING:
@@ -306,10 +308,10 @@ def page() -> None:
                 + (f" · starts from version #{before.number}" if before else ""))
     if run.error:
         st.caption("Run error")
-        show_text(run.error)
+        show_long(run.error, f"review_run_error_{run.id}")
     if step.error:
         st.caption("Step error")
-        show_text(step.error)
+        show_long(step.error, f"review_step_error_{step.id}")
     if step.status == StepStatus.COMPLETED and after is not None:
         unchanged = " (the library did not change)" if step.version_after_id == step.version_before_id else ""
         st.success(f"Applied as version #{after.number}{unchanged}")
@@ -321,11 +323,10 @@ def page() -> None:
     if not operations:
         st.info("This step proposed no operations.")
     else:
-        st.dataframe(pd.DataFrame([{"#": op.position + 1, "op": op.op, "targets": ", ".join(op.target_ids),
-                                    "status": op.status, "reviewer": op.reviewer or "", "reason": op.reason or "",
-                                    "decided at": op.decided_at,
-                                    "validation error": op.validation_error or ""} for op in operations]),
-                     hide_index=True, column_config={"decided at": DATETIME}, key="review_operations_table")
+        table([{"#": op.position + 1, "op": op.op, "targets": ", ".join(op.target_ids),
+                "status": op.status, "reviewer": op.reviewer or "", "reason": op.reason or "",
+                "decided at": op.decided_at, "validation error": op.validation_error or ""} for op in operations],
+              column_config={"decided at": DATETIME}, key="review_operations_table")
         if can_decide:
             bulk_approve, bulk_reject = st.columns(2)
             bulk_approve.button("Approve all pending", key="review_approve_all", disabled=not pending,

@@ -3,12 +3,12 @@
 Read-only but for one action: a person's label on an output, which overrides its automatic reward
 (core.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
-wrote (query, reference, answers, summaries, trajectories, errors) is shown with show_text.
+wrote (query, reference, answers, summaries, trajectories, errors) is shown as text, long texts clipped
+with a "Show all" toggle (pages._display).
 """
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
@@ -26,10 +26,9 @@ from pages._common import (
     reward_text,
     run_action,
     run_page,
-    show_text,
-    show_trajectory,
     status_label,
 )
+from pages._display import show_long, show_turns, table
 from storage import queries
 from storage.models import Rollout, Task
 from storage.statuses import EvaluationPurpose, LabelStatus
@@ -82,24 +81,25 @@ def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: b
     waiting = " · waiting for a label" if rollout.label_status == LabelStatus.NEEDED else ""
     st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}{waiting}")
     label_control(rollout, task, can_label)
+    key = f"rollout_{rollout.id}"
     st.caption("Final answer")
-    show_text(rollout.final_answer, empty="(no final answer)")
+    show_long(rollout.final_answer, f"{key}_final", empty="(no final answer)")
     if rollout.reward_detail:
         st.caption("Reward detail")
-        show_text(rollout.reward_detail)
+        show_long(rollout.reward_detail, f"{key}_detail")
     st.caption("Summary")
-    show_text(rollout.summary, empty="(no summary)")
+    show_long(rollout.summary, f"{key}_summary", empty="(no summary)")
     if rollout.error:
         st.caption("Error")
-        show_text(rollout.error)
+        show_long(rollout.error, f"{key}_error")
     st.caption(f"{rollout.tokens_in} tokens in · {rollout.tokens_out} tokens out · "
                f"{rollout.latency_ms / 1000:.1f} s")
     if in_expander:  # expanders are not nested: the trajectory follows inline
         st.caption("Trajectory")
-        show_trajectory(rollout.messages or [])
+        show_turns(rollout.messages or [], key)
     else:
         with st.expander("Trajectory"):
-            show_trajectory(rollout.messages or [])
+            show_turns(rollout.messages or [], key)
 
 
 def show_group(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
@@ -112,9 +112,9 @@ def show_group(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
             with column:
                 show_output(rollout, task, can_label, in_expander=False)
         return
-    st.dataframe(pd.DataFrame([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
-                                "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts]),
-                 hide_index=True, column_config={"reward": SCORE}, key="rollouts_group_table")
+    table([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
+            "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts],
+          column_config={"reward": SCORE}, key="rollouts_group_table")
     for rollout in rollouts:
         with st.expander(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)}"):
             show_output(rollout, task, can_label, in_expander=True)
@@ -197,9 +197,9 @@ def page() -> None:
 
     sample = samples[0] if samples else None
     st.subheader("Query", anchor=False)
-    show_text(sample.query if sample else None)
+    show_long(sample.query if sample else None, f"rollouts_query_{sample_id}")
     st.subheader("Reference answer", anchor=False)
-    show_text(sample.reference if sample else None, empty="(no reference answer)")
+    show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}", empty="(no reference answer)")
     st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
     FLASH.show("label")
     show_group(rollouts, task, allowed("labeler"))  # the role once per page, not once per output

@@ -5,7 +5,8 @@ again and write the audit log. Buttons act in callbacks, before the page (and th
 again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
 kept in session state and shown once beside the section that caused it: our message in an alert, any
 text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
-references, rubrics and instructions appear only in tables or as code.
+references, rubrics and instructions appear only in tables or as code (pages._display). Which column
+feeds which field is core's rule (core.datasets.resolve_columns), the same as the CLI's.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import hashlib
 import json
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
 from core.agent import AGENT_MODES
-from core.datasets import SPLITS, DatasetError, parse_dataset
+from core.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns
+from core.errors import InvalidInput
 from core.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
@@ -46,12 +47,13 @@ from pages._common import (
     context,
     current_task,
     engine,
+    plain,
     role_note,
     run_action,
     run_page,
     show_outcome,
-    show_text,
 )
+from pages._display import show_long, table
 from storage import queries
 from storage.models import Task
 
@@ -63,8 +65,6 @@ AUTO = "(automatic)"
 PREVIEW_ROWS, SAMPLE_ROWS = 20, 50
 MAPPING_TARGETS = {"query": "Query (required)", "id": "Id", "reference": "Reference answer",
                    "rubric": "Rubric / criteria", "split": "Split"}
-GUESSES = {"query": ("query", "question", "prompt"), "id": ("id",), "reference": ("reference", "answer"),
-           "rubric": ("rubric", "criteria"), "split": ("split",)}
 PASTE_FORMATS = {"CSV": "pasted.csv", "JSONL": "pasted.jsonl"}
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
 
@@ -221,7 +221,7 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
     kept = {k: v for k, v in base.reward_settings.items() if k not in all_setting_keys()}
     if kept:
         st.caption("Other reward settings, kept as they are (no method of this studio reads them):")
-        show_text(json.dumps(kept, ensure_ascii=False, indent=2))
+        show_long(json.dumps(kept, ensure_ascii=False, indent=2), f"{prefix}kept_settings")
 
 
 def show_settings(task: Task) -> None:
@@ -229,13 +229,14 @@ def show_settings(task: Task) -> None:
     rows = [("name", task.name), ("description", task.description), ("agent mode", task.agent_mode),
             ("policy model", task.policy_model), ("learner model", task.learner_model),
             ("judge model", task.judge_model), ("reward method", task.reward_method)]
-    st.dataframe(pd.DataFrame(rows, columns=["setting", "value"]), hide_index=True)
+    table(rows, columns=["setting", "value"], key="tasks_settings_table")
     st.caption("Instructions")
-    show_text(task.instructions)
+    show_long(task.instructions, f"tasks_{task.id}_instructions")
     st.caption("Answer format")
-    show_text(task.answer_format)
+    show_long(task.answer_format, f"tasks_{task.id}_answer_format")
     st.caption("Reward settings")
-    show_text(json.dumps(task.reward_settings or {}, ensure_ascii=False, indent=2), empty="{}")
+    show_long(json.dumps(task.reward_settings or {}, ensure_ascii=False, indent=2), f"tasks_{task.id}_reward",
+              empty="{}")
 
 
 def draw_settings(task: Task | None) -> None:
@@ -269,25 +270,22 @@ def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_sp
         st.session_state.pop(CHECKED_KEY, None)
 
 
-def guess(target: str, columns: list[str]) -> str:
-    lowered = {column.lower(): column for column in reversed(columns)}
-    return next((lowered[name] for name in GUESSES[target] if name in lowered), AUTO)
-
-
 def mapping_form(columns: list[str]) -> tuple[dict[str, str], str]:
     """Which column feeds which field; widget keys follow the columns, so another file starts afresh."""
     tag = hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:10]
     if columns:
         st.caption("Columns found in the file")
-        show_text(", ".join(columns))
+        show_long(", ".join(columns), f"tasks_columns_{tag}")
     else:
         st.caption("No column names could be read; Check file says why.")
-    st.caption(f"{AUTO} uses a column named like the field, if the file has one.")
+    st.caption(f"{AUTO} uses a column named like the field or a usual synonym (query: question, prompt, input; "
+               "reference: answer, target, solution; rubric: criteria), if the file has one.")
     mapping: dict[str, str] = {}
     options = [AUTO, *columns]
+    guessed = resolve_columns(columns)  # core's rule, the CLI's too
     cells = st.columns(len(MAPPING_TARGETS))
     for cell, (target, label) in zip(cells, MAPPING_TARGETS.items(), strict=True):
-        chosen = cell.selectbox(label, options, index=options.index(guess(target, columns)),
+        chosen = cell.selectbox(label, options, index=options.index(guessed.get(target, AUTO)),
                                 key=f"tasks_map_{tag}_{target}")
         if chosen != AUTO:
             mapping[target] = chosen
@@ -320,9 +318,8 @@ def draw_samples(session: Session, task: Task) -> None:
     samples = queries.samples(session, task.id, limit=SAMPLE_ROWS)
     if samples:
         st.caption(f"The first {len(samples)} samples")
-        st.dataframe(pd.DataFrame([{"id": s.external_id, "split": s.split, "query": s.query,
-                                    "reference": s.reference, "rubric": s.rubric} for s in samples]),
-                     hide_index=True)
+        table([{"id": s.external_id, "split": s.split, "query": s.query, "reference": s.reference,
+                "rubric": s.rubric} for s in samples], key="tasks_samples_table")
     else:
         st.caption("This task has no samples yet.")
 
@@ -342,7 +339,8 @@ def draw_data(task: Task | None) -> None:
     if not data.strip():
         st.caption("Give a file or paste rows to map their columns.")
         return
-    mapping, default_split = mapping_form(columns_of(data, filename))
+    columns = columns_of(data, filename)
+    mapping, default_split = mapping_form(columns)
     signature = json.dumps([task.name, hashlib.sha256(data).hexdigest(), filename, mapping, default_split])
     if st.button("Check file", key="tasks_check"):
         st.session_state[CHECKED_KEY] = signature
@@ -351,15 +349,18 @@ def draw_data(task: Task | None) -> None:
         return
     try:
         rows = parse_dataset(data, filename, mapping, default_split)
-    except DatasetError as exc:
-        where = f" (row {exc.row})" if exc.row is not None else ""
+    except InvalidInput as exc:
+        row = getattr(exc, "row", None)
+        where = f" (row {row})" if row is not None else ""
         show_outcome(Outcome(False, f"This file cannot be added{where}; nothing was written. The problem:", str(exc)))
         return
     show_outcome(Outcome(True, f"{len(rows)} rows OK"))
+    note = mapping_note(resolve_columns(columns, mapping))
+    if note:
+        st.caption(plain(f"Columns: {note}."))
     st.caption(f"Preview of the first {min(len(rows), PREVIEW_ROWS)} rows")
-    st.dataframe(pd.DataFrame([{"id": r.external_id, "split": r.split, "query": r.query, "reference": r.reference,
-                                "rubric": r.rubric, "meta": json.dumps(r.meta, ensure_ascii=False)}
-                               for r in rows[:PREVIEW_ROWS]]), hide_index=True)
+    table([{"id": r.external_id, "split": r.split, "query": r.query, "reference": r.reference, "rubric": r.rubric,
+            "meta": json.dumps(r.meta, ensure_ascii=False)} for r in rows[:PREVIEW_ROWS]], key="tasks_preview_table")
     st.button(f"Add {len(rows)} samples", type="primary", key="tasks_add", on_click=on_add,
               args=(task.name, data, filename, mapping, default_split))
 

@@ -73,7 +73,8 @@ def test_dataset_add_with_mapping_criteria_and_meta(db, capsys, tmp_path):
     assert event.actor == "cli" and event.after == {"file": "tickets.csv", "rows": 2, "added": 2}
     code, out, _ = run(capsys, "--db", db, "dataset", "add", "--task", SUPPORT_TASK, "--map", "id=Ticket",
                        "--map", "query=Message", str(source))
-    assert code == 0 and out.strip() == f"added 0 samples to {SUPPORT_TASK} (2 already present)"
+    assert code == 0 and out.splitlines() == ["mapped Criteria→rubric",  # not mapped this time: core's rule, said
+                                              f"added 0 samples to {SUPPORT_TASK} (2 already present)"]
 
 
 @pytest.mark.parametrize("argv, reason", [
@@ -303,3 +304,70 @@ def test_a_status_line_held_back_by_the_two_second_rule_is_shown_later(monkeypat
     clock["now"] += 5
     status({"n": 2})  # nothing new since, but "done 2" was never shown
     assert out.getvalue().splitlines() == ["done 1", "done 2"]
+
+
+# --- hostile files (issue 12) -------------------------------------------------------------------------
+
+DEEP = "[" * 100_000
+
+
+def versions_of(db: str, task_name: str) -> int:
+    with Session(get_engine(db)) as session:
+        task = queries.task_by_name(session, task_name)
+        return sum(len(queries.versions(session, lib.id)) for lib in queries.libraries(session, task.id))
+
+
+@pytest.mark.parametrize("command, filename, where", [
+    (["dataset", "add", "--task", DEMO_TASK], "deep.json", "deep.json"),
+    (["dataset", "add", "--task", DEMO_TASK], "deep.jsonl", "deep.jsonl: line 1"),
+    (["import", "--task", DEMO_TASK], "deep.json", "deep.json"),
+    (["import", "--task", DEMO_TASK], "deep.md", "deep.md"),
+    (["task", "import"], "deep.json", "the task file"),
+])
+def test_a_deeply_nested_file_exits_2_with_one_line_and_writes_nothing(db, capsys, tmp_path, command, filename,
+                                                                          where):
+    source = tmp_path / filename
+    source.write_text(DEEP, encoding="utf-8")
+    before = (len(samples_of(db, DEMO_TASK)), versions_of(db, DEMO_TASK), len(audit(db, "task.import")))
+    code, out, err = run(capsys, "--db", db, *command, str(source))
+    assert (code, out, err) == (2, "", f"error: {where} is nested more than 100 levels deep\n")
+    assert (len(samples_of(db, DEMO_TASK)), versions_of(db, DEMO_TASK), len(audit(db, "task.import"))) == before
+
+
+def test_a_question_answer_csv_is_added_and_the_mapping_said(db, capsys, tmp_path):
+    source = tmp_path / "qa.csv"
+    source.write_text("question,answer,topic\nWhat is 6 times 7?,42,times\n", encoding="utf-8")
+    code, out, err = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(source))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == ["mapped question→query, answer→reference",
+                                f"added 1 samples to {DEMO_TASK} (0 already present)"]
+    sample = samples_of(db, DEMO_TASK)["row-1"]
+    assert (sample.query, sample.reference, sample.meta) == ("What is 6 times 7?", "42", {"topic": "times"})
+
+
+def test_prompt_and_solution_columns_are_synonyms_too_and_an_explicit_map_wins(db, capsys, tmp_path):
+    source = tmp_path / "ps.jsonl"
+    source.write_text(json.dumps({"id": "p1", "prompt": "2+2?", "solution": "4", "input": "ignored"}) + "\n",
+                      encoding="utf-8")
+    code, out, _ = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, "--map", "query=input",
+                       str(source))
+    assert code == 0 and out.splitlines()[0] == "mapped solution→reference"  # query was mapped by hand
+    sample = samples_of(db, DEMO_TASK)["p1"]
+    assert (sample.query, sample.reference, sample.meta) == ("ignored", "4", {"prompt": "2+2?"})
+
+
+@pytest.mark.parametrize("filename, content, reason", [
+    ("big.md", "- Check the units of every quantity.\n" * 60_000, "big.md: the file is 2.2 MB; the limit for a "
+                                                                   "library is 2 MB"),
+    ("many.md", "".join(f"- Check the units of quantity {n}.\n" for n in range(31)),
+     "many.md: 31 experiences; an import holds at most 30"),
+    ("long.json", json.dumps(["word " * 200_000]), "long.json: experience 1 is too long (200,000 words, "
+                                                   "999,999 characters; at most 64 words / 500 characters)"),
+])
+def test_an_oversized_library_import_exits_2_and_writes_nothing(db, capsys, tmp_path, filename, content, reason):
+    source = tmp_path / filename
+    source.write_text(content, encoding="utf-8")
+    before = versions_of(db, DEMO_TASK)
+    code, out, err = run(capsys, "--db", db, "import", "--task", DEMO_TASK, str(source))
+    assert code == 2 and out == "" and err.startswith(f"error: {reason}") and len(err.splitlines()) == 1
+    assert versions_of(db, DEMO_TASK) == before

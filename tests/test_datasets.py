@@ -226,8 +226,8 @@ def test_missing_query_value(tmp_path):
 
 
 def test_missing_query_column(tmp_path):
-    path = write(tmp_path, "d.csv", "Question,Answer\nq,1\n")
-    with pytest.raises(DatasetError, match="no query column.*Question, Answer"):
+    path = write(tmp_path, "d.csv", "Text,Answer\nq,1\n")
+    with pytest.raises(DatasetError, match="no query column.*Text, Answer"):
         read_dataset(path)
 
 
@@ -405,3 +405,28 @@ def test_every_message_names_the_file():
         parse_dataset(b"query\na\n", "d.csv", default_split="dev")
     with pytest.raises(DatasetError, match=r"^d\.csv: unknown mapping target 'answer'"):
         parse_dataset(b"query\na\n", "d.csv", {"answer": "x"})
+
+
+# --- one column rule for the CLI and the Tasks page (issue 12) ------------------------------------------
+
+
+@pytest.mark.parametrize("csv_text, query, reference", [
+    ("question,answer\nWhat is 2+2?,4\n", "What is 2+2?", "4"),
+    ("Prompt,Target\nWhat is 2+2?,4\n", "What is 2+2?", "4"),
+    ("input,solution\nWhat is 2+2?,4\n", "What is 2+2?", "4"),
+    ("question,query,answer,reference\nno,What is 2+2?,no,4\n", "What is 2+2?", "4"),  # own name first
+])
+def test_usual_column_names_are_mapped_without_asking(tmp_path, csv_text, query, reference):
+    [row] = read_dataset(write(tmp_path, "d.csv", csv_text))
+    assert (row.query, row.reference) == (query, reference)
+
+
+def test_the_mapping_is_said_only_for_renamed_columns():
+    from core.datasets import mapping_note, resolve_columns
+
+    resolved = resolve_columns(["ID", "question", "answer", "criteria", "split"])
+    assert resolved == {"id": "ID", "query": "question", "reference": "answer", "rubric": "criteria",
+                        "split": "split"}
+    assert mapping_note(resolved) == "mapped question→query, answer→reference, criteria→rubric"
+    assert mapping_note(resolve_columns(["query", "reference"])) == ""
+    assert resolve_columns(["question", "prompt"], {"query": "prompt"}) == {"query": "prompt"}  # no second query

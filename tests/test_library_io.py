@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -157,3 +158,39 @@ def test_unparsable(text, filename, fragment):
 
 def test_library_format_error_is_a_value_error():
     assert issubclass(LibraryFormatError, ValueError)
+
+
+# --- the learner's limits on an import (issue 12) -------------------------------------------------------
+
+
+def test_an_import_has_the_learners_limits():
+    from core.library import MAX_CHARS, MAX_EXPERIENCES, MAX_WORDS
+    from core.run_settings import RunSettings
+
+    assert RunSettings.model_fields["max_experiences"].default == MAX_EXPERIENCES  # one number, not two
+    fits = ["Check the units. " * 20 + "Then answer."] * MAX_EXPERIENCES  # 62 words, 352 characters
+    assert len(fits[0].split()) <= MAX_WORDS and len(fits[0]) <= MAX_CHARS
+    assert parse_library_text(json.dumps(fits)) == [t.strip() for t in fits]
+
+
+@pytest.mark.parametrize("texts, message", [
+    (["Check the units of the answer."] * 31, "lib.json: 31 experiences; an import holds at most 30"),
+    (["x" * 501], "lib.json: experience 1 is too long (1 words, 501 characters"),
+    (["ok then fine", "word " * 65], "lib.json: experience 2 is too long (65 words, 324 characters"),
+])
+def test_too_many_or_too_long_experiences_are_refused(texts, message):
+    with pytest.raises(LibraryFormatError, match="^" + re.escape(message)):
+        parse_library_text(json.dumps(texts), "lib.json")
+
+
+def test_a_file_over_two_megabytes_is_refused_before_it_is_parsed():
+    from core.library_io import MAX_FILE_BYTES, decode_library
+
+    five_million = json.dumps(["x" * 5_000_000])
+    with pytest.raises(LibraryFormatError, match=r"^lib.json: the file is 4.8 MB; the limit for a library is 2 MB$"):
+        parse_library_text(five_million, "lib.json")
+    with pytest.raises(LibraryFormatError, match=r"^up.md: the file is 2.1 MB"):
+        decode_library(b"- a\n" * (MAX_FILE_BYTES // 4 + 20_000), "up.md")
+    with pytest.raises(LibraryFormatError, match="not UTF-8"):
+        decode_library(b"\xff\xfe\x00\x81", "lib.txt")
+    assert decode_library("\ufeff- Check the units.".encode(), "lib.md") == "- Check the units."

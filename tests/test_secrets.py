@@ -127,3 +127,22 @@ def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, 
     shown = " ".join([e.value for e in at.error] + [c.value for c in at.code])
     assert "Cannot open the database" in shown and "db.example.com" in shown
     assert "hunter2" not in shown and "bob" not in shown
+
+
+def test_the_cli_stores_a_credentialed_api_base_masked_and_says_what_a_worker_needs(tmp_path, capsys, monkeypatch):
+    from core.cli import main
+    from core.tasks import DEMO_TASK
+    from storage.db import get_engine
+
+    monkeypatch.setenv(API_BASE_ENV, "")  # recorded, so the value the CLI sets is undone after the test
+    monkeypatch.delenv(API_BASE_ENV)
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["--db", url, "demo"]) == 0
+    code = main(["--db", url, "train", "--task", DEMO_TASK, "--queue", "--model", "openai/gpt-4o-mini",
+                 "--api-base", WITH_CREDENTIALS])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"stored as {mask_url(WITH_CREDENTIALS)}; the worker needs {API_BASE_ENV}" in err
+    assert "hunter2" not in out + err
+    with Session(get_engine(url)) as session:
+        assert session.get(Run, 1).settings["api_base"] == mask_url(WITH_CREDENTIALS)

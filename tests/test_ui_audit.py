@@ -201,7 +201,7 @@ def test_csv_download_holds_what_is_shown_with_formulas_kept_as_text(engine, mon
                         created_by="=1+2")
     at = run_app(page=PAGE)
     change(at, at.multiselect(key="audit_group").set_value(["run"]))
-    assert table(at)["actor"].tolist() == ["=1+2"]
+    assert table(at)["actor"].tolist() == ["'=1+2"]  # the table's own CSV download and copy take it as shown
     lines = downloads[-1].splitlines()
     assert lines[0] == "id,when,actor,action,object,before,after"
     assert len(lines) == 2 and f",'=1+2,run.create,run {run_id}," in lines[1]

@@ -295,7 +295,7 @@ def test_import_handler_creates_a_version_or_writes_nothing(engine):
     empty = page.import_upload("lib.md", b"\n\n", ctx)
     assert not empty.ok and "empty" in empty.detail
     binary = page.import_upload("lib.txt", b"\xff\xfe\x00\x81 not text", ctx)
-    assert not binary.ok and "UTF-8" in binary.message
+    assert not binary.ok and "UTF-8" in binary.detail
     assert len(stored_versions(engine)) == 2
 
     other = page.import_upload("seg.md", f"- {ESTIMATE}".encode(),
@@ -423,3 +423,19 @@ def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
     rerun(at)
     assert attribution_runs(engine, version_id)[0].status == "queued"
     assert any(f"Measurement run #{run_id}: queued" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("name, data, problem", [
+    ("deep.json", b"[" * 100_000, "deep.json is nested more than 100 levels deep"),
+    ("big.md", b"- Check the units of every quantity.\n" * 60_000, "big.md: the file is 2.2 MB; the limit for a "
+                                                                   "library is 2 MB"),
+    ("many.md", "".join(f"- Check the units of quantity {n}.\n" for n in range(31)).encode(),
+     "many.md: 31 experiences; an import holds at most 30, as many as a run lets the learner keep by default"),
+    ("long.json", json.dumps(["word " * 200]).encode(), "long.json: experience 1 is too long (200 words, 999 "
+                                                        "characters; at most 64 words / 500 characters)"),
+])
+def test_the_import_handler_has_the_clis_limits(engine, name, data, problem):
+    outcome = page.import_upload(name, data, Context(task=DEMO_TASK, library="default", reviewer=REVIEWER))
+    assert (outcome.ok, outcome.message, outcome.detail) == (
+        False, "Cannot import this file. Nothing was written. The problem:", problem)
+    assert len(stored_versions(engine)) == 1

@@ -164,3 +164,25 @@ def test_rollouts_waiting_for_labels_are_on_the_to_do_list(app_engine):
     assert metrics["Rollouts waiting for a label"] == "4"
     row = table_with(at, "what to do")
     assert row[row["run"] == run_id].iloc[0]["what to do"] == "label its rollouts"
+
+
+IMAGE = "![x](http://127.0.0.1:9/pixel.png)"
+
+
+def test_task_library_and_label_names_are_never_markdown(engine):
+    """A name holding a Markdown image would make every visitor's browser fetch it."""
+    from core.task_io import TaskSettings, save_task
+    from core.versions import ensure_library, set_label
+
+    name = f"Task {IMAGE}"
+    save_task(engine, TaskSettings(name=name, instructions="Answer."), "cli")
+    with db.session_scope(engine) as session:
+        ensure_library(session, get_task(session, name), f"lib {IMAGE}", actor="cli")
+    set_label(engine, name, "latest", f"label {IMAGE}", "cli")
+    at = run_app()
+
+    rendered = markdown_texts(at)
+    assert not [text for text in rendered if "![x](" in text or "[x](" in text], rendered
+    assert "Task !\\[x\\](http://127.0.0.1:9/pixel.png) · default" in [s.value for s in at.subheader]
+    assert any("label !\\[x\\](http://127.0.0.1:9/pixel.png)" in e.label for e in at.expander)
+    assert name in table_with(at, "train samples")["name"].tolist()  # a table cell is text, kept as typed

@@ -148,3 +148,30 @@ def test_a_label_on_an_output_overrides_its_verifier_reward(engine):
         row = session.get(Rollout, target.id)
     assert (row.reward, row.reward_source, row.suggested_reward) == (flipped, "human", target.reward)
     assert f"Reward {flipped:g} · source human" in [c.value for c in at.caption]
+
+
+def test_a_megabyte_answer_shows_its_start_and_all_of_it_on_request(engine):
+    from pages._display import SHOWN_CHARS
+
+    run_id = seeded_run(engine, "auto")
+    _step_id, groups = step_groups(engine, run_id)
+    at = run_app(page=PAGE)
+    rollout = groups[at.selectbox(key="rollouts_query").value][0]
+    huge = "The answer, at length. " * 45_000 + "THE END"  # about 1 MB
+    with session_scope(engine) as session:  # test setup: a model that would not stop
+        stored = session.get(Rollout, rollout.id)
+        stored.final_answer = huge
+        session.add(stored)
+    at.run()
+
+    assert not at.exception
+    assert max(len(c.value) for c in at.code) <= SHOWN_CHARS + 1
+    assert huge[:SHOWN_CHARS] + "…" in [c.value for c in at.code]
+    assert f"The first {SHOWN_CHARS:,} of {len(huge):,} characters." in [c.value for c in at.caption]
+    toggle = at.toggle(key=f"show_all_rollout_{rollout.id}_final")
+    assert toggle.label == f"Show all {len(huge):,} characters" and not toggle.value
+
+    toggle.set_value(True)
+    at.run()
+    assert huge in [c.value for c in at.code]
+    assert f"The first {SHOWN_CHARS:,} of {len(huge):,} characters." not in [c.value for c in at.caption]

@@ -285,3 +285,33 @@ def test_every_reward_method_saves_with_its_default_fields(engine, method):
     stored = demo(engine)
     assert stored.reward_method == method
     assert set(stored.reward_settings) <= set(setting_keys(method))
+
+
+def test_a_question_answer_paste_is_mapped_by_cores_rule_and_says_so(engine):
+    at = paste(open_tasks(), "question,answer,target\nWhat is 6 times 7?,42,x\n")
+    selected = {s.key.rsplit("_", 1)[1]: s.value for s in at.selectbox if s.key.startswith("tasks_map_")}
+    assert (selected["query"], selected["reference"]) == ("question", "answer")  # the CLI's rule
+    click(at, "tasks_check")
+    assert "1 rows OK" in [s.value for s in at.success]
+    assert "Columns: mapped question→query, answer→reference." in [c.value for c in at.caption]
+    assert table_with(at, "meta")["meta"].tolist() == ['{"target": "x"}']
+
+
+def test_a_deeply_nested_paste_is_refused_in_one_line(engine):
+    at = open_tasks()  # the first run adds the second demo task
+    before = sample_count(engine)
+    at = paste(at, '{"query": "fine"}\n' + "[" * 100_000, "JSONL")
+    click(at, "tasks_check")
+    assert "This file cannot be added (row 2); nothing was written. The problem:" in [e.value for e in at.error]
+    assert "pasted.jsonl: line 2 is nested more than 100 levels deep" in codes(at).splitlines()
+    assert sample_count(engine) == before
+
+
+def test_a_deeply_nested_task_file_is_refused_in_one_line(engine):
+    at = open_tasks()
+    before = task_names(engine)
+    at.text_area(key="tasks_import_text").set_value("[" * 100_000)
+    click(at, "tasks_import")
+    assert "The task was not imported; nothing was written." in [e.value for e in at.error]
+    assert "the task file is nested more than 100 levels deep" in codes(at).splitlines()
+    assert task_names(engine) == before

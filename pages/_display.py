@@ -1,0 +1,99 @@
+"""Display helpers for text and tables that came from a model, a dataset or a person.
+
+Not a page (it is not in streamlit_app.PAGES). Three rules, one place each:
+
+- long text shows its first SHOWN_CHARS characters, and all of it only when asked (`show_long`);
+- tables go through `table`, whose cells are clipped and made safe for a spreadsheet;
+- our own CSV downloads go through `csv_download`, with the same spreadsheet rule and full cells.
+
+Names and other short user text inside Markdown (headings, expander labels) go through
+pages._common.plain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from core.datasets import spreadsheet_safe
+
+SHOWN_CHARS = 4_000
+ELLIPSIS = "…"
+
+
+def show_long(text: str | None, key: str, *, empty: str = "(empty)", language: str | None = None,
+              limit: int = SHOWN_CHARS) -> None:
+    """Model or user text, verbatim as code (never Markdown), clipped to `limit` characters unless the
+    person turns on "Show all": a 1 MB reply would otherwise go to every browser that opens the page.
+
+    `key` names the toggle; it must be unique on the page (e.g. "rollout_12_response").
+    """
+    if not text or len(text) <= limit:
+        st.code(text if text else empty, language=language, wrap_lines=True)
+        return
+    whole = st.toggle(f"Show all {len(text):,} characters", key=f"show_all_{key}")
+    st.code(text if whole else text[:limit] + ELLIPSIS, language=language, wrap_lines=True)
+    if not whole:
+        st.caption(f"The first {limit:,} of {len(text):,} characters.")
+
+
+def show_turns(messages: list[dict], key: str) -> None:
+    """The agent's side of the conversation (after the system prompt and the query), each turn clipped like
+    show_long; tool output is marked as such. `key` prefixes the turns' toggles."""
+    turns = list(messages[2:]) if len(messages) >= 2 else list(messages)
+    if not turns:
+        st.caption("No model turn was recorded.")
+    for index, message in enumerate(turns):
+        role = str(message.get("role", "?"))
+        content = str(message.get("content", ""))
+        if role == "user" and content.startswith("Code output:"):
+            role = "user (tool output)"
+        st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
+        show_long(content, f"{key}_turn_{index}")
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + ELLIPSIS
+
+
+def safe_cell(value: Any) -> Any:
+    """A table cell as shown: text clipped to SHOWN_CHARS and made spreadsheet-safe; anything else as it is."""
+    return spreadsheet_safe(clip(value)) if isinstance(value, str) else value
+
+
+def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with every text cell passed through safe_cell (numbers and dates keep their types).
+
+    Why escape the displayed cells rather than switch the table's own "Download as CSV" off: that
+    download (Streamlit 1.67) writes the cells as shown, unescaped, and the only switch,
+    client.disableDataExport, is global, also removes copying to the clipboard, and is documented by
+    Streamlit as no security control. Escaping the cells makes the download and the clipboard safe
+    alike, for every table drawn through `table`; a formula-like cell shows with its leading apostrophe,
+    the spreadsheet mark for "this is text".
+    """
+    safe = frame.copy()
+    for column in safe.columns:
+        values = safe[column]
+        if not (pd.api.types.is_numeric_dtype(values) or pd.api.types.is_datetime64_any_dtype(values)):
+            safe[column] = values.map(safe_cell)
+    return safe
+
+
+def table(data: pd.DataFrame | list[dict], *, columns: list[str] | None = None, **kwargs: Any) -> None:
+    """st.dataframe (index hidden) of model or user text through safe_frame; kwargs go to st.dataframe."""
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data, columns=columns)
+    kwargs.setdefault("hide_index", True)
+    st.dataframe(safe_frame(frame), **kwargs)
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """The whole frame as CSV (cells not clipped), every text cell spreadsheet-safe."""
+    return frame.map(spreadsheet_safe).to_csv(index=False)
+
+
+def csv_download(frame: pd.DataFrame, label: str, file_name: str, key: str) -> None:
+    """A download button for the frame as a spreadsheet-safe CSV (see csv_text)."""
+    st.download_button(label, data=csv_text(frame), file_name=file_name, mime="text/csv", key=key,
+                       on_click="ignore")
