@@ -5,9 +5,10 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.datasets import SampleRow, demo_rows, parse_dataset, support_rows
+from core.datasets import DatasetError, SampleRow, demo_rows, parse_dataset, support_rows
 from core.errors import NotFound
 from core.people import require_role
+from core.rewards import pattern_problem
 from core.settings import get_settings
 from core.versions import ensure_library
 from storage import queries
@@ -56,10 +57,23 @@ def get_task(session: Session, name: str) -> Task:
     return task
 
 
+def check_reference_patterns(task: Task, rows: list[SampleRow]) -> None:
+    """A regex task without a pattern of its own matches each sample's reference as the pattern: refuse one
+    that can take exponential time, as the task's own pattern is refused (the scoring time limit is the
+    last line, not the first)."""
+    if task.reward_method != "regex" or (task.reward_settings or {}).get("pattern"):
+        return
+    for row in rows:
+        problem = pattern_problem(row.reference or "")
+        if problem:
+            raise DatasetError(f"sample {row.external_id!r}: its reference is the regex pattern, and the {problem}")
+
+
 def add_samples(session: Session, task: Task, rows: list[SampleRow]) -> int:
     """Insert the rows whose id the task does not have yet; returns how many were new."""
     existing = {s.external_id for s in queries.samples(session, task.id)}
     new = [row for row in rows if row.external_id not in existing]
+    check_reference_patterns(task, new)
     for row in new:
         session.add(Sample(task_id=task.id, external_id=row.external_id, query=row.query, reference=row.reference,
                            rubric=row.rubric, split=row.split, meta=row.meta))

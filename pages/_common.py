@@ -16,6 +16,7 @@ go through `core`.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import re
 from collections.abc import Callable, Iterator
@@ -115,6 +116,18 @@ def refusal() -> str | None:
     except PermissionDenied as exc:
         return str(exc)
     return None
+
+
+def checks_sign_in(action: Callable[..., Outcome]) -> Callable[..., Outcome]:
+    """For a page action that returns an Outcome instead of going through run_action: it asks again, when
+    called, whether this tab may act at all, and does nothing but say why not."""
+    @functools.wraps(action)
+    def checked(*args: Any, **kwargs: Any) -> Outcome:
+        reason = refusal()
+        if reason is not None:
+            return Outcome(False, "Nothing was done: " + plain(reason) + ".")
+        return action(*args, **kwargs)
+    return checked
 
 
 def sign_in_client() -> str:

@@ -39,6 +39,7 @@ from pages._common import (
     Flash,
     Outcome,
     allowed,
+    checks_sign_in,
     context,
     engine,
     experience_lines,
@@ -166,6 +167,7 @@ def export_file_name(task_name: str, library_name: str, number: int, fmt: str) -
 # Each takes its inputs explicitly and returns an Outcome; all writing is done by core.versions.
 
 
+@checks_sign_in
 def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None) -> Outcome:
     """A manual change as a new version; an invalid operation (duplicate, too short, unknown id) writes nothing."""
     ctx = ctx or context()
@@ -177,6 +179,7 @@ def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None
     return Outcome(True, f"Created version #{version.number} (id {version.id}).")
 
 
+@checks_sign_in
 def revert(version_id: int, ctx: Context | None = None) -> Outcome:
     """A new version with the content of an older one."""
     ctx = ctx or context()
@@ -187,6 +190,7 @@ def revert(version_id: int, ctx: Context | None = None) -> Outcome:
     return Outcome(True, f"Created version #{version.number} (id {version.id}): {version.note}.")
 
 
+@checks_sign_in
 def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcome:
     """Point a label (e.g. `production`) at a version."""
     ctx = ctx or context()
@@ -197,6 +201,7 @@ def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcom
     return Outcome(True, f"The label now points at version id {version_id}.")
 
 
+@checks_sign_in
 def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Outcome:
     """An uploaded Markdown, JSON or text file as a new version, through the CLI's checks (core.library_io: size,
     UTF-8, nesting, the learner's limits); a file that fails any of them writes nothing."""

@@ -273,3 +273,14 @@ def test_a_task_file_with_a_formula_cell_is_refused(engine, demo_task):
             "samples": [{"id": "a", "query": "=HYPERLINK(\"http://x\")", "split": "train"}]}
     with pytest.raises(ValueError, match="sample 1 .*query looks like a spreadsheet formula"):
         read_task_file(json.dumps(data))
+
+
+def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_exponential_time(engine):
+    from core.datasets import DatasetError
+    from core.tasks import add_dataset
+
+    save_task(engine, settings(name="codes", reward_method="regex", reward_settings={}), "cli")
+    bad = b'{"id": "q1", "query": "Say a", "reference": "^\\\\d+$"}\n{"id": "q2", "query": "Say b", "reference": "(a+)+$"}\n'
+    with pytest.raises(DatasetError, match="sample 'q2'.*exponential time"):
+        add_dataset(engine, "codes", bad, "codes.jsonl")
+    assert add_dataset(engine, "codes", bad.splitlines()[0], "codes.jsonl") == (1, 0)

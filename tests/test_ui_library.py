@@ -439,3 +439,18 @@ def test_the_import_handler_has_the_clis_limits(engine, name, data, problem):
     assert (outcome.ok, outcome.message, outcome.detail) == (
         False, "Cannot import this file. Nothing was written. The problem:", problem)
     assert len(stored_versions(engine)) == 1
+
+
+def test_a_stale_tab_cannot_revert_once_sign_in_is_on(engine):
+    from core.people import add_user
+
+    imported_id = import_texts(engine, UNITS, REREAD)
+    modify(engine, "E2", "Re-read the question and underline what it asks for.")
+    at = open_page()  # drawn while sign-in was off
+    add_user(engine, "ada", "admin", "a-long-secret-1", actor="cli")  # elsewhere: sign-in goes on
+    at.selectbox(key="lib_revert_version").select(imported_id)
+    at.button(key="lib_revert_button").click()
+    rerun(at)
+
+    assert [v.number for v in stored_versions(engine)] == [1, 2, 3]
+    assert [t.value for t in at.title] == ["Sign in"]
