@@ -315,3 +315,17 @@ def test_a_deeply_nested_task_file_is_refused_in_one_line(engine):
     assert "The task was not imported; nothing was written." in [e.value for e in at.error]
     assert "the task file is nested more than 100 levels deep" in codes(at).splitlines()
     assert task_names(engine) == before
+
+
+def test_python_mode_warns_when_this_machine_has_no_code_jail(engine, monkeypatch):
+    from core import sandbox
+
+    monkeypatch.setattr(sandbox, "BWRAP_PATH", "/nonexistent/bwrap")
+    task = demo(engine)
+    prefix = f"task_{task.id}_"
+    at = open_tasks()
+    assert not [w for w in at.warning if "python mode" in w.value]
+    at.selectbox(key=f"{prefix}agent_mode").set_value("python")
+    rerun(at)
+    [warning] = [w.value for w in at.warning if "python mode" in w.value]
+    assert "bubblewrap" in warning
