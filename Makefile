@@ -8,7 +8,7 @@ PORT ?= 8501
 # team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test lint bench bench-learning worker clean-db
+.PHONY: install run test lint bench bench-learning bench-isolation worker clean-db
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,7 @@ bench: install
 BENCH_LEARNING ?= --train-limit 8 --validation-size 6 --test-limit 20 --epochs 1 --batch-size 4 --group-size 4 --k 2
 bench-learning: install
 	PYTHONPATH=. $(PY) bench/learning_effect.py $(BENCH_LEARNING)
+
+# What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
+bench-isolation: install
+	PYTHONPATH=. $(PY) bench/isolation_cost.py

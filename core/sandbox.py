@@ -293,9 +293,10 @@ def _jail_args(workdir: str, script_fd: int, as_root: bool) -> list[str]:
     env = [arg for name, value in _child_env(workdir).items() for arg in ("--setenv", name, value)]
     return [
         "--unshare-all", "--unshare-user", *identity, "--die-with-parent", "--new-session",
-        "--hostname", "sandbox", *_system_args(),
+        "--hostname", "sandbox",
+        # The tmpfs first: a Python installed under /tmp (a CI checkout's virtualenv) is bound over it.
+        "--perms", "1777", "--size", str(DISK_LIMIT), "--tmpfs", "/tmp", *_system_args(),
         "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-        "--perms", "1777", "--size", str(DISK_LIMIT), "--tmpfs", "/tmp",
         "--perms", "1777", "--dir", workdir,
         "--perms", "0444", "--file", str(script_fd), f"{workdir}/main.py",
         "--chdir", workdir, "--remount-ro", "/",
