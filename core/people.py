@@ -38,6 +38,7 @@ RANK = {role: rank for rank, role in enumerate(ROLES)}
 # holds the database file. User names may not take these, and no page may act as one (page_actor).
 SYSTEM_ACTORS = frozenset({"auto", "system", "cli", "gate"})
 LOCAL_USER = "local"
+FAILED_SIGN_IN_ACTOR = "(sign-in)"  # no user name has parentheses
 # What a page acts as when nobody may act from it (not signed in, or a reserved name typed): every role
 # check refuses it, so an action that skips the page's own check still writes nothing.
 NOBODY = "(nobody)"
@@ -319,8 +320,10 @@ def _settle_attempt(engine: Engine, attempt_id: int, name: str, user: User | Non
                                    .values(password_hash=new_hash))
             if changed.rowcount:
                 user.password_hash = new_hash
-        session.add(AuditEvent(actor=name or "?", action="user.sign_in" if ok else "user.sign_in_failed",
-                               object_type="user", object_id=user.id if user else None))
+        # A failed attempt is not acted by the name typed (anyone may type "cli"): the typed name is its detail.
+        session.add(AuditEvent(actor=name if ok else FAILED_SIGN_IN_ACTOR,
+                               action="user.sign_in" if ok else "user.sign_in_failed", object_type="user",
+                               object_id=user.id if user else None, after=None if ok else {"name": name[:64]}))
 
 
 def _aware(moment: datetime) -> datetime:

@@ -302,3 +302,14 @@ def test_the_sign_in_form_counts_this_tab_and_clears_the_password(app_engine, ch
     with Session(app_engine) as session:
         [attempt] = session.exec(select(SignInAttempt)).all()
     assert (attempt.name, attempt.outcome) == ("lab", "failed") and attempt.client.startswith("tab:")
+
+
+def test_a_failed_sign_in_is_not_recorded_as_acted_by_the_name_typed(engine, cheap):
+    from core.people import FAILED_SIGN_IN_ACTOR
+    from storage.models import AuditEvent
+
+    add_user(engine, "ann", "admin", PASSWORD)
+    assert authenticate(engine, "cli", "guess-1234") is None
+    with Session(engine) as session:
+        [event] = session.exec(select(AuditEvent).where(AuditEvent.action == "user.sign_in_failed")).all()
+    assert event.actor == FAILED_SIGN_IN_ACTOR and event.after == {"name": "cli"}
