@@ -64,6 +64,8 @@ def press_until(page, key: str, text: str, tries: int = 3) -> None:
 
 
 def label_and_watch(page, app, run_id: int) -> None:
+    from playwright.sync_api import expect
+
     page.goto(app.url)
     page.get_by_label("User name").fill("lab")
     page.get_by_role("textbox", name="Password").fill("lab-password")
@@ -78,13 +80,16 @@ def label_and_watch(page, app, run_id: int) -> None:
 
     shown = []
     for left, key in ((2, "4"), (1, "1"), (0, "5")):
-        shown.append(page.locator("[data-testid='stMain']").get_by_text("Rollout ").first.inner_text())
+        caption = page.locator("[data-testid='stMain']").get_by_text("Rollout ").first
+        shown.append(caption.inner_text())
         page.get_by_role("button", name="Submit and next").wait_for()  # the keys are bound once it is drawn
         page.get_by_text("Selected: none").first.wait_for()
         page.locator("h1").first.click()  # focus out of any input: keys go to the page
         press_until(page, key, f"Selected: {key}")
         page.keyboard.press("Enter")
         page.get_by_text(f"{left} waiting for you" if left else "Nothing waiting for you").first.wait_for()
+        if left:  # under load the count can be redrawn before the rollout below it: wait for the next one
+            expect(caption).not_to_have_text(shown[-1], timeout=30_000)
     page.get_by_text("Nothing waiting for you").first.wait_for()
     assert len(set(shown)) == 3, shown  # each Enter moved on to the next rollout
     with Session(make_engine(app.database_url)) as session:
