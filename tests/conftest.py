@@ -27,6 +27,21 @@ def cheap_password_hashes(request, monkeypatch):
         monkeypatch.setattr(people, "SCRYPT_N", 2**10)
 
 
+@pytest.fixture
+def jail():
+    """Tests that run model-written code need the bubblewrap jail: outside CI a machine without it skips
+    them with what to install; in CI (CI=1, where .ci/run installs bubblewrap) that is a failure."""
+    import os
+
+    from core.sandbox import jail_status
+
+    status = jail_status()
+    if not status.available:
+        if os.environ.get("CI"):
+            pytest.fail(f"the code jail is missing in CI: {status.message}")
+        pytest.skip(status.message)
+
+
 @pytest.fixture(scope="session")
 def migrated_db(tmp_path_factory) -> Path:
     """A SQLite file migrated to the newest revision once per session; each test gets a copy of it

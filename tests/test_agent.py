@@ -9,7 +9,7 @@ from core.gateway import Gateway, Scope
 from tests.conftest import ScriptedModel
 
 
-def test_python_mode_runs_code_and_continues(engine, monkeypatch):
+def test_python_mode_runs_code_and_continues(engine, monkeypatch, jail):
     monkeypatch.setenv("SOME_API_KEY", "sk-should-not-leak-0000")
 
     def reply(messages):

@@ -21,6 +21,21 @@ from core.sandbox import SandboxResult, arun_python, extract_code_blocks, run_py
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+# What runs no code in the jail (text handling, the refusals, hardening); every other test needs it.
+NO_JAIL_NEEDED = {"test_as_text_notes", "test_extract_code_blocks",
+                  "test_extract_code_blocks_ignores_unclosed_and_empty_text",
+                  "test_python_mode_refuses_without_bubblewrap",
+                  "test_refusal_names_the_sysctl_when_user_namespaces_are_disabled",
+                  "test_python_mode_agent_refuses_before_calling_the_model",
+                  "test_harden_process_makes_the_process_non_dumpable"}
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_jail(request):
+    if request.node.name not in NO_JAIL_NEEDED:
+        request.getfixturevalue("jail")
+
+
 def test_prints_output():
     result = run_python("print(6 * 7)")
     assert result.stdout == "42\n"
