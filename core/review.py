@@ -181,7 +181,6 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
             raise Conflict(f"step {step_id} still has operations awaiting review")
         before, checked = check_step_operations(
             session, step, [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED)])
-        chosen = [op for op, _item in checked]
         valid = []
         for op, item in checked:
             if item.valid:
@@ -192,11 +191,12 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
         version = before
         if valid:
             library = session.get(Library, before.library_id)
-            version = create_version(session, library, next_library(session, before, valid), parent_id=before.id, source="run", created_by=actor,
+            version = create_version(session, library, next_library(session, before, valid), parent_id=before.id,
+                                     source="run", created_by=actor,
                                      note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
                                      run_id=step.run_id, step_id=step.id)
-        for op in ops:
-            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED) and (op.op == "KEEP" or op in chosen):
+        for op in ops:  # what is still approved or edited is a KEEP or passed the check (the rest is invalid now)
+            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED):
                 op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
                 session.add(op)
         _link_gate_evaluation(session, step, version)
