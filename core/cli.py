@@ -19,7 +19,7 @@ from sqlmodel import Session
 
 from core import attribution, labeling
 from core.comparison import compare_evaluations
-from core.datasets import SPLITS, check_size, column_names, mapping_note, parse_mapping, resolve_columns
+from core.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
 from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
@@ -27,7 +27,7 @@ from core.library_io import check_file_size, decode_library
 from core.people import ROLES, add_user, update_user
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
-from core.task_io import export_task_json, import_task
+from core.task_io import columns_of, export_task_json, import_task
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
 from core.training import RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
@@ -120,13 +120,14 @@ def _read_file(path: Path, check) -> bytes:
 
 
 def cmd_dataset_add(args: argparse.Namespace) -> int:
-    """Columns nobody mapped are taken by core's rule (datasets.resolve_columns), and said when renamed."""
+    """Columns nobody mapped are taken by core's rule (datasets.resolve_columns, applied by add_dataset), and
+    said when renamed; the note reads the columns the way the Tasks page does (columns_of)."""
     path = Path(args.file)
     data = _read_file(path, check_size)
     explicit = parse_mapping(args.map)
-    resolved = resolve_columns(column_names(data, path.name), explicit)
-    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping={**resolved, **explicit},
+    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping=explicit,
                                  default_split=args.split, actor="cli")
+    resolved = resolve_columns(columns_of(data, path.name), explicit)
     note = mapping_note({target: column for target, column in resolved.items() if target not in explicit})
     if note:
         print(note)
