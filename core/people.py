@@ -21,7 +21,7 @@ import math
 import re
 import secrets
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, delete, update
 from sqlalchemy.engine import Engine
@@ -30,7 +30,7 @@ from sqlmodel import Session, func, select
 from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, SignInAttempt, User, utcnow
+from storage.models import AuditEvent, SignInAttempt, User, as_utc, utcnow
 
 ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
@@ -284,7 +284,7 @@ def _refuse_while_backing_off(session: Session, attempt: SignInAttempt, now: dat
     last_ok = session.exec(select(func.max(SignInAttempt.created_at)).where(
         SignInAttempt.name == attempt.name, SignInAttempt.outcome == OK)).one()
     if last_ok is not None:
-        since = max(since, _aware(last_ok))
+        since = max(since, as_utc(last_ok))
     wait = _backoff(session, SignInAttempt.name == attempt.name, since, attempt.id, MAX_FAILURES, MAX_WAIT, now)
     if wait:
         raise SignInLocked(f"too many failed sign-ins for this user name; try again in {_say(wait)}")
@@ -304,7 +304,7 @@ def _backoff(session: Session, whose: ColumnElement[bool], since: datetime, own_
     if count < free or last is None:
         return timedelta(0)
     delay = min(FIRST_WAIT * 2 ** min(count - free, 30), cap)
-    return max(_aware(last) + delay - now, timedelta(0))
+    return max(as_utc(last) + delay - now, timedelta(0))
 
 
 def _settle_attempt(engine: Engine, attempt_id: int, name: str, user: User | None, ok: bool, stored: str,
@@ -324,10 +324,6 @@ def _settle_attempt(engine: Engine, attempt_id: int, name: str, user: User | Non
         session.add(AuditEvent(actor=name if ok else FAILED_SIGN_IN_ACTOR,
                                action="user.sign_in" if ok else "user.sign_in_failed", object_type="user",
                                object_id=user.id if user else None, after=None if ok else {"name": name[:64]}))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _say(wait: timedelta) -> str:

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import or_, update
@@ -31,7 +31,7 @@ from core.errors import Conflict, NotFound
 from core.sandbox import harden_process
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
-from storage.models import Evaluation, Run, utcnow
+from storage.models import Evaluation, Run, as_utc, utcnow
 from storage.models import Worker as WorkerRow
 from storage.statuses import JobStatus, WorkerStatus
 
@@ -49,9 +49,7 @@ def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool
     """True when a heartbeat is missing or older than STALE_AFTER seconds."""
     if heartbeat_at is None:
         return True
-    if heartbeat_at.tzinfo is None:  # SQLite returns naive datetimes; they were written in UTC
-        heartbeat_at = heartbeat_at.replace(tzinfo=UTC)
-    return (now or utcnow()) - heartbeat_at > timedelta(seconds=STALE_AFTER)
+    return (now or utcnow()) - as_utc(heartbeat_at) > timedelta(seconds=STALE_AFTER)
 
 
 def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:

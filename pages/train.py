@@ -34,6 +34,7 @@ from pages._common import (
     status_label,
 )
 from storage import queries
+from storage.models import as_utc
 from storage.statuses import (
     LEARNING_KINDS,
     PERSON_MAY_CANCEL,
@@ -46,13 +47,6 @@ from storage.statuses import (
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"
 DEFAULTS = RunSettings()
-
-
-def aware(moment: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; they were written in UTC."""
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment
 
 
 def duration(seconds: float | None) -> str:
@@ -80,13 +74,13 @@ def fraction(done: int, total: int) -> str:
 def elapsed_and_left(run, shown: str, progress: dict) -> tuple[float | None, float | None]:
     """Seconds since the run started (to now while it runs, else to when it last did something) and an
     estimate of the seconds left from the rollout rate so far."""
-    started = aware(run.started_at)
+    started = as_utc(run.started_at)
     if started is None:
         return None, None
     if shown == JobStatus.RUNNING:
         end = datetime.now(UTC)
     else:
-        end = aware(run.finished_at) or aware(run.heartbeat_at) or datetime.now(UTC)
+        end = as_utc(run.finished_at) or as_utc(run.heartbeat_at) or datetime.now(UTC)
     elapsed = max(0.0, (end - started).total_seconds())
     if shown == JobStatus.COMPLETED:
         return elapsed, 0.0

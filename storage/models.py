@@ -27,6 +27,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A stored time with its zone: SQLite hands back naive datetimes, and they were written in UTC."""
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
 def _json(default: Any = None) -> Any:
     """A JSON column; with a default (dict or list) it is NOT NULL, without one (`dict | None`) it may be NULL."""
     factory = (lambda: {}) if default is dict else (lambda: []) if default is list else (lambda: None)
