@@ -31,6 +31,7 @@ from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, SignInAttempt, User, as_utc, utcnow
+from storage.statuses import SignInOutcome
 
 ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
@@ -62,7 +63,6 @@ FAILURE_WINDOW = timedelta(hours=1)
 FIRST_WAIT = timedelta(seconds=30)
 MAX_WAIT = timedelta(minutes=5)
 CLIENT_MAX_WAIT = timedelta(minutes=15)
-PENDING, OK, FAILED = "pending", "ok", "failed"
 # Key of the PostgreSQL advisory lock that sign-in bookkeeping takes (any constant bigint would do).
 _SIGN_IN_LOCK = 0x7F61_7369_676E
 
@@ -267,7 +267,7 @@ def _claim_attempt(engine: Engine, name: str, client: str) -> tuple[int, User | 
     with session_scope(engine) as session:
         if session.get_bind().dialect.name == "postgresql":
             session.exec(select(func.pg_advisory_xact_lock(_SIGN_IN_LOCK)))
-        attempt = SignInAttempt(name=name, client=client, outcome=PENDING, created_at=utcnow())
+        attempt = SignInAttempt(name=name, client=client, outcome=SignInOutcome.PENDING, created_at=utcnow())
         session.add(attempt)
         session.flush()
         now = utcnow()
@@ -282,7 +282,7 @@ def _refuse_while_backing_off(session: Session, attempt: SignInAttempt, now: dat
     """Raise SignInLocked if the name's or the client's failures (pending attempts included) ask for a wait."""
     since = now - FAILURE_WINDOW
     last_ok = session.exec(select(func.max(SignInAttempt.created_at)).where(
-        SignInAttempt.name == attempt.name, SignInAttempt.outcome == OK)).one()
+        SignInAttempt.name == attempt.name, SignInAttempt.outcome == SignInOutcome.OK)).one()
     if last_ok is not None:
         since = max(since, as_utc(last_ok))
     wait = _backoff(session, SignInAttempt.name == attempt.name, since, attempt.id, MAX_FAILURES, MAX_WAIT, now)
@@ -300,7 +300,7 @@ def _backoff(session: Session, whose: ColumnElement[bool], since: datetime, own_
     """How long to wait: none for the first `free` failures, then FIRST_WAIT after the last one, doubling
     with each further failure up to `cap`."""
     count, last = session.exec(select(func.count(), func.max(SignInAttempt.created_at)).where(
-        whose, SignInAttempt.outcome != OK, SignInAttempt.created_at > since, SignInAttempt.id != own_id)).one()
+        whose, SignInAttempt.outcome != SignInOutcome.OK, SignInAttempt.created_at > since, SignInAttempt.id != own_id)).one()
     if count < free or last is None:
         return timedelta(0)
     delay = min(FIRST_WAIT * 2 ** min(count - free, 30), cap)
@@ -314,7 +314,7 @@ def _settle_attempt(engine: Engine, attempt_id: int, name: str, user: User | Non
     Writes only, the first one first, so on SQLite it queues for the write lock rather than failing on a
     stale snapshot. The new hash replaces the old one only if nobody set another password meanwhile."""
     with session_scope(engine) as session:
-        session.exec(update(SignInAttempt).where(SignInAttempt.id == attempt_id).values(outcome=OK if ok else FAILED))
+        session.exec(update(SignInAttempt).where(SignInAttempt.id == attempt_id).values(outcome=SignInOutcome.OK if ok else SignInOutcome.FAILED))
         if new_hash is not None and user is not None:
             changed = session.exec(update(User).where(User.id == user.id, User.password_hash == stored)
                                    .values(password_hash=new_hash))

@@ -18,6 +18,7 @@ from storage.statuses import (
     JobStatus,
     OperationStatus,
     RunKind,
+    SignInOutcome,
     StepStatus,
     WorkerStatus,
 )
@@ -325,7 +326,7 @@ class SignInAttempt(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True)  # the user name typed, known or not
     client: str = Field(default="", index=True)  # e.g. "ip:203.0.113.7", "tab:<hash>"; "" for the command line
-    outcome: str = "pending"  # pending | ok | failed
+    outcome: str = SignInOutcome.PENDING
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 

@@ -57,6 +57,14 @@ class LabelStatus(StrEnum):
     DISPUTED = "disputed"
 
 
+class SignInOutcome(StrEnum):
+    """A sign-in attempt: written as pending before its password is checked, then settled."""
+
+    PENDING = "pending"
+    OK = "ok"
+    FAILED = "failed"
+
+
 class WorkerStatus(StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"
