@@ -154,13 +154,8 @@ class SandboxResult:
         if self.exit_code is None or self.exit_code == 0:
             return ""
         if self.exit_code < 0:
-            sig = -self.exit_code
-            try:
-                name = signal.Signals(sig).name
-            except ValueError:
-                name = f"signal {sig}"
-            hint = _SIGNAL_HINTS.get(sig)
-            return f"[killed by {name}{': ' + hint if hint else ''}]"
+            hint = _SIGNAL_HINTS.get(-self.exit_code)
+            return f"[killed by {signal_name(-self.exit_code)}{': ' + hint if hint else ''}]"
         return f"[exit code {self.exit_code}]"
 
     def as_text(self) -> str:
@@ -178,19 +173,23 @@ class SandboxResult:
         return "\n".join(p for p in (body, note) if p)
 
 
+def child_environment(**extra: str) -> dict[str, str]:
+    """An allow-list environment for a child that runs untrusted input (model code here, patterns and
+    answers in core/scoring.py): nothing from the parent leaks (API keys, tokens, proxies)."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **extra}
+
+
 def _child_env(workdir: str) -> dict[str, str]:
-    """An allow-list environment: nothing from the parent leaks (API keys, tokens, proxies)."""
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-    }
+    return child_environment(HOME=workdir, TMPDIR=workdir, MPLBACKEND="Agg")
+
+
+def signal_name(number: int) -> str:
+    """"SIGKILL" for 9; "signal N" for a number Python has no name for."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _read_capped(fileobj, max_chars: int) -> str:

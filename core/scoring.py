@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInput
+from core.sandbox import child_environment, signal_name
 
 __all__ = ["MAX_TEXT_CHARS", "MEMORY_LIMIT_MB", "PROCESSES", "TIME_LIMIT_S", "Limits", "configure", "limits",
            "score_in_child", "shutdown", "start"]
@@ -82,7 +83,7 @@ class _Child:
     def __init__(self, memory_mb: int) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, _ROOT, str(memory_mb), _WARM_UP],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=_child_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=child_environment(),
             start_new_session=True, close_fds=True)
         self._buffer = b""
 
@@ -141,18 +142,7 @@ class _Child:
 
 def _ended(returncode: int) -> str:
     """How a child ended, for the reason a person reads: "exit code 1", "killed by SIGXCPU"."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
-
-
-def _child_env() -> dict[str, str]:
-    """An allow-list environment: a scorer needs no API key, token or proxy of the parent."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return f"exit code {returncode}" if returncode >= 0 else f"killed by {signal_name(-returncode)}"
 
 
 class _Pool:
