@@ -205,8 +205,10 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
     modes = list(AGENT_MODES)
     st.selectbox("Agent mode", modes, index=modes.index(base.agent_mode) if base.agent_mode in modes else 0,
                  key=f"{prefix}agent_mode", help=AGENT_HELP)
-    if st.session_state.get(f"{prefix}agent_mode", base.agent_mode) == "python" and not jail_status().available:
-        st.warning("Runs in python mode will be refused on this machine: " + plain(jail_status().message))
+    if st.session_state.get(f"{prefix}agent_mode", base.agent_mode) == "python":
+        jail = jail_status()  # a failed probe is not cached: ask once per draw
+        if not jail.available:
+            st.warning("Runs in python mode will be refused on this machine: " + plain(jail.message))
     policy, learner, judge = st.columns(3)
     policy.text_input("Policy model", value=base.policy_model, key=f"{prefix}policy_model",
                       help="Answers the queries (the agent).")
