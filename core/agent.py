@@ -13,7 +13,7 @@ from core.answers import extract_final_answer
 from core.errors import InvalidInput, ModelCallError
 from core.gateway import Gateway, Scope
 from core.prompts import agent_messages
-from core.sandbox import arun_python, extract_code_blocks, harden_process, require_jail
+from core.sandbox import arun_python, extract_code_blocks, require_jail
 
 AGENT_MODES = ("direct", "python")
 
@@ -69,7 +69,6 @@ async def run_agent(
     python_tool = settings.mode == "python"
     if python_tool:
         require_jail()
-        harden_process()
     messages = agent_messages(instructions, answer_format, experiences, query, python_tool)
     result = AgentResult(messages=messages)
     started = time.perf_counter()

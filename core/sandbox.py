@@ -227,7 +227,10 @@ def _exit_code(returncode: int) -> int:
 
 def harden_process() -> bool:
     """Make this process non-dumpable, so other processes of the same user can neither attach to it
-    nor read its /proc/<pid>/environ or mem (API keys). False where that is unavailable (not Linux)."""
+    nor read its /proc/<pid>/environ or mem (API keys). False where that is unavailable (not Linux).
+
+    Once per process, at its start: `python -m core` (the CLI and the worker), worker.serve and the app.
+    Jailed code needs no call per run: its own pid namespace shows it no other process."""
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)
