@@ -23,7 +23,8 @@ def _secret_param(name: str) -> bool:
 
 
 def mask_url(url: str | None) -> str | None:
-    """The URL with its user info and secret-looking query values replaced by ***; None stays None."""
+    """The URL with its user info and secret-looking query values replaced by ***; a URL without either is
+    returned as given (stripped), so only credentials change it. None stays None."""
     if not url:
         return url
     try:
@@ -32,16 +33,17 @@ def mask_url(url: str | None) -> str | None:
         port = parts.port
     except ValueError:
         return MASK
-    netloc = host + (f":{port}" if port else "")
-    if parts.username or parts.password:
-        netloc = f"{MASK}@{netloc}"
-    query = urlencode([(k, MASK if _secret_param(k) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)],
-                      safe="*")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    has_user = bool(parts.username or parts.password)
+    if not has_user and not any(_secret_param(k) for k, _ in pairs):
+        return url.strip()
+    netloc = (f"{MASK}@" if has_user else "") + host + (f":{port}" if port else "")
+    query = urlencode([(k, MASK if _secret_param(k) else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def has_credentials(url: str | None) -> bool:
-    return bool(url) and mask_url(url) != (url or "").strip()
+    return bool(url) and mask_url(url) != url.strip()
 
 
 def resolve_api_base(stored: str | None) -> str | None:

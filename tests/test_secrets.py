@@ -31,6 +31,8 @@ def test_credentials_in_a_url_are_masked():
     assert mask_url("http://localhost:8000/v1") == "http://localhost:8000/v1"
     assert has_credentials(WITH_CREDENTIALS) and not has_credentials("http://localhost:8000/v1")
     assert mask_url(None) is None
+    for plain_url in ("http://LocalHost:8000/v1", "http://h/v1?q=a%20b", "http://h/v1#x"):  # kept as given
+        assert mask_url(plain_url) == plain_url and not has_credentials(plain_url)
 
 
 def test_a_run_stores_its_api_base_masked(engine, demo_task):
