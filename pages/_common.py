@@ -118,15 +118,21 @@ def refusal() -> str | None:
     return None
 
 
+def refused() -> Outcome | None:
+    """The outcome of an action this tab may not take right now ("Nothing was done: sign in first"), or None."""
+    reason = refusal()
+    if reason is None:
+        return None
+    st.session_state[REFUSED_KEY] = reason
+    return Outcome(False, "Nothing was done: " + plain(reason) + ".")
+
+
 def checks_sign_in(action: Callable[..., Outcome]) -> Callable[..., Outcome]:
     """For a page action that returns an Outcome instead of going through run_action: it asks again, when
     called, whether this tab may act at all, and does nothing but say why not."""
     @functools.wraps(action)
     def checked(*args: Any, **kwargs: Any) -> Outcome:
-        reason = refusal()
-        if reason is not None:
-            return Outcome(False, "Nothing was done: " + plain(reason) + ".")
-        return action(*args, **kwargs)
+        return refused() or action(*args, **kwargs)
     return checked
 
 
@@ -296,10 +302,9 @@ def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: An
     First it asks again whether this tab may act at all (it runs before the app's sign-in gate): if not,
     nothing is called and the reason ("sign in first") is shown, on the sign-in page too.
     """
-    reason = refusal()
-    if reason is not None:
-        st.session_state[REFUSED_KEY] = reason
-        flash.set(section, Outcome(False, "Nothing was done: " + plain(reason) + "."))
+    no = refused()
+    if no is not None:
+        flash.set(section, no)
         return None
     try:
         result = action(*args, **kwargs)
