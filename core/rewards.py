@@ -600,7 +600,7 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
     if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
         raise InvalidInput(f"reward method {method!r} needs a reference answer")
-    if getattr(found, "isolated", False) and isinstance(found, Method) and found.scorer is not None:
+    if found.isolated and isinstance(found, Method) and found.scorer is not None:
         return RewardResult(*scoring.score_in_child(found.scorer, response or "", str(reference or ""), settings))
     return found.score(response or "", str(reference or ""), settings)
 
@@ -618,7 +618,7 @@ def warm_up() -> None:
     """Score a trivial answer with every isolated method, so a new scoring process pays math-verify's and
     sympy's imports (about 0.3 s) before its first timed score instead of inside it."""
     for method in METHODS.values():
-        if getattr(method, "isolated", False):
+        if method.isolated:
             method.score("\\boxed{1}", "1", {})
 
 

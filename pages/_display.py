@@ -34,7 +34,7 @@ def show_long(text: str | None, key: str, *, empty: str = "(empty)", language: s
         st.code(text if text else empty, language=language, wrap_lines=True)
         return
     whole = st.toggle(f"Show all {len(text):,} characters", key=f"show_all_{key}")
-    st.code(text if whole else text[:limit] + ELLIPSIS, language=language, wrap_lines=True)
+    st.code(text if whole else clip(text, limit), language=language, wrap_lines=True)
     if not whole:
         st.caption(f"The first {limit:,} of {len(text):,} characters.")
 
