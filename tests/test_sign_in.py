@@ -99,18 +99,24 @@ def test_with_sign_in_on_only_the_signed_in_active_user_acts(engine, cheap):
         page_actor(session, "rex", None)
 
 
+def submit_new_user(at, name: str, role: str | None = None) -> None:
+    """Fill the People page's Add user form (the role left as it is when None) and press Add user."""
+    at.text_input(key=ADD_NAME).input(name)
+    if role is not None:
+        at.selectbox(key=ADD_ROLE).set_value(role)
+    at.text_input(key=ADD_PASSWORD).input(PASSWORD)
+    at.text_input(key=ADD_REPEAT).input(PASSWORD)
+    [submit] = [b for b in at.button if b.label == "Add user"]
+    submit.click().run()
+
+
 def test_a_stale_tab_named_cli_cannot_add_an_admin_once_sign_in_is_on(app_engine, cheap):
     at = run_app(page="pages/people.py", session_state={REVIEWER_KEY: "ana"})
     assert [b for b in at.button if b.label == "Add user"]  # drawn while sign-in was off
     add_user(app_engine, "ada", "admin", PASSWORD, actor="cli")  # elsewhere: sign-in goes on
 
     at.session_state[REVIEWER_KEY] = "cli"
-    at.text_input(key=ADD_NAME).input("eve")
-    at.selectbox(key=ADD_ROLE).set_value("admin")
-    at.text_input(key=ADD_PASSWORD).input(PASSWORD)
-    at.text_input(key=ADD_REPEAT).input(PASSWORD)
-    [submit] = [b for b in at.button if b.label == "Add user"]
-    submit.click().run()
+    submit_new_user(at, "eve", "admin")
 
     assert not at.exception, [e.value for e in at.exception]
     assert list(users(app_engine)) == ["ada"]
@@ -137,11 +143,7 @@ def test_a_stale_tab_named_cli_cannot_approve_once_sign_in_is_on(app_engine, che
 def test_a_typed_internal_name_cannot_act_without_sign_in(app_engine, cheap):
     at = run_app(page="pages/people.py", session_state={REVIEWER_KEY: "ana"})
     at.sidebar.text_input(key=REVIEWER_KEY).input("cli")
-    at.text_input(key=ADD_NAME).input("eve")
-    at.text_input(key=ADD_PASSWORD).input(PASSWORD)
-    at.text_input(key=ADD_REPEAT).input(PASSWORD)
-    [submit] = [b for b in at.button if b.label == "Add user"]
-    submit.click().run()
+    submit_new_user(at, "eve")
 
     assert not at.exception, [e.value for e in at.exception]
     assert users(app_engine) == {}
@@ -153,12 +155,7 @@ def test_a_typed_internal_name_cannot_act_without_sign_in(app_engine, cheap):
 def test_a_signed_in_tab_still_acts(app_engine, cheap):
     add_user(app_engine, "ada", "admin", PASSWORD, actor="cli")
     at = run_app(page="pages/people.py", session_state={AUTH_KEY: "ada", REVIEWER_KEY: "cli"})
-    at.text_input(key=ADD_NAME).input("lee")
-    at.selectbox(key=ADD_ROLE).set_value("labeler")
-    at.text_input(key=ADD_PASSWORD).input(PASSWORD)
-    at.text_input(key=ADD_REPEAT).input(PASSWORD)
-    [submit] = [b for b in at.button if b.label == "Add user"]
-    submit.click().run()
+    submit_new_user(at, "lee", "labeler")
 
     assert not at.exception, [e.value for e in at.exception]
     assert users(app_engine)["lee"].created_by == "ada"
