@@ -442,7 +442,7 @@ def remove_hurting(engine: Engine, task_name: str, version_id: int, actor: str, 
     note = (f"removed the experiences that hurt ({', '.join(hurting)}) as measured by run {run_id} "
             f"on version #{version.number}")
     new = edit_library(engine, task_name, [ProposedOp(OpKind.DELETE, hurting)], actor, library_name=library_name,
-                       note=note)
+                       note=note, base_version_id=version.id)
     with session_scope(engine) as session:
         session.add(AuditEvent(actor=actor, action="attribution.remove_hurting", object_type="run", object_id=run_id,
                                before={"version_id": version.id}, after={"version_id": new.id, "removed": hurting}))

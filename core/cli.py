@@ -270,11 +270,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
         return 0
     owner = new_worker_id()
-    claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
+    lease = claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
     print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = StageProgress()
     try:
-        execute_job(engine, "run", run_id, owner, on_progress=progress)
+        execute_job(engine, lease, on_progress=progress)
     finally:
         progress.close()
     return _report_run(engine, run_id)
@@ -288,9 +288,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
         return 0
     owner = new_worker_id()
-    claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
+    lease = claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
     gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
-    ev = execute_job(engine, "evaluation", eval_id, owner, gateway=gateway)
+    ev = execute_job(engine, lease, gateway=gateway)
     m = ev.metrics or {}
     if args.json:
         print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
@@ -321,8 +321,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if status == JobStatus.QUEUED:
             print(f"running evaluation {eval_id} ...", file=sys.stderr)
             owner = new_worker_id()
-            claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
-            ev = execute_job(engine, "evaluation", eval_id, owner)
+            lease = claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
+            ev = execute_job(engine, lease)
             if ev.status != JobStatus.COMPLETED:
                 print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
                 return 1
@@ -390,11 +390,11 @@ def cmd_attribute(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": run_id, "status": JobStatus.QUEUED}))
         return 0
     owner = new_worker_id()
-    claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
+    lease = claim_or_explain(engine, "run", run_id, owner, WORKER_MAY_CONTINUE if args.resume is not None else (JobStatus.QUEUED,))
     print(f"measurement run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = VariantProgress(engine, run_id)
     try:
-        run = execute_job(engine, "run", run_id, owner, on_progress=progress)
+        run = execute_job(engine, lease, on_progress=progress)
     finally:
         progress.close()
     if run.status != JobStatus.COMPLETED:

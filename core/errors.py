@@ -29,6 +29,16 @@ class AlreadyDecided(Conflict):
     """The operation is no longer pending: somebody decided it first, or it was applied."""
 
 
+class TakenOver(Conflict):
+    """Another worker took over the job this process was executing (it stalled, or a person resumed it);
+    this process stopped without writing anything more."""
+
+
+class StaleVersion(Conflict):
+    """A library version was created from the same parent while this change was being made; the change was
+    not applied and can be re-applied on the newer version."""
+
+
 class PermissionDenied(StudioError, PermissionError):
     """The acting person's role does not allow this change."""
 

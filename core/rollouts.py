@@ -19,6 +19,7 @@ from core.rewards import METHODS, score_or_error
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 from storage.statuses import LabelStatus
+from storage.writes import insert_or_skip, stored
 
 
 async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
@@ -48,8 +49,9 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people)
     with session_scope(engine) as session:
-        session.add(row)
-    return row
+        insert_or_skip(session, row)  # a row another writer stored meanwhile stays; it is the one returned
+        return stored(session, Rollout, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
+                      group_index=group_index)
 
 
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,

@@ -37,7 +37,8 @@ def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, 
         before = row.status
         row.status = new_status
         if new_status == JobStatus.QUEUED:
-            row.error = None
+            # A new lease generation: a stalled worker that wakes up later finds its job gone and writes nothing.
+            row.error, row.worker_id, row.lease = None, None, row.lease + 1
         if new_status == JobStatus.CANCELLED:
             row.finished_at = utcnow()
         session.add(row)

@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
     threads: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1, description="llama.cpp threads")
     model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
+    stall_after_s: float = Field(default=30.0, ge=1, description="seconds without a heartbeat before an idle "
+                                 "worker takes a running job over")
     no_autoworker: bool = Field(default=False, description="pages never start a worker process themselves")
     worker_log: Path = Field(default=PROJECT_DIR / "worker.log", description="log of a worker a page started")
     score_timeout_s: float = Field(default=5.0, gt=0, description="seconds one regex or math-verify score may take")

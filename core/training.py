@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 
 from core import gate
 from core.agent import AgentSettings, check_agent_mode
-from core.errors import Conflict, InvalidInput, NotFound, StructuredOutputError
+from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
 from core.library import ProposedOp, validate_ops
@@ -65,6 +65,7 @@ from storage.statuses import (
     RunKind,
     StepStatus,
 )
+from storage.writes import insert_or_skip, stored
 
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
@@ -288,10 +289,9 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         step = queries.step_by_position(session, ctx.run_id, epoch, batch_index)
         if step is None:
             run = session.get(Run, ctx.run_id)
-            step = Step(run_id=ctx.run_id, epoch=epoch, batch_index=batch_index, sample_ids=sample_ids,
-                        version_before_id=run.current_version_id, status=StepStatus.RUNNING)
-            session.add(step)
-            session.flush()
+            insert_or_skip(session, Step(run_id=ctx.run_id, epoch=epoch, batch_index=batch_index, sample_ids=sample_ids,
+                                         version_before_id=run.current_version_id, status=StepStatus.RUNNING))
+            step = stored(session, Step, run_id=ctx.run_id, epoch=epoch, batch_index=batch_index)
         return step
 
 
@@ -309,10 +309,31 @@ def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
     apply_step_operations(ctx.engine, step_id, actor=actor)
 
 
+class StepFailed(Exception):
+    """A step that cannot give a library change (every group failed, or the update did): the run fails with
+    this reason, and resuming it redoes the step."""
+
+
+def _where(step: Step) -> str:
+    return f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
+
+
+def _fail_step(ctx: _Ctx, step: Step, reason: str) -> None:
+    with session_scope(ctx.engine) as session:
+        row = session.get(Step, step.id)
+        row.status, row.error = StepStatus.FAILED, reason
+        session.add(row)
+    raise StepFailed(f"{_where(step)} failed: {reason}; resume the run to retry it")
+
+
 async def _run_step(ctx: _Ctx, step: Step) -> None:
-    with Session(ctx.engine) as session:
+    with session_scope(ctx.engine) as session:
         before = session.get(LibraryVersion, step.version_before_id)
         samples = [session.get(Sample, sid) for sid in step.sample_ids]
+        if step.status == StepStatus.FAILED:  # a resumed run redoes the step that failed it
+            row = session.get(Step, step.id)
+            row.status, row.error = StepStatus.RUNNING, None
+            session.add(row)
     experiences = before.experiences
     while True:
         advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
@@ -330,6 +351,9 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
                                                  for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)}}
         session.add(row)
         has_ops = bool(queries.step_operations(session, step.id))
+    failed = [a for a in advantages if a.status == GroupStatus.FAILED]
+    if failed and len(failed) == len(samples) and not has_ops:
+        _fail_step(ctx, step, f"every group failed ({len(failed)} of {len(samples)}): {failed[0].error}")
     if not has_ops:
         proposals = [text for a in advantages if a.status == GroupStatus.OK for text in a.proposals]
         source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
@@ -389,7 +413,9 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
                     text: str | None = None, proposals: list[str] | None = None, raw: str | None = None,
                     error: str | None = None) -> Advantage:
     with session_scope(ctx.engine) as session:
-        row = session.get(Advantage, existing.id) if existing else Advantage(step_id=step.id, sample_id=sample.id)
+        if existing is None:
+            insert_or_skip(session, Advantage(step_id=step.id, sample_id=sample.id, status=status))
+        row = stored(session, Advantage, step_id=step.id, sample_id=sample.id)
         row.status, row.text, row.proposals, row.raw_response, row.error = status, text, proposals or [], raw, error
         session.add(row)
         session.flush()
@@ -444,11 +470,9 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
             stage="update", model=ctx.settings.learner_model, messages=messages, reply=update_reply(limit),
             scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
     except StructuredOutputError as exc:
-        with session_scope(ctx.engine) as session:
-            row = session.get(Step, step.id)
-            row.error = f"{exc} | raw reply: {exc.raw[:500]}"
-            session.add(row)
-        return
+        _fail_step(ctx, step, f"the learner's update failed: {exc} | raw reply: {exc.raw[:500]}")
+    except ModelCallError as exc:
+        _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
                      max_size=ctx.settings.max_experiences)
 
@@ -457,16 +481,13 @@ def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: l
                      source_ids: list[int], max_size: int | None = None) -> list[Operation]:
     """Validate and store a step's proposed operations (pending, or invalid with the reason)."""
     checked = validate_ops(experiences, ops, max_size=max_size)
-    rows = []
     with session_scope(engine) as session:
         for position, item in enumerate(checked):
-            row = Operation(step_id=step.id, run_id=step.run_id, position=position, op=item.op.op,
-                            target_ids=item.op.target_ids, text=item.op.text, rationale=item.op.rationale,
-                            source_advantage_ids=source_ids, status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID,
-                            validation_error=item.error)
-            session.add(row)
-            rows.append(row)
-    return rows
+            insert_or_skip(session, Operation(
+                step_id=step.id, run_id=step.run_id, position=position, op=item.op.op, target_ids=item.op.target_ids,
+                text=item.op.text, rationale=item.op.rationale, source_advantage_ids=source_ids,
+                status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID, validation_error=item.error))
+        return queries.step_operations(session, step.id)
 
 
 async def _direct_experiences(ctx: _Ctx) -> None:

@@ -6,11 +6,12 @@ appends a new version whose parent is the one it started from.
 
 from __future__ import annotations
 
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core import library_io
-from core.errors import InvalidInput, NotFound
+from core.errors import InvalidInput, NotFound, StaleVersion
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
 from storage import queries
@@ -41,6 +42,23 @@ def all_ids(session: Session, library_id: int) -> list[str]:
     return [exp["id"] for v in queries.versions(session, library_id) for exp in v.experiences]
 
 
+def lock_library(session: Session, library_id: int) -> LibraryVersion | None:
+    """Hold the library until this transaction ends (PostgreSQL's row lock, SQLite's write lock), then read
+    its latest version: two changes made at once are numbered one after the other, and the second sees
+    the first."""
+    session.exec(update(Library).where(Library.id == library_id).values(name=Library.name))
+    return queries.latest_version(session, library_id)
+
+
+def check_latest(latest: LibraryVersion | None, base_id: int | None) -> None:
+    """Refuse a change made on `base_id` when another version has become the latest meanwhile."""
+    if latest is None or base_id is None or latest.id == base_id:
+        return
+    origin = "from the same parent" if latest.parent_id == base_id else "after the version your change started from"
+    raise StaleVersion(f"version #{latest.number} (id {latest.id}) was created by {latest.created_by} {origin}; "
+                       f"your change was not applied; re-apply it on #{latest.number}?")
+
+
 def create_version(
     session: Session,
     library: Library,
@@ -52,8 +70,13 @@ def create_version(
     note: str = "",
     run_id: int | None = None,
     step_id: int | None = None,
+    expect_latest: int | None = None,
 ) -> LibraryVersion:
-    latest = queries.latest_version(session, library.id)
+    """Append a version. With `expect_latest`, the change was made on that version and is refused
+    (StaleVersion) when another one became the latest meanwhile; a run's step, which builds on its own
+    line of versions, passes none."""
+    latest = lock_library(session, library.id)
+    check_latest(latest, expect_latest)
     version = LibraryVersion(library_id=library.id, number=(latest.number + 1) if latest else 1, parent_id=parent_id,
                              experiences=experiences, source=source, created_by=created_by, note=note,
                              run_id=run_id, step_id=step_id)
@@ -99,8 +122,8 @@ def import_library(engine: Engine, task_name: str, text: str, filename: str, *, 
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "importing a library")
         lib = ensure_library(session, _task(session, task_name), library_name, actor=actor)
-        parent = queries.latest_version(session, lib.id)
-        return create_version(session, lib, new_experiences(session, lib, texts),
+        parent = lock_library(session, lib.id)
+        return create_version(session, lib, new_experiences(session, lib, texts), expect_latest=parent.id if parent else None,
                               parent_id=parent.id if parent else None, source="import", created_by=actor,
                               note=f"imported from {filename or 'text'}")
 
@@ -165,17 +188,20 @@ def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
 
 
 def edit_library(engine: Engine, task_name: str, ops: list[ProposedOp], actor: str, *, library_name: str = "default",
-                 note: str = "") -> LibraryVersion:
+                 note: str = "", base_version_id: int | None = None) -> LibraryVersion:
     """A person's change (ADD, MODIFY, DELETE, MERGE) as a new version on top of the latest one.
 
     The operations pass the same validation as the learner's; any invalid one rejects the whole edit.
+    `base_version_id` is the version the person made the change on (the one the page showed): when
+    another became the latest meanwhile, nothing is written and StaleVersion says which.
     """
     if not ops:
         raise InvalidInput("nothing to change")
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "editing libraries")
         library = _library(session, _task(session, task_name), library_name)
-        base = queries.latest_version(session, library.id)
+        base = lock_library(session, library.id)
+        check_latest(base, base_version_id)
         checked = validate_ops(base.experiences, ops)
         errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
         if errors:
@@ -183,7 +209,7 @@ def edit_library(engine: Engine, task_name: str, ops: list[ProposedOp], actor: s
         experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
         summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
         return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,
-                              note=note.strip() or f"manual edit: {summary}")
+                              note=note.strip() or f"manual edit: {summary}", expect_latest=base.id)
 
 
 def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
@@ -195,9 +221,9 @@ def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
         old = session.get(LibraryVersion, version_id)
         if old is None or old.library_id != library.id:
             raise NotFound(f"version id {version_id} is not in library {library_name!r}")
-        latest = queries.latest_version(session, library.id)
+        latest = lock_library(session, library.id)
         return create_version(session, library, [dict(exp) for exp in old.experiences], parent_id=latest.id,
-                              source="revert", created_by=actor, note=f"revert to version #{old.number}")
+                              expect_latest=latest.id, source="revert", created_by=actor, note=f"revert to version #{old.number}")
 
 
 def _task(session: Session, name: str) -> Task:

@@ -4,7 +4,10 @@ Pages only write intent (a queued row); work happens here, in a separate process
 reload, a closed tab or a second browser neither stops nor duplicates it. A claim is one
 conditional UPDATE, so two workers (or a worker and `core train`) never take the same job. While
 a job runs, a thread refreshes the heartbeat of the worker and of the job every few seconds; a
-heartbeat older than STALE_AFTER means the process died, and the job can be resumed.
+heartbeat older than the stall window (TFGRPO_STALL_AFTER_S) means the worker died or hangs: an idle
+worker takes the job over by itself, or a person presses Resume. Every claim starts a new lease
+generation and every write a worker makes for its job is fenced to it (storage/fencing.py), so a
+worker that wakes up after its job was taken over writes nothing and stops.
 """
 
 from __future__ import annotations
@@ -27,16 +30,16 @@ from sqlalchemy import or_, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from core.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, TakenOver
 from core.sandbox import harden_process
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
+from storage.fencing import Lease, LeaseLost, holding
 from storage.models import Evaluation, Run, as_utc, utcnow
 from storage.models import Worker as WorkerRow
 from storage.statuses import JobStatus, WorkerStatus
 
 log = logging.getLogger(__name__)
-STALE_AFTER = 30.0
 HEARTBEAT_EVERY = 3.0
 TABLES = {"run": Run, "evaluation": Evaluation}
 
@@ -45,11 +48,16 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def stall_after() -> float:
+    """Seconds without a heartbeat after which a running job counts as stalled (TFGRPO_STALL_AFTER_S)."""
+    return get_settings().stall_after_s
+
+
 def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool:
-    """True when a heartbeat is missing or older than STALE_AFTER seconds."""
+    """True when a heartbeat is missing or older than the stall window."""
     if heartbeat_at is None:
         return True
-    return (now or utcnow()) - as_utc(heartbeat_at) > timedelta(seconds=STALE_AFTER)
+    return (now or utcnow()) - as_utc(heartbeat_at) > timedelta(seconds=stall_after())
 
 
 def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
@@ -61,7 +69,7 @@ def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None 
 
 def holder_is_dead(worker_id: str) -> bool:
     """True when the worker id names a process on this machine that no longer exists (killed, crashed):
-    its job need not wait STALE_AFTER seconds before it can be resumed here."""
+    its job need not wait for the stall window before it can be taken over here."""
     host, _, rest = worker_id.partition(":")
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
@@ -75,11 +83,15 @@ def holder_is_dead(worker_id: str) -> bool:
     return False
 
 
-def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple[str, ...] = (JobStatus.QUEUED,)) -> bool:
-    """Atomically mark a job `running` for `owner` if it is in one of `statuses`; `running` there means
-    only a stalled one (its heartbeat is stale), never one that a live worker holds."""
+def claim(engine: Engine, kind: str, job_id: int, owner: str, *,
+          statuses: tuple[str, ...] = (JobStatus.QUEUED,)) -> Lease | None:
+    """Atomically mark a job `running` for `owner` under a new lease generation if it is in one of
+    `statuses`; `running` there means only a stalled one (its heartbeat is stale, or its holder on this
+    machine is dead), never one that a live worker holds. Returns the lease, or None when not claimed.
+
+    The new generation fences the previous holder: whatever it still tries to write is refused."""
     table = TABLES[kind]
-    stale_before = utcnow() - timedelta(seconds=STALE_AFTER)
+    stale_before = utcnow() - timedelta(seconds=stall_after())
     stalled = (table.status == JobStatus.RUNNING) & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
     if JobStatus.RUNNING in statuses:
         with Session(engine) as session:
@@ -90,48 +102,71 @@ def claim(engine: Engine, kind: str, job_id: int, owner: str, *, statuses: tuple
     condition = col(table.status).in_([s for s in statuses if s != JobStatus.RUNNING])
     if JobStatus.RUNNING in statuses:
         condition = condition | stalled
-    with session_scope(engine) as session:
+    with holding(None), session_scope(engine) as session:
         result = session.exec(update(table).where(table.id == job_id, condition)
-                              .values(status=JobStatus.RUNNING, worker_id=owner, heartbeat_at=utcnow()))
-        return result.rowcount == 1
+                              .values(status=JobStatus.RUNNING, worker_id=owner, heartbeat_at=utcnow(),
+                                      lease=table.lease + 1))
+        if result.rowcount != 1:
+            return None
+        generation = session.exec(select(table.lease).where(table.id == job_id)).one()
+    return Lease(kind, job_id, owner, generation)
 
 
-def claim_next(engine: Engine, owner: str) -> tuple[str, int] | None:
-    """The oldest queued run or evaluation, claimed for `owner`; None when nothing waits."""
+def claim_next(engine: Engine, owner: str) -> Lease | None:
+    """The oldest queued run or evaluation, claimed for `owner`; failing that, a stalled one taken over
+    (its worker stopped beating for longer than the stall window). None when nothing waits."""
+    stale_before = utcnow() - timedelta(seconds=stall_after())
     with Session(engine) as session:
-        waiting = [("run", r.id, r.created_at) for r in session.exec(
-            select(Run).where(Run.status == JobStatus.QUEUED).order_by(Run.created_at).limit(5))]
-        waiting += [("evaluation", e.id, e.created_at) for e in session.exec(
-            select(Evaluation).where(Evaluation.status == JobStatus.QUEUED).order_by(Evaluation.created_at).limit(5))]
+        waiting, stalled = [], []
+        for kind, table in TABLES.items():
+            waiting += [(kind, row.id, row.created_at) for row in session.exec(
+                select(table).where(table.status == JobStatus.QUEUED).order_by(table.created_at).limit(5))]
+            stalled += [(kind, row.id, row.created_at) for row in session.exec(
+                select(table).where(table.status == JobStatus.RUNNING,
+                                    or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before))
+                .order_by(table.created_at).limit(5))]
     for kind, job_id, _created in sorted(waiting, key=lambda item: item[2]):
-        if claim(engine, kind, job_id, owner):
-            return kind, job_id
+        lease = claim(engine, kind, job_id, owner)
+        if lease is not None:
+            return lease
+    for kind, job_id, _created in sorted(stalled, key=lambda item: item[2]):
+        lease = claim(engine, kind, job_id, owner, statuses=(JobStatus.RUNNING,))
+        if lease is not None:
+            log.warning("worker %s took over stalled %s %s (lease %d)", owner, kind, job_id, lease.generation)
+            return lease
     return None
 
 
-def beat(engine: Engine, owner: str, job: tuple[str, int] | None) -> None:
-    """One heartbeat: the worker row, and the job it holds (only while the job is still its own)."""
+def beat(engine: Engine, owner: str, lease: Lease | None) -> None:
+    """One heartbeat: the worker row, and the job it holds while the lease is still its own. A job whose
+    lease has moved on is marked lost, so the engine stops before its next model call."""
     now = utcnow()
-    with session_scope(engine) as session:
+    with holding(None), session_scope(engine) as session:
         row = session.get(WorkerRow, owner)
         if row is not None:
-            row.heartbeat_at, row.current, row.status = now, f"{job[0]} {job[1]}" if job else None, WorkerStatus.RUNNING
+            row.heartbeat_at, row.status = now, WorkerStatus.RUNNING
+            row.current = f"{lease.table} {lease.job_id}" if lease else None
             session.add(row)
-        if job is not None:
-            table = TABLES[job[0]]
-            session.exec(update(table).where(table.id == job[1], table.worker_id == owner, table.status == JobStatus.RUNNING)
-                         .values(heartbeat_at=now))
+        if lease is None:
+            return
+        table = TABLES[lease.table]
+        held = (table.id == lease.job_id) & (table.worker_id == owner) & (table.lease == lease.generation)
+        session.exec(update(table).where(held, table.status == JobStatus.RUNNING).values(heartbeat_at=now))
+        still_held = session.exec(select(table.id).where(held)).first() is not None
+    if not still_held and not lease.lost.is_set():
+        lease.lost.set()
+        log.warning("worker %s: %s was taken over by another worker; stopping", owner, lease.describe())
 
 
 @contextmanager
-def heartbeat(engine: Engine, owner: str, job: tuple[str, int] | None = None, every: float = HEARTBEAT_EVERY):
-    """Beat in a background thread while the block runs (model calls can take longer than STALE_AFTER)."""
+def heartbeat(engine: Engine, owner: str, lease: Lease | None = None, every: float = HEARTBEAT_EVERY):
+    """Beat in a background thread while the block runs (model calls can take longer than the stall window)."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(every):
             try:
-                beat(engine, owner, job)
+                beat(engine, owner, lease)
             except Exception:  # noqa: BLE001  (a locked database must not kill the job; the next beat retries)
                 log.warning("heartbeat failed", exc_info=True)
 
@@ -144,18 +179,20 @@ def heartbeat(engine: Engine, owner: str, job: tuple[str, int] | None = None, ev
         thread.join(timeout=every + 1)
 
 
-def release(engine: Engine, kind: str, job_id: int, owner: str) -> None:
+def release(engine: Engine, lease: Lease) -> None:
     """Put a job this worker still holds back in the queue (the worker is stopping mid-job)."""
-    table = TABLES[kind]
-    with session_scope(engine) as session:
-        session.exec(update(table).where(table.id == job_id, table.worker_id == owner, table.status == JobStatus.RUNNING)
+    table = TABLES[lease.table]
+    with holding(None), session_scope(engine) as session:
+        session.exec(update(table).where(table.id == lease.job_id, table.worker_id == lease.owner,
+                                         table.lease == lease.generation, table.status == JobStatus.RUNNING)
                      .values(status=JobStatus.QUEUED))
 
 
-def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuses: tuple[str, ...]) -> None:
-    """Claim a job for a foreground command, or raise ValueError saying who holds it."""
-    if claim(engine, kind, job_id, owner, statuses=statuses):
-        return
+def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuses: tuple[str, ...]) -> Lease:
+    """Claim a job for a foreground command, or raise an error saying who holds it."""
+    lease = claim(engine, kind, job_id, owner, statuses=statuses)
+    if lease is not None:
+        return lease
     with Session(engine) as session:
         row = session.get(TABLES[kind], job_id)
     if row is None:
@@ -165,19 +202,25 @@ def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuse
     raise Conflict(f"{kind} {job_id} is {row.status}")
 
 
-def execute_job(engine: Engine, kind: str, job_id: int, owner: str, *, gateway=None,
-                on_progress: Callable[[dict], None] | None = None):
-    """Execute a claimed job with a heartbeat; the one path for the worker and `core train` / `core eval`."""
+def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Callable[[dict], None] | None = None):
+    """Execute a claimed job with a heartbeat, every write fenced to its lease; the one path for the
+    worker and `core train` / `core eval`. Raises TakenOver when another worker took the job meanwhile."""
     from core.evaluation import execute_evaluation
     from core.training import execute_run
 
-    with heartbeat(engine, owner, (kind, job_id)):
+    with holding(lease), heartbeat(engine, lease.owner, lease):
         try:
-            if kind == "run":
-                return execute_run(engine, job_id, gateway=gateway, on_progress=on_progress)
-            return execute_evaluation(engine, job_id, gateway=gateway)
+            if lease.table == "run":
+                return execute_run(engine, lease.job_id, gateway=gateway, on_progress=on_progress)
+            return execute_evaluation(engine, lease.job_id, gateway=gateway)
+        except LeaseLost as lost:
+            log.warning("worker %s: %s", lease.owner, lost)
+            raise TakenOver(str(lost)) from None
         except BaseException:
-            release(engine, kind, job_id, owner)
+            try:
+                release(engine, lease)
+            except LeaseLost:
+                pass
             raise
 
 
@@ -219,16 +262,19 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
     try:
         with heartbeat(engine, owner):
             while True:
-                job = claim_next(engine, owner)
-                if job is None:
+                lease = claim_next(engine, owner)
+                if lease is None:
                     if once:
                         break
                     time.sleep(poll)
                     continue
-                log.info("worker %s: %s %s", owner, *job)
-                beat(engine, owner, job)
-                execute_job(engine, job[0], job[1], owner, gateway=gateway)
-                done += 1
+                log.info("worker %s: %s", owner, lease.describe())
+                beat(engine, owner, lease)
+                try:
+                    execute_job(engine, lease, gateway=gateway)
+                    done += 1
+                except TakenOver:
+                    pass  # logged by execute_job; the job goes on under its new holder
                 beat(engine, owner, None)
     except (_Shutdown, KeyboardInterrupt):
         log.info("worker %s stopping", owner)
@@ -267,7 +313,7 @@ def ensure_worker(engine: Engine, database_url: str) -> str:
         alive = alive_workers(session)
     if alive:
         return f"worker {alive[0].id} is alive"
-    if time.monotonic() - _spawned.get(database_url, -1e9) < STALE_AFTER:
+    if time.monotonic() - _spawned.get(database_url, -1e9) < stall_after():
         return "a worker was started a moment ago"
     pid = spawn_worker(database_url)
     _spawned[database_url] = time.monotonic()

@@ -168,12 +168,14 @@ def export_file_name(task_name: str, library_name: str, number: int, fmt: str) -
 
 
 @checks_sign_in
-def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None) -> Outcome:
-    """A manual change as a new version; an invalid operation (duplicate, too short, unknown id) writes nothing."""
+def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None,
+               base_version_id: int | None = None) -> Outcome:
+    """A manual change as a new version; an invalid operation (duplicate, too short, unknown id) writes nothing,
+    and so does a change made on a version that is no longer the latest (someone else's edit landed first)."""
     ctx = ctx or context()
     try:
         version = core_versions.edit_library(engine(), ctx.task, ops, ctx.reviewer, library_name=ctx.library,
-                                             note=note)
+                                             note=note, base_version_id=base_version_id)
     except Exception as exc:  # noqa: BLE001  (shown to the person; the transaction was rolled back)
         return failed(exc)
     return Outcome(True, f"Created version #{version.number} (id {version.id}).")
@@ -229,9 +231,13 @@ def _flash(section: str, outcome: Outcome) -> None:
             st.session_state.pop(key, None)
 
 
+EDIT_BASE_KEY = "lib_edit_base_version"
+
+
 def _on_add() -> None:
     text = st.session_state.get("lib_add_text", "")
-    outcome = apply_edit([ProposedOp("ADD", text=text)], st.session_state.get("lib_add_note", ""))
+    outcome = apply_edit([ProposedOp("ADD", text=text)], st.session_state.get("lib_add_note", ""),
+                         base_version_id=st.session_state.get(EDIT_BASE_KEY))
     if outcome.ok:
         st.session_state["lib_add_text"] = ""
         st.session_state["lib_add_note"] = ""
@@ -240,12 +246,14 @@ def _on_add() -> None:
 
 def _on_edit(exp_id: str) -> None:
     text = st.session_state.get(f"lib_edit_text_{exp_id}", "")
-    _flash("edit", apply_edit([ProposedOp("MODIFY", [exp_id], text)], st.session_state.get("lib_edit_note", "")))
+    _flash("edit", apply_edit([ProposedOp("MODIFY", [exp_id], text)], st.session_state.get("lib_edit_note", ""),
+                              base_version_id=st.session_state.get(EDIT_BASE_KEY)))
 
 
 def _on_delete() -> None:
     ids = list(st.session_state.get("lib_delete_ids") or [])
-    outcome = apply_edit([ProposedOp("DELETE", ids)], st.session_state.get("lib_delete_note", ""))
+    outcome = apply_edit([ProposedOp("DELETE", ids)], st.session_state.get("lib_delete_note", ""),
+                         base_version_id=st.session_state.get(EDIT_BASE_KEY))
     if outcome.ok:
         st.session_state["lib_delete_ids"] = []
     _flash("edit", outcome)
@@ -254,7 +262,8 @@ def _on_delete() -> None:
 def _on_merge() -> None:
     ids = list(st.session_state.get("lib_merge_ids") or [])
     text = st.session_state.get("lib_merge_text", "")
-    outcome = apply_edit([ProposedOp("MERGE", ids, text)], st.session_state.get("lib_merge_note", ""))
+    outcome = apply_edit([ProposedOp("MERGE", ids, text)], st.session_state.get("lib_merge_note", ""),
+                         base_version_id=st.session_state.get(EDIT_BASE_KEY))
     if outcome.ok:
         st.session_state["lib_merge_ids"] = []
         st.session_state["lib_merge_text"] = ""
@@ -475,6 +484,7 @@ def draw_diff(data: PageData, newest_first: list[int]) -> None:
 def draw_edits(data: PageData) -> None:
     st.header("Edit the library", anchor=False)
     latest = data.latest
+    st.session_state[EDIT_BASE_KEY] = latest.id  # what the forms below change; a newer version refuses the edit
     st.caption(f"Each change creates a new version on top of the latest one (#{latest.number}).")
     FLASH.show("edit")
     ids = [exp["id"] for exp in latest.experiences]

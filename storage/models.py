@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from storage.statuses import (
@@ -129,6 +129,9 @@ class Run(SQLModel, table=True):
     validation_ids: list | None = _json()
     heartbeat_at: datetime | None = None
     worker_id: str | None = None
+    # The lease generation: every claim (and a person's Resume) adds one, and a worker writes only while the
+    # generation it claimed is still the run's (storage/fencing.py).
+    lease: int = 0
     error: str | None = _text()
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
@@ -186,6 +189,7 @@ class Evaluation(SQLModel, table=True):
     progress: dict = _json(dict)
     heartbeat_at: datetime | None = None
     worker_id: str | None = None
+    lease: int = 0  # as Run.lease
     error: str | None = _text()
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
@@ -194,8 +198,15 @@ class Evaluation(SQLModel, table=True):
 
 
 class Rollout(SQLModel, table=True):
-    """One sampled output of the agent, for a training step or an evaluation."""
+    """One sampled output of the agent, for a training step or an evaluation; at most one per (step or
+    evaluation, sample, group index), so a second writer can never add a duplicate."""
 
+    __table_args__ = (
+        Index("uq_rollout_step_sample_group", "step_id", "sample_id", "group_index", unique=True,
+              sqlite_where=text("step_id IS NOT NULL"), postgresql_where=text("step_id IS NOT NULL")),
+        Index("uq_rollout_evaluation_sample_group", "evaluation_id", "sample_id", "group_index", unique=True,
+              sqlite_where=text("evaluation_id IS NOT NULL"), postgresql_where=text("evaluation_id IS NOT NULL")),
+    )
     id: int | None = Field(default=None, primary_key=True)
     step_id: int | None = Field(default=None, foreign_key="step.id", index=True)
     evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id", index=True)
@@ -236,8 +247,9 @@ class RewardLabel(SQLModel, table=True):
 
 
 class Advantage(SQLModel, table=True):
-    """The semantic advantage of one group: the learner's lessons and its raw reply."""
+    """The semantic advantage of one group (one per step and sample): the learner's lessons and its raw reply."""
 
+    __table_args__ = (UniqueConstraint("step_id", "sample_id"),)
     id: int | None = Field(default=None, primary_key=True)
     step_id: int = Field(foreign_key="step.id", index=True)
     sample_id: int = Field(foreign_key="sample.id")
@@ -250,8 +262,9 @@ class Advantage(SQLModel, table=True):
 
 
 class Operation(SQLModel, table=True):
-    """One proposed library change and the decision on it."""
+    """One proposed library change and the decision on it; a step's operations are numbered by position."""
 
+    __table_args__ = (UniqueConstraint("step_id", "position"),)
     id: int | None = Field(default=None, primary_key=True)
     step_id: int | None = Field(default=None, foreign_key="step.id", index=True)
     run_id: int | None = Field(default=None, foreign_key="run.id", index=True)

@@ -29,6 +29,7 @@ class StepStatus(StrEnum):
     AWAITING_REVIEW = "awaiting_review"
     AWAITING_LABELS = "awaiting_labels"
     COMPLETED = "completed"
+    FAILED = "failed"  # every group failed, or the learner's update did: the run fails here and a resume redoes it
 
 
 class OperationStatus(StrEnum):

@@ -98,17 +98,43 @@ def test_operation_on_unknown_id_is_rejected_with_a_reason(engine, demo_task, sc
         assert len(s.get(LibraryVersion, run.current_version_id).experiences) == 1
 
 
-def test_provider_error_on_rollouts_is_recorded_and_the_run_goes_on(engine, demo_task, scripted):
+def test_a_step_whose_every_group_failed_fails_the_run_and_a_resume_redoes_it(engine, demo_task, scripted):
     error = litellm.AuthenticationError("bad key", llm_provider="openai", model="x")
     model, gateway = scripted(engine, rollout=error)
     run = run_once(engine, gateway)
-    assert run.status == "completed"
+    assert run.status == "failed"
+    assert "epoch 1 batch 1 failed: every group failed (2 of 2)" in run.error and "resume the run" in run.error
     with Session(engine) as s:
         advs = s.exec(select(Advantage)).all()
         assert len(advs) == 2 and all(a.status == "failed" and "AuthenticationError" in a.error for a in advs)
         assert all(r.error for r in s.exec(select(Rollout)))
         errors = s.exec(select(LLMCall).where(LLMCall.error.is_not(None))).all()
         assert len(errors) == 4 and all(c.attempts == 1 for c in errors)  # not transient: no retry
+        assert [(st.status, st.error is not None) for st in queries.steps(s, run.id)] == [("failed", True)]
+        assert len(queries.versions(s, run.library_id)) == 1
+    model.replies["rollout"] = mixed_rollouts()  # the provider works again
+    again = execute_run(engine, run.id, gateway=gateway)
+    assert (again.status, again.error) == ("completed", None)
+    with Session(engine) as s:
+        assert [(st.status, st.error) for st in queries.steps(s, run.id)] == [("completed", None)]
+        assert {a.status for a in s.exec(select(Advantage))} == {"ok"}
+        assert len(s.exec(select(Rollout)).all()) == 4  # the failed rollouts were replaced, not duplicated
+        assert len(queries.versions(s, run.library_id)) == 2
+
+
+def test_a_failed_update_fails_the_run_and_a_resume_asks_again(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), update="no JSON here")
+    run = run_once(engine, gateway)
+    assert run.status == "failed" and "the learner's update failed" in run.error
+    model.replies["update"] = json.dumps({"operations": [
+        {"op": "ADD", "ids": [], "text": "Re-read the question to find which quantity it asks for.",
+         "rationale": "failed attempts answered the wrong quantity"}]})
+    paid = {stage: model.count(stage) for stage in ("rollout", "summary", "advantage")}
+    again = execute_run(engine, run.id, gateway=gateway)
+    assert again.status == "completed"
+    assert {stage: model.count(stage) for stage in paid} == paid  # only the update is asked again
+    with Session(engine) as s:
+        assert len(queries.versions(s, run.library_id)) == 2
 
 
 def test_no_ground_truth_hides_reward_and_reference_and_keeps_every_group(engine, demo_task, scripted):

@@ -19,6 +19,7 @@ from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run
 from core.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
 from storage.db import session_scope
+from storage.fencing import Lease
 from storage.models import Evaluation, Run, Worker, utcnow
 from tests.ui_support import ROOT, scripted_gateway
 
@@ -40,8 +41,9 @@ def get_run(engine, run_id: int) -> Run:
 
 def test_a_queued_run_is_claimed_once(engine, demo_task):
     run_id = create_run(engine, DEMO_TASK, SMALL)
-    assert claim(engine, "run", run_id, "w1") is True
-    assert claim(engine, "run", run_id, "w2") is False
+    lease = claim(engine, "run", run_id, "w1")
+    assert (lease.table, lease.job_id, lease.owner, lease.generation) == ("run", run_id, "w1", 1)
+    assert claim(engine, "run", run_id, "w2") is None
     run = get_run(engine, run_id)
     assert (run.status, run.worker_id) == ("running", "w1")
 
@@ -52,7 +54,7 @@ def test_a_running_job_is_taken_over_only_when_its_heartbeat_is_stale(engine, de
     assert not claim(engine, "run", run_id, "w2", statuses=("queued", "running"))
     set_run(engine, run_id, heartbeat_at=utcnow() - timedelta(minutes=5))
     assert job_health("running", get_run(engine, run_id).heartbeat_at) == "stalled"
-    assert claim(engine, "run", run_id, "w2", statuses=("queued", "running"))
+    assert claim(engine, "run", run_id, "w2", statuses=("queued", "running")).generation == 2
     assert get_run(engine, run_id).worker_id == "w2"
 
 
@@ -66,16 +68,17 @@ def test_staleness_threshold():
 
 def test_heartbeat_thread_refreshes_the_job_while_it_runs(engine, demo_task):
     run_id = create_run(engine, DEMO_TASK, SMALL)
-    claim(engine, "run", run_id, "w1")
+    lease = claim(engine, "run", run_id, "w1")
     old = utcnow() - timedelta(minutes=5)
     set_run(engine, run_id, heartbeat_at=old)
-    with heartbeat(engine, "w1", ("run", run_id), every=0.05):
+    with heartbeat(engine, "w1", lease, every=0.05):
         time.sleep(0.3)
-    assert not is_stale(get_run(engine, run_id).heartbeat_at)
-    # another worker's heartbeat never touches a job it does not hold
+    assert not is_stale(get_run(engine, run_id).heartbeat_at) and not lease.lost.is_set()
+    # another worker's heartbeat never touches a job it does not hold, and learns that it lost it
     set_run(engine, run_id, heartbeat_at=old)
-    beat(engine, "w2", ("run", run_id))
-    assert is_stale(get_run(engine, run_id).heartbeat_at)
+    stranger = Lease("run", run_id, "w2", lease.generation)
+    beat(engine, "w2", stranger)
+    assert is_stale(get_run(engine, run_id).heartbeat_at) and stranger.lost.is_set()
 
 
 def test_serve_once_executes_runs_and_evaluations_in_queue_order(engine, demo_task):
@@ -137,7 +140,8 @@ def test_resume_a_failed_evaluation(engine, demo_task):
 
 def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_path, engine, demo_task):
     """A real `python -m core worker` process: it registers, executes a queued run (its calls fail fast on
-    an unknown provider, which fails the groups, not the run), and unregisters on SIGTERM."""
+    an unknown provider, so every group of the only step fails, and the run fails with the reason rather than
+    ending `completed` with nothing learned), goes on serving, and unregisters on SIGTERM."""
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1,
                                                        policy_model="nosuchprovider/model",
                                                        learner_model="nosuchprovider/model"))
@@ -149,7 +153,8 @@ def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_pa
         while get_run(engine, run_id).status in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.2)
         run = get_run(engine, run_id)
-        assert run.status == "completed", (run.status, run.error)
+        assert run.status == "failed", (run.status, run.error)
+        assert "epoch 1 batch 1 failed: every group failed (1 of 1)" in run.error
         assert run.progress["groups_failed"] == 1
         with Session(engine) as session:
             assert [w.pid for w in alive_workers(session)] == [proc.pid]
