@@ -119,3 +119,66 @@ def test_a_database_password_with_url_escapes_never_reaches_alembics_interpolati
     migrate(engine)
     with engine.connect() as connection:
         assert connection.exec_driver_sql("select count(*) from alembic_version").scalar() == 1
+
+
+def test_0008_folds_duplicate_rows_that_unfenced_workers_left_and_keeps_their_labels(tmp_path):
+    """Before fencing, two workers could both write a group: 0008 keeps the oldest rollout, advantage and
+    operation of each natural key, moves a label on a dropped rollout to the kept one, then adds the keys."""
+    from sqlalchemy import insert
+
+    from storage.models import (
+        Advantage,
+        Library,
+        LibraryVersion,
+        Operation,
+        RewardLabel,
+        Rollout,
+        Sample,
+        Step,
+        Task,
+        utcnow,
+    )
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'dup.db'}", migrate=False)
+    upgrade_to(engine, "0007")
+    now = utcnow()
+    with engine.begin() as connection:
+        connection.execute(insert(Task.__table__).values(id=1, name="t", description="", instructions="solve",
+                                                         answer_format="", reward_method="math", reward_settings={},
+                                                         policy_model="m", learner_model="m", judge_model="m",
+                                                         agent_mode="direct", created_at=now))
+        connection.execute(insert(Sample.__table__).values(id=1, task_id=1, external_id="a", query="q", split="train",
+                                                           meta={}))
+        connection.execute(insert(Library.__table__).values(id=1, task_id=1, name="default", created_at=now))
+        connection.execute(insert(LibraryVersion.__table__).values(id=1, library_id=1, number=1, experiences=[],
+                                                                   source="initial", note="", created_by="system",
+                                                                   created_at=now))
+        connection.exec_driver_sql(
+            "INSERT INTO run (id, task_id, library_id, kind, settings, status, progress, created_by, created_at)"
+            " VALUES (1, 1, 1, 'train', '{}', 'completed', '{}', 'cli', '2026-01-01')")
+        connection.execute(insert(Step.__table__).values(id=1, run_id=1, epoch=0, batch_index=0, sample_ids=[1],
+                                                         status="completed", stats={}, created_at=now))
+        for rollout_id, response in ((1, "first"), (2, "second"), (3, "third")):
+            connection.execute(insert(Rollout.__table__).values(
+                id=rollout_id, step_id=1, sample_id=1, group_index=0, messages=[], response=response, tokens_in=0,
+                tokens_out=0, cost=0.0, latency_ms=0.0, labels_needed=0, judge_unsure=False, created_at=now))
+        connection.execute(insert(RewardLabel.__table__).values(id=1, rollout_id=3, value=1.0, comment="",
+                                                                labeler="ann", kind="label", created_at=now))
+        for advantage_id in (1, 2):
+            connection.execute(insert(Advantage.__table__).values(id=advantage_id, step_id=1, sample_id=1, status="ok",
+                                                                  proposals=[], created_at=now))
+        for operation_id in (1, 2):
+            connection.execute(insert(Operation.__table__).values(
+                id=operation_id, step_id=1, run_id=1, position=0, op="ADD", target_ids=[], source_advantage_ids=[],
+                status="applied", created_at=now))
+
+    migrate(engine)
+
+    assert differences(engine) == []
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT id, response FROM rollout").fetchall() == [(1, "first")]
+        assert connection.exec_driver_sql("SELECT rollout_id FROM rewardlabel").fetchall() == [(1,)]
+        assert connection.exec_driver_sql("SELECT id FROM advantage").fetchall() == [(1,)]
+        assert connection.exec_driver_sql("SELECT id FROM operation").fetchall() == [(1,)]
+        assert connection.exec_driver_sql("SELECT lease FROM run").scalar() == 0
+        assert connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
