@@ -371,3 +371,16 @@ def test_an_oversized_library_import_exits_2_and_writes_nothing(db, capsys, tmp_
     code, out, err = run(capsys, "--db", db, "import", "--task", DEMO_TASK, str(source))
     assert code == 2 and out == "" and err.startswith(f"error: {reason}") and len(err.splitlines()) == 1
     assert versions_of(db, DEMO_TASK) == before
+
+
+def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resumed(db, capsys):
+    """An unknown provider fails every call: the run must not end `completed` with an unchanged library."""
+    code, out, _ = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--model", "nosuchprovider/m",
+                       "--learner-model", "nosuchprovider/m", "--epochs", "1", "--batch-size", "1",
+                       "--group-size", "1", "--limit", "1", "--gate", "off")
+    assert code == 1
+    assert "failed (StepFailed: epoch 1 batch 1 failed: every group failed (1 of 1)" in out
+    assert "resume the run to retry it" in out
+    run_id = int(out.split()[1].rstrip(":"))
+    code, out, _ = run(capsys, "--db", db, "train", "--resume", str(run_id))
+    assert code == 1 and f"run {run_id}: failed" in out  # resumable: it ran again (and failed the same way)
