@@ -147,10 +147,13 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)
     stage = STAGES.get(ev.purpose, "rollout")
 
+    slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.training)
+
     async def one(sample, g: int) -> None:
-        await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                             experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
-                             people=ev.purpose == EvaluationPurpose.EVALUATION)
+        async with slots:
+            await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
+                                 experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
+                                 people=ev.purpose == EvaluationPurpose.EVALUATION)
         progress.advance()
 
     try:

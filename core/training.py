@@ -120,6 +120,12 @@ class _Ctx:
     agent: AgentSettings
     on_progress: ProgressCallback | None
     last_tick: float = 0.0
+    # Rollouts and summaries in progress at once: a bounded pool, so a batch of hundreds of groups does not
+    # make every task read the database and build its request before the first request goes out.
+    slots: asyncio.Semaphore | None = None
+
+    def __post_init__(self) -> None:
+        self.slots = asyncio.Semaphore(max(1, self.settings.concurrency))
 
     @property
     def scope(self) -> Scope:
@@ -423,9 +429,10 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
 
 
 async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
-    row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
-                               sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
-                               scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth)
+    async with ctx.slots:
+        row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
+                                   sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
+                                   scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth)
     _tick(ctx)
     return row
 
@@ -448,8 +455,9 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
         return rollout.summary
     messages = summary_messages(sample.query, sample.reference, rollout.reward, experiences,
                                 trajectory_text(rollout.messages), ctx.settings.ground_truth)
-    call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
-                                      scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    async with ctx.slots:
+        call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
+                                          scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
     with session_scope(ctx.engine) as session:
         row = session.get(Rollout, rollout.id)
         row.summary = call.text.strip()
