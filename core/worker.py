@@ -121,8 +121,9 @@ def claim_next(engine: Engine, owner: str) -> Lease | None:
         for kind, table in TABLES.items():
             waiting += [(kind, row.id, row.created_at) for row in session.exec(
                 select(table).where(table.status == JobStatus.QUEUED).order_by(table.created_at).limit(5))]
+            own_jobs = col(Evaluation.run_id).is_(None) if table is Evaluation else True  # a gate's belongs to its run
             stalled += [(kind, row.id, row.created_at) for row in session.exec(
-                select(table).where(table.status == JobStatus.RUNNING,
+                select(table).where(table.status == JobStatus.RUNNING, own_jobs,
                                     or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before))
                 .order_by(table.created_at).limit(5))]
     for kind, job_id, _created in sorted(waiting, key=lambda item: item[2]):

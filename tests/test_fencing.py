@@ -185,3 +185,21 @@ def test_two_edits_from_one_parent_give_one_version_and_tell_the_other_who_won(e
     with Session(engine) as session:
         versions = queries.versions(session, parent.library_id)
         assert [v.number for v in versions if v.parent_id == parent.id] == [number]
+
+
+def test_an_evaluation_that_a_run_executes_is_never_taken_over_on_its_own(engine, demo_task):
+    """A gate's or an attribution's evaluation is `running` while its run executes it; when the run dies it
+    is the run that is taken over, never the evaluation by itself."""
+    from core.evaluation import create_fixed_evaluation
+
+    run_id = create_run(engine, DEMO_TASK, SETTINGS)
+    with Session(engine) as session:
+        sample_ids = [s.id for s in queries.samples(session, demo_task.id, "train", limit=2)]
+        create_fixed_evaluation(session, demo_task, purpose="gate", split="train", sample_ids=sample_ids,
+                                experiences=[], k=1, model="m", temperature=0.0, run_id=run_id)
+        session.commit()
+    assert claim(engine, "run", run_id, "ghost-on-another-host:1:x")
+    make_stale(engine, run_id)
+    lease = claim_next(engine, "idle")
+    assert (lease.table, lease.job_id) == ("run", run_id)
+    assert claim_next(engine, "idle-2") is None
