@@ -168,7 +168,8 @@ def evaluations_view(task_id: int) -> None:
         if shown not in (JobStatus.FAILED, JobStatus.STALLED):
             continue
         st.caption(f"Evaluation #{e.id} is {shown}"
-                   + (": its worker stopped beating." if shown == JobStatus.STALLED else ". Error:"))
+                   + (": its worker stopped beating; an idle worker takes it over, or resume it here."
+                      if shown == JobStatus.STALLED else ". Error:"))
         if e.error:
             show_long(e.error, f"eval_error_{e.id}")
         st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",

@@ -43,7 +43,7 @@ def next_action(status: str, pending: int) -> str:
     if status == JobStatus.FAILED:
         return "read the error, then resume"
     if status == JobStatus.STALLED:
-        return "its worker stopped beating: resume"
+        return "its worker stopped beating: an idle worker takes it over, or resume"
     if status == JobStatus.AWAITING_REVIEW or pending:
         return "review the proposed operations"
     if status == JobStatus.AWAITING_LABELS:
