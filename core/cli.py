@@ -261,7 +261,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
-                 "max_operations": args.max_operations}
+                 "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
+                 "call_deadline_s": args.deadline}
         settings = RunSettings.build(ground_truth=not args.no_ground_truth,
                                      **{name: value for name, value in given.items() if value is not None})
         run_id = create_run(engine, args.task, settings, library_name=args.library,
@@ -618,6 +619,8 @@ def build_parser() -> Parser:
     p.add_argument("--gate-k", type=int, help=_default("gate_k"))
     p.add_argument("--budget", type=float, help=_default("budget_usd"))
     p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
+    p.add_argument("--call-timeout", type=float, metavar="S", help=_default("call_timeout_s"))
+    p.add_argument("--deadline", type=float, metavar="S", help=_default("call_deadline_s"))
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
     p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
     p.set_defaults(func=cmd_train)

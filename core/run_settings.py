@@ -93,6 +93,15 @@ class RunSettings(JobSettings):
     direct_count: int = Field(8, ge=1)
     budget_usd: Budget = Field(None, description="pause the run when its cost reaches this many USD")
     api_base: ApiBase = None
+    call_timeout_s: float | None = Field(None, gt=0, description="seconds one model request may take before it is "
+                                         "retried (default TFGRPO_CALL_TIMEOUT_S)")
+    call_deadline_s: float | None = Field(None, gt=0, description="seconds one model call may take with all its "
+                                          "retries (default TFGRPO_CALL_DEADLINE_S)")
+
+    def gateway_limits(self) -> dict:
+        """The gateway's per-request timeout and overall deadline, where this run sets them."""
+        limits = {"timeout_s": self.call_timeout_s, "deadline_s": self.call_deadline_s}
+        return {name: value for name, value in limits.items() if value is not None}
 
     def operations_limit(self) -> int:
         """The most operations one step may propose: the setting, or half the batch size within 4 to 12

@@ -162,7 +162,8 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
         run.status, run.error, run.heartbeat_at = JobStatus.RUNNING, None, now()
         run.started_at = run.started_at or now()
         session.add(run)
-    gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base)
+    gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base,
+                                 **settings.gateway_limits())
     agent = AgentSettings(model=settings.policy_model, temperature=settings.temperature,
                           max_tokens=settings.max_tokens, mode=task.agent_mode, max_turns=settings.max_turns)
     ctx = _Ctx(engine, run_id, task, library, settings, gateway, agent, on_progress)
