@@ -13,6 +13,7 @@ with json-repair as the last resort, and the ledger row says how the reply was r
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import hashlib
 import json
 import logging
@@ -27,8 +28,9 @@ from typing import Any, TypeVar
 import json_repair
 import litellm
 from pydantic import ValidationError
+from sqlalchemy import or_
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core import local_model
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
@@ -36,6 +38,7 @@ from core.replies import Reply
 from core.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.secrets import mask_url, resolve_api_base
 from core.settings import get_settings
+from storage.fencing import raise_if_lost
 from storage.models import LLMCall
 
 R = TypeVar("R", bound=Reply)
@@ -102,18 +105,46 @@ def _seed(key: str) -> int:
     return int(key[:8], 16) % (2**31 - 1)
 
 
+def retry_after(error: BaseException) -> float | None:
+    """The seconds a provider asked us to wait (a `Retry-After` header in seconds or as an HTTP date)."""
+    headers = getattr(getattr(error, "response", None), "headers", None) or getattr(
+        error, "litellm_response_headers", None) or {}
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except AttributeError:
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
 @dataclass
 class Gateway:
-    """Owns the per-model semaphores; one per process (or per run) is enough."""
+    """Owns the per-model semaphores and the calls in flight; one per process (or per run) is enough.
+
+    It is the only retry layer: litellm's and the OpenAI SDK's own retries are off, so the ledger's
+    `attempts` counts the HTTP requests really made. Each attempt holds a concurrency slot only while its
+    request is out (a backing-off call frees its slot), waits `timeout_s` at most, honours a provider's
+    Retry-After, and the whole call gives up at `deadline_s`."""
 
     engine: Engine
     concurrency: int = field(default_factory=lambda: get_settings().concurrency)
-    max_retries: int = 3
+    max_retries: int = field(default_factory=lambda: get_settings().max_retries)
     backoff_s: float = 1.0
-    timeout_s: float = 600.0
+    timeout_s: float = field(default_factory=lambda: get_settings().call_timeout_s)
+    deadline_s: float = field(default_factory=lambda: get_settings().call_deadline_s)
     api_base: str | None = None
     mock: Mock | None = None
     _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+    _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.api_base = resolve_api_base(self.api_base)
@@ -128,9 +159,11 @@ class Gateway:
         return self._semaphores[model]
 
     def _cached(self, key: str) -> LLMCall | None:
+        """A successful, paid call with this key; a reply that failed validation is never one."""
         with Session(self.engine) as session:
             return session.exec(
-                select(LLMCall).where(LLMCall.cache_key == key, LLMCall.error.is_(None), LLMCall.cache_hit.is_(False))
+                select(LLMCall).where(LLMCall.cache_key == key, LLMCall.error.is_(None), LLMCall.cache_hit.is_(False),
+                                      or_(col(LLMCall.reply_status).is_(None), LLMCall.reply_status != MALFORMED))
             ).first()
 
     def _record(self, row: LLMCall) -> int | None:
@@ -163,7 +196,8 @@ class Gateway:
         response_format: dict | None = None,
         seed_key: str | None = None,
     ) -> CallResult:
-        """One chat completion, from the cache if this exact call succeeded before.
+        """One chat completion, from the cache if this exact call succeeded before, or from the same call
+        still in flight (identical concurrent calls share one request).
 
         The sampling seed comes from `seed_key` when given (the agent passes its query and sample index, so
         two library versions draw the same random numbers for the same query and sample: common random
@@ -174,15 +208,39 @@ class Gateway:
         if response_format:
             params["response_format"] = response_format
         key = cache_key(model, messages, params, sample_index, self._endpoint(model))
-        request = {"messages": messages, "params": params, "sample_index": sample_index}
         hit = self._cached(key)
         if hit is not None:
-            call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
-                                           model=model, cache_key=key, request={"cached_from": hit.id},
-                                           response=hit.response, cache_hit=True))
-            return CallResult(text=hit.response or "", cache_hit=True, call_id=call_id)
+            return self._reuse(scope, stage, model, key, hit.id, hit.response or "")
+        pending = self._in_flight.get(key)
+        if pending is not None:
+            first: CallResult = await asyncio.shield(pending)
+            return self._reuse(scope, stage, model, key, first.call_id, first.text)
+        future = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            result = await self._call(stage=stage, model=model, messages=messages, scope=scope, params=params,
+                                      key=key, sample_index=sample_index, seed_key=seed_key)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a call nobody else waited for must not warn
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            self._in_flight.pop(key, None)
 
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s, **params}
+    def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None, text: str) -> CallResult:
+        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
+                                       model=model, cache_key=key, request={"cached_from": source_id},
+                                       response=text, cache_hit=True))
+        return CallResult(text=text, cache_hit=True, call_id=call_id)
+
+    async def _call(self, *, stage: str, model: str, messages: list[dict], scope: Scope, params: dict, key: str,
+                    sample_index: int, seed_key: str | None) -> CallResult:
+        """The requests of one call: retried on transient errors within the deadline, each attempt in a slot."""
+        request = {"messages": messages, "params": params, "sample_index": sample_index}
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_retries": 0, "num_retries": 0, **params}
         if seed_key is not None:
             kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
         elif model.startswith("local/"):
@@ -191,30 +249,38 @@ class Gateway:
             kwargs["api_base"] = self._endpoint(model)
         attempts = 0
         started = time.perf_counter()
-        async with self._semaphore(model):
-            while True:
-                attempts += 1
+        deadline = time.monotonic() + self.deadline_s
+        while True:
+            raise_if_lost()  # a worker whose job was taken over spends nothing more
+            attempts += 1
+            transient = False
+            async with self._semaphore(model):
                 try:
                     if self.mock is not None:
                         kwargs["mock_response"] = self.mock(stage, messages)
+                    kwargs["timeout"] = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
                     response = await litellm.acompletion(**kwargs)
                     break
                 except TRANSIENT_ERRORS as exc:
-                    if attempts > self.max_retries:
-                        error = exc
-                    else:
-                        delay = self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random())
-                        log.warning("%s on %s, retry %d in %.1fs", type(exc).__name__, model, attempts, delay)
-                        await asyncio.sleep(delay)
-                        continue
+                    error, transient = exc, True
                 except Exception as exc:  # noqa: BLE001  (every provider failure is recorded, not raised raw)
                     error = exc
-                latency = (time.perf_counter() - started) * 1000
-                message = redact(f"{type(error).__name__}: {error}")[:2000]
-                self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
-                                     cache_key=key, request=request, latency_ms=latency, attempts=attempts,
-                                     error=message))
-                raise ModelCallError(f"{model} ({stage}): {message}") from error
+            if transient and attempts <= self.max_retries:
+                delay = retry_after(error)
+                if delay is None:
+                    delay = self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random())
+                if time.monotonic() + delay < deadline:
+                    log.warning("%s on %s, retry %d in %.1fs", type(error).__name__, model, attempts, delay)
+                    await asyncio.sleep(delay)  # outside the slot: other calls use it meanwhile
+                    continue
+            latency = (time.perf_counter() - started) * 1000
+            message = redact(f"{type(error).__name__}: {error}")[:2000]
+            if transient:
+                message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
+            self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                                 cache_key=key, request=request, latency_ms=latency, attempts=attempts,
+                                 error=message))
+            raise ModelCallError(f"{model} ({stage}): {message}") from error
         latency = (time.perf_counter() - started) * 1000
         text = response.choices[0].message.content or ""
         usage = getattr(response, "usage", None)
@@ -328,8 +394,12 @@ def json_text(text: str) -> str:
     raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
 
 
+_UNPRICED: set[str] = set()
+
+
 def _cost(response: Any, model: str) -> float:
-    if model.startswith("local/"):
+    """The call's price; a model litellm has no price for is remembered as free (asking costs ~2 ms a call)."""
+    if model.startswith("local/") or model in _UNPRICED:
         return 0.0
     hidden = getattr(response, "_hidden_params", {}) or {}
     if hidden.get("response_cost") is not None:
@@ -337,4 +407,5 @@ def _cost(response: Any, model: str) -> float:
     try:
         return float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
+        _UNPRICED.add(model)
         return 0.0

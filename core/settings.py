@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
     threads: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1, description="llama.cpp threads")
     model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
+    call_timeout_s: float = Field(default=120.0, gt=0, description="seconds one model request may take before "
+                                  "it is retried")
+    call_deadline_s: float = Field(default=600.0, gt=0, description="seconds one model call may take with all "
+                                   "its retries")
+    max_retries: int = Field(default=3, ge=0, le=20, description="retries of a model call after a transient error")
     stall_after_s: float = Field(default=30.0, ge=1, description="seconds without a heartbeat before an idle "
                                  "worker takes a running job over")
     no_autoworker: bool = Field(default=False, description="pages never start a worker process themselves")
