@@ -32,7 +32,7 @@ from sqlalchemy import or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from core import local_model
+from core import local_model, openai_http
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
 from core.replies import Reply
 from core.replies import clean_text as clean_text  # re-exported for the gateway's callers
@@ -48,6 +48,7 @@ litellm.suppress_debug_info = True
 local_model.register()
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    openai_http.TransientHTTPError,
     litellm.RateLimitError,
     litellm.APIConnectionError,
     litellm.Timeout,
@@ -107,8 +108,8 @@ def _seed(key: str) -> int:
 
 def retry_after(error: BaseException) -> float | None:
     """The seconds a provider asked us to wait (a `Retry-After` header in seconds or as an HTTP date)."""
-    headers = getattr(getattr(error, "response", None), "headers", None) or getattr(
-        error, "litellm_response_headers", None) or {}
+    headers = (getattr(error, "headers", None) or getattr(getattr(error, "response", None), "headers", None)
+               or getattr(error, "litellm_response_headers", None) or {})
     try:
         value = headers.get("retry-after") or headers.get("Retry-After")
     except AttributeError:
@@ -247,6 +248,10 @@ class Gateway:
             kwargs["seed"] = _seed(key)
         if self._endpoint(model):
             kwargs["api_base"] = self._endpoint(model)
+        endpoint = self._endpoint(model)
+        direct = self.mock is None and endpoint is not None and model.startswith("openai/")
+        payload = {"model": model.removeprefix("openai/"), "messages": messages, **params,
+                   **({"seed": kwargs["seed"]} if "seed" in kwargs else {})}
         attempts = 0
         started = time.perf_counter()
         deadline = time.monotonic() + self.deadline_s
@@ -256,10 +261,18 @@ class Gateway:
             transient = False
             async with self._semaphore(model):
                 try:
+                    timeout = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
+                    if direct:  # an OpenAI-compatible server: our own request, no translation layer
+                        reply = await openai_http.chat(endpoint, payload, timeout)
+                        break
                     if self.mock is not None:
                         kwargs["mock_response"] = self.mock(stage, messages)
-                    kwargs["timeout"] = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
-                    response = await litellm.acompletion(**kwargs)
+                    response = await litellm.acompletion(**kwargs, timeout=timeout)
+                    reply = openai_http.Reply(text=response.choices[0].message.content or "",
+                                              tokens_in=int(getattr(response.usage, "prompt_tokens", 0) or 0)
+                                              if getattr(response, "usage", None) else 0,
+                                              tokens_out=int(getattr(response.usage, "completion_tokens", 0) or 0)
+                                              if getattr(response, "usage", None) else 0)
                     break
                 except TRANSIENT_ERRORS as exc:
                     error, transient = exc, True
@@ -282,11 +295,8 @@ class Gateway:
                                  error=message))
             raise ModelCallError(f"{model} ({stage}): {message}") from error
         latency = (time.perf_counter() - started) * 1000
-        text = response.choices[0].message.content or ""
-        usage = getattr(response, "usage", None)
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = _cost(response, model)
+        text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
+        cost = _token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                        cache_key=key, request=request, response=text, tokens_in=tokens_in,
                                        tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts))
@@ -395,6 +405,19 @@ def json_text(text: str) -> str:
 
 
 _UNPRICED: set[str] = set()
+
+
+def _token_cost(model: str, tokens_in: int, tokens_out: int) -> float:
+    """The price of a direct call from litellm's price table; a model it does not know is free."""
+    if model in _UNPRICED:
+        return 0.0
+    try:
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=tokens_in,
+                                                     completion_tokens=tokens_out)
+        return float(prompt + completion)
+    except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
+        _UNPRICED.add(model)
+        return 0.0
 
 
 def _cost(response: Any, model: str) -> float:

@@ -106,3 +106,11 @@ def test_identical_calls_in_flight_share_one_request(engine):
     paid = [c for c in ledger(engine) if not c.cache_hit]
     assert len(paid) == 1
     assert {c.request.get("cached_from") for c in ledger(engine) if c.cache_hit} == {paid[0].id}
+
+
+def test_a_reset_connection_and_a_body_that_is_not_json_are_retried(engine):
+    with StubServer(script=["reset", "bad_body", "ok"]) as stub:
+        gateway = Gateway(engine, api_base=stub.url, backoff_s=0.01)
+        result = asyncio.run(ask(gateway))
+        assert [r["outcome"] for r in stub.requests()] == ["reset", "bad_body", "ok"]
+    assert "ref" in result.text and ledger(engine)[0].attempts == 3

@@ -1,0 +1,98 @@
+"""A direct client for OpenAI-compatible chat endpoints (vLLM, llama.cpp server, most self-hosting).
+
+litellm and the OpenAI SDK cost several milliseconds of CPU per call, as much as the model's answer at
+high throughput. For `openai/<name>` with an api_base the gateway posts the request itself, through one
+aiohttp session per event loop (closed when the loop ends), and classifies what comes back: a reply,
+a transient failure worth retrying (with the provider's Retry-After), or a permanent one. Retrying is
+the gateway's; this module makes exactly one HTTP request per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+
+TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class HTTPCallError(Exception):
+    """A request that got no usable reply; `headers` carries the response's headers (Retry-After)."""
+
+    def __init__(self, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.headers = dict(headers or {})
+
+
+class TransientHTTPError(HTTPCallError):
+    """Worth retrying: a rate limit, a server error, a timeout, a dropped connection, a body that is not JSON."""
+
+
+class PermanentHTTPError(HTTPCallError):
+    """Retrying would give the same answer: a bad request, a missing key, an unknown model."""
+
+
+@dataclass
+class Reply:
+    text: str
+    tokens_in: int
+    tokens_out: int
+
+
+_sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+async def _session_for_loop() -> AsyncIterator[aiohttp.ClientSession]:
+    """Yields the loop's session once and closes it when the loop shuts its async generators down
+    (asyncio.run does, at its end), so a job's session never outlives its loop."""
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
+    try:
+        yield session
+    finally:
+        await session.close()
+
+
+async def _session() -> aiohttp.ClientSession:
+    loop = asyncio.get_running_loop()
+    held = _sessions.get(loop)
+    if held is None or held[1].closed:
+        holder = _session_for_loop()
+        held = (holder, await holder.__anext__())
+        _sessions[loop] = held
+    return held[1]
+
+
+def endpoint_url(api_base: str) -> str:
+    return api_base.rstrip("/") + "/chat/completions"
+
+
+async def chat(api_base: str, payload: dict, timeout_s: float) -> Reply:
+    """One POST of `payload` to the endpoint's chat completions; raises Transient- or PermanentHTTPError."""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    session = await _session()
+    try:
+        async with session.post(endpoint_url(api_base), json=payload, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            if response.status != 200:
+                body = (await response.text(errors="replace"))[:300]
+                kind = TransientHTTPError if response.status in TRANSIENT_STATUS else PermanentHTTPError
+                raise kind(f"HTTP {response.status}: {body}", dict(response.headers))
+            try:
+                data = await response.json(content_type=None)
+                message = data["choices"][0]["message"]
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise TransientHTTPError(f"the reply is not a chat completion: {type(exc).__name__}") from None
+    except TimeoutError:
+        raise TransientHTTPError(f"no reply within {timeout_s:g} s") from None
+    except aiohttp.ClientError as exc:
+        raise TransientHTTPError(f"{type(exc).__name__}: {exc}") from None
+    usage = data.get("usage") or {}
+    return Reply(text=message.get("content") or "", tokens_in=int(usage.get("prompt_tokens") or 0),
+                 tokens_out=int(usage.get("completion_tokens") or 0))
