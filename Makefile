@@ -8,7 +8,7 @@ PORT ?= 8501
 # team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test lint bench bench-learning bench-isolation worker clean-db
+.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine worker clean-db
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,21 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint
-	$(VENV)/bin/pytest -q
+# The whole suite on SQLite, then the fast suite on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a server
+# (a role with CREATEDB; each test gets its own database cloned from one migrated template). .ci/run sets it.
+test: lint test-sqlite
+	@if [ -n "$$TFGRPO_TEST_DATABASE_URL" ] || [ -n "$$CI" ]; then $(MAKE) --no-print-directory test-postgres; \
+	else echo "make test: TFGRPO_TEST_DATABASE_URL is not set, PostgreSQL not tested (README, Team set-up)"; fi
+
+# tests/test_postgres.py needs the server: it runs in test-postgres.
+test-sqlite: install
+	env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q --ignore=tests/test_postgres.py
+
+test-postgres: install
+	@if [ -z "$$TFGRPO_TEST_DATABASE_URL" ]; then \
+	  echo "test-postgres: TFGRPO_TEST_DATABASE_URL is not set (postgresql+psycopg://user:pw@127.0.0.1:5432/postgres," \
+	    "a role with CREATEDB; .ci/run starts PostgreSQL and sets it)" >&2; exit 1; fi
+	$(VENV)/bin/pytest -q -m "not model and not browser"
 
 bench: install
 	PYTHONPATH=. $(PY) bench/page_render.py --browser
@@ -52,3 +65,12 @@ bench-learning: install
 # What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
 bench-isolation: install
 	PYTHONPATH=. $(PY) bench/isolation_cost.py
+
+# The engine's real call path against bench/stub_server.py: CPU per call, the paper-scale run at 1 s latency,
+# a kill-and-resume soak and a 30% fault run (figures in README, Performance). Add --database-url to the soak
+# for PostgreSQL.
+bench-engine: install
+	PYTHONPATH=. $(PY) bench/engine_path.py overhead
+	PYTHONPATH=. $(PY) bench/engine_path.py paper --concurrency 64 128 512
+	PYTHONPATH=. $(PY) bench/engine_path.py soak --rounds 5
+	PYTHONPATH=. $(PY) bench/engine_path.py faults

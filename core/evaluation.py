@@ -150,10 +150,9 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.training)
 
     async def one(sample, g: int) -> None:
-        async with slots:
-            await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                                 experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
-                                 people=ev.purpose == EvaluationPurpose.EVALUATION)
+        await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
+                             experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
+                             people=ev.purpose == EvaluationPurpose.EVALUATION, pool=slots)
         progress.advance()
 
     try:

@@ -7,6 +7,7 @@ without an error is never sampled again, a failed one is replaced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from sqlalchemy.engine import Engine
 from sqlmodel import select
@@ -25,23 +26,26 @@ from storage.writes import insert_or_skip, stored
 async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
                          group_index: int, sample_index: int, experiences: list[dict], scope: Scope,
                          step_id: int | None = None, evaluation_id: int | None = None,
-                         score: bool = True, stage: str = "rollout", people: bool = True) -> Rollout:
+                         score: bool = True, stage: str = "rollout", people: bool = True,
+                         pool: asyncio.Semaphore | None = None) -> Rollout:
     """The rollout of (step or evaluation, sample, group index); `score=False` leaves the reward
     to the caller (the no-ground-truth mode scores a whole group at once). `stage` names the agent's
     calls in the ledger (a validation gate's rollouts are `gate`, so their cost shows apart).
     `people=False` keeps the judge's reward and never queues the rollout for a label (the engine's own
-    measurements cannot wait for people)."""
-    with session_scope(engine) as session:
-        row = session.exec(select(Rollout).where(Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id,
-                                                 Rollout.sample_id == sample.id,
-                                                 Rollout.group_index == group_index)).first()
-        if row is not None and row.error is None:
-            return row
-        if row is not None:
-            session.delete(row)
-    result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
-                             experiences=experiences, query=sample.query, sample_index=sample_index, scope=scope,
-                             stage=stage)
+    measurements cannot wait for people). `pool` bounds how many rollouts read the database and sample at
+    once (their scoring runs outside it, so the order of model calls depends on nothing but the loop)."""
+    async with pool or contextlib.nullcontext():
+        with session_scope(engine) as session:
+            row = session.exec(select(Rollout).where(
+                Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id, Rollout.sample_id == sample.id,
+                Rollout.group_index == group_index)).first()
+            if row is not None and row.error is None:
+                return row
+            if row is not None:
+                session.delete(row)
+        result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
+                                 experiences=experiences, query=sample.query, sample_index=sample_index, scope=scope,
+                                 stage=stage)
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,

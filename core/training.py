@@ -430,10 +430,9 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
 
 
 async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
-    async with ctx.slots:
-        row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
-                                   sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
-                                   scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth)
+    row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
+                               sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
+                               scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth, pool=ctx.slots)
     _tick(ctx)
     return row
 

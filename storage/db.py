@@ -1,11 +1,15 @@
 """Database engine and sessions: SQLite by default, any SQLAlchemy URL through DATABASE_URL.
 
 SQLite is tuned for one worker writing while the UI reads (WAL, busy timeout, foreign keys), and
-the schema is brought up to date with Alembic whenever an engine is opened.
+the schema is brought up to date with Alembic whenever an engine is opened. On a server database
+(PostgreSQL through psycopg 3: `postgresql+psycopg://user:password@host:5432/name`, with `@ % / :` in
+the password URL-escaped) each engine keeps a pool of TFGRPO_DB_POOL_SIZE connections (default 5)
+and opens at most TFGRPO_DB_MAX_OVERFLOW more under load (default 10).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -20,6 +24,40 @@ from sqlmodel import Session, create_engine
 from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+POOL_SIZE_ENV = "TFGRPO_DB_POOL_SIZE"
+MAX_OVERFLOW_ENV = "TFGRPO_DB_MAX_OVERFLOW"
+DEFAULT_POOL_SIZE = 5
+DEFAULT_MAX_OVERFLOW = 10
+
+
+def _whole_number(name: str, value: object, default: int, minimum: int) -> int:
+    """`value` (an argument, or else environment variable `name`) as an int of at least `minimum`."""
+    if value is None:
+        value = os.environ.get(name, "").strip() or default
+    try:
+        number = int(value)
+        if isinstance(value, float) and number != value:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, not {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, not {number}")
+    return number
+
+
+def pool_settings(pool_size: int | None = None, max_overflow: int | None = None) -> dict[str, int]:
+    """The connection pool of a server database: the arguments, or else TFGRPO_DB_POOL_SIZE (default 5,
+    at least 1) and TFGRPO_DB_MAX_OVERFLOW (default 10, at least 0); a bad value is a ValueError naming it."""
+    return {"pool_size": _whole_number(POOL_SIZE_ENV, pool_size, DEFAULT_POOL_SIZE, 1),
+            "max_overflow": _whole_number(MAX_OVERFLOW_ENV, max_overflow, DEFAULT_MAX_OVERFLOW, 0)}
+
+
+def url_with_password(engine: Engine) -> str:
+    """The engine's URL as a string a child process or a new engine can connect with.
+
+    `str(engine.url)` masks the password as `***`; this keeps it, still URL-escaped."""
+    return engine.url.render_as_string(hide_password=False)
 
 
 def describe_url(url: str) -> str:
@@ -64,14 +102,18 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str, *, migrate: bool = True) -> Engine:
+def make_engine(url: str, *, migrate: bool = True, pool_size: int | None = None,
+                max_overflow: int | None = None) -> Engine:
     """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
-    (for a database known to be at the newest revision, such as the tests' copies of a migrated file)."""
+    (for a database known to be at the newest revision, such as the tests' copies of a migrated file).
+
+    A server database gets a pool of `pool_size` connections plus `max_overflow` (see pool_settings);
+    SQLite ignores both."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True, **pool_settings(pool_size, max_overflow))
     if migrate:
         _migrate(engine)
     return engine

@@ -23,8 +23,8 @@ def insert_or_skip(session: Session, row: SQLModel) -> bool:
         session.add(row)
         session.flush()
         return True
-    result = session.execute(insert(table).values(**values).on_conflict_do_nothing())
-    return result.rowcount == 1
+    statement = insert(table).values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+    return session.execute(statement).first() is not None  # rowcount is -1 on PostgreSQL with RETURNING
 
 
 def stored(session: Session, model: type[M], **key) -> M:

@@ -1,10 +1,15 @@
-"""Shared fixtures: a real SQLite file per test, the demo task, and scripted model replies."""
+"""Shared fixtures: a real database per test (a SQLite file, or a PostgreSQL database when
+TFGRPO_TEST_DATABASE_URL names a server), the demo task, and scripted model replies."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import queue
 import shutil
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,154 @@ from core.settings import engine as settings_engine
 from core.tasks import ensure_demo_task
 from storage import db
 from storage.db import make_engine
+
+TEST_DATABASE_ENV = "TFGRPO_TEST_DATABASE_URL"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sqlite_only: the test needs SQLite by design (a file, PRAGMAs); with "
+                                       f"{TEST_DATABASE_ENV} set its `engine` and `app_db` stay on SQLite")
+
+
+def server_url_for_tests():
+    """TFGRPO_TEST_DATABASE_URL parsed (a PostgreSQL server URL whose role may CREATE DATABASE), or None."""
+    raw = os.environ.get(TEST_DATABASE_ENV, "").strip()
+    if not raw:
+        return None
+    from sqlalchemy.engine import make_url
+
+    url = make_url(raw)
+    if url.get_backend_name() != "postgresql":
+        raise pytest.UsageError(f"{TEST_DATABASE_ENV} must be a PostgreSQL URL (postgresql+psycopg://...), "
+                                f"not {url.drivername}")
+    return url
+
+
+class PostgresDatabases:
+    """One template database migrated once per session; each test gets `CREATE DATABASE ... TEMPLATE` of it,
+    dropped at teardown (WITH (FORCE): a worker process or an engine a test left open does not block it).
+
+    Cloning and dropping cost the server ~0.1 s a test, so a thread does both beside the tests: it keeps
+    AHEAD clones ready and drops the used ones while the next test runs."""
+
+    AHEAD = 2
+
+    def __init__(self, server) -> None:
+        from sqlalchemy import create_engine, pool
+
+        self.server = server
+        # Durability is not wanted from throwaway databases: commits do not wait for the disk.
+        options = " ".join(filter(None, [server.query.get("options", ""), "-c synchronous_commit=off"]))
+        self.base = server.update_query_dict({"options": options})
+        self.admin = create_engine(self.base.set(database=server.database or "postgres"),
+                                   poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
+        self.prefix = f"tfgrpo_test_{os.getpid()}"
+        self.template = f"{self.prefix}_template"
+        self.counter = itertools.count(1)
+        self._drop(self.template)
+        self._execute(f'CREATE DATABASE "{self.template}"')
+        engine = make_engine(self.url(self.template))
+        engine.dispose()  # the template must have no connection while it is cloned
+        self._ready: queue.Queue[str] = queue.Queue()
+        self._used: queue.Queue[str] = queue.Queue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="postgres-test-databases", daemon=True)
+        self._thread.start()
+
+    def url(self, name: str) -> str:
+        return self.base.set(database=name).render_as_string(hide_password=False)
+
+    def _execute(self, sql: str) -> None:
+        with self.admin.connect() as connection:
+            connection.exec_driver_sql(sql)
+
+    def _drop(self, name: str) -> None:
+        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _clone(self) -> str:
+        name = f"{self.prefix}_{next(self.counter)}"
+        self._drop(name)
+        self._execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        return name
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                if self._ready.qsize() < self.AHEAD:
+                    self._ready.put(self._clone())
+                elif not self._used.empty():
+                    self._drop(self._used.get())
+                else:
+                    self._wake.wait(0.5)
+        except BaseException as error:  # noqa: BLE001  (handed to the test that waits for a database)
+            self._error = error
+
+    def create(self) -> str:
+        """The name of a fresh clone of the template, this caller's own until it calls drop()."""
+        while True:
+            try:
+                name = self._ready.get(timeout=0.2)
+            except queue.Empty:
+                if self._error is not None or not self._thread.is_alive():
+                    raise RuntimeError("could not clone the PostgreSQL test template") from self._error
+                continue
+            self._wake.set()
+            return name
+
+    def create_empty(self) -> str:
+        """The name of a new database with no tables (for tests of migrating one)."""
+        name = f"{self.prefix}_empty_{next(self.counter)}"
+        self._drop(name)
+        self._execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop(self, name: str) -> None:
+        """Drop a database of create() or create_empty() (beside the next test, by the thread)."""
+        self._used.put(name)
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=60)
+        for pending in (self._ready, self._used):
+            while not pending.empty():
+                self._drop(pending.get())
+        self._drop(self.template)
+        self.admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[PostgresDatabases | None]:
+    """The PostgreSQL server of TFGRPO_TEST_DATABASE_URL ready to hand out migrated databases, or None."""
+    server = server_url_for_tests()
+    if server is None:
+        yield None
+        return
+    databases = PostgresDatabases(server)
+    yield databases
+    databases.close()
+
+
+def _uses_sqlite(request) -> bool:
+    return request.node.get_closest_marker("sqlite_only") is not None
+
+
+@pytest.fixture
+def database_url(request, postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
+    """The URL of a fresh database at the newest revision, this test's own: a copy of the migrated SQLite
+    file, or with TFGRPO_TEST_DATABASE_URL (and no `sqlite_only` marker) a clone of the PostgreSQL template."""
+    if postgres_databases is None or _uses_sqlite(request):
+        yield copy_of_migrated_db(migrated_db, tmp_path / "studio.db")
+        return
+    name = postgres_databases.create()
+    try:
+        yield postgres_databases.url(name)
+    finally:
+        postgres_databases.drop(name)
 
 
 @pytest.fixture(autouse=True)
@@ -62,9 +215,12 @@ def copy_of_migrated_db(template: Path, path: Path) -> str:
 
 
 @pytest.fixture
-def engine(migrated_db, tmp_path):
-    """A fresh, migrated SQLite file of this test's own (already at the newest revision: no upgrade)."""
-    return make_engine(copy_of_migrated_db(migrated_db, tmp_path / "studio.db"), migrate=False)
+def engine(database_url):
+    """A fresh, migrated database of this test's own (already at the newest revision: no upgrade).
+    A child process or a second engine needs `url_with_password(engine)`: str(engine.url) masks it."""
+    engine = make_engine(database_url, migrate=False)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture
@@ -73,13 +229,20 @@ def demo_task(engine):
 
 
 @pytest.fixture
-def app_db(migrated_db, tmp_path, monkeypatch):
-    """DATABASE_URL on a fresh SQLite file for the Streamlit app, with its per-process caches cleared."""
+def app_db(request, postgres_databases, migrated_db, tmp_path, monkeypatch):
+    """DATABASE_URL on a fresh database for the Streamlit app (a SQLite file, or a PostgreSQL database
+    with TFGRPO_TEST_DATABASE_URL), with its per-process caches cleared."""
     from core.settings import get_settings
     from tests.ui_support import ROOT
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setenv("DATABASE_URL", copy_of_migrated_db(migrated_db, tmp_path / "ui.db"))
+    name = None
+    if postgres_databases is None or _uses_sqlite(request):
+        url = copy_of_migrated_db(migrated_db, tmp_path / "ui.db")
+    else:
+        name = postgres_databases.create()
+        url = postgres_databases.url(name)
+    monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.setenv("TFGRPO_NO_AUTOWORKER", "1")
     get_settings.cache_clear()  # settings are read once per process: read these two variables anew
     db.get_engine.cache_clear()
@@ -90,6 +253,8 @@ def app_db(migrated_db, tmp_path, monkeypatch):
     get_settings.cache_clear()
     db.get_engine.cache_clear()
     st.cache_resource.clear()
+    if name is not None:
+        postgres_databases.drop(name)
 
 
 @pytest.fixture

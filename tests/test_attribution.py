@@ -25,6 +25,7 @@ from core.tasks import DEMO_TASK, demo_rows, get_task
 from core.training import execute_run
 from core.versions import import_library
 from storage import queries
+from storage.db import url_with_password
 from storage.models import AuditEvent, Evaluation, LibraryVersion, LLMCall, Rollout, Run, Sample
 from storage.statuses import EvaluationPurpose, JobStatus, RunKind
 
@@ -272,7 +273,7 @@ def test_cli_attribute_prints_the_estimate_then_the_effects(engine, demo_task, s
 
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)
     monkeypatch.setattr(training, "Gateway", lambda engine, **kw: scripted(engine, rollout=answers(engine))[1])
-    url = str(engine.url)
+    url = url_with_password(engine)
     code = main(["--db", url, "attribute", "--task", DEMO_TASK, "--version", str(version_id), "--k", str(K),
                  "--limit", str(QUERIES), "--json"])
     out, err = capsys.readouterr()
@@ -307,7 +308,7 @@ def test_cli_attribute_bad_input_exits_2(engine, demo_task, capsys, argv, reason
     from core.cli import main
 
     task = ["--task", DEMO_TASK] if argv else []
-    code = main(["--db", str(engine.url), "attribute", *task, *argv])
+    code = main(["--db", url_with_password(engine), "attribute", *task, *argv])
     assert code == 2
     assert reason in capsys.readouterr().err
 
@@ -316,7 +317,7 @@ def test_cli_attribute_queue_only_queues(engine, demo_task, capsys):
     from core.cli import main
 
     import_texts(engine, HELPFUL)
-    assert main(["--db", str(engine.url), "attribute", "--task", DEMO_TASK, "--version", "latest", "--queue",
+    assert main(["--db", url_with_password(engine), "attribute", "--task", DEMO_TASK, "--version", "latest", "--queue",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     with Session(engine) as s:

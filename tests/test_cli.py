@@ -20,8 +20,10 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
+def db(request, tmp_path, postgres_databases):
+    """A new SQLite file the CLI migrates itself, or with TFGRPO_TEST_DATABASE_URL a PostgreSQL database
+    (its URL holds the escaped password: the CLI gets it as a user would type it)."""
+    url = request.getfixturevalue("database_url") if postgres_databases else f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["--db", url, "demo"]) == 0
     return url
 

@@ -12,6 +12,7 @@ from core.comparison import bootstrap_interval, compare_evaluations, mcnemar_exa
 from core.errors import InvalidInput
 from core.evaluation import create_evaluation, execute_evaluation
 from core.tasks import DEMO_TASK
+from storage.db import url_with_password
 
 
 def test_sign_test_is_scipys_two_sided_binomial_test():
@@ -131,7 +132,7 @@ def test_cli_compare_prints_the_paired_figures_and_reuses_evaluations(engine, de
     for ref in ("empty", str(version.id)):
         ids.append(create_evaluation(engine, DEMO_TASK, ref, k=2, limit=4))
         execute_evaluation(engine, ids[-1], gateway=scripted(engine)[1])
-    url = str(engine.url)
+    url = url_with_password(engine)
     assert main(["--db", url, "compare", "--task", DEMO_TASK, "empty", str(version.id), "--k", "2",
                  "--limit", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -14,6 +14,7 @@ from core.run_settings import RunSettings
 from core.tasks import DEMO_TASK, demo_rows
 from core.training import create_run, execute_run
 from storage import queries
+from storage.db import url_with_password
 from storage.models import (
     AuditEvent,
     Evaluation,
@@ -204,7 +205,7 @@ def test_the_gate_line_reads_like_the_issue():
 def test_the_cli_takes_the_gate_settings_and_prints_each_steps_gate(engine, demo_task, scripted, capsys):
     from core.cli import main
 
-    url = str(engine.url)
+    url = url_with_password(engine)
     assert main(["--db", url, "train", "--task", DEMO_TASK, "--limit", "2", "--batch-size", "2", "--group-size", "2",
                  "--epochs", "1", "--gate", "better", "--validation-size", "6", "--gate-k", "1",
                  "--max-operations", "3", "--queue"]) == 0

@@ -166,8 +166,9 @@ def test_a_signed_in_tab_still_acts(app_engine, cheap):
 
 @pytest.mark.parametrize("spread", ["one name", "one client, many names"])
 def test_64_parallel_wrong_passwords_are_checked_at_most_as_often_as_allowed(engine, cheap, monkeypatch, spread):
-    with engine.connect() as connection:
-        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    if engine.dialect.name == "sqlite":  # readers and the writer at once: WAL (PostgreSQL needs nothing)
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     add_user(engine, "ann", "admin", PASSWORD)
     checks: list[str] = []
     guard = threading.Lock()

@@ -1,7 +1,8 @@
-"""UI tests of the overview page (Streamlit AppTest), each on its own SQLite file seeded through core."""
+"""UI tests of the overview page (Streamlit AppTest), each on its own database seeded through core."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from core.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.training import RunSettings, create_run, store_operations
 from core.versions import import_library
 from storage import db, queries
+from storage.db import describe_url
 from storage.models import Run, Step
 from tests.ui_support import markdown_texts, run_app, table_with
 
@@ -54,7 +56,8 @@ def test_overview_lists_the_demo_task_with_its_samples(engine):
     assert row.iloc[0]["train samples"] == counts["train"] > 0
     assert row.iloc[0]["test samples"] == counts["test"] > 0
     sidebar = [c.value for c in at.sidebar.code]
-    assert any("ui.db" in value for value in sidebar), sidebar
+    where = describe_url(os.environ["DATABASE_URL"])  # "sqlite file ui.db", "postgresql+psycopg on host:port"
+    assert any(where in value for value in sidebar), sidebar
 
 
 def test_library_version_shows_its_two_experiences(engine):

@@ -23,6 +23,7 @@ from core.run_settings import RunSettings
 from core.settings import get_settings
 from core.tasks import DEMO_TASK
 from core.training import create_run, execute_run
+from storage.db import url_with_password
 from storage.models import AuditEvent, Operation, Run
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, StepStatus, WorkerStatus
 from tests.conftest import mixed_rollouts
@@ -46,7 +47,7 @@ def test_concurrency_variable_sets_a_runs_default(engine, demo_task, concurrency
 
 def test_concurrency_variable_reaches_the_cli_and_the_gateway_of_the_run(engine, demo_task, concurrency_7, tmp_path,
                                                                          monkeypatch, scripted):
-    url = str(engine.url)
+    url = url_with_password(engine)
     assert cli.main(["--db", url, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue"]) == 0
     with Session(engine) as session:
         run = session.exec(select(Run)).one()
@@ -100,7 +101,7 @@ def test_exit_codes_come_from_the_error_class(error, code):
 
 
 def test_cli_reports_a_missing_task_in_one_line(engine, capsys):
-    assert cli.main(["--db", str(engine.url), "dataset", "show", "--task", "nope"]) == 2
+    assert cli.main(["--db", url_with_password(engine), "dataset", "show", "--task", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no task named 'nope'") and err.count("\n") == 1
 

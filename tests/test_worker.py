@@ -18,7 +18,7 @@ from core.run_control import cancel_run, pause_run, resume_evaluation, resume_ru
 from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run
 from core.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
-from storage.db import session_scope
+from storage.db import session_scope, url_with_password
 from storage.fencing import Lease
 from storage.models import Evaluation, Run, Worker, utcnow
 from tests.ui_support import ROOT, scripted_gateway
@@ -145,7 +145,7 @@ def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_pa
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1,
                                                        policy_model="nosuchprovider/model",
                                                        learner_model="nosuchprovider/model"))
-    env = {**os.environ, "DATABASE_URL": str(engine.url), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.2"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

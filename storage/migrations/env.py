@@ -1,7 +1,11 @@
-"""Alembic environment: runs on the connection handed over by storage.db.migrate, or on the URL."""
+"""Alembic environment: runs on the connection handed over by storage.db.migrate, or on a URL.
+
+The URL is `config.attributes["url"]`, else `alembic -x url=...`, else alembic.ini's sqlalchemy.url.
+The first two never pass through the config file's %-interpolation, so a URL-escaped password
+(`p%40ss%25w%2Frd%3A1`) reaches the driver as written."""
 
 from alembic import context
-from sqlalchemy import engine_from_config, pool
+from sqlalchemy import create_engine, pool
 from sqlmodel import SQLModel
 
 from storage import models  # noqa: F401
@@ -20,11 +24,18 @@ def _run(connection) -> None:
         context.run_migrations()
 
 
+def _url() -> str:
+    return (config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")
+            or config.get_main_option("sqlalchemy.url"))
+
+
 connection = config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    engine = engine_from_config(config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.",
-                                poolclass=pool.NullPool)
-    with engine.connect() as conn:
-        _run(conn)
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            _run(conn)
+    finally:
+        engine.dispose()

@@ -1,0 +1,147 @@
+"""PostgreSQL as a backend: a password that needs URL escapes connects, migrates, writes and reads, in this
+process, through Alembic's own URL path and in a child process; and the pool settings of a server database.
+
+The server tests need TFGRPO_TEST_DATABASE_URL (a PostgreSQL URL whose role may CREATE DATABASE). Outside CI
+they skip without it; in CI (CI=1, where .ci/run starts PostgreSQL and sets it) its absence is a failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
+from sqlmodel import Session, SQLModel, select
+
+from core.tasks import DEMO_TASK, ensure_demo_task, get_task
+from storage.db import MIGRATIONS_DIR, describe_url, make_engine, pool_settings, scrub_url, url_with_password
+from storage.models import Sample, Task
+
+ROOT = Path(__file__).resolve().parent.parent
+ESCAPED = "@%/:"
+
+
+@pytest.fixture
+def server(postgres_databases):
+    if postgres_databases is None:
+        if os.environ.get("CI"):
+            pytest.fail("TFGRPO_TEST_DATABASE_URL is not set in CI: .ci/run starts PostgreSQL and sets it")
+        pytest.skip("no PostgreSQL server: set TFGRPO_TEST_DATABASE_URL=postgresql+psycopg://user:pw@host/postgres "
+                    "(a role with CREATEDB) to run these")
+    return postgres_databases
+
+
+@pytest.fixture
+def empty_database(server):
+    """A new database with no tables (not the migrated template): the tests migrate it themselves."""
+    name = server.create_empty()
+    yield server.url(name)
+    server.drop(name)
+
+
+def test_the_test_server_password_needs_url_escapes(server):
+    """CI proves the escaping on a password holding every character a URL gives a meaning to."""
+    password = server.server.password or ""
+    if not set(ESCAPED) <= set(password):
+        message = f"the password in TFGRPO_TEST_DATABASE_URL holds none of {ESCAPED!r} or only some"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    assert "%40" in server.url("x") and "%25" in server.url("x")
+
+
+def test_a_fresh_postgres_database_migrates_writes_and_reads(empty_database):
+    engine = make_engine(empty_database)
+    try:
+        assert engine.dialect.name == "postgresql"
+        assert set(SQLModel.metadata.tables) <= set(inspect(engine).get_table_names())
+        ensure_demo_task(engine)
+        with Session(engine) as session:
+            task = get_task(session, DEMO_TASK)
+            assert session.exec(select(Sample).where(Sample.task_id == task.id)).first() is not None
+        # A second engine, built from the first one's URL, gets the real password (str(engine.url) masks it).
+        assert "***" in str(engine.url)
+        again = make_engine(url_with_password(engine), migrate=True)  # already at head: a no-op
+        with Session(again) as session:
+            assert session.exec(select(Task.name).where(Task.name == DEMO_TASK)).one() == DEMO_TASK
+        again.dispose()
+    finally:
+        engine.dispose()
+
+
+def test_alembic_on_its_own_url_path_keeps_percent_escapes(empty_database):
+    """Alembic given the URL (not a connection) must not %-interpolate the escaped password."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["url"] = empty_database
+    command.upgrade(cfg, "head")
+    engine = make_engine(empty_database, migrate=False)
+    try:
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    finally:
+        engine.dispose()
+
+
+def test_a_child_process_connects_with_the_escaped_password(empty_database):
+    """The CLI in its own process on DATABASE_URL, as `make run` and a team's workers start: it migrates the
+    empty database and loads the demo tasks, and prints no password."""
+    env = {**os.environ, "DATABASE_URL": empty_database, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1"}
+    demo = subprocess.run([sys.executable, "-m", "core", "demo"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert DEMO_TASK in demo.stdout
+    assert make_url(empty_database).password not in demo.stdout + demo.stderr
+    engine = make_engine(empty_database, migrate=False)
+    try:
+        with Session(engine) as session:
+            assert session.exec(select(Sample).where(Sample.task_id == get_task(session, DEMO_TASK).id)).first()
+    finally:
+        engine.dispose()
+
+
+def test_pages_and_errors_never_show_the_password(server):
+    url = server.url("studio")
+    password = make_url(url).password
+    assert password not in describe_url(url) and describe_url(url).startswith("postgresql+psycopg on ")
+    assert password not in scrub_url(f"could not connect to {url} (password {password})", url)
+
+
+# Pool settings: no server needed (an engine does not connect until it is used).
+
+PG_URL = "postgresql+psycopg://studio:p%40ss%25w%2Frd%3A1@127.0.0.1:5432/studio"
+
+
+def test_a_server_database_pools_5_plus_10_connections_by_default(monkeypatch):
+    monkeypatch.delenv("TFGRPO_DB_POOL_SIZE", raising=False)
+    monkeypatch.delenv("TFGRPO_DB_MAX_OVERFLOW", raising=False)
+    engine = make_engine(PG_URL, migrate=False)
+    assert (engine.pool.size(), engine.pool._max_overflow) == (5, 10)
+    assert engine.url.password == "p@ss%w/rd:1"
+
+
+def test_pool_settings_come_from_the_environment_or_the_arguments(monkeypatch):
+    monkeypatch.setenv("TFGRPO_DB_POOL_SIZE", "3")
+    monkeypatch.setenv("TFGRPO_DB_MAX_OVERFLOW", " 0 ")
+    engine = make_engine(PG_URL, migrate=False)
+    assert (engine.pool.size(), engine.pool._max_overflow) == (3, 0)
+    assert pool_settings(pool_size=7, max_overflow=2) == {"pool_size": 7, "max_overflow": 2}
+
+
+@pytest.mark.parametrize(("name", "value"), [("TFGRPO_DB_POOL_SIZE", "abc"), ("TFGRPO_DB_POOL_SIZE", "0"),
+                                             ("TFGRPO_DB_POOL_SIZE", "2.5"), ("TFGRPO_DB_MAX_OVERFLOW", "-1")])
+def test_a_bad_pool_setting_is_refused_by_name(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"{name} must be a whole number of at least"):
+        make_engine(PG_URL, migrate=False)
+
+
+def test_sqlite_ignores_the_pool_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFGRPO_DB_POOL_SIZE", "abc")
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}", migrate=False)
+    engine.dispose()
