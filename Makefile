@@ -40,9 +40,9 @@ test: lint test-sqlite
 	@if [ -n "$$TFGRPO_TEST_DATABASE_URL" ] || [ -n "$$CI" ]; then $(MAKE) --no-print-directory test-postgres; \
 	else echo "make test: TFGRPO_TEST_DATABASE_URL is not set, PostgreSQL not tested (README, Team set-up)"; fi
 
-# tests/test_postgres.py needs the server: it runs in test-postgres.
+# Tests marked `postgres` need the server: they run in test-postgres.
 test-sqlite: install
-	env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q --ignore=tests/test_postgres.py
+	env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q -m "not postgres"
 
 test-postgres: install
 	@if [ -z "$$TFGRPO_TEST_DATABASE_URL" ]; then \

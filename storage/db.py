@@ -3,8 +3,9 @@
 SQLite is tuned for one worker writing while the UI reads (WAL, busy timeout, foreign keys), and
 the schema is brought up to date with Alembic whenever an engine is opened. On a server database
 (PostgreSQL through psycopg 3: `postgresql+psycopg://user:password@host:5432/name`, with `@ % / :` in
-the password URL-escaped) each engine keeps a pool of TFGRPO_DB_POOL_SIZE connections (default 5)
-and opens at most TFGRPO_DB_MAX_OVERFLOW more under load (default 10).
+the password URL-escaped) each engine keeps a pool of TFGRPO_DB_POOL_SIZE connections (default 5),
+opens at most TFGRPO_DB_MAX_OVERFLOW more under load (default 10), and replaces a connection older than
+TFGRPO_DB_POOL_RECYCLE_S seconds (default 1800; 0 keeps them) before a proxy or firewall drops it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 POOL_SIZE_ENV = "TFGRPO_DB_POOL_SIZE"
 MAX_OVERFLOW_ENV = "TFGRPO_DB_MAX_OVERFLOW"
+POOL_RECYCLE_ENV = "TFGRPO_DB_POOL_RECYCLE_S"
 DEFAULT_POOL_SIZE = 5
 DEFAULT_MAX_OVERFLOW = 10
+DEFAULT_POOL_RECYCLE_S = 1800
 
 
 def _whole_number(name: str, value: object, default: int, minimum: int) -> int:
@@ -46,11 +49,15 @@ def _whole_number(name: str, value: object, default: int, minimum: int) -> int:
     return number
 
 
-def pool_settings(pool_size: int | None = None, max_overflow: int | None = None) -> dict[str, int]:
+def pool_settings(pool_size: int | None = None, max_overflow: int | None = None,
+                  pool_recycle: int | None = None) -> dict[str, int]:
     """The connection pool of a server database: the arguments, or else TFGRPO_DB_POOL_SIZE (default 5,
-    at least 1) and TFGRPO_DB_MAX_OVERFLOW (default 10, at least 0); a bad value is a ValueError naming it."""
+    at least 1), TFGRPO_DB_MAX_OVERFLOW (default 10, at least 0) and TFGRPO_DB_POOL_RECYCLE_S (default 1800,
+    0 for never); a bad value is a ValueError naming it."""
+    recycle = _whole_number(POOL_RECYCLE_ENV, pool_recycle, DEFAULT_POOL_RECYCLE_S, 0)
     return {"pool_size": _whole_number(POOL_SIZE_ENV, pool_size, DEFAULT_POOL_SIZE, 1),
-            "max_overflow": _whole_number(MAX_OVERFLOW_ENV, max_overflow, DEFAULT_MAX_OVERFLOW, 0)}
+            "max_overflow": _whole_number(MAX_OVERFLOW_ENV, max_overflow, DEFAULT_MAX_OVERFLOW, 0),
+            "pool_recycle": recycle or -1}  # SQLAlchemy's "never" is -1
 
 
 def url_with_password(engine: Engine) -> str:
@@ -103,17 +110,17 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 
 def make_engine(url: str, *, migrate: bool = True, pool_size: int | None = None,
-                max_overflow: int | None = None) -> Engine:
+                max_overflow: int | None = None, pool_recycle: int | None = None) -> Engine:
     """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
     (for a database known to be at the newest revision, such as the tests' copies of a migrated file).
 
-    A server database gets a pool of `pool_size` connections plus `max_overflow` (see pool_settings);
-    SQLite ignores both."""
+    A server database gets a pool of `pool_size` connections plus `max_overflow`, each replaced after
+    `pool_recycle` seconds (see pool_settings); SQLite ignores all three."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_engine(url, pool_pre_ping=True, **pool_settings(pool_size, max_overflow))
+        engine = create_engine(url, pool_pre_ping=True, **pool_settings(pool_size, max_overflow, pool_recycle))
     if migrate:
         _migrate(engine)
     return engine

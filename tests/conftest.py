@@ -26,8 +26,20 @@ TEST_DATABASE_ENV = "TFGRPO_TEST_DATABASE_URL"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "sqlite_only: the test needs SQLite by design (a file, PRAGMAs); with "
-                                       f"{TEST_DATABASE_ENV} set its `engine` and `app_db` stay on SQLite")
+    config.addinivalue_line("markers", "sqlite_only: the test needs SQLite by design (a file, PRAGMAs); it is "
+                                       f"skipped when {TEST_DATABASE_ENV} puts the suite on PostgreSQL")
+    config.addinivalue_line("markers", f"postgres: the test needs the PostgreSQL server of {TEST_DATABASE_ENV} "
+                                       "(skipped without it, a failure in CI; `make test-sqlite` deselects it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get(TEST_DATABASE_ENV, "").strip():
+        return
+    skip = pytest.mark.skip(reason=f"sqlite_only: needs SQLite by design; runs in the SQLite suite, not with "
+                                   f"{TEST_DATABASE_ENV}")
+    for item in items:
+        if item.get_closest_marker("sqlite_only") is not None:
+            item.add_marker(skip)
 
 
 def server_url_for_tests():
@@ -153,15 +165,11 @@ def postgres_databases() -> Iterator[PostgresDatabases | None]:
     databases.close()
 
 
-def _uses_sqlite(request) -> bool:
-    return request.node.get_closest_marker("sqlite_only") is not None
-
-
 @pytest.fixture
-def database_url(request, postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
+def database_url(postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
     """The URL of a fresh database at the newest revision, this test's own: a copy of the migrated SQLite
-    file, or with TFGRPO_TEST_DATABASE_URL (and no `sqlite_only` marker) a clone of the PostgreSQL template."""
-    if postgres_databases is None or _uses_sqlite(request):
+    file, or with TFGRPO_TEST_DATABASE_URL a clone of the PostgreSQL template."""
+    if postgres_databases is None:
         yield copy_of_migrated_db(migrated_db, tmp_path / "studio.db")
         return
     name = postgres_databases.create()
@@ -229,7 +237,7 @@ def demo_task(engine):
 
 
 @pytest.fixture
-def app_db(request, postgres_databases, migrated_db, tmp_path, monkeypatch):
+def app_db(postgres_databases, migrated_db, tmp_path, monkeypatch):
     """DATABASE_URL on a fresh database for the Streamlit app (a SQLite file, or a PostgreSQL database
     with TFGRPO_TEST_DATABASE_URL), with its per-process caches cleared."""
     from core.settings import get_settings
@@ -237,7 +245,7 @@ def app_db(request, postgres_databases, migrated_db, tmp_path, monkeypatch):
 
     monkeypatch.chdir(ROOT)
     name = None
-    if postgres_databases is None or _uses_sqlite(request):
+    if postgres_databases is None:
         url = copy_of_migrated_db(migrated_db, tmp_path / "ui.db")
     else:
         name = postgres_databases.create()
