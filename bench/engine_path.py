@@ -125,6 +125,7 @@ def settings_for(args: argparse.Namespace, stub_url: str, concurrency: int):
     values = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
               "limit": args.queries, "concurrency": concurrency, "policy_model": STUB_MODEL,
               "learner_model": STUB_MODEL, "api_base": stub_url, "review_mode": "auto", "seed": args.seed,
+              "hold_flagged": False,  # the stub's texts differ only by a hash: near-duplicates by design
               "gate": "no_worse" if args.gate else "off"}
     if args.gate:
         values["validation_size"] = None

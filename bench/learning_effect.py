@@ -230,7 +230,8 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     settings = RunSettings.build(
         epochs=options.epochs, batch_size=options.batch_size, group_size=options.group_size, seed=options.seed,
         gate=arm.gate or "off", validation_size=options.validation_size, gate_k=options.gate_k,
-        policy_model=options.model, learner_model=options.learner_model, direct_count=options.direct_count)
+        policy_model=options.model, learner_model=options.learner_model, direct_count=options.direct_count,
+        hold_flagged=False)  # unattended: the gate alone decides what lands, as before quality flags existed
     arm.run_id = create_run(engine, TASK, settings, library_name=arm.library, kind=arm.kind)
     progress(f"{arm.name}: run {arm.run_id} started")
     started = time.perf_counter()

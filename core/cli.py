@@ -126,7 +126,8 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
     data = _read_file(path, check_size)
     explicit = parse_mapping(args.map)
     added, already = add_dataset(_engine(args), args.task, data, path.name, mapping=explicit,
-                                 default_split=args.split, actor="cli")
+                                 default_split=args.split, actor="cli", test_share=args.test_share,
+                                 validation_share=args.validation_share)
     resolved = resolve_columns(columns_of(data, path.name), explicit)
     note = mapping_note({target: column for target, column in resolved.items() if target not in explicit})
     if note:
@@ -262,7 +263,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
-                 "call_deadline_s": args.deadline}
+                 "call_deadline_s": args.deadline,
+                 "hold_flagged": None if args.hold_flagged is None else args.hold_flagged == "on"}
         settings = RunSettings.build(ground_truth=not args.no_ground_truth,
                                      **{name: value for name, value in given.items() if value is not None})
         run_id = create_run(engine, args.task, settings, library_name=args.library,
@@ -559,6 +561,11 @@ def build_parser() -> Parser:
                    help="which column holds id, query, reference, rubric (or criteria), split; meta=a,b lists "
                         "the columns kept as metadata (default: all unused columns)")
     p.add_argument("--split", choices=list(SPLITS), default="train", help="split of rows that name none")
+    p.add_argument("--test-share", type=float, default=0.0, metavar="SHARE",
+                   help="hold this share (0-1) of the rows that name no split out for test, chosen by a fixed "
+                        "seed so the same file splits the same way (default 0)")
+    p.add_argument("--validation-share", type=float, default=0.0, metavar="SHARE",
+                   help="hold this share (0-1) of the rows that name no split out for validation (default 0)")
     p.add_argument("file")
     p.set_defaults(func=cmd_dataset_add)
     p = dsub.add_parser("show", help="count a task's samples per split")
@@ -610,6 +617,8 @@ def build_parser() -> Parser:
     p.add_argument("--no-ground-truth", action="store_true", help="learner sees no reward or reference")
     p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
     p.add_argument("--review", choices=["auto", "manual"], help=_default("review_mode"))
+    p.add_argument("--hold-flagged", choices=["on", "off"], help="in auto review, operations with a quality flag "
+                   "(cut off, near-duplicate, a query's numbers, too long) wait for a person; default: on")
     p.add_argument("--seed", type=int, help=_default("seed"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))

@@ -10,12 +10,14 @@ formula when the data is exported again.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ DEMO_DIR = PROJECT_DIR / "data" / "demo"
 MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000
+HOLD_OUT_SEED = 0  # the page and the CLI use it, so one file gives one split wherever it is added
 
 # The one rule for columns nobody mapped (the CLI and the Tasks page): the first of these names the file
 # has, in this order, compared without case. Mapping a synonym is said ("mapped question→query").
@@ -108,9 +111,13 @@ def read_dataset(
 
 
 def parse_dataset(
-    data: bytes, filename: str, mapping: dict[str, str] | None = None, default_split: str = "train"
+    data: bytes, filename: str, mapping: dict[str, str] | None = None, default_split: str = "train", *,
+    test_share: float = 0.0, validation_share: float = 0.0, seed: int = HOLD_OUT_SEED,
 ) -> list[SampleRow]:
     """Same as read_dataset for bytes already in memory (an upload), so a bad file never touches disk.
+
+    `test_share` and `validation_share` (0 to 1) of the rows whose split cell is missing or empty are
+    held out for those splits (see hold_out); the other rows without one get `default_split`.
 
     A text cell that a spreadsheet would evaluate (it starts with `=`, `@`, a tab, a carriage return,
     or `+`/`-` not followed by a plain number) is rejected. A leading apostrophe, the spreadsheet way
@@ -119,6 +126,7 @@ def parse_dataset(
     formula checks cover the cells that are stored, so a `meta` mapping can leave a junk column out.
     """
     check_size(len(data), filename)
+    check_shares(test_share, validation_share)
     mapping = _normalise_mapping(mapping or {}, filename)
     if default_split not in SPLITS:
         raise DatasetError(f"{filename}: default split must be train, validation or test, got {default_split!r}")
@@ -153,7 +161,60 @@ def parse_dataset(
         for number, record in records
     ]
     _check_unique_ids(rows, [number for number, _ in records], filename, unit)
-    return rows
+    given = [_split_given(record, resolved) for _, record in records]
+    return hold_out(rows, test_share, validation_share, seed=seed, keep=given)
+
+
+def check_shares(test_share: float, validation_share: float) -> None:
+    """Refuse hold-out shares that are not numbers from 0 to 1 or that add up to more than all the rows."""
+    for name, share in (("test", test_share), ("validation", validation_share)):
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+            raise DatasetError(f"the {name} share must be a number from 0 to 1 (a share of the rows), got {share!r}")
+    if test_share + validation_share > 1 + 1e-9:  # 0.7 + 0.3 may add up to a hair over 1 in floating point
+        raise DatasetError(f"the test and validation shares add up to {test_share + validation_share:g}; "
+                           "together they may hold out at most all the rows (1)")
+
+
+def hold_out(rows: list[SampleRow], test_share: float, validation_share: float, *, seed: int = HOLD_OUT_SEED,
+             keep: Sequence[bool] | None = None) -> list[SampleRow]:
+    """The rows with a share of them moved to `test` and `validation`; rows marked in `keep` keep their split.
+
+    Which rows move depends only on the seed and each row's id (a hash orders them), so the same file gives
+    the same split every time, and in any row order when its rows carry ids. The counts are the shares of the open rows, rounded half up
+    ("train 80 · test 20" for 100 rows and a test share of 0.2); the rows come back in their order.
+    """
+    check_shares(test_share, validation_share)
+    kept = list(keep) if keep is not None else [False] * len(rows)
+    open_rows = sorted((i for i, fixed in enumerate(kept) if not fixed),
+                       key=lambda i: _draw(seed, rows[i].external_id))
+    n_test = math.floor(len(open_rows) * test_share + 0.5)
+    n_validation = min(math.floor(len(open_rows) * validation_share + 0.5), len(open_rows) - n_test)
+    moved = {i: "test" for i in open_rows[:n_test]}
+    moved |= {i: "validation" for i in open_rows[n_test:n_test + n_validation]}
+    return [replace(row, split=moved[i]) if i in moved else row for i, row in enumerate(rows)]
+
+
+def split_counts(rows: list[SampleRow]) -> dict[str, int]:
+    """Rows per split, in SPLITS order, splits without rows left out."""
+    counts = Counter(row.split for row in rows)
+    return {split: counts[split] for split in SPLITS if counts[split]}
+
+
+def split_summary(rows: list[SampleRow]) -> str:
+    """The rows per split as one line a person reads before adding a file: "train 80 · test 20"."""
+    return " · ".join(f"{split} {count}" for split, count in split_counts(rows).items())
+
+
+def _draw(seed: int, external_id: str) -> str:
+    """A row's place in the hold-out order: a hash, the same in every process (unlike Python's hash())."""
+    return hashlib.sha256(f"{seed}\x00{external_id}".encode()).hexdigest()
+
+
+def _split_given(record: dict[str, Any], resolved: dict[str, str]) -> bool:
+    """Whether the file names this row's split (a split cell that is not empty): such a row keeps it."""
+    column = resolved.get("split")
+    cell = record.get(column) if column is not None else None
+    return cell is not None and bool(_as_text(cell).strip())
 
 
 def demo_rows() -> list[SampleRow]:

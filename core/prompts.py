@@ -6,6 +6,8 @@ Kept in one place so that a change of wording is one diff, and so that the cache
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from core.library import render_for_learner
 from core.library_io import to_prompt_block
 from core.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
@@ -14,6 +16,8 @@ EXPERIENCE_HEADER = (
     "When solving problems, you MUST first carefully read and understand the helpful instructions "
     "and experiences:"
 )
+REJECTED_SHOWN = 10  # the most recent rejections of a run the learner is told about
+REJECTED_CHARS = 240  # each rejected text and each reason, clipped to this many characters
 PYTHON_TOOL_NOTE = (
     "You can run Python: write code in a ```python fenced block and stop; the code is executed and its "
     "output is sent back to you, then you continue. Use print() to see values."
@@ -102,13 +106,30 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
     return _chat("You turn an agent's successes and failures into short, general lessons.", content)
 
 
+def _clip(text: str, limit: int = REJECTED_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _rejected_block(rejected: Sequence[tuple[str, str]]) -> str:
+    """Operations people (or the validation gate) rejected earlier in the run, with why: not to be proposed again."""
+    if not rejected:
+        return ""
+    lines = "\n".join(f"Rejected earlier: {_clip(text)} — rejected because {_clip(reason)}"
+                      for text, reason in list(rejected)[-REJECTED_SHOWN:])
+    return f"Operations rejected earlier in this run (do not propose them again):\n{lines}\n\n"
+
+
 def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int,
-                    max_operations: int = MAX_UPDATE_OPERATIONS) -> list[dict]:
-    """Step 4: consolidate the batch's proposals into operations on the current library."""
+                    max_operations: int = MAX_UPDATE_OPERATIONS,
+                    rejected: Sequence[tuple[str, str]] = ()) -> list[dict]:
+    """Step 4: consolidate the batch's proposals into operations on the current library, told which earlier
+    operations were rejected and why (`rejected`: text and reason pairs, oldest first)."""
     proposal_lines = "\n".join(f"{i}. {text}" for i, text in enumerate(proposals, 1))
     content = (
         f"Current experience library (ids in brackets):\n{render_for_learner(experiences)}\n\n"
         f"Proposed experiences from this batch:\n{proposal_lines}\n\n"
+        f"{_rejected_block(rejected)}"
         "Update the library with operations:\n"
         '- ADD: a new experience (ids: [], text: the experience)\n'
         '- MODIFY: revise one experience (ids: ["E3"], text: the revised experience)\n'

@@ -8,6 +8,8 @@ new library version) and its run goes back in the queue, so it continues by itse
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -17,6 +19,7 @@ from core.evaluation import experience_texts
 from core.gateway import clean_text
 from core.library import ProposedOp, apply_ops, next_id_number, validate_ops
 from core.people import require_role
+from core.quality import Flag, quality_flags
 from core.run_settings import RunSettings
 from core.versions import all_ids, create_version
 from storage import queries
@@ -119,17 +122,19 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
 
 
 def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comment: str | None = None,
-               reason: str | None = None) -> int:
-    """Approve or reject every pending operation of a step, each an audit event; returns how many this call
-    decided. The step is not applied here (see decide_step); auto review mode calls this with actor `auto`,
-    a failed validation gate with actor `gate` and reason `validation`."""
+               reason: str | None = None, hold: Collection[int] = ()) -> int:
+    """Approve or reject every pending operation of a step but those in `hold`, each an audit event; returns
+    how many this call decided. The step is not applied here (see decide_step); auto review mode calls this
+    with actor `auto` (holding flagged operations for a person), a failed validation gate with actor `gate`
+    and reason `validation`."""
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approved or rejected")
     if actor not in ("auto", "gate"):
         _check_gate(engine, step_id, decision, comment)
     with Session(engine) as session:
         require_role(session, actor, "reviewer", "deciding operations")
-        pending = [op.id for op in queries.step_operations(session, step_id) if op.status == OperationStatus.PENDING]
+        pending = [op.id for op in queries.step_operations(session, step_id)
+                   if op.status == OperationStatus.PENDING and op.id not in hold]
     decided = 0
     for op_id in pending:
         try:
@@ -138,6 +143,30 @@ def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comme
         except AlreadyDecided:
             continue
     return decided
+
+
+def step_flags(session: Session, step: Step, ops: list[Operation] | None = None) -> dict[int, list[Flag]]:
+    """Each operation's quality flags (core.quality), judged against the version its step started from and
+    the step's queries; computed on read, so an edited text is judged as it now stands. Invalid operations
+    never land and get none."""
+    ops = queries.step_operations(session, step.id) if ops is None else ops
+    before = session.get(LibraryVersion, step.version_before_id) if step.version_before_id else None
+    query_texts = [sample.query for sample in queries.samples_by_ids(session, list(step.sample_ids or []))]
+    live = [op for op in ops if op.status != OperationStatus.INVALID]
+    texts = {op.id: (f"operation {op.position + 1}", op.text or "") for op in live}
+    return {op.id: quality_flags(op.text, op.op, op.target_ids, before.experiences if before else [],
+                                 {label: text for other, (label, text) in texts.items() if other != op.id},
+                                 query_texts=query_texts)
+            for op in live}
+
+
+def flagged_pending(engine: Engine, step_id: int) -> list[int]:
+    """The pending operations of a step that carry a quality flag: auto review mode leaves them to a person."""
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+        ops = queries.step_operations(session, step_id)
+        flags = step_flags(session, step, ops)
+    return [op.id for op in ops if op.status == OperationStatus.PENDING and flags.get(op.id)]
 
 
 def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment: str | None = None) -> int:

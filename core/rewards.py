@@ -23,6 +23,7 @@ import math
 import re
 import re._constants as sre
 import re._parser as sre_parse
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ from core import scoring
 from core.answers import extract_final_answer, normalize_answer
 from core.errors import InvalidInput
 
-__all__ = ["METHODS", "Method", "MethodSettings", "RewardMethod", "RewardResult", "check_settings", "get_method",
-           "majority_rewards", "pattern_problem", "score", "score_or_error", "setting_keys", "warm_up"]
+__all__ = ["METHODS", "Method", "MethodSettings", "RewardConfig", "RewardMethod", "RewardResult", "cannot_try",
+           "check_settings", "get_method", "majority_rewards", "pattern_problem", "score", "score_or_error",
+           "setting_keys", "try_reward", "warm_up"]
 
 _DETAIL_LIMIT = 200
 
@@ -187,10 +189,15 @@ def _math_reward(response: str, reference: str, settings: dict[str, Any]) -> Rew
     )
 
 
+_NO_FINAL_ANSWER = ('no answer found in response (read: the last \\boxed{}, else the line after the last '
+                    '"Answer:", else the last number)')
+
+
 def _exact_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """The final answer (extract_final_answer) equals the reference once both are normalised (normalize_answer)."""
     got = extract_final_answer(response)
     if got is None:
-        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
+        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, {_NO_FINAL_ANSWER}")
     ok = normalize_answer(got) == normalize_answer(reference)
     verdict = "correct" if ok else "wrong"
     return RewardResult(
@@ -221,7 +228,7 @@ def _numeric_reward(response: str, reference: str, settings: dict[str, Any]) -> 
         return RewardResult(0.0, "verifier", f"reference {_short(reference)} is not numeric")
     got_text = extract_final_answer(response)
     if got_text is None:
-        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, no answer found in response")
+        return RewardResult(0.0, "verifier", f"expected {_short(reference)}, {_NO_FINAL_ANSWER}")
     got = _to_number(got_text)
     if got is None:
         return RewardResult(
@@ -453,6 +460,45 @@ def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]
     return RewardResult(value, "verifier", detail)
 
 
+_ARTICLES = frozenset({"a", "an", "the"})
+_WORD = re.compile(r"\d+(?:[.,]\d+)*|[^\W_]+")  # a number keeps its decimal point and thousands commas
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+
+
+def _words(text: str) -> list[str]:
+    """The words of `text` as `contains` compares them: case, punctuation, spacing and the articles a, an, the
+    ignored, thousands commas dropped (1,234 is 1234)."""
+    words = []
+    for word in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if _THOUSANDS.fullmatch(word):
+            word = word.replace(",", "")
+        if word not in _ARTICLES:
+            words.append(word)
+    return words
+
+
+def _has_run(words: list[str], run: list[str]) -> bool:
+    """Whether `run` occurs in `words` as consecutive whole words."""
+    return any(words[i:i + len(run)] == run for i in range(len(words) - len(run) + 1))
+
+
+def _contains_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """1.0 when the reference's words occur in the response, in order and next to each other, as whole words.
+
+    For short factual answers stated in a sentence ("The capital of France is Paris." for "Paris"), which
+    `exact` cannot read; whole words keep "Parisian" from passing for "Paris".
+    """
+    wanted = _words(reference)
+    if not wanted:
+        raise InvalidInput(f"reward method 'contains' needs a reference with words, got {_short(reference, 80)!r}")
+    words = _words(response)
+    phrase = " ".join(wanted)
+    if _has_run(words, wanted):
+        return RewardResult(1.0, "verifier", f"found {_short(phrase, 80)!r} as whole words")
+    inside = " (it occurs only inside other words)" if phrase in " ".join(words) else ""
+    return RewardResult(0.0, "verifier", f"{_short(phrase, 80)!r} not found as whole words{inside}")
+
+
 # ---- the registry --------------------------------------------------------------------------------------
 
 
@@ -471,7 +517,9 @@ class RewardMethod(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def description(self) -> str: ...
+    def description(self) -> str: ...  # one sentence: what the method compares
+    @property
+    def reads(self) -> str: ...  # which part of the response it reads: the final-answer formats it accepts
     @property
     def settings_model(self) -> type[MethodSettings]: ...
     @property
@@ -506,6 +554,7 @@ class Method:
     uses_judge: bool = False
     uses_people: bool = False
     isolated: bool = False
+    reads: str = "The whole response."
 
     @property
     def scored_by_function(self) -> bool:
@@ -527,21 +576,36 @@ class Method:
         return self.scorer(response, reference, settings)
 
 
+_FINAL_ANSWER = ('The final answer: the last \\boxed{}, else the first line after the last "Answer:", else the last '
+                 'number; a sentence without any of these has no answer.')
+
 METHODS: dict[str, RewardMethod] = {method.name: method for method in (
-    Method("math", "math-verify equivalence with the reference answer", scorer=_math_reward, needs_reference=True,
-           isolated=True),
-    Method("exact", "exact match of the final answer (normalised)", scorer=_exact_reward, needs_reference=True),
-    Method("numeric", "numeric match within a tolerance (rel_tol, abs_tol)", NumericSettings,
-           scorer=_numeric_reward, needs_reference=True),
-    Method("regex", "the response matches a regular expression (pattern, or the reference)", RegexSettings,
-           scorer=_regex_reward, needs_reference=True, reference_setting="pattern", isolated=True),
-    Method("contains_all", "the response contains every phrase (phrases, or the reference split at ;)",
+    Method("math", "The final answer is mathematically equal to the reference (math-verify: 0.5, 1/2 and "
+           "\\frac{1}{2} are equal).", scorer=_math_reward, needs_reference=True, isolated=True,
+           reads='Every \\boxed{} in the response, as one answer (several boxes are a multi-part answer); '
+                 'without a box, the answer math-verify finds in the text (the last number or expression), else '
+                 'the first line after the last "Answer:".'),
+    Method("exact", "The final answer equals the reference after normalisation: case, spacing, surrounding $, "
+           "\\text{} and a trailing period are ignored, and numbers compare as numbers (12.0 is 12, 1,234 is 1234).",
+           scorer=_exact_reward, needs_reference=True, reads=_FINAL_ANSWER),
+    Method("contains", "The reference appears in the response as whole words, in order; case, punctuation, "
+           "spacing and the articles a, an, the are ignored (Paris is found in \"The capital is Paris.\", not in "
+           "\"Parisian\").", scorer=_contains_reward, needs_reference=True),
+    Method("numeric", "The final answer is a number (or a fraction like 3/4) within a tolerance of the reference "
+           "(rel_tol, abs_tol).", NumericSettings, scorer=_numeric_reward, needs_reference=True, reads=_FINAL_ANSWER),
+    Method("regex", "The response matches a regular expression (the pattern setting, else the reference), "
+           "anywhere in it unless full_match is on.", RegexSettings, scorer=_regex_reward, needs_reference=True,
+           reference_setting="pattern", isolated=True, reads="The whole response, without surrounding spaces."),
+    Method("contains_all", "The response contains every phrase (the phrases setting, else the reference split at "
+           "; or new lines), anywhere, also inside words; case and spacing are ignored unless ignore_case is off.",
            ContainsAllSettings, scorer=_contains_all_reward, needs_reference=True, reference_setting="phrases"),
-    Method("judge", "an LLM judge scores against the criteria (scale binary or 1-5)", JudgeSettings,
-           uses_judge=True),
-    Method("human", "people label every rollout in the labeling queue", HumanSettings, uses_people=True),
-    Method("judge_human", "the judge suggests, people confirm a share (spot_check_share) and every unsure verdict",
-           JudgeHumanSettings, uses_judge=True, uses_people=True),
+    Method("judge", "An LLM judge scores the response against the criteria (scale binary or 1-5).", JudgeSettings,
+           uses_judge=True, reads="The whole response, as the judge model reads it."),
+    Method("human", "People label every rollout in the labeling queue.", HumanSettings, uses_people=True,
+           reads="The whole response, as people read it."),
+    Method("judge_human", "The judge suggests a score; people confirm a share (spot_check_share) and every unsure "
+           "verdict.", JudgeHumanSettings, uses_judge=True, uses_people=True,
+           reads="The whole response, as the judge model and people read it."),
 )}
 
 
@@ -612,6 +676,41 @@ def score_or_error(method: str, response: str, reference: str | None, settings: 
         return score(method, response, reference, settings)
     except ValueError as exc:
         return RewardResult(0.0, "error", str(exc))
+
+
+class RewardConfig(Protocol):
+    """What trying a reward needs of a task: a stored Task and TaskSettings both fit."""
+
+    reward_method: str
+    reward_settings: dict[str, Any] | None
+
+
+def cannot_try(name: str) -> str | None:
+    """Why method `name` cannot score an answer on the spot (the judge model or people give it), or None.
+
+    Trying such a reward would need a model call or a person, which a settings page must not start.
+    """
+    method = get_method(name)
+    if method.scored_by_function:
+        return None
+    if method.uses_judge and method.uses_people:
+        who = "the judge model, with people confirming some of its verdicts"
+    else:
+        who = "the judge model" if method.uses_judge else "people, in the labeling queue"
+    return f"This reward is given by {who}; it cannot be tried here."
+
+
+def try_reward(task: RewardConfig, answer: str, reference: str | None) -> RewardResult:
+    """Score one answer with the task's reward exactly as a run scores a rollout (score_or_error, the engine's
+    call), so an author sees the reward and its reason before spending a run on a wrong setting.
+
+    A configuration problem (no reference, a pattern that cannot compile) is a 0.0 from source `error` with
+    the reason, as in a run; a method the judge or people score raises InvalidInput saying so (cannot_try).
+    """
+    reason = cannot_try(task.reward_method)
+    if reason is not None:
+        raise InvalidInput(reason)
+    return score_or_error(task.reward_method, answer, reference, dict(task.reward_settings or {}))
 
 
 def warm_up() -> None:

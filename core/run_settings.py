@@ -77,6 +77,8 @@ class RunSettings(JobSettings):
     seed: int = 0
     ground_truth: bool = True
     review_mode: Literal["auto", "manual"] = "auto"
+    hold_flagged: bool = Field(True, description="flagged operations wait for a person even in auto review mode "
+                               "(text cut off, a near duplicate, a query's numbers, over the length limit)")
     policy_model: str = ""
     learner_model: str = ""
     max_tokens: int = Field(1024, ge=16)

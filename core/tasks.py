@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.datasets import DatasetError, SampleRow, demo_rows, parse_dataset, support_rows
+from core.datasets import DatasetError, SampleRow, demo_rows, parse_dataset, split_counts, support_rows
 from core.errors import NotFound
 from core.people import require_role
 from core.rewards import pattern_problem
@@ -81,19 +81,25 @@ def add_samples(session: Session, task: Task, rows: list[SampleRow]) -> int:
 
 
 def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, mapping: dict[str, str] | None = None,
-                default_split: str = "train", actor: str = "cli") -> tuple[int, int]:
+                default_split: str = "train", actor: str = "cli", test_share: float = 0.0,
+                validation_share: float = 0.0) -> tuple[int, int]:
     """Validate a whole dataset file, then add its new rows to a task: (added, already present).
 
     The one path for the page, the CLI and scripts. A bad file raises DatasetError naming the row and
-    the problem before anything is written; only an admin may change a task's data.
+    the problem before anything is written; only an admin may change a task's data. The shares hold rows
+    without a split out for test and validation (core.datasets.hold_out); the audit event keeps them.
     """
-    rows = parse_dataset(data, filename, mapping, default_split)
+    rows = parse_dataset(data, filename, mapping, default_split, test_share=test_share,
+                         validation_share=validation_share)
+    after: dict = {"file": filename, "rows": len(rows)}
+    if test_share or validation_share:
+        after |= {"test_share": test_share, "validation_share": validation_share, "splits": split_counts(rows)}
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding data to a task")
         task = get_task(session, task_name)
         added = add_samples(session, task, rows)
         session.add(AuditEvent(actor=actor, action="task.add_data", object_type="task", object_id=task.id,
-                               after={"file": filename, "rows": len(rows), "added": added}))
+                               after={**after, "added": added}))
         return added, len(rows) - added
 
 

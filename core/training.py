@@ -27,6 +27,7 @@ from core.labeling import hold_for_labels
 from core.library import ProposedOp, validate_ops
 from core.people import require_role
 from core.prompts import (
+    REJECTED_SHOWN,
     advantage_messages,
     direct_messages,
     summary_messages,
@@ -34,7 +35,7 @@ from core.prompts import (
     update_messages,
 )
 from core.replies import AdvantageReply, DirectReply, update_reply
-from core.review import apply_step_operations, decide_all, gate_failed
+from core.review import apply_step_operations, decide_all, flagged_pending, gate_failed
 from core.rewards import METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.run_settings import RunSettings
@@ -372,7 +373,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
             decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
                        reason="validation")
         else:
-            decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
+            held = flagged_pending(ctx.engine, step.id) if ctx.settings.hold_flagged else []
+            decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", hold=held)
     _apply_or_wait(ctx, step.id, actor="auto")
 
 
@@ -472,7 +474,8 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
     if not proposals:
         return
     limit = ctx.settings.operations_limit()
-    messages = update_messages(experiences, proposals, ctx.settings.max_experiences, limit)
+    messages = update_messages(experiences, proposals, ctx.settings.max_experiences, limit,
+                               rejected=_rejected_earlier(ctx, step))
     try:
         reply, _call = await ctx.gateway.complete_json(
             stage="update", model=ctx.settings.learner_model, messages=messages, reply=update_reply(limit),
@@ -483,6 +486,24 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
         _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
                      max_size=ctx.settings.max_experiences)
+
+
+def _rejected_earlier(ctx: _Ctx, step: Step) -> list[tuple[str, str]]:
+    """The run's most recent rejected operations of earlier steps with why, oldest first, so the learner
+    does not propose them again (a person's note, or the validation gate's verdict)."""
+    with Session(ctx.engine) as session:
+        rows = session.exec(select(Operation).where(Operation.run_id == ctx.run_id, Operation.step_id != step.id,
+                                                    Operation.status == OperationStatus.REJECTED)
+                            .order_by(Operation.id.desc()).limit(REJECTED_SHOWN)).all()
+    rejected = []
+    for op in reversed(rows):
+        what = op.text or f"{op.op} {', '.join(op.target_ids)}".strip()
+        if op.reason == "validation":
+            why = "the library with it did worse on the held-out validation queries"
+        else:
+            why = (op.comment or "").strip() or "no reason was given"
+        rejected.append((what, why))
+    return rejected
 
 
 def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],

@@ -1,7 +1,15 @@
-"""Review: per step, the semantic advantages with the rollouts they came from, and the proposed operations.
+"""Review: per step, the proposed operations, each card carrying its evidence, its quality flags and its decision.
 
-A reviewer approves, rejects, edits or reopens each operation (or all pending ones at once). Every
-decision goes through `core.review`; once nothing in a step that waits for review is pending, core
+A pending operation is a full card: its quality flags (core.review.step_flags: cut off, near duplicate, a
+query's numbers, too long), the before → after diff, the rationale, and the groups it came from (query,
+semantic advantage, rollouts with rewards) in "Evidence" expanders; a decided or invalid one shrinks to one
+collapsed line. One pending card is focused (the first, or one chosen with Next / Previous / Focus) and only
+its buttons have keys, because a key binds to one button per page: A approve, X reject (Streamlit reserves
+R), E edit, J next, K previous. A reject's optional reason is stored as the decision's comment and told to
+the learner in the run's later steps. All of the step's groups, with trajectories, are in a collapsed
+section at the bottom.
+
+Every decision goes through `core.review`; once nothing in a step that waits for review is pending, core
 applies it (a new library version) and queues the run again, and this page starts a worker for it.
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
 Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code,
@@ -11,12 +19,15 @@ long texts clipped with a "Show all" toggle, and tables through pages._display.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, field
 
 import streamlit as st
 from sqlmodel import Session
 
 from core import review
 from core.attribution import effects_for_library as experience_effects
+from core.quality import Flag
+from core.run_settings import RunSettings
 from pages._common import (
     DATETIME,
     Flash,
@@ -24,6 +35,7 @@ from pages._common import (
     context,
     engine,
     keep_valid_choice,
+    plain,
     require_task,
     reward_text,
     role_note,
@@ -63,6 +75,14 @@ def edit_ids_key(op_id: int) -> str:
     return f"review_edit_ids_{op_id}"
 
 
+def reason_key(op_id: int) -> str:
+    return f"review_reason_{op_id}"
+
+
+def focus_key(step_id: int) -> str:
+    return f"review_focused_{step_id}"
+
+
 # --- actions (button callbacks) ---------------------------------------------------------------
 
 
@@ -87,8 +107,21 @@ def note() -> str | None:
 
 
 def decide(op_id: int, decision: str, run_id: int) -> None:
-    act(run_id, review.decide_operation, op_id, decision, context().reviewer, note(),
+    """A reject carries the card's reason (told to the learner later); either carries the gate note."""
+    reason = (st.session_state.get(reason_key(op_id)) or "").strip() or None
+    comment = (reason or note()) if decision == OperationStatus.REJECTED else note()
+    act(run_id, review.decide_operation, op_id, decision, context().reviewer, comment,
         success=f"Operation {op_id} {decision}.")
+
+
+def set_focus(step_id: int, op_id: int) -> None:
+    st.session_state[focus_key(step_id)] = op_id
+
+
+def move_focus(step_id: int, pending_ids: list[int], current: int, delta: int) -> None:
+    """Next or previous pending operation, wrapping round."""
+    at = pending_ids.index(current) if current in pending_ids else 0
+    set_focus(step_id, pending_ids[(at + delta) % len(pending_ids)])
 
 
 def reopen(op_id: int, run_id: int) -> None:
@@ -205,51 +238,177 @@ def effect_lines(op: Operation, before: LibraryVersion | None, effects: dict) ->
     return lines
 
 
-def show_operation(op: Operation, step: Step, before: LibraryVersion | None, run_id: int, can_decide: bool,
-                   effects: dict) -> None:
+@dataclass
+class Group:
+    """One query's group of the step: what an operation's evidence expander shows."""
+
+    index: int
+    sample_id: int
+    query: str | None
+    advantage: Advantage | None
+    rollouts: list[Rollout] = field(default_factory=list)
+
+    def label(self) -> str:
+        rewards = ", ".join(reward_text(r.reward) for r in self.rollouts) or "none"
+        return f"Evidence: group {self.index} · sample #{self.sample_id} · rewards {rewards}"
+
+
+@dataclass
+class StepView:
+    """What every operation card of one step needs, read once per page run."""
+
+    step: Step
+    before: LibraryVersion | None
+    run_id: int
+    can_decide: bool
+    effects: dict
+    flags: dict[int, list[Flag]]
+    groups: dict[int, Group]  # by Advantage id, as Operation.source_advantage_ids name them
+    holds_flagged: bool  # auto review mode that leaves flagged operations to a person
+
+
+def show_flags(flags: list[Flag]) -> None:
+    if flags:
+        st.warning("Flagged:\n" + "\n".join(f"- {plain(flag.message)}" for flag in flags))
+
+
+def show_evidence(op: Operation, view: StepView, key: str) -> None:
+    """The groups the operation came from, each a collapsed expander labelled with its rewards."""
+    if not op.source_advantage_ids:
+        st.caption("Evidence: no source group recorded.")
+    for adv_id in op.source_advantage_ids:
+        group = view.groups.get(adv_id)
+        if group is None:
+            st.caption(f"Evidence: group of advantage {adv_id} not found in this step.")
+            continue
+        with st.expander(group.label()):
+            ev_key = f"{key}_ev_{adv_id}"
+            st.caption("Query")
+            show_long(group.query, f"{ev_key}_query")
+            st.caption("Semantic advantage")
+            show_long(group.advantage.text if group.advantage else None, f"{ev_key}_advantage",
+                      empty="(no advantage)")
+            for rollout in group.rollouts:
+                st.caption(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)} · "
+                           f"source {rollout.reward_source or '–'}")
+                show_long(rollout.final_answer, f"{ev_key}_{rollout.id}_final", empty="(no final answer)")
+                show_long(rollout.summary, f"{ev_key}_{rollout.id}_summary", empty="(no summary)")
+
+
+def operation_body(op: Operation, view: StepView) -> None:
+    """Everything about one operation but its buttons: flags, targets, diff, rationale, effect, evidence."""
+    key = f"review_op_{op.id}"
+    show_flags(view.flags.get(op.id, []))
+    if op.status == OperationStatus.PENDING and view.holds_flagged and view.flags.get(op.id):
+        st.caption("Held for a person: auto review mode approved only the unflagged operations of this step.")
+    show_long(f"{op.op} {', '.join(op.target_ids)}".strip(), f"{key}_targets")
+    if op.status == OperationStatus.INVALID:
+        st.warning("Invalid: this operation will not be applied. Reason:")
+        show_long(op.validation_error, f"{key}_invalid")
+    before = view.before
+    st.caption("Before → after")
+    show_long(operation_diff(op, before.experiences if before else [], before.number if before else None),
+              f"{key}_diff", language="diff")
+    st.caption("Rationale")
+    show_long(op.rationale, f"{key}_rationale", empty="(no rationale)")
+    measured = effect_lines(op, before, view.effects)
+    if measured:
+        st.caption("Measured effect of the experiences it changes")
+        show_text("\n".join(measured))
+    show_evidence(op, view, key)
+    if op.reviewer or op.decided_at:
+        st.caption("Decision")
+        when = f"{op.decided_at:%Y-%m-%d %H:%M:%S}" if op.decided_at else "–"
+        show_long(f"{op.status} by {op.reviewer or '–'} at {when}", f"{key}_decision")
+        if op.comment:
+            show_long(op.comment, f"{key}_comment")
+
+
+def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: list[int]) -> None:
+    """Approve / Reject / Edit, with keys on the focused card only (a key binds one button per page)."""
+    run_id, step_id = view.run_id, view.step.id
+
+    def keyed(shortcut: str) -> dict:
+        return {"shortcut": shortcut} if focused else {}
+
+    st.text_input("Reason (optional, told to the learner)", key=reason_key(op.id), max_chars=500)
+    approve, reject, edit, move = st.columns(4)
+    approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
+                   args=(op.id, OperationStatus.APPROVED, run_id), width="stretch", **keyed("A"))
+    reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide,
+                  args=(op.id, OperationStatus.REJECTED, run_id), width="stretch", **keyed("X"))
+    edit.button("Edit", key=f"review_edit_{op.id}", on_click=start_edit, args=(op.id,), width="stretch",
+                **keyed("E"))
+    if not focused:
+        move.button("Focus", key=f"review_focus_{op.id}", on_click=set_focus, args=(step_id, op.id), width="stretch")
+    elif len(pending_ids) > 1:
+        previous, following = move.columns(2)
+        previous.button("Previous", key="review_previous", shortcut="K", on_click=move_focus,
+                        args=(step_id, pending_ids, op.id, -1), width="stretch")
+        following.button("Next", key="review_next", shortcut="J", on_click=move_focus,
+                         args=(step_id, pending_ids, op.id, 1), width="stretch")
+    if st.session_state.get(editing_key(op.id)):
+        if edit_text_key(op.id) not in st.session_state:
+            st.session_state[edit_text_key(op.id)] = op.text or ""
+            st.session_state[edit_ids_key(op.id)] = ", ".join(op.target_ids)
+        st.text_area("Experience text", key=edit_text_key(op.id))
+        st.text_input("Target ids (comma-separated)", key=edit_ids_key(op.id))
+        save, cancel = st.columns(2)
+        save.button("Save edit", key=f"review_save_edit_{op.id}", type="primary", on_click=save_edit,
+                    args=(op.id, run_id))
+        cancel.button("Cancel edit", key=f"review_cancel_edit_{op.id}", on_click=cancel_edit, args=(op.id,))
+
+
+def show_pending(op: Operation, view: StepView, focused: bool, pending_ids: list[int]) -> None:
+    """A pending operation at full size; the focused one says so and which keys it answers to."""
     with st.container(border=True):
-        st.markdown(f"**Operation {op.position + 1}** · {op.status}")
-        key = f"review_op_{op.id}"
-        show_long(f"{op.op} {', '.join(op.target_ids)}".strip(), f"{key}_targets")
-        if op.status == OperationStatus.INVALID:
-            st.warning("Invalid: this operation will not be applied. Reason:")
-            show_long(op.validation_error, f"{key}_invalid")
-        st.caption("Rationale")
-        show_long(op.rationale, f"{key}_rationale", empty="(no rationale)")
-        st.caption("Before → after")
-        show_long(operation_diff(op, before.experiences if before else [], before.number if before else None),
-                  f"{key}_diff", language="diff")
-        measured = effect_lines(op, before, effects)
-        if measured:
-            st.caption("Measured effect of the experiences it changes")
-            show_text("\n".join(measured))
-        if op.reviewer or op.decided_at:
-            st.caption("Decision")
-            when = f"{op.decided_at:%Y-%m-%d %H:%M:%S}" if op.decided_at else "–"
-            show_long(f"{op.status} by {op.reviewer or '–'} at {when}", f"{key}_decision")
-            if op.comment:
-                show_long(op.comment, f"{key}_comment")
-        if not can_decide:
-            return
+        if focused:
+            st.caption(f"▶ focused: operation {op.position + 1} · keys: A approve · X reject · E edit · J next · "
+                       "K previous (outside text boxes)")
+        st.markdown(f"**{'▶ ' if focused else ''}Operation {op.position + 1}** · {op.status}")
+        operation_body(op, view)
+        if view.can_decide:
+            decision_buttons(op, view, focused, pending_ids)
+
+
+def decided_label(op: Operation, flags: list[Flag]) -> str:
+    """One line for a collapsed card: our words, ids and the reviewer's name (escaped), no model text."""
+    ids = f" {', '.join(op.target_ids)}" if op.target_ids and op.status != OperationStatus.INVALID else ""
+    by = f" by {op.reviewer}" if op.reviewer else ""
+    flagged = f" · {len(flags)} flag{'s' if len(flags) != 1 else ''}" if flags else ""
+    return plain(f"Operation {op.position + 1} · {op.op}{ids} · {op.status}{by}{flagged}")
+
+
+def show_decided(op: Operation, view: StepView) -> None:
+    """A decided (or invalid) operation as one collapsed line; opened, the whole card and Reopen."""
+    with st.expander(decided_label(op, view.flags.get(op.id, [])), expanded=False):
+        operation_body(op, view)
+        if view.can_decide and op.status in DECIDED and view.step.status != StepStatus.COMPLETED:
+            st.button("Reopen", key=f"review_reopen_{op.id}", on_click=reopen, args=(op.id, view.run_id))
+
+
+def choose_focus(op_ids: list[int], pending_ids: list[int], wanted: int | None) -> int | None:
+    """The focused operation: the one chosen while it is pending, else the next pending one after it
+    (the one just decided), else the first pending one."""
+    if not pending_ids:
+        return None
+    if wanted in pending_ids:
+        return wanted
+    if wanted in op_ids:
+        after = [i for i in op_ids[op_ids.index(wanted) + 1:] if i in pending_ids]
+        if after:
+            return after[0]
+    return pending_ids[0]
+
+
+def show_operations(operations: list[Operation], view: StepView) -> None:
+    pending_ids = [op.id for op in operations if op.status == OperationStatus.PENDING]
+    focus = choose_focus([op.id for op in operations], pending_ids, st.session_state.get(focus_key(view.step.id)))
+    for op in operations:
         if op.status == OperationStatus.PENDING:
-            approve, reject, edit = st.columns(3)
-            approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
-                           args=(op.id, OperationStatus.APPROVED, run_id))
-            reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide, args=(op.id, OperationStatus.REJECTED, run_id))
-            edit.button("Edit", key=f"review_edit_{op.id}", on_click=start_edit, args=(op.id,))
-            if st.session_state.get(editing_key(op.id)):
-                if edit_text_key(op.id) not in st.session_state:
-                    st.session_state[edit_text_key(op.id)] = op.text or ""
-                    st.session_state[edit_ids_key(op.id)] = ", ".join(op.target_ids)
-                st.text_area("Experience text", key=edit_text_key(op.id))
-                st.text_input("Target ids (comma-separated)", key=edit_ids_key(op.id))
-                save, cancel = st.columns(2)
-                save.button("Save edit", key=f"review_save_edit_{op.id}", type="primary", on_click=save_edit,
-                            args=(op.id, run_id))
-                cancel.button("Cancel edit", key=f"review_cancel_edit_{op.id}", on_click=cancel_edit,
-                              args=(op.id,))
-        elif op.status in DECIDED and step.status != StepStatus.COMPLETED:
-            st.button("Reopen", key=f"review_reopen_{op.id}", on_click=reopen, args=(op.id, run_id))
+            show_pending(op, view, op.id == focus and view.can_decide, pending_ids)
+        else:
+            show_decided(op, view)
 
 
 def choose_run(runs: list[Run], pending_by_run: dict[int, int]) -> int:
@@ -303,6 +462,7 @@ def page() -> None:
         sample_ids = list(dict.fromkeys([*step.sample_ids, *advantages, *rollouts]))
         samples = {s.id: s for s in queries.samples_by_ids(session, sample_ids)}
         operations = queries.step_operations(session, step_id)
+        flags = review.step_flags(session, step, operations)
 
     st.markdown(f"Run status: **{status_label(run.status, run.heartbeat_at)}** · step status: **{step.status}**"
                 + (f" · starts from version #{before.number}" if before else ""))
@@ -324,8 +484,9 @@ def page() -> None:
         st.info("This step proposed no operations.")
     else:
         table([{"#": op.position + 1, "op": op.op, "targets": ", ".join(op.target_ids),
-                "status": op.status, "reviewer": op.reviewer or "", "reason": op.reason or "",
-                "decided at": op.decided_at, "validation error": op.validation_error or ""} for op in operations],
+                "status": op.status, "flags": ", ".join(f.code for f in flags.get(op.id, [])),
+                "reviewer": op.reviewer or "", "reason": op.reason or "", "decided at": op.decided_at,
+                "validation error": op.validation_error or ""} for op in operations],
               column_config={"decided at": DATETIME}, key="review_operations_table")
         if can_decide:
             bulk_approve, bulk_reject = st.columns(2)
@@ -335,21 +496,26 @@ def page() -> None:
                                on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id))
         else:
             role_note("reviewer", "deciding operations")
-        effects = experience_effects(engine(), run.library_id)
-        for op in operations:
-            show_operation(op, step, before, run_id, can_decide, effects)
+        settings = RunSettings.from_dict(run.settings)
+        groups = {advantage.id: Group(index, sample_id, samples[sample_id].query if sample_id in samples else None,
+                                      advantage, rollouts.get(sample_id, []))
+                  for index, sample_id in enumerate(sample_ids, start=1)
+                  if (advantage := advantages.get(sample_id)) is not None}
+        show_operations(operations, StepView(
+            step, before, run_id, can_decide, experience_effects(engine(), run.library_id), flags, groups,
+            holds_flagged=settings.review_mode == "auto" and settings.hold_flagged))
     if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
                   args=(step_id, run_id))
 
-    st.header("Groups and their semantic advantages", anchor=False)
-    if not sample_ids:
-        st.info("This step has no groups yet.")
-    for index, sample_id in enumerate(sample_ids, start=1):
-        sample = samples.get(sample_id)
-        show_group(index, sample_id, sample.query if sample else None, advantages.get(sample_id),
-                   rollouts.get(sample_id, []))
+    with st.expander(f"All groups of this step and their semantic advantages ({len(sample_ids)})"):
+        if not sample_ids:
+            st.info("This step has no groups yet.")
+        for index, sample_id in enumerate(sample_ids, start=1):
+            sample = samples.get(sample_id)
+            show_group(index, sample_id, sample.query if sample else None, advantages.get(sample_id),
+                       rollouts.get(sample_id, []))
 
 
 run_page(page)

@@ -1,4 +1,4 @@
-"""Tasks: edit the sidebar's task or create one, add data to it, and export or import it as a file.
+"""Tasks: edit the sidebar's task or create one, add data to it, try its reward, and export or import it.
 
 Every change goes through `core.task_io` or `core.tasks.add_dataset`, which check the admin role
 again and write the audit log. Buttons act in callbacks, before the page (and the sidebar) is drawn
@@ -6,7 +6,9 @@ again, so a renamed, created or imported task can become the sidebar's task at o
 kept in session state and shown once beside the section that caused it: our message in an alert, any
 text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
 references, rubrics and instructions appear only in tables or as code (pages._display). Which column
-feeds which field is core's rule (core.datasets.resolve_columns), the same as the CLI's.
+feeds which field is core's rule (core.datasets.resolve_columns), the same as the CLI's; so is the
+hold-out of rows for test and validation (core.datasets.hold_out). *Test the reward* scores a pasted
+answer through core.rewards.try_reward, the engine's own scoring call, and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.agent import AGENT_MODES
-from core.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns
+from core.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns, split_summary
 from core.errors import InvalidInput
 from core.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
     SCALE_NAMES,
+    RewardResult,
     all_setting_keys,
+    cannot_try,
     get_method,
     setting_defaults,
     setting_keys,
+    try_reward,
 )
 from core.sandbox import jail_status
+from core.scoring import MAX_TEXT_CHARS
 from core.task_io import (
     TaskSettings,
     columns_of,
@@ -48,11 +54,14 @@ from pages._common import (
     context,
     current_task,
     engine,
+    keep_valid_choice,
     plain,
+    reward_text,
     role_note,
     run_action,
     run_page,
     show_outcome,
+    show_text,
 )
 from pages._display import show_long, table
 from storage import queries
@@ -67,6 +76,10 @@ PREVIEW_ROWS, SAMPLE_ROWS = 20, 50
 MAPPING_TARGETS = {"query": "Query (required)", "id": "Id", "reference": "Reference answer",
                    "rubric": "Rubric / criteria", "split": "Split"}
 PASTE_FORMATS = {"CSV": "pasted.csv", "JSONL": "pasted.jsonl"}
+HOLD_OUT_PERCENT = {"test": 20, "validation": 0}  # the page's defaults; core's (and the CLI's) are 0
+TRY_KEY = "tasks_try_result"
+NO_SAMPLE = "(none: type a reference below)"
+SAMPLE_CHOICES = 200
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
 
 
@@ -220,8 +233,8 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
     method = st.selectbox("Reward method", methods,
                           index=methods.index(base.reward_method) if base.reward_method in methods else 0,
                           key=f"{prefix}reward_method",
-                          help="\n\n".join(f"{m.name}: {m.description}" for m in METHODS.values()))
-    st.caption(get_method(method).description)
+                          help="\n\n".join(plain(f"{m.name}: {m.description}") for m in METHODS.values()))
+    st.caption(plain(get_method(method).description))
     method_fields(prefix, method, base.reward_settings)
     kept = {k: v for k, v in base.reward_settings.items() if k not in all_setting_keys()}
     if kept:
@@ -235,6 +248,9 @@ def show_settings(task: Task) -> None:
             ("policy model", task.policy_model), ("learner model", task.learner_model),
             ("judge model", task.judge_model), ("reward method", task.reward_method)]
     table(rows, columns=["setting", "value"], key="tasks_settings_table")
+    method = METHODS.get(task.reward_method)
+    if method is not None:
+        st.caption(plain(method.description))
     st.caption("Instructions")
     show_long(task.instructions, f"tasks_{task.id}_instructions")
     st.caption("Answer format")
@@ -267,9 +283,11 @@ def draw_settings(task: Task | None) -> None:
 # --- data -------------------------------------------------------------------------------------
 
 
-def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_split: str) -> None:
+def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_split: str,
+           shares: tuple[float, float]) -> None:
     if run_action(FLASH, "data", add_dataset, engine(), task_name, data, filename, mapping=mapping,
-                  default_split=default_split, actor=context().reviewer,
+                  default_split=default_split, actor=context().reviewer, test_share=shares[0],
+                  validation_share=shares[1],
                   report=lambda counts: f"Added {counts[0]} samples ({counts[1]} already present).",
                   failure="The samples were not added; nothing was written.") is not None:
         st.session_state.pop(CHECKED_KEY, None)
@@ -298,8 +316,22 @@ def mapping_form(columns: list[str]) -> tuple[dict[str, str], str]:
                           key=f"tasks_map_{tag}_meta")
     if meta:
         mapping["meta"] = ",".join(meta)
-    default_split = st.radio("Split for rows without one", SPLITS, horizontal=True, key="tasks_default_split")
+    default_split = st.radio("Split for the other rows without one", SPLITS, horizontal=True,
+                             key="tasks_default_split")
     return mapping, default_split
+
+
+def hold_out_form() -> tuple[float, float]:
+    """The shares (0 to 1) of the rows without a split that core holds out for test and validation."""
+    test, validation = st.columns(2)
+    test_percent = test.number_input("Hold out for test (%)", min_value=0, max_value=100,
+                                     value=HOLD_OUT_PERCENT["test"], step=5, key="tasks_hold_test")
+    validation_percent = validation.number_input("Hold out for validation (%)", min_value=0, max_value=100,
+                                                 value=HOLD_OUT_PERCENT["validation"], step=5,
+                                                 key="tasks_hold_validation")
+    st.caption("Held out from the rows whose split cell is missing or empty; rows that name a split keep it. "
+               "The choice is seeded by each row's id, so the same file always splits the same way.")
+    return test_percent / 100, validation_percent / 100
 
 
 def dataset_input() -> tuple[bytes, str]:
@@ -316,10 +348,11 @@ def dataset_input() -> tuple[bytes, str]:
 
 def draw_samples(session: Session, task: Task) -> None:
     counts = queries.count_samples(session, task.id)
-    train, test, total = st.columns(3)
-    train.metric("Train", counts.get("train", 0))
-    test.metric("Test", counts.get("test", 0))
-    total.metric("All samples", sum(counts.values()))
+    shown = ["train", "validation", "test"] if counts.get("validation") else ["train", "test"]
+    cells = st.columns(len(shown) + 1)
+    for cell, split in zip(cells, shown, strict=False):
+        cell.metric(split.capitalize(), counts.get(split, 0))
+    cells[-1].metric("All samples", sum(counts.values()))
     samples = queries.samples(session, task.id, limit=SAMPLE_ROWS)
     if samples:
         st.caption(f"The first {len(samples)} samples")
@@ -346,20 +379,22 @@ def draw_data(task: Task | None) -> None:
         return
     columns = columns_of(data, filename)
     mapping, default_split = mapping_form(columns)
-    signature = json.dumps([task.name, hashlib.sha256(data).hexdigest(), filename, mapping, default_split])
+    shares = hold_out_form()
+    signature = json.dumps([task.name, hashlib.sha256(data).hexdigest(), filename, mapping, default_split, shares])
     if st.button("Check file", key="tasks_check"):
         st.session_state[CHECKED_KEY] = signature
     if st.session_state.get(CHECKED_KEY) != signature:
         st.caption("Check the file to see a preview; nothing is written before you add the samples.")
         return
     try:
-        rows = parse_dataset(data, filename, mapping, default_split)
+        rows = parse_dataset(data, filename, mapping, default_split, test_share=shares[0],
+                             validation_share=shares[1])
     except InvalidInput as exc:
         row = getattr(exc, "row", None)
         where = f" (row {row})" if row is not None else ""
         show_outcome(Outcome(False, f"This file cannot be added{where}; nothing was written. The problem:", str(exc)))
         return
-    show_outcome(Outcome(True, f"{len(rows)} rows OK"))
+    show_outcome(Outcome(True, f"{len(rows)} rows OK: {split_summary(rows)}"))
     note = mapping_note(resolve_columns(columns, mapping))
     if note:
         st.caption(plain(f"Columns: {note}."))
@@ -367,7 +402,62 @@ def draw_data(task: Task | None) -> None:
     table([{"id": r.external_id, "split": r.split, "query": r.query, "reference": r.reference, "rubric": r.rubric,
             "meta": json.dumps(r.meta, ensure_ascii=False)} for r in rows[:PREVIEW_ROWS]], key="tasks_preview_table")
     st.button(f"Add {len(rows)} samples", type="primary", key="tasks_add", on_click=on_add,
-              args=(task.name, data, filename, mapping, default_split))
+              args=(task.name, data, filename, mapping, default_split, shares))
+
+
+# --- test the reward --------------------------------------------------------------------------
+
+
+def reference_input(task: Task) -> str | None:
+    """A sample's reference (its query shown beside it), or one typed here."""
+    with Session(engine()) as session:
+        samples = {s.external_id: s for s in queries.samples(session, task.id, limit=SAMPLE_CHOICES)}
+    key = f"tasks_try_sample_{task.id}"
+    options = [NO_SAMPLE, *samples]
+    keep_valid_choice(key, options)
+    choice = st.selectbox(f"Sample (optional; the first {SAMPLE_CHOICES} of the task)", options, key=key)
+    if choice == NO_SAMPLE:
+        return st.text_input("Reference answer", key="tasks_try_reference")
+    sample = samples[choice]
+    st.caption("The sample's query")
+    show_long(sample.query, f"tasks_try_query_{sample.id}")
+    st.caption("Its reference answer")
+    show_text(sample.reference, empty="(no reference)")
+    return sample.reference
+
+
+def show_try_result(result: RewardResult) -> None:
+    reward, source = st.columns(2)
+    reward.metric("Reward", reward_text(result.value))
+    source.metric("Source", result.source)
+    st.caption("Why")
+    show_text(result.detail)
+
+
+def draw_try(task: Task | None) -> None:
+    """Score one pasted answer with the task's saved reward method and settings; nothing is stored."""
+    if task is None:
+        st.info("No task is chosen. Create one under Settings.")
+        return
+    method = METHODS.get(task.reward_method)
+    if method is None:
+        st.error(plain(f"This task's reward method {task.reward_method!r} is not one this studio knows."))
+        return
+    st.caption(plain(f"The task's saved reward method, {method.name}: {method.description}"))
+    st.caption(plain(f"What it reads: {method.reads}"))
+    reason = cannot_try(method.name)
+    if reason is not None:
+        st.info(plain(reason))
+        return
+    reference = reference_input(task)
+    answer = st.text_area("Answer (as the agent would write it)", height=140, max_chars=MAX_TEXT_CHARS,
+                          key="tasks_try_answer")
+    signature = json.dumps([task.id, task.reward_method, task.reward_settings, answer, reference], default=str)
+    if st.button("Score it", type="primary", key="tasks_try_score"):
+        st.session_state[TRY_KEY] = (signature, try_reward(task, answer, reference))
+    kept = st.session_state.get(TRY_KEY)
+    if kept is not None and kept[0] == signature:
+        show_try_result(kept[1])
 
 
 # --- export / import --------------------------------------------------------------------------
@@ -419,11 +509,13 @@ def draw_export_import(task: Task | None) -> None:
 def page() -> None:
     st.title("Tasks")
     task = current_task(context())  # none chosen (or none yet): Settings creates one
-    settings_tab, data_tab, io_tab = st.tabs(["Settings", "Data", "Export / import"])
+    settings_tab, data_tab, try_tab, io_tab = st.tabs(["Settings", "Data", "Test the reward", "Export / import"])
     with settings_tab:
         draw_settings(task)
     with data_tab:
         draw_data(task)
+    with try_tab:
+        draw_try(task)
     with io_tab:
         draw_export_import(task)
 

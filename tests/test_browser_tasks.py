@@ -1,7 +1,7 @@
 """Dataset upload on the Tasks page in a real browser (AppTest cannot drive st.file_uploader).
 
 A file with a bad row is refused with its row named and nothing written; the fixed file is checked,
-previewed and added.
+previewed and added; a file without a split column is split by the test hold-out share.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ GOOD = (b"id,query,rubric,channel,split\n"
         b"u1,My parcel is late by a week.,Apologises and gives the tracking page.,email,train\n"
         b"u2,Can I change my delivery address?,Explains how to change it before dispatch.,chat,test\n")
 BAD = GOOD + b"u3,=HYPERLINK(\"http://x\"),Never shown.,chat,train\n"
+UNSPLIT = b"id,query\n" + b"".join(f"v{i},Where is order {i}?\n".encode() for i in range(8))
+
+
+def split_counts(database_url: str) -> dict[str, int]:
+    with Session(make_engine(database_url)) as session:
+        task = queries.task_by_name(session, SUPPORT_TASK)
+        return queries.count_samples(session, task.id)
 
 
 def sample_count(database_url: str) -> int:
@@ -60,3 +67,16 @@ def test_an_uploaded_file_is_checked_previewed_and_added(tmp_path):
         page.get_by_role("button", name="Add 2 samples").click()
         page.get_by_text("Added 2 samples (0 already present)").wait_for()
         assert sample_count(app.database_url) == before + 2
+
+        splits = split_counts(app.database_url)
+        upload(page, "unsplit.csv", UNSPLIT)
+        share = page.get_by_label("Hold out for test (%)")
+        share.fill("25")
+        share.press("Enter")
+        wait_for_app(page)
+        page.get_by_role("button", name="Check file").click()
+        page.get_by_text("8 rows OK: train 6 · test 2").wait_for()
+        page.get_by_role("button", name="Add 8 samples").click()
+        page.get_by_text("Added 8 samples (0 already present)").wait_for()
+        after = split_counts(app.database_url)
+        assert {split: after[split] - splits.get(split, 0) for split in after} == {"train": 6, "test": 2}

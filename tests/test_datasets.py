@@ -430,3 +430,75 @@ def test_the_mapping_is_said_only_for_renamed_columns():
     assert mapping_note(resolved) == "mapped question→query, answer→reference, criteria→rubric"
     assert mapping_note(resolve_columns(["query", "reference"])) == ""
     assert resolve_columns(["question", "prompt"], {"query": "prompt"}) == {"query": "prompt"}  # no second query
+
+
+# --- hold-out shares (issue 14): rows without a split go partly to test and validation --------------------
+
+
+def numbered_csv(n: int, split_column: dict[int, str] | None = None) -> bytes:
+    """A CSV of n rows q1..qn; rows named in `split_column` carry that split, the others an empty cell."""
+    given = split_column or {}
+    lines = ["id,query,split", *(f"q{i},Question {i}?,{given.get(i, '')}" for i in range(1, n + 1))]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_test_share_holds_out_that_share_of_the_rows():
+    from core.datasets import split_counts, split_summary
+
+    rows = parse_dataset(numbered_csv(100), "d.csv", test_share=0.2)
+    assert split_counts(rows) == {"train": 80, "test": 20}
+    assert split_summary(rows) == "train 80 · test 20"
+    assert [row.external_id for row in rows] == [f"q{i}" for i in range(1, 101)]  # the file's order is kept
+
+
+def test_the_same_file_gives_the_same_split_in_any_row_order_and_another_seed_another_one():
+    data = numbered_csv(40)
+    first = {r.external_id: r.split for r in parse_dataset(data, "d.csv", test_share=0.25, validation_share=0.1)}
+    again = {r.external_id: r.split for r in parse_dataset(data, "d.csv", test_share=0.25, validation_share=0.1)}
+    header, *lines = data.decode().splitlines()
+    shuffled = ("\n".join([header, *reversed(lines)]) + "\n").encode()
+    reordered = {r.external_id: r.split for r in parse_dataset(shuffled, "d.csv", test_share=0.25,
+                                                                validation_share=0.1)}
+    assert first == again == reordered
+    assert sorted(first.values()).count("test") == 10 and sorted(first.values()).count("validation") == 4
+    from core.datasets import hold_out
+
+    rows = parse_dataset(data, "d.csv")
+    other = {r.external_id: r.split for r in hold_out(rows, 0.25, 0.1, seed=7)}
+    assert other != first and list(other.values()).count("test") == 10
+
+
+def test_rows_that_name_a_split_keep_it_and_only_the_others_are_held_out():
+    given = {1: "train", 2: "train", 3: "validation", 4: "test"}
+    rows = parse_dataset(numbered_csv(14, given), "d.csv", test_share=0.5)
+    by_id = {row.external_id: row.split for row in rows}
+    assert [by_id[f"q{i}"] for i in range(1, 5)] == ["train", "train", "validation", "test"]
+    rest = [by_id[f"q{i}"] for i in range(5, 15)]
+    assert rest.count("test") == 5 and rest.count("train") == 5
+
+
+def test_the_rest_goes_to_the_default_split_and_no_share_changes_nothing():
+    rows = parse_dataset(numbered_csv(10), "d.csv", default_split="validation", test_share=0.3)
+    assert sorted(row.split for row in rows) == ["test"] * 3 + ["validation"] * 7
+    assert {row.split for row in parse_dataset(numbered_csv(10), "d.csv")} == {"train"}
+
+
+def test_shares_round_half_up_and_never_hold_out_more_than_the_rows():
+    from core.datasets import split_counts
+
+    assert split_counts(parse_dataset(numbered_csv(4), "d.csv", test_share=0.25)) == {"train": 3, "test": 1}
+    assert split_counts(parse_dataset(numbered_csv(2), "d.csv", test_share=0.25)) == {"train": 1, "test": 1}
+    assert split_counts(parse_dataset(numbered_csv(1), "d.csv", test_share=0.5, validation_share=0.5)) == {"test": 1}
+    assert split_counts(parse_dataset(numbered_csv(3), "d.csv", test_share=1)) == {"test": 3}
+
+
+@pytest.mark.parametrize(("test_share", "validation_share", "message"), [
+    (-0.1, 0, "the test share must be a number from 0 to 1"),
+    (1.5, 0, "the test share must be a number from 0 to 1"),
+    (0, float("nan"), "the validation share must be a number from 0 to 1"),
+    (0, True, "the validation share must be a number from 0 to 1"),
+    (0.7, 0.4, "the test and validation shares add up to 1.1"),
+])
+def test_bad_shares_are_refused_before_any_row(test_share, validation_share, message):
+    with pytest.raises(DatasetError, match=message):
+        parse_dataset(numbered_csv(3), "d.csv", test_share=test_share, validation_share=validation_share)

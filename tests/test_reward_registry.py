@@ -88,8 +88,8 @@ def test_every_method_has_a_name_a_description_and_a_settings_model(name):
 
 def test_the_flags_say_who_scores():
     who = {name: (m.scored_by_function, m.uses_judge, m.uses_people) for name, m in METHODS.items()}
-    assert who == {"math": (True, False, False), "exact": (True, False, False), "numeric": (True, False, False),
-                   "regex": (True, False, False), "contains_all": (True, False, False),
+    assert who == {"math": (True, False, False), "exact": (True, False, False), "contains": (True, False, False),
+                   "numeric": (True, False, False), "regex": (True, False, False), "contains_all": (True, False, False),
                    "judge": (False, True, False), "human": (False, False, True), "judge_human": (False, True, True)}
 
 
@@ -200,7 +200,7 @@ def test_keys_a_method_does_not_read_are_kept_unchecked_and_null_means_the_defau
 
 
 def test_valid_settings_of_every_method_pass():
-    for method, settings in [("math", {}), ("exact", {}), ("numeric", {"rel_tol": 0, "abs_tol": 1e-3}),
+    for method, settings in [("math", {}), ("exact", {}), ("contains", {}), ("numeric", {"rel_tol": 0, "abs_tol": 1e-3}),
                              ("regex", {"pattern": r"\d+", "ignore_case": False, "full_match": True}),
                              ("contains_all", {"phrases": "sorry", "partial": True}),
                              ("contains_all", {"phrases": ["a", "b"], "ignore_case": False}),
@@ -271,7 +271,7 @@ def test_the_tasks_page_offers_every_registered_method_and_saves_one_added(app_e
     select.set_value("length")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "at most max_words words" in [c.value for c in at.caption]
+    assert "at most max\\_words words" in [c.value for c in at.caption]  # our Markdown, its _ escaped (plain)
     at.button(key="tasks_save").click()
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -279,3 +279,19 @@ def test_the_tasks_page_offers_every_registered_method_and_saves_one_added(app_e
         stored = queries.task_by_name(session, DEMO_TASK)
     assert stored.reward_method == "length"
     assert stored.reward_settings == {"max_words": 7, "future_key": 1}
+
+
+def test_a_method_added_to_the_registry_can_be_tried_on_the_tasks_page(app_engine, with_length):
+    with Session(app_engine) as session:
+        task = queries.task_by_name(session, DEMO_TASK)
+        task.reward_method, task.reward_settings = "length", {"max_words": 2}
+        session.add(task)
+        session.commit()
+    at = run_app(page="pages/tasks.py", session_state={REVIEWER_KEY: "ann"})
+    assert "What it reads: The whole response." in [c.value for c in at.caption]
+    at.text_area(key="tasks_try_answer").set_value("three short words")
+    at.button(key="tasks_try_score").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [m.value for m in at.metric if m.label in ("Reward", "Source")] == ["0", "verifier"]
+    assert "3 words, limit 2" in [c.value for c in at.code]

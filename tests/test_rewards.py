@@ -2,12 +2,23 @@ import threading
 
 import pytest
 
-from core.rewards import METHODS, RewardResult, majority_rewards, score
+from core.errors import InvalidInput
+from core.rewards import (
+    METHODS,
+    RewardResult,
+    cannot_try,
+    majority_rewards,
+    score,
+    score_or_error,
+    try_reward,
+)
+from core.task_io import TaskSettings
+from storage.models import Task
 
 
 def test_registry_lists_methods():
-    assert {name for name, m in METHODS.items() if m.scored_by_function} == {"math", "exact", "numeric", "regex",
-                                                                           "contains_all"}
+    assert {name for name, m in METHODS.items() if m.scored_by_function} == {"math", "exact", "contains", "numeric",
+                                                                           "regex", "contains_all"}
 
 
 @pytest.mark.parametrize(
@@ -129,6 +140,95 @@ def test_exact():
     assert score("exact", "no idea", "Paris").value == 0.0
 
 
+def test_exact_says_where_it_looked_for_the_final_answer():
+    sentence = score("exact", "The capital of France is Paris.", "Paris")
+    assert sentence.value == 0.0
+    assert sentence.detail == ('expected Paris, no answer found in response (read: the last \\boxed{}, else the line '
+                               'after the last "Answer:", else the last number)')
+    assert score("exact", "Answer: the capital is PARIS.", "the capital is paris").value == 1.0
+
+
+@pytest.mark.parametrize(("response", "reference"), [
+    ("The capital of France is Paris.", "Paris"),
+    ("the capital of france is PARIS!", "paris"),
+    ("It is  New\nYork, of course.", "new york"),
+    ("It is the Eiffel Tower.", "Eiffel Tower"),  # articles are ignored on both sides
+    ("Eiffel tower", "The Eiffel Tower"),
+    ("They paid 1,234 dollars.", "1234"),
+    ("Roughly 3.5 metres", "3.5"),
+    ("Café au lait", "CAFÉ"),
+])
+def test_contains_finds_the_reference_as_whole_words(response, reference):
+    result = score("contains", response, reference)
+    assert (result.value, result.source) == (1.0, "verifier"), result.detail
+    assert result.detail.startswith("found ")
+
+
+@pytest.mark.parametrize(("response", "reference", "detail"), [
+    ("The Parisian skyline", "Paris", "'paris' not found as whole words (it occurs only inside other words)"),
+    ("Paris, Texas", "Paris France", "'paris france' not found as whole words"),
+    ("York New", "New York", "'new york' not found as whole words"),
+    ("It is 35 metres", "3.5", "'3.5' not found as whole words"),
+    ("It is 12345", "1234", "'1234' not found as whole words (it occurs only inside other words)"),
+])
+def test_contains_refuses_parts_of_words_and_other_orders(response, reference, detail):
+    result = score("contains", response, reference)
+    assert (result.value, result.detail) == (0.0, detail)
+
+
+def test_contains_needs_a_reference_with_words():
+    with pytest.raises(ValueError, match="needs a reference answer"):
+        score("contains", "Paris", "  ")
+    with pytest.raises(ValueError, match="needs a reference with words, got '\\?!'"):
+        score("contains", "Paris", "?!")
+    assert score_or_error("contains", "Paris", "the").source == "error"
+
+
+def test_every_method_says_what_it_compares_and_what_it_reads():
+    for method in METHODS.values():
+        assert method.description.endswith(".") and method.description.count(". ") == 0, method.name
+        assert method.reads.strip(), method.name
+    assert "whole words" in METHODS["contains"].description
+    assert '"Answer:"' in METHODS["exact"].reads and "\\boxed{}" in METHODS["exact"].reads
+
+
+# ---- try_reward: the engine's scoring for one pasted answer ---------------------------------------------
+
+
+def test_try_reward_scores_as_a_run_does_with_the_tasks_settings():
+    task = Task(id=1, name="t", reward_method="contains", reward_settings={})
+    assert try_reward(task, "The capital of France is Paris.", "Paris") == RewardResult(
+        1.0, "verifier", "found 'paris' as whole words")
+    regex = TaskSettings.draft(name="t", instructions="x", reward_method="regex",
+                               reward_settings={"pattern": r"#\d{4}", "full_match": True})
+    assert try_reward(regex, "#1234", None).value == 1.0
+    assert try_reward(regex, "order #1234", None).value == 0.0  # full_match read from the settings
+    assert try_reward(Task(reward_method="math"), r"so \boxed{\frac{1}{2}}", "0.5").value == 1.0
+
+
+def test_try_reward_turns_a_missing_reference_into_an_error_reward_as_a_run_does():
+    result = try_reward(Task(reward_method="exact"), "Answer: 4", None)
+    assert result == RewardResult(0.0, "error", "reward method 'exact' needs a reference answer")
+
+
+@pytest.mark.parametrize(("method", "who"), [
+    ("judge", "the judge model"),
+    ("human", "people, in the labeling queue"),
+    ("judge_human", "the judge model, with people confirming some of its verdicts"),
+])
+def test_a_reward_a_judge_or_people_give_cannot_be_tried(method, who):
+    reason = f"This reward is given by {who}; it cannot be tried here."
+    assert cannot_try(method) == reason
+    with pytest.raises(InvalidInput, match=reason):
+        try_reward(Task(reward_method=method, reward_settings={}), "Sorry about that.", "kind")
+
+
+def test_every_verifier_can_be_tried_and_an_unknown_method_is_refused():
+    assert all(cannot_try(name) is None for name, m in METHODS.items() if m.scored_by_function)
+    with pytest.raises(InvalidInput, match="unknown reward method 'vibes'"):
+        try_reward(Task(reward_method="vibes"), "x", "y")
+
+
 def test_numeric_tolerance():
     assert score("numeric", r"\boxed{3.14159}", "3.14159").value == 1.0
     assert score("numeric", r"\boxed{3.14}", "3.14159").value == 0.0
@@ -153,7 +253,7 @@ def test_unknown_method_names_known_methods():
         score("llm", "x", "y")
 
 
-@pytest.mark.parametrize("method", ["math", "exact", "numeric"])
+@pytest.mark.parametrize("method", ["math", "exact", "numeric", "contains"])
 @pytest.mark.parametrize("reference", [None, "", "   "])
 def test_missing_reference_raises(method, reference):
     with pytest.raises(ValueError, match="needs a reference answer"):

@@ -284,3 +284,37 @@ def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_expon
     with pytest.raises(DatasetError, match="sample 'q2'.*exponential time"):
         add_dataset(engine, "codes", bad, "codes.jsonl")
     assert add_dataset(engine, "codes", bad.splitlines()[0], "codes.jsonl") == (1, 0)
+
+
+def test_adding_a_file_with_a_test_share_holds_rows_out_and_the_audit_keeps_the_shares(engine, demo_task):
+    from core.datasets import DatasetError
+    from core.tasks import add_dataset
+
+    data = ("id,query\n" + "".join(f"h{i},Question {i}?\n" for i in range(8))).encode()
+    before = counts(engine)
+    with pytest.raises(DatasetError, match="add up to 1.2"):
+        add_dataset(engine, DEMO_TASK, data, "held.csv", test_share=0.6, validation_share=0.6)
+    assert counts(engine) == before
+    assert add_dataset(engine, DEMO_TASK, data, "held.csv", test_share=0.25, validation_share=0.125) == (8, 0)
+    with Session(engine) as session:
+        splits = [s.split for s in queries.samples(session, demo_task.id) if s.external_id.startswith("h")]
+    assert sorted(splits) == ["test", "test", "train", "train", "train", "train", "train", "validation"]
+    [event] = events(engine, "task.add_data")
+    assert event.after == {"file": "held.csv", "rows": 8, "added": 8, "test_share": 0.25, "validation_share": 0.125,
+                           "splits": {"train": 5, "validation": 1, "test": 2}}
+
+
+def test_the_cli_dataset_add_takes_the_same_shares(engine, demo_task, tmp_path, capsys):
+    from core.cli import main
+    from storage.db import url_with_password
+
+    source = tmp_path / "more.csv"
+    source.write_text("id,query\n" + "".join(f"c{i},Question {i}?\n" for i in range(4)), encoding="utf-8")
+    url = url_with_password(engine)
+    argv = ["--db", url, "dataset", "add", "--task", DEMO_TASK, "--test-share", "0.25", "--validation-share", "0.25"]
+    assert main([*argv, str(source)]) == 0
+    with Session(engine) as session:
+        splits = sorted(s.split for s in queries.samples(session, demo_task.id) if s.external_id.startswith("c"))
+    assert splits == ["test", "train", "train", "validation"]
+    assert main([*argv[:-1], "0.9", str(source)]) == 2
+    assert "the test and validation shares add up to 1.15" in capsys.readouterr().err

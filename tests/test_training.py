@@ -7,7 +7,7 @@ import json
 import litellm
 from sqlmodel import Session, select
 
-from core.review import apply_step_operations, decide_all
+from core.review import apply_step_operations, decide_all, decide_operation
 from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run, execute_run, plan_batches
 from storage import queries
@@ -268,3 +268,53 @@ def test_pause_requested_mid_step_stops_cleanly_and_resume_finishes(engine, demo
     assert run.status == "completed"
     with Session(engine) as s:
         assert len(queries.steps(s, run_id)) == 2
+
+
+CUT_OFF = "Check which quantity the question asks for and the"
+TWO_ADDS_ONE_CUT_OFF = json.dumps({"operations": [
+    {"op": "ADD", "ids": [], "text": "Re-read the question to find which quantity it asks for.", "rationale": "a"},
+    {"op": "ADD", "ids": [], "text": CUT_OFF, "rationale": "b"}]})
+
+
+def test_auto_review_holds_a_flagged_operation_for_a_person_and_approves_the_rest(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), update=TWO_ADDS_ONE_CUT_OFF)
+    run_id = create_run(engine, DEMO_TASK, small())
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "awaiting_review"
+    with Session(engine) as s:
+        step = queries.steps(s, run_id)[0]
+        clean, flagged = queries.step_operations(s, step.id)
+        assert step.status == "awaiting_review"
+    assert (clean.status, clean.reviewer) == ("approved", "auto")
+    assert (flagged.text, flagged.status, flagged.reviewer) == (CUT_OFF, "pending", None)
+
+    decide_operation(engine, flagged.id, "rejected", "alice", comment="cut off")
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        texts = [e["text"] for e in s.get(LibraryVersion, run.current_version_id).experiences]
+    assert texts == [clean.text]
+
+
+def test_auto_review_without_hold_flagged_approves_flagged_operations_too(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), update=TWO_ADDS_ONE_CUT_OFF)
+    run = run_once(engine, gateway, hold_flagged=False)
+    assert run.status == "completed"
+    with Session(engine) as s:
+        assert [(o.status, o.reviewer) for o in s.exec(select(Operation).order_by(Operation.position))] == [
+            ("applied", "auto"), ("applied", "auto")]
+
+
+def test_a_rejection_and_its_reason_are_told_to_the_learner_in_later_steps(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run_id = create_run(engine, DEMO_TASK, small(epochs=2, review_mode="manual"))
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"
+    [first_update] = [m for stage, m in model.calls if stage == "update"]
+    assert "rejected because" not in first_update[-1]["content"]
+    with Session(engine) as s:
+        [op] = queries.step_operations(s, queries.steps(s, run_id)[0].id)
+    decide_operation(engine, op.id, "rejected", "alice", comment="too vague to help")
+
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"  # the second step
+    later = [m for stage, m in model.calls if stage == "update"][-1][-1]["content"]
+    assert f"Rejected earlier: {op.text} — rejected because too vague to help" in later

@@ -219,3 +219,68 @@ def test_an_operation_on_a_measured_experience_shows_its_effect(engine):
     [shown] = [c for c in at.code if c.value.startswith("E2: ")]
     assert shown.value.startswith("E2: hurts, effect -0.500 [") and "(measured in version #2)" in shown.value
     assert HARMFUL not in shown.value  # the effect line, not the text: the diff above shows the text
+
+
+TWO_PENDING = json.dumps({"operations": [
+    {"op": "ADD", "ids": [], "text": ADDED, "rationale": "one"},
+    {"op": "ADD", "ids": [], "text": "Estimate the answer before computing it exactly.", "rationale": "two"}]})
+
+
+def shortcuts(at) -> dict[str, str]:
+    """Each button with a keyboard shortcut on the page, by key."""
+    return {b.key: b.proto.shortcut for b in at.button if b.proto.shortcut}
+
+
+def test_only_the_focused_operation_has_keys_and_next_moves_them(engine):
+    run_id = seeded_run(engine, "manual", update=TWO_PENDING)
+    first, second = state(engine, run_id)["ops"]
+    at = open_review()
+    keys = shortcuts(at)
+    assert {keys[f"review_approve_{first.id}"], keys[f"review_reject_{first.id}"], keys[f"review_edit_{first.id}"],
+            keys["review_next"], keys["review_previous"]} == {"a", "x", "e", "j", "k"}
+    assert len(keys) == len(set(keys.values())) == 5  # a key binds one button per page
+    assert sum("▶ focused" in c.value for c in at.caption) == 1
+
+    click(at, "review_next")
+    keys = shortcuts(at)
+    assert f"review_approve_{second.id}" in keys and f"review_approve_{first.id}" not in keys
+
+    at.text_input(key=f"review_reason_{second.id}").input("a guess, not a lesson")
+    click(at, f"review_reject_{second.id}")
+    current = state(engine, run_id)
+    assert [(o.status, o.comment) for o in current["ops"]] == [("pending", None), ("rejected", "a guess, not a lesson")]
+    keys = shortcuts(at)  # the focus moved on to the one still pending; no next/previous for a single one
+    assert set(keys) == {f"review_approve_{first.id}", f"review_reject_{first.id}", f"review_edit_{first.id}"}
+    decided = [e.label for e in at.expander if e.label.startswith("Operation 2")]
+    assert decided == [f"Operation 2 · ADD · rejected by {REVIEWER}"]
+
+
+def test_each_card_carries_its_evidence(engine):
+    run_id = seeded_run(engine, "manual")
+    [op] = state(engine, run_id)["ops"]
+    assert len(op.source_advantage_ids) == 2
+    at = open_review()
+    evidence = [e.label for e in at.expander if e.label.startswith("Evidence:")]
+    assert len(evidence) == 2
+    for label in evidence:
+        assert label.startswith("Evidence: group ") and " · sample #" in label
+        assert sorted(label.split("rewards ")[1].split(", ")) == ["0", "1"]  # every seeded group is mixed
+
+
+def test_a_flagged_operation_is_held_in_auto_mode_and_its_flags_are_shown(engine):
+    cut = "Check which quantity the question asks for and the"
+    update = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": ADDED, "rationale": "one"},
+                                        {"op": "ADD", "ids": [], "text": cut, "rationale": "two"}]})
+    run_id = seeded_run(engine, "auto", update=update, settings={"gate": "off"})
+    current = state(engine, run_id)
+    assert current["run"].status == "awaiting_review"
+    assert [o.status for o in current["ops"]] == ["approved", "pending"]
+    at = open_review()
+    assert table_with(at, "flags")["flags"].tolist() == ["", "cut_off"]
+    [warning] = [w.value for w in at.warning if w.value.startswith("Flagged")]
+    assert "cut off mid-sentence" in warning
+    assert any(c.value.startswith("Held for a person") for c in at.caption)
+
+    click(at, f"review_approve_{current['ops'][1].id}")
+    after = state(engine, run_id)
+    assert after["step"].status == "completed" and after["run"].status == "queued"

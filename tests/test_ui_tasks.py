@@ -1,4 +1,4 @@
-"""UI tests of the Tasks page (Streamlit AppTest): settings, data and task files go through core.
+"""UI tests of the Tasks page (Streamlit AppTest): settings, data, trying the reward and task files go through core.
 
 AppTest cannot drive st.file_uploader, so data and task files are given through the paste boxes,
 which feed the same core calls as an upload.
@@ -12,10 +12,10 @@ import pytest
 from sqlmodel import Session, func, select
 
 from core.people import add_user
-from core.rewards import setting_keys
+from core.rewards import METHODS, setting_keys
 from core.task_io import TaskSettings, export_task_json, save_task
 from core.tasks import DEMO_TASK
-from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
+from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY, plain
 from storage import queries
 from storage.models import AuditEvent, Sample, Task
 from tests.ui_support import markdown_texts, run_app, table_with
@@ -203,7 +203,7 @@ def test_a_good_paste_is_previewed_then_added(engine):
     rerun(at)
     assert at.selectbox(key=query_key.replace("_query", "_rubric")).value == "criteria"
     click(at, "tasks_check")
-    assert "2 rows OK" in [s.value for s in at.success]
+    assert "2 rows OK: test 2" in [s.value for s in at.success]  # 20% of 2 rounds to none held out
     preview = table_with(at, "meta")
     assert preview["query"].tolist() == [HOSTILE, "Where is my parcel?"]
     assert preview["split"].tolist() == ["test", "test"]
@@ -272,7 +272,7 @@ def test_a_labeller_sees_settings_and_data_but_no_controls(engine):
     assert [m.value for m in at.metric] == ["100", "100", "200"]
 
 
-@pytest.mark.parametrize("method", ["math", "exact", "numeric", "regex", "contains_all", "judge", "human",
+@pytest.mark.parametrize("method", ["math", "exact", "contains", "numeric", "regex", "contains_all", "judge", "human",
                                     "judge_human"])
 def test_every_reward_method_saves_with_its_default_fields(engine, method):
     task = demo(engine)
@@ -292,7 +292,7 @@ def test_a_question_answer_paste_is_mapped_by_cores_rule_and_says_so(engine):
     selected = {s.key.rsplit("_", 1)[1]: s.value for s in at.selectbox if s.key.startswith("tasks_map_")}
     assert (selected["query"], selected["reference"]) == ("question", "answer")  # the CLI's rule
     click(at, "tasks_check")
-    assert "1 rows OK" in [s.value for s in at.success]
+    assert "1 rows OK: train 1" in [s.value for s in at.success]
     assert "Columns: mapped question→query, answer→reference." in [c.value for c in at.caption]
     assert table_with(at, "meta")["meta"].tolist() == ['{"target": "x"}']
 
@@ -329,3 +329,132 @@ def test_python_mode_warns_when_this_machine_has_no_code_jail(engine, monkeypatc
     rerun(at)
     [warning] = [w.value for w in at.warning if "python mode" in w.value]
     assert "bubblewrap" in warning
+
+
+# ---- hold-out shares on upload (issue 14) ---------------------------------------------------------------
+
+
+def split_counts(engine) -> dict[str, int]:
+    with Session(engine) as session:
+        return queries.count_samples(session, demo(engine).id)
+
+
+def test_the_hold_out_shares_are_previewed_per_split_then_used_when_adding(engine):
+    at = open_tasks()
+    rows = "".join(f"h{i},Question {i}?,\n" for i in range(10)) + "h10,Kept for training?,train\n"
+    at = paste(at, "id,query,split\n" + rows)
+    assert (at.number_input(key="tasks_hold_test").value, at.number_input(key="tasks_hold_validation").value) == (
+        20, 0)
+    click(at, "tasks_check")
+    assert "11 rows OK: train 9 · test 2" in [s.value for s in at.success]
+
+    at.number_input(key="tasks_hold_test").set_value(30)
+    at.number_input(key="tasks_hold_validation").set_value(10)
+    rerun(at)
+    assert not [b for b in at.button if b.key == "tasks_add"]  # changed shares: check again before adding
+    click(at, "tasks_check")
+    assert "11 rows OK: train 7 · validation 1 · test 3" in [s.value for s in at.success]
+    preview = table_with(at, "meta")
+    assert preview.set_index("id")["split"]["h10"] == "train"  # a row that names its split keeps it
+    before = split_counts(engine)
+    click(at, "tasks_add")
+    after = split_counts(engine)
+    assert {split: after.get(split, 0) - before.get(split, 0) for split in after} == {
+        "train": 7, "validation": 1, "test": 3}
+    assert [m.value for m in at.metric] == ["107", "1", "103", "211"]  # train, validation, test, all
+
+
+def test_shares_adding_up_to_more_than_all_rows_are_refused_and_nothing_is_written(engine):
+    at = paste(open_tasks(), "id,query\nz1,Hello?\n")
+    at.number_input(key="tasks_hold_test").set_value(60)
+    at.number_input(key="tasks_hold_validation").set_value(50)
+    before = sample_count(engine)
+    click(at, "tasks_check")
+    assert "This file cannot be added; nothing was written. The problem:" in [e.value for e in at.error]
+    assert "the test and validation shares add up to 1.1" in codes(at)
+    assert not [b for b in at.button if b.key == "tasks_add"] and sample_count(engine) == before
+
+
+# ---- test the reward (issue 14) -------------------------------------------------------------------------
+
+
+def with_method(engine, method: str, settings: dict | None = None) -> Task:
+    task = demo(engine)
+    save_task(engine, TaskSettings.from_task(task).model_copy(update={
+        "reward_method": method, "reward_settings": settings or {}}), "cli", original_name=task.name)
+    return demo(engine)
+
+
+def score_it(at, answer: str, reference: str | None = None):
+    if reference is not None:
+        at.text_input(key="tasks_try_reference").set_value(reference)
+    at.text_area(key="tasks_try_answer").set_value(answer)
+    return click(at, "tasks_try_score")
+
+
+def tried(at) -> tuple[str, str]:
+    found = {m.label: m.value for m in at.metric if m.label in ("Reward", "Source")}
+    return found["Reward"], found["Source"]
+
+
+def test_the_reward_box_scores_a_typed_reference_with_the_reason_as_code(engine):
+    with_method(engine, "contains")
+    at = open_tasks()
+    captions = [c.value for c in at.caption]
+    assert plain(f"The task's saved reward method, contains: {METHODS['contains'].description}") in captions
+    assert "What it reads: The whole response." in captions
+    at = score_it(at, "The capital of France is Paris.", "Paris")
+    assert tried(at) == ("1", "verifier")
+    assert "found 'paris' as whole words" in codes(at).splitlines()
+
+    at = score_it(at, f"The Parisian view {HOSTILE}")
+    assert tried(at) == ("0", "verifier")
+    assert "'paris' not found as whole words (it occurs only inside other words)" in codes(at).splitlines()
+    assert not any(HOSTILE in text for text in markdown_texts(at))
+    at.text_area(key="tasks_try_answer").set_value("Lyon")
+    rerun(at)
+    assert not [m for m in at.metric if m.label == "Reward"]  # an old result never stands beside a new answer
+
+
+def test_the_reward_box_scores_against_a_chosen_sample_as_a_run_would(engine):
+    task = with_method(engine, "exact")
+    with Session(engine) as session:
+        sample = queries.samples(session, task.id, limit=1)[0]
+    at = open_tasks()
+    reads = [c.value for c in at.caption if c.value.startswith("What it reads")]
+    assert reads == [plain(f"What it reads: {METHODS['exact'].reads}")]
+    at.selectbox(key=f"tasks_try_sample_{task.id}").set_value(sample.external_id)
+    rerun(at)
+    assert not [t for t in at.text_input if t.key == "tasks_try_reference"]
+    assert sample.query in codes(at) and sample.reference in codes(at).splitlines()
+    at = score_it(at, f"So the result is \\boxed{{{sample.reference}}}.")
+    assert tried(at) == ("1", "verifier")
+    assert f"correct: expected {sample.reference}, got {sample.reference}" in codes(at).splitlines()
+    at = score_it(at, "The capital of France is Paris.")
+    assert tried(at) == ("0", "verifier")
+    assert "no answer found in response" in codes(at)
+
+
+def test_the_reward_box_shows_a_missing_reference_as_the_runs_error_reward(engine):
+    with_method(engine, "exact")
+    at = score_it(open_tasks(), "Answer: 4", "")
+    assert tried(at) == ("0", "error")
+    assert "reward method 'exact' needs a reference answer" in codes(at).splitlines()
+
+
+@pytest.mark.parametrize(("method", "who"), [("human", "people, in the labeling queue"),
+                                             ("judge", "the judge model")])
+def test_a_reward_a_person_or_the_judge_gives_is_not_tried(engine, method, who):
+    with_method(engine, method)
+    at = open_tasks()
+    assert plain(f"This reward is given by {who}; it cannot be tried here.") in [i.value for i in at.info]
+    assert not [b for b in at.button if b.key == "tasks_try_score"]
+    assert not [t for t in at.text_area if t.key == "tasks_try_answer"]
+
+
+def test_a_labeller_may_try_the_reward_too(engine):
+    with_method(engine, "contains")
+    add_user(engine, "boss", "admin", "password1", actor="cli")
+    add_user(engine, "lab", "labeler", "password1", actor="cli")
+    at = score_it(open_tasks(**{AUTH_KEY: "lab", REVIEWER_KEY: "lab"}), "It is Paris.", "paris")
+    assert tried(at) == ("1", "verifier")

@@ -1,0 +1,117 @@
+"""A reviewer in a real browser decides a step with keys only: approve, next, reject, approve.
+
+The run waiting for review is made beforehand with scripted replies (three operations proposed, review
+mode manual); from the keys on, everything is the live studio, Streamlit and Chromium. No worker runs: the
+test checks that the last decision applied the step and put the run back in the queue.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session
+
+from core.tasks import DEMO_TASK
+from core.training import RunSettings, create_run, execute_run
+from storage import queries
+from storage.db import make_engine
+from storage.models import Run
+from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.ui_support import scripted_gateway
+
+pytestmark = pytest.mark.browser
+
+TEXTS = ["Re-read the question to find which quantity it asks for.",
+         "Write each quantity with its unit before computing.",
+         "Estimate the answer before computing it exactly."]
+THREE_ADDS = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": text, "rationale": f"lesson {i}"}
+                                        for i, text in enumerate(TEXTS, 1)]})
+
+
+def waiting_review(database_url: str) -> int:
+    """A run of 2 queries x G=2 stopped at awaiting_review with three pending ADDs (no gate)."""
+    engine = make_engine(database_url)
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=2,
+                                                       review_mode="manual", gate="off"), created_by="cli")
+    _model, gateway = scripted_gateway(engine, update=THREE_ADDS)
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"
+    return run_id
+
+
+def statuses(database_url: str, run_id: int) -> dict:
+    with Session(make_engine(database_url)) as session:
+        step = queries.steps(session, run_id)[0]
+        ops = queries.step_operations(session, step.id)
+        run = session.get(Run, run_id)
+        version = queries.version_by_id(session, run.current_version_id)
+        return {"run": run.status, "step": step.status, "ops": [op.status for op in ops],
+                "library": [exp["text"] for exp in version.experiences]}
+
+
+def test_a_reviewer_decides_a_step_with_keys_only_and_the_run_goes_back_in_the_queue(tmp_path):
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        run_id = waiting_review(app.database_url)  # before Playwright: its event loop would stop asyncio.run
+        with browser_page() as page:
+            review_by_keys(page, app, run_id)
+
+
+def press_until_stored(page, key: str, database_url: str, run_id: int, index: int, tries: int = 3) -> None:
+    """Press a decision key until operation `index` is decided in the database: a shortcut is bound a moment
+    after its button is drawn, so a press can be lost, but pressing again after it worked would decide the
+    next operation, so the database (not the page) says whether to press again."""
+    for _ in range(tries):
+        page.keyboard.press(key)
+        for _ in range(40):
+            if statuses(database_url, run_id)["ops"][index] != "pending":
+                return
+            page.wait_for_timeout(250)
+    raise AssertionError(f"pressing {key} never decided operation {index + 1}")
+
+
+def press_until_shown(page, key: str, text: str, tries: int = 3) -> None:
+    """Press a key until `text` shows (pressing Next again only after it visibly did nothing)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        page.keyboard.press(key)
+        try:
+            page.get_by_text(text).first.wait_for(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+
+
+def ready_for_keys(page, focused: int) -> None:
+    """The page redrawn with operation `focused` focused, and the keyboard on the page, not in a text box."""
+    page.get_by_text(f"▶ focused: operation {focused}").first.wait_for()
+    wait_for_app(page)
+    page.locator("h1").first.click()
+
+
+def review_by_keys(page, app, run_id: int) -> None:
+    url = app.database_url
+    page.goto(f"{app.url}/review")
+    wait_for_app(page)
+    page.get_by_text("Proposed operations").first.wait_for()
+    ready_for_keys(page, 1)
+
+    press_until_stored(page, "a", url, run_id, 0)  # approve operation 1; the focus moves on to operation 2
+    ready_for_keys(page, 2)
+    page.get_by_text("Operation 1 · ADD · approved").first.wait_for()
+    screenshot(page, "review_keys")
+
+    press_until_shown(page, "j", "▶ focused: operation 3")  # next
+    ready_for_keys(page, 3)
+    press_until_stored(page, "x", url, run_id, 2)  # reject operation 3; the focus goes back to operation 2
+    ready_for_keys(page, 2)
+    press_until_stored(page, "a", url, run_id, 1)  # approve operation 2: the last decision applies the step
+
+    after = statuses(url, run_id)
+    assert after["ops"] == ["applied", "applied", "rejected"]
+    assert after["step"] == "completed" and after["run"] == "queued"
+    assert after["library"] == TEXTS[:2]
+    page.get_by_text("Applied as version #2").first.wait_for()
+    assert page.get_by_text("▶ focused").count() == 0
