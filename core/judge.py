@@ -9,6 +9,7 @@ as the reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from core.errors import InvalidInput, StructuredOutputError
@@ -18,6 +19,14 @@ from storage.models import Sample, Task
 
 SCALES = {"binary": (0, 1), "1-5": (1, 5)}
 DEFAULT_SCALE = "binary"
+GENERIC_ANCHORS = {
+    "binary": {0: "fails the criteria", 1: "meets the criteria"},
+    "1-5": {1: "wrong or unusable", 2: "mostly wrong", 3: "partly right", 4: "right, minor gaps",
+            5: "fully correct and complete"},
+}
+# "1: off topic", "5 = complete", "- 3 - partly right", "Score 2: ..."; never "1." or "1)", which number a list.
+_ANCHOR_LINE = re.compile(r"^[ \t]*(?:[-*•][ \t]*)?(?:score[ \t]+)?(\d)[ \t]*(?::|=|-[ \t]|–|—)"
+                          r"[ \t]*(\S[^\n]*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,27 @@ def score_of(value: float, scale: str) -> int:
 def criteria_text(task: Task, sample: Sample) -> str:
     parts = [str((task.reward_settings or {}).get("criteria") or "").strip(), (sample.rubric or "").strip()]
     return "\n".join(p for p in parts if p) or "A correct, helpful and complete answer to the query."
+
+
+def parse_anchors(text: str | None, scale: str) -> dict[int, str]:
+    """The meaning a rubric gives each score in lines like `1: off topic` or `5 = complete`.
+
+    Fewer than two such lines is more likely a stray numbered line than a scale, so it gives nothing.
+    """
+    low, high = SCALES[scale]
+    found: dict[int, str] = {}
+    for match in _ANCHOR_LINE.finditer(text or ""):
+        score = int(match.group(1))
+        if low <= score <= high:
+            found.setdefault(score, match.group(2))
+    return dict(sorted(found.items())) if len(found) >= 2 else {}
+
+
+def anchors(task: Task, sample: Sample) -> dict[int, str]:
+    """What each point of the task's scale means for this sample: the rubric's own words where it gives
+    them, generic ones for the rest, so every score button says what pressing it claims."""
+    scale = scale_of(task)
+    return {**GENERIC_ANCHORS[scale], **parse_anchors(criteria_text(task, sample), scale)}
 
 
 def judge_messages(query: str, criteria: str, reference: str | None, response: str, scale: str) -> list[dict]:

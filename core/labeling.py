@@ -5,7 +5,8 @@ A rollout enters the queue (`label_status="needed"`) when its task's reward meth
 `labels_needed` labels from different people. When they agree, that value is the reward; when
 they disagree, the mean stands in, the rollout is `disputed`, and a reviewer's decision settles
 it. Every label is kept (RewardLabel), a person's newest label counts, and a label on a rollout
-outside the queue overrides its automatic reward. When the last rollout of a waiting training
+outside the queue overrides its automatic reward. A label from the queue is written once per person and
+rollout (`once=True`): a doubled or stale key press in the page cannot count twice. When the last rollout of a waiting training
 step or evaluation is labelled, that job goes back in the queue and a worker continues it.
 """
 
@@ -22,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.errors import InvalidInput, NotFound
-from core.judge import choices, scale_of, score_of
+from core.judge import choices, scale_of, score_of, to_value
 from core.people import require_role
 from core.rewards import METHODS
 from storage import queries
@@ -31,6 +32,7 @@ from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sa
 from storage.statuses import JobStatus, LabelStatus, StepStatus
 
 WAITING = JobStatus.AWAITING_LABELS
+ACCEPTED = "accepted the judge's suggestion"
 
 
 # ---- entering the queue (called while a rollout is scored) ------------------------------------------------
@@ -73,14 +75,27 @@ class QueueItem:
 
 @dataclass
 class Progress:
+    """A task's queue by label status, and one person's share of it when a labeller is given.
+
+    `mine_waiting` counts the rollouts this person labelled that still wait for someone else's label
+    (their `labels_needed` is not reached), so a labeller sees their part is finished though the queue is not.
+    """
+
     needed: int = 0
     done: int = 0
     disputed: int = 0
     mine_to_do: int = 0
+    mine_done: int = 0
+    mine_waiting: int = 0
 
     @property
     def total(self) -> int:
         return self.needed + self.done + self.disputed
+
+    @property
+    def complete(self) -> int:
+        """Rollouts with every label they need; a disputed one is complete, it waits for a reviewer, not a labeller."""
+        return self.done + self.disputed
 
 
 def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] | list[int] = ()) -> QueueItem | None:
@@ -96,10 +111,19 @@ def next_item(session: Session, task: Task, labeler: str, skip: tuple[int, ...] 
 
 
 def progress(session: Session, task: Task, labeler: str | None = None) -> Progress:
-    counts = Counter(r.label_status for r in queries.queued_rollouts(session, task.id))
-    mine = len(queries.rollouts_to_label(session, task.id, labeler)) if labeler else 0
-    return Progress(needed=counts.get(LabelStatus.NEEDED, 0), done=counts.get(LabelStatus.DONE, 0),
-                    disputed=counts.get(LabelStatus.DISPUTED, 0), mine_to_do=mine)
+    """The task's queue counts and, for `labeler`, what they labelled, what waits on others and what is left."""
+    queued = queries.queued_rollouts(session, task.id)
+    counts = Counter(r.label_status for r in queued)
+    result = Progress(needed=counts.get(LabelStatus.NEEDED, 0), done=counts.get(LabelStatus.DONE, 0),
+                      disputed=counts.get(LabelStatus.DISPUTED, 0))
+    if labeler:
+        labels = queries.latest_labels_of_task(session, task.id)
+        for rollout in queued:
+            mine, open_ = labeler in labels.get(rollout.id, {}), rollout.label_status == LabelStatus.NEEDED
+            result.mine_done += mine
+            result.mine_waiting += mine and open_
+            result.mine_to_do += open_ and not mine
+    return result
 
 
 # ---- writing labels ---------------------------------------------------------------------------------------
@@ -152,13 +176,18 @@ def _settle(session: Session, rollout: Rollout, task: Task) -> None:
 
 @dataclass
 class Labelled:
-    """A rollout after a label, and whether that label sent its waiting run or evaluation back to the queue."""
+    """A rollout after a label, and whether that label sent its waiting run or evaluation back to the queue.
+
+    `repeated` says nothing was written: the person had labelled this rollout already and asked for once only.
+    """
 
     rollout: Rollout
     released: bool
+    repeated: bool = False
 
 
-def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: str, kind: str) -> Labelled:
+def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: str, kind: str,
+           once: bool = False) -> Labelled:
     with session_scope(engine) as session:
         rollout, task = _context(session, rollout_id)
         if kind == "decision":
@@ -166,6 +195,9 @@ def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: s
         else:
             require_role(session, actor, "labeler", "labelling rollouts")
         value = _check_value(task, value)
+        if once and actor in queries.latest_labels(session, rollout_id):
+            session.expunge(rollout)
+            return Labelled(rollout, released=False, repeated=True)
         before = {"reward": rollout.reward, "source": rollout.reward_source, "label_status": rollout.label_status}
         session.add(RewardLabel(rollout_id=rollout_id, value=value, comment=(comment or "").strip()[:2000],
                                 labeler=actor, kind=kind))
@@ -181,9 +213,27 @@ def _write(engine: Engine, rollout_id: int, value: float, actor: str, comment: s
         return Labelled(session.get(Rollout, rollout_id), released)
 
 
-def submit_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Labelled:
-    """Record one person's score for a rollout (a labeller or above); their newest label counts."""
-    return _write(engine, rollout_id, value, actor, comment, "label")
+def submit_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "", *,
+                 once: bool = False) -> Labelled:
+    """Record one person's score for a rollout (a labeller or above); their newest label counts.
+
+    With `once`, a second label by the same person on the same rollout writes nothing (`repeated`): the
+    queue never offers a rollout twice, so a second one from there is a doubled key press, not a correction.
+    """
+    return _write(engine, rollout_id, value, actor, comment, "label", once)
+
+
+def accept_suggestion(engine: Engine, rollout_id: int, actor: str, comment: str = "") -> Labelled:
+    """Take the judge's (or verifier's) suggested reward as this person's label, once, at the scale point
+    nearest to it; the comment says it was accepted, so labels that only echo the judge can be told apart."""
+    with Session(engine) as session:
+        rollout, task = _context(session, rollout_id)
+        if rollout.suggested_reward is None:
+            raise InvalidInput(f"rollout {rollout_id} has no suggested reward to accept")
+        scale = scale_of(task)
+        value = to_value(score_of(rollout.suggested_reward, scale), scale)
+    note = (comment or "").strip()
+    return submit_label(engine, rollout_id, value, actor, f"{ACCEPTED}: {note}" if note else ACCEPTED, once=True)
 
 
 def decide_label(engine: Engine, rollout_id: int, value: float, actor: str, comment: str = "") -> Labelled:

@@ -1,21 +1,34 @@
 """Labeling: domain experts score rollouts of the sidebar's task where no automatic check decides.
 
 One rollout at a time from `core.labeling.next_item`, with the query, criteria, reference, answer and
-the judge's suggestion; a button per scale point (digit keys), Submit (Enter) and Skip (S). Below it
-the agreement between labellers, the disagreements a reviewer settles, and the latest labels.
+the judge's suggestion; below it the agreement between labellers, the disagreements a reviewer settles
+(with the same evidence), and the latest labels.
+
+Keys, one keystroke per label: a digit writes that score as this person's label and the next rollout
+follows; A writes the judge's suggestion the same way; S skips. There is no select-then-submit pair, so
+no second key can arrive while the rerun of the first is in flight and be dropped. A comment goes with
+the key pressed after it: type it, Tab out of the box (keys type text inside it), press the digit; the
+box's value travels with the key. Each button's widget key and callback args name the rollout it was
+drawn for: a doubled or stale press names the old rollout, whose callback is gone or whose second label
+core refuses (`submit_label(once=True)`), so it never lands on the next rollout and never counts twice.
+Under each score button its meaning, from the rubric's own "1: ..." lines or generic words.
+
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
 change goes through `core.labeling`; text written by models or people is shown as code (long texts
-clipped with a "Show all" toggle) or in tables, through pages._display.
+clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
+captions.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import streamlit as st
 from sqlmodel import Session
 
 from core import labeling
-from core.judge import choices, criteria_text, scale_of, score_of
-from core.labeling import Agreement, Progress, QueueItem
+from core.judge import anchors, choices, criteria_text, scale_of, score_of
+from core.labeling import Agreement, Labelled, Progress, QueueItem
 from pages._common import (
     DATETIME,
     Flash,
@@ -24,21 +37,23 @@ from pages._common import (
     context,
     engine,
     keep_valid_choice,
+    plain,
     require_task,
     reward_text,
     role_note,
     run_action,
     run_page,
 )
-from pages._display import show_long, table
+from pages._display import clip, show_long, table
 from storage import queries
-from storage.models import Rollout, Task
+from storage.models import RewardLabel, Rollout, Sample, Task
 
 FLASH = Flash("label_flash")
-SKIPPED_KEY, SELECTED_KEY, WARN_KEY = "label_skipped", "label_selected", "label_warn"
+SKIPPED_KEY, WARN_KEY = "label_skipped", "label_warn"
 DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY = "label_decide_rollout", "label_decide_score"
 DECIDE_COMMENT_KEY = "label_decide_comment"
 HISTORY_LIMIT = 50
+ANCHOR_CHARS = 60
 KAPPA_WORDS = ((0.2, "poor"), (0.4, "fair"), (0.6, "moderate"), (0.8, "substantial"))
 
 
@@ -69,41 +84,51 @@ def kappa_word(kappa: float | None) -> str:
     return next((word for limit, word in KAPPA_WORDS if kappa < limit), "almost perfect")
 
 
-def score_label(score: int, scale: str) -> str:
-    if scale == "binary":
-        return f"{score} · {'meets' if score else 'fails'}"
-    return str(score)
+def score_label(score: int, meaning: str) -> str:
+    """A scale point with what it means, escaped: the meaning may be rubric text someone typed."""
+    return f"{score} · {plain(clip(meaning, ANCHOR_CHARS))}"
 
 
-def selected_for(rollout_id: int) -> dict | None:
-    chosen = st.session_state.get(SELECTED_KEY)
-    return chosen if chosen and chosen.get("rollout") == rollout_id else None
+def waiting_words(count: int, labels_per_rollout: int) -> str:
+    who = "a second labeller" if labels_per_rollout == 2 else "other labellers"
+    return f"{count} {'waits' if count == 1 else 'wait'} for {who}"
+
+
+def labelled_said(rollout_id: int, score: int | str) -> Callable[[Labelled], str]:
+    """The toast after a label, or after a press that came twice and wrote nothing."""
+    def said(result: Labelled) -> str:
+        if result.repeated:
+            return f"Rollout {rollout_id} already has your label; nothing more was written."
+        return f"Labelled rollout {rollout_id}: {score}."
+    return said
 
 
 # --- actions (button callbacks) ---------------------------------------------------------------
 
 
-def select_score(rollout_id: int, score: int, value: float) -> None:
-    st.session_state[SELECTED_KEY] = {"rollout": rollout_id, "score": score, "value": value}
-    st.session_state.pop(WARN_KEY, None)
-
-
 def move_on(rollout_id: int) -> None:
-    for key in (SELECTED_KEY, WARN_KEY, comment_key(rollout_id)):
-        st.session_state.pop(key, None)
+    st.session_state.pop(comment_key(rollout_id), None)
 
 
-def submit(rollout_id: int) -> None:
-    chosen = selected_for(rollout_id)
-    if chosen is None:
-        st.session_state[WARN_KEY] = rollout_id
-        return
-    comment = st.session_state.get(comment_key(rollout_id), "")
-    result = run_action(FLASH, "queue", labeling.submit_label, engine(), rollout_id, chosen["value"],
-                        context().reviewer, comment, success=f"Labelled rollout {rollout_id}: {chosen['score']}.")
+def finish(rollout_id: int, result: Labelled | None) -> None:
     if result is not None:
         move_on(rollout_id)
         after_label(result)
+
+
+def submit(rollout_id: int, score: int, value: float) -> None:
+    """One key, one label: the score and the comment typed so far, for the rollout the button was drawn for."""
+    comment = st.session_state.get(comment_key(rollout_id), "")
+    result = run_action(FLASH, "queue", labeling.submit_label, engine(), rollout_id, value, context().reviewer,
+                        comment, once=True, success=labelled_said(rollout_id, score))
+    finish(rollout_id, result)
+
+
+def accept(rollout_id: int) -> None:
+    comment = st.session_state.get(comment_key(rollout_id), "")
+    result = run_action(FLASH, "queue", labeling.accept_suggestion, engine(), rollout_id, context().reviewer,
+                        comment, success=labelled_said(rollout_id, "the judge's score"))
+    finish(rollout_id, result)
 
 
 def skip(rollout_id: int) -> None:
@@ -131,10 +156,30 @@ def decide(rollout_id: int, values: dict[int, float]) -> None:
 # --- sections ---------------------------------------------------------------------------------
 
 
-def show_progress(progress: Progress) -> None:
-    st.markdown(f"{progress.mine_to_do} waiting for you · {progress.done} done · {progress.disputed} disputed")
+def show_progress(progress: Progress, labels_per_rollout: int) -> None:
+    """The person's own part first (what they did, what waits on others, what is left), then the queue's."""
+    mine = [f"You: {progress.mine_done} done"]
+    if labels_per_rollout > 1 or progress.mine_waiting:
+        mine.append(waiting_words(progress.mine_waiting, labels_per_rollout))
+    mine.append(f"{progress.mine_to_do} left for you")
+    st.markdown("; ".join(mine))
     total = progress.total
-    st.progress(progress.done / total if total else 0.0, text=f"{progress.done} of {total} labelled")
+    disputed = f" · {progress.disputed} disputed, for a reviewer" if progress.disputed else ""
+    st.progress(progress.complete / total if total else 0.0,
+                text=f"{progress.complete} of {total} rollouts have all their labels{disputed}")
+
+
+def show_evidence(task: Task, sample: Sample, rollout: Rollout, key: str) -> None:
+    """What a person needs to score an answer: the query, the criteria, the reference and the answer."""
+    st.caption("Query")
+    show_long(sample.query, f"{key}_query")
+    st.caption("Criteria")
+    show_long(criteria_text(task, sample), f"{key}_criteria")
+    if sample.reference:
+        st.caption("Reference answer")
+        show_long(sample.reference, f"{key}_reference")
+    st.caption("Answer")
+    show_long(rollout.response, f"{key}_answer", empty="(no answer)")
 
 
 def show_item(task: Task, item: QueueItem, where: str) -> None:
@@ -143,15 +188,7 @@ def show_item(task: Task, item: QueueItem, where: str) -> None:
         count = f" · label {item.labels_so_far + 1} of {rollout.labels_needed}" if rollout.labels_needed > 1 else ""
         st.caption(f"Rollout {rollout.id} · sample {sample.id} · {where}{count}")
         key = f"label_rollout_{rollout.id}"
-        st.caption("Query")
-        show_long(sample.query, f"{key}_query")
-        st.caption("Criteria")
-        show_long(criteria_text(task, sample), f"{key}_criteria")
-        if sample.reference:
-            st.caption("Reference answer")
-            show_long(sample.reference, f"{key}_reference")
-        st.caption("Answer")
-        show_long(rollout.response, f"{key}_answer", empty="(no answer)")
+        show_evidence(task, sample, rollout, key)
         if rollout.suggested_reward is not None or rollout.judge_unsure:
             unsure = " · judge unsure" if rollout.judge_unsure else ""
             if rollout.suggested_reward is None:
@@ -160,27 +197,34 @@ def show_item(task: Task, item: QueueItem, where: str) -> None:
                 point = score_of(rollout.suggested_reward, item.scale)
                 st.caption(f"Judge suggestion: {point} ({rollout.suggested_reward:g}){unsure}")
             show_long(rollout.suggested_detail, f"{key}_judge", empty="(no reason given)")
-        score_buttons(item)
+        label_controls(item, anchors(task, sample))
 
 
-def score_buttons(item: QueueItem) -> None:
+def label_controls(item: QueueItem, meanings: dict[int, str]) -> None:
+    """The comment box, a button per scale point with its meaning beneath, Accept judge and Skip.
+
+    No button with a shortcut has a `help` tooltip: Streamlit 1.67 then draws the button twice, both
+    copies bind the key, and one press fires twice.
+    """
     rollout_id = item.rollout.id
-    chosen = selected_for(rollout_id)
-    columns = st.columns(len(item.choices))
-    for column, (score, value) in zip(columns, item.choices, strict=True):
-        column.button(score_label(score, item.scale), key=f"label_score_{score}", shortcut=str(score),
-                      type="primary" if chosen and chosen["score"] == score else "secondary",
-                      on_click=select_score, args=(rollout_id, score, value), width="stretch")
-    st.markdown(f"Selected: {chosen['score']} ({chosen['value']:g})" if chosen else "Selected: none")
-    if st.session_state.get(WARN_KEY) == rollout_id:
-        st.warning("Choose a score before submitting; nothing was saved.")
-    st.text_input("Comment (optional)", key=comment_key(rollout_id), max_chars=2000)
-    submit_col, skip_col = st.columns(2)
-    submit_col.button("Submit and next", key="label_submit", type="primary", shortcut="Enter", on_click=submit,
-                      args=(rollout_id,), width="stretch")
-    skip_col.button("Skip", key="label_skip", shortcut="S", on_click=skip, args=(rollout_id,), width="stretch")
+    st.text_input("Comment (optional; goes with the next key you press)", key=comment_key(rollout_id),
+                  max_chars=2000)
+    for column, (score, value) in zip(st.columns(len(item.choices)), item.choices, strict=True):
+        column.button(str(score), key=f"label_score_{rollout_id}_{score}", shortcut=str(score), on_click=submit,
+                      args=(rollout_id, score, value), width="stretch")
+        column.caption(plain(clip(meanings[score], ANCHOR_CHARS)))
+    accept_col, skip_col = st.columns(2)
+    suggested = item.rollout.suggested_reward
+    if suggested is not None:
+        point = score_of(suggested, item.scale)
+        accept_col.button(f"Accept judge (A): {point}", key=f"label_accept_{rollout_id}", shortcut="A",
+                          on_click=accept, args=(rollout_id,), width="stretch")
+    skip_col.button("Skip (S)", key=f"label_skip_{rollout_id}", shortcut="S", on_click=skip, args=(rollout_id,),
+                    width="stretch")
     low, high = item.choices[0][0], item.choices[-1][0]
-    st.caption(f"Keys: {low}-{high} score, Enter submit, S skip (outside the comment box).")
+    judge = ", A accept the judge" if suggested is not None else ""
+    st.caption(f"Keys: {low}-{high} label and next{judge}, S skip. For a comment, type it, Tab out of the box, "
+               "then press the key.")
 
 
 def queue_section(task: Task, reviewer: str) -> None:
@@ -190,7 +234,7 @@ def queue_section(task: Task, reviewer: str) -> None:
         item = labeling.next_item(session, task, reviewer, skip=skipped)
         where = origin(session, item.rollout) if item else ""
     FLASH.show("queue")
-    show_progress(progress)
+    show_progress(progress, labeling.labels_per_rollout(task))
     if not labeling.is_person_method(task):
         st.caption(f"This task's reward method is {task.reward_method}; rollouts wait here only for the human "
                    "and judge_human methods.")
@@ -214,6 +258,7 @@ def agreement_section(task: Task) -> None:
         result: Agreement = labeling.agreement(session, task)
         disputed = queries.rollouts_by_ids(session, [row["rollout"] for row in result.disagreements])
         histories = {rid: queries.label_history(session, rid) for rid in disputed}
+        samples = {s.id: s for s in queries.samples_by_ids(session, [r.sample_id for r in disputed.values()])}
     FLASH.show("agreement")
     if not result.items and not result.cohen:
         st.info("No rollout of this task has labels from two people yet.")
@@ -242,14 +287,22 @@ def agreement_section(task: Task) -> None:
     keep_valid_choice(DECIDE_ROLLOUT_KEY, ids)
     rollout_id = st.selectbox("Rollout to decide", ids, key=DECIDE_ROLLOUT_KEY,
                               format_func=lambda i: f"Rollout {i} · reward now {reward_text(disputed[i].reward)}")
-    st.caption("Answer")
-    show_long(disputed[rollout_id].response, f"label_disputed_{rollout_id}_answer", empty="(no answer)")
-    table([{"labeller": h.labeler, "kind": h.kind, "value": h.value, "comment": h.comment, "when": h.created_at}
-           for h in histories[rollout_id]], key="label_decide_history", column_config={"when": DATETIME})
+    decide_form(task, disputed[rollout_id], samples[disputed[rollout_id].sample_id], histories[rollout_id])
+
+
+def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[RewardLabel]) -> None:
+    """The evidence of one disagreement (query, criteria, reference, answer, every label and why) and the
+    reviewer's decision: a reviewer settles it as a labeller would, not from the numbers alone."""
+    rollout_id = rollout.id
+    show_evidence(task, sample, rollout, f"label_disputed_{rollout_id}")
     scale = scale_of(task)
-    values = dict(choices(scale))
+    st.caption("Labels")
+    table([{"labeller": h.labeler, "kind": h.kind, "score": score_of(h.value, scale), "value": h.value,
+            "comment": h.comment, "when": h.created_at} for h in history],
+          key="label_decide_history", column_config={"when": DATETIME})
+    values, meanings = dict(choices(scale)), anchors(task, sample)
     st.radio("Final score", list(values), key=DECIDE_SCORE_KEY, horizontal=True, index=None,
-             format_func=lambda s: f"{score_label(s, scale)} ({values[s]:g})")
+             format_func=lambda s: f"{score_label(s, meanings[s])} ({values[s]:g})")
     if st.session_state.get(WARN_KEY) == "decide":
         st.warning("Choose the final score before deciding; nothing was saved.")
         st.session_state.pop(WARN_KEY, None)

@@ -1,35 +1,45 @@
-"""A labeller in a real browser: signs in, labels three rollouts with the keyboard, and the run goes on.
+"""A labeller in a real browser labels with one key per rollout: three, after which the run goes on,
+and ten pressed back to back, none lost and none counted twice.
 
 The waiting run is made beforehand with scripted replies (so the test does not wait for the model to
 write answers); from the labels on, everything is the live studio: Streamlit, the worker process and
-Chromium. The labels differ, so the worker continues with the embedded model's summaries.
+Chromium. In the first test the labels differ, so the worker continues with the embedded model's
+summaries; the second needs no worker.
 """
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 from sqlmodel import Session, select
 
+from core.labeling import ACCEPTED
 from core.people import add_user
 from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run, execute_run
 from storage.db import make_engine, session_scope
-from storage.models import RewardLabel, Run, Task
+from storage.models import RewardLabel, Rollout, Run, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 from tests.ui_support import scripted_gateway
 
 pytestmark = pytest.mark.browser
 
 
-def waiting_run(database_url: str) -> int:
-    """A run of one query x G=3 on a human-labelled 1-5 scale, stopped at awaiting_labels."""
+ROLLOUT_CAPTION = re.compile(r"Rollout (\d+) · ")
+
+
+def waiting_run(database_url: str, queries: int = 1) -> int:
+    """A run of `queries` queries x G=3 on a human-labelled 1-5 scale, stopped at awaiting_labels."""
     engine = make_engine(database_url)
     with session_scope(engine) as session:
         task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
         task.reward_method, task.reward_settings = "human", {"scale": "1-5"}
         session.add(task)
     add_user(engine, "lab", "labeler", "lab-password")
-    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=3, limit=1), created_by="cli")
+    settings = RunSettings(epochs=1, batch_size=queries, group_size=3, limit=queries)
+    run_id = create_run(engine, DEMO_TASK, settings, created_by="cli")
     _model, gateway = scripted_gateway(engine)
     assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_labels"
     return run_id
@@ -48,24 +58,7 @@ def test_a_labeller_signs_in_labels_three_rollouts_by_keyboard_and_the_run_conti
             label_and_watch(page, app, run_id)
 
 
-def press_until(page, key: str, text: str, tries: int = 3) -> None:
-    """Press a key until `text` shows: a shortcut is bound a moment after its button is drawn, and
-    pressing a score key twice selects the same score."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    for attempt in range(tries):
-        page.keyboard.press(key)
-        try:
-            page.get_by_text(text).first.wait_for(timeout=5_000)
-            return
-        except PlaywrightTimeout:
-            if attempt == tries - 1:
-                raise
-
-
-def label_and_watch(page, app, run_id: int) -> None:
-    from playwright.sync_api import expect
-
+def sign_in_and_open_labeling(page, app) -> None:
     page.goto(app.url)
     page.get_by_label("User name").fill("lab")
     page.get_by_role("textbox", name="Password").fill("lab-password")
@@ -73,28 +66,54 @@ def label_and_watch(page, app, run_id: int) -> None:
     wait_for_app(page)
     page.get_by_role("link", name="Labeling").click()
     wait_for_app(page)
-    page.get_by_text("3 waiting for you").first.wait_for()
-    page.get_by_role("button", name="Submit and next").wait_for()
+
+
+def shown_rollout(page) -> int:
+    """The rollout on screen, from its caption `Rollout N · ...`."""
+    caption = page.locator("[data-testid='stMain']").get_by_text(ROLLOUT_CAPTION).first
+    return int(ROLLOUT_CAPTION.match(caption.inner_text()).group(1))
+
+
+def ready(page, rollout_id: int) -> None:
+    """Until the score buttons drawn for this rollout show (their keys are bound as they are drawn): what a
+    fast person waits for before pressing, no more."""
+    page.locator(f".st-key-label_score_{rollout_id}_1 button").first.wait_for(state="visible")
+
+
+def next_shown(page, before: int) -> int | None:
+    """Once the page has moved past `before`: the rollout now shown, or None when none is left."""
+    page.wait_for_function(
+        """before => {
+            const main = document.querySelector("[data-testid='stMain']");
+            if (!main) return false;
+            if (main.innerText.includes('Nothing waiting for you')) return true;
+            const found = main.innerText.match(/Rollout (\\d+) · /);
+            return found && Number(found[1]) !== before;
+        }""", arg=before)
+    text = page.locator("[data-testid='stMain']").inner_text()
+    found = ROLLOUT_CAPTION.search(text)
+    return int(found.group(1)) if found else None
+
+
+def label_and_watch(page, app, run_id: int) -> None:
+    sign_in_and_open_labeling(page, app)
+    page.get_by_text("You: 0 done; 3 left for you").first.wait_for()
     wait_for_app(page)
     screenshot(page, "labeling")
 
-    shown = []
-    for left, key in ((2, "4"), (1, "1"), (0, "5")):
-        caption = page.locator("[data-testid='stMain']").get_by_text("Rollout ").first
-        shown.append(caption.inner_text())
-        page.get_by_role("button", name="Submit and next").wait_for()  # the keys are bound once it is drawn
-        page.get_by_text("Selected: none").first.wait_for()
-        page.locator("h1").first.click()  # focus out of any input: keys go to the page
-        press_until(page, key, f"Selected: {key}")
-        page.keyboard.press("Enter")
-        page.get_by_text(f"{left} waiting for you" if left else "Nothing waiting for you").first.wait_for()
-        if left:  # under load the count can be redrawn before the rollout below it: wait for the next one
-            expect(caption).not_to_have_text(shown[-1], timeout=30_000)
+    page.locator("h1").first.click()  # focus out of any input: keys go to the page
+    shown, current = [], shown_rollout(page)
+    for key in ("4", "1", "5"):
+        shown.append(current)
+        ready(page, current)
+        page.keyboard.press(key)
+        current = next_shown(page, current)
     page.get_by_text("Nothing waiting for you").first.wait_for()
-    assert len(set(shown)) == 3, shown  # each Enter moved on to the next rollout
+    assert current is None and len(set(shown)) == 3, shown  # each key moved on to the next rollout
     with Session(make_engine(app.database_url)) as session:
         labels = session.exec(select(RewardLabel).order_by(RewardLabel.id)).all()
-    assert [(label.labeler, label.value) for label in labels] == [("lab", 0.75), ("lab", 0.0), ("lab", 1.0)]
+    assert [(label.rollout_id, label.labeler, label.value) for label in labels] == [
+        (shown[0], "lab", 0.75), (shown[1], "lab", 0.0), (shown[2], "lab", 1.0)]
 
     for _ in range(120):  # the worker claims the run once its batch is labelled
         if status_of(app.database_url, run_id) not in ("awaiting_labels", "queued"):
@@ -106,3 +125,70 @@ def label_and_watch(page, app, run_id: int) -> None:
     page.get_by_text("Status:").first.wait_for()
     assert page.get_by_text("awaiting_labels").count() == 0
     screenshot(page, "train-after-labels")
+
+
+# ---- ten labels, keys only, back to back -------------------------------------------------------------------
+
+
+SCORES = {"1": 0.0, "2": 0.25, "3": 0.5, "4": 0.75, "5": 1.0}
+KEYS = ("5", "1", "4", "A", "2", "3", "5", "4", "1", "3")  # A: the rollout with the judge's suggestion
+COMMENTED = 1  # the second label goes with a comment: typed, Tab out of the box, then the digit
+COMMENT = "the total is wrong"
+
+
+def suggest(database_url: str, rollout_id: int, value: float) -> None:
+    """A judge's suggestion on one rollout (the human method asks no judge), so A has something to accept."""
+    with session_scope(make_engine(database_url)) as session:
+        row = session.get(Rollout, rollout_id)
+        row.suggested_reward, row.suggested_detail = value, "judge 4/5: names the total"
+        session.add(row)
+
+
+def queued_ids(database_url: str) -> list[int]:
+    with Session(make_engine(database_url)) as session:
+        return list(session.exec(select(Rollout.id).where(Rollout.label_status == "needed").order_by(Rollout.id)))
+
+
+def test_ten_labels_pressed_back_to_back_are_all_kept_once_on_the_right_rollout(tmp_path):
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        waiting_run(app.database_url, queries=4)  # 4 queries x G=3 = 12 rollouts wait
+        queued = queued_ids(app.database_url)
+        assert len(queued) == 12
+        suggest(app.database_url, queued[KEYS.index("A")], 0.75)
+        with browser_page() as page:
+            pressed, seconds = label_ten_by_keys(page, app)
+    with Session(make_engine(app.database_url)) as session:
+        labels = session.exec(select(RewardLabel).order_by(RewardLabel.id)).all()
+    assert [(label.rollout_id, label.value) for label in labels] == pressed
+    assert [label.comment for label in labels] == [COMMENT if i == COMMENTED else ACCEPTED if key == "A" else ""
+                                                   for i, key in enumerate(KEYS)]
+    assert len({label.rollout_id for label in labels}) == 10 and {label.labeler for label in labels} == {"lab"}
+    assert [rollout_id for rollout_id, _ in pressed] == queued[:10]  # the queue's order, none skipped
+    print(f"\nten labels by keys: {seconds / 10:.2f} s per label on average ({seconds:.1f} s in all)")
+
+
+def label_ten_by_keys(page, app) -> tuple[list[tuple[int, float]], float]:
+    """Press KEYS, one per rollout, each as soon as the next rollout's buttons show; (rollout, value) as
+    pressed, and the seconds from the first key to the page after the tenth (less the screenshot's)."""
+    sign_in_and_open_labeling(page, app)
+    page.get_by_text("You: 0 done; 12 left for you").first.wait_for()
+    wait_for_app(page)
+    page.locator("h1").first.click()  # focus out of any input: keys go to the page
+    pressed, current, paused = [], shown_rollout(page), 0.0
+    started = time.monotonic()
+    for index, key in enumerate(KEYS):
+        ready(page, current)
+        if index == COMMENTED:
+            page.locator(f".st-key-label_comment_{current} input").type(COMMENT)
+            page.keyboard.press("Tab")
+        if key == "A":
+            page.locator(f".st-key-label_accept_{current} button").first.wait_for(state="visible")
+            paused = time.monotonic()
+            screenshot(page, "labeling_keys")  # the rubric's anchors, the judge's suggestion and its key
+            paused = time.monotonic() - paused
+        page.keyboard.press(key)
+        pressed.append((current, 0.75 if key == "A" else SCORES[key]))
+        current = next_shown(page, current)
+    page.get_by_text("You: 10 done; 2 left for you").first.wait_for()
+    return pressed, time.monotonic() - started - paused

@@ -12,11 +12,14 @@ from sqlmodel import Session, select
 
 from core.gateway import Gateway, Scope
 from core.judge import (
+    GENERIC_ANCHORS,
     SCALES,
+    anchors,
     choices,
     criteria_text,
     judge_messages,
     judge_response,
+    parse_anchors,
     score_of,
     to_value,
 )
@@ -116,3 +119,25 @@ def test_a_judged_run_stores_the_judges_reward_source_and_reason(engine, demo_ta
     assert rows and all((r.reward, r.reward_source, r.reward_detail) == (0.75, "judge", "judge 4/5: clear steps")
                         for r in rows)
     assert all(r.label_status is None for r in rows)
+
+
+def test_a_rubric_gives_its_own_scale_anchors_and_a_numbered_list_does_not():
+    rubric = "Judge the reply.\n1: off topic\n- 3 - partly right\nScore 5 = complete and kind\nUse the 1-5 scale.\n10: x"
+    assert parse_anchors(rubric, "1-5") == {1: "off topic", 3: "partly right", 5: "complete and kind"}
+    assert parse_anchors("0: fails\n1 — meets", "binary") == {0: "fails", 1: "meets"}
+    assert parse_anchors("1. Greet the customer.\n2. Name the refund.", "1-5") == {}
+    assert parse_anchors("1) greet\n2) refund", "1-5") == {}
+    assert parse_anchors("1: only one line", "1-5") == {}  # one line is no scale
+    assert parse_anchors("0: zero\n6: six", "1-5") == {}  # off the scale
+    assert parse_anchors(None, "binary") == {}
+
+
+def test_anchors_take_the_rubrics_words_and_generic_ones_for_the_rest():
+    task = Task(name="t", instructions="i", reward_settings={"scale": "1-5", "criteria": "1: rude\n5: kind"})
+    sample = Sample(task_id=1, external_id="a", query="q", rubric="2 = cold but right")
+    assert anchors(task, sample) == {1: "rude", 2: "cold but right", 3: GENERIC_ANCHORS["1-5"][3],
+                                     4: GENERIC_ANCHORS["1-5"][4], 5: "kind"}
+    plain_task = Task(name="t", instructions="i", reward_settings={})
+    assert anchors(plain_task, Sample(task_id=1, external_id="a", query="q")) == {
+        0: "fails the criteria", 1: "meets the criteria"}
+    assert GENERIC_ANCHORS["1-5"][1] == "wrong or unusable" and GENERIC_ANCHORS["1-5"][5] == "fully correct and complete"

@@ -8,9 +8,11 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.errors import PermissionDenied
+from core.errors import InvalidInput, PermissionDenied
 from core.evaluation import create_evaluation, execute_evaluation
 from core.labeling import (
+    ACCEPTED,
+    accept_suggestion,
     agreement,
     cohen_kappa,
     decide_label,
@@ -24,7 +26,7 @@ from core.people import add_user
 from core.tasks import DEMO_TASK
 from core.training import execute_run
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Run, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, RewardLabel, Rollout, Run, Task
 from storage.queries import label_history
 from tests.ui_support import scripted_gateway, seeded_run
 
@@ -217,3 +219,60 @@ def test_agreement_over_the_queue(engine, demo_task):
     assert n == 4 and kappa == pytest.approx(cohen_kappa([1, 0, 1, 0], [1, 0, 0, 0]))
     assert found.fleiss == pytest.approx(fleiss_kappa([[0, 2], [2, 0], [1, 1], [2, 0]]))
     assert len(found.disagreements) == 1
+
+
+def label_rows(engine) -> list[tuple[int, str, float]]:
+    with Session(engine) as session:
+        return [(r.rollout_id, r.labeler, r.value) for r in session.exec(select(RewardLabel).order_by(RewardLabel.id))]
+
+
+def test_a_label_from_the_queue_is_written_once_per_person_and_rollout(engine, demo_task):
+    set_reward(engine, "human", labels_per_rollout=2)
+    seeded_run(engine, "auto")
+    target = rollouts(engine)[0]
+    first = submit_label(engine, target.id, 1.0, "ann", once=True)
+    again = submit_label(engine, target.id, 0.0, "ann", once=True)  # a doubled key press
+    assert (first.repeated, again.repeated) == (False, True)
+    assert again.rollout.id == target.id and not again.released
+    assert label_rows(engine) == [(target.id, "ann", 1.0)]
+    assert rollouts(engine)[0].label_status == "needed"  # still one label of the two it needs
+    submit_label(engine, target.id, 0.0, "bob", once=True)
+    submit_label(engine, target.id, 1.0, "ann")  # a correction elsewhere (not once) is kept: the newest counts
+    assert label_rows(engine)[-2:] == [(target.id, "bob", 0.0), (target.id, "ann", 1.0)]
+
+
+def test_accepting_the_suggestion_labels_its_nearest_scale_point_once(engine, demo_task):
+    set_reward(engine, "human", scale="1-5")
+    seeded_run(engine, "auto")
+    target, other, *_ = rollouts(engine)
+    with session_scope(engine) as session:
+        row = session.get(Rollout, target.id)
+        row.suggested_reward = 0.7  # a verifier's reward between two points
+        session.add(row)
+    done = accept_suggestion(engine, target.id, "ann")
+    assert not done.repeated and done.rollout.reward == 0.75
+    assert accept_suggestion(engine, target.id, "ann", "again").repeated
+    with Session(engine) as session:
+        [label] = label_history(session, target.id)
+    assert (label.value, label.labeler, label.comment) == (0.75, "ann", ACCEPTED)
+    with pytest.raises(InvalidInput, match="no suggested reward"):
+        accept_suggestion(engine, other.id, "ann")
+    with Session(engine) as session:
+        assert label_history(session, other.id) == []
+
+
+def test_progress_counts_each_persons_share_and_complete_rollouts(engine, demo_task):
+    set_reward(engine, "human", labels_per_rollout=2)
+    seeded_run(engine, "auto")
+    first, second, *rest = rollouts(engine)
+    for rollout in (first, second, *rest):
+        submit_label(engine, rollout.id, 1.0, "ann")
+    submit_label(engine, first.id, 1.0, "bob")
+    submit_label(engine, second.id, 0.0, "bob")
+    task = task_row(engine)
+    with Session(engine) as session:
+        ann, bob, queue = progress(session, task, "ann"), progress(session, task, "bob"), progress(session, task)
+    assert (ann.mine_done, ann.mine_waiting, ann.mine_to_do) == (4, 2, 0)
+    assert (bob.mine_done, bob.mine_waiting, bob.mine_to_do) == (2, 0, 2)
+    assert (queue.needed, queue.done, queue.disputed, queue.complete, queue.total) == (2, 1, 1, 2, 4)
+    assert (queue.mine_done, queue.mine_waiting, queue.mine_to_do) == (0, 0, 0)

@@ -64,8 +64,8 @@ def click(at, key: str):
 
 
 def label(at, score: int):
-    click(at, f"label_score_{score}")
-    return click(at, "label_submit")
+    """Press one score key on the rollout shown: one keystroke, one label."""
+    return click(at, f"label_score_{shown_rollout(at)}_{score}")
 
 
 def shown_rollout(at) -> int | None:
@@ -76,8 +76,13 @@ def shown_rollout(at) -> int | None:
 
 
 def progress_line(at) -> str:
-    [line] = [m.value for m in at.markdown if "waiting for you" in m.value]
+    [line] = [m.value for m in at.markdown if m.value.startswith("You: ")]
     return line
+
+
+def bar(at) -> tuple[int, str]:
+    [element] = at.get("progress")
+    return element.proto.value, element.proto.text
 
 
 def codes(at) -> list[str]:
@@ -103,7 +108,11 @@ def run_status(engine, run_id: int) -> str:
         return session.get(Run, run_id).status
 
 
-def test_score_and_submit_labels_the_rollout_and_moves_on(engine):
+def captions(at) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+def test_one_digit_labels_the_rollout_with_its_comment_and_moves_on(engine):
     _run_id, queued = waiting_run(engine)
     first = queued[0]
     with Session(engine) as session:
@@ -111,17 +120,15 @@ def test_score_and_submit_labels_the_rollout_and_moves_on(engine):
     at = open_page()
     assert shown_rollout(at) == first.id
     assert sample.query in codes(at) and first.response in codes(at) and sample.reference in codes(at)
-    assert progress_line(at) == "4 waiting for you · 0 done · 0 disputed"
-    assert at.get("progress")[0].proto.value == 0
+    assert progress_line(at) == "You: 0 done; 4 left for you"
+    assert bar(at) == (0, "0 of 4 rollouts have all their labels")
     assert not any(first.response in text for text in markdown_texts(at))
-    assert "Keys: 1-5 score, Enter submit, S skip (outside the comment box)." in [c.value for c in at.caption]
+    assert ("Keys: 1-5 label and next, S skip. For a comment, type it, Tab out of the box, then press the key."
+            in captions(at))
+    assert not [b for b in at.button if b.key == f"label_accept_{first.id}"]  # no judge, nothing to accept
 
-    click(at, "label_score_4")
-    assert "Selected: 4 (0.75)" in [m.value for m in at.markdown]
-    assert at.button(key="label_score_4").proto.type == "primary"
-    assert labels(engine) == []
-    at.text_input(key=f"label_comment_{first.id}").input("names the right quantity").run()
-    click(at, "label_submit")
+    at.text_input(key=f"label_comment_{first.id}").input("names the right quantity")
+    click(at, f"label_score_{first.id}_4")
 
     [row] = labels(engine)
     assert (row.rollout_id, row.value, row.labeler, row.kind, row.comment) == (
@@ -129,36 +136,34 @@ def test_score_and_submit_labels_the_rollout_and_moves_on(engine):
     after = rollout(engine, first.id)
     assert (after.reward, after.reward_source, after.label_status) == (0.75, "human", "done")
     assert shown_rollout(at) == queued[1].id
-    assert progress_line(at) == "3 waiting for you · 1 done · 0 disputed"
-    assert at.get("progress")[0].proto.value == 25
-    assert "Selected: none" in [m.value for m in at.markdown]
+    assert progress_line(at) == "You: 1 done; 3 left for you"
+    assert bar(at) == (25, "1 of 4 rollouts have all their labels")
     assert at.text_input(key=f"label_comment_{queued[1].id}").value == ""
     history = table_with(at, "labeller")
     assert history[["rollout", "labeller", "value", "kind", "comment"]].values.tolist() == [
         [first.id, "alice", 0.75, "label", "names the right quantity"]]
 
 
-def test_submit_without_a_score_warns_and_writes_nothing(engine):
-    _run_id, queued = waiting_run(engine)
+def test_each_score_button_says_what_it_means_from_the_rubric_or_generic_words(engine):
+    waiting_run(engine, criteria="Name the quantity.\n1: off topic or no number\n5 = the right number, named")
     at = open_page()
-    click(at, "label_submit")
-
-    assert "Choose a score before submitting; nothing was saved." in [w.value for w in at.warning]
-    assert labels(engine) == []
-    assert rollout(engine, queued[0].id).label_status == "needed"
-    assert shown_rollout(at) == queued[0].id
-    assert progress_line(at) == "4 waiting for you · 0 done · 0 disputed"
+    shown = shown_rollout(at)
+    row = captions(at)
+    assert ["off topic or no number", "mostly wrong", "partly right", "right, minor gaps",
+            "the right number, named"] == [c for c in row if c in (
+                "off topic or no number", "mostly wrong", "partly right", "right, minor gaps",
+                "the right number, named", "wrong or unusable", "fully correct and complete")]
+    assert [at.button(key=f"label_score_{shown}_{score}").label for score in range(1, 6)] == list("12345")
+    assert not any(at.button(key=f"label_score_{shown}_{score}").help for score in range(1, 6))  # see the page
 
 
 def test_skip_moves_on_and_the_skipped_rollout_comes_back_last(engine):
     _run_id, queued = waiting_run(engine)
     at = open_page()
-    click(at, "label_score_2")
-    click(at, "label_skip")
+    click(at, f"label_skip_{queued[0].id}")
 
     assert labels(engine) == []
     assert shown_rollout(at) == queued[1].id
-    assert "Selected: none" in [m.value for m in at.markdown]
     for expected in queued[1:]:
         assert shown_rollout(at) == expected.id
         label(at, 5)
@@ -180,7 +185,8 @@ def test_labelling_the_whole_step_queues_the_run_again_and_it_finishes(engine):
     assert run_status(engine, run_id) == "queued"
     assert shown_rollout(at) is None
     assert any(s.value.startswith("Nothing waiting for you") for s in at.success)
-    assert progress_line(at) == "0 waiting for you · 4 done · 0 disputed"
+    assert progress_line(at) == "You: 4 done; 0 left for you"
+    assert bar(at) == (100, "4 of 4 rollouts have all their labels")
     assert [rollout(engine, r.id).reward for r in queued] == [0.0, 1.0, 0.25, 0.75]
 
     _model, gateway = scripted_gateway(engine)
@@ -189,36 +195,48 @@ def test_labelling_the_whole_step_queues_the_run_again_and_it_finishes(engine):
     assert [rollout(engine, r.id).reward_source for r in queued] == ["human"] * 4
 
 
-def test_two_labellers_disagree_and_a_reviewer_decides(engine):
-    _run_id, queued = waiting_run(engine, labels_per_rollout=2)
+def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_with_the_evidence(engine):
+    _run_id, queued = waiting_run(engine, labels_per_rollout=2, criteria="Name the quantity asked for.")
     first = queued[0]
     at = open_page("alice")
     assert any(c.value.endswith("label 1 of 2") for c in at.caption)
-    label(at, 5)
+    for _ in queued:
+        label(at, 5)
     assert rollout(engine, first.id).label_status == "needed"
-    assert shown_rollout(at) == queued[1].id
+    assert progress_line(at) == "You: 4 done; 4 wait for a second labeller; 0 left for you"
+    assert bar(at) == (0, "0 of 4 rollouts have all their labels")
 
     at.session_state[REVIEWER_KEY] = "bob"
     at.run()
     assert shown_rollout(at) == first.id
     assert any(c.value.endswith("label 2 of 2") for c in at.caption)
-    label(at, 1)
+    at.text_input(key=f"label_comment_{first.id}").input("the number is wrong")
+    click(at, f"label_score_{first.id}_1")
+    for _ in queued[1:]:
+        label(at, 5)
 
     disputed = rollout(engine, first.id)
     assert (disputed.label_status, disputed.reward) == ("disputed", 0.5)
-    assert progress_line(at) == "3 waiting for you · 0 done · 1 disputed"
+    assert progress_line(at) == "You: 4 done; 0 wait for a second labeller; 0 left for you"
+    assert bar(at) == (100, "4 of 4 rollouts have all their labels · 1 disputed, for a reviewer")
     disagreements = table_with(at, "reward now")
     assert disagreements[["rollout", "labels", "reward now"]].values.tolist() == [[first.id, "alice 1, bob 0", 0.5]]
     pairs = table_with(at, "Cohen's kappa")
-    assert pairs[["labeller A", "labeller B", "n"]].values.tolist() == [["alice", "bob", 1]]
-    assert "Fleiss' kappa: -1.00 (poor) over 1 rollouts with 2 labels each." in [m.value for m in at.markdown]
+    assert pairs[["labeller A", "labeller B", "n"]].values.tolist() == [["alice", "bob", 4]]
 
     at.session_state[REVIEWER_KEY] = "rita"
     at.run()
     assert at.selectbox(key="label_decide_rollout").value == first.id
+    with Session(engine) as session:
+        sample = queries.samples_by_ids(session, [first.sample_id])[0]
+    for evidence in (sample.query, sample.reference, first.response, "Name the quantity asked for."):
+        assert evidence in codes(at)
+    shown = table_with(at, "score")
+    assert shown[["labeller", "kind", "score", "comment"]].values.tolist() == [
+        ["alice", "label", 5, ""], ["bob", "label", 1, "the number is wrong"]]
     click(at, "label_decide")
     assert "Choose the final score before deciding; nothing was saved." in [w.value for w in at.warning]
-    assert len(labels(engine)) == 2
+    assert len(labels(engine)) == 8
     at.radio(key="label_decide_score").set_value(4)
     at.text_input(key="label_decide_comment").input("partly right")
     click(at, "label_decide")
@@ -249,16 +267,24 @@ def test_a_labeller_cannot_decide_a_disagreement(engine):
     assert [(row.labeler, row.kind) for row in labels(engine)] == [("lena", "label"), ("lars", "label")]
 
 
-def test_the_judge_suggestion_is_shown(engine):
+def test_the_judge_suggestion_is_shown_and_accepted_with_one_key(engine):
     _run_id, queued = waiting_run(engine, "judge_human", spot_check_share=0,
                                   criteria="Name the quantity the question asks for.")
     first = rollout(engine, queued[0].id)
     assert (first.suggested_reward, first.judge_unsure) == (0.75, True)
     at = open_page()
 
-    assert "Judge suggestion: 4 (0.75) · judge unsure" in [c.value for c in at.caption]
+    assert "Judge suggestion: 4 (0.75) · judge unsure" in captions(at)
     assert first.suggested_detail in codes(at)
     assert "Polite but it never names the quantity asked for." in first.suggested_detail
     assert "Name the quantity the question asks for." in codes(at)
+    accept = at.button(key=f"label_accept_{first.id}")
+    assert accept.label == "Accept judge (A): 4"
+    click(at, f"label_accept_{first.id}")
+
+    [row] = labels(engine)
+    assert (row.rollout_id, row.value, row.labeler, row.comment) == (first.id, 0.75, "alice",
+                                                                     "accepted the judge's suggestion")
+    assert shown_rollout(at) == queued[1].id
     label(at, 2)
-    assert (rollout(engine, first.id).reward, rollout(engine, first.id).suggested_reward) == (0.25, 0.75)
+    assert (rollout(engine, queued[1].id).reward, rollout(engine, queued[1].id).suggested_reward) == (0.25, 0.75)
