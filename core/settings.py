@@ -20,6 +20,12 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
 
 
+def default_threads() -> int:
+    """Every core but one for the embedded model: with all of them, the studio's pages took 5-22 s to load
+    while a run worked, because Streamlit had no core left."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 class Settings(BaseSettings):
     """Every environment variable the studio reads, with its default (the README's Configuration table)."""
 
@@ -31,13 +37,16 @@ class Settings(BaseSettings):
     concurrency: int = Field(default=4, ge=1, le=1024, description="model calls in flight per model")
     local_slots: int = Field(default=4, ge=1, le=64, description="parallel sequences of the embedded model")
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
-    threads: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1, description="llama.cpp threads")
+    threads: int = Field(default_factory=lambda: default_threads(), ge=1,
+                         description="llama.cpp threads (default: cores minus one, so pages stay responsive)")
     model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
     call_timeout_s: float = Field(default=120.0, gt=0, description="seconds one model request may take before "
                                   "it is retried")
     call_deadline_s: float = Field(default=600.0, gt=0, description="seconds one model call may take with all "
                                    "its retries")
     max_retries: int = Field(default=3, ge=0, le=20, description="retries of a model call after a transient error")
+    stop_grace_s: float = Field(default=3.0, ge=0, description="seconds a stopping worker waits for the model "
+                                "call in flight before it abandons it (the job is queued again; resume covers it)")
     stall_after_s: float = Field(default=30.0, ge=1, description="seconds without a heartbeat before an idle "
                                  "worker takes a running job over")
     no_autoworker: bool = Field(default=False, description="pages never start a worker process themselves")

@@ -230,6 +230,37 @@ def alive_workers(session: Session) -> list[WorkerRow]:
     return [w for w in rows if not is_stale(w.heartbeat_at)]
 
 
+def worker_summary(session: Session, now: datetime | None = None) -> str:
+    """The workers' state in words for the sidebar: who works on what and how far it got, or that none runs."""
+    workers = alive_workers(session)
+    if not workers:
+        if get_settings().no_autoworker:
+            return "No worker is running. Start one with `make worker` (automatic start is off)."
+        return "No worker is running; queued work starts one."
+    now = now or utcnow()
+    lines = []
+    for worker in workers:
+        beat_age = max(0, int((as_utc(now) - as_utc(worker.heartbeat_at)).total_seconds()))
+        lines.append(f"{worker.id}: {_job_words(session, worker.current)} (beat {beat_age} s ago)")
+    return "\n".join(lines)
+
+
+def _job_words(session: Session, current: str | None) -> str:
+    if not current:
+        return "idle, waiting for work"
+    kind, _, job_id = current.partition(" ")
+    row = session.get(TABLES[kind], int(job_id)) if kind in TABLES and job_id.isdigit() else None
+    if row is None:
+        return f"working on {current}"
+    progress = row.progress or {}
+    if kind == "run":
+        total = progress.get("steps_total")
+        steps = f"step {min(progress.get('steps_done', 0) + 1, total)} of {total}, " if total else ""
+        return (f"training run {job_id} ({steps}{progress.get('rollouts_done', 0)}/"
+                f"{progress.get('rollouts_total', '?')} rollouts)")
+    return f"evaluating, evaluation {job_id} ({progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')} answers)"
+
+
 def register(engine: Engine, owner: str) -> None:
     with session_scope(engine) as session:
         session.add(WorkerRow(id=owner, host=socket.gethostname(), pid=os.getpid()))
@@ -244,21 +275,57 @@ def unregister(engine: Engine, owner: str) -> None:
 
 
 class _Shutdown(BaseException):
-    """Raised in the main thread by SIGTERM so the current job is released before exiting."""
+    """Raised in the main thread by SIGTERM or Ctrl-C so the current job is released before exiting."""
+
+
+class _StopRequest:
+    """What a stop signal sets in motion: the main thread is told to stop (it releases its job on the way
+    out), and if the model call in flight keeps it waiting longer than TFGRPO_STOP_GRACE_S, a watchdog
+    abandons the call: the job goes back to the queue, the worker row says stopped, the process exits.
+    Nothing is lost by abandoning: every finished call is in the ledger, so resuming pays only for the
+    abandoned one (llama.cpp cannot be interrupted mid-call, and asyncio waits for its thread)."""
+
+    def __init__(self, engine: Engine, owner: str, grace_s: float) -> None:
+        self.engine, self.owner, self.grace_s = engine, owner, grace_s
+        self.lease: Lease | None = None
+        self.requested = threading.Event()
+
+    def on_signal(self, signum, _frame) -> None:
+        if self.requested.is_set():
+            return  # a second Ctrl-C: the watchdog is already counting
+        self.requested.set()
+        log.info("worker %s: %s received; stopping (at most %.0f s for the call in flight)", self.owner,
+                 signal.Signals(signum).name, self.grace_s)
+        threading.Thread(target=self._abandon_after_grace, name="stop-watchdog", daemon=True).start()
+        raise _Shutdown()
+
+    def _abandon_after_grace(self) -> None:
+        time.sleep(self.grace_s)
+        try:
+            if self.lease is not None:
+                release(self.engine, self.lease)
+            unregister(self.engine, self.owner)
+            log.warning("worker %s: the call in flight did not finish within %.0f s; abandoned it, %s is queued "
+                        "again", self.owner, self.grace_s, self.lease.describe() if self.lease else "no job")
+        except Exception:  # noqa: BLE001  (exiting regardless; a stale heartbeat then frees the job)
+            log.exception("worker %s: releasing its job while stopping failed", self.owner)
+        logging.shutdown()
+        os._exit(0)
 
 
 def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str | None = None,
           gateway=None) -> int:
-    """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done."""
+    """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done.
+
+    SIGTERM and Ctrl-C stop it within TFGRPO_STOP_GRACE_S seconds (_StopRequest), the job queued again."""
     harden_process()
     owner = owner or new_worker_id()
     register(engine, owner)
     done = 0
-
-    def on_term(_signum, _frame):
-        raise _Shutdown()
-
-    previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    stop = _StopRequest(engine, owner, get_settings().stop_grace_s)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, stop.on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     log.info("worker %s started", owner)
     try:
         with heartbeat(engine, owner):
@@ -269,6 +336,7 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
                         break
                     time.sleep(poll)
                     continue
+                stop.lease = lease
                 log.info("worker %s: %s", owner, lease.describe())
                 beat(engine, owner, lease)
                 try:
@@ -276,13 +344,14 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
                     done += 1
                 except TakenOver:
                     pass  # logged by execute_job; the job goes on under its new holder
+                stop.lease = None
                 beat(engine, owner, None)
     except (_Shutdown, KeyboardInterrupt):
         log.info("worker %s stopping", owner)
     finally:
         unregister(engine, owner)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return done
 
 

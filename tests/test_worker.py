@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.evaluation import create_evaluation
 from core.run_control import cancel_run, pause_run, resume_evaluation, resume_run
@@ -178,3 +178,47 @@ def test_a_job_held_by_a_dead_local_process_can_be_resumed_at_once(engine, demo_
     assert get_run(engine, run_id).worker_id == "w2"
     set_run(engine, run_id, worker_id=alive, status="running", heartbeat_at=utcnow())
     assert not claim(engine, "run", run_id, "w3", statuses=("queued", "running"))
+
+
+STUCK_WORKER = """
+import sys, time
+from core import local_model
+from core.worker import serve
+from storage.db import make_engine
+
+class Stuck:  # an embedded-model call that cannot be interrupted, like llama.cpp generating
+    def handle_chat_completions(self, body):
+        time.sleep(120)
+        return {}
+
+local_model.get_server = lambda name, slots=None: Stuck()
+serve(make_engine(sys.argv[1]), poll=0.2)
+"""
+
+
+def test_a_stop_signal_abandons_a_model_call_that_will_not_end_and_queues_the_job_again(tmp_path, engine,
+                                                                                           demo_task):
+    """SIGTERM during an embedded-model call that runs for two minutes: the worker exits after the grace
+    period instead of waiting for the call, the run is back in the queue (resume pays only for that call)
+    and the worker row says stopped."""
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1, gate="off",
+                                                       policy_model="local/qwen2.5-coder-0.5b"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFGRPO_STOP_GRACE_S": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_WORKER, url_with_password(engine)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while get_run(engine, run_id).status != "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert get_run(engine, run_id).status == "running"
+        time.sleep(1.5)  # the rollout's call is in its thread now
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]  # the call alone would take 120 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "abandoned it" in output, output
+    assert get_run(engine, run_id).status == "queued"
+    with Session(engine) as session:
+        assert [w.status for w in session.exec(select(Worker)).all()] == ["stopped"]
