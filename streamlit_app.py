@@ -7,6 +7,9 @@ live in `pages/`, one file each, ending in `run_page(page)`; add a new one to PA
 
 from __future__ import annotations
 
+import json
+import urllib.parse
+
 import streamlit as st
 from sqlmodel import Session
 
@@ -15,10 +18,11 @@ from core.people import authenticate, role_of, sign_in_required
 from core.sandbox import harden_process
 from core.settings import configure_scoring, engine, get_settings
 from core.tasks import ensure_demo_tasks
-from core.worker import alive_workers
+from core.worker import worker_summary
 from pages._common import (
     AUTH_KEY,
     LIBRARY_KEY,
+    NAME_COOKIE,
     REFUSED_KEY,
     REVIEWER_KEY,
     TASK_KEY,
@@ -26,6 +30,7 @@ from pages._common import (
     Outcome,
     acting_person,
     default_reviewer,
+    keep_valid_choice,
     plain,
     refusal,
     sign_in_client,
@@ -35,6 +40,8 @@ from storage import queries
 from storage.db import describe_url, scrub_url
 
 SIGN_IN = Flash("sign_in_flash")
+NAME_WRITTEN_KEY = "_name_cookie_written"
+NAME_KEY = "acting_name"
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
     st.Page("pages/train.py", title="Train", icon=":material/model_training:"),
@@ -113,40 +120,74 @@ def person_box(required: bool) -> None:
         st.button("Sign out", on_click=sign_out, key="sign_out")
         return
     st.caption("No sign-in: single local user with every permission")
-    st.session_state.setdefault(REVIEWER_KEY, default_reviewer())
-    st.text_input("Your name", key=REVIEWER_KEY, help="Recorded with every decision and label you make here. "
-                  "Add a user (People page, or `python -m core user add`) to require sign-in.")
+    if REVIEWER_KEY not in st.session_state:  # a new session (a reload), or Streamlit dropped the widget's state
+        st.session_state[REVIEWER_KEY] = st.session_state.get(NAME_KEY) or remembered_name() or default_reviewer()
+    st.session_state.setdefault(NAME_WRITTEN_KEY, remembered_name() or st.session_state[REVIEWER_KEY])
+    name = st.text_input("Your name", key=REVIEWER_KEY,
+                         help="Recorded with every decision and label you make here; this browser remembers it. "
+                              "Add a user (People page, or `python -m core user add`) to require sign-in.")
+    st.session_state[NAME_KEY] = name  # outside the widget's state, which a page switch may drop
+    remember_name(name or "")
     reason = refusal()  # e.g. a name of the studio's own, such as `cli`: nothing can be done under it
     if reason:
         st.warning(plain(reason[:1].upper() + reason[1:]) + ".")
 
 
+def remembered_name() -> str | None:
+    """The name this browser typed last (its cookie), read when a session starts: after a reload too."""
+    try:
+        value = st.context.cookies.get(NAME_COOKIE)
+    except Exception:  # noqa: BLE001  (no browser connection)
+        return None
+    if not isinstance(value, str):  # AppTest's context is a mock
+        return None
+    name = urllib.parse.unquote(value).strip()
+    return name[:100] or None
+
+
+def remember_name(name: str) -> None:
+    """Write the name into this browser's cookie when it changed. The only script the studio runs in the page:
+    fixed code, the name passed as a JSON string with `<` escaped, so no typed text becomes markup."""
+    if st.session_state.get(NAME_WRITTEN_KEY) == name:
+        return
+    st.session_state[NAME_WRITTEN_KEY] = name
+    literal = json.dumps(urllib.parse.quote(name, safe="")).replace("<", "\\u003c")
+    st.html(f"<script>document.cookie = '{NAME_COOKIE}=' + {literal} + "
+            "'; path=/; max-age=31536000; SameSite=Strict';</script>", unsafe_allow_javascript=True)
+
+
 def sidebar(url: str, required: bool) -> None:
-    """The context every page works in; choices live in st.session_state under the _common keys."""
+    """The context every page works in: the task and library (bound to the URL's ?task= and ?library=, so a
+    reload or a shared link opens the same ones), who acts, the worker, the database and the default model."""
     with Session(engine()) as session:
         tasks = [t.name for t in queries.list_tasks(session)]
-        task = queries.task_by_name(session, st.session_state.get(TASK_KEY) or (tasks[0] if tasks else ""))
-        libraries = [lib.name for lib in queries.libraries(session, task.id)] if task else []
-        workers = alive_workers(session)
     with st.sidebar:
+        task = None
         if tasks:
-            if st.session_state.get(TASK_KEY) not in tasks:
-                st.session_state[TASK_KEY] = tasks[0]
-            st.selectbox("Task", tasks, key=TASK_KEY)
+            keep_valid_choice(TASK_KEY, tasks)  # a task renamed or deleted meanwhile
+            task = st.selectbox("Task", tasks, key=TASK_KEY, bind="query-params")
+        with Session(engine()) as session:
+            row = queries.task_by_name(session, task) if task else None
+            libraries = [lib.name for lib in queries.libraries(session, row.id)] if row else []
         libraries = libraries or ["default"]
-        if st.session_state.get(LIBRARY_KEY) not in libraries:
-            st.session_state[LIBRARY_KEY] = "default" if "default" in libraries else libraries[0]
-        st.selectbox("Library", libraries, key=LIBRARY_KEY)
+        keep_valid_choice(LIBRARY_KEY, libraries)
+        st.selectbox("Library", libraries, key=LIBRARY_KEY, bind="query-params",
+                     index=libraries.index("default") if "default" in libraries else 0)
         person_box(required)
         st.caption("Worker")
-        if workers:
-            st.code("\n".join(f"{w.id} · {w.current or 'idle'}" for w in workers), language=None, wrap_lines=True)
-        else:
-            st.code("none alive (queued work starts one)", language=None, wrap_lines=True)
+        worker_line()
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
         st.caption("Default model")
         st.code(get_settings().model, language=None, wrap_lines=True)
+
+
+@st.fragment(run_every=3)
+def worker_line() -> None:
+    """What the workers are doing, in words, redrawn on its own every few seconds."""
+    with Session(engine()) as session:
+        line = worker_summary(session)
+    st.code(line, language=None, wrap_lines=True)
 
 
 # An emoji icon is drawn by the browser; a :material: page icon as favicon would be fetched from a font CDN.

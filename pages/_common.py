@@ -40,7 +40,11 @@ from core.worker import ensure_worker, job_health
 from storage import queries
 from storage.models import Task
 
-TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "ctx_task", "ctx_library", "ctx_reviewer"
+# The task and library selectboxes are bound to the URL under these keys (?task=...&library=...), so a reload
+# or a shared link opens the same context.
+TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "task", "library", "ctx_reviewer"
+NAME_COOKIE = "tfgrpo_name"  # the typed acting name, remembered by the browser across reloads (no sign-in)
+URL_WRITTEN_KEY = "_url_written"
 AUTH_KEY = "auth_user"  # the signed-in user's name; set only by the sign-in form in streamlit_app.py
 REFUSED_KEY = "action_refused"  # why the last action was refused; the sign-in page shows it
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
@@ -200,6 +204,42 @@ def role_note(role: str, doing: str) -> None:
 def show_text(text: str | None, empty: str = "(empty)") -> None:
     """Model-written or user-written text, shown verbatim: never Markdown, never HTML."""
     st.code(text if text else empty, language=None, wrap_lines=True)
+
+
+def url_choice(key: str, param: str, options: list[int]) -> None:
+    """Before an id selectbox (run, step, evaluation): a `?param=id` the URL brought (a reload, a shared link,
+    an edited address) becomes the choice, unless it is what this session wrote there itself.
+
+    Ids are not bound with Streamlit's `bind="query-params"`, which stores the option's label, and a run's
+    label changes with its status; here the URL holds the plain id."""
+    raw = st.query_params.get(param)
+    written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
+    if raw is None or raw == written.get(param) or not raw.isdigit() or int(raw) not in options:
+        return
+    st.session_state[key] = int(raw)
+    written[param] = raw
+
+
+def show_in_url(param: str, value: int | None) -> None:
+    """After the selectbox: the choice into the address bar, so reloading or sharing it opens the same thing."""
+    written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
+    if value is None:
+        st.query_params.pop(param, None)
+        written.pop(param, None)
+        return
+    if st.query_params.get(param) != str(value):
+        st.query_params[param] = str(value)
+    written[param] = str(value)
+
+
+def id_select(label: str, ids: list[int], key: str, param: str, *, where: Any = None, **kwargs: Any) -> int | None:
+    """A selectbox of ids (runs, steps, evaluations) kept in the URL as ?param=id: a reload or a shared link
+    opens the same one. `where` is the container to draw in (default: the page)."""
+    keep_valid_choice(key, ids)
+    url_choice(key, param, ids)
+    chosen = (where or st).selectbox(label, ids, key=key, **kwargs)
+    show_in_url(param, chosen)
+    return chosen
 
 
 def keep_valid_choice(key: str, options: list) -> None:

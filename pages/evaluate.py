@@ -1,6 +1,11 @@
 """Evaluate: score library versions on a split (Mean@k, Pass@k with 95% intervals), compare two
 evaluations query by query, and promote the better version to `production`.
 
+The form's widgets are keyed by task and library, so after a switch in the sidebar it never shows one
+task's version and split while queuing another's; the queued message echoes what was queued. The two
+compared evaluations are in the URL (?a=&b=). Promote first shows what changes against production and
+the paired comparison's verdict (core.promotion), then asks for a confirmation.
+
 The worker executes queued evaluations; this page queues them (`core.evaluation.create_evaluation`),
 resumes failed or stalled ones (`core.run_control.resume_evaluation`) and moves the label
 (`core.versions.promote`). Two evaluations are compared by `core.comparison.compare_evaluations`.
@@ -8,6 +13,8 @@ Model output and names are shown as text or in tables through pages._display, ne
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -17,6 +24,8 @@ from sqlmodel import Session
 from core.comparison import compare_evaluations
 from core.errors import StudioError
 from core.evaluation import create_evaluation
+from core.model_choice import known_models
+from core.promotion import PromotionPreview, preview_promotion
 from core.run_control import resume_evaluation
 from core.versions import EMPTY, PRODUCTION, promote
 from core.worker import job_health
@@ -33,8 +42,10 @@ from pages._common import (
     role_note,
     run_action,
     run_page,
+    show_in_url,
     start_worker_if_needed,
     status_label,
+    url_choice,
 )
 from pages._display import show_long, table
 from storage import queries
@@ -42,6 +53,8 @@ from storage.models import Task
 from storage.statuses import JobStatus
 
 FLASH = Flash("eval_flash")
+HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate
+PROMOTE_PENDING_KEY = "eval_promote_pending"
 COST = st.column_config.NumberColumn(format="$%.4f")
 
 
@@ -79,43 +92,89 @@ def load_evaluations(task_id: int) -> tuple[list, dict[int, int]]:
     return evaluations, numbers
 
 
-def start_evaluation(task_name: str) -> None:
+def form_key(name: str, setup: dict) -> str:
+    """A form widget's key for this task and library: options that depend on the task (its versions, its
+    splits, its model) must never carry over to another task, where they would queue something else than
+    what the form shows."""
+    library = setup["library"].id if setup["library"] else "none"
+    return f"eval_{name}_{setup['task'].id}_{library}"
+
+
+@dataclass(frozen=True)
+class FormScope:
+    """What the Start button's callback needs to know about the form it was drawn for (plain values)."""
+
+    task: str
+    keys: dict[str, str]
+    split_sizes: dict[str, int]
+    names: dict[str, str]
+    default_model: str
+
+
+def model_options(current: str) -> list[str]:
+    """The task's model first, then every model known to work here (core.model_choice)."""
+    return list(dict.fromkeys([current, *known_models()]))
+
+
+def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: int, model: str) -> str:
+    """What was queued, echoed back so the person sees it is what the form showed."""
+    return (f"Evaluation #{evaluation_id} queued: version {version} on the {split} split ({queries} queries, "
+            f"k={k}), model {model}.")
+
+
+def start_evaluation(scope: FormScope) -> None:
     """Queue an evaluation of the form's choices (the Start evaluation button's callback) for a worker."""
-    state = st.session_state
-    if state.get("eval_split") is None:
+    state, keys = st.session_state, scope.keys
+    version, split = state.get(keys["version"]) or EMPTY, state.get(keys["split"])
+    if split is None:
         FLASH.set("new", Outcome(False, "This task has no samples to evaluate on."))
         return
+    k, limit = int(state[keys["k"]]), int(state[keys["limit"]]) or None
+    model = str(state[keys["model"]] or "").strip() or scope.default_model
+    size = min(limit or scope.split_sizes.get(split, 0), scope.split_sizes.get(split, 0))
     evaluation_id = run_action(
-        FLASH, "new", create_evaluation, engine(), task_name, state.get("eval_version") or EMPTY,
-        split=state["eval_split"], k=int(state["eval_k"]), limit=int(state["eval_limit"]) or None,
-        model=str(state["eval_model"]).strip() or None, temperature=float(state["eval_temperature"]),
-        created_by=context().reviewer, report=lambda new_id: f"Evaluation #{new_id} queued.")
+        FLASH, "new", create_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
+        model=model, temperature=float(state[keys["temperature"]]), created_by=context().reviewer,
+        report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version), split, size, k, model)))
     if evaluation_id is not None:
         start_worker_if_needed()
 
 
 def evaluation_form(setup: dict) -> None:
-    """What to evaluate; Start evaluation queues it for the worker."""
+    """What to evaluate; Start evaluation queues it for the worker. Every widget is keyed by task and library."""
     task = setup["task"]
     options = [str(v["id"]) for v in setup["versions"]] + [EMPTY]
     names = {str(v["id"]): f"#{v['number']} (id {v['id']}) {' '.join(v['labels'])}".strip()
              for v in setup["versions"]}
     names[EMPTY] = "empty (no library)"
     splits = sorted(setup["splits"])
-    for key, offered in (("eval_version", options), ("eval_split", splits)):
-        keep_valid_choice(key, offered)  # another task or library was chosen in the sidebar
-    with st.form("eval_form"):
+    version_key, split_key = form_key("version", setup), form_key("split", setup)
+    handed = st.session_state.pop(HANDOFF_KEY, None)  # "Evaluate this version" on Train or Library
+    if handed is not None and str(handed) in options:
+        st.session_state[version_key] = str(handed)
+    for key, offered in ((version_key, options), (split_key, splits)):
+        keep_valid_choice(key, offered)
+    if splits:
+        st.session_state.setdefault(split_key, "test" if "test" in splits else splits[0])
+    models = model_options(task.policy_model)
+    with st.form(f"eval_form_{task.id}"):
         c1, c2, c3 = st.columns(3)
-        c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key="eval_version")
-        c2.selectbox("Split", splits, index=splits.index("test") if "test" in splits else 0,
-                     format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key="eval_split")
-        c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key="eval_k")
-        c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="eval_limit")
-        c2.text_input("Model", value=task.policy_model, key="eval_model")
+        c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key=version_key)
+        c2.selectbox("Split", splits,
+                     format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key=split_key)
+        c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key=form_key("k", setup))
+        c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key=form_key("limit", setup))
+        c2.selectbox("Model", models, index=0, accept_new_options=True, key=form_key("model", setup),
+                     help="The task's policy model, the embedded models and the configured providers; "
+                          "type another litellm model name if you need one.")
         c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1, format="%.2f",
-                        key="eval_temperature")
+                        key=form_key("temperature", setup))
+        scope = FormScope(task=task.name, names=names, split_sizes=dict(setup["splits"]),
+                          default_model=task.policy_model,
+                          keys={name: form_key(name, setup) for name in ("version", "split", "k", "limit", "model",
+                                                                        "temperature")})
         st.form_submit_button("Start evaluation", key="eval_submit", type="primary", on_click=start_evaluation,
-                              args=(task.name,))
+                              args=(scope,))
     FLASH.show("new")
 
 
@@ -193,13 +252,17 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
         return
     by_id = {e.id: e for e in completed}
     ids = list(by_id)  # newest first
-    for key in ("eval_compare_a", "eval_compare_b"):
+    for key, param, default in (("eval_compare_a", "a", ids[1]), ("eval_compare_b", "b", ids[0])):
         keep_valid_choice(key, ids)
+        url_choice(key, param, ids)
+        st.session_state.setdefault(key, default)
     left, right = st.columns(2)
-    a_id = left.selectbox("Evaluation A", ids, index=1, key="eval_compare_a",
+    a_id = left.selectbox("Evaluation A", ids, key="eval_compare_a",
                           format_func=lambda i: evaluation_choice(by_id[i], numbers))
-    b_id = right.selectbox("Evaluation B", ids, index=0, key="eval_compare_b",
+    b_id = right.selectbox("Evaluation B", ids, key="eval_compare_b",
                            format_func=lambda i: evaluation_choice(by_id[i], numbers))
+    show_in_url("a", a_id)
+    show_in_url("b", b_id)
     if a_id == b_id:
         st.warning("Choose two different evaluations.")
         return
@@ -251,12 +314,53 @@ def outputs_side_by_side(result) -> None:
 
 
 def promote_version(version_id: int, name: str) -> None:
-    """Point `production` at the version (the Promote button's callback; core.versions.promote checks the role)."""
+    """Point `production` at the version (the Confirm button's callback; core.versions.promote checks the role)."""
+    st.session_state.pop(PROMOTE_PENDING_KEY, None)
     run_action(FLASH, "promote", promote, engine(), version_id, context().reviewer,
                report=f"production now points at version {name} (id {version_id}).")
 
 
+def ask_promote(version_id: int) -> None:
+    st.session_state[PROMOTE_PENDING_KEY] = version_id
+
+
+def cancel_promote() -> None:
+    st.session_state.pop(PROMOTE_PENDING_KEY, None)
+
+
+def change_lines(changes: list[dict]) -> str:
+    """The experiences that change, as diff lines: model-written text shown as text."""
+    lines = []
+    for change in changes:
+        if change["before"] is not None:
+            lines.append(f"- [{change['id']}] {change['before']}")
+        if change["after"] is not None:
+            lines.append(f"+ [{change['id']}] {change['after']}")
+    return "\n".join(lines)
+
+
+def show_preview(preview: PromotionPreview) -> None:
+    """What moving the label changes (the experiences, against production) and what the evidence says."""
+    current = f"#{preview.production_number}" if preview.production_number is not None else "none"
+    st.markdown(f"**Promote version #{preview.version_number} to production?** Production now: {current}.")
+    stats = preview.comparison.stats if preview.comparison else None
+    shown = st.error if preview.worse else st.success if stats and stats.decided else st.info
+    shown(plain(preview.evidence))
+    if stats is not None:
+        cols = st.columns(3)
+        cols[0].metric("Candidate − production (Mean@k)", f"{stats.delta:+.3f}")
+        cols[1].metric("95% interval", f"[{stats.ci_low:+.3f}, {stats.ci_high:+.3f}]" if stats.n >= 2 else "–")
+        cols[2].metric("Queries compared", stats.n)
+    if preview.changes:
+        st.caption(f"What changes in the agent's prompt: {len(preview.changes)} experiences "
+                   "(- production, + candidate)")
+        show_long(change_lines(preview.changes), "promote_changes", language="diff")
+    elif not preview.already_production:
+        st.caption("The experiences are the same as production's.")
+
+
 def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> None:
+    """Choose an evaluated version; Promote shows the diff against production and the verdict, then asks."""
     FLASH.show("promote")
     current = setup["production"]
     if current:
@@ -270,16 +374,30 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
         return
     by_id = {e.id: e for e in candidates}
     ids = sorted(by_id, key=lambda i: (by_id[i].mean_at_k or 0.0, i), reverse=True)  # best first
-    if st.session_state.get("eval_promote_choice") not in by_id:
-        st.session_state.pop("eval_promote_choice", None)
-    chosen = st.selectbox("Evaluation to promote", ids, key="eval_promote_choice",
+    key = f"eval_promote_choice_{setup['task'].id}"
+    keep_valid_choice(key, ids)
+    chosen = st.selectbox("Evaluation to promote", ids, key=key,
                           format_func=lambda i: evaluation_choice(by_id[i], numbers))
     version_id = by_id[chosen].version_id
     if not allowed("admin"):
         role_note("admin", "promoting a version to production")
         return
-    st.button("Promote to production", key="eval_promote", type="primary", icon=":material/rocket_launch:",
-              on_click=promote_version, args=(version_id, version_name(version_id, numbers)))
+    if st.session_state.get(PROMOTE_PENDING_KEY) != version_id:
+        st.button("Promote to production…", key="eval_promote", type="primary", icon=":material/rocket_launch:",
+                  on_click=ask_promote, args=(version_id,), disabled=version_id == current,
+                  help="Shows what changes against production and the comparison's verdict before anything moves.")
+        return
+    with st.container(border=True):
+        try:
+            preview = preview_promotion(engine(), version_id)
+        except StudioError as exc:
+            st.error(plain(str(exc)))
+            return
+        show_preview(preview)
+        confirm, cancel = st.columns(2)
+        confirm.button(f"Confirm: promote #{preview.version_number}", key="eval_promote_confirm", type="primary",
+                       on_click=promote_version, args=(version_id, version_name(version_id, numbers)))
+        cancel.button("Cancel", key="eval_promote_cancel", on_click=cancel_promote)
 
 
 def page() -> None:

@@ -1,4 +1,8 @@
-"""Overview: tasks, libraries with their versions, runs, evaluations, and what waits for a person.
+"""Overview: what the studio is and the path through it, then tasks, libraries with their versions, runs,
+evaluations, and what waits for a person.
+
+A first visit reads "What this is" and three steps, each a button: a quick trial (Train with its preset),
+the review, and the evaluation. Empty sections offer a button to the page that fills them.
 
 Read-only. Everything comes through `storage.queries`; text written by a model or a person (experiences,
 notes, errors) is shown as code or in tables (pages._display), never as Markdown; task, library and
@@ -31,6 +35,12 @@ from storage.statuses import JobStatus
 FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 EVAL_COMMAND = 'python -m core eval --task "arithmetic word problems" --version latest --limit 20'
+PRESET_REQUEST = "train_preset_request"  # the Train page selects the preset it finds here (pages/train.py)
+WHAT_THIS_IS = (
+    "A frozen model gets better without any change to its weights: it answers each training query several "
+    "times, and a learner model turns what the better attempts did differently into a small library of "
+    "experiences that goes into its prompt. People review every proposed change before it lands, and every "
+    "claim of improvement is measured on held-out queries the model never trained on.")
 ATTENTION_STATUSES = (JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS, JobStatus.FAILED, JobStatus.STALLED)
 
 
@@ -115,9 +125,42 @@ def resume(run_id: int) -> None:
         start_worker_if_needed()
 
 
+def quick_trial() -> None:
+    """Step 1: Train with the quick-trial preset selected (a small run whose changes a person reviews)."""
+    st.session_state[PRESET_REQUEST] = "quick"
+    st.switch_page("pages/train.py")
+
+
+STEPS = (
+    ("1 · Try it", "4 queries, 4 attempts each, one step on the chosen task; a few minutes on the embedded model.",
+     "Quick trial", None, ":material/model_training:"),
+    ("2 · Review", "Approve, edit or reject each change the learner proposed; approved ones make a new version.",
+     "Review", "pages/review.py", ":material/rate_review:"),
+    ("3 · Evaluate and compare", "Score versions on held-out queries and compare them query by query before "
+     "promoting one.", "Evaluate and compare", "pages/evaluate.py", ":material/leaderboard:"),
+)
+
+
+def first_steps() -> None:
+    """What this is, in three sentences, and the path through the studio as three buttons."""
+    st.subheader("What this is", anchor=False)
+    st.write(WHAT_THIS_IS)
+    for column, (title, caption, label, target, icon) in zip(st.columns(3), STEPS, strict=True):
+        with column:
+            st.markdown(f"**{title}**")
+            st.caption(caption)
+            pressed = st.button(label, key=f"overview_step_{label.split()[0].lower()}", icon=icon,
+                                type="primary" if target is None else "secondary")
+            if pressed and target is None:
+                quick_trial()
+            elif pressed:
+                st.switch_page(target)
+
+
 def page() -> None:
     data = load_overview()
     st.title("Overview")
+    first_steps()
 
     st.header("What needs a person")
     FLASH.show("attention")
@@ -142,11 +185,13 @@ def page() -> None:
     if data["tasks"]:
         table(data["tasks"], key="tasks_table")
     else:
-        st.info("No tasks yet.")
+        st.info("No tasks yet: create one, with its data, on the Tasks page.")
+        st.page_link("pages/tasks.py", label="Open Tasks", icon=":material/edit_note:")
 
     st.header("Libraries")
     if not data["libraries"]:
-        st.info("No libraries yet.")
+        st.info("No libraries yet: a task gets its first when a run starts or a library is imported.")
+        st.page_link("pages/library.py", label="Open Library", icon=":material/library_books:")
     for block in data["libraries"]:
         st.subheader(plain(block["title"]), anchor=False)
         table(block["rows"], column_config={"created": DATETIME}, key=f"versions_table_{block['id']}")
@@ -163,14 +208,18 @@ def page() -> None:
     if data["runs"]:
         table(data["runs"], column_config={"created": DATETIME}, key="runs_table")
     else:
-        st.info("No runs yet. Start one on the Train page, or from a terminal in the project folder:"
-                f"\n\n`{TRAIN_COMMAND}`")
+        st.info("No runs yet: start a quick trial, or set a run of your own on the Train page.")
+        if st.button("Start a quick trial", key="overview_runs_quick_trial"):
+            quick_trial()
+        st.caption(f"From a terminal in the project folder: `{TRAIN_COMMAND}`")
 
     st.header("Evaluations")
     if data["evaluations"]:
         table(data["evaluations"], column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
     else:
-        st.caption(f"No evaluations yet. Score a version on the test split with `{EVAL_COMMAND}`.")
+        st.info("No evaluations yet: score a version on the test split on the Evaluate page.")
+        st.page_link("pages/evaluate.py", label="Open Evaluate", icon=":material/leaderboard:")
+        st.caption(f"From a terminal: `{EVAL_COMMAND}`")
 
 
 run_page(page)

@@ -21,11 +21,13 @@ from pages._common import (
     allowed,
     context,
     engine,
+    id_select,
     keep_valid_choice,
     require_task,
     reward_text,
     run_action,
     run_page,
+    show_in_url,
     status_label,
 )
 from pages._display import show_long, show_turns, table
@@ -127,8 +129,7 @@ def choose_training_step(session: Session, task_id: int) -> int | None:
         st.info("This task has no training runs yet. Start one on the Train page.")
         return None
     by_id = {run.id: run for run in runs}
-    keep_valid_choice(RUN_KEY, list(by_id))
-    run_id = st.selectbox("Run", list(by_id), key=RUN_KEY, format_func=lambda i: (
+    run_id = id_select("Run", list(by_id), RUN_KEY, "run", format_func=lambda i: (
         f"Run {i} · {status_label(by_id[i].status, by_id[i].heartbeat_at)} · "
         f"{by_id[i].created_at:%Y-%m-%d %H:%M}"))
     steps = queries.steps(session, run_id)
@@ -136,8 +137,7 @@ def choose_training_step(session: Session, task_id: int) -> int | None:
         st.info("This run has no steps yet.")
         return None
     step_by_id = {step.id: step for step in steps}
-    keep_valid_choice(STEP_KEY, list(step_by_id))
-    return st.selectbox("Step", list(step_by_id), key=STEP_KEY, format_func=lambda i: (
+    return id_select("Step", list(step_by_id), STEP_KEY, "step", format_func=lambda i: (
         f"epoch {step_by_id[i].epoch + 1} · batch {step_by_id[i].batch_index + 1} · {step_by_id[i].status}"))
 
 
@@ -147,8 +147,7 @@ def choose_evaluation(session: Session, task_id: int) -> int | None:
         st.info("This task has no evaluations yet. Start one on the Evaluate page.")
         return None
     by_id = {ev.id: ev for ev in evaluations}
-    keep_valid_choice(EVAL_KEY, list(by_id))
-    return st.selectbox("Evaluation", list(by_id), key=EVAL_KEY, format_func=lambda i: evaluation_label(by_id[i]))
+    return id_select("Evaluation", list(by_id), EVAL_KEY, "evaluation", format_func=lambda i: evaluation_label(by_id[i]))
 
 
 def evaluation_label(ev) -> str:
@@ -162,7 +161,11 @@ def page() -> None:
     st.title("Rollouts")
     _ctx, task = require_task()
     with Session(engine()) as session:
+        if "evaluation" in st.query_params and SOURCE_KEY not in st.session_state:  # a link to an evaluation
+            st.session_state[SOURCE_KEY] = SOURCES[1]
         source = st.radio("Source", SOURCES, key=SOURCE_KEY, horizontal=True)
+        for param in ("evaluation",) if source == SOURCES[0] else ("run", "step"):
+            show_in_url(param, None)
         step_id = evaluation_id = None
         if source == SOURCES[0]:
             step_id = choose_training_step(session, task.id)

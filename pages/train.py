@@ -3,7 +3,12 @@ size, tokens and cost, time left) and pause, resume or cancel it.
 
 Runs are executed by the worker; this page only queues them (`core.training.create_run`) and writes
 a person's requests (`core.run_control`). Counters come from `run.progress`, which the worker keeps
-up to date, so the live view costs a handful of small reads every two seconds.
+up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
+before Start, a queued run's place in line and the status in words come from `core.progress`; the model
+choices from `core.model_choice`.
+
+The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
+every change. The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
 """
 
 from __future__ import annotations
@@ -16,15 +21,27 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
+from core.errors import InvalidInput
+from core.model_choice import check_model, known_models
+from core.progress import (
+    estimate_words,
+    form_estimate,
+    queue_position,
+    queue_words,
+    run_estimate,
+    status_words,
+)
 from core.run_control import cancel_run, pause_run, resume_run
 from core.run_settings import RunSettings
 from core.training import create_run
 from core.worker import job_health
 from pages._common import (
+    LIBRARY_KEY,
     Flash,
     allowed,
     context,
     engine,
+    plain,
     require_task,
     role_note,
     run_action,
@@ -46,7 +63,19 @@ from storage.statuses import (
 
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"
+CONFIRM_KEY = "train_confirm"  # (action, run id) a control button asked to confirm
+GOTO_KEY = "train_goto"  # a page to switch to, set by a button's callback (switching needs the script)
+EVAL_HANDOFF_KEY = "eval_version"  # the Evaluate page selects the version id it finds here
+PRESET_KEY = "train_preset"
+PRESET_REQUEST = "train_preset_request"  # another page (Overview's Quick trial) asks for a preset here
 DEFAULTS = RunSettings()
+# A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
+# proposes and decides it. The validation gate is off: the few queries a trial can hold out measure noise,
+# not effect, and the gate's two evaluations would cost more calls than the trial itself; Evaluate measures
+# the result on held-out queries afterwards.
+QUICK_TRIAL = {"train_limit": 4, "train_batch_size": 4, "train_group_size": 4, "train_epochs": 1,
+               "train_review_mode": "manual", "train_gate": GateRule.OFF.value}
+PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)", "custom": "Custom"}
 
 
 def duration(seconds: float | None) -> str:
@@ -71,23 +100,33 @@ def fraction(done: int, total: int) -> str:
     return f"{done} / {total if total else '?'}"
 
 
-def elapsed_and_left(run, shown: str, progress: dict) -> tuple[float | None, float | None]:
-    """Seconds since the run started (to now while it runs, else to when it last did something) and an
-    estimate of the seconds left from the rollout rate so far."""
+def elapsed(run, shown: str) -> float | None:
+    """Seconds since the run started: to now while it runs, else to when it last did something."""
     started = as_utc(run.started_at)
     if started is None:
-        return None, None
+        return None
     if shown == JobStatus.RUNNING:
         end = datetime.now(UTC)
     else:
         end = as_utc(run.finished_at) or as_utc(run.heartbeat_at) or datetime.now(UTC)
-    elapsed = max(0.0, (end - started).total_seconds())
+    return max(0.0, (end - started).total_seconds())
+
+
+def time_left(run, shown: str) -> tuple[float | None, str]:
+    """Seconds left over all stages (core.progress) and what the figure rests on, for the metric's help."""
     if shown == JobStatus.COMPLETED:
-        return elapsed, 0.0
-    done, total = progress.get("rollouts_done", 0), progress.get("rollouts_total", 0)
-    if shown != JobStatus.RUNNING or not done or not total or elapsed <= 0:
-        return elapsed, None
-    return elapsed, max(0, total - done) * elapsed / done
+        return 0.0, "The run is completed."
+    if shown == JobStatus.CANCELLED:
+        return None, "The run is cancelled: nothing more is planned."
+    if shown == JobStatus.FAILED:
+        return None, "The run failed: nothing is planned until it is resumed."
+    with Session(engine()) as session:
+        estimate = run_estimate(session, run)
+    if estimate is None:
+        return None, "Nothing can be said yet."
+    waiting = "" if shown in (JobStatus.RUNNING, JobStatus.QUEUED) else \
+        " Model time once it goes on; the time a person takes is not counted."
+    return estimate.seconds, f"All stages still to come, {estimate.basis}.{waiting}"
 
 
 def load_run_view(run_id: int) -> dict | None:
@@ -102,11 +141,15 @@ def load_run_view(run_id: int) -> dict | None:
         start = queries.version_by_id(session, run.start_version_id) if run.start_version_id else None
         numbers = {v.id: v.number for v in ([start] if start else []) + versions}
         sizes = [(v.number, len(v.experiences)) for v in ([start] if start else []) + versions]
+        pending = sum(queries.pending_operations_by_step(session, run_id).values())
+        library = next((lib.name for lib in queries.libraries(session, run.task_id) if lib.id == run.library_id), None)
+        place = queue_position(session, run)
     gates = [{"step": i + 1, "epoch": s.epoch + 1, "batch": s.batch_index + 1,
               "decision": s.gate.get("decision", ""), "gate": s.gate.get("line", "")}
              for i, s in enumerate(steps) if s.gate]
     return {"run": run, "rewards": rewards, "sizes": sorted(set(sizes)), "gates": gates,
-            "validation": validation_by_version(steps, numbers)}
+            "validation": validation_by_version(steps, numbers), "steps": steps, "numbers": numbers,
+            "pending": pending, "library": library, "place": place}
 
 
 def validation_by_version(steps, numbers: dict[int, int]) -> list[tuple[int, float]]:
@@ -145,56 +188,92 @@ def progress_chart(rewards: list[tuple[int, float]], sizes: list[tuple[int, int]
 
 
 def request(change, run_id: int, done: str) -> None:
-    """Pause, resume or cancel the run (a button's callback); a run queued again needs a worker."""
+    """Pause, resume or cancel the run (the confirmation's callback); a run queued again needs a worker."""
+    st.session_state.pop(CONFIRM_KEY, None)
     if run_action(FLASH, "control", change, engine(), run_id, context().reviewer, success=done) is not None \
             and change is resume_run:
         start_worker_if_needed()
 
 
-def control_buttons(run_id: int, shown: str) -> None:
-    """Only the requests that make sense for the run's (shown) status."""
-    left, middle, right, _ = st.columns([1, 1, 1, 4])
-    if shown in PERSON_MAY_PAUSE:
-        left.button("Pause", key="train_pause", icon=":material/pause:", on_click=request,
-                    args=(pause_run, run_id, f"Run #{run_id} paused"))
+def ask(action: str, run_id: int) -> None:
+    """A control button's callback: the next redraw asks for a confirmation instead of acting at once."""
+    st.session_state[CONFIRM_KEY] = (action, run_id)
+
+
+def keep_running() -> None:
+    st.session_state.pop(CONFIRM_KEY, None)
+
+
+CONTROLS = {
+    "pause": (pause_run, PERSON_MAY_PAUSE, "Pause run #{id}? The call in flight finishes; resume continues where "
+              "it stopped.", "Keep running", "Run #{id} paused"),
+    "resume": (resume_run, PERSON_MAY_RESUME, "Resume run #{id}? It is queued again, and a worker continues it "
+               "where it stopped; what is stored is kept.", "Leave it as it is", "Run #{id} queued again"),
+    "cancel": (cancel_run, PERSON_MAY_CANCEL, "Cancel run #{id} for good? Versions it already created stay; a "
+               "cancelled run cannot be resumed.", "Keep the run", "Run #{id} cancelled"),
+}
+
+
+def toggle_action(shown: str) -> str | None:
+    """The one primary button: Resume when the run may resume (a stalled one too), else Pause when it may pause."""
     if shown in PERSON_MAY_RESUME:
-        middle.button("Resume", key="train_resume", icon=":material/play_arrow:", on_click=request,
-                      args=(resume_run, run_id, f"Run #{run_id} queued again"))
-    if shown in PERSON_MAY_CANCEL:
-        right.button("Cancel", key="train_cancel", icon=":material/stop:", on_click=request,
-                     args=(cancel_run, run_id, f"Run #{run_id} cancelled"))
+        return "resume"
+    return "pause" if shown in PERSON_MAY_PAUSE else None
 
 
-@st.fragment(run_every=2)
-def live_progress(run_id: int) -> None:
-    """Everything that moves while a run executes; redrawn on its own every two seconds."""
-    view = load_run_view(run_id)
-    if view is None:
-        st.warning(f"Run #{run_id} no longer exists.")
+def control_buttons(run_id: int, shown: str) -> None:
+    """One primary toggle (Pause or Resume) and Cancel; pressing either asks for a confirmation first."""
+    asked = st.session_state.get(CONFIRM_KEY)
+    if asked and asked[1] == run_id and shown in CONTROLS[asked[0]][1]:
+        confirm(asked[0], run_id)
         return
+    if asked and asked[1] == run_id:  # the run moved on meanwhile: the question no longer applies
+        keep_running()
+    left, right, _ = st.columns([1, 1, 5])
+    toggle = toggle_action(shown)
+    if toggle:
+        left.button(toggle.capitalize(), key=f"train_{toggle}", type="primary", on_click=ask, args=(toggle, run_id),
+                    icon=":material/play_arrow:" if toggle == "resume" else ":material/pause:")
+    if shown in PERSON_MAY_CANCEL:
+        right.button("Cancel", key="train_cancel", icon=":material/stop:", on_click=ask, args=("cancel", run_id))
+
+
+def confirm(action: str, run_id: int) -> None:
+    """The question, with Confirm (acts through core.run_control) and a way back that does nothing."""
+    change, _allowed, question, back, done = CONTROLS[action]
+    st.warning(question.format(id=run_id))
+    left, right, _ = st.columns([1, 1, 5])
+    left.button("Confirm", key="train_confirm_yes", type="primary", on_click=request,
+                args=(change, run_id, done.format(id=run_id)))
+    right.button(back, key="train_confirm_no", on_click=keep_running)
+
+
+def go_evaluate(version_id: int, library: str | None) -> None:
+    """The Evaluate this version button's callback: the Evaluate page picks the version up from its handoff
+    key, in the run's library; the switch itself happens in the script (next_steps)."""
+    st.session_state[EVAL_HANDOFF_KEY] = str(version_id)
+    if library:
+        st.session_state[LIBRARY_KEY] = library
+    st.session_state[GOTO_KEY] = "pages/evaluate.py"
+
+
+def next_steps(view: dict) -> None:
+    """After a run completes: evaluate the version it made, or open it in the Library."""
     run = view["run"]
-    shown = job_health(run.status, run.heartbeat_at)
-    progress = run.progress or {}
-    settings = RunSettings.from_dict(run.settings or {})
+    st.success(f"Run #{run.id} is completed. Next: measure its version on held-out queries, or read it.")
+    left, right, _ = st.columns([1, 1, 3])
+    if run.current_version_id is not None:
+        left.button("Evaluate this version", key="train_evaluate", type="primary", icon=":material/leaderboard:",
+                    on_click=go_evaluate, args=(run.current_version_id, view["library"]))
+    right.page_link("pages/library.py", label="Open in Library", icon=":material/library_books:")
+    target = st.session_state.pop(GOTO_KEY, None)
+    if target:
+        st.switch_page(target)
 
-    st.markdown(f"**Status:** {status_label(run.status, run.heartbeat_at)}")
-    if shown == JobStatus.STALLED:
-        st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
-                   "Resume it to queue it again for a live worker (what is stored is kept).")
-    FLASH.show("control")
-    if allowed("reviewer"):
-        control_buttons(run_id, shown)
-    if shown == JobStatus.AWAITING_REVIEW:
-        st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
-        st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
-    if shown == JobStatus.AWAITING_LABELS:
-        st.info(f"Run #{run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
-        st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
-    if run.error:
-        st.caption("Error" if shown == JobStatus.FAILED else "Why it stopped")
-        show_text(run.error)
 
-    elapsed, left = elapsed_and_left(run, shown, progress)
+def run_metrics(run, shown: str, progress: dict, settings: RunSettings) -> None:
+    """The counters, tokens, cost, elapsed time and the time left over all stages."""
+    left, basis = time_left(run, shown)
     cost = progress.get("cost", 0.0)
     budget = f" of ${settings.budget_usd:.2f}" if settings.budget_usd else ""
     row1 = st.columns(5)
@@ -210,8 +289,46 @@ def live_progress(run_id: int) -> None:
     row2[1].metric("Tokens", compact(tokens_in + tokens_out),
                    help=f"{tokens_in:,} in (prompts) · {tokens_out:,} out (completions)")
     row2[2].metric("Cost", f"${cost:.4f}{budget}")
-    row2[3].metric("Elapsed", duration(elapsed))
-    row2[4].metric("Time left", duration(left), help="Estimated from the rollout rate so far.")
+    row2[3].metric("Elapsed", duration(elapsed(run, shown)))
+    row2[4].metric("Time left", duration(left), help=plain(basis))
+
+
+@st.fragment(run_every=2)
+def live_progress(run_id: int) -> None:
+    """Everything that moves while a run executes; redrawn on its own every two seconds."""
+    view = load_run_view(run_id)
+    if view is None:
+        st.warning(f"Run #{run_id} no longer exists.")
+        return
+    run = view["run"]
+    shown = job_health(run.status, run.heartbeat_at)
+    progress = run.progress or {}
+    settings = RunSettings.from_dict(run.settings or {})
+
+    words = status_words(run, view["steps"], view["numbers"], shown, view["pending"])
+    st.markdown(f"**Status:** {plain(words)}")
+    st.caption(f"Stored status: {status_label(run.status, run.heartbeat_at)}")
+    if view["place"] is not None:
+        st.info(queue_words(view["place"]))
+    if shown == JobStatus.STALLED:
+        st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
+                   "Resume it to queue it again for a live worker (what is stored is kept).")
+    FLASH.show("control")
+    if allowed("reviewer"):
+        control_buttons(run_id, shown)
+    if shown == JobStatus.COMPLETED:
+        next_steps(view)
+    if shown == JobStatus.AWAITING_REVIEW:
+        st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
+        st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
+    if shown == JobStatus.AWAITING_LABELS:
+        st.info(f"Run #{run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
+        st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
+    if run.error:
+        st.caption("Error" if shown == JobStatus.FAILED else "Why it stopped")
+        show_text(run.error)
+
+    run_metrics(run, shown, progress, settings)
     st.caption(
         f"Groups skipped (all rewards equal): {progress.get('groups_skipped', 0)} · "
         f"groups failed: {progress.get('groups_failed', 0)} · "
@@ -238,8 +355,8 @@ def form_settings() -> RunSettings:
         group_size=int(state["train_group_size"]), temperature=float(state["train_temperature"]),
         concurrency=int(state["train_concurrency"]), limit=int(state["train_limit"]) or None,
         seed=int(state["train_seed"]), ground_truth=bool(state["train_ground_truth"]),
-        review_mode=state["train_review_mode"], policy_model=state["train_policy_model"].strip(),
-        learner_model=state["train_learner_model"].strip(), max_tokens=int(state["train_max_tokens"]),
+        review_mode=state["train_review_mode"], policy_model=str(state["train_policy_model"] or "").strip(),
+        learner_model=str(state["train_learner_model"] or "").strip(), max_tokens=int(state["train_max_tokens"]),
         budget_usd=float(state["train_budget"]) or None, gate=state["train_gate"],
         validation_size=optional_int(state.get("train_validation_size")), gate_k=int(state["train_gate_k"]),
         max_operations=optional_int(state.get("train_max_operations")),
@@ -251,59 +368,138 @@ def optional_int(value) -> int | None:
     return None if value is None else int(value)
 
 
+def form_defaults(task) -> dict:
+    """Every form widget's starting value: the run defaults, the task's models."""
+    return {"train_epochs": DEFAULTS.epochs, "train_batch_size": DEFAULTS.batch_size,
+            "train_group_size": DEFAULTS.group_size, "train_temperature": DEFAULTS.temperature,
+            "train_concurrency": DEFAULTS.concurrency, "train_limit": 0, "train_seed": DEFAULTS.seed,
+            "train_max_tokens": DEFAULTS.max_tokens, "train_policy_model": task.policy_model,
+            "train_learner_model": task.learner_model, "train_ground_truth": True, "train_review_mode": "auto",
+            "train_budget": 0.0, "train_gate": DEFAULTS.gate.value, "train_validation_size": None,
+            "train_gate_k": DEFAULTS.gate_k, "train_max_operations": None,
+            "train_max_experiences": DEFAULTS.max_experiences}
+
+
+def apply_preset(task) -> None:
+    """The Preset choice's callback: fill the form with the preset's values (Custom leaves them as they are)."""
+    preset = st.session_state.get(PRESET_KEY)
+    if preset == "custom":
+        return
+    values = {**form_defaults(task), **(QUICK_TRIAL if preset == "quick" else {})}
+    for key, value in values.items():
+        st.session_state[key] = value
+
+
+def mark_custom() -> None:
+    """A setting changed by hand: the form no longer shows a preset."""
+    st.session_state[PRESET_KEY] = "custom"
+
+
+def prepare_form(task) -> None:
+    """Before the widgets: a preset another page asked for, else the defaults for widgets not yet drawn."""
+    requested = st.session_state.pop(PRESET_REQUEST, None)
+    if requested in PRESETS:
+        st.session_state[PRESET_KEY] = requested
+        apply_preset(task)
+    st.session_state.setdefault(PRESET_KEY, "full")
+    for key, value in form_defaults(task).items():
+        st.session_state.setdefault(key, value)
+
+
+def queue_run(task_name: str, library: str, actor: str) -> int:
+    """Queue the form's run once its models are usable here: a model that cannot be called would otherwise
+    fail only in the worker, at the run's first call. Empty model fields mean the task's models."""
+    settings = form_settings()
+    for name in (settings.policy_model, settings.learner_model):
+        if name:
+            check_model(name)
+    return create_run(engine(), task_name, settings, library_name=library, created_by=actor)
+
+
 def start_run(task_name: str) -> None:
     """Queue a run with the form's settings (the Start run button's callback); a worker takes it."""
     ctx = context()
-    run_id = run_action(FLASH, "new run", lambda: create_run(engine(), task_name, form_settings(),
-                                                             library_name=ctx.library, created_by=ctx.reviewer),
-                        success="Run queued")
+    run_id = run_action(FLASH, "new run", queue_run, task_name, ctx.library, ctx.reviewer, success="Run queued")
     if run_id is not None:
         st.session_state[RUN_KEY] = run_id
         start_worker_if_needed()
 
 
+def model_options(current: str, task_model: str) -> list[str]:
+    """The field's choice first, the task's model, then every model known to work here; free text stays possible."""
+    return list(dict.fromkeys([m for m in (current, task_model) if m] + known_models()))
+
+
+def model_fields(task) -> None:
+    m1, m2 = st.columns(2)
+    for column, label, key, task_model, role in (
+            (m1, "Policy model", "train_policy_model", task.policy_model, "The model that answers the queries."),
+            (m2, "Learner model", "train_learner_model", task.learner_model,
+             "The model that summarises attempts and proposes experiences.")):
+        column.selectbox(label, model_options(st.session_state.get(key) or "", task_model), key=key,
+                         accept_new_options=True, on_change=mark_custom,
+                         help=role + " The embedded models and those of every provider whose API key is set; "
+                                     "type another litellm model name if you need one.")
+
+
+def settings_widgets(task) -> None:
+    """The run settings, filled from the session (a preset or the defaults); a change by hand makes it Custom."""
+    custom = {"on_change": mark_custom}
+    c1, c2, c3, c4 = st.columns(4)
+    c1.number_input("Epochs", step=1, key="train_epochs", **custom)
+    c2.number_input("Batch size", step=1, key="train_batch_size", help="Training queries per step.", **custom)
+    c3.number_input("Group size (G)", step=1, key="train_group_size",
+                    help="Attempts per query; their differences teach the learner.", **custom)
+    c4.number_input("Temperature", step=0.1, format="%.2f", key="train_temperature", **custom)
+    c1.number_input("Concurrency", step=1, key="train_concurrency", help="Model calls in flight at once.", **custom)
+    c2.number_input("Training queries limit (0 = all)", min_value=0, step=1, key="train_limit", **custom)
+    c3.number_input("Seed", step=1, key="train_seed", **custom)
+    c4.number_input("Max tokens per answer", min_value=16, step=64, key="train_max_tokens", **custom)
+    model_fields(task)
+    o1, o2, o3 = st.columns(3)
+    o1.checkbox("Ground truth", key="train_ground_truth", **custom,
+                help="Score answers against the reference; off: the group's majority answer.")
+    o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode", **custom,
+             help="manual: every proposed library change waits for a person.")
+    o3.number_input("Budget USD (0 = none)", min_value=0.0, step=0.5, format="%.2f", key="train_budget", **custom,
+                    help="The run pauses when its cost reaches the budget.")
+    g1, g2, g3, g4, g5 = st.columns(5)
+    g1.selectbox("Validation gate", [rule.value for rule in GateRule], key="train_gate", **custom,
+                 help=RunSettings.model_fields["gate"].description)
+    g2.number_input("Validation queries", value=None, min_value=0, step=1, key="train_validation_size", **custom,
+                    placeholder="automatic", help=RunSettings.model_fields["validation_size"].description
+                    + ". A task with a validation split uses all of it.")
+    g3.number_input("Gate samples per query", min_value=1, step=1, key="train_gate_k", **custom)
+    g4.number_input("Operations per step", value=None, min_value=1, step=1, key="train_max_operations", **custom,
+                    placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
+    g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences", **custom,
+                    help=RunSettings.model_fields["max_experiences"].description)
+
+
+def run_estimate_line(task) -> None:
+    """Calls, tokens and time of a run with the form's settings, before it is queued (core.progress)."""
+    try:
+        settings = form_settings()
+    except InvalidInput:
+        st.caption("Estimate: the settings above are not valid yet (Start run says why).")
+        return
+    with Session(engine()) as session:
+        estimate = form_estimate(session, task, settings)
+    st.markdown(f"**Estimate:** {plain(estimate_words(estimate))}",
+                help="Calls per stage from these settings; tokens and seconds per call from the ledger's "
+                     "measured calls of the chosen models, else an assumed default speed of the embedded model. "
+                     "The learner's summaries assume half the groups have mixed rewards.")
+
+
 def settings_form(task) -> None:
-    """The run settings; Start run queues the run (or says why it cannot be)."""
-    with st.form("train_form"):
-        c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Epochs", value=DEFAULTS.epochs, step=1, key="train_epochs")
-        c2.number_input("Batch size", value=DEFAULTS.batch_size, step=1, key="train_batch_size",
-                        help="Training queries per step.")
-        c3.number_input("Group size (G)", value=DEFAULTS.group_size, step=1, key="train_group_size",
-                        help="Attempts per query; their differences teach the learner.")
-        c4.number_input("Temperature", value=DEFAULTS.temperature, step=0.1, format="%.2f",
-                        key="train_temperature")
-        c1.number_input("Concurrency", value=DEFAULTS.concurrency, step=1, key="train_concurrency",
-                        help="Model calls in flight at once.")
-        c2.number_input("Training queries limit (0 = all)", value=0, min_value=0, step=1, key="train_limit")
-        c3.number_input("Seed", value=DEFAULTS.seed, step=1, key="train_seed")
-        c4.number_input("Max tokens per answer", value=DEFAULTS.max_tokens, min_value=16, step=64,
-                        key="train_max_tokens")
-        m1, m2 = st.columns(2)
-        m1.text_input("Policy model", value=task.policy_model, key="train_policy_model",
-                      help="The model that answers the queries.")
-        m2.text_input("Learner model", value=task.learner_model, key="train_learner_model",
-                      help="The model that summarises attempts and proposes experiences.")
-        o1, o2, o3 = st.columns(3)
-        o1.checkbox("Ground truth", value=True, key="train_ground_truth",
-                    help="Score answers against the reference; off: the group's majority answer.")
-        o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
-                 help="manual: every proposed library change waits for a person.")
-        o3.number_input("Budget USD (0 = none)", value=0.0, min_value=0.0, step=0.5, format="%.2f",
-                        key="train_budget", help="The run pauses when its cost reaches the budget.")
-        g1, g2, g3, g4, g5 = st.columns(5)
-        g1.selectbox("Validation gate", [rule.value for rule in GateRule], index=list(GateRule).index(DEFAULTS.gate),
-                     key="train_gate", help=RunSettings.model_fields["gate"].description)
-        g2.number_input("Validation queries", value=None, min_value=0, step=1, key="train_validation_size",
-                        placeholder="automatic", help=RunSettings.model_fields["validation_size"].description
-                        + ". A task with a validation split uses all of it.")
-        g3.number_input("Gate samples per query", value=DEFAULTS.gate_k, min_value=1, step=1, key="train_gate_k")
-        g4.number_input("Operations per step", value=None, min_value=1, step=1, key="train_max_operations",
-                        placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
-        g5.number_input("Max experiences", value=DEFAULTS.max_experiences, min_value=1, step=1,
-                        key="train_max_experiences", help=RunSettings.model_fields["max_experiences"].description)
-        st.form_submit_button("Start run", key="train_submit", type="primary", on_click=start_run,
-                              args=(task.name,))
+    """The preset, the run settings, the estimate; Start run queues the run (or says why it cannot be)."""
+    prepare_form(task)
+    st.radio("Preset", list(PRESETS), format_func=PRESETS.get, horizontal=True, key=PRESET_KEY,
+             on_change=apply_preset, args=(task,),
+             help="A preset fills the settings below; changing one by hand makes it Custom.")
+    settings_widgets(task)
+    run_estimate_line(task)
+    st.button("Start run", key="train_submit", type="primary", on_click=start_run, args=(task.name,))
     FLASH.show("new run")
 
 

@@ -426,3 +426,38 @@ def user_by_name(session: Session, name: str) -> User | None:
 
 def list_users(session: Session) -> list[User]:
     return list(session.exec(select(User).order_by(User.name)))
+
+
+def call_speeds_by_stage(session: Session, *, run_id: int | None = None, model: str | None = None,
+                         other_than_run: int | None = None) -> dict[str, dict]:
+    """Per ledger stage: how many calls really went to a model (not from the cache, no error) and their mean
+    latency (ms) and tokens in and out; of one run, or of one model outside a run. Time estimates read these."""
+    query = (select(LLMCall.stage, func.count(), func.avg(LLMCall.latency_ms), func.avg(LLMCall.tokens_in),
+                    func.avg(LLMCall.tokens_out))
+             .where(col(LLMCall.cache_hit).is_(False), col(LLMCall.error).is_(None)))
+    if run_id is not None:
+        query = query.where(LLMCall.run_id == run_id)
+    if model is not None:
+        query = query.where(LLMCall.model == model)
+    if other_than_run is not None:
+        query = query.where(or_(col(LLMCall.run_id).is_(None), LLMCall.run_id != other_than_run))
+    rows = session.exec(query.group_by(LLMCall.stage)).all()
+    return {stage: {"calls": n, "latency_ms": float(latency or 0.0), "tokens_in": float(tin or 0.0),
+                    "tokens_out": float(tout or 0.0)} for stage, n, latency, tin, tout in rows}
+
+
+def call_counts_by_stage(session: Session, run_id: int) -> dict[str, int]:
+    """Per ledger stage: every call a run has made so far (cached and failed ones too): what is done of its plan."""
+    rows = session.exec(select(LLMCall.stage, func.count()).where(LLMCall.run_id == run_id)
+                        .group_by(LLMCall.stage)).all()
+    return {stage: n for stage, n in rows}
+
+
+def jobs_in_status(session: Session, status: str) -> list[tuple[str, Run | Evaluation]]:
+    """Runs and evaluations of their own (not a run's gate or attribution) in `status`, oldest first: for
+    `queued`, the order in which core.worker.claim_next takes them."""
+    found: list[tuple[str, Run | Evaluation]] = [
+        ("run", row) for row in session.exec(select(Run).where(Run.status == status))]
+    found += [("evaluation", row) for row in session.exec(
+        select(Evaluation).where(Evaluation.status == status, col(Evaluation.run_id).is_(None)))]
+    return sorted(found, key=lambda item: item[1].created_at)

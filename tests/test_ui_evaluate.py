@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import Session
 
 from core.evaluation import create_evaluation, execute_evaluation
-from core.tasks import DEMO_TASK, get_task
+from core.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.versions import import_library, set_label
 from storage import db, queries
 from storage.models import Evaluation
@@ -35,6 +35,19 @@ def executed_evaluation(engine, version: str, k: int, limit: int = 3) -> Evaluat
     return evaluation
 
 
+def task_id(engine, name: str = DEMO_TASK) -> int:
+    with Session(engine) as session:
+        return get_task(session, name).id
+
+
+def form_key(engine, name: str, task: str = DEMO_TASK) -> str:
+    """The evaluation form's widget key: keyed by task and library (pages/evaluate.py form_key)."""
+    with Session(engine) as session:
+        task_row = get_task(session, task)
+        library = queries.library_by_name(session, task_row.id, "default")
+    return f"eval_{name}_{task_row.id}_{library.id if library else 'none'}"
+
+
 def all_evaluations(engine) -> list[Evaluation]:
     with Session(engine) as session:
         return queries.evaluations(session)
@@ -44,12 +57,12 @@ def test_submit_queues_an_evaluation_of_the_chosen_version(engine):
     version_id = imported_version(engine)
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
     assert [t.value for t in at.title] == ["Evaluate"]
-    version_box = at.selectbox(key="eval_version")
+    version_box = at.selectbox(key=form_key(engine, "version"))
     assert version_box.options[-1] == "empty (no library)"
     assert version_box.value == str(version_id)  # the newest version is the default
 
-    at.number_input(key="eval_k").set_value(3)
-    at.number_input(key="eval_limit").set_value(5)
+    at.number_input(key=form_key(engine, "k")).set_value(3)
+    at.number_input(key=form_key(engine, "limit")).set_value(5)
     at.button(key="eval_submit").click()
     at.run()
 
@@ -68,8 +81,8 @@ def test_submit_queues_an_evaluation_of_the_chosen_version(engine):
 
 def test_empty_library_and_all_queries(engine):
     at = run_app(page=PAGE)
-    at.selectbox(key="eval_version").set_value("empty")
-    at.number_input(key="eval_k").set_value(1)
+    at.selectbox(key=form_key(engine, "version")).set_value("empty")
+    at.number_input(key=form_key(engine, "k")).set_value(1)
     at.button(key="eval_submit").click()
     at.run()
 
@@ -161,9 +174,15 @@ def test_promote_moves_the_production_label(engine):
     executed_evaluation(engine, "empty", k=1)  # the empty library is no candidate
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
 
-    assert at.selectbox(key="eval_promote_choice").options == [
+    assert at.selectbox(key=f"eval_promote_choice_{task_id(engine)}").options == [
         f"#{evaluation.id} · #2 · test · k=1 · Mean@k {evaluation.mean_at_k:.3f}"]
     at.button(key="eval_promote").click()
+    at.run()
+    with Session(engine) as session:  # asked first: nothing moved yet
+        assert queries.label_by_name(session, library_id, "production").version_id == first_version.id
+    assert any("No paired comparison with production" in i.value for i in at.info)
+    assert any(c.value.endswith("] Re-read the question.") and c.value.startswith("+ [") for c in at.code)
+    at.button(key="eval_promote_confirm").click()
     at.run()
 
     assert not at.exception, [e.value for e in at.exception]
@@ -171,7 +190,7 @@ def test_promote_moves_the_production_label(engine):
         label = queries.label_by_name(session, library_id, "production")
         assert (label.version_id, label.moved_by) == (version_id, "alice")
     assert any(f"(id {version_id})" in s.value for s in at.success)
-    assert at.selectbox(key="eval_version").format_func(str(version_id)) == f"#2 (id {version_id}) production"
+    assert at.selectbox(key=form_key(engine, "version")).format_func(str(version_id)) == f"#2 (id {version_id}) production"
 
 
 def test_failed_evaluation_can_be_resumed(engine):
@@ -190,3 +209,32 @@ def test_failed_evaluation_can_be_resumed(engine):
     with Session(engine) as session:
         assert queries.evaluations(session)[0].status == "queued"
     assert not [b for b in at.button if b.key == f"eval_resume_{evaluation_id}"]
+
+
+def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
+    """The version and split shown after switching task in the sidebar are the ones queued, and the
+    message says so (issue 14: the previous task's choices used to be queued)."""
+    first = imported_version(engine)
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    at.selectbox(key=form_key(engine, "version")).set_value("empty")
+    at.selectbox(key=form_key(engine, "split")).set_value("train")
+    at.run()
+    at.sidebar.selectbox(key="task").set_value(SUPPORT_TASK)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+
+    version_box = at.selectbox(key=form_key(engine, "version", SUPPORT_TASK))
+    split_box = at.selectbox(key=form_key(engine, "split", SUPPORT_TASK))
+    assert (version_box.value, split_box.value) != ("empty", "train")  # nothing carried over
+    shown_version, shown_split = version_box.value, split_box.value
+    at.button(key="eval_submit").click()
+    at.run()
+
+    (evaluation,) = all_evaluations(engine)
+    with Session(engine) as session:
+        assert evaluation.task_id == get_task(session, SUPPORT_TASK).id
+    assert evaluation.split == shown_split
+    assert (str(evaluation.version_id) if evaluation.version_id else "empty") == shown_version
+    assert evaluation.version_id != first
+    (message,) = [s.value.replace("\\", "") for s in at.success]  # Markdown escapes dropped, as drawn
+    assert f"Evaluation #{evaluation.id} queued" in message and f"on the {shown_split} split" in message

@@ -1,4 +1,5 @@
-"""UI tests of the overview page (Streamlit AppTest), each on its own database seeded through core."""
+"""UI tests of the overview page (Streamlit AppTest), each on its own database seeded through core: the first
+visit's path (What this is, three step buttons), the empty states' buttons, and the tables."""
 
 from __future__ import annotations
 
@@ -82,7 +83,10 @@ def test_library_version_shows_its_two_experiences(engine):
 
 def test_no_runs_hint_then_runs_and_evaluations_tables(engine):
     at = run_app()
-    assert any(TRAIN_HINT in info.value and "No runs yet" in info.value for info in at.info)
+    assert any("No runs yet" in info.value for info in at.info)
+    assert any(TRAIN_HINT in caption.value for caption in at.caption)  # the command is a small caption only
+    assert at.button(key="overview_runs_quick_trial").label == "Start a quick trial"
+    assert any("No evaluations yet" in info.value for info in at.info)
     assert not [df for df in at.dataframe if "steps" in df.value.columns]
 
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=4))
@@ -90,6 +94,7 @@ def test_no_runs_hint_then_runs_and_evaluations_tables(engine):
     at = run_app()
 
     assert not any("No runs yet" in info.value for info in at.info)
+    assert "overview_runs_quick_trial" not in {b.key for b in at.button}
     runs = table_with(at, "steps")
     assert runs["id"].tolist() == [run_id]
     assert runs.iloc[0]["status"] == "queued"
@@ -189,3 +194,35 @@ def test_task_library_and_label_names_are_never_markdown(engine):
     assert "Task !\\[x\\](http://127.0.0.1:9/pixel.png) · default" in [s.value for s in at.subheader]
     assert any("label !\\[x\\](http://127.0.0.1:9/pixel.png)" in e.label for e in at.expander)
     assert name in table_with(at, "train samples")["name"].tolist()  # a table cell is text, kept as typed
+
+
+def test_a_first_visit_reads_what_this_is_and_three_steps(engine):
+    at = run_app()
+    assert "What this is" in [s.value for s in at.subheader]
+    [intro] = [m.value for m in at.markdown if "frozen model" in m.value]
+    assert "library of experiences" in intro and "review" in intro and "held-out queries" in intro
+    steps = {b.key: b.label for b in at.button if b.key.startswith("overview_step_")}
+    assert steps == {"overview_step_quick": "Quick trial", "overview_step_review": "Review",
+                     "overview_step_evaluate": "Evaluate and compare"}
+
+
+def test_quick_trial_opens_train_with_the_quick_preset_filled(engine):
+    at = run_app()
+    at.button(key="overview_step_quick").click()
+    at.run()
+
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Train"]
+    assert at.radio(key="train_preset").value == "quick"
+    assert [at.number_input(key=key).value for key in ("train_limit", "train_group_size", "train_epochs")] == [4, 4, 1]
+    assert at.radio(key="train_review_mode").value == "manual"
+
+
+@pytest.mark.parametrize(("button", "title"), [("overview_step_review", "Review"),
+                                               ("overview_step_evaluate", "Evaluate")])
+def test_the_other_steps_open_their_pages(engine, button, title):
+    at = run_app()
+    at.button(key=button).click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == [title]

@@ -135,7 +135,7 @@ def test_choosing_an_evaluation_shows_its_rollouts(engine):
 def test_a_label_on_an_output_overrides_its_verifier_reward(engine):
     run_id = seeded_run(engine, "auto")
     _step_id, groups = step_groups(engine, run_id)
-    at = run_app(page=PAGE, session_state={"ctx_task": DEMO_TASK})
+    at = run_app(page=PAGE, session_state={"task": DEMO_TASK})
     sample_id = at.selectbox(key="rollouts_query").value
     target = groups[sample_id][0]
     flipped = 1.0 - target.reward

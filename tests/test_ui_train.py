@@ -1,17 +1,20 @@
-"""UI tests of the Train page (Streamlit AppTest): starting a run, live counters, pause/resume/cancel."""
+"""UI tests of the Train page (Streamlit AppTest): presets, the estimate before Start, model choices, starting a
+run, live counters, the status in words, pause/resume/cancel with a confirmation, and the next steps."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
 from sqlmodel import Session
 
+from core.review import decide_step
 from core.tasks import DEMO_TASK
 from core.training import RunSettings, create_run
 from storage import db, queries
-from storage.models import Run, utcnow
+from storage.models import Run, Worker, utcnow
 from tests.ui_support import run_app, seeded_run
 
 PAGE = "pages/train.py"
@@ -24,10 +27,22 @@ def engine(app_engine):
 
 
 def shown_status(at) -> str:
-    """The live status line of the chosen run ("**Status:** running")."""
+    """The live status line of the chosen run in words ("**Status:** completed: 1 step, final version #2"),
+    Markdown escapes undone."""
     lines = [m.value for m in at.markdown if m.value.startswith("**Status:**")]
     assert len(lines) == 1, [m.value for m in at.markdown]
-    return lines[0].removeprefix("**Status:**").strip()
+    return lines[0].removeprefix("**Status:**").strip().replace("\\", "")
+
+
+def confirm(at, button: str) -> None:
+    """Press a control button, then Confirm in the question it asks."""
+    at.button(key=button).click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.button(key="train_confirm_yes")
+    at.button(key="train_confirm_yes").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
 
 
 def all_runs(engine) -> list[Run]:
@@ -63,7 +78,8 @@ def test_invalid_settings_show_the_error_and_create_no_run(engine):
     assert all_runs(engine) == []
 
 
-def test_valid_submit_queues_a_run_with_exactly_the_chosen_settings(engine):
+def test_valid_submit_queues_a_run_with_exactly_the_chosen_settings(engine, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")  # a configured provider is offered
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
     at.number_input(key="train_epochs").set_value(2)
     at.number_input(key="train_batch_size").set_value(3)
@@ -71,7 +87,8 @@ def test_valid_submit_queues_a_run_with_exactly_the_chosen_settings(engine):
     at.number_input(key="train_limit").set_value(6)
     at.number_input(key="train_seed").set_value(7)
     at.number_input(key="train_budget").set_value(1.5)
-    at.text_input(key="train_learner_model").input("openai/gpt-4o-mini")
+    assert "openai/gpt-4o-mini" in at.selectbox(key="train_learner_model").options
+    at.selectbox(key="train_learner_model").set_value("openai/gpt-4o-mini")
     at.checkbox(key="train_ground_truth").uncheck()
     at.radio(key="train_review_mode").set_value("manual")
     at.selectbox(key="train_gate").set_value("better")
@@ -129,7 +146,8 @@ def test_seeded_run_counters_appear_in_the_metrics_and_the_chart(engine):
     assert shown["Advantages"] == "2"
     assert shown["Operations"] == "1"
     assert {"Tokens", "Cost", "Elapsed", "Time left"} <= set(shown)
-    assert any("awaiting_review" in m.value for m in at.markdown)
+    assert shown_status(at) == "step 1 waits for review (1 operation pending)"
+    assert any(c.value == "Stored status: awaiting_review" for c in at.caption)
     assert any("waits for a reviewer" in i.value for i in at.info)
 
     charts = at.get("plotly_chart")
@@ -165,33 +183,40 @@ def test_completed_auto_run_shows_the_library_growing(engine):
     shown = metrics(at)
     assert shown["Steps"] == "1 / 1"
     assert shown["Time left"] == "0s"
-    assert shown_status(at) == "completed"
+    assert shown_status(at) == "completed: 1 step, final version #2"
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert spec["data"][1]["y"] == [0, 1]
     assert not [b for b in at.button if b.key in ("train_pause", "train_resume", "train_cancel")]
 
 
-def test_pause_resume_cancel_change_the_run_status(engine):
+def test_pause_resume_cancel_each_ask_first_then_change_the_run_status(engine):
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
     at = run_app(page=PAGE)
-    assert {b.key for b in at.button} >= {"train_pause", "train_cancel"}
-    assert "train_resume" not in {b.key for b in at.button}
+    keys = {b.key for b in at.button}
+    assert {"train_pause", "train_cancel"} <= keys and "train_resume" not in keys  # one toggle, and Cancel
 
     at.button(key="train_pause").click()
     at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert run_status(engine, run_id) == "paused"
-    assert "train_pause" not in {b.key for b in at.button}
-
-    at.button(key="train_resume").click()
+    assert [w.value for w in at.warning] == [
+        f"Pause run #{run_id}? The call in flight finishes; resume continues where it stopped."]
+    assert run_status(engine, run_id) == "queued"  # asking changed nothing
+    at.button(key="train_confirm_no").click()  # Keep running
     at.run()
     assert run_status(engine, run_id) == "queued"
+    assert not at.warning and "train_pause" in {b.key for b in at.button}
 
-    at.button(key="train_cancel").click()
-    at.run()
+    confirm(at, "train_pause")
+    assert run_status(engine, run_id) == "paused"
+    keys = {b.key for b in at.button}
+    assert "train_resume" in keys and "train_pause" not in keys
+
+    confirm(at, "train_resume")
+    assert run_status(engine, run_id) == "queued"
+
+    confirm(at, "train_cancel")
     assert run_status(engine, run_id) == "cancelled"
     assert not [b for b in at.button if b.key in ("train_pause", "train_resume", "train_cancel")]
-    assert shown_status(at) == "cancelled"
+    assert shown_status(at) == "cancelled before it started"
 
 
 def test_running_run_with_an_old_heartbeat_shows_stalled(engine):
@@ -203,10 +228,120 @@ def test_running_run_with_an_old_heartbeat_shows_stalled(engine):
         session.add(run)
     at = run_app(page=PAGE)
 
-    assert shown_status(at) == "stalled"
-    assert any("stalled" in m.value for m in at.markdown)
+    assert shown_status(at) == "stalled at its first step: its worker stopped beating"
     assert any("stopped beating" in w.value for w in at.warning)
+    assert "train_pause" not in {b.key for b in at.button}  # the toggle of a stalled run is Resume
 
-    at.button(key="train_resume").click()
-    at.run()
+    confirm(at, "train_resume")
     assert run_status(engine, run_id) == "queued"
+
+
+def estimate_line(at) -> str:
+    [line] = [m.value for m in at.markdown if m.value.startswith("**Estimate:**")]
+    return line.replace("\\", "")
+
+
+def form_values(at) -> tuple:
+    return tuple(at.number_input(key=key).value for key in
+                 ("train_limit", "train_batch_size", "train_group_size", "train_epochs"))
+
+
+def test_the_quick_trial_preset_fills_the_form_and_a_change_by_hand_makes_it_custom(engine):
+    at = run_app(page=PAGE)
+    assert at.radio(key="train_preset").value == "full"
+    assert form_values(at) == (0, 8, 5, 3)
+
+    at.radio(key="train_preset").set_value("quick")
+    at.run()
+    assert form_values(at) == (4, 4, 4, 1)
+    assert at.radio(key="train_review_mode").value == "manual"
+    assert at.selectbox(key="train_gate").value == "off"
+    assert estimate_line(at).startswith("**Estimate:** about 27 calls")  # 16 answers, 8 summaries, 2 advantages, 1 update
+
+    at.number_input(key="train_group_size").set_value(2)
+    at.run()
+    assert at.radio(key="train_preset").value == "custom"
+    assert form_values(at) == (4, 4, 2, 1)
+
+    at.radio(key="train_preset").set_value("full")
+    at.run()
+    assert form_values(at) == (0, 8, 5, 3)
+    assert at.radio(key="train_review_mode").value == "auto"
+
+
+def test_a_quick_trial_asked_for_by_another_page_is_selected_and_queued_as_shown(engine):
+    at = run_app(page=PAGE, session_state={"train_preset_request": "quick"})
+    assert at.radio(key="train_preset").value == "quick"
+    assert "embedded model" in estimate_line(at) or "measured calls" in estimate_line(at)
+    at.button(key="train_submit").click()
+    at.run()
+
+    (run,) = all_runs(engine)
+    s = run.settings
+    assert (s["limit"], s["batch_size"], s["group_size"], s["epochs"], s["review_mode"], s["gate"]) == (
+        4, 4, 4, 1, "manual", "off")
+
+
+def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("STUDIO_API_BASE", raising=False)
+    at = run_app(page=PAGE)
+    assert "local/qwen2.5-coder-0.5b" in at.selectbox(key="train_policy_model").options
+    assert not [o for o in at.selectbox(key="train_policy_model").options if o.startswith("openai/")]
+
+    for typed, error in (("local/no-such-model", "model 'local/no-such-model' is not an embedded model; the embedded "
+                                                 "ones are local/qwen2.5-coder-0.5b, local/smollm2-135m"),
+                         ("openai/gpt-4o-mini", "model 'openai/gpt-4o-mini' needs OPENAI\\_API\\_KEY in the "
+                                                "environment of the app and the worker, and it is not set")):
+        at = run_app(page=PAGE, session_state={"train_policy_model": typed})  # a name typed as a new option
+        assert at.selectbox(key="train_policy_model").value == typed
+        at.button(key="train_submit").click()
+        at.run()
+        assert [e.value for e in at.error] == [error]
+        assert all_runs(engine) == []
+
+
+def test_a_queued_run_says_its_place_in_line_and_when_it_starts(engine):
+    first = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
+    second = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
+    at = run_app(page=PAGE, session_state={"train_run": second})
+    assert [i.value for i in at.info] == ["queued: 2nd in line; no worker is running to take it"]
+
+    with db.session_scope(engine) as session:
+        session.add(Worker(id="test-worker", status="running", heartbeat_at=utcnow()))
+    at.selectbox(key="train_run").set_value(first)
+    at.run()
+    assert [i.value for i in at.info] == ["queued: 1st in line, starts in a moment"]
+    at.selectbox(key="train_run").set_value(second)
+    at.run()
+    [line] = [i.value for i in at.info]
+    assert re.fullmatch(r"queued: 2nd in line, starts in about (\d+ min|\d+ h( \d+ min)?)", line), line
+    assert shown_status(at) == "queued, not started yet"
+
+
+def test_a_step_applied_after_review_and_queued_again_says_so(engine):
+    run_id = seeded_run(engine, review_mode="manual")
+    with Session(engine) as session:
+        (step,) = queries.steps(session, run_id)
+    decide_step(engine, step.id, "approved", "cli", comment="approved in a test")
+    assert run_status(engine, run_id) == "queued"
+    at = run_app(page=PAGE)
+
+    assert shown_status(at) == "step 1 applied after review (version #2); queued to go on"
+    assert metrics(at)["Time left"] != "–"
+
+
+def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
+    run_id = seeded_run(engine, review_mode="auto")
+    with Session(engine) as session:
+        version_id = queries.run_by_id(session, run_id).current_version_id
+    at = run_app(page=PAGE)
+    assert any(link.proto.page.endswith("library.py") or "library" in link.proto.page for link in at.get("page_link")
+               if link.proto.label == "Open in Library")
+
+    at.button(key="train_evaluate").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Evaluate"]
+    [version] = [box for box in at.selectbox if box.label == "Version"]
+    assert version.value == str(version_id)

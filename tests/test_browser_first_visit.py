@@ -1,0 +1,71 @@
+"""A first visit that leads (issue 14): in a real Chromium, the Overview says what the studio is, its Quick
+trial button opens Train with the quick preset filled in, the estimate shows before Start, and Start queues
+exactly that run.
+
+The studio runs without a worker, so the run stays queued and the test reads its settings from the
+database; no model is loaded.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import Session, select
+
+from storage.db import make_engine
+from storage.models import Run
+from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(autouse=True)
+def _chromium():
+    require_chromium()
+
+
+def queued_runs(database_url: str) -> list[Run]:
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            return list(session.exec(select(Run)))
+    finally:
+        engine.dispose()
+
+
+def number_box(page, label: str):
+    return page.get_by_label(label, exact=True)
+
+
+def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
+    with studio(tmp_path, worker=False) as app, browser_page() as page:
+        page.goto(app.url)
+        wait_for_app(page)
+        page.get_by_text("What this is", exact=True).wait_for()
+        assert page.get_by_text("A frozen model gets better").count() == 1
+        for step in ("Quick trial", "Review", "Evaluate and compare"):
+            assert page.get_by_role("button", name=step, exact=True).count() == 1, step
+        screenshot(page, "first_visit_overview")
+
+        page.get_by_role("button", name="Quick trial", exact=True).click()
+        page.get_by_role("heading", name="Train").first.wait_for()
+        wait_for_app(page)
+        assert page.get_by_role("radio", name="Quick trial (4 queries, G=4, 1 epoch)").is_checked()
+        values = {label: number_box(page, label).input_value()
+                  for label in ("Training queries limit (0 = all)", "Group size (G)", "Epochs", "Batch size")}
+        assert values == {"Training queries limit (0 = all)": "4", "Group size (G)": "4", "Epochs": "1",
+                          "Batch size": "4"}, values
+        estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:").first
+        estimate.wait_for()
+        assert "about 27 calls" in estimate.inner_text(), estimate.inner_text()
+        screenshot(page, "first_visit")
+
+        page.get_by_role("button", name="Start run").click()
+        page.get_by_text("queued: 1st in line").first.wait_for()
+        wait_for_app(page)
+        screenshot(page, "first_visit_queued")
+
+    (run,) = queued_runs(app.database_url)
+    assert run.status == "queued"
+    settings = run.settings
+    assert (settings["limit"], settings["group_size"], settings["epochs"]) == (4, 4, 1)
+    assert (settings["batch_size"], settings["review_mode"], settings["gate"]) == (4, "manual", "off")
