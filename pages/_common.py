@@ -232,11 +232,15 @@ def show_in_url(param: str, value: int | None) -> None:
     written[param] = str(value)
 
 
-def id_select(label: str, ids: list[int], key: str, param: str, *, where: Any = None, **kwargs: Any) -> int | None:
+def id_select(label: str, ids: list[int], key: str, param: str, *, default: int | None = None, where: Any = None,
+              **kwargs: Any) -> int | None:
     """A selectbox of ids (runs, steps, evaluations) kept in the URL as ?param=id: a reload or a shared link
-    opens the same one. `where` is the container to draw in (default: the page)."""
+    opens the same one. `default` is chosen when neither the URL nor this session chose; `where` is the
+    container to draw in (default: the page)."""
     keep_valid_choice(key, ids)
     url_choice(key, param, ids)
+    if default in ids:
+        st.session_state.setdefault(key, default)
     chosen = (where or st).selectbox(label, ids, key=key, **kwargs)
     show_in_url(param, chosen)
     return chosen

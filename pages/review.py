@@ -34,7 +34,7 @@ from pages._common import (
     allowed,
     context,
     engine,
-    keep_valid_choice,
+    id_select,
     plain,
     require_task,
     reward_text,
@@ -416,10 +416,9 @@ def choose_run(runs: list[Run], pending_by_run: dict[int, int]) -> int:
     by_id = {run.id: run for run in runs}
     ids = list(by_id)
     waiting = [run.id for run in runs if run.status == JobStatus.AWAITING_REVIEW]
-    keep_valid_choice(RUN_KEY, ids)
-    return st.selectbox("Run", ids, index=ids.index(waiting[0]) if waiting else 0, key=RUN_KEY,
-                        format_func=lambda i: f"Run {i} · {status_label(by_id[i].status, by_id[i].heartbeat_at)}"
-                                              f" · {pending_by_run.get(i, 0)} pending")
+    return id_select("Run", ids, RUN_KEY, "run", default=waiting[0] if waiting else ids[0],
+                     format_func=lambda i: f"Run {i} · {status_label(by_id[i].status, by_id[i].heartbeat_at)}"
+                                           f" · {pending_by_run.get(i, 0)} pending")
 
 
 def choose_step(steps: list[Step], pending_by_step: dict[int, int]) -> int:
@@ -428,10 +427,9 @@ def choose_step(steps: list[Step], pending_by_step: dict[int, int]) -> int:
     ids = list(by_id)
     waiting = [s.id for s in steps if pending_by_step.get(s.id)] or [
         s.id for s in steps if s.status == StepStatus.AWAITING_REVIEW]
-    keep_valid_choice(STEP_KEY, ids)
-    return st.selectbox("Step", ids, index=ids.index(waiting[0]) if waiting else len(ids) - 1, key=STEP_KEY,
-                        format_func=lambda i: f"epoch {by_id[i].epoch + 1} · batch {by_id[i].batch_index + 1} · "
-                                              f"{by_id[i].status} · {pending_by_step.get(i, 0)} pending")
+    return id_select("Step", ids, STEP_KEY, "step", default=waiting[0] if waiting else ids[-1],
+                     format_func=lambda i: f"epoch {by_id[i].epoch + 1} · batch {by_id[i].batch_index + 1} · "
+                                           f"{by_id[i].status} · {pending_by_step.get(i, 0)} pending")
 
 
 def page() -> None:

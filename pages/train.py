@@ -41,6 +41,7 @@ from pages._common import (
     allowed,
     context,
     engine,
+    id_select,
     plain,
     require_task,
     role_note,
@@ -360,7 +361,7 @@ def form_settings() -> RunSettings:
         budget_usd=float(state["train_budget"]) or None, gate=state["train_gate"],
         validation_size=optional_int(state.get("train_validation_size")), gate_k=int(state["train_gate_k"]),
         max_operations=optional_int(state.get("train_max_operations")),
-        max_experiences=int(state["train_max_experiences"]))
+        max_experiences=int(state["train_max_experiences"]), hold_flagged=bool(state["train_hold_flagged"]))
 
 
 def optional_int(value) -> int | None:
@@ -377,7 +378,7 @@ def form_defaults(task) -> dict:
             "train_learner_model": task.learner_model, "train_ground_truth": True, "train_review_mode": "auto",
             "train_budget": 0.0, "train_gate": DEFAULTS.gate.value, "train_validation_size": None,
             "train_gate_k": DEFAULTS.gate_k, "train_max_operations": None,
-            "train_max_experiences": DEFAULTS.max_experiences}
+            "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged}
 
 
 def apply_preset(task) -> None:
@@ -461,6 +462,9 @@ def settings_widgets(task) -> None:
                 help="Score answers against the reference; off: the group's majority answer.")
     o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode", **custom,
              help="manual: every proposed library change waits for a person.")
+    o2.checkbox("Hold flagged operations for a person", key="train_hold_flagged", **custom,
+                help="In auto mode, an operation flagged as cut off, a near-duplicate, naming a query's numbers "
+                     "or too long waits for review instead of landing.")
     o3.number_input("Budget USD (0 = none)", min_value=0.0, step=0.5, format="%.2f", key="train_budget", **custom,
                     help="The run pauses when its cost reaches the budget.")
     g1, g2, g3, g4, g5 = st.columns(5)
@@ -520,10 +524,8 @@ def page() -> None:
         return
     # the status is live, below
     labels = {r.id: f"#{r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}
-    if st.session_state.get(RUN_KEY) not in labels:
-        st.session_state[RUN_KEY] = runs[0].id
-    selected = st.selectbox("Run", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
-                            key=RUN_KEY)
+    selected = id_select("Run", list(labels), RUN_KEY, "run", default=runs[0].id,
+                         format_func=lambda run_id: labels.get(run_id, f"#{run_id}"))
     live_progress(selected)
     chosen = next(r for r in runs if r.id == selected)
     with st.expander("Settings of this run"):

@@ -238,3 +238,17 @@ def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
     assert evaluation.version_id != first
     (message,) = [s.value.replace("\\", "") for s in at.success]  # Markdown escapes dropped, as drawn
     assert f"Evaluation #{evaluation.id} queued" in message and f"on the {shown_split} split" in message
+
+
+def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):
+    from core import model_choice
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setattr(model_choice, "known_models", lambda: ["anthropic/claude-sonnet-4-5"])  # as if typed
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    at.selectbox(key=form_key(engine, "model")).set_value("anthropic/claude-sonnet-4-5")
+    at.button(key="eval_submit").click()
+    at.run()
+
+    assert all_evaluations(engine) == []
+    assert any("needs ANTHROPIC_API_KEY" in e.value.replace("\\", "") for e in at.error), [e.value for e in at.error]
