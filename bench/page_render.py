@@ -10,6 +10,13 @@ timed separately). The target is under 2 s per page.
 
 With --browser it also serves the seeded database with `streamlit run` and times, in Debian's
 Chromium, from navigating to each page's URL until its script has finished and the page is drawn.
+
+With --busy a worker trains a small run on the embedded model the whole time (timing starts once its
+first model call is answered), with --model-threads llama.cpp threads (default: the studio's setting,
+cores minus one): the pages must stay fast while a run works.
+
+    PYTHONPATH=. .venv/bin/python bench/page_render.py --browser --busy --model-threads 2   # every core
+    PYTHONPATH=. .venv/bin/python bench/page_render.py --browser --busy                     # cores minus one
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["overview", "train", "rollouts", "review", "library", "evaluate"]
+PAGES = ["overview", "train", "rollouts", "review", "library", "evaluate", "labeling", "tasks", "people", "audit"]
 LOREM = ("First I read the question carefully and list each quantity with its unit. Then I decide which "
          "operation the question asks for, compute it step by step, and check the result against the story. ")
 
@@ -170,11 +177,64 @@ def time_in_browser(url: str, repeat: int) -> list[tuple[str, list[float]]]:
                     wait_for_app(page)
                     times.append(time.perf_counter() - start - 0.3)  # wait_for_app's settling pause
                 results.append((name, times))
+            for name in PAGES:  # a click in the sidebar's navigation: what moving between pages costs
+                times = []
+                for _ in range(repeat):
+                    page.goto(f"{base}/{'' if name == 'audit' else 'audit'}")
+                    wait_for_app(page)
+                    start = time.perf_counter()
+                    page.locator("[data-testid='stSidebarNav']").get_by_role(
+                        "link", name=name.capitalize(), exact=True).click()
+                    page.locator("[data-testid='stMain'] h1", has_text=name.capitalize()).first.wait_for()
+                    wait_for_app(page)
+                    times.append(time.perf_counter() - start - 0.3)
+                results.append((f"{name} (click)", times))
     finally:
         app.terminate()
         app.wait(timeout=20)
         log.close()
     return results
+
+
+def start_busy_worker(url: str, threads: int | None, timeout: float = 600) -> tuple:
+    """A worker on a queued run of the embedded model, once its first call is answered (the model is loaded
+    and generating); returns the process and its log."""
+    import subprocess
+
+    from sqlmodel import Session, func, select
+
+    from core.tasks import DEMO_TASK
+    from core.training import RunSettings, create_run
+    from storage.db import make_engine
+    from storage.models import LLMCall
+
+    engine = make_engine(url)
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=5, batch_size=4, group_size=4, limit=8, gate="off",
+                                                       max_tokens=512, hold_flagged=False), created_by="bench")
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    if threads:
+        env["TFGRPO_THREADS"] = str(threads)
+    log = open(Path(tempfile.mkdtemp()) / "worker.log", "w")  # noqa: SIM115  (closed by stop_busy_worker)
+    proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.3"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    start, answered = time.perf_counter(), 0
+    while not answered and time.perf_counter() - start < timeout and proc.poll() is None:
+        time.sleep(1)
+        with Session(engine) as session:
+            answered = session.exec(select(func.count()).select_from(LLMCall).where(
+                LLMCall.run_id == run_id, LLMCall.cache_hit == False)).one()  # noqa: E712  (SQL)
+    if not answered:
+        raise SystemExit(f"the busy worker answered no call in {timeout:.0f} s; see {log.name}")
+    print(f"run {run_id} in progress on the embedded model (worker pid {proc.pid}, model threads "
+          f"{threads or 'default'} of {os.cpu_count()} cores); first call answered after "
+          f"{time.perf_counter() - start:.0f} s")
+    return proc, log
+
+
+def stop_busy_worker(proc, log) -> None:
+    proc.terminate()
+    proc.wait(timeout=60)
+    log.close()
 
 
 def main() -> None:
@@ -183,6 +243,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", help="seed this SQLite file and keep it (to open it with `make run`)")
     parser.add_argument("--browser", action="store_true", help="also time each page in Chromium (needs it)")
+    parser.add_argument("--busy", action="store_true", help="time the pages while a worker trains on the "
+                        "embedded model")
+    parser.add_argument("--model-threads", type=int, help="llama.cpp threads of the busy worker (TFGRPO_THREADS)")
     args = parser.parse_args()
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -194,13 +257,19 @@ def main() -> None:
     counts = seed(url, args.rollouts)
     print(f"seeded {path} in {time.perf_counter() - start:.1f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items())
           + f"; file {path.stat().st_size / 1e6:.1f} MB")
-    print(f"\n| page | first render (s), median of {args.repeat} | max (s) |\n|---|---|---|")
-    for page, times in time_pages(args.repeat):
-        print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
-    if args.browser:
-        print(f"\n| page | in Chromium: URL to drawn page (s), median of {args.repeat} | max (s) |\n|---|---|---|")
-        for page, times in time_in_browser(url, args.repeat):
+    busy = start_busy_worker(url, args.model_threads) if args.busy else None
+    try:
+        print(f"\n| page | first render (s), median of {args.repeat} | max (s) |\n|---|---|---|")
+        for page, times in time_pages(args.repeat):
             print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
+        if args.browser:
+            print(f"\n| page | in Chromium: URL (or a click in the navigation) to drawn page (s), median of "
+              f"{args.repeat} | max (s) |\n|---|---|---|")
+            for page, times in time_in_browser(url, args.repeat):
+                print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
+    finally:
+        if busy:
+            stop_busy_worker(*busy)
 
 
 if __name__ == "__main__":

@@ -109,3 +109,12 @@ def _too_long(text: str, max_chars: int, max_words: int) -> Flag | None:
         return None
     return Flag("too_long", f"Longer than the limit: {words} words and {len(text)} characters "
                             f"(at most {max_words} words and {max_chars} characters).")
+
+
+def rank_sources(text: str | None, lessons: dict[int, list[str]]) -> list[tuple[int, float]]:
+    """The source groups of an operation, closest first: the learner folds every group's lessons into its
+    operations without saying which came from where, so the group whose proposed lessons read most like the
+    operation's text is the likeliest origin. Returns (group id, best similarity 0-1) for each group."""
+    scores = {gid: max((similarity(text or "", lesson) for lesson in found), default=0.0)
+              for gid, found in lessons.items()}
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))

@@ -358,7 +358,8 @@ def show_preview(preview: PromotionPreview) -> None:
         cols[1].metric("95% interval", f"[{stats.ci_low:+.3f}, {stats.ci_high:+.3f}]" if stats.n >= 2 else "–")
         cols[2].metric("Queries compared", stats.n)
     if preview.changes:
-        st.caption(f"What changes in the agent's prompt: {len(preview.changes)} experiences "
+        count = len(preview.changes)
+        st.caption(f"What changes in the agent's prompt: {count} experience{'s' if count != 1 else ''} "
                    "(- production, + candidate)")
         show_long(change_lines(preview.changes), "promote_changes", language="diff")
     elif not preview.already_production:

@@ -26,7 +26,7 @@ from sqlmodel import Session
 
 from core import review
 from core.attribution import effects_for_library as experience_effects
-from core.quality import Flag
+from core.quality import Flag, rank_sources
 from core.run_settings import RunSettings
 from pages._common import (
     DATETIME,
@@ -276,12 +276,19 @@ def show_evidence(op: Operation, view: StepView, key: str) -> None:
     """The groups the operation came from, each a collapsed expander labelled with its rewards."""
     if not op.source_advantage_ids:
         st.caption("Evidence: no source group recorded.")
-    for adv_id in op.source_advantage_ids:
-        group = view.groups.get(adv_id)
-        if group is None:
-            st.caption(f"Evidence: group of advantage {adv_id} not found in this step.")
-            continue
-        with st.expander(group.label()):
+    missing = [adv_id for adv_id in op.source_advantage_ids if adv_id not in view.groups]
+    if missing:
+        st.caption(f"Evidence: groups of advantages {', '.join(map(str, missing))} not found in this step.")
+    lessons = {adv_id: [*(view.groups[adv_id].advantage.proposals or []), view.groups[adv_id].advantage.text or ""]
+               if view.groups[adv_id].advantage else [] for adv_id in op.source_advantage_ids if adv_id in view.groups}
+    ranked = rank_sources(op.text, lessons)
+    if len(ranked) > 1:
+        st.caption("Groups ordered by how closely their lessons read like this operation (the learner does not "
+                   "say which group each operation came from).")
+    for place, (adv_id, score) in enumerate(ranked):
+        group = view.groups[adv_id]
+        closest = f" · closest ({score:.2f})" if place == 0 and len(ranked) > 1 and score > 0 else ""
+        with st.expander(group.label() + closest):
             ev_key = f"{key}_ev_{adv_id}"
             st.caption("Query")
             show_long(group.query, f"{ev_key}_query")

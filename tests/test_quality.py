@@ -97,3 +97,13 @@ def test_delete_and_keep_have_no_text_to_flag():
     assert codes("", "DELETE", ["E1"], LIBRARY) == []
     assert codes(None, "KEEP") == []
     assert codes("cut off and the", "DELETE", ["E1"], LIBRARY) == []
+
+
+def test_source_groups_are_ranked_by_how_closely_their_lessons_read_like_the_operation():
+    from core.quality import rank_sources
+
+    lessons = {7: ["Write each quantity with its unit."], 3: ["Re-read the question to find what it asks for."],
+               9: []}
+    ranked = rank_sources("Re-read the question to find which quantity it asks for.", lessons)
+    assert [gid for gid, _ in ranked] == [3, 7, 9]
+    assert ranked[0][1] > 0.8 > ranked[1][1] and ranked[2][1] == 0.0
