@@ -264,7 +264,9 @@ def test_each_card_carries_its_evidence(engine):
     assert len(evidence) == 2
     for label in evidence:
         assert label.startswith("Evidence: group ") and " · sample #" in label
-        assert sorted(label.split("rewards ")[1].split(", ")) == ["0", "1"]  # every seeded group is mixed
+        rewards = label.split("rewards ")[1].split(" · closest")[0]
+        assert sorted(rewards.split(", ")) == ["0", "1"]  # every seeded group is mixed
+    assert sum(" · closest (" in label for label in evidence) == 1  # the likeliest source is marked, once
 
 
 def test_a_flagged_operation_is_held_in_auto_mode_and_its_flags_are_shown(engine):
