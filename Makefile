@@ -8,7 +8,7 @@ PORT ?= 8501
 # team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine worker clean-db
+.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine worker clean-db screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,8 @@ test-postgres: install
 
 bench: install
 	PYTHONPATH=. $(PY) bench/page_render.py --browser
+	PYTHONPATH=. $(PY) bench/page_render.py --browser --busy
+	PYTHONPATH=. $(PY) bench/worker_stop.py --rounds 2
 	PYTHONPATH=. $(PY) bench/engine_overhead.py
 	PYTHONPATH=. $(PY) bench/local_throughput.py
 	PYTHONPATH=. $(PY) bench/judge.py --n 10
@@ -74,3 +76,7 @@ bench-engine: install
 	PYTHONPATH=. $(PY) bench/engine_path.py paper --concurrency 64 128 512
 	PYTHONPATH=. $(PY) bench/engine_path.py soak --rounds 5
 	PYTHONPATH=. $(PY) bench/engine_path.py faults
+
+# The README's screenshots, from a studio seeded with scripted replies (no model): docs/screenshots/*.png.
+screenshots: install
+	PYTHONPATH=. $(PY) docs/screenshots.py
