@@ -25,9 +25,11 @@ from core.evaluation import create_evaluation, evaluation_of
 from core.gateway import Gateway
 from core.library_io import check_file_size, decode_library
 from core.people import ROLES, add_user, update_user
+from core.personas import check_file_size as check_persona_file_size
+from core.personas import parse_personas, persona_dicts
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
-from core.task_io import columns_of, export_task_json, import_task
+from core.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
 from core.training import RunSettings, check_resumable, create_run, run_counters
 from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
@@ -519,6 +521,25 @@ def cmd_task_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_task_personas(args: argparse.Namespace) -> int:
+    """Replace a task's personas from a file, or print them (--show) as JSON that can be edited and loaded
+    back; one or the other, so a forgotten file name never silently shows instead of saving."""
+    if bool(args.file) == bool(args.show):
+        raise UsageError("task personas: give a .json or .csv FILE to replace the personas, or --show")
+    engine = _engine(args)
+    if args.show:
+        with Session(engine) as session:
+            task = get_task(session, args.task)
+            personas = task_personas(session, task.id)
+        sys.stdout.write(json.dumps({"personas": persona_dicts(personas)}, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    path = Path(args.file)
+    personas = parse_personas(_read_file(path, check_persona_file_size), path.name)
+    count = save_personas(engine, args.task, personas, "cli")
+    print(f"{args.task}: {count} personas")
+    return 0
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
     """What waits in the labeling queue of a task, and the agreement between its labellers."""
     with Session(_engine(args)) as session:
@@ -582,6 +603,12 @@ def build_parser() -> Parser:
     p.add_argument("file")
     p.add_argument("--name", help="import under this name instead of the one in the file")
     p.set_defaults(func=cmd_task_import)
+    p = tsub.add_parser("personas", help="replace a task's personas from a .json or .csv file, or --show them")
+    p.add_argument("task")
+    p.add_argument("file", nargs="?", help="personas: a JSON list, {\"personas\": [...]}, or CSV with columns "
+                   "name, description, segment, hidden_facts (facts separated by ;)")
+    p.add_argument("--show", action="store_true", help="print the task's personas as JSON")
+    p.set_defaults(func=cmd_task_personas)
 
     p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
     p.add_argument("--task", required=True)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from core.library import render_for_learner
 from core.library_io import to_prompt_block
+from core.personas import Persona, Scenario
 from core.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
 
 EXPERIENCE_HEADER = (
@@ -158,3 +159,35 @@ def direct_messages(instructions: str, queries: list[tuple[str, str | None]], co
         'each at most 32 words. Reply with JSON only: {"experiences": ["...", "..."]}'
     )
     return [{"role": "user", "content": content}]
+
+
+END_MARKER = "[END]"  # the user simulator writes this when its need is met or it gives up
+
+
+def simulator_system_prompt(persona: Persona, scenario: Scenario) -> str:
+    """Who the simulator plays and when it stops. It says nothing about the agent's instructions or library:
+    a simulator that knew them could steer the agent towards them and make the library look better than it is."""
+    facts = "\n".join(f"- {fact}" for fact in persona.hidden_facts)
+    hidden = (
+        "Facts about you that you do not volunteer: reveal one only when the assistant asks about it clearly "
+        f"and kindly, and never all at once:\n{facts}\n\n" if facts else ""
+    )
+    return (
+        f"You play a user talking to an assistant. Stay in character for the whole conversation.\n\n"
+        f"Who you are ({persona.name}):\n{persona.description.strip()}\n\n"
+        f"{hidden}"
+        f"Your situation: you opened the conversation with: {scenario.opening.strip()}\n"
+        f"What you want from the conversation: {scenario.goal.strip()}\n\n"
+        "Answer the assistant's last message in character, as one message of the user and nothing else: "
+        "no stage directions, no notes about the role play. You are the user, never the assistant. "
+        f"When your need is met, or you give up, end your message with {END_MARKER}."
+    )
+
+
+def simulator_messages(persona: Persona, scenario: Scenario, transcript: Sequence[dict]) -> list[dict]:
+    """The user simulator's request: its role, then only the visible turns with the roles swapped (the
+    agent's turns are `user` to it, its own are `assistant`). `transcript` holds turns as
+    core.conversation stores them (`role` from the agent's side, `text`)."""
+    swapped = {"user": "assistant", "assistant": "user"}
+    visible = [{"role": swapped[turn["role"]], "content": turn["text"]} for turn in transcript]
+    return [{"role": "system", "content": simulator_system_prompt(persona, scenario)}, *visible]

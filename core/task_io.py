@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -27,13 +28,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, delete, select
 
 from core import datasets, json_input
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, SampleRow
 from core.errors import InvalidInput
 from core.people import require_role
+from core.personas import TASK_KINDS, Persona, persona_dicts, personas_from_objects
 from core.rewards import check_settings, get_method
 from core.settings import get_settings
 from core.tasks import add_samples, get_task
@@ -41,6 +43,7 @@ from core.versions import ensure_library
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Task
+from storage.models import Persona as PersonaRow
 
 FORMAT = "tfgrpo-task"
 VERSION = 1
@@ -198,10 +201,12 @@ def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_na
 
 
 def export_task(session: Session, task: Task) -> dict:
-    """The task's settings and every sample, in the file format import_task reads."""
-    return {
+    """The task's settings, kind, every sample and (when it has any) its personas, in the file format
+    import_task reads."""
+    exported = {
         "format": FORMAT,
         "version": VERSION,
+        "kind": task.kind,
         "task": TaskSettings.from_task(task).to_dict(),
         "samples": [
             {"id": s.external_id, "query": s.query, "reference": s.reference, "rubric": s.rubric,
@@ -209,6 +214,43 @@ def export_task(session: Session, task: Task) -> dict:
             for s in queries.samples(session, task.id)
         ],
     }
+    personas = task_personas(session, task.id)
+    if personas:
+        exported["personas"] = persona_dicts(personas)
+    return exported
+
+
+def task_personas(session: Session, task_id: int) -> list[Persona]:
+    """A task's personas in the order they were saved (the order of the file they came from)."""
+    rows = session.exec(select(PersonaRow).where(PersonaRow.task_id == task_id).order_by(PersonaRow.id))
+    return [Persona(name=row.name, description=row.description, segment=row.segment,
+                    hidden_facts=list(row.hidden_facts or [])) for row in rows]
+
+
+def save_personas(engine: Engine, task_name: str, personas: list[Persona], actor: str) -> int:
+    """Replace a task's personas with `personas` (admin only), all or nothing; returns how many it has now.
+
+    They are checked again (unique names, the same rules as a file), since a caller may have built them
+    by hand; the audit event keeps the personas before and after.
+    """
+    personas = personas_from_objects(persona_dicts(personas), "the personas")
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "editing personas")
+        task = get_task(session, task_name)
+        before, after = persona_dicts(task_personas(session, task.id)), persona_dicts(personas)
+        if before != after:  # saving the same file twice changes nothing and audits nothing
+            _write_personas(session, task, personas)
+            session.add(AuditEvent(actor=actor, action="task.personas", object_type="task", object_id=task.id,
+                                   before={"personas": before}, after={"personas": after}))
+        return len(personas)
+
+
+def _write_personas(session: Session, task: Task, personas: list[Persona]) -> None:
+    """Delete, then insert: the deletion runs first as its own statement, so a kept name does not collide
+    with its old row on the (task, name) key (a flush would order the inserts first)."""
+    session.exec(delete(PersonaRow).where(PersonaRow.task_id == task.id))  # type: ignore[call-overload]
+    for persona in personas:
+        session.add(PersonaRow(task_id=task.id, **persona.model_dump()))
 
 
 def export_task_json(session: Session, task: Task) -> str:
@@ -221,8 +263,25 @@ def export_filename(name: str) -> str:
     return f"tfgrpo-task-{slug}.json"
 
 
+@dataclass
+class TaskFile:
+    """Everything a task file holds, checked: what import_task writes."""
+
+    settings: TaskSettings
+    samples: list[SampleRow]
+    kind: str = "single"
+    personas: list[Persona] = field(default_factory=list)
+
+
 def read_task_file(text: str | bytes, *, rename: str | None = None) -> tuple[TaskSettings, list[SampleRow]]:
     """Parse and check a whole task file without touching the database; ValueError names the problem."""
+    contents = read_task_contents(text, rename=rename)
+    return contents.settings, contents.samples
+
+
+def read_task_contents(text: str | bytes, *, rename: str | None = None) -> TaskFile:
+    """read_task_file with the task's kind and personas too; a file without them (older exports) is a
+    single task without personas."""
     if isinstance(text, bytes):
         if len(text) > MAX_FILE_BYTES:
             raise InvalidInput(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
@@ -250,7 +309,21 @@ def read_task_file(text: str | bytes, *, rename: str | None = None) -> tuple[Tas
     samples = data.get("samples", [])
     if not isinstance(samples, list):
         raise InvalidInput("\"samples\" must be a JSON array")
-    return settings, _sample_rows(samples)
+    return TaskFile(settings, _sample_rows(samples), _kind(data.get("kind", "single")),
+                    _personas(data.get("personas", [])))
+
+
+def _kind(kind: Any) -> str:
+    if kind not in TASK_KINDS:
+        raise InvalidInput(f"unknown task kind {kind!r}; use one of {', '.join(TASK_KINDS)}")
+    return kind
+
+
+def _personas(items: Any) -> list[Persona]:
+    """The file's personas, by the rules and messages of a persona file (core.personas)."""
+    if not isinstance(items, list):
+        raise InvalidInput("\"personas\" must be a JSON array of persona objects")
+    return personas_from_objects(items, "personas")
 
 
 def _sample_rows(samples: list) -> list[SampleRow]:
@@ -303,19 +376,22 @@ def import_task(engine: Engine, text: str | bytes, actor: str, *, rename: str | 
 
     An existing name is refused rather than merged: importing under `rename` keeps both.
     """
-    settings, rows = read_task_file(text, rename=rename)
+    contents = read_task_contents(text, rename=rename)
+    settings, rows = contents.settings, contents.samples
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "importing tasks")
         if queries.task_by_name(session, settings.name) is not None:
             raise InvalidInput(f"a task named {settings.name!r} exists already; import it under another name "
                              "(rename)")
-        task = Task(**settings.to_dict())
+        task = Task(**settings.to_dict(), kind=contents.kind)
         session.add(task)
         session.flush()
         added = add_samples(session, task, rows)
+        _write_personas(session, task, contents.personas)
         ensure_library(session, task, "default", actor=actor)
         session.add(AuditEvent(actor=actor, action="task.import", object_type="task", object_id=task.id,
-                               after={**settings.to_dict(), "samples": added}))
+                               after={**settings.to_dict(), "kind": contents.kind, "samples": added,
+                                      "personas": len(contents.personas)}))
         return task
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
-from sqlmodel import Field, SQLModel
+from sqlmodel import AutoString, Field, SQLModel
 
 from storage.statuses import (
     EvaluationPurpose,
@@ -57,6 +57,23 @@ class Task(SQLModel, table=True):
     learner_model: str = "local/qwen2.5-coder-0.5b"
     judge_model: str = "local/qwen2.5-coder-0.5b"
     agent_mode: str = "direct"
+    # single: one answer per query | conversation: played with personas (core/personas.py). The default is the
+    # database's, not SQLAlchemy's, so rows written without the column (older code, migration tests) get it.
+    kind: str = Field(default="single", sa_column=Column(AutoString, nullable=False, server_default="single"))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Persona(SQLModel, table=True):
+    """A user a conversation task's simulator plays; core/personas.py checks it (as its Persona model)
+    before it is written, and a task's personas are replaced as a whole."""
+
+    __table_args__ = (UniqueConstraint("task_id", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    name: str
+    description: str = _text(nullable=False)
+    segment: str
+    hidden_facts: list = _json(list)
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -9,6 +9,7 @@ import os
 import queue
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -97,7 +98,19 @@ class PostgresDatabases:
             connection.exec_driver_sql(sql)
 
     def _drop(self, name: str) -> None:
-        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        """Drop, retrying while an autovacuum worker holds the database: PostgreSQL 15 refuses a role that
+        is not in pg_signal_backend the right to terminate one ("must be a member of the role whose process
+        is being terminated"), and the worker is gone a moment later."""
+        from sqlalchemy.exc import ProgrammingError
+
+        for attempt in itertools.count():
+            try:
+                self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except ProgrammingError as error:
+                if "role whose process is being terminated" not in str(error) or attempt >= 50:
+                    raise
+                time.sleep(0.2)
 
     def _clone(self) -> str:
         name = f"{self.prefix}_{next(self.counter)}"

@@ -318,3 +318,39 @@ def test_the_cli_dataset_add_takes_the_same_shares(engine, demo_task, tmp_path, 
     assert splits == ["test", "train", "train", "validation"]
     assert main([*argv[:-1], "0.9", str(source)]) == 2
     assert "the test and validation shares add up to 1.15" in capsys.readouterr().err
+
+
+def test_kind_and_personas_survive_an_export_and_import(engine, demo_task):
+    from core.personas import Persona
+    from core.task_io import save_personas, task_personas
+
+    personas = [Persona(name="Ann", description="Terse; hides that she opened the box.", segment="resistant",
+                        hidden_facts=["opened the box"]),
+                Persona(name="Bob", description="Rambles.", segment="verbose")]
+    plain = exported(engine)
+    assert plain["kind"] == "single" and "personas" not in plain  # no personas: no key
+    save_personas(engine, DEMO_TASK, personas, "ann")
+    data = {**exported(engine), "kind": "conversation"}
+    assert data["personas"] == [p.model_dump() for p in personas]
+    task = import_task(engine, json.dumps(data), "ann", rename="conversation copy")
+    with Session(engine) as session:
+        copy = queries.task_by_name(session, "conversation copy")
+        assert copy.kind == "conversation" and task_personas(session, task.id) == personas
+    assert exported(engine, "conversation copy")["personas"] == data["personas"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kind": "chat"}, "unknown task kind 'chat'; use one of single, conversation"),
+    ({"personas": {"name": "Ann"}}, "\"personas\" must be a JSON array of persona objects"),
+    ({"personas": [{"name": "Ann", "description": "d", "segment": "At Risk!"}]},
+     "personas: item 1: segment 'At Risk!' must be a short tag like at_risk"),
+    ({"personas": [{"name": "Ann", "description": "d", "segment": "a"},
+                   {"name": "Ann", "description": "e", "segment": "b"}]},
+     "personas: item 2: name 'Ann' is used twice (first by item 1)"),
+])
+def test_an_import_with_a_bad_kind_or_persona_changes_nothing(engine, demo_task, change, message):
+    before = counts(engine)
+    with pytest.raises(ValueError) as refused:
+        import_task(engine, json.dumps({**exported(engine), **change}), "ann", rename="copy")
+    assert str(refused.value) == message
+    assert counts(engine) == before
