@@ -33,8 +33,20 @@ class AgentSettings:
     temperature: float = 0.7
     max_tokens: int = 1024
     mode: str = "direct"
-    max_turns: int = 3
+    max_turns: int = 3  # python mode: model turns with code output between them; conversations: agent turns
     code_timeout_s: float = 10.0
+    simulator_model: str = ""  # conversation tasks: the user simulator ("" = the policy model)
+
+
+def agent_settings(task, *, model: str, temperature: float, max_tokens: int = 1024,
+                   max_turns: int | None = None) -> AgentSettings:
+    """How the agent answers for this task: python mode gets `max_turns` model turns (default 3); a
+    conversation task plays up to `max_turns` agent turns (default the task's) against its simulator model."""
+    conversation = (getattr(task, "kind", None) or "single") == "conversation"
+    turns = max_turns or (int(getattr(task, "max_turns", 0) or 4) if conversation else 3)
+    return AgentSettings(model=model, temperature=temperature, max_tokens=max_tokens, mode=task.agent_mode,
+                         max_turns=turns, simulator_model=(getattr(task, "simulator_model", "") or "") if conversation
+                         else "")
 
 
 @dataclass

@@ -68,6 +68,16 @@ class Conversation:
         return _shortened(blocks, max_chars)
 
 
+def numbered_transcript(turns: Sequence[dict], max_chars: int | None = None) -> str:
+    """The turns as `Turn N. User: ...` blocks for a judge or the learner, who must be able to say which
+    turn made the difference; shortened past `max_chars` with a marker, as `transcript_text`."""
+    blocks = [f"Turn {number}. {render_turn(turn)}" for number, turn in enumerate(turns, start=1)]
+    full = TURN_SEPARATOR.join(blocks)
+    if max_chars is None or len(full) <= max_chars or not blocks:
+        return full
+    return _shortened(blocks, max_chars)
+
+
 def render_turn(turn: dict) -> str:
     """One turn as `User: ...` / `Agent: ...`; an empty closing message still shows that the user left."""
     text = turn["text"] or ("(left the conversation)" if turn.get("ended") else "(empty message)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from core import json_input
 from core.errors import InvalidInput
+from core.personas import Persona, Scenario, parse_personas, parse_scenarios
 from core.settings import PROJECT_DIR
 
 TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
@@ -222,6 +223,41 @@ def demo_rows() -> list[SampleRow]:
     return read_dataset(DEMO_DIR / "arithmetic_train.jsonl", default_split="train") + read_dataset(
         DEMO_DIR / "arithmetic_test.jsonl", default_split="test"
     )
+
+
+def scenario_rows(scenarios: Sequence[Scenario], *, test_personas: frozenset[str] = frozenset(),
+                  default_split: str = "train") -> list[SampleRow]:
+    """A conversation task's scenarios as sample rows: `query` is the opening, `reference` the goal, `meta`
+    the persona and the must / must-not rules. The id is a hash of persona and opening, so adding the same
+    file again adds nothing; scenarios of `test_personas` (names compared without case) go to test."""
+    rows = []
+    for scenario in scenarios:
+        digest = hashlib.sha256(f"{scenario.persona}\x00{scenario.opening}".encode()).hexdigest()[:10]
+        split = "test" if scenario.persona.casefold() in test_personas else default_split
+        rows.append(SampleRow(external_id=f"scenario-{digest}", query=scenario.opening, reference=scenario.goal,
+                              rubric=None, split=split,
+                              meta={"persona": scenario.persona, "must": list(scenario.must),
+                                    "must_not": list(scenario.must_not)}))
+    return rows
+
+
+def conversation_demo() -> tuple[list[Persona], list[SampleRow]]:
+    """The conversation demo's 12 personas and 36 scenarios (written for this project); one persona of each
+    segment is held out for test (held_out_personas)."""
+    personas_file = DEMO_DIR / "conversation_personas.json"
+    personas = parse_personas(personas_file.read_bytes(), personas_file.name)
+    scenarios_file = DEMO_DIR / "conversation_scenarios.json"
+    scenarios = parse_scenarios(scenarios_file.read_bytes(), scenarios_file.name, personas)
+    return personas, scenario_rows(scenarios, test_personas=held_out_personas(personas))
+
+
+def held_out_personas(personas: Sequence[Persona]) -> frozenset[str]:
+    """The last persona of each segment that has two or more: never trained on, so a test score says how a
+    library does with people it has not seen."""
+    by_segment: dict[str, list[Persona]] = {}
+    for persona in personas:
+        by_segment.setdefault(persona.segment, []).append(persona)
+    return frozenset(group[-1].name.casefold() for group in by_segment.values() if len(group) > 1)
 
 
 def check_size(size: int, filename: str) -> None:

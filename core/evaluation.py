@@ -10,13 +10,14 @@ from collections import defaultdict
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core.agent import AgentSettings, check_agent_mode
+from core.agent import agent_settings, check_agent_mode
 from core.errors import InvalidInput, NotFound
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
 from core.metrics import score_groups
 from core.people import require_role
 from core.rollouts import stored_rollout
+from core.scenarios import check_task_kind
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import resolve_version
@@ -44,6 +45,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         task = get_task(session, task_name)
         version = resolve_version(session, task, version_ref)
         check_agent_mode(task.name, task.agent_mode)
+        check_task_kind(session, task)
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
@@ -141,7 +143,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
         session.add(ev)
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
-    agent = AgentSettings(model=ev.model, temperature=ev.temperature, mode=task.agent_mode)
+    agent = agent_settings(task, model=ev.model, temperature=ev.temperature)
     experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
     progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)
     scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)

@@ -316,14 +316,16 @@ class Gateway:
         max_tokens: int = 1024,
         sample_index: int = 0,
         attempts: int = 2,
+        schema: dict | None = None,
     ) -> tuple[R, CallResult]:
         """A call whose reply must be the JSON of the `reply` model, whose schema the request sends.
-        `context` is passed to the model's validators (the judge's scale, for one).
+        `context` is passed to the model's validators (the judge's scale, for one); `schema` replaces the
+        reply model's schema when the shape depends on data (a rubric's criteria, core.rubric.verdict_schema).
 
         A malformed reply (even after repair) is asked again (a different sample, so not from the cache),
         then raised as StructuredOutputError carrying the raw text.
         """
-        schema = reply.prompt_schema(local=model.startswith("local/"))
+        schema = schema or reply.prompt_schema(local=model.startswith("local/"))
         response_format = {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
         last_error = ""
         result = CallResult(text="")

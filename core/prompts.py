@@ -67,8 +67,12 @@ def _reference_block(reference: str | None, reward: float | None, ground_truth: 
     return "\n".join(parts) + "\n\n" if parts else ""
 
 
+CONVERSATION_NOTE = (" The attempt is a conversation: name the turn (Turn N) where it went right or wrong, and how "
+                     "the agent's words changed what the user did next.")
+
+
 def summary_messages(query: str, reference: str | None, reward: float | None, experiences: list[dict],
-                     trajectory: str, ground_truth: bool) -> list[dict]:
+                     trajectory: str, ground_truth: bool, conversation: bool = False) -> list[dict]:
     """Step 3a of the paper: summarise one attempt, which experiences it used and where it went wrong."""
     content = (
         f"An AI agent attempted the following task.\n\nTask:\n{query}\n\n"
@@ -78,12 +82,13 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
         "Summarise the attempt step by step in at most 120 words: the approach it took, which of the "
         "experiences (by id) it used or ignored, and"
         + (" where and why it went wrong, if it did." if ground_truth else " any step that looks doubtful.")
+        + (CONVERSATION_NOTE if conversation else "")
     )
     return _chat("You analyse an agent's reasoning precisely and briefly.", content)
 
 
 def advantage_messages(query: str, reference: str | None, attempts: list[tuple[float | None, str]],
-                       experiences: list[dict], ground_truth: bool) -> list[dict]:
+                       experiences: list[dict], ground_truth: bool, conversation: bool = False) -> list[dict]:
     """Step 3b: compare the group's summaries and write the semantic advantage as lessons."""
     lines = []
     for i, (reward, summary) in enumerate(attempts, 1):
@@ -100,7 +105,9 @@ def advantage_messages(query: str, reference: str | None, attempts: list[tuple[f
         + (f"Reference answer: {reference}\n\n" if ground_truth and reference else "")
         + f"Current experiences:\n{render_for_learner(experiences)}\n\n"
         + "\n\n".join(lines)
-        + f"\n\n{task}? Then write at most {MAX_PROPOSALS} new experiences: general, reusable lessons for similar "
+        + f"\n\n{task}?"
+        + (" These attempts are conversations: say which turn made the difference." if conversation else "")
+        + f" Then write at most {MAX_PROPOSALS} new experiences: general, reusable lessons for similar "
         "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
         'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
     )
@@ -191,3 +198,34 @@ def simulator_messages(persona: Persona, scenario: Scenario, transcript: Sequenc
     swapped = {"user": "assistant", "assistant": "user"}
     visible = [{"role": swapped[turn["role"]], "content": turn["text"]} for turn in transcript]
     return [{"role": "system", "content": simulator_system_prompt(persona, scenario)}, *visible]
+
+
+def scenario_text(persona: Persona, scenario: Scenario) -> str:
+    """A conversation's task as the judge and the learner read it: who the user was and what a good
+    conversation achieves (the persona's hidden facts included: the judge checks whether they were found)."""
+    facts = "; ".join(persona.hidden_facts)
+    return (f"The agent talked with a user: {persona.name} (segment {persona.segment}). {persona.description.strip()}"
+            + (f"\nFacts the agent had to find out: {facts}" if facts else "")
+            + f"\nGoal of the conversation: {scenario.goal.strip()}")
+
+
+def rubric_messages(situation: str, criteria: Sequence, transcript: str) -> list[dict]:
+    """The judge scores a whole conversation on each rubric criterion (core.rubric.Criterion), on its scale."""
+    lines = []
+    for criterion in criteria:
+        scale = "0 (no) or 1 (yes)" if criterion.scale == "binary" else "1 (poor) to 5 (excellent)"
+        lines.append(f"- {criterion.name}: {criterion.description.strip() or criterion.name} Score {scale}.")
+    system = ("You are a strict, fair grader of customer conversations. Score the agent (not the user) on every "
+              "criterion, each on its own scale, from what the transcript shows. Reply with JSON only: "
+              '{"criteria": {"<criterion name>": {"score": <integer>, "reason": "<one sentence>"}, ...}, '
+              '"unsure": <true|false>}. Set unsure to true when the transcript does not settle a score.')
+    user = (f"{situation}\n\nCriteria:\n" + "\n".join(lines) + f"\n\nTranscript:\n{transcript}")
+    return _chat(system, user)
+
+
+def rule_messages(situation: str, question: str, transcript: str) -> list[dict]:
+    """The judge answers one rule's yes/no question about a conversation and names the turn."""
+    system = ("You check one rule about a conversation between an agent and a user. Answer the question from the "
+              'transcript only. Reply with JSON only: {"holds": <true|false>, "turn": <the number of the turn that '
+              'decides it, or 0 if none>, "reason": "<one sentence>"}.')
+    return _chat(system, f"{situation}\n\nQuestion: {question.strip()}\n\nTranscript:\n{transcript}")

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core import scoring
 from core.answers import extract_final_answer, normalize_answer
 from core.errors import InvalidInput
+from core.rubric import Criterion, Rule
 
 __all__ = ["METHODS", "Method", "MethodSettings", "RewardConfig", "RewardMethod", "RewardResult", "cannot_try",
            "check_settings", "get_method", "majority_rewards", "pattern_problem", "score", "score_or_error",
@@ -117,6 +118,30 @@ class HumanSettings(JudgeSettings):
 
 class JudgeHumanSettings(HumanSettings):
     spot_check_share: float = Field(0.2, ge=0, le=1, allow_inf_nan=False, description="a number from 0 to 1")
+
+
+class RubricSettings(MethodSettings):
+    """A conversation task's rubric (core/rubric.py): criteria the judge scores one by one, with their scales
+    and weights, and must / must-not rules checked on the turns. Scenarios add their own must-rules."""
+
+    rubric: list[Criterion] = Field(min_length=1, description="a list of criteria ({name, description, scale, "
+                                    "weight}), at least one")
+    rules: list[Rule] = Field(default_factory=list, description="a list of rules ({name, kind, check, pattern "
+                              "or question, role})")
+    labels_per_rollout: int = Field(1, ge=1, le=MAX_LABELS_PER_ROLLOUT,
+                                    description=f"a whole number from 1 to {MAX_LABELS_PER_ROLLOUT}")
+    spot_check_share: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="a number from 0 to 1")
+    transcript_chars: int = Field(6000, ge=500, description="a whole number of 500 or more (the longest "
+                                  "transcript a judge or the learner reads; longer ones are shortened with a marker)")
+
+    @field_validator("rubric")
+    @classmethod
+    def _unique_names(cls, criteria: list[Criterion]) -> list[Criterion]:
+        names = [criterion.name for criterion in criteria]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise InvalidInput(f"rubric criteria must have different names; {', '.join(repeated)} appears twice")
+        return criteria
 
 
 def _setting(settings: dict[str, Any], model: type[MethodSettings], key: str) -> Any:
@@ -606,6 +631,10 @@ METHODS: dict[str, RewardMethod] = {method.name: method for method in (
     Method("judge_human", "The judge suggests a score; people confirm a share (spot_check_share) and every unsure "
            "verdict.", JudgeHumanSettings, uses_judge=True, uses_people=True,
            reads="The whole response, as the judge model and people read it."),
+    Method("rubric", "For conversation tasks: the judge scores the whole transcript on each rubric criterion (the "
+           "reward is their weighted mean); a failed must-rule sets it to 0; people confirm a share and every "
+           "unsure verdict.", RubricSettings, uses_judge=True, uses_people=True,
+           reads="The whole conversation, as the judge model and people read it."),
 )}
 
 

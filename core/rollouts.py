@@ -10,13 +10,16 @@ import asyncio
 import contextlib
 
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from core.agent import AgentSettings, run_agent
+from core.conversation_judge import judge_conversation
+from core.conversation_rollouts import TurnKey, play_conversation
 from core.gateway import Gateway, Scope
 from core.judge import judge_response
 from core.labeling import labels_per_rollout, needs_person
 from core.rewards import METHODS, score_or_error
+from core.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 from storage.statuses import LabelStatus
@@ -43,15 +46,22 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                 return row
             if row is not None:
                 session.delete(row)
-        result = await run_agent(gateway, agent, instructions=task.instructions, answer_format=task.answer_format,
-                                 experiences=experiences, query=sample.query, sample_index=sample_index, scope=scope,
-                                 stage=stage)
+        turns: list[dict] | None = None
+        if is_conversation(task):
+            key = TurnKey(step_id, evaluation_id, sample.id, group_index)
+            result, turns = await play_conversation(engine, gateway, agent, task, sample, key=key,
+                                                    experiences=experiences, sample_index=sample_index, scope=scope,
+                                                    stage=stage)
+        else:
+            result = await run_agent(gateway, agent, instructions=task.instructions,
+                                     answer_format=task.answer_format, experiences=experiences, query=sample.query,
+                                     sample_index=sample_index, scope=scope, stage=stage)
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
                   latency_ms=result.latency_ms, error=result.error)
     if result.error is None and score:
-        await _assign_reward(gateway, task, sample, row, scope, sample_index, people)
+        await _assign_reward(gateway, task, sample, row, scope, sample_index, people, turns)
     with session_scope(engine) as session:
         insert_or_skip(session, row)  # a row another writer stored meanwhile stays; it is the one returned
         return stored(session, Rollout, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
@@ -59,8 +69,11 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
 
 
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
-                         sample_index: int, people: bool = True) -> None:
+                         sample_index: int, people: bool = True, turns: list[dict] | None = None) -> None:
     """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
+    if turns is not None:
+        await _assign_conversation_reward(gateway, task, sample, row, scope, sample_index, people, turns)
+        return
     method = METHODS.get(task.reward_method)
     if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
         reward = await asyncio.to_thread(score_or_error, task.reward_method, row.response, sample.reference,
@@ -77,8 +90,29 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
             return
         row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
         row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
+    _queue_if_needed(task, row, unsure, people)
+
+
+def _queue_if_needed(task: Task, row: Rollout, unsure: bool, people: bool) -> None:
+    """Put the rollout in the labelling queue when the task's method says a person decides this one."""
     key = f"{row.step_id}:{row.evaluation_id}:{row.sample_id}:{row.group_index}"
     if people and needs_person(task, unsure, key):
         row.reward, row.reward_source, row.label_status = None, None, LabelStatus.NEEDED
         row.reward_detail = "waiting for a label"
         row.labels_needed = labels_per_rollout(task)
+
+
+async def _assign_conversation_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
+                                      sample_index: int, people: bool, turns: list[dict]) -> None:
+    """The rubric judge's reward for a conversation (a person's when unsure, or in the spot-check share)."""
+    with Session(gateway.engine) as session:
+        persona = persona_of(sample, personas_by_name(session, task))
+    verdict = await judge_conversation(gateway, task, persona, scenario_of(sample), turns, scope=scope,
+                                       sample_index=sample_index)
+    row.judge_unsure, row.scores = verdict.unsure, verdict.scores or None
+    if verdict.value is None and not people:
+        row.reward, row.reward_source, row.reward_detail = 0.0, "error", verdict.detail
+        return
+    row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
+    row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
+    _queue_if_needed(task, row, verdict.unsure or verdict.value is None, people)

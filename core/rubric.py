@@ -131,6 +131,22 @@ def score_transcript(criterion_scores: Mapping[str, int],
     return reward, normalised
 
 
+@dataclass(frozen=True)
+class Found:
+    """regex_found's answer, shaped as the scoring process reads a score (value, source, detail)."""
+
+    value: float
+    source: str
+    detail: str
+
+
+def regex_found(text: str, pattern: str, settings: Mapping) -> Found:
+    """1.0 when `pattern` is found in `text` (case ignored): what the engine runs in the scoring process,
+    which imports this light module rather than the engine's."""
+    found = re.search(pattern, text, re.DOTALL | re.IGNORECASE) is not None
+    return Found(1.0 if found else 0.0, "verifier", "found" if found else "not found")
+
+
 def _regex_search(pattern: str, text: str) -> bool:
     return re.search(pattern, text, re.DOTALL) is not None
 
@@ -274,3 +290,17 @@ def _problem(error: Mapping) -> str:
     where = ".".join(str(part) for part in error.get("loc", ()))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
+
+
+class RuleReply(Reply):
+    """The judge's answer to one rule's question: whether the asked thing happened, and in which turn
+    (1-based as the transcript numbers them; 0 when no turn decides it)."""
+
+    holds: bool
+    turn: Annotated[int, Field(ge=0)] = 0
+    reason: Text = ""
+
+    @field_validator("reason")
+    @classmethod
+    def _short(cls, value: str) -> str:
+        return value[:MAX_REASON_CHARS]

@@ -83,7 +83,8 @@ class RunSettings(JobSettings):
     learner_model: str = ""
     max_tokens: int = Field(1024, ge=16)
     learner_max_tokens: int = Field(768, ge=16)
-    max_turns: int = Field(3, ge=1)
+    max_turns: int | None = Field(None, ge=1, description="python mode: model turns per answer (default 3); "
+                                  "conversation tasks: agent turns per conversation (default: the task's max_turns)")
     max_experiences: int = Field(MAX_EXPERIENCES, ge=1, description="the most experiences a library may hold")
     max_operations: int | None = Field(None, ge=1, description="operations the learner may propose per step "
                                        "(default: grows with the batch size, batch_size // 2, 4 to 12)")

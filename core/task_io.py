@@ -79,6 +79,9 @@ class TaskSettings(BaseModel):
     policy_model: ModelName = Field(default_factory=_default_model, title="the policy model")
     learner_model: ModelName = Field(default_factory=_default_model, title="the learner model")
     judge_model: ModelName = Field(default_factory=_default_model, title="the judge model")
+    simulator_model: str = Field("", title="the user simulator model",
+                                 description="conversation tasks; empty means the policy model")
+    max_turns: int = Field(4, ge=1, le=20, title="the most agent turns in a conversation")
     reward_method: str = Field("math", title="reward method")
     reward_settings: dict[str, Any] = Field(default_factory=dict, title="reward settings")
 
@@ -122,7 +125,7 @@ class TaskSettings(BaseModel):
     def normalized(self) -> TaskSettings:
         """A copy with the surrounding spaces people type by accident removed from names."""
         return self.model_copy(update={
-            name: value.strip() for name in ("name", "policy_model", "learner_model", "judge_model")
+            name: value.strip() for name in ("name", "policy_model", "learner_model", "judge_model", "simulator_model")
             if isinstance(value := getattr(self, name), str)})
 
     def validate(self) -> TaskSettings:  # type: ignore[override]

@@ -1,19 +1,30 @@
-"""Tasks and their samples, including the two built-in demo tasks (arithmetic, customer support)."""
+"""Tasks and their samples, including the three built-in demo tasks (arithmetic, customer support replies,
+difficult customer conversations)."""
 
 from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.datasets import DatasetError, SampleRow, demo_rows, parse_dataset, split_counts, support_rows
+from core.datasets import (
+    DatasetError,
+    SampleRow,
+    conversation_demo,
+    demo_rows,
+    parse_dataset,
+    split_counts,
+    support_rows,
+)
 from core.errors import NotFound
 from core.people import require_role
+from core.personas import Persona
 from core.rewards import pattern_problem
 from core.settings import get_settings
 from core.versions import ensure_library
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Sample, Task
+from storage.models import Persona as PersonaRow
 
 DEMO_TASK = "arithmetic word problems"
 DEMO_INSTRUCTIONS = (
@@ -103,6 +114,38 @@ def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, m
         return added, len(rows) - added
 
 
+CONVERSATION_TASK = "difficult customer conversations"
+CONVERSATION_INSTRUCTIONS = """\
+You are a customer support agent for Northwind Home, an online shop for home appliances with a repair \
+subscription, Northwind Care. You are chatting with a customer: reply to their last message in 2 to 4 short \
+sentences, politely and plainly, and ask one question at a time for what you need to know.
+- Warranty: 12 months from delivery; a device may be returned for a full refund within 30 days of delivery.
+- Northwind Care subscribers get 20% off paid repairs. Order numbers look like NW-12345, subscriptions like NC-1234.
+- Never ask for a full card number or a card's security code.
+- If a customer is in distress, feels hopeless or may be unsafe, take it seriously, say so kindly and offer to \
+connect them with a human colleague right away."""
+CONVERSATION_SETTINGS = {
+    "rubric": [
+        {"name": "empathy", "description": "Acknowledges the customer's feelings and situation, stays calm and "
+                                       "respectful, and adapts to how this customer talks.", "scale": "1-5",
+         "weight": 1.0},
+        {"name": "discovery", "description": "Asks for the facts it needs (order or subscription number, dates, "
+                                         "what happened), one at a time, and uses what the customer said.",
+         "scale": "1-5", "weight": 1.0},
+        {"name": "resolution", "description": "Reaches the goal of the conversation: a correct, concrete next "
+                                          "step that follows the company's policies.", "scale": "1-5",
+         "weight": 2.0},
+    ],
+    "rules": [
+        {"name": "no card details", "kind": "must_not", "check": "regex", "role": "assistant",
+         "pattern": r"(full|whole|complete)\s+card\s+number|security\s+code|\bCVV\b|\bCVC\b"},
+    ],
+    "spot_check_share": 0.1,
+    "labels_per_rollout": 1,
+    "transcript_chars": 6000,
+}
+
+
 def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:
     """Create the demo task with its 100 train and 100 test problems, once."""
     return _ensure_builtin(engine, Task(
@@ -128,14 +171,30 @@ def ensure_support_task(engine: Engine, actor: str = "system") -> Task:
     ), support_rows(), actor)
 
 
+def ensure_conversation_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the conversation demo, once: 12 personas in 5 segments and 36 scenarios (one persona of each
+    segment only in test), played for up to 4 agent turns and scored by a rubric with people spot-checking.
+    Every scenario of an at-risk persona must end with the offer of a human colleague."""
+    personas, rows = conversation_demo()
+    return _ensure_builtin(engine, Task(
+        name=CONVERSATION_TASK, kind="conversation", max_turns=4,
+        description="Multi-turn chats with 12 simulated customers of a fictional appliance shop (resistant, "
+                    "verbose, at risk, confused, rushed), judged per criterion; written for this project.",
+        instructions=CONVERSATION_INSTRUCTIONS,
+        reward_method="rubric",
+        reward_settings=dict(CONVERSATION_SETTINGS),
+    ), rows, actor, personas=personas)
+
+
 def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
-    """Both built-in tasks (arithmetic first), each created once."""
-    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor)]
+    """The built-in tasks (arithmetic first), each created once."""
+    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor), ensure_conversation_task(engine, actor)]
 
 
-def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str) -> Task:
+def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str,
+                    personas: list[Persona] = ()) -> Task:
     """Create a built-in task from `template` if no task has its name, then add any missing rows and the
-    default library; an existing task keeps its settings, which an admin may have changed."""
+    default library; an existing task keeps its settings (and personas), which an admin may have changed."""
     with session_scope(engine) as session:
         task = queries.task_by_name(session, template.name)
         if task is None:
@@ -147,6 +206,8 @@ def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor
             session.flush()
             session.add(AuditEvent(actor=actor, action="task.create", object_type="task", object_id=task.id,
                                    after={"name": task.name}))
+            for persona in personas:
+                session.add(PersonaRow(task_id=task.id, **persona.model_dump()))
         add_samples(session, task, rows)
         ensure_library(session, task, "default", actor=actor)
         return task

@@ -20,7 +20,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core import gate
-from core.agent import AgentSettings, check_agent_mode
+from core.agent import AgentSettings, agent_settings, check_agent_mode
+from core.conversation import numbered_transcript
+from core.conversation_judge import rubric_settings
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.gateway import Gateway, Scope
 from core.labeling import hold_for_labels
@@ -30,6 +32,7 @@ from core.prompts import (
     REJECTED_SHOWN,
     advantage_messages,
     direct_messages,
+    scenario_text,
     summary_messages,
     trajectory_text,
     update_messages,
@@ -39,6 +42,7 @@ from core.review import apply_step_operations, decide_all, flagged_pending, gate
 from core.rewards import METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.run_settings import RunSettings
+from core.scenarios import check_task_kind, is_conversation, persona_of, personas_by_name, scenario_of
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import create_version, ensure_library, new_experiences
@@ -97,6 +101,7 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
         check_agent_mode(task.name, task.agent_mode)
+        check_task_kind(session, task)
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
@@ -165,8 +170,8 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
         session.add(run)
     gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base,
                                  **settings.gateway_limits())
-    agent = AgentSettings(model=settings.policy_model, temperature=settings.temperature,
-                          max_tokens=settings.max_tokens, mode=task.agent_mode, max_turns=settings.max_turns)
+    agent = agent_settings(task, model=settings.policy_model, temperature=settings.temperature,
+                           max_tokens=settings.max_tokens, max_turns=settings.max_turns)
     ctx = _Ctx(engine, run_id, task, library, settings, gateway, agent, on_progress)
     try:
         if run.kind == RunKind.DIRECT:
@@ -401,9 +406,10 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                    text=f"all {len(valid)} rewards equal ({rewards[0]:g}): no group advantage")
         summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         gt = ctx.settings.ground_truth
-        messages = advantage_messages(sample.query, sample.reference,
+        query, reference = _task_for_learner(ctx, sample)
+        messages = advantage_messages(query, reference,
                                       [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
-                                      experiences, gt)
+                                      experiences, gt, conversation=is_conversation(ctx.task))
         parsed, call = await ctx.gateway.complete_json(
             stage="advantage", model=ctx.settings.learner_model, messages=messages, reply=AdvantageReply,
             scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
@@ -452,11 +458,32 @@ def _assign_rewards(ctx: _Ctx, sample: Sample, rollouts: list[Rollout]) -> list[
     return rollouts
 
 
+def _task_for_learner(ctx: _Ctx, sample: Sample) -> tuple[str, str | None]:
+    """What the learner reads as the task and its reference: the query and reference answer, or for a
+    conversation the persona, the opening and the goal (the goal is the reference, already in the text)."""
+    if not is_conversation(ctx.task):
+        return sample.query, sample.reference
+    with Session(ctx.engine) as session:
+        persona = persona_of(sample, personas_by_name(session, ctx.task))
+    scenario = scenario_of(sample)
+    return f"{scenario_text(persona, scenario)}\nThe user opened with: {scenario.opening}", None
+
+
+def _trajectory(ctx: _Ctx, rollout: Rollout) -> str:
+    """The attempt as the learner reads it; a conversation with its turns numbered, shortened past the task's
+    transcript budget with a marker that says how much was left out."""
+    if not is_conversation(ctx.task):
+        return trajectory_text(rollout.messages)
+    turns = [{"role": m["role"], "text": m["content"]} for m in rollout.messages if m["role"] in ("user", "assistant")]
+    return numbered_transcript(turns, rubric_settings(ctx.task).transcript_chars)
+
+
 async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: list[dict]) -> str:
     if rollout.summary:
         return rollout.summary
-    messages = summary_messages(sample.query, sample.reference, rollout.reward, experiences,
-                                trajectory_text(rollout.messages), ctx.settings.ground_truth)
+    query, reference = _task_for_learner(ctx, sample)
+    messages = summary_messages(query, reference, rollout.reward, experiences, _trajectory(ctx, rollout),
+                                ctx.settings.ground_truth, conversation=is_conversation(ctx.task))
     async with ctx.slots:
         call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
                                           scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)

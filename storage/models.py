@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import JSON, Column, Index, Integer, Text, UniqueConstraint, text
 from sqlmodel import AutoString, Field, SQLModel
 
 from storage.statuses import (
@@ -60,6 +60,9 @@ class Task(SQLModel, table=True):
     # single: one answer per query | conversation: played with personas (core/personas.py). The default is the
     # database's, not SQLAlchemy's, so rows written without the column (older code, migration tests) get it.
     kind: str = Field(default="single", sa_column=Column(AutoString, nullable=False, server_default="single"))
+    # A conversation task's user simulator ("" = the policy model) and the most agent turns a conversation has.
+    simulator_model: str = Field(default="", sa_column=Column(AutoString, nullable=False, server_default=""))
+    max_turns: int = Field(default=4, sa_column=Column(Integer, nullable=False, server_default="4"))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -98,6 +101,7 @@ class Library(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     task_id: int = Field(foreign_key="task.id", index=True)
     name: str = "default"
+    segment: str | None = None  # a conversation task's persona segment this library serves (core/segments.py)
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -247,6 +251,34 @@ class Rollout(SQLModel, table=True):
     suggested_reward: float | None = None  # the judge's or verifier's reward before any person's label
     suggested_detail: str | None = _text()
     judge_unsure: bool = False
+    # A conversation's rubric: {"criteria": {name: score in [0, 1]}, "rules": [{name, passed, turn, reason}]}
+    scores: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ConversationTurn(SQLModel, table=True):
+    """One turn of a conversation rollout, written as soon as it is spoken, so a killed run resumes the
+    conversation where it stopped and pays for no completed turn again. Keyed like its rollout (which is
+    written when the conversation ends) plus its position; `role` is seen from the agent's side."""
+
+    __table_args__ = (
+        Index("uq_turn_step_sample_group_position", "step_id", "sample_id", "group_index", "position", unique=True,
+              sqlite_where=text("step_id IS NOT NULL"), postgresql_where=text("step_id IS NOT NULL")),
+        Index("uq_turn_evaluation_sample_group_position", "evaluation_id", "sample_id", "group_index", "position",
+              unique=True, sqlite_where=text("evaluation_id IS NOT NULL"),
+              postgresql_where=text("evaluation_id IS NOT NULL")),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int | None = Field(default=None, foreign_key="step.id", index=True)
+    evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id", index=True)
+    sample_id: int = Field(foreign_key="sample.id")
+    group_index: int = 0
+    position: int
+    role: str
+    text: str = _text(nullable=False)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    ended: bool = False
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -260,6 +292,7 @@ class RewardLabel(SQLModel, table=True):
     comment: str = ""
     labeler: str = "local"
     kind: str = "label"
+    scores: dict | None = _json()  # a conversation label's score per rubric criterion (raw, on its scale)
     created_at: datetime = Field(default_factory=utcnow)
 
 
