@@ -27,7 +27,9 @@ from core.library_io import check_file_size, decode_library
 from core.people import ROLES, add_user, update_user
 from core.personas import check_file_size as check_persona_file_size
 from core.personas import parse_personas, persona_dicts
+from core.scenarios import add_scenarios, is_conversation, split_by_persona
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
+from core.segments import bind_library, paired_by_segment
 from core.settings import engine as settings_engine
 from core.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from core.tasks import add_dataset, ensure_demo_tasks, get_task
@@ -126,8 +128,20 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
     said when renamed; the note reads the columns the way the Tasks page does (columns_of)."""
     path = Path(args.file)
     data = _read_file(path, check_size)
+    engine = _engine(args)
+    with Session(engine) as session:
+        conversation = is_conversation(get_task(session, args.task))
+    if conversation:  # a conversation task's samples are scenarios, checked against its personas
+        held = [name.strip() for name in (args.test_personas or "").split(",") if name.strip()]
+        added, already = add_scenarios(engine, args.task, data, path.name, test_personas=held,
+                                       default_split=args.split, actor="cli")
+        print(f"added {added} scenarios to {args.task} ({already} already present)"
+              + (f"; personas held out for test: {', '.join(held)}" if held else ""))
+        return 0
+    if args.test_personas:
+        raise UsageError(f"dataset add: --test-personas is for conversation tasks; {args.task!r} is not one")
     explicit = parse_mapping(args.map)
-    added, already = add_dataset(_engine(args), args.task, data, path.name, mapping=explicit,
+    added, already = add_dataset(engine, args.task, data, path.name, mapping=explicit,
                                  default_split=args.split, actor="cli", test_share=args.test_share,
                                  validation_share=args.validation_share)
     resolved = resolve_columns(columns_of(data, path.name), explicit)
@@ -265,7 +279,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
-                 "call_deadline_s": args.deadline,
+                 "call_deadline_s": args.deadline, "max_turns": args.max_turns,
                  "hold_flagged": None if args.hold_flagged is None else args.hold_flagged == "on"}
         settings = RunSettings.build(ground_truth=not args.no_ground_truth,
                                      **{name: value for name, value in given.items() if value is not None})
@@ -288,7 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     engine = _engine(args)
     eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
-                                model=args.model, temperature=args.temperature)
+                                model=args.model, temperature=args.temperature, route_segments=args.route_segments)
     if args.queue:
         print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
         return 0
@@ -301,13 +315,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
                           "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
                           "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
-                          "errors": m.get("errors"), "cost": ev.cost, "model": ev.model, "error": ev.error}))
+                          "errors": m.get("errors"), "cost": ev.cost, "model": ev.model, "error": ev.error,
+                          **({"routes": ev.routes} if ev.routes else {}),
+                          **{key: m[key] for key in ("segments", "personas", "criteria") if key in m}}))
     elif ev.status == JobStatus.COMPLETED:
         lo, hi = m["mean_at_k_ci"]
         plo, phi = m["pass_at_k_ci"]
         print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
         print(f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
               f"  rollout errors {m.get('errors', 0)}  cost ${ev.cost:.4f}")
+        for line in breakdown_lines(m, ev.k):
+            print(line)
     else:
         print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
     return 0 if ev.status == JobStatus.COMPLETED else 1
@@ -332,13 +350,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
                 return 1
     result = compare_evaluations(engine, *ids)
+    by_segment = paired_by_segment(engine, *ids)
     s = result.stats
     if args.json:
         print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "n_queries": s.n, "k": result.a.k,
                           "mean_a": s.mean_a, "mean_b": s.mean_b, "delta": s.delta, "ci_low": s.ci_low,
                           "ci_high": s.ci_high, "p_value": s.p_value, "wins": s.wins, "losses": s.losses,
                           "ties": s.ties, "pass_a": s.pass_a, "pass_b": s.pass_b, "mcnemar_p": s.mcnemar_p,
-                          "detectable": s.detectable, "verdict": s.verdict, "note": result.note}))
+                          "detectable": s.detectable, "verdict": s.verdict, "note": result.note,
+                          **({"segments": {name: stats.as_dict() for name, stats in by_segment.items()}}
+                             if by_segment else {})}))
         return 0
     print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
     print(f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] "
@@ -348,6 +369,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.note:
         print(result.note)
     print(s.verdict)
+    for name, stats in by_segment.items():
+        print(f"  segment {name}: {stats.verdict}")
+    return 0
+
+
+def breakdown_lines(metrics: dict, k: int) -> list[str]:
+    """An evaluation's scores per segment and per criterion (conversation tasks), one line each."""
+    lines = []
+    for name, row in (metrics.get("segments") or {}).items():
+        lo, hi = row["mean_at_k_ci"]
+        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} [{lo:.3f}, {hi:.3f}]")
+    for name, row in (metrics.get("criteria") or {}).items():
+        lines.append(f"  criterion {name:<12} mean {row['mean']:.3f} over {row['n']} conversations")
+    return lines
+
+
+def cmd_library_bind(args: argparse.Namespace) -> int:
+    """Bind a library to a persona segment (or unbind it): segment-routed evaluations use it for that segment."""
+    if bool(args.segment) == bool(args.unbind):
+        raise UsageError("library bind: give --segment SEGMENT or --unbind")
+    library = bind_library(_engine(args), args.task, args.library, None if args.unbind else args.segment)
+    print(f"library {library.name!r} of {args.task}: " + (f"serves segment {library.segment}" if library.segment
+                                                            else "serves no segment"))
+    return 0
+
+
+def cmd_task_split_by_persona(args: argparse.Namespace) -> int:
+    """Hold out whole personas: their scenarios go to test, every other scenario to train."""
+    names = [name.strip() for name in args.test.split(",") if name.strip()]
+    counts = split_by_persona(_engine(args), args.task, names)
+    print(f"{args.task}: " + ", ".join(f"{split} {count}" for split, count in sorted(counts.items())))
     return 0
 
 
@@ -587,7 +639,10 @@ def build_parser() -> Parser:
                         "seed so the same file splits the same way (default 0)")
     p.add_argument("--validation-share", type=float, default=0.0, metavar="SHARE",
                    help="hold this share (0-1) of the rows that name no split out for validation (default 0)")
-    p.add_argument("file")
+    p.add_argument("--test-personas", metavar="NAMES",
+                   help="conversation tasks: comma-separated persona names whose scenarios go to test")
+    p.add_argument("file", help="a dataset file; for a conversation task, scenarios (.json or .csv with persona, "
+                   "opening, goal, must, must_not)")
     p.set_defaults(func=cmd_dataset_add)
     p = dsub.add_parser("show", help="count a task's samples per split")
     p.add_argument("--task", required=True)
@@ -609,6 +664,20 @@ def build_parser() -> Parser:
                    "name, description, segment, hidden_facts (facts separated by ;)")
     p.add_argument("--show", action="store_true", help="print the task's personas as JSON")
     p.set_defaults(func=cmd_task_personas)
+    p = tsub.add_parser("split-by-persona", help="hold whole personas out: their scenarios to test, the rest to train")
+    p.add_argument("task")
+    p.add_argument("--test", required=True, metavar="NAMES", help="comma-separated persona names")
+    p.set_defaults(func=cmd_task_split_by_persona)
+
+    library = sub.add_parser("library", help="bind a library to a persona segment (conversation tasks)")
+    lsub = library.add_subparsers(dest="library_command", required=True, parser_class=Parser)
+    p = lsub.add_parser("bind", help="the library serves this segment in segment-routed evaluations; train it "
+                        "with `train --library NAME` (it then trains on that segment's scenarios only)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", required=True)
+    p.add_argument("--segment")
+    p.add_argument("--unbind", action="store_true")
+    p.set_defaults(func=cmd_library_bind)
 
     p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
     p.add_argument("--task", required=True)
@@ -647,6 +716,7 @@ def build_parser() -> Parser:
     p.add_argument("--hold-flagged", choices=["on", "off"], help="in auto review, operations with a quality flag "
                    "(cut off, near-duplicate, a query's numbers, too long) wait for a person; default: on")
     p.add_argument("--seed", type=int, help=_default("seed"))
+    p.add_argument("--max-turns", type=int, help=_default("max_turns"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))
@@ -672,6 +742,9 @@ def build_parser() -> Parser:
     p.add_argument("--concurrency", type=int)
     p.add_argument("--json", action="store_true")
     p.add_argument("--queue", action="store_true", help="only queue the evaluation; a worker executes it")
+    p.add_argument("--route-segments", action="store_true", help="conversation tasks: play each scenario with the "
+                   "library bound to its persona's segment (its production version, else its newest), the given "
+                   "version for the rest")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compare", help="is B better than A? a paired comparison on the same queries")

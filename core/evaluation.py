@@ -17,7 +17,8 @@ from core.labeling import hold_for_labels
 from core.metrics import score_groups
 from core.people import require_role
 from core.rollouts import stored_rollout
-from core.scenarios import check_task_kind
+from core.scenarios import check_task_kind, personas_by_name
+from core.segments import breakdown, experiences_for, route_versions
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import resolve_version
@@ -34,8 +35,10 @@ STAGES = {EvaluationPurpose.GATE: "gate", EvaluationPurpose.ATTRIBUTION: "attrib
 
 def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
                       limit: int | None = None, model: str | None = None, temperature: float = 0.7,
-                      created_by: str = "cli") -> int:
-    """Queue an evaluation of a version (id, label, `latest` or `empty`)."""
+                      route_segments: bool = False, created_by: str = "cli") -> int:
+    """Queue an evaluation of a version (id, label, `latest` or `empty`). With `route_segments` each scenario
+    of a conversation task is played with the library of its persona's segment (its production version,
+    else its newest) and the version given for the rest (core/segments.py)."""
     if k < 1:
         raise InvalidInput("k must be at least 1")
     if limit is not None and limit < 1:
@@ -48,13 +51,20 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         check_task_kind(session, task)
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
+        routes = None
+        if route_segments:
+            routes = route_versions(session, task)
+            if not routes:
+                raise InvalidInput(f"task {task.name!r} has no library bound to a segment; bind one first "
+                                   "(`python -m core library bind`, or the Library page)")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
                          model=model or task.policy_model or get_settings().model, temperature=temperature,
-                         created_by=created_by)
+                         routes=routes, created_by=created_by)
         session.add(row)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
-                               object_id=row.id, after={"version": version_ref, "split": split, "k": k}))
+                               object_id=row.id, after={"version": version_ref, "split": split, "k": k,
+                                                        **({"routes": routes} if routes else {})}))
         return row.id
 
 
@@ -145,6 +155,9 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
     agent = agent_settings(task, model=ev.model, temperature=ev.temperature)
     experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
+    with Session(engine) as session:
+        personas = personas_by_name(session, task) if ev.routes else {}
+        routed = {vid: session.get(LibraryVersion, vid).experiences for vid in set((ev.routes or {}).values())}
     progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)
     scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)
     stage = STAGES.get(ev.purpose, "rollout")
@@ -153,7 +166,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
 
     async def one(sample, g: int) -> None:
         await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                             experiences=experiences, scope=scope, evaluation_id=evaluation_id, stage=stage,
+                             experiences=experiences_for(sample, ev.routes, personas, routed, experiences), scope=scope, evaluation_id=evaluation_id, stage=stage,
                              people=ev.purpose == EvaluationPurpose.EVALUATION, pool=slots)
         progress.advance()
 
@@ -169,6 +182,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
                 by_query[r.sample_id].append(r.reward or 0.0)
             metrics = score_groups(dict(by_query))
             metrics["errors"] = sum(1 for r in rollouts if r.error)
+            metrics |= breakdown(session, task, rollouts, {s.id: s for s in samples})
             ev = session.get(Evaluation, evaluation_id)
             ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
             ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
@@ -200,6 +214,6 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
         version_id = version.id if version else None
         for ev in queries.evaluations(session, task.id):
             if (ev.version_id == version_id and ev.split == split and ev.k == k and ev.limit == limit
-                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model):
+                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes):
                 return ev.id
     return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by)

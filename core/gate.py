@@ -39,16 +39,17 @@ def held_out_size(n_train: int, setting: int | None) -> int:
     return min(MAX_HELD_OUT, max(round(0.2 * n_train), min(MIN_HELD_OUT, n_train // 2)))
 
 
-def choose_validation(session: Session, task: Task, settings: RunSettings) -> tuple[str, list[int]]:
+def choose_validation(session: Session, task: Task, settings: RunSettings,
+                      only: set[int] | None = None) -> tuple[str, list[int]]:
     """The run's validation queries: the task's `validation` split when it has one, else a seeded
     sample of its train queries (which training then never uses). Empty when the gate is off or
-    `validation_size` is 0."""
+    `validation_size` is 0. `only` keeps the queries a run may use (a segment library's segment)."""
     if settings.gate == GateRule.OFF or settings.validation_size == 0:
         return VALIDATION_SPLIT, []
-    validation = queries.samples(session, task.id, VALIDATION_SPLIT)
+    validation = [s for s in queries.samples(session, task.id, VALIDATION_SPLIT) if only is None or s.id in only]
     if validation:
         return VALIDATION_SPLIT, [s.id for s in validation]
-    train = sorted(s.id for s in queries.samples(session, task.id, "train"))
+    train = sorted(s.id for s in queries.samples(session, task.id, "train") if only is None or s.id in only)
     size = held_out_size(len(train), settings.validation_size)
     return "train", sorted(random.Random(f"validation:{settings.seed}").sample(train, size))
 

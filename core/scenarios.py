@@ -65,6 +65,14 @@ def personas_by_name(session: Session, task: Task) -> dict[str, Persona]:
     return {persona.name.casefold(): persona for persona in task_personas(session, task.id)}
 
 
+def segment_sample_ids(session: Session, task: Task, segment: str | None) -> set[int] | None:
+    """The ids of the task's scenarios whose persona is in `segment`; None (no restriction) without one."""
+    if segment is None:
+        return None
+    personas = personas_by_name(session, task)
+    return {s.id for s in queries.samples(session, task.id) if segment_of(s, personas) == segment}
+
+
 def segment_of(sample: Sample, personas: dict[str, Persona]) -> str | None:
     """The segment of the scenario's persona, or None (a single-reply task, or an unknown persona)."""
     persona = personas.get(str((sample.meta or {}).get("persona") or "").casefold())

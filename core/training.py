@@ -42,7 +42,14 @@ from core.review import apply_step_operations, decide_all, flagged_pending, gate
 from core.rewards import METHODS, majority_rewards
 from core.rollouts import stored_rollout
 from core.run_settings import RunSettings
-from core.scenarios import check_task_kind, is_conversation, persona_of, personas_by_name, scenario_of
+from core.scenarios import (
+    check_task_kind,
+    is_conversation,
+    persona_of,
+    personas_by_name,
+    scenario_of,
+    segment_sample_ids,
+)
 from core.settings import get_settings
 from core.tasks import get_task
 from core.versions import create_version, ensure_library, new_experiences
@@ -259,16 +266,21 @@ def _validation(ctx: _Ctx) -> list[int]:
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
         if run.validation_ids is None:
-            split, ids = gate.choose_validation(session, ctx.task, ctx.settings)
+            split, ids = gate.choose_validation(session, ctx.task, ctx.settings,
+                                                only=segment_sample_ids(session, ctx.task, ctx.library.segment))
             run.validation_ids = ids
             run.progress = {**run.progress, "validation_split": split, "validation_queries": len(ids)}
             session.add(run)
         return list(run.validation_ids)
 
 
-def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out: list[int]) -> list[int]:
-    """The training queries: the train split without the held-out validation queries, the first `limit`."""
-    kept = [s.id for s in queries.samples(session, task.id, "train") if s.id not in set(held_out)]
+def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out: list[int],
+                      segment: str | None = None) -> list[int]:
+    """The training queries: the train split without the held-out validation queries (and, for a library
+    bound to a segment, only that segment's scenarios), the first `limit`."""
+    only = segment_sample_ids(session, task, segment)
+    kept = [s.id for s in queries.samples(session, task.id, "train")
+            if s.id not in set(held_out) and (only is None or s.id in only)]
     return kept[:limit] if limit else kept
 
 
@@ -276,7 +288,7 @@ async def _train(ctx: _Ctx) -> None:
     s = ctx.settings
     held_out = _validation(ctx)
     with Session(ctx.engine) as session:
-        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out)
+        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out, ctx.library.segment)
         if not train_ids:
             raise InvalidInput(f"no training queries are left after holding out {len(held_out)} for validation; "
                                "lower validation_size or add train samples")

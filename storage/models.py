@@ -199,6 +199,9 @@ class Evaluation(SQLModel, table=True):
     run_id: int | None = Field(default=None, index=True)
     step_id: int | None = None
     left_out: str | None = None
+    # A segment-routed evaluation: {segment: library version id}; a scenario whose persona's segment is not
+    # here uses `version_id` (the default library's version). None: one library for every scenario.
+    routes: dict | None = _json()
     model: str = ""
     temperature: float = 0.7
     status: str = Field(default=JobStatus.QUEUED, index=True)

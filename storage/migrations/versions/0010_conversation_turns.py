@@ -3,7 +3,8 @@
 conversationturn: each turn of a conversation rollout, written as it is spoken (resume mid-conversation).
 task.simulator_model ("" = the policy model) and task.max_turns: how a conversation task's rollouts are
 played. rollout.scores and rewardlabel.scores: a conversation's score per rubric criterion and its rules.
-library.segment: the persona segment a library serves (segment-routed evaluation).
+library.segment: the persona segment a library serves; evaluation.routes: a segment-routed evaluation's
+version per segment.
 
 Revision ID: 0010
 Revises: 0009
@@ -33,6 +34,8 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('scores', sa.JSON(), nullable=True))
     with op.batch_alter_table('rewardlabel', schema=None) as batch_op:
         batch_op.add_column(sa.Column('scores', sa.JSON(), nullable=True))
+    with op.batch_alter_table('evaluation', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('routes', sa.JSON(), nullable=True))
     op.create_table('conversationturn',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('step_id', sa.Integer(), nullable=True),
@@ -67,6 +70,8 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_conversationturn_step_id'))
         batch_op.drop_index(batch_op.f('ix_conversationturn_evaluation_id'))
     op.drop_table('conversationturn')
+    with op.batch_alter_table('evaluation', schema=None) as batch_op:
+        batch_op.drop_column('routes')
     for table in ('rewardlabel', 'rollout'):
         with op.batch_alter_table(table, schema=None) as batch_op:
             batch_op.drop_column('scores')
