@@ -27,6 +27,8 @@ from core.evaluation import create_evaluation
 from core.model_choice import check_model, known_models
 from core.promotion import PromotionPreview, preview_promotion
 from core.run_control import resume_evaluation
+from core.scenarios import is_conversation
+from core.segments import paired_by_segment, segment_libraries
 from core.versions import EMPTY, PRODUCTION, promote
 from core.worker import job_health
 from pages._common import (
@@ -65,6 +67,12 @@ def version_name(version_id: int | None, numbers: dict[int, int]) -> str:
     return f"#{number}" if number is not None else f"id {version_id}"
 
 
+def evaluated_name(e, numbers: dict[int, int]) -> str:
+    """What an evaluation played: a version, or a version with each segment's own library."""
+    name = version_name(e.version_id, numbers)
+    return f"{name} + a library per segment" if e.routes else name
+
+
 def interval(metrics: dict, key: str) -> str:
     ci = metrics.get(key)
     return f"{ci[0]:.3f} – {ci[1]:.3f}" if ci and len(ci) == 2 else ""
@@ -79,7 +87,9 @@ def load_setup(task: Task, library_name: str) -> dict:
         for label in queries.labels(session, library.id) if library else []:
             labels.setdefault(label.version_id, []).append(label.name)
         production = queries.label_by_name(session, library.id, PRODUCTION) if library else None
+        bound = {segment: lib.name for segment, lib in segment_libraries(session, task).items()}
         return {"task": task, "library": library, "splits": queries.count_samples(session, task.id),
+                "segment_libraries": bound,
                 "versions": [{"id": v.id, "number": v.number, "labels": sorted(labels.get(v.id, []))}
                              for v in versions],
                 "production": production.version_id if production else None}
@@ -109,6 +119,7 @@ class FormScope:
     split_sizes: dict[str, int]
     names: dict[str, str]
     default_model: str
+    routed_key: str | None = None
 
 
 def model_options(current: str) -> list[str]:
@@ -136,12 +147,16 @@ def start_evaluation(scope: FormScope) -> None:
         FLASH.set("new", Outcome(False, "This task has no samples to evaluate on."))
         return
     k, limit = int(state[keys["k"]]), int(state[keys["limit"]]) or None
+    routed = bool(scope.routed_key and state.get(scope.routed_key))
     model = str(state[keys["model"]] or "").strip() or scope.default_model
     size = min(limit or scope.split_sizes.get(split, 0), scope.split_sizes.get(split, 0))
     evaluation_id = run_action(
         FLASH, "new", checked_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
-        model=model, temperature=float(state[keys["temperature"]]), created_by=context().reviewer,
-        report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version), split, size, k, model)))
+        model=model, temperature=float(state[keys["temperature"]]), route_segments=routed,
+        created_by=context().reviewer,
+        report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version)
+                                                 + (" with a library per segment" if routed else ""),
+                                                 split, size, k, model)))
     if evaluation_id is not None:
         start_worker_if_needed()
 
@@ -175,8 +190,16 @@ def evaluation_form(setup: dict) -> None:
                           "type another litellm model name if you need one.")
         c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1, format="%.2f",
                         key=form_key("temperature", setup))
+        routed_key = None
+        if setup["segment_libraries"]:
+            routed_key = form_key("routed", setup)
+            c1.checkbox("A library per segment", key=routed_key,
+                        help="Play each scenario with the library bound to its persona's segment ("
+                             + ", ".join(f"{seg}: {name}" for seg, name in setup["segment_libraries"].items())
+                             + "; production version, else the newest) and the version above for the rest; "
+                             "compare it with an evaluation of the version alone.")
         scope = FormScope(task=task.name, names=names, split_sizes=dict(setup["splits"]),
-                          default_model=task.policy_model,
+                          default_model=task.policy_model, routed_key=routed_key,
                           keys={name: form_key(name, setup) for name in ("version", "split", "k", "limit", "model",
                                                                         "temperature")})
         st.form_submit_button("Start evaluation", key="eval_submit", type="primary", on_click=start_evaluation,
@@ -186,7 +209,7 @@ def evaluation_form(setup: dict) -> None:
 
 def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
     """Mean@k and Pass@k of every completed evaluation, with their 95% intervals as error bars."""
-    names = [f"{version_name(e.version_id, numbers)} (eval {e.id}, k={e.k})" for e in completed]
+    names = [f"{evaluated_name(e, numbers)} (eval {e.id}, k={e.k})" for e in completed]
     fig = go.Figure()
     for title, key in (("Mean@k", "mean_at_k"), ("Pass@k", "pass_at_k")):
         values = [getattr(e, key) or 0.0 for e in completed]
@@ -217,7 +240,7 @@ def evaluations_view(task_id: int) -> None:
     rows = []
     for e in evaluations:
         metrics, progress = e.metrics or {}, e.progress or {}
-        rows.append({"id": e.id, "version": version_name(e.version_id, numbers), "split": e.split, "k": e.k,
+        rows.append({"id": e.id, "version": evaluated_name(e, numbers), "split": e.split, "k": e.k,
                      "n": e.n, "Mean@k": e.mean_at_k, "Mean@k 95% CI": interval(metrics, "mean_at_k_ci"),
                      "Pass@k": e.pass_at_k, "Pass@k 95% CI": interval(metrics, "pass_at_k_ci"),
                      "errors": metrics.get("errors", 0), "cost": e.cost,
@@ -245,8 +268,49 @@ def evaluations_view(task_id: int) -> None:
         st.plotly_chart(scores_chart(completed, numbers), key="eval_chart")
 
 
+def segments_section(completed: list, numbers: dict[int, int]) -> None:
+    """A conversation task's scores per segment, per persona and per rubric criterion, for each completed
+    evaluation (core.segments.breakdown, stored with the evaluation)."""
+    with_segments = [e for e in completed if (e.metrics or {}).get("segments")]
+    if not with_segments:
+        st.info("No completed evaluation of this conversation task yet.")
+        return
+    segment_rows, persona_rows, criterion_rows = [], [], []
+    for e in with_segments:
+        name = f"#{e.id} {evaluated_name(e, numbers)}"
+        for segment, row in e.metrics["segments"].items():
+            segment_rows.append({"evaluation": name, "segment": segment, "queries": row["n"],
+                                 "Mean@k": row["mean_at_k"], "95% CI": interval(row, "mean_at_k_ci"),
+                                 "Pass@k": row["pass_at_k"]})
+        for persona, row in (e.metrics.get("personas") or {}).items():
+            persona_rows.append({"evaluation": name, "persona": persona, "segment": row["segment"],
+                                 "queries": row["n"], "Mean@k": row["mean_at_k"],
+                                 "95% CI": interval(row, "mean_at_k_ci")})
+        for criterion, row in (e.metrics.get("criteria") or {}).items():
+            criterion_rows.append({"evaluation": name, "criterion": criterion, "mean score": row["mean"],
+                                   "conversations": row["n"]})
+    st.subheader("Per segment")
+    table(segment_rows, key="segment_table", column_config={"Mean@k": SCORE, "Pass@k": SCORE})
+    st.subheader("Per criterion")
+    table(criterion_rows, key="criterion_table", column_config={"mean score": SCORE})
+    with st.expander("Per persona"):
+        table(persona_rows, key="persona_table", column_config={"Mean@k": SCORE})
+
+
+def segment_comparison(a_id: int, b_id: int) -> None:
+    """B − A per segment, with the same paired statistics as overall."""
+    by_segment = paired_by_segment(engine(), a_id, b_id)
+    if not by_segment:
+        return
+    st.subheader("B − A per segment")
+    table([{"segment": segment, "queries": s.n, "Mean@k A": s.mean_a, "Mean@k B": s.mean_b, "B − A": s.delta,
+            "95% interval": f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.n >= 2 else "–", "verdict": s.verdict}
+           for segment, s in by_segment.items()], key="segment_compare_table",
+          column_config={"Mean@k A": SCORE, "Mean@k B": SCORE, "B − A": SCORE})
+
+
 def evaluation_choice(e, numbers: dict[int, int]) -> str:
-    return (f"#{e.id} · {version_name(e.version_id, numbers)} · {e.split} · k={e.k} · "
+    return (f"#{e.id} · {evaluated_name(e, numbers)} · {e.split} · k={e.k} · "
             f"Mean@k {e.mean_at_k or 0:.3f}")
 
 
@@ -298,6 +362,7 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     table(frame, key="compare_table",
           column_config={"mean reward A": SCORE, "mean reward B": SCORE, "difference": SCORE,
                          "cost A": COST, "cost B": COST})
+    segment_comparison(a_id, b_id)
     outputs_side_by_side(result)
 
 
@@ -422,6 +487,10 @@ def page() -> None:
 
     evaluations, numbers = load_evaluations(setup["task"].id)
     completed = [e for e in evaluations if e.status == JobStatus.COMPLETED]
+
+    if is_conversation(setup["task"]):
+        st.header("Segments, personas and criteria")
+        segments_section(completed, numbers)
 
     st.header("Compare two evaluations")
     compare_section(completed, numbers)
