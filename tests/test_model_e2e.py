@@ -207,3 +207,58 @@ def test_a_support_run_waits_for_spot_checks_then_continues(engine):
         print("advantage:", advantage.status, advantage.error or advantage.text)
         assert advantage.status == "ok" or (advantage.status == "failed" and advantage.error)
         assert s.exec(select(func.count()).select_from(Rollout)).one() == 2  # nothing was sampled again
+
+
+# ---- the conversation demo: the agent against the simulated customers, judged by the rubric ------------------
+
+
+def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
+    """One short step of the conversation demo (2 scenarios, G=2, 2 agent turns) and an evaluation of the
+    result on 2 held-out scenarios: every conversation is played by the local model on both sides, stored
+    turn by turn and judged; verdicts the small judge cannot give go to people, labelled here."""
+    from core.tasks import CONVERSATION_TASK, ensure_conversation_task
+    from storage.models import ConversationTurn, Evaluation
+
+    ensure_conversation_task(engine)
+    with session_scope(engine) as s:
+        task = get_task(s, CONVERSATION_TASK)
+        task.reward_settings = {**task.reward_settings, "spot_check_share": 0.0}
+        s.add(task)
+    settings = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, gate="off", hold_flagged=False,
+                           max_tokens=120, learner_max_tokens=400, max_turns=2)
+    run_id = create_run(engine, CONVERSATION_TASK, settings)
+    run = execute_run(engine, run_id)
+    for _ in range(3):  # label what the judge could not score, then let the run go on
+        if run.status != "awaiting_labels":
+            break
+        with Session(engine) as s:
+            waiting = s.exec(select(Rollout).where(Rollout.label_status == "needed")).all()
+        for rollout in waiting:
+            submit_label(engine, rollout.id, 0.5, "cli")
+        run = execute_run(engine, run_id)
+    assert run.status == "completed", run.error
+    with Session(engine) as s:
+        rollouts = s.exec(select(Rollout).where(Rollout.step_id.is_not(None))).all()
+        turns = s.exec(select(ConversationTurn)).all()
+        stages = {c.stage for c in s.exec(select(LLMCall)).all()}
+    assert len(rollouts) == 4 and all(r.error is None and r.reward is not None for r in rollouts)
+    assert len(turns) >= 4 * 3  # opening, agent, user at least, per conversation
+    assert all(t.text.strip() or t.ended for t in turns if t.role == "assistant")
+    assert {"rollout", "simulator", "judge", "summary"} <= stages
+    print("\nconversation rewards:", [(r.reward, (r.scores or {}).get("criteria")) for r in rollouts])
+
+    from core.evaluation import create_evaluation, execute_evaluation
+
+    with Session(engine) as s:
+        version = s.get(Run, run_id).current_version_id
+    eval_id = create_evaluation(engine, CONVERSATION_TASK, str(version), split="test", k=1, limit=2)
+    ev = execute_evaluation(engine, eval_id)
+    if ev.status == "awaiting_labels":
+        with Session(engine) as s:
+            for rollout in s.exec(select(Rollout).where(Rollout.label_status == "needed")).all():
+                submit_label(engine, rollout.id, 0.5, "cli")
+        ev = execute_evaluation(engine, eval_id)
+    assert ev.status == "completed", ev.error
+    with Session(engine) as s:
+        ev = s.get(Evaluation, eval_id)
+    assert ev.n == 2 and ev.metrics["segments"] and sum(r["n"] for r in ev.metrics["segments"].values()) == 2
