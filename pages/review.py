@@ -28,6 +28,7 @@ from core import review
 from core.attribution import effects_for_library as experience_effects
 from core.quality import Flag, rank_sources
 from core.run_settings import RunSettings
+from core.scenarios import is_conversation
 from pages._common import (
     DATETIME,
     Flash,
@@ -191,7 +192,7 @@ def operation_diff(op: Operation, before: list[dict], before_number: int | None)
 
 
 def show_group(index: int, sample_id: int, query: str | None, advantage: Advantage | None,
-               rollouts: list[Rollout]) -> None:
+               rollouts: list[Rollout], conversation: bool = False) -> None:
     with st.container(border=True):
         status = advantage.status if advantage else "not computed yet"
         st.markdown(f"**Group {index}** · sample #{sample_id} · advantage {status}")
@@ -214,7 +215,7 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
                 key = f"review_rollout_{rollout.id}"
                 st.caption(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)} · "
                            f"source {rollout.reward_source or '–'}")
-                show_long(rollout.final_answer, f"{key}_final", empty="(no final answer)")
+                show_long(outcome(rollout, conversation), f"{key}_final", empty="(no final answer)")
                 show_long(rollout.summary, f"{key}_summary", empty="(no summary)")
                 if rollout.error:
                     show_long(rollout.error, f"{key}_error")
@@ -265,6 +266,13 @@ class StepView:
     flags: dict[int, list[Flag]]
     groups: dict[int, Group]  # by Advantage id, as Operation.source_advantage_ids name them
     holds_flagged: bool  # auto review mode that leaves flagged operations to a person
+    conversation: bool = False  # a conversation task: each output is a transcript
+
+
+def outcome(rollout: Rollout, conversation: bool) -> str | None:
+    """What an output came to: the final answer, or for a conversation the whole transcript (the semantic
+    advantage names its turns, so the reviewer reads them beside it)."""
+    return rollout.response if conversation else rollout.final_answer
 
 
 def show_flags(flags: list[Flag]) -> None:
@@ -298,7 +306,8 @@ def show_evidence(op: Operation, view: StepView, key: str) -> None:
             for rollout in group.rollouts:
                 st.caption(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)} · "
                            f"source {rollout.reward_source or '–'}")
-                show_long(rollout.final_answer, f"{ev_key}_{rollout.id}_final", empty="(no final answer)")
+                show_long(outcome(rollout, view.conversation), f"{ev_key}_{rollout.id}_final",
+                          empty="(no final answer)")
                 show_long(rollout.summary, f"{ev_key}_{rollout.id}_summary", empty="(no summary)")
 
 
@@ -482,6 +491,7 @@ def page() -> None:
         st.success(f"Applied as version #{after.number}{unchanged}")
 
     pending = [op for op in operations if op.status == OperationStatus.PENDING]
+    conversation = is_conversation(task)
     st.header("Proposed operations", anchor=False)
     show_gate(step, can_decide)
     FLASH.show("decisions")
@@ -508,7 +518,7 @@ def page() -> None:
                   if (advantage := advantages.get(sample_id)) is not None}
         show_operations(operations, StepView(
             step, before, run_id, can_decide, experience_effects(engine(), run.library_id), flags, groups,
-            holds_flagged=settings.review_mode == "auto" and settings.hold_flagged))
+            holds_flagged=settings.review_mode == "auto" and settings.hold_flagged, conversation=conversation))
     if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
@@ -520,7 +530,7 @@ def page() -> None:
         for index, sample_id in enumerate(sample_ids, start=1):
             sample = samples.get(sample_id)
             show_group(index, sample_id, sample.query if sample else None, advantages.get(sample_id),
-                       rollouts.get(sample_id, []))
+                       rollouts.get(sample_id, []), conversation)
 
 
 run_page(page)
