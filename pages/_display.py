@@ -12,11 +12,13 @@ pages._common.plain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
+from core.conversation import SPEAKERS
 from core.datasets import spreadsheet_safe
 
 SHOWN_CHARS = 4_000
@@ -52,6 +54,35 @@ def show_turns(messages: list[dict], key: str) -> None:
             role = "user (tool output)"
         st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
         show_long(content, f"{key}_turn_{index}")
+
+
+def chat_turns(messages: list[dict]) -> list[dict]:
+    """A conversation rollout's turns from its stored messages (the agent's request: the system prompt first,
+    then the user's and the agent's turns alternating): the messages after the system prompt, so turn i here
+    is turn i of core's rule results (0-based)."""
+    return [m for index, m in enumerate(messages) if not (index == 0 and m.get("role") == "system")]
+
+
+def speaker(role: str) -> str:
+    """`User` (the simulated customer) or `Agent`, as core.conversation renders a transcript."""
+    return SPEAKERS.get(role, "Message")
+
+
+def show_chat(messages: list[dict], key: str, *, under_turn: Callable[[int], None] | None = None) -> None:
+    """A conversation as a chat transcript: each turn labelled "Turn N · User" or "Turn N · Agent", its text
+    verbatim as code, clipped like show_long (never Markdown or HTML). `under_turn(i)` draws below turn i
+    (0-based), e.g. a rule that failed there. `key` prefixes the turns' toggles."""
+    turns = chat_turns(messages)
+    if not turns:
+        st.caption("No turn was recorded.")
+    for index, turn in enumerate(turns):
+        role = str(turn.get("role", "?"))
+        st.caption(f"Turn {index + 1} · {speaker(role)}")
+        last_user = role == "user" and index == len(turns) - 1 and index > 0
+        show_long(str(turn.get("content") or ""), f"{key}_chat_{index}",
+                  empty="(left the conversation)" if last_user else "(empty message)")
+        if under_turn is not None:
+            under_turn(index)
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:

@@ -5,6 +5,10 @@ Read-only but for one action: a person's label on an output, which overrides its
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
 wrote (query, reference, answers, summaries, trajectories, errors) is shown as text, long texts clipped
 with a "Show all" toggle (pages._display).
+
+A conversation task's group is a row of chat transcripts (up to four side by side, more in further rows), read
+from each rollout's messages: above each, its reward and per-criterion scores; a rule that failed is shown
+under the turn where it failed (or above the transcript when no turn decides it).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from sqlmodel import Session
 
 from core.judge import choices, scale_of
 from core.labeling import submit_label
+from core.scenarios import is_conversation, personas_by_name, segment_of
 from pages._common import (
     SCORE,
     Flash,
@@ -23,6 +28,7 @@ from pages._common import (
     engine,
     id_select,
     keep_valid_choice,
+    plain,
     require_task,
     reward_text,
     run_action,
@@ -30,14 +36,15 @@ from pages._common import (
     show_in_url,
     status_label,
 )
-from pages._display import show_long, show_turns, table
+from pages._display import chat_turns, clip, show_chat, show_long, show_turns, table
 from storage import queries
-from storage.models import Rollout, Task
+from storage.models import Rollout, Sample, Task
 from storage.statuses import EvaluationPurpose, LabelStatus
 
 FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")
 SIDE_BY_SIDE_MAX = 4
+NAME_CHARS = 200  # a rule's or criterion's name in a heading line
 SOURCE_KEY, RUN_KEY, STEP_KEY, EVAL_KEY, QUERY_KEY = (
     "rollouts_source", "rollouts_run", "rollouts_step", "rollouts_evaluation", "rollouts_query")
 MIXED_KEY, FAILURES_KEY = "rollouts_only_mixed", "rollouts_only_failures"
@@ -104,10 +111,94 @@ def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: b
             show_turns(rollout.messages or [], key)
 
 
+def failed_rules(rollout: Rollout) -> list[dict]:
+    """The rules the conversation failed, from the rollout's scores (`passed` is False; None is unjudged)."""
+    rules = (rollout.scores or {}).get("rules") or []
+    return [rule for rule in rules if isinstance(rule, dict) and rule.get("passed") is False]
+
+
+def rule_turn(rule: dict, turns: int) -> int | None:
+    """The 0-based turn a failed rule names, if the transcript has it."""
+    turn = rule.get("turn")
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) and 0 <= turn < turns else None
+
+
+def show_rule_failure(rule: dict, key: str, *, here: bool) -> None:
+    """One failed rule: our line naming it, then its reason (which quotes the judge) verbatim as code."""
+    name = clip(str(rule.get("name") or "?"), NAME_CHARS)
+    turn = rule.get("turn")
+    where = "failed here" if here else (
+        f"failed (turn {turn + 1})" if isinstance(turn, int) and not isinstance(turn, bool) else "failed")
+    st.error(plain(f"Rule “{name}” {where}"))
+    if rule.get("reason"):
+        show_long(str(rule["reason"]), key)
+
+
+def criteria_line(rollout: Rollout) -> str | None:
+    """The per-criterion scores in [0, 1], e.g. "empathy 0.75 · resolution 0.50" (names escaped for Markdown)."""
+    criteria = (rollout.scores or {}).get("criteria") or {}
+    shown = [f"{clip(str(name), NAME_CHARS)} {value:.2f}" for name, value in criteria.items()
+             if isinstance(value, int | float) and not isinstance(value, bool)]
+    return plain("Criteria: " + " · ".join(shown)) if shown else None
+
+
+def show_conversation(rollout: Rollout, task: Task, can_label: bool) -> None:
+    """One conversation of a group: reward, criteria, failed rules (each at its turn), the transcript."""
+    st.markdown(f"**Conversation {rollout.group_index}**")
+    waiting = " · waiting for a label" if rollout.label_status == LabelStatus.NEEDED else ""
+    unsure = " · judge unsure" if rollout.judge_unsure else ""
+    st.caption(f"Reward {reward_text(rollout.reward)} · source {rollout.reward_source or '–'}{waiting}{unsure}")
+    line = criteria_line(rollout)
+    if line:
+        st.caption(line)
+    key = f"rollout_{rollout.id}"
+    messages = rollout.messages or []
+    turns = len(chat_turns(messages))
+    failed = failed_rules(rollout)
+    at_turn: dict[int, list[tuple[int, dict]]] = {}
+    for number, rule in enumerate(failed):
+        turn = rule_turn(rule, turns)
+        if turn is None:
+            show_rule_failure(rule, f"{key}_rule_{number}", here=False)
+        else:
+            at_turn.setdefault(turn, []).append((number, rule))
+    label_control(rollout, task, can_label)
+
+    def under(turn: int) -> None:
+        for number, rule in at_turn.get(turn, []):
+            show_rule_failure(rule, f"{key}_rule_{number}", here=True)
+
+    show_chat(messages, key, under_turn=under)
+    if rollout.error:
+        st.caption("Error")
+        show_long(rollout.error, f"{key}_error")
+    st.caption(f"{turns} turns · {rollout.tokens_in} tokens in · {rollout.tokens_out} tokens out · "
+               f"{rollout.latency_ms / 1000:.1f} s")
+    if rollout.reward_detail or rollout.summary:
+        with st.expander("Reward detail and summary"):
+            st.caption("Reward detail")
+            show_long(rollout.reward_detail, f"{key}_detail", empty="(no detail)")
+            st.caption("Summary")
+            show_long(rollout.summary, f"{key}_summary", empty="(no summary)")
+
+
+def show_conversations(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
+    """A conversation task's group: its transcripts side by side, SIDE_BY_SIDE_MAX to a row."""
+    width = min(len(rollouts), SIDE_BY_SIDE_MAX)
+    for start in range(0, len(rollouts), width):
+        for column, rollout in zip(st.columns(width), rollouts[start:start + width], strict=False):
+            with column:
+                show_conversation(rollout, task, can_label)
+
+
 def show_group(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
-    """The group side by side when it is small, a table plus one expander per output otherwise."""
+    """The group side by side when it is small, a table plus one expander per output otherwise; a
+    conversation task's group as transcripts side by side."""
     if not rollouts:
         st.info("This query has no outputs yet.")
+        return
+    if is_conversation(task):
+        show_conversations(rollouts, task, can_label)
         return
     if len(rollouts) <= SIDE_BY_SIDE_MAX:
         for column, rollout in zip(st.columns(len(rollouts)), rollouts, strict=True):
@@ -157,6 +248,17 @@ def evaluation_label(ev) -> str:
     return f"Evaluation {ev.id} · {purpose}version {version}{left_out} · {ev.split} · k={ev.k} · {ev.status}"
 
 
+def show_scenario(sample: Sample | None, segment: str | None, sample_id: int) -> None:
+    """A conversation's scenario: the persona the simulator played, the opening message and the goal."""
+    persona = str(((sample.meta if sample else None) or {}).get("persona") or "")
+    if persona:
+        st.caption(plain(f"Persona: {clip(persona, NAME_CHARS)}" + (f" · segment {segment}" if segment else "")))
+    st.subheader("Opening message", anchor=False)
+    show_long(sample.query if sample else None, f"rollouts_query_{sample_id}")
+    st.subheader("Goal", anchor=False)
+    show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}", empty="(no goal)")
+
+
 def page() -> None:
     st.title("Rollouts")
     _ctx, task = require_task()
@@ -197,13 +299,20 @@ def page() -> None:
             rollouts = queries.step_rollouts(session, step_id, sample_id)
         else:
             rollouts = queries.evaluation_sample_rollouts(session, evaluation_id, sample_id)
+        conversation = is_conversation(task)
+        segment = segment_of(samples[0], personas_by_name(session, task)) if conversation and samples else None
 
     sample = samples[0] if samples else None
-    st.subheader("Query", anchor=False)
-    show_long(sample.query if sample else None, f"rollouts_query_{sample_id}")
-    st.subheader("Reference answer", anchor=False)
-    show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}", empty="(no reference answer)")
-    st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
+    if conversation:
+        show_scenario(sample, segment, sample_id)
+        st.subheader(f"Conversations (G = {len(rollouts)})", anchor=False)
+    else:
+        st.subheader("Query", anchor=False)
+        show_long(sample.query if sample else None, f"rollouts_query_{sample_id}")
+        st.subheader("Reference answer", anchor=False)
+        show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}",
+                  empty="(no reference answer)")
+        st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
     FLASH.show("label")
     show_group(rollouts, task, allowed("labeler"))  # the role once per page, not once per output
 

@@ -9,6 +9,11 @@ references, rubrics and instructions appear only in tables or as code (pages._di
 feeds which field is core's rule (core.datasets.resolve_columns), the same as the CLI's; so is the
 hold-out of rows for test and validation (core.datasets.hold_out). *Test the reward* scores a pasted
 answer through core.rewards.try_reward, the engine's own scoring call, and writes nothing.
+
+A conversation task has a *Personas* tab: its personas with the splits their scenarios are in, an editor, a
+file upload and a download (core.personas, core.task_io.save_personas), and the held-out personas whose
+scenarios go to test (core.scenarios.split_by_persona). A task's kind is fixed when it is created (a task file
+or a built-in task): TaskSettings, which the form edits, does not hold it.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import hashlib
 import json
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
 from core.agent import AGENT_MODES
 from core.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns, split_summary
 from core.errors import InvalidInput
+from core.personas import LIST_SEPARATOR, Persona, parse_personas, persona_dicts, personas_from_objects
 from core.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
@@ -36,6 +43,7 @@ from core.rewards import (
     try_reward,
 )
 from core.sandbox import jail_status
+from core.scenarios import is_conversation, persona_splits, split_by_persona
 from core.scoring import MAX_TEXT_CHARS
 from core.task_io import (
     TaskSettings,
@@ -43,7 +51,9 @@ from core.task_io import (
     export_filename,
     export_task_json,
     import_task,
+    save_personas,
     save_task,
+    task_personas,
 )
 from core.tasks import add_dataset
 from pages._common import (
@@ -81,6 +91,10 @@ TRY_KEY = "tasks_try_result"
 NO_SAMPLE = "(none: type a reference below)"
 SAMPLE_CHOICES = 200
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
+CONVERSATION_FIELDS = ("simulator_model", "max_turns")  # TaskSettings a conversation task's form shows
+PERSONA_COLUMNS = ("name", "segment", "description", "hidden facts")
+PERSONA_FIELDS = {"name": "name", "segment": "segment", "description": "description", "hidden facts": "hidden_facts"}
+PERSONAS_SAVE_KEY = "tasks_personas_save"
 
 
 # --- settings ---------------------------------------------------------------------------------
@@ -181,22 +195,28 @@ def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
     return result
 
 
-def collect(prefix: str, kept: dict) -> TaskSettings:
+def collect(prefix: str, kept: dict, unshown: dict | None = None) -> TaskSettings:
+    """The form's settings; `unshown` holds the stored values of settings the form did not draw (a single
+    task's simulator model and turn limit), which are kept as they were rather than reset to defaults."""
     state = st.session_state
     method = state[f"{prefix}reward_method"]
+    conversation = {**(unshown or {}), **{name: state[f"{prefix}{name}"] for name in CONVERSATION_FIELDS
+                                          if f"{prefix}{name}" in state}}
+    if "max_turns" in conversation:
+        conversation["max_turns"] = int(conversation["max_turns"])
     return TaskSettings(
         name=state[f"{prefix}name"], description=state[f"{prefix}description"],
         instructions=state[f"{prefix}instructions"], answer_format=state[f"{prefix}answer_format"],
         agent_mode=state[f"{prefix}agent_mode"], policy_model=state[f"{prefix}policy_model"],
         learner_model=state[f"{prefix}learner_model"], judge_model=state[f"{prefix}judge_model"],
-        reward_method=method, reward_settings=collect_method_settings(prefix, method, kept),
+        reward_method=method, reward_settings=collect_method_settings(prefix, method, kept), **conversation,
     )
 
 
-def on_save(prefix: str, original: str | None, kept: dict) -> None:
+def on_save(prefix: str, original: str | None, kept: dict, unshown: dict | None = None) -> None:
     """Save through core; a new or renamed task becomes the sidebar's task (allowed here: before the sidebar)."""
-    task = run_action(FLASH, "settings", lambda: save_task(engine(), collect(prefix, kept), context().reviewer,
-                                                           original_name=original),
+    task = run_action(FLASH, "settings", lambda: save_task(engine(), collect(prefix, kept, unshown),
+                                                           context().reviewer, original_name=original),
                       success="Task saved." if original else "Task created; it is now the sidebar's task.",
                       failure=f"{'Not saved' if original else 'Not created'}; nothing was written.")
     if task is None:
@@ -208,8 +228,11 @@ def on_save(prefix: str, original: str | None, kept: dict) -> None:
             del st.session_state[key]
 
 
-def settings_form(prefix: str, base: TaskSettings) -> None:
+def settings_form(prefix: str, base: TaskSettings, kind: str = "single") -> None:
     st.text_input("Name", value=base.name, max_chars=100, key=f"{prefix}name")
+    if kind == "conversation":
+        st.caption("A conversation task: the agent chats with a simulated user (a persona, see the Personas tab) "
+                   "for up to the turn limit below; the rubric reward scores each conversation.")
     st.text_input("Description", value=base.description, key=f"{prefix}description")
     st.text_area("Instructions (the agent's system prompt)", value=base.instructions, height=160,
                  key=f"{prefix}instructions")
@@ -229,6 +252,12 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
                        help="Summarises rollouts and writes experiences.")
     judge.text_input("Judge model", value=base.judge_model, key=f"{prefix}judge_model",
                      help="Scores rollouts for the judge methods.")
+    if kind == "conversation":
+        simulator, turns = st.columns(2)
+        simulator.text_input("User simulator model (empty: the policy model)", value=base.simulator_model,
+                             key=f"{prefix}simulator_model", help="Plays the persona; it never sees the library.")
+        turns.number_input("Most agent turns in a conversation", min_value=1, max_value=20, step=1,
+                           value=int(base.max_turns), key=f"{prefix}max_turns")
     methods = list(METHODS)
     method = st.selectbox("Reward method", methods,
                           index=methods.index(base.reward_method) if base.reward_method in methods else 0,
@@ -244,9 +273,13 @@ def settings_form(prefix: str, base: TaskSettings) -> None:
 
 def show_settings(task: Task) -> None:
     """The settings as a reader sees them: short values in a table, long texts verbatim."""
-    rows = [("name", task.name), ("description", task.description), ("agent mode", task.agent_mode),
+    rows = [("name", task.name), ("kind", task.kind or "single"), ("description", task.description),
+            ("agent mode", task.agent_mode),
             ("policy model", task.policy_model), ("learner model", task.learner_model),
             ("judge model", task.judge_model), ("reward method", task.reward_method)]
+    if is_conversation(task):
+        rows += [("user simulator model", task.simulator_model or "(the policy model)"),
+                 ("most agent turns", str(task.max_turns))]
     table(rows, columns=["setting", "value"], key="tasks_settings_table")
     method = METHODS.get(task.reward_method)
     if method is not None:
@@ -275,9 +308,14 @@ def draw_settings(task: Task | None) -> None:
         prefix, original = NEW_PREFIX, None
     else:
         base, prefix, original = TaskSettings.from_task(task), f"task_{task.id}_", task.name
-    settings_form(prefix, base)
+    kind = "single" if new or task is None else (task.kind or "single")
+    settings_form(prefix, base, kind)
+    unshown = {name: getattr(base, name) for name in CONVERSATION_FIELDS}
     st.button("Create task" if new else "Save", type="primary", key="tasks_save", on_click=on_save,
-              args=(prefix, original, dict(base.reward_settings)))
+              args=(prefix, original, dict(base.reward_settings), unshown))
+    if new:
+        st.caption("A new task answers each query in one reply. A conversation task (personas and scenarios) "
+                   "is made by importing a task file of kind conversation under Export / import.")
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -460,6 +498,143 @@ def draw_try(task: Task | None) -> None:
         show_try_result(kept[1])
 
 
+# --- personas (conversation tasks) ------------------------------------------------------------
+
+
+def persona_rows(personas: list[Persona]) -> list[dict]:
+    """Personas as the editor's rows: hidden facts in one cell, separated by `;` as in a CSV file."""
+    return [{"name": p.name, "segment": p.segment, "description": p.description,
+             "hidden facts": f"{LIST_SEPARATOR} ".join(p.hidden_facts)} for p in personas]
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+
+
+def edited_personas(frame: pd.DataFrame) -> list[dict]:
+    """The editor's rows as persona objects for core to check; a row left wholly empty is dropped."""
+    items = []
+    for record in frame.to_dict("records"):
+        cells = {column: _cell(record.get(column)) for column in PERSONA_COLUMNS}
+        if not any(cell.strip() for cell in cells.values()):
+            continue
+        item: dict[str, Any] = {PERSONA_FIELDS[column]: cells[column] for column in PERSONA_COLUMNS}
+        item["hidden_facts"] = [fact.strip() for fact in cells["hidden facts"].split(LIST_SEPARATOR) if fact.strip()]
+        items.append(item)
+    return items
+
+
+def replace_personas(task_name: str, items: list[dict], where: str) -> int:
+    """Check the persona objects (core's rules and messages) and make them the task's personas."""
+    return save_personas(engine(), task_name, personas_from_objects(items, where), context().reviewer)
+
+
+def on_replace_from_file(task_name: str, items: list[dict], filename: str) -> None:
+    run_action(FLASH, "personas", replace_personas, task_name, items, filename,
+               report=lambda n: f"The task's personas are now the file's {n}.",
+               failure="The personas were not saved; nothing was written.")
+
+
+def on_split(task_name: str, key: str) -> None:
+    held = list(st.session_state.get(key) or [])
+    run_action(FLASH, "split", split_by_persona, engine(), task_name, held, context().reviewer,
+               report=lambda counts: "Scenarios per split now: " + ", ".join(
+                   f"{split} {counts.get(split, 0)}" for split in SPLITS) + ".",
+               failure="The splits were not changed; nothing was written.")
+
+
+def splits_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{split} {counts[split]}" for split in SPLITS if counts.get(split)) or "no scenarios"
+
+
+def draw_persona_table(personas: list[Persona], splits: dict[str, dict[str, int]]) -> None:
+    if not personas:
+        st.info("This task has no personas yet; a conversation task needs them before it can run. Add them "
+                "below or upload a personas file.")
+    else:
+        table([{**row, "splits": splits_text(splits.get(row["name"], {}))} for row in persona_rows(personas)],
+              columns=["name", "segment", "splits", "hidden facts", "description"], key="tasks_personas_table")
+    known = {p.name for p in personas}
+    orphans = sorted(name for name, counts in splits.items() if name not in known and counts)
+    if orphans:
+        st.warning(plain("Scenarios name personas this task does not have, so they cannot be played: "
+                         + "; ".join(f"{name or '(none)'} ({splits_text(splits[name])})" for name in orphans)))
+
+
+def draw_persona_editor(task: Task, personas: list[Persona]) -> None:
+    """The personas as an editable table; Save replaces them all through core (checked whole first)."""
+    st.subheader("Edit personas", anchor=False)
+    st.caption("Edit cells, add rows at the bottom, or select rows and delete them; then Save. Segments are short "
+               "tags like at_risk; hidden facts are separated by ;. Names must be unique: scenarios find their "
+               "persona by name.")
+    digest = hashlib.sha256(json.dumps(persona_dicts(personas), sort_keys=True).encode()).hexdigest()[:10]
+    frame = pd.DataFrame(persona_rows(personas), columns=list(PERSONA_COLUMNS), dtype="string")
+    edited = st.data_editor(frame, num_rows="dynamic", hide_index=True,
+                            key=f"tasks_personas_editor_{task.id}_{digest}",  # a new table after each save
+                            column_config={"description": st.column_config.TextColumn(width="large"),
+                                           "hidden facts": st.column_config.TextColumn(width="large")})
+    if st.button("Save personas", type="primary", key=PERSONAS_SAVE_KEY):
+        run_action(FLASH, "personas", replace_personas, task.name, edited_personas(edited), "the personas",
+                   report=lambda n: f"Saved: the task has {n} personas.",
+                   failure="The personas were not saved; nothing was written.")
+        st.rerun()  # the table above and the editor show what is stored now
+
+
+def draw_persona_file(task: Task) -> None:
+    st.subheader("Upload a personas file", anchor=False)
+    st.caption("JSON (a list of objects with name, description, segment, hidden_facts) or CSV with those "
+               "columns (hidden facts separated by ;). The file replaces all the task's personas.")
+    uploaded = st.file_uploader("Personas file (JSON or CSV)", type=["json", "csv"],
+                                key=f"tasks_personas_file_{task.id}")
+    if uploaded is None:
+        return
+    try:
+        parsed = parse_personas(uploaded.getvalue(), uploaded.name)
+    except InvalidInput as exc:
+        show_outcome(Outcome(False, "This file cannot be used; nothing was written. The problem:", str(exc)))
+        return
+    st.caption(f"The file holds {len(parsed)} personas")
+    table(persona_rows(parsed), key="tasks_personas_file_table")
+    st.button(f"Replace the task's personas with these {len(parsed)}", key="tasks_personas_replace",
+              on_click=on_replace_from_file, args=(task.name, persona_dicts(parsed), uploaded.name))
+
+
+def draw_held_out(task: Task, personas: list[Persona], splits: dict[str, dict[str, int]]) -> None:
+    """Which personas only test sees: every scenario of theirs goes to test, every other one to train."""
+    st.subheader("Held-out personas", anchor=False)
+    st.caption("Scenarios of the held-out personas go to test and all others to train (validation stays as it "
+               "is), so an evaluation on test measures the library with people it never trained on.")
+    FLASH.show("split")
+    names = [p.name for p in personas]
+    key = f"tasks_held_out_{task.id}"
+    state = st.session_state
+    if key in state:
+        state[key] = [name for name in state[key] if name in names]
+    else:
+        state[key] = [n for n in names if splits.get(n) and set(splits[n]) - {"validation"} == {"test"}]
+    st.multiselect("Held-out personas (only in test)", names, key=key)
+    st.button("Split by persona", key="tasks_split_by_persona", on_click=on_split, args=(task.name, key))
+
+
+def draw_personas(task: Task) -> None:
+    with Session(engine()) as session:
+        personas = task_personas(session, task.id)
+        splits = persona_splits(session, task)
+    FLASH.show("personas")
+    draw_persona_table(personas, splits)
+    if personas:
+        st.download_button("Download personas (JSON)", key="tasks_personas_download", on_click="ignore",
+                           data=json.dumps(persona_dicts(personas), ensure_ascii=False, indent=2).encode("utf-8"),
+                           file_name=export_filename(task.name).replace("tfgrpo-task-", "personas-"),
+                           mime="application/json")
+    if not allowed("admin"):
+        role_note("admin", "editing personas")
+        return
+    draw_persona_editor(task, personas)
+    draw_persona_file(task)
+    draw_held_out(task, personas, splits)
+
+
 # --- export / import --------------------------------------------------------------------------
 
 
@@ -509,14 +684,19 @@ def draw_export_import(task: Task | None) -> None:
 def page() -> None:
     st.title("Tasks")
     task = current_task(context())  # none chosen (or none yet): Settings creates one
-    settings_tab, data_tab, try_tab, io_tab = st.tabs(["Settings", "Data", "Test the reward", "Export / import"])
-    with settings_tab:
+    conversation = task is not None and is_conversation(task)
+    names = ["Settings", "Data", *(["Personas"] if conversation else []), "Test the reward", "Export / import"]
+    tabs = dict(zip(names, st.tabs(names), strict=True))
+    with tabs["Settings"]:
         draw_settings(task)
-    with data_tab:
+    with tabs["Data"]:
         draw_data(task)
-    with try_tab:
+    if conversation:
+        with tabs["Personas"]:
+            draw_personas(task)
+    with tabs["Test the reward"]:
         draw_try(task)
-    with io_tab:
+    with tabs["Export / import"]:
         draw_export_import(task)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlmodel import Session
 
@@ -175,3 +177,149 @@ def test_a_megabyte_answer_shows_its_start_and_all_of_it_on_request(engine):
     at.run()
     assert huge in [c.value for c in at.code]
     assert f"The first {SHOWN_CHARS:,} of {len(huge):,} characters." not in [c.value for c in at.caption]
+
+
+# --- conversation tasks ---------------------------------------------------------------------------
+
+CAREFUL = "I am sorry to hear that. <b>bold</b> **stars** Could you give me your order number?"
+CARELESS = "Please send me your full card number."
+ORDER_RULE_REASON = "the agent never asked for the order number"
+
+
+def conversation_replies() -> dict:
+    """Scripted replies for a conversation group of two: the first conversation of a scenario is careful (it
+    asks for the order number), the second careless (it asks for the card number, which the task's regex rule
+    forbids, and never asks for the order: the scenario's must-rule fails with no turn to point at)."""
+    from core.datasets import conversation_demo
+
+    forbidden = {text for row in conversation_demo()[1] for text in row.meta["must_not"]}
+    started: dict[str, int] = {}
+
+    def agent(messages: list[dict]) -> str:
+        earlier = [m["content"] for m in messages if m["role"] == "assistant"]
+        if earlier:  # a conversation keeps its manner
+            return earlier[0]
+        opening = messages[1]["content"]
+        started[opening] = started.get(opening, 0) + 1
+        return CAREFUL if started[opening] % 2 else CARELESS
+
+    def simulator(messages: list[dict]) -> str:
+        return "It is order NW-48213." if len(messages) <= 3 else "Thanks, that helps. [END]"
+
+    def judge(messages: list[dict]) -> str:
+        content = messages[1]["content"]
+        careful = "<b>bold</b>" in content
+        if "You check one rule" in messages[0]["content"]:
+            question = content.split("Question: ", 1)[1].split("\n", 1)[0]
+            if any(text in question for text in forbidden):  # a must-not rule: it did not happen
+                return json.dumps({"holds": False, "turn": 0, "reason": "it did not happen"})
+            return json.dumps({"holds": careful, "turn": 2 if careful else 0,
+                               "reason": "asked in turn 2" if careful else ORDER_RULE_REASON})
+        score = 5 if careful else 1
+        return json.dumps({"criteria": {name: {"score": score, "reason": "as seen"}
+                                        for name in ("empathy", "discovery", "resolution")}, "unsure": False})
+
+    return {"rollout": agent, "simulator": simulator, "judge": judge}
+
+
+def seeded_conversations(engine, k: int = 2) -> int:
+    """An evaluation of the demo conversation task on its first train scenario, k conversations (no spot checks,
+    so every reward is the judge's); returns its id."""
+    from core.gateway import Gateway
+    from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+    from tests.conftest import ScriptedModel, default_replies
+
+    ensure_conversation_task(engine)
+    with session_scope(engine) as session:  # test setup: no rollout waits for a person
+        task = get_task(session, CONVERSATION_TASK)
+        task.reward_settings = {**task.reward_settings, "spot_check_share": 0.0}
+        session.add(task)
+    eval_id = create_evaluation(engine, CONVERSATION_TASK, "empty", split="train", k=k, limit=1, created_by="system")
+    model = ScriptedModel({**default_replies(), **conversation_replies()})
+    evaluation = execute_evaluation(engine, eval_id, gateway=Gateway(engine, concurrency=4, mock=model,
+                                                                     backoff_s=0.001))
+    assert evaluation.status == "completed", evaluation.error
+    return eval_id
+
+
+def conversation_columns(at) -> list:
+    return [c for c in at.columns if any(m.value.startswith("**Conversation ") for m in c.markdown)]
+
+
+def shown_in_order(block) -> list[tuple[str, str]]:
+    """The captions, code blocks and errors of a block, in the order they are drawn."""
+    return [(node.type, node.value) for node in block if getattr(node, "type", None) in ("caption", "code", "error")]
+
+
+def open_conversation_evaluation(eval_id: int):
+    from core.tasks import CONVERSATION_TASK
+
+    at = run_app(page=PAGE, session_state={"task": CONVERSATION_TASK})
+    at.radio(key="rollouts_source").set_value("Evaluation").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="rollouts_evaluation").value == eval_id
+    return at
+
+
+def test_a_conversation_group_is_shown_side_by_side_with_a_failed_rule_at_its_turn(engine):
+    eval_id = seeded_conversations(engine)
+    at = open_conversation_evaluation(eval_id)
+    sample_id = at.selectbox(key="rollouts_query").value
+    with Session(engine) as session:
+        rollouts = queries.evaluation_sample_rollouts(session, eval_id, sample_id)
+        sample = queries.samples_by_ids(session, [sample_id])[0]
+    assert len(rollouts) == 2
+    assert "Conversations (G = 2)" in [s.value for s in at.subheader]
+    assert sample.query in [c.value for c in at.code]  # the opening message
+    assert any(c.value.startswith("Persona: Marta") for c in at.caption)
+
+    columns = conversation_columns(at)
+    assert len(columns) == 2
+    careless = next(r for r in rollouts if CARELESS in r.response)
+    careful = next(r for r in rollouts if CAREFUL in r.response)
+    for column, rollout in zip(columns, rollouts, strict=True):
+        drawn = shown_in_order(column)
+        turns = [value for kind, value in drawn if kind == "caption" and value.startswith("Turn ")]
+        assert turns == ["Turn 1 · User", "Turn 2 · Agent", "Turn 3 · User", "Turn 4 · Agent", "Turn 5 · User"]
+        codes = [drawn[i + 1][1] for i, (kind, value) in enumerate(drawn) if kind == "caption"
+                 and value.startswith("Turn ")]  # each turn's text, drawn right under its label
+        assert codes == [sample.query, CAREFUL if rollout is careful else CARELESS, "It is order NW-48213.",
+                             CAREFUL if rollout is careful else CARELESS, "Thanks, that helps."]
+        captions = [value for kind, value in drawn if kind == "caption"]
+        assert f"Reward {rollout.reward:g} · source judge" in captions
+    assert careful.reward == 1.0 and careless.reward == 0.0
+
+    good, bad = (columns[rollouts.index(careful)], columns[rollouts.index(careless)])
+    assert "Criteria: empathy 1.00 · discovery 1.00 · resolution 1.00" in [c.value for c in good.caption]
+    assert "Criteria: empathy 0.00 · discovery 0.00 · resolution 0.00" in [c.value for c in bad.caption]
+    assert not good.error
+
+    drawn = shown_in_order(bad)
+    errors = [value for kind, value in drawn if kind == "error"]
+    assert errors == ["Rule “must: The agent asks for the order number.” failed",  # no turn: above the transcript
+                      "Rule “no card details” failed here"]
+    first_turn = drawn.index(("caption", "Turn 1 · User"))
+    assert drawn.index(("error", errors[0])) < first_turn
+    at_turn = drawn.index(("error", errors[1]))
+    assert drawn[at_turn - 2:at_turn] == [("caption", "Turn 2 · Agent"), ("code", CARELESS)]  # right under turn 2
+    assert drawn[at_turn + 2] == ("caption", "Turn 3 · User")
+    assert "no card details" in drawn[at_turn + 1][1] and "broken in turn 2" in drawn[at_turn + 1][1]
+    assert ORDER_RULE_REASON in drawn[drawn.index(("error", errors[0])) + 1][1]
+
+
+def test_a_conversations_model_text_is_never_markdown(engine):
+    eval_id = seeded_conversations(engine)
+    at = open_conversation_evaluation(eval_id)
+    assert CAREFUL in [c.value for c in at.code]
+    for text in markdown_texts(at):
+        assert "<b>" not in text and "**stars**" not in text and "stars" not in text, text
+
+
+def test_a_conversation_group_larger_than_four_wraps_into_rows_of_four(engine):
+    eval_id = seeded_conversations(engine, k=6)
+    at = open_conversation_evaluation(eval_id)
+    columns = conversation_columns(at)
+    assert len(columns) == 6
+    assert not any(df for df in at.dataframe if "final answer" in df.value.columns)  # no compact table
+    headings = [m.value for c in columns for m in c.markdown if m.value.startswith("**Conversation ")]
+    assert headings == [f"**Conversation {i}**" for i in range(6)]

@@ -458,3 +458,157 @@ def test_a_labeller_may_try_the_reward_too(engine):
     add_user(engine, "lab", "labeler", "password1", actor="cli")
     at = score_it(open_tasks(**{AUTH_KEY: "lab", REVIEWER_KEY: "lab"}), "It is Paris.", "paris")
     assert tried(at) == ("1", "verifier")
+
+
+# --- personas (conversation tasks) ----------------------------------------------------------------
+
+
+def conversation_task(engine) -> Task:
+    from core.tasks import CONVERSATION_TASK, ensure_conversation_task
+
+    ensure_conversation_task(engine)
+    with Session(engine) as session:
+        return queries.task_by_name(session, CONVERSATION_TASK)
+
+
+def stored_personas(engine, task: Task) -> list:
+    from core.task_io import task_personas
+
+    with Session(engine) as session:
+        return task_personas(session, task.id)
+
+
+def persona_table(at):
+    """The personas table (the editor below it has no splits column)."""
+    return table_with(at, "splits")
+
+
+def persona_editor(at):
+    [editor] = [df for df in at.data_editor if df.key and df.key.startswith("tasks_personas_editor_")]
+    return editor
+
+
+def splits_of(engine, task: Task) -> dict[str, set[str]]:
+    """Each persona's splits, from the stored scenarios."""
+    found: dict[str, set[str]] = {}
+    with Session(engine) as session:
+        for sample in queries.samples(session, task.id):
+            found.setdefault(sample.meta["persona"], set()).add(sample.split)
+    return found
+
+
+def test_a_conversation_task_lists_its_personas_with_their_splits(engine):
+    task = conversation_task(engine)
+    at = open_tasks(**{TASK_KEY: task.name})
+    assert "Personas" in [t.label for t in at.tabs]
+    shown = persona_table(at)
+    personas = stored_personas(engine, task)
+    assert shown["name"].tolist() == [p.name for p in personas]
+    assert shown["segment"].tolist() == [p.segment for p in personas]
+    assert shown["hidden facts"].tolist() == ["; ".join(p.hidden_facts) for p in personas]
+    splits = splits_of(engine, task)
+    for _, row in shown.iterrows():
+        held = splits[row["name"]] == {"test"}
+        assert row["splits"] == ("test 3" if held else "train 3")
+    held_out = at.multiselect(key=f"tasks_held_out_{task.id}")
+    assert sorted(held_out.value) == sorted(name for name, s in splits.items() if s == {"test"})
+    assert at.get("download_button")  # the personas as JSON
+    assert [e.value for e in at.error] == []
+
+
+def test_a_single_task_has_no_personas_tab(engine):
+    at = open_tasks()
+    assert "Personas" not in [t.label for t in at.tabs]
+
+
+def test_editing_a_persona_in_the_table_saves_it_through_core(engine):
+    task = conversation_task(engine)
+    before = stored_personas(engine, task)
+    at = open_tasks(**{TASK_KEY: task.name})
+    editor = persona_editor(at)
+    assert editor.value["name"].tolist() == [p.name for p in before]
+    at.session_state[editor.key] = {
+        "edited_rows": {0: {"segment": "sceptic", "hidden facts": "order NW-11111; bought in May"}},
+        "added_rows": [{"name": "Noor, the new one", "segment": "rushed", "description": "Types in fragments.",
+                        "hidden facts": ""}],
+        "deleted_rows": [1]}
+    click(at, "tasks_personas_save")
+
+    after = stored_personas(engine, task)
+    assert [p.name for p in after] == [before[0].name, *[p.name for p in before[2:]], "Noor, the new one"]
+    assert (after[0].segment, after[0].hidden_facts) == ("sceptic", ["order NW-11111", "bought in May"])
+    assert after[-1].hidden_facts == [] and after[-1].description == "Types in fragments."
+    [event] = events(engine, "task.personas")
+    assert event.actor == "ann" and event.object_id == task.id
+    assert f"Saved: the task has {len(after)} personas." in [s.value for s in at.success]
+    assert persona_editor(at).value["name"].tolist() == [p.name for p in after]  # a fresh table of what is stored
+    assert persona_table(at)["segment"].tolist()[0] == "sceptic"
+
+
+def test_a_bad_persona_edit_is_refused_with_the_reason_and_nothing_changes(engine):
+    task = conversation_task(engine)
+    before = stored_personas(engine, task)
+    at = open_tasks(**{TASK_KEY: task.name})
+    editor = persona_editor(at)
+    at.session_state[editor.key] = {"edited_rows": {2: {"segment": "Very Angry!", "name": before[0].name}},
+                                    "added_rows": [], "deleted_rows": []}
+    click(at, "tasks_personas_save")
+
+    assert stored_personas(engine, task) == before
+    assert events(engine, "task.personas") == []
+    assert "The personas were not saved; nothing was written." in [e.value for e in at.error]
+    assert "the personas: item 3:" in codes(at)
+
+
+def test_split_by_persona_moves_the_held_out_personas_scenarios_to_test(engine):
+    task = conversation_task(engine)
+    splits = splits_of(engine, task)
+    trained = sorted(name for name, s in splits.items() if s == {"train"})
+    chosen = trained[:2]
+    at = open_tasks(**{TASK_KEY: task.name})
+    at.multiselect(key=f"tasks_held_out_{task.id}").set_value(chosen)
+    click(at, "tasks_split_by_persona")
+
+    after = splits_of(engine, task)
+    assert {name for name, s in after.items() if s == {"test"}} == set(chosen)
+    assert all(s == {"train"} for name, s in after.items() if name not in chosen)
+    with Session(engine) as session:
+        assert queries.count_samples(session, task.id) == {"train": 30, "test": 6}
+    assert "Scenarios per split now: train 30, validation 0, test 6." in [s.value for s in at.success]
+    [event] = events(engine, "task.split_by_persona")
+    assert event.actor == "ann" and sorted(event.after["test_personas"]) == sorted(chosen)
+    assert sorted(at.multiselect(key=f"tasks_held_out_{task.id}").value) == sorted(chosen)
+
+
+def test_a_labeller_sees_the_personas_but_cannot_edit_them(engine):
+    add_user(engine, "boss", "admin", "password1", actor="cli")
+    add_user(engine, "lab", "labeler", "password1", actor="cli")
+    task = conversation_task(engine)
+    at = open_tasks(**{TASK_KEY: task.name, AUTH_KEY: "lab", REVIEWER_KEY: "lab"})
+    assert len(persona_table(at)) == len(stored_personas(engine, task))
+    assert not at.data_editor and not at.multiselect
+    assert any("Editing personas needs the admin role" in i.value for i in at.info)
+
+
+def test_a_conversation_tasks_turn_limit_is_edited_and_a_single_tasks_is_kept(engine):
+    task = conversation_task(engine)
+    at = open_tasks(**{TASK_KEY: task.name})
+    assert any(c.value.startswith("A conversation task:") for c in at.caption)
+    at.number_input(key=f"task_{task.id}_max_turns").set_value(6)
+    at.text_input(key=f"task_{task.id}_simulator_model").set_value("local/other")
+    click(at, "tasks_save")
+    with Session(engine) as session:
+        stored = queries.task_by_name(session, task.name)
+    assert (stored.max_turns, stored.simulator_model, stored.kind) == (6, "local/other", "conversation")
+
+    with Session(engine) as session:  # test setup: a single task whose stored turn limit is not the default
+        single = queries.task_by_name(session, DEMO_TASK)
+        single.max_turns = 7
+        session.add(single)
+        session.commit()
+        single_id = single.id
+    at = open_tasks(**{TASK_KEY: DEMO_TASK})
+    assert not [n for n in at.number_input if n.key == f"task_{single_id}_max_turns"]
+    at.text_input(key=f"task_{single_id}_description").set_value("changed")
+    click(at, "tasks_save")
+    assert (demo(engine).description, demo(engine).max_turns) == ("changed", 7)
