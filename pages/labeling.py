@@ -13,6 +13,14 @@ drawn for: a doubled or stale press names the old rollout, whose callback is gon
 core refuses (`submit_label(once=True)`), so it never lands on the next rollout and never counts twice.
 Under each score button its meaning, from the rubric's own "1: ..." lines or generic words.
 
+A conversation (a task of kind `conversation`) shows its scenario (persona, goal, opening, must and
+must-not) and its transcript turn by turn, `Turn N · User` / `Turn N · Agent` captions over the text as
+code, the rules the judge found broken with what that means for the reward, and, when the task is
+scored by a rubric, one radio per criterion with the meaning of each point and the judge's score marked
+(not preselected: a label that only echoes the judge is taken with "Accept judge", which says so in its
+comment) and one Submit (`core.labeling.submit_criteria_label`, once). A reviewer decides such a
+disagreement per criterion the same way. Digits label nothing there; A and S work as above.
+
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
 change goes through `core.labeling`; text written by models or people is shown as code (long texts
 clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
@@ -27,8 +35,16 @@ import streamlit as st
 from sqlmodel import Session
 
 from core import labeling
-from core.judge import anchors, choices, criteria_text, scale_of, score_of
-from core.labeling import Agreement, Labelled, Progress, QueueItem
+from core.judge import anchors, choices, criteria_text, score_of
+from core.labeling import (
+    Agreement,
+    ConversationView,
+    CriterionChoice,
+    Labelled,
+    Progress,
+    QueueItem,
+    RuleFinding,
+)
 from pages._common import (
     DATETIME,
     Flash,
@@ -59,6 +75,14 @@ KAPPA_WORDS = ((0.2, "poor"), (0.4, "fair"), (0.6, "moderate"), (0.8, "substanti
 
 def comment_key(rollout_id: int) -> str:
     return f"label_comment_{rollout_id}"
+
+
+QUEUE_CRITERION, DECIDE_CRITERION = "label_criterion", "label_decide_criterion"
+
+
+def criterion_key(prefix: str, rollout_id: int, index: int) -> str:
+    """A criterion's radio: `label_criterion_<rollout>_<i>` in the queue, `label_decide_criterion_...` in a decision."""
+    return f"{prefix}_{rollout_id}_{index}"
 
 
 # --- reads ------------------------------------------------------------------------------------
@@ -107,7 +131,15 @@ def labelled_said(rollout_id: int, score: int | str) -> Callable[[Labelled], str
 
 
 def move_on(rollout_id: int) -> None:
+    for key in [k for k in st.session_state if str(k).startswith(f"{QUEUE_CRITERION}_{rollout_id}_")]:
+        st.session_state.pop(key, None)
     st.session_state.pop(comment_key(rollout_id), None)
+
+
+def chosen_scores(prefix: str, rollout_id: int, names: list[str]) -> dict[str, int]:
+    """The criteria scored so far in a form; core names any left out."""
+    chosen = {name: st.session_state.get(criterion_key(prefix, rollout_id, i)) for i, name in enumerate(names)}
+    return {name: score for name, score in chosen.items() if score is not None}
 
 
 def finish(rollout_id: int, result: Labelled | None) -> None:
@@ -121,6 +153,16 @@ def submit(rollout_id: int, score: int, value: float) -> None:
     comment = st.session_state.get(comment_key(rollout_id), "")
     result = run_action(FLASH, "queue", labeling.submit_label, engine(), rollout_id, value, context().reviewer,
                         comment, once=True, success=labelled_said(rollout_id, score))
+    finish(rollout_id, result)
+
+
+def submit_criteria(rollout_id: int, names: list[str]) -> None:
+    """One Submit, one per-criterion label, for the rollout the form was drawn for."""
+    comment = st.session_state.get(comment_key(rollout_id), "")
+    scores = chosen_scores(QUEUE_CRITERION, rollout_id, names)
+    result = run_action(FLASH, "queue", labeling.submit_criteria_label, engine(), rollout_id, scores,
+                        context().reviewer, comment, once=True,
+                        success=labelled_said(rollout_id, ", ".join(f"{n} {s}" for n, s in scores.items())))
     finish(rollout_id, result)
 
 
@@ -153,6 +195,18 @@ def decide(rollout_id: int, values: dict[int, float]) -> None:
         after_label(result)
 
 
+def decide_criteria(rollout_id: int, names: list[str]) -> None:
+    scores = chosen_scores(DECIDE_CRITERION, rollout_id, names)
+    result = run_action(FLASH, "agreement", labeling.decide_criteria_label, engine(), rollout_id, scores,
+                        context().reviewer, st.session_state.get(DECIDE_COMMENT_KEY, ""),
+                        success=f"Rollout {rollout_id} decided.")
+    if result is not None:
+        for key in [DECIDE_ROLLOUT_KEY, DECIDE_COMMENT_KEY,
+                    *[criterion_key(DECIDE_CRITERION, rollout_id, i) for i in range(len(names))]]:
+            st.session_state.pop(key, None)
+        after_label(result)
+
+
 # --- sections ---------------------------------------------------------------------------------
 
 
@@ -169,8 +223,49 @@ def show_progress(progress: Progress, labels_per_rollout: int) -> None:
                 text=f"{progress.complete} of {total} rollouts have all their labels{disputed}")
 
 
-def show_evidence(task: Task, sample: Sample, rollout: Rollout, key: str) -> None:
-    """What a person needs to score an answer: the query, the criteria, the reference and the answer."""
+def scenario_text(view: ConversationView) -> str:
+    lines = [f"Persona: {view.persona}", f"Goal: {view.goal}", f"Opening: {view.opening}"]
+    lines += [f"Must: {text}" for text in view.must] + [f"Must not: {text}" for text in view.must_not]
+    return "\n".join(lines)
+
+
+def show_conversation(view: ConversationView, key: str) -> None:
+    """A conversation as a person reads it: the scenario, then every turn as plain text under its speaker,
+    numbered as the judge's rule findings number them, then the rules the judge found broken."""
+    st.caption("Scenario")
+    show_long(scenario_text(view), f"{key}_scenario")
+    st.caption("Transcript")
+    if not view.turns:
+        st.caption("(no turn was recorded)")
+    for number, (speaker, text) in enumerate(view.turns, start=1):
+        st.caption(f"Turn {number} · {speaker}")
+        show_long(text, f"{key}_turn_{number}")
+    for index, rule in enumerate(view.failed_rules):
+        show_failed_rule(rule, f"{key}_rule_{index}")
+
+
+def show_failed_rule(rule: RuleFinding, key: str) -> None:
+    label = "must-not rule" if rule.kind == "must_not" else "must-rule"
+    where = f" in turn {rule.turn}" if rule.turn is not None else ""
+    verb = "broken" if rule.kind == "must_not" else "failed"
+    if rule.holds_reward:
+        means = ("It is checked by the task's pattern, so this conversation's reward stays 0 whatever you score; "
+                 "your criterion scores are kept.")
+    else:
+        means = ("The judge was asked about it; your label replaces its verdict, so the reward is the weighted "
+                 "mean of your scores. Let the criteria say how much it matters.")
+    st.warning(f"The judge found the {label} “{plain(clip(rule.name, 120))}” {verb}{where}. {means}")
+    if rule.reason:
+        show_long(rule.reason, key)
+
+
+def show_evidence(task: Task, sample: Sample, rollout: Rollout, key: str,
+                  view: ConversationView | None = None) -> None:
+    """What a person needs to score an answer: the query, the criteria, the reference and the answer;
+    for a conversation, the scenario and its transcript."""
+    if view is not None:
+        show_conversation(view, key)
+        return
     st.caption("Query")
     show_long(sample.query, f"{key}_query")
     st.caption("Criteria")
@@ -188,16 +283,56 @@ def show_item(task: Task, item: QueueItem, where: str) -> None:
         count = f" · label {item.labels_so_far + 1} of {rollout.labels_needed}" if rollout.labels_needed > 1 else ""
         st.caption(f"Rollout {rollout.id} · sample {sample.id} · {where}{count}")
         key = f"label_rollout_{rollout.id}"
-        show_evidence(task, sample, rollout, key)
+        view = item.conversation
+        show_evidence(task, sample, rollout, key, view)
+        criteria = view.criteria if view is not None else []
         if rollout.suggested_reward is not None or rollout.judge_unsure:
             unsure = " · judge unsure" if rollout.judge_unsure else ""
             if rollout.suggested_reward is None:
                 st.caption(f"Judge suggestion: none{unsure}")
+            elif criteria:
+                st.caption(f"Judge suggestion: {rollout.suggested_reward:.2f}{unsure}")
             else:
                 point = score_of(rollout.suggested_reward, item.scale)
                 st.caption(f"Judge suggestion: {point} ({rollout.suggested_reward:g}){unsure}")
             show_long(rollout.suggested_detail, f"{key}_judge", empty="(no reason given)")
-        label_controls(item, anchors(task, sample))
+        if criteria:
+            criteria_controls(item, view)
+        else:
+            label_controls(item, anchors(task, sample))
+
+
+def criterion_radios(criteria: list[CriterionChoice], prefix: str, rollout_id: int) -> None:
+    """One radio per criterion, nothing chosen: each point says what it means, the judge's point is marked."""
+    for index, criterion in enumerate(criteria):
+        def shown(score: int, criterion: CriterionChoice = criterion) -> str:
+            judge = " · judge" if score == criterion.suggested else ""
+            return f"{score_label(score, criterion.anchors.get(score, ''))}{judge}"
+
+        st.radio(f"{plain(clip(criterion.name, ANCHOR_CHARS))} · weight {criterion.weight:g}",
+                 list(criterion.anchors), key=criterion_key(prefix, rollout_id, index), index=None,
+                 horizontal=True, format_func=shown)
+        if criterion.description:
+            st.caption(plain(clip(criterion.description, 400)))
+
+
+def criteria_controls(item: QueueItem, view: ConversationView) -> None:
+    """The comment box, a score per criterion, Submit; Accept judge (A) takes the judge's scores, S skips."""
+    rollout_id = item.rollout.id
+    criterion_radios(view.criteria, QUEUE_CRITERION, rollout_id)
+    st.text_input("Comment (optional)", key=comment_key(rollout_id), max_chars=2000)
+    names = [criterion.name for criterion in view.criteria]
+    submit_col, accept_col, skip_col = st.columns(3)
+    submit_col.button("Submit label", key=f"label_criteria_submit_{rollout_id}", type="primary",
+                      on_click=submit_criteria, args=(rollout_id, names), width="stretch")
+    suggested = view.suggested_scores
+    if suggested is not None and item.rollout.suggested_reward is not None:
+        accept_col.button(f"Accept judge (A): {item.rollout.suggested_reward:.2f}", key=f"label_accept_{rollout_id}",
+                          shortcut="A", on_click=accept, args=(rollout_id,), width="stretch")
+    skip_col.button("Skip (S)", key=f"label_skip_{rollout_id}", shortcut="S", on_click=skip, args=(rollout_id,),
+                    width="stretch")
+    judge = "A accepts the judge's scores, " if suggested is not None else ""
+    st.caption(f"Score every criterion, then Submit label; the reward is their weighted mean. Keys: {judge}S skip.")
 
 
 def label_controls(item: QueueItem, meanings: dict[int, str]) -> None:
@@ -290,19 +425,35 @@ def agreement_section(task: Task) -> None:
     decide_form(task, disputed[rollout_id], samples[disputed[rollout_id].sample_id], histories[rollout_id])
 
 
+def scores_text(scores: dict | None) -> str:
+    return ", ".join(f"{name} {score}" for name, score in (scores or {}).items())
+
+
 def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[RewardLabel]) -> None:
     """The evidence of one disagreement (query, criteria, reference, answer, every label and why) and the
-    reviewer's decision: a reviewer settles it as a labeller would, not from the numbers alone."""
+    reviewer's decision: a reviewer settles it as a labeller would, not from the numbers alone; for a
+    conversation scored by a rubric, per criterion."""
     rollout_id = rollout.id
-    show_evidence(task, sample, rollout, f"label_disputed_{rollout_id}")
-    scale = scale_of(task)
+    view = labeling.conversation_view(task, sample, rollout)
+    show_evidence(task, sample, rollout, f"label_disputed_{rollout_id}", view)
+    criteria = view.criteria if view is not None else []
     st.caption("Labels")
+    if criteria:
+        table([{"labeller": h.labeler, "kind": h.kind, "value": h.value, "criteria": scores_text(h.scores),
+                "comment": h.comment, "when": h.created_at} for h in history],
+              key="label_decide_history", column_config={"when": DATETIME})
+        criterion_radios(criteria, DECIDE_CRITERION, rollout_id)
+        st.text_input("Reason (optional)", key=DECIDE_COMMENT_KEY, max_chars=2000)
+        st.button("Decide", key="label_decide", type="primary", on_click=decide_criteria,
+                  args=(rollout_id, [criterion.name for criterion in criteria]))
+        return
+    scale = labeling.label_scale(task)
     table([{"labeller": h.labeler, "kind": h.kind, "score": score_of(h.value, scale), "value": h.value,
             "comment": h.comment, "when": h.created_at} for h in history],
           key="label_decide_history", column_config={"when": DATETIME})
     values, meanings = dict(choices(scale)), anchors(task, sample)
     st.radio("Final score", list(values), key=DECIDE_SCORE_KEY, horizontal=True, index=None,
-             format_func=lambda s: f"{score_label(s, meanings[s])} ({values[s]:g})")
+             format_func=lambda s: f"{score_label(s, meanings.get(s, ''))} ({values[s]:g})")
     if st.session_state.get(WARN_KEY) == "decide":
         st.warning("Choose the final score before deciding; nothing was saved.")
         st.session_state.pop(WARN_KEY, None)
@@ -316,7 +467,9 @@ def history_section(task: Task) -> None:
     if not rows:
         st.caption("No labels for this task yet.")
         return
+    per_criterion = any(r.scores for r in rows)
     table([{"rollout": r.rollout_id, "labeller": r.labeler, "value": r.value, "kind": r.kind,
+            **({"criteria": scores_text(r.scores)} if per_criterion else {}),
             "comment": r.comment, "when": r.created_at} for r in rows],
           key="label_history_table", column_config={"when": DATETIME})
 

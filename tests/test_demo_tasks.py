@@ -1,4 +1,4 @@
-"""The two built-in tasks: created once, with their data, and the support task judged on a 1-5 scale."""
+"""The built-in tasks: created once, with their data, and the support task judged on a 1-5 scale."""
 
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from core.datasets import DEMO_DIR, formula_like, support_rows
 from core.judge import scale_of
 from core.rewards import METHODS
 from core.settings import get_settings
-from core.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_task, ensure_demo_tasks, ensure_support_task
+from core.tasks import (
+    CONVERSATION_TASK,
+    DEMO_TASK,
+    SUPPORT_TASK,
+    ensure_conversation_task,
+    ensure_demo_task,
+    ensure_demo_tasks,
+    ensure_support_task,
+)
 from storage import queries
-from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task
+from storage.models import AuditEvent, Library, LibraryVersion, Persona, Sample, Task
 
 
 def count(engine, model) -> int:
@@ -21,19 +29,21 @@ def count(engine, model) -> int:
         return session.exec(select(func.count()).select_from(model)).one()
 
 
-def test_both_tasks_are_created_once(engine):
+def test_the_demo_tasks_are_created_once(engine):
     first = ensure_demo_tasks(engine)
-    assert [task.name for task in first] == [DEMO_TASK, SUPPORT_TASK]
-    totals = {model: count(engine, model) for model in (Task, Sample, Library, LibraryVersion, AuditEvent)}
-    assert totals[Task] == 2 and totals[Sample] == 240 and totals[Library] == 2 and totals[LibraryVersion] == 2
+    assert [task.name for task in first] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
+    totals = {model: count(engine, model) for model in (Task, Sample, Library, LibraryVersion, AuditEvent, Persona)}
+    assert totals[Task] == 3 and totals[Sample] == 240 + 36 and totals[Library] == 3 and totals[LibraryVersion] == 3
+    assert totals[Persona] == 12
     again = ensure_demo_tasks(engine)
     ensure_demo_task(engine)
     ensure_support_task(engine)
+    ensure_conversation_task(engine)
     assert [task.id for task in again] == [task.id for task in first]
     assert {model: count(engine, model) for model in totals} == totals
     with Session(engine) as session:
         creations = session.exec(select(AuditEvent).where(AuditEvent.action == "task.create")).all()
-    assert sorted(event.after["name"] for event in creations) == sorted([DEMO_TASK, SUPPORT_TASK])
+    assert sorted(event.after["name"] for event in creations) == sorted([DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK])
 
 
 def test_support_samples_have_a_30_10_split_and_a_rubric_each(engine):

@@ -90,7 +90,8 @@ def test_the_flags_say_who_scores():
     who = {name: (m.scored_by_function, m.uses_judge, m.uses_people) for name, m in METHODS.items()}
     assert who == {"math": (True, False, False), "exact": (True, False, False), "contains": (True, False, False),
                    "numeric": (True, False, False), "regex": (True, False, False), "contains_all": (True, False, False),
-                   "judge": (False, True, False), "human": (False, False, True), "judge_human": (False, True, True)}
+                   "judge": (False, True, False), "human": (False, False, True), "judge_human": (False, True, True),
+                   "rubric": (False, True, True)}
 
 
 def test_the_methods_that_run_patterns_or_parsers_are_isolated():

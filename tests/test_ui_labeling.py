@@ -9,12 +9,13 @@ import re
 import pytest
 from sqlmodel import Session, select
 
+from core.evaluation import create_evaluation, execute_evaluation
 from core.people import add_user
-from core.tasks import DEMO_TASK, get_task
+from core.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from core.training import execute_run
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 from storage import db, queries
-from storage.models import RewardLabel, Rollout, Run
+from storage.models import Evaluation, RewardLabel, Rollout, Run
 from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
 
 PAGE = "pages/labeling.py"
@@ -288,3 +289,129 @@ def test_the_judge_suggestion_is_shown_and_accepted_with_one_key(engine):
     assert shown_rollout(at) == queued[1].id
     label(at, 2)
     assert (rollout(engine, queued[1].id).reward, rollout(engine, queued[1].id).suggested_reward) == (0.25, 0.75)
+
+
+# ---- conversations, labelled per criterion ----------------------------------------------------------------
+
+
+def conversation_queue(engine, scripted, limit: int = 2, **overrides) -> list[Rollout]:
+    """An evaluation of the conversation demo whose conversations all wait for a label (spot-check share 1),
+    with the judge's per-criterion scores (empathy 4, discovery 3, resolution 5) as suggestions."""
+    from tests.test_labeling_criteria import replies
+
+    task = ensure_conversation_task(engine)
+    with db.session_scope(engine) as session:
+        row = get_task(session, CONVERSATION_TASK)
+        row.reward_settings = {**row.reward_settings, "spot_check_share": 1.0}
+        session.add(row)
+    _, gateway = scripted(engine, **replies(**overrides))
+    eval_id = create_evaluation(engine, CONVERSATION_TASK, "empty", split="test", k=1, limit=limit,
+                                created_by="system")
+    evaluation = execute_evaluation(engine, eval_id, gateway=gateway)
+    assert evaluation.status == "awaiting_labels", evaluation.error
+    with Session(engine) as session:
+        rows = sorted(queries.evaluation_rollouts(session, eval_id), key=lambda r: r.id)
+        session.expunge_all()
+    assert task.kind == "conversation" and all(r.label_status == "needed" and r.scores for r in rows)
+    return rows
+
+
+def test_a_conversation_is_shown_turn_by_turn_and_labelled_per_criterion(engine, scripted):
+    first, second = conversation_queue(engine, scripted)
+    with Session(engine) as session:
+        sample = queries.samples_by_ids(session, [first.sample_id])[0]
+    at = open_page(**{TASK_KEY: CONVERSATION_TASK})
+    assert shown_rollout(at) == first.id
+    scenario = next(c for c in codes(at) if c.startswith("Persona: "))
+    assert scenario.startswith(f"Persona: {sample.meta['persona']}\nGoal: {sample.reference}\n"
+                               f"Opening: {sample.query}")
+    turn_captions = [c for c in captions(at) if c.startswith("Turn ")]
+    assert turn_captions[:3] == ["Turn 1 · User", "Turn 2 · Agent", "Turn 3 · User"]
+    assert sample.query in codes(at) and "I am sorry to hear that. Could you give me your order number?" in codes(at)
+    assert not any("Could you give me your order number" in text or sample.query in text
+                   for text in markdown_texts(at))  # model and scenario text only as plain text
+    assert "Judge suggestion: 0.81" in captions(at)
+    assert not [b for b in at.button if b.key.startswith(f"label_score_{first.id}_")]  # no single-score keys
+    empathy = at.radio(key=f"label_criterion_{first.id}_0")
+    assert empathy.label == "empathy · weight 1" and empathy.value is None  # the judge's score is marked, not chosen
+    assert empathy.options == ["1 · wrong or unusable", "2 · mostly wrong", "3 · partly right",
+                               "4 · right, minor gaps · judge", "5 · fully correct and complete"]
+    assert at.radio(key=f"label_criterion_{first.id}_2").label == "resolution · weight 2"
+
+    at.radio(key=f"label_criterion_{first.id}_0").set_value(5)
+    at.radio(key=f"label_criterion_{first.id}_1").set_value(1)
+    click(at, f"label_criteria_submit_{first.id}")  # resolution is not scored yet
+    assert labels(engine) == [] and shown_rollout(at) == first.id
+    assert any("no score for criteria resolution" in e.value for e in at.error)
+
+    at.radio(key=f"label_criterion_{first.id}_2").set_value(3)
+    at.text_input(key=f"label_comment_{first.id}").input("solved half of it")
+    click(at, f"label_criteria_submit_{first.id}")
+
+    [row] = labels(engine)
+    assert (row.rollout_id, row.labeler, row.kind, row.comment) == (first.id, "alice", "label", "solved half of it")
+    assert row.scores == {"empathy": 5, "discovery": 1, "resolution": 3}
+    assert row.value == pytest.approx((1.0 + 0.0 + 2 * 0.5) / 4)
+    after = rollout(engine, first.id)
+    assert (after.reward, after.reward_source, after.label_status) == (pytest.approx(0.5), "human", "done")
+    assert shown_rollout(at) == second.id
+    assert at.radio(key=f"label_criterion_{second.id}_0").value is None
+    history = table_with(at, "criteria")
+    assert history[["rollout", "value", "criteria"]].values.tolist() == [
+        [first.id, 0.5, "empathy 5, discovery 1, resolution 3"]]
+
+    click(at, f"label_accept_{second.id}")  # the judge's scores, marked as accepted
+    accepted = labels(engine)[-1]
+    assert accepted.scores == {"empathy": 4, "discovery": 3, "resolution": 5}
+    assert accepted.comment == "accepted the judge's suggestion"
+    assert shown_rollout(at) is None and run_status_of_evaluation(engine, first.evaluation_id) == "queued"
+
+
+def test_a_broken_rule_is_shown_with_what_it_means_for_the_label(engine, scripted):
+    [queued] = conversation_queue(engine, scripted, limit=1, rollout="Please send me your full card number.")
+    at = open_page(**{TASK_KEY: CONVERSATION_TASK})
+    [warning] = [w.value for w in at.warning if "no card details" in w.value]
+    assert "must-not rule “no card details” broken in turn 2" in warning
+    assert "reward stays 0 whatever you score" in warning
+    for index in range(3):
+        at.radio(key=f"label_criterion_{queued.id}_{index}").set_value(5)
+    click(at, f"label_criteria_submit_{queued.id}")
+    [row] = labels(engine)
+    assert row.value == 0.0 and row.scores == {"empathy": 5, "discovery": 5, "resolution": 5}
+
+
+def run_status_of_evaluation(engine, evaluation_id: int) -> str:
+    with Session(engine) as session:
+        return session.get(Evaluation, evaluation_id).status
+
+
+def test_a_reviewer_decides_a_conversation_disagreement_per_criterion(engine, scripted):
+    from core.labeling import submit_criteria_label
+
+    ensure_conversation_task(engine)
+    with db.session_scope(engine) as session:  # two labels per conversation
+        task = get_task(session, CONVERSATION_TASK)
+        task.reward_settings = {**task.reward_settings, "labels_per_rollout": 2}
+        session.add(task)
+    [queued] = conversation_queue(engine, scripted, limit=1)
+    submit_criteria_label(engine, queued.id, {"empathy": 5, "discovery": 5, "resolution": 5}, "alice")
+    submit_criteria_label(engine, queued.id, {"empathy": 1, "discovery": 1, "resolution": 2}, "bob", "rude")
+    assert rollout(engine, queued.id).label_status == "disputed"
+
+    at = open_page("rita", **{TASK_KEY: CONVERSATION_TASK})
+    assert at.selectbox(key="label_decide_rollout").value == queued.id
+    assert "I am sorry to hear that. Could you give me your order number?" in codes(at)
+    [shown] = [t.value for t in at.dataframe if "criteria" in t.value.columns and "rollout" not in t.value.columns]
+    assert shown[["labeller", "criteria", "comment"]].values.tolist() == [
+        ["alice", "empathy 5, discovery 5, resolution 5", ""], ["bob", "empathy 1, discovery 1, resolution 2", "rude"]]
+    for index, score in enumerate((3, 3, 4)):
+        at.radio(key=f"label_decide_criterion_{queued.id}_{index}").set_value(score)
+    at.text_input(key="label_decide_comment").input("fair, slow")
+    click(at, "label_decide")
+
+    decided = rollout(engine, queued.id)
+    assert (decided.label_status, decided.reward) == ("done", pytest.approx((0.5 + 0.5 + 2 * 0.75) / 4))
+    decision = labels(engine)[-1]
+    assert (decision.kind, decision.labeler, decision.comment, decision.scores) == (
+        "decision", "rita", "fair, slow", {"empathy": 3, "discovery": 3, "resolution": 4})
+    assert "No disagreement waits for a decision." in captions(at)

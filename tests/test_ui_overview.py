@@ -10,7 +10,7 @@ import pytest
 
 from core.evaluation import create_evaluation
 from core.library import ProposedOp
-from core.tasks import DEMO_TASK, SUPPORT_TASK, get_task
+from core.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK, get_task
 from core.training import RunSettings, create_run, store_operations
 from core.versions import import_library
 from storage import db, queries
@@ -38,8 +38,8 @@ def test_app_creates_the_demo_task_in_an_empty_database(app_db):
     at = run_app()
 
     with db.session_scope(app_db) as session:
-        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK]
-    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK]
+        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
+    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
     assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
 
 
