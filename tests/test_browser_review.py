@@ -109,6 +109,7 @@ def review_by_keys(page, app, run_id: int) -> None:
     ready_for_keys(page, 2)
     press_until_stored(page, "a", url, run_id, 1)  # approve operation 2: the last decision applies the step
 
+    page.get_by_text("Applied as version #2").first.wait_for()  # the decision is stored a moment before the step
     after = statuses(url, run_id)
     assert after["ops"] == ["applied", "applied", "rejected"]
     assert after["step"] == "completed" and after["run"] == "queued"
