@@ -13,12 +13,12 @@ import urllib.parse
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.sandbox import harden_process
 from core.errors import PermissionDenied, SignInLocked
-from core.people import authenticate, role_of, sign_in_required
-from core.sandbox import harden_process
+from core.jobs.worker import worker_summary
+from core.records.people import authenticate, role_of, sign_in_required
+from core.records.tasks import ensure_demo_tasks
 from core.settings import configure_scoring, engine, get_settings
-from core.tasks import ensure_demo_tasks
-from core.worker import worker_summary
 from pages._common import (
     AUTH_KEY,
     LIBRARY_KEY,
@@ -64,7 +64,7 @@ def prepare_database(url: str) -> int:
 
 def signed_in_person() -> str | None:
     """With sign-in on, the signed-in user's name if still an active user; a removed or switched-off user
-    is signed out (core.people.page_actor decides, as it does inside every action)."""
+    is signed out (core.records.people.page_actor decides, as it does inside every action)."""
     try:
         return acting_person()
     except PermissionDenied:
@@ -75,7 +75,7 @@ def signed_in_person() -> str | None:
 def sign_in() -> None:
     """The Sign in button's callback: with the right password, the run that follows draws the studio.
 
-    core.people's back-off counts the name and this browser's address (else its tab); the password field is
+    core.records.people's back-off counts the name and this browser's address (else its tab); the password field is
     emptied whatever the outcome, so a password never stays in the session."""
     name, password = st.session_state.get("sign_in_name", ""), st.session_state.get("sign_in_password", "")
     st.session_state["sign_in_password"] = ""

@@ -34,12 +34,12 @@ def main() -> int:
     os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.db"
     from sqlmodel import Session, select
 
-    from core.comparison import compare_evaluations
-    from core.evaluation import create_evaluation, execute_evaluation
-    from core.segments import paired_by_segment
+    from core.engine.evaluation import create_evaluation, execute_evaluation
+    from core.engine.training import RunSettings, create_run, execute_run
+    from core.records.comparison import compare_evaluations
+    from core.records.segments import paired_by_segment
+    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
     from core.settings import engine as settings_engine
-    from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-    from core.training import RunSettings, create_run, execute_run
     from storage.db import session_scope
     from storage.models import LLMCall, Rollout, Run
     from storage.statuses import JobStatus, LabelStatus

@@ -58,7 +58,7 @@ async def measure(db_url: str, calls: int, concurrency: int) -> tuple[float, flo
     from sqlalchemy import func
     from sqlmodel import Session, select
 
-    from core.gateway import Gateway
+    from core.models.gateway import Gateway
     from storage.db import make_engine
     from storage.models import LLMCall
 

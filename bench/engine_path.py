@@ -1,6 +1,6 @@
 """The engine's REAL model-call path, measured against bench/stub_server.py (an OpenAI-compatible stub).
 
-Every measurement executes a training run the way a worker does (core.worker.serve, or `python -m core
+Every measurement executes a training run the way a worker does (core.jobs.worker.serve, or `python -m core
 worker` subprocesses for the soak) on the demo task (arithmetic word problems), with the policy and
 learner models set to `openai/stub` and the run's api_base (and STUDIO_API_BASE) pointing at the stub,
 which runs in its own process (its CPU is not the engine's). The validation gate is off unless --gate
@@ -110,7 +110,7 @@ def temp_db_url(directory: str, name: str) -> str:
 
 def prepare(db_url: str):
     """A migrated database with the demo task; returns (engine, task name)."""
-    from core.tasks import DEMO_TASK, ensure_demo_task
+    from core.records.tasks import DEMO_TASK, ensure_demo_task
     from storage.db import make_engine
 
     engine = make_engine(db_url)
@@ -120,7 +120,7 @@ def prepare(db_url: str):
 
 def settings_for(args: argparse.Namespace, stub_url: str, concurrency: int):
     """RunSettings for a run on the stub; fields the checkout does not know are left out."""
-    from core.run_settings import RunSettings
+    from core.engine.run_settings import RunSettings
 
     values = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
               "limit": args.queries, "concurrency": concurrency, "policy_model": STUB_MODEL,
@@ -183,8 +183,8 @@ def engine_cpu(exclude: set[int]) -> tuple[float, float]:
 
 
 def execute_in_process(engine) -> None:
-    """Claim and execute every queued job here, as `python -m core worker` does (core.worker.serve)."""
-    from core.worker import serve
+    """Claim and execute every queued job here, as `python -m core worker` does (core.jobs.worker.serve)."""
+    from core.jobs.worker import serve
 
     try:
         from core.settings import configure_scoring  # what `python -m core` does at start
@@ -300,7 +300,7 @@ def measured_run(args: argparse.Namespace, *, concurrency: int, latency: float, 
         url = db_url or temp_db_url(workdir, f"run_c{concurrency}_{int(time.time() * 1000)}.db")
         _environment(stub.url, url)
         engine, task = prepare(url)
-        from core.training import create_run
+        from core.engine.training import create_run
 
         if args.warmup:  # first calls import lazily and the scoring processes start: not per-call cost
             warm = settings_for(args, stub.url, concurrency)
@@ -489,7 +489,7 @@ class _Soak:
             if (run.status == "running" and holder is not None and holder != worker.pid and since
                     and time.monotonic() - since >= self.args.resume_after):
                 from core.errors import StudioError
-                from core.run_control import resume_run
+                from core.jobs.run_control import resume_run
 
                 try:
                     resume_run(self.engine, self.run_id, "cli")
@@ -538,7 +538,7 @@ def cmd_soak(args: argparse.Namespace) -> dict:
         _environment(stub.url, db_url)
         os.environ["TFGRPO_STALL_AFTER_S"] = f"{args.stall_after:g}"
         engine, task = prepare(db_url)
-        from core.training import create_run
+        from core.engine.training import create_run
 
         run_id = create_run(engine, task, settings_for(args, stub.url, args.concurrency[0]))
         soak = _Soak(engine, run_id, _worker_env(db_url, stub.url, args.stall_after), log_file, args)

@@ -41,9 +41,10 @@ def main() -> None:
 
     import logging
 
-    from core import people, scoring
-    from core.rewards import METHODS, score
-    from core.sandbox import run_python
+    from core.domain import scoring
+    from core.domain.rewards import METHODS, score
+    from core.domain.sandbox import run_python
+    from core.records import people
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice
     print(f"machine: {sys.platform}, python {sys.version.split()[0]}")

@@ -2,7 +2,7 @@
 
 For each of N support messages the judge scores one hand-written good reply (empathetic, accurate,
 with a next step) and one bad reply (curt, with an invented policy, no next step), through
-`core.judge.judge_response`, the path a run uses. A fresh temporary SQLite file means no verdict
+`core.models.judge.judge_response`, the path a run uses. A fresh temporary SQLite file means no verdict
 comes from the response cache, so every figure is a real model call.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-JUDGE_MAX_TOKENS = 300  # the max_tokens core.judge asks for
+JUDGE_MAX_TOKENS = 300  # the max_tokens core.models.judge asks for
 
 # (good, bad) reply per support message id, in the order of data/demo/support_messages.jsonl.
 REPLIES: dict[str, tuple[str, str]] = {
@@ -104,8 +104,8 @@ def calls_since(engine, last_id: int) -> list[tuple[int, int]]:
 
 async def judge_all(engine, task, samples, warm_up: bool) -> list[Outcome]:
     """Judge each reply one at a time, so a latency is one verdict's, not a share of a batch."""
-    from core.gateway import Gateway, Scope
-    from core.judge import judge_response
+    from core.models.gateway import Gateway, Scope
+    from core.models.judge import judge_response
 
     gateway = Gateway(engine, concurrency=1)
     if warm_up:
@@ -163,8 +163,8 @@ def main() -> None:
 
     from sqlmodel import Session, select
 
+    from core.records.tasks import SUPPORT_TASK, ensure_demo_tasks, get_task
     from core.settings import get_settings
-    from core.tasks import SUPPORT_TASK, ensure_demo_tasks, get_task
     from storage.db import make_engine
     from storage.models import Sample
 
@@ -184,8 +184,8 @@ def main() -> None:
               f"scale {task.reward_settings['scale']}  messages {len(samples)} x (good, bad)")
         started = time.perf_counter()
         if model.startswith("local/"):
-            from core import gateway  # noqa: F401  (importing the gateway registers local/...)
-            from core.local_model import get_server
+            from core.models import gateway  # noqa: F401  (importing the gateway registers local/...)
+            from core.models.local_model import get_server
 
             get_server(model.removeprefix("local/"))
             print(f"model loaded in {time.perf_counter() - started:.1f}s")

@@ -12,7 +12,7 @@ train file and a test file (JSONL, `query`/`answer`, common alternatives mapped)
 each arm in a library of its own and in its own copy of the database (taken after step 1), so every arm
 starts from the empty library and its calls, tokens and seconds are its own. The evaluations share common
 random numbers (the same seed per query and sample index), so each library is compared with the empty
-library query by query (core.comparison: paired bootstrap interval, sign test). Both trained arms train on
+library query by query (core.records.comparison: paired bootstrap interval, sign test). Both trained arms train on
 the same train queries: the gate's validation queries are the train file's next rows, stored as the task's
 `validation` split, which the gate-off arm never sees.
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 TASK = "learning effect benchmark"
 LIBRARIES = ("direct", "gate_off", "gate_no_worse")  # one library, and one copy of the database, per arm
-VALIDATION = "validation"  # core.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
+VALIDATION = "validation"  # core.engine.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
 
 # Defaults sized for about 30 minutes on 2 CPU cores with the embedded 0.5B model (see bench/README.md).
 DEFAULTS = {"train_limit": 12, "test_limit": 30, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
@@ -84,7 +84,7 @@ class Arm:
     mean_at_k: float | None = None
     pass_at_k: float | None = None
     rollout_errors: int = 0
-    comparison: dict | None = None  # core.comparison.Paired as a dict (B = this arm, A = the empty library)
+    comparison: dict | None = None  # core.records.comparison.Paired as a dict (B = this arm, A = the empty library)
     train_calls: dict = field(default_factory=dict)  # storage.queries.call_totals of the run
     eval_calls: dict = field(default_factory=dict)  # ... of the test-set evaluation
     train_s: float = 0.0
@@ -154,7 +154,7 @@ def read_records(path: Path) -> tuple[list[dict], str]:
 def sample_rows(records: list[dict], prefix: str, split: str) -> list:
     """Rows checked by the studio's own dataset reader (sizes, spreadsheet formulas), with ids unique
     across both files (`train-1`, `test-1`, ...) and the given split."""
-    from core.datasets import parse_dataset
+    from core.records.datasets import parse_dataset
 
     if not records:
         return []
@@ -165,8 +165,8 @@ def sample_rows(records: list[dict], prefix: str, split: str) -> list:
 
 def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict]) -> dict:
     """The benchmark's task with its train, validation and test queries; returns the query counts per split."""
-    from core.task_io import TaskSettings, save_task
-    from core.tasks import DEMO_ANSWER_FORMAT, DEMO_INSTRUCTIONS, add_samples, get_task
+    from core.records.task_io import TaskSettings, save_task
+    from core.records.tasks import DEMO_ANSWER_FORMAT, DEMO_INSTRUCTIONS, add_samples, get_task
     from storage.db import session_scope
 
     n_train = len(train) - options.validation_size if options.train_limit is None else options.train_limit
@@ -200,7 +200,7 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     """The arm's library (or the empty one) on the test queries, k samples each."""
     from sqlmodel import Session
 
-    from core.evaluation import create_evaluation, execute_evaluation_async
+    from core.engine.evaluation import create_evaluation, execute_evaluation_async
     from storage import queries
 
     ref = "empty" if arm.version_id is None else str(arm.version_id)
@@ -222,8 +222,8 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     """The arm's run (direct, or training with its gate) in a library of its own, from the empty library."""
     from sqlmodel import Session
 
-    from core.run_settings import RunSettings
-    from core.training import create_run, execute_run_async, run_counters
+    from core.engine.run_settings import RunSettings
+    from core.engine.training import create_run, execute_run_async, run_counters
     from storage import queries
     from storage.models import LibraryVersion, Run
 
@@ -255,7 +255,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
 
 def compare(engine, empty: Arm, arm: Arm, seed: int) -> None:
-    from core.comparison import compare_evaluations
+    from core.records.comparison import compare_evaluations
     from storage.statuses import JobStatus
 
     if JobStatus.COMPLETED == empty.evaluation_status == arm.evaluation_status:
@@ -305,8 +305,8 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
 
 def load_models(options: argparse.Namespace) -> None:
     """Load the embedded model(s) before any timing, so the first phase does not pay for it."""
-    from core import gateway  # noqa: F401  (importing the gateway registers local/...)
-    from core.local_model import get_server
+    from core.models import gateway  # noqa: F401  (importing the gateway registers local/...)
+    from core.models.local_model import get_server
 
     for model in dict.fromkeys((options.model, options.learner_model)):
         if model.startswith("local/"):
@@ -441,7 +441,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) -> dict:
     """Run the benchmark and print its table; returns what --json writes.
 
-    `gateway_for(engine)` gives the core.gateway.Gateway every phase uses (the tests pass one with scripted
+    `gateway_for(engine)` gives the core.models.gateway.Gateway every phase uses (the tests pass one with scripted
     replies); by default each run and evaluation makes its own, as the worker does.
     """
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -101,8 +101,8 @@ def main() -> None:
 
     # The provider loads the server with get_settings().local_slots; make that N so both settings share it.
     os.environ["TFGRPO_LOCAL_SLOTS"] = str(args.parallel)
-    from core import gateway  # noqa: F401  (importing the gateway registers local/...)
-    from core.local_model import get_server
+    from core.models import gateway  # noqa: F401  (importing the gateway registers local/...)
+    from core.models.local_model import get_server
     from core.settings import get_settings
 
     print(

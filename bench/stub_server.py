@@ -14,7 +14,7 @@ The replies make the studio's engine do real work, by stage:
 - a structured call (its `response_format.json_schema.name` is the stage: advantage, update, judge,
   direct, ...) gets valid JSON for that schema; the update ADDs one experience whose text depends on
   the request (MODIFY when the library is full), so every step makes a new version;
-- a summary request (core.prompts.summary_messages) gets a one-sentence summary (stage "summary");
+- a summary request (core.domain.prompts.summary_messages) gets a one-sentence summary (stage "summary");
 - any other request is an agent rollout (stage "rollout"): "... so the answer is \\boxed{N}", N the
   demo task's reference answer or a wrong number. The engine's agent seeds each call from
   (query, sample index, turn); the stub recognises the sample index g from the seed and answers right
@@ -95,7 +95,7 @@ def _text(content: object) -> str:
 
 
 def _agent_seed(query: str, sample_index: int, turn: int) -> int:
-    """The seed core.agent sends for (query, sample index, turn) (core.gateway._seed of a sha256)."""
+    """The seed core.engine.agent sends for (query, sample index, turn) (core.models.gateway._seed of a sha256)."""
     digest = hashlib.sha256(f"{query}\x00{sample_index}\x00{turn}".encode()).hexdigest()
     return int(digest[:8], 16) % (2**31 - 1)
 

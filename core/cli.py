@@ -17,25 +17,32 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from core import attribution, labeling
-from core.comparison import compare_evaluations
-from core.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
+from core.domain.library_io import check_file_size, decode_library
+from core.domain.personas import check_file_size as check_persona_file_size
+from core.domain.personas import parse_personas, persona_dicts
+from core.engine import attribution
+from core.engine.evaluation import create_evaluation, evaluation_of
+from core.engine.training import RunSettings, check_resumable, create_run, run_counters
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
-from core.evaluation import create_evaluation, evaluation_of
-from core.gateway import Gateway
-from core.library_io import check_file_size, decode_library
-from core.people import ROLES, add_user, update_user
-from core.personas import check_file_size as check_persona_file_size
-from core.personas import parse_personas, persona_dicts
-from core.scenarios import add_scenarios, is_conversation, split_by_persona
+from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
+from core.models.gateway import Gateway
+from core.records import labeling
+from core.records.comparison import compare_evaluations
+from core.records.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
+from core.records.people import ROLES, add_user, update_user
+from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
+from core.records.segments import bind_library, paired_by_segment
+from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
+from core.records.tasks import add_dataset, ensure_demo_tasks, get_task
+from core.records.versions import (
+    export_version,
+    import_library,
+    resolve_version,
+    set_label,
+    version_json_meta,
+)
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
-from core.segments import bind_library, paired_by_segment
 from core.settings import engine as settings_engine
-from core.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
-from core.tasks import add_dataset, ensure_demo_tasks, get_task
-from core.training import RunSettings, check_resumable, create_run, run_counters
-from core.versions import export_version, import_library, resolve_version, set_label, version_json_meta
-from core.worker import claim_or_explain, execute_job, new_worker_id, serve
 from storage import queries
 from storage.db import describe_url, get_engine
 from storage.models import Evaluation, LibraryVersion, Run

@@ -67,9 +67,9 @@ def engine() -> Engine:
 
 
 def configure_scoring() -> None:
-    """Give this process's scoring processes (core/scoring.py) the configured limits; they start at the
+    """Give this process's scoring processes (core/domain/scoring.py) the configured limits; they start at the
     first score. Called once at the start of the CLI, the worker and the app."""
-    from core import scoring
+    from core.domain import scoring
 
     settings = get_settings()
     scoring.configure(time_limit_s=settings.score_timeout_s, memory_limit_mb=settings.score_memory_mb)

@@ -25,8 +25,8 @@ def seed_labels(database_url: str) -> None:
     """Support replies scored by people on a 1-5 scale, two queries x G=2, waiting for labels."""
     from sqlmodel import select
 
-    from core.tasks import SUPPORT_TASK
-    from core.training import RunSettings, create_run, execute_run
+    from core.engine.training import RunSettings, create_run, execute_run
+    from core.records.tasks import SUPPORT_TASK
     from storage.db import make_engine, session_scope
     from storage.models import Task
     from tests.ui_support import scripted_gateway
@@ -55,7 +55,7 @@ def shoot(page, url: str, name: str, *, before=None) -> None:
 
 
 def main() -> None:
-    from core.tasks import SUPPORT_TASK
+    from core.records.tasks import SUPPORT_TASK
     from tests.browser_support import browser_page, studio
     from tests.test_browser_context import seed_promotion
     from tests.test_browser_review import waiting_review

@@ -32,11 +32,11 @@ from sqlmodel import Session
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from core.errors import PermissionDenied, StudioError
-from core.labeling import Labelled
-from core.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
+from core.jobs.worker import ensure_worker, job_health
+from core.records.labeling import Labelled
+from core.records.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
 from core.settings import engine as settings_engine
 from core.settings import get_settings
-from core.worker import ensure_worker, job_health
 from storage import queries
 from storage.models import Task
 
@@ -105,7 +105,7 @@ def default_reviewer() -> str:
 
 
 def acting_person() -> str:
-    """Who this tab acts for, asked anew from core.people.page_actor; raises PermissionDenied when nobody may.
+    """Who this tab acts for, asked anew from core.records.people.page_actor; raises PermissionDenied when nobody may.
 
     Button callbacks run before streamlit_app.py's sign-in gate, so every action asks this itself."""
     with Session(engine()) as session:
@@ -141,7 +141,7 @@ def checks_sign_in(action: Callable[..., Outcome]) -> Callable[..., Outcome]:
 
 
 def sign_in_client() -> str:
-    """The client the sign-in back-off counts: the browser's address, else this tab (core.people.client_key)."""
+    """The client the sign-in back-off counts: the browser's address, else this tab (core.records.people.client_key)."""
     try:
         ip = st.context.ip_address
     except Exception:  # noqa: BLE001  (no browser connection)
@@ -153,7 +153,7 @@ def sign_in_client() -> str:
 def context() -> Context:
     """The sidebar's choices and who acts: the signed-in user with sign-in on, else the typed name.
 
-    When nobody may act the person is core.people.NOBODY, whom every role check refuses."""
+    When nobody may act the person is core.records.people.NOBODY, whom every role check refuses."""
     try:
         person = acting_person()
     except PermissionDenied:

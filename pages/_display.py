@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from core.conversation import SPEAKERS
-from core.datasets import spreadsheet_safe
+from core.domain.conversation import SPEAKERS
+from core.records.datasets import spreadsheet_safe
 
 SHOWN_CHARS = 4_000
 ELLIPSIS = "…"
@@ -64,7 +64,7 @@ def chat_turns(messages: list[dict]) -> list[dict]:
 
 
 def speaker(role: str) -> str:
-    """`User` (the simulated customer) or `Agent`, as core.conversation renders a transcript."""
+    """`User` (the simulated customer) or `Agent`, as core.domain.conversation renders a transcript."""
     return SPEAKERS.get(role, "Message")
 
 

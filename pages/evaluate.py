@@ -4,11 +4,11 @@ evaluations query by query, and promote the better version to `production`.
 The form's widgets are keyed by task and library, so after a switch in the sidebar it never shows one
 task's version and split while queuing another's; the queued message echoes what was queued. The two
 compared evaluations are in the URL (?a=&b=). Promote first shows what changes against production and
-the paired comparison's verdict (core.promotion), then asks for a confirmation.
+the paired comparison's verdict (core.records.promotion), then asks for a confirmation.
 
-The worker executes queued evaluations; this page queues them (`core.evaluation.create_evaluation`),
-resumes failed or stalled ones (`core.run_control.resume_evaluation`) and moves the label
-(`core.versions.promote`). Two evaluations are compared by `core.comparison.compare_evaluations`.
+The worker executes queued evaluations; this page queues them (`core.engine.evaluation.create_evaluation`),
+resumes failed or stalled ones (`core.jobs.run_control.resume_evaluation`) and moves the label
+(`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
 Model output and names are shown as text or in tables through pages._display, never as Markdown.
 """
 
@@ -21,16 +21,16 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
-from core.comparison import compare_evaluations
+from core.engine.evaluation import create_evaluation
 from core.errors import StudioError
-from core.evaluation import create_evaluation
-from core.model_choice import check_model, known_models
-from core.promotion import PromotionPreview, preview_promotion
-from core.run_control import resume_evaluation
-from core.scenarios import is_conversation
-from core.segments import paired_by_segment, segment_libraries
-from core.versions import EMPTY, PRODUCTION, promote
-from core.worker import job_health
+from core.jobs.run_control import resume_evaluation
+from core.jobs.worker import job_health
+from core.models.model_choice import check_model, known_models
+from core.records.comparison import compare_evaluations
+from core.records.promotion import PromotionPreview, preview_promotion
+from core.records.scenarios import is_conversation
+from core.records.segments import paired_by_segment, segment_libraries
+from core.records.versions import EMPTY, PRODUCTION, promote
 from pages._common import (
     SCORE,
     Flash,
@@ -123,7 +123,7 @@ class FormScope:
 
 
 def model_options(current: str) -> list[str]:
-    """The task's model first, then every model known to work here (core.model_choice)."""
+    """The task's model first, then every model known to work here (core.models.model_choice)."""
     return list(dict.fromkeys([current, *known_models()]))
 
 
@@ -134,7 +134,7 @@ def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: 
 
 
 def checked_evaluation(engine, task: str, version: str, *, model: str, **settings) -> int:
-    """The model is checked before anything is queued (core.model_choice), as on Train."""
+    """The model is checked before anything is queued (core.models.model_choice), as on Train."""
     check_model(model)
     return create_evaluation(engine, task, version, model=model, **settings)
 
@@ -270,7 +270,7 @@ def evaluations_view(task_id: int) -> None:
 
 def segments_section(completed: list, numbers: dict[int, int]) -> None:
     """A conversation task's scores per segment, per persona and per rubric criterion, for each completed
-    evaluation (core.segments.breakdown, stored with the evaluation)."""
+    evaluation (core.records.segments.breakdown, stored with the evaluation)."""
     with_segments = [e for e in completed if (e.metrics or {}).get("segments")]
     if not with_segments:
         st.info("No completed evaluation of this conversation task yet.")
@@ -315,7 +315,7 @@ def evaluation_choice(e, numbers: dict[int, int]) -> str:
 
 
 def compare_section(completed: list, numbers: dict[int, int]) -> None:
-    """B against A on the same queries (core.comparison): the paired difference with its interval, the
+    """B against A on the same queries (core.records.comparison): the paired difference with its interval, the
     tests, the verdict in words, and every query sorted by difference with both versions' outputs."""
     if len(completed) < 2:
         st.info("Two completed evaluations are needed to compare them.")
@@ -385,7 +385,7 @@ def outputs_side_by_side(result) -> None:
 
 
 def promote_version(version_id: int, name: str) -> None:
-    """Point `production` at the version (the Confirm button's callback; core.versions.promote checks the role)."""
+    """Point `production` at the version (the Confirm button's callback; core.records.versions.promote checks the role)."""
     st.session_state.pop(PROMOTE_PENDING_KEY, None)
     run_action(FLASH, "promote", promote, engine(), version_id, context().reviewer,
                report=f"production now points at version {name} (id {version_id}).")

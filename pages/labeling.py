@@ -1,6 +1,6 @@
 """Labeling: domain experts score rollouts of the sidebar's task where no automatic check decides.
 
-One rollout at a time from `core.labeling.next_item`, with the query, criteria, reference, answer and
+One rollout at a time from `core.records.labeling.next_item`, with the query, criteria, reference, answer and
 the judge's suggestion; below it the agreement between labellers, the disagreements a reviewer settles
 (with the same evidence), and the latest labels.
 
@@ -18,11 +18,11 @@ must-not) and its transcript turn by turn, `Turn N · User` / `Turn N · Agent` 
 code, the rules the judge found broken with what that means for the reward, and, when the task is
 scored by a rubric, one radio per criterion with the meaning of each point and the judge's score marked
 (not preselected: a label that only echoes the judge is taken with "Accept judge", which says so in its
-comment) and one Submit (`core.labeling.submit_criteria_label`, once). A reviewer decides such a
+comment) and one Submit (`core.records.labeling.submit_criteria_label`, once). A reviewer decides such a
 disagreement per criterion the same way. Digits label nothing there; A and S work as above.
 
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
-change goes through `core.labeling`; text written by models or people is shown as code (long texts
+change goes through `core.records.labeling`; text written by models or people is shown as code (long texts
 clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
 captions.
 """
@@ -34,9 +34,9 @@ from collections.abc import Callable
 import streamlit as st
 from sqlmodel import Session
 
-from core import labeling
-from core.judge import anchors, choices, criteria_text, score_of
-from core.labeling import (
+from core.models.judge import anchors, choices, criteria_text, score_of
+from core.records import labeling
+from core.records.labeling import (
     Agreement,
     ConversationView,
     CriterionChoice,

@@ -1,12 +1,12 @@
 """Library: the versions of the sidebar's library, their text, what each experience of a version does
 (measured by leaving it out), a diff between any two, manual edits, revert, labels, export and import.
 
-Versions are immutable: every change here goes through `core.versions` and appends a new version
+Versions are immutable: every change here goes through `core.records.versions` and appends a new version
 (the actor is the sidebar's reviewer). Reads go through `storage.queries`. Experience texts are
 written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
 pages._display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
-"Measure experiences" queues a run of kind `attribute` (core.attribution) for the worker and follows its
+"Measure experiences" queues a run of kind `attribute` (core.engine.attribution) for the worker and follows its
 progress; once measured, each experience's effect (version minus version-without-it, with its interval and
 helps / hurts / unclear) shows beside it, and the experiences that hurt can be removed as a new version
 through the same edit path as manual edits.
@@ -25,14 +25,14 @@ from typing import Any
 import streamlit as st
 from sqlmodel import Session
 
-from core import attribution
-from core import versions as core_versions
+from core.domain.library import ProposedOp
+from core.domain.library import diff as library_diff
+from core.domain.library_io import LibraryFormatError, decode_library
+from core.engine import attribution
 from core.errors import StudioError
-from core.library import ProposedOp
-from core.library import diff as library_diff
-from core.library_io import LibraryFormatError, decode_library
-from core.run_control import cancel_run, resume_run
-from core.worker import job_health
+from core.jobs.run_control import cancel_run, resume_run
+from core.jobs.worker import job_health
+from core.records import versions as core_versions
 from pages._common import (
     DATETIME,
     Context,
@@ -164,7 +164,7 @@ def export_file_name(task_name: str, library_name: str, number: int, fmt: str) -
 
 
 # ---------------------------------------------------------------------------------------------- actions
-# Each takes its inputs explicitly and returns an Outcome; all writing is done by core.versions.
+# Each takes its inputs explicitly and returns an Outcome; all writing is done by core.records.versions.
 
 
 @checks_sign_in
@@ -205,7 +205,7 @@ def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcom
 
 @checks_sign_in
 def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Outcome:
-    """An uploaded Markdown, JSON or text file as a new version, through the CLI's checks (core.library_io: size,
+    """An uploaded Markdown, JSON or text file as a new version, through the CLI's checks (core.domain.library_io: size,
     UTF-8, nesting, the learner's limits); a file that fails any of them writes nothing."""
     ctx = ctx or context()
     try:
@@ -302,7 +302,7 @@ def effect_rows(experiences: list[dict], effects: dict) -> list[dict]:
 
 
 def measure_settings() -> dict:
-    """The measurement form's choices as core.attribution takes them."""
+    """The measurement form's choices as core.engine.attribution takes them."""
     state = st.session_state
     split = state.get("lib_measure_split") or AUTO_SPLIT
     return {"split": None if split == AUTO_SPLIT else split, "k": int(state.get("lib_measure_k") or 2),

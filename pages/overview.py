@@ -14,8 +14,8 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.run_control import resume_run
-from core.worker import job_health
+from core.jobs.run_control import resume_run
+from core.jobs.worker import job_health
 from pages._common import (
     DATETIME,
     SCORE,

@@ -2,7 +2,7 @@
 
 With no active user the studio serves one local user with every permission; the first user added
 switches sign-in on. Admins add users and change their role, activity and password here; every change
-goes through `core.people`, which checks the role again and writes the audit event. Password hashes are
+goes through `core.records.people`, which checks the role again and writes the audit event. Password hashes are
 never read into the page beyond the query, and never shown.
 """
 
@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.people import ROLES, add_user, sign_in_required, update_user
+from core.records.people import ROLES, add_user, sign_in_required, update_user
 from pages._common import (
     DATETIME,
     Flash,

@@ -1,6 +1,6 @@
 """Review: per step, the proposed operations, each card carrying its evidence, its quality flags and its decision.
 
-A pending operation is a full card: its quality flags (core.review.step_flags: cut off, near duplicate, a
+A pending operation is a full card: its quality flags (core.records.review.step_flags: cut off, near duplicate, a
 query's numbers, too long), the before → after diff, the rationale, and the groups it came from (query,
 semantic advantage, rollouts with rewards) in "Evidence" expanders; a decided or invalid one shrinks to one
 collapsed line. One pending card is focused (the first, or one chosen with Next / Previous / Focus) and only
@@ -9,7 +9,7 @@ R), E edit, J next, K previous. A reject's optional reason is stored as the deci
 the learner in the run's later steps. All of the step's groups, with trajectories, are in a collapsed
 section at the bottom.
 
-Every decision goes through `core.review`; once nothing in a step that waits for review is pending, core
+Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
 applies it (a new library version) and queues the run again, and this page starts a worker for it.
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
 Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code,
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import streamlit as st
 from sqlmodel import Session
 
-from core import review
-from core.attribution import effects_for_library as experience_effects
-from core.quality import Flag, rank_sources
-from core.run_settings import RunSettings
-from core.scenarios import is_conversation
+from core.domain.quality import Flag, rank_sources
+from core.engine.attribution import effects_for_library as experience_effects
+from core.engine.run_settings import RunSettings
+from core.records import review
+from core.records.scenarios import is_conversation
 from pages._common import (
     DATETIME,
     Flash,
@@ -96,7 +96,7 @@ def after_decision(run_id: int) -> None:
 
 
 def act(run_id: int, action, *args, success: str) -> object:
-    """Call a core.review function for a button; errors (e.g. AlreadyDecided) show as messages."""
+    """Call a core.records.review function for a button; errors (e.g. AlreadyDecided) show as messages."""
     result = run_action(FLASH, "decisions", action, engine(), *args, success=success)
     after_decision(run_id)
     return result
@@ -165,7 +165,7 @@ def show_gate(step: Step, can_decide: bool) -> None:
         st.caption("No validation gate ran for this step (gate off, or the step has not reached it).")
         return
     shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error}.get(gate.get("decision"), st.info)
-    shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.gate.gate_line)
+    shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.engine.gate.gate_line)
     if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)", key=NOTE_KEY)
     if gate.get("evaluation_before"):

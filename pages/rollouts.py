@@ -1,7 +1,7 @@
 """Rollouts: one query's group of outputs side by side, from a training step or an evaluation.
 
 Read-only but for one action: a person's label on an output, which overrides its automatic reward
-(core.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
+(core.records.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
 wrote (query, reference, answers, summaries, trajectories, errors) is shown as text, long texts clipped
 with a "Show all" toggle (pages._display).
@@ -16,9 +16,9 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.judge import choices, scale_of
-from core.labeling import submit_label
-from core.scenarios import is_conversation, personas_by_name, segment_of
+from core.models.judge import choices, scale_of
+from core.records.labeling import submit_label
+from core.records.scenarios import is_conversation, personas_by_name, segment_of
 from pages._common import (
     SCORE,
     Flash,

@@ -1,18 +1,18 @@
 """Tasks: edit the sidebar's task or create one, add data to it, try its reward, and export or import it.
 
-Every change goes through `core.task_io` or `core.tasks.add_dataset`, which check the admin role
+Every change goes through `core.records.task_io` or `core.records.tasks.add_dataset`, which check the admin role
 again and write the audit log. Buttons act in callbacks, before the page (and the sidebar) is drawn
 again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
 kept in session state and shown once beside the section that caused it: our message in an alert, any
 text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
 references, rubrics and instructions appear only in tables or as code (pages._display). Which column
-feeds which field is core's rule (core.datasets.resolve_columns), the same as the CLI's; so is the
-hold-out of rows for test and validation (core.datasets.hold_out). *Test the reward* scores a pasted
-answer through core.rewards.try_reward, the engine's own scoring call, and writes nothing.
+feeds which field is core's rule (core.records.datasets.resolve_columns), the same as the CLI's; so is the
+hold-out of rows for test and validation (core.records.datasets.hold_out). *Test the reward* scores a pasted
+answer through core.domain.rewards.try_reward, the engine's own scoring call, and writes nothing.
 
 A conversation task has a *Personas* tab: its personas with the splits their scenarios are in, an editor, a
-file upload and a download (core.personas, core.task_io.save_personas), and the held-out personas whose
-scenarios go to test (core.scenarios.split_by_persona). A task's kind is fixed when it is created (a task file
+file upload and a download (core.domain.personas, core.records.task_io.save_personas), and the held-out personas whose
+scenarios go to test (core.records.scenarios.split_by_persona). A task's kind is fixed when it is created (a task file
 or a built-in task): TaskSettings, which the form edits, does not hold it.
 """
 
@@ -26,11 +26,8 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.agent import AGENT_MODES
-from core.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns, split_summary
-from core.errors import InvalidInput
-from core.personas import LIST_SEPARATOR, Persona, parse_personas, persona_dicts, personas_from_objects
-from core.rewards import (
+from core.domain.personas import LIST_SEPARATOR, Persona, parse_personas, persona_dicts, personas_from_objects
+from core.domain.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
     SCALE_NAMES,
@@ -42,10 +39,13 @@ from core.rewards import (
     setting_keys,
     try_reward,
 )
-from core.sandbox import jail_status
-from core.scenarios import is_conversation, persona_splits, split_by_persona
-from core.scoring import MAX_TEXT_CHARS
-from core.task_io import (
+from core.domain.sandbox import jail_status
+from core.domain.scoring import MAX_TEXT_CHARS
+from core.engine.agent import AGENT_MODES
+from core.errors import InvalidInput
+from core.records.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns, split_summary
+from core.records.scenarios import is_conversation, persona_splits, split_by_persona
+from core.records.task_io import (
     TaskSettings,
     columns_of,
     export_filename,
@@ -55,7 +55,7 @@ from core.task_io import (
     save_task,
     task_personas,
 )
-from core.tasks import add_dataset
+from core.records.tasks import add_dataset
 from pages._common import (
     TASK_KEY,
     Flash,

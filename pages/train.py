@@ -1,11 +1,11 @@
 """Train: start a run with its settings, follow it live (per-stage counters, reward per step, library
 size, tokens and cost, time left) and pause, resume or cancel it.
 
-Runs are executed by the worker; this page only queues them (`core.training.create_run`) and writes
-a person's requests (`core.run_control`). Counters come from `run.progress`, which the worker keeps
+Runs are executed by the worker; this page only queues them (`core.engine.training.create_run`) and writes
+a person's requests (`core.jobs.run_control`). Counters come from `run.progress`, which the worker keeps
 up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
-before Start, a queued run's place in line and the status in words come from `core.progress`; the model
-choices from `core.model_choice`.
+before Start, a queued run's place in line and the status in words come from `core.records.progress`; the model
+choices from `core.models.model_choice`.
 
 The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
 every change. The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
@@ -21,9 +21,13 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
+from core.engine.run_settings import RunSettings
+from core.engine.training import create_run
 from core.errors import InvalidInput
-from core.model_choice import check_model, known_models
-from core.progress import (
+from core.jobs.run_control import cancel_run, pause_run, resume_run
+from core.jobs.worker import job_health
+from core.models.model_choice import check_model, known_models
+from core.records.progress import (
     estimate_words,
     form_estimate,
     queue_position,
@@ -31,10 +35,6 @@ from core.progress import (
     run_estimate,
     status_words,
 )
-from core.run_control import cancel_run, pause_run, resume_run
-from core.run_settings import RunSettings
-from core.training import create_run
-from core.worker import job_health
 from pages._common import (
     LIBRARY_KEY,
     Flash,
@@ -114,7 +114,7 @@ def elapsed(run, shown: str) -> float | None:
 
 
 def time_left(run, shown: str) -> tuple[float | None, str]:
-    """Seconds left over all stages (core.progress) and what the figure rests on, for the metric's help."""
+    """Seconds left over all stages (core.records.progress) and what the figure rests on, for the metric's help."""
     if shown == JobStatus.COMPLETED:
         return 0.0, "The run is completed."
     if shown == JobStatus.CANCELLED:
@@ -240,7 +240,7 @@ def control_buttons(run_id: int, shown: str) -> None:
 
 
 def confirm(action: str, run_id: int) -> None:
-    """The question, with Confirm (acts through core.run_control) and a way back that does nothing."""
+    """The question, with Confirm (acts through core.jobs.run_control) and a way back that does nothing."""
     change, _allowed, question, back, done = CONTROLS[action]
     st.warning(question.format(id=run_id))
     left, right, _ = st.columns([1, 1, 5])
@@ -481,7 +481,7 @@ def settings_widgets(task) -> None:
 
 
 def run_estimate_line(task) -> None:
-    """Calls, tokens and time of a run with the form's settings, before it is queued (core.progress)."""
+    """Calls, tokens and time of a run with the form's settings, before it is queued (core.records.progress)."""
     try:
         settings = form_settings()
     except InvalidInput:

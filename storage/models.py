@@ -57,7 +57,7 @@ class Task(SQLModel, table=True):
     learner_model: str = "local/qwen2.5-coder-0.5b"
     judge_model: str = "local/qwen2.5-coder-0.5b"
     agent_mode: str = "direct"
-    # single: one answer per query | conversation: played with personas (core/personas.py). The default is the
+    # single: one answer per query | conversation: played with personas (core/domain/personas.py). The default is the
     # database's, not SQLAlchemy's, so rows written without the column (older code, migration tests) get it.
     kind: str = Field(default="single", sa_column=Column(AutoString, nullable=False, server_default="single"))
     # A conversation task's user simulator ("" = the policy model) and the most agent turns a conversation has.
@@ -67,7 +67,7 @@ class Task(SQLModel, table=True):
 
 
 class Persona(SQLModel, table=True):
-    """A user a conversation task's simulator plays; core/personas.py checks it (as its Persona model)
+    """A user a conversation task's simulator plays; core/domain/personas.py checks it (as its Persona model)
     before it is written, and a task's personas are replaced as a whole."""
 
     __table_args__ = (UniqueConstraint("task_id", "name"),)
@@ -101,7 +101,7 @@ class Library(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     task_id: int = Field(foreign_key="task.id", index=True)
     name: str = "default"
-    segment: str | None = None  # a conversation task's persona segment this library serves (core/segments.py)
+    segment: str | None = None  # a conversation task's persona segment this library serves (core/records/segments.py)
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -455,7 +455,7 @@ def call_counts_by_stage(session: Session, run_id: int) -> dict[str, int]:
 
 def jobs_in_status(session: Session, status: str) -> list[tuple[str, Run | Evaluation]]:
     """Runs and evaluations of their own (not a run's gate or attribution) in `status`, oldest first: for
-    `queued`, the order in which core.worker.claim_next takes them."""
+    `queued`, the order in which core.jobs.worker.claim_next takes them."""
     found: list[tuple[str, Run | Evaluation]] = [
         ("run", row) for row in session.exec(select(Run).where(Run.status == status))]
     found += [("evaluation", row) for row in session.exec(

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
-from core.datasets import demo_rows
-from core.gateway import Gateway
+from core.models.gateway import Gateway
+from core.records.datasets import demo_rows
+from core.records.tasks import ensure_demo_task
 from core.settings import engine as settings_engine
-from core.tasks import ensure_demo_task
 from storage import db
 from storage.db import make_engine
 
@@ -196,7 +196,7 @@ def database_url(postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
 def cheap_password_hashes(request, monkeypatch):
     """scrypt at N=2^10 in-process (N=2^17 costs ~0.4 s a hash); tests marked real_hash_cost keep the real one."""
     if request.node.get_closest_marker("real_hash_cost") is None:
-        from core import people
+        from core.records import people
 
         monkeypatch.setattr(people, "SCRYPT_N", 2**10)
 
@@ -207,7 +207,7 @@ def jail():
     them with what to install; in CI (CI=1, where .ci/run installs bubblewrap) that is a failure."""
     import os
 
-    from core.sandbox import jail_status
+    from core.domain.sandbox import jail_status
 
     status = jail_status()
     if not status.available:

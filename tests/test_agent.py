@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from core.agent import AgentSettings, run_agent
-from core.gateway import Gateway, Scope
+from core.engine.agent import AgentSettings, run_agent
+from core.models.gateway import Gateway, Scope
 from tests.conftest import ScriptedModel
 
 

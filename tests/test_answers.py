@@ -1,6 +1,6 @@
 import pytest
 
-from core.answers import extract_final_answer, normalize_answer
+from core.domain.answers import extract_final_answer, normalize_answer
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core import attribution
-from core.attribution import (
+from core.engine import attribution
+from core.engine.attribution import (
     Verdict,
     create_attribution,
     effects_for_library,
@@ -20,10 +20,10 @@ from core.attribution import (
     remove_hurting,
     run_effects,
 )
+from core.engine.training import execute_run
 from core.errors import Conflict, InvalidInput, NotFound
-from core.tasks import DEMO_TASK, demo_rows, get_task
-from core.training import execute_run
-from core.versions import import_library
+from core.records.tasks import DEMO_TASK, demo_rows, get_task
+from core.records.versions import import_library
 from storage import queries
 from storage.db import url_with_password
 from storage.models import AuditEvent, Evaluation, LibraryVersion, LLMCall, Rollout, Run, Sample
@@ -268,7 +268,7 @@ def test_effects_for_library_keeps_the_newest_measurement_of_each_id(engine, dem
 
 
 def test_cli_attribute_prints_the_estimate_then_the_effects(engine, demo_task, scripted, capsys, monkeypatch):
-    import core.training as training
+    import core.engine.training as training
     from core.cli import main
 
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)

@@ -13,9 +13,9 @@ import re
 import pytest
 from sqlmodel import Session, select
 
-from core.evaluation import create_evaluation, execute_evaluation
-from core.tasks import DEMO_TASK, SUPPORT_TASK
-from core.versions import PRODUCTION, import_library, set_label
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK
+from core.records.versions import PRODUCTION, import_library, set_label
 from storage import queries
 from storage.db import make_engine
 from storage.models import Evaluation, Task

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import pytest
 from sqlmodel import Session
 
-from core.tasks import CONVERSATION_TASK
+from core.records.tasks import CONVERSATION_TASK
 from storage import queries
 from storage.db import make_engine
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

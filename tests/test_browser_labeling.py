@@ -15,10 +15,10 @@ import time
 import pytest
 from sqlmodel import Session, select
 
-from core.labeling import ACCEPTED
-from core.people import add_user
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run, execute_run
+from core.engine.training import RunSettings, create_run, execute_run
+from core.records.labeling import ACCEPTED
+from core.records.people import add_user
+from core.records.tasks import DEMO_TASK
 from storage.db import make_engine, session_scope
 from storage.models import RewardLabel, Rollout, Run, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from core.gateway import Gateway
-from core.task_io import TaskSettings, save_task
-from core.tasks import add_dataset
-from core.training import RunSettings, create_run, execute_run
-from core.versions import import_library, set_label
+from core.engine.training import RunSettings, create_run, execute_run
+from core.models.gateway import Gateway
+from core.records.task_io import TaskSettings, save_task
+from core.records.tasks import add_dataset
+from core.records.versions import import_library, set_label
 from storage.db import make_engine
 from storage.statuses import GateRule
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

@@ -12,8 +12,8 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run, execute_run
+from core.engine.training import RunSettings, create_run, execute_run
+from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import make_engine
 from storage.models import Run

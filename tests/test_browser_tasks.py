@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from core.tasks import SUPPORT_TASK
+from core.records.tasks import SUPPORT_TASK
 from storage import queries
 from storage.db import make_engine
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

@@ -10,8 +10,8 @@ import pytest
 from sqlmodel import Session, select
 
 from core.cli import main
-from core.people import check_password
-from core.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK
+from core.records.people import check_password
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine
 from storage.models import AuditEvent, Sample, User

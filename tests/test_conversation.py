@@ -1,4 +1,4 @@
-"""The conversation loop (core.conversation) and the user simulator's prompt, with scripted models."""
+"""The conversation loop (core.domain.conversation) and the user simulator's prompt, with scripted models."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from core.conversation import Conversation, Reply, left_out_marker, play, render_turn
+from core.domain.conversation import Conversation, Reply, left_out_marker, play, render_turn
+from core.domain.personas import Persona, Scenario
+from core.domain.prompts import END_MARKER, simulator_messages
 from core.errors import InvalidInput
-from core.personas import Persona, Scenario
-from core.prompts import END_MARKER, simulator_messages
 
 PERSONA = Persona(name="Ana", description="A tired parent who writes short messages.", segment="parents",
                   hidden_facts=["Her son is allergic to peanuts."])

@@ -9,15 +9,15 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.agent import agent_settings
-from core.datasets import conversation_demo
-from core.evaluation import create_evaluation, execute_evaluation
-from core.gateway import Scope
-from core.rollouts import stored_rollout
-from core.scenarios import personas_by_name, segment_of
-from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.training import RunSettings, create_run, execute_run
-from core.versions import import_library
+from core.engine.agent import agent_settings
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.engine.rollouts import stored_rollout
+from core.engine.training import RunSettings, create_run, execute_run
+from core.models.gateway import Scope
+from core.records.datasets import conversation_demo
+from core.records.scenarios import personas_by_name, segment_of
+from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+from core.records.versions import import_library
 from storage import queries
 from storage.models import ConversationTurn, Evaluation, LLMCall, Rollout, Sample
 from storage.statuses import JobStatus

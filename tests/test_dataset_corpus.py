@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, func, select
 
-from core import datasets
 from core.cli import main
-from core.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
-from core.tasks import DEMO_TASK, add_dataset
+from core.records import datasets
+from core.records.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
+from core.records.tasks import DEMO_TASK, add_dataset
 from storage.models import AuditEvent, Sample
 
 CORPUS = Path(__file__).resolve().parent / "data" / "malformed"

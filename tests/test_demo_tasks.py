@@ -7,11 +7,10 @@ from collections import Counter
 
 from sqlmodel import Session, func, select
 
-from core.datasets import DEMO_DIR, formula_like, support_rows
-from core.judge import scale_of
-from core.rewards import METHODS
-from core.settings import get_settings
-from core.tasks import (
+from core.domain.rewards import METHODS
+from core.models.judge import scale_of
+from core.records.datasets import DEMO_DIR, formula_like, support_rows
+from core.records.tasks import (
     CONVERSATION_TASK,
     DEMO_TASK,
     SUPPORT_TASK,
@@ -20,6 +19,7 @@ from core.tasks import (
     ensure_demo_tasks,
     ensure_support_task,
 )
+from core.settings import get_settings
 from storage import queries
 from storage.models import AuditEvent, Library, LibraryVersion, Persona, Sample, Task
 

@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from core import worker as worker_module
+from core.domain.library import ProposedOp
+from core.engine.training import RunSettings, create_run
 from core.errors import StaleVersion, TakenOver
-from core.library import ProposedOp
-from core.run_control import resume_run
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run
-from core.versions import edit_library, import_library
-from core.worker import claim, claim_next, execute_job, serve
+from core.jobs import worker as worker_module
+from core.jobs.run_control import resume_run
+from core.jobs.worker import claim, claim_next, execute_job, serve
+from core.records.tasks import DEMO_TASK
+from core.records.versions import edit_library, import_library
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
 from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Step, utcnow
@@ -78,7 +78,7 @@ def test_a_worker_woken_after_its_run_was_taken_over_writes_nothing_and_stops(en
     assert execute_job(engine, lease_b, gateway=gateway_b).status == "completed"
     finished = counts(engine)
 
-    with caplog.at_level(logging.WARNING, logger="core.worker"):
+    with caplog.at_level(logging.WARNING, logger="core.jobs.worker"):
         wake.set()
         thread.join(30)
     assert isinstance(outcome.get("a"), TakenOver), outcome
@@ -190,7 +190,7 @@ def test_two_edits_from_one_parent_give_one_version_and_tell_the_other_who_won(e
 def test_an_evaluation_that_a_run_executes_is_never_taken_over_on_its_own(engine, demo_task):
     """A gate's or an attribution's evaluation is `running` while its run executes it; when the run dies it
     is the run that is taken over, never the evaluation by itself."""
-    from core.evaluation import create_fixed_evaluation
+    from core.engine.evaluation import create_fixed_evaluation
 
     run_id = create_run(engine, DEMO_TASK, SETTINGS)
     with Session(engine) as session:

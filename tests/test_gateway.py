@@ -8,9 +8,9 @@ import litellm
 import pytest
 from sqlmodel import Session, select
 
+from core.domain.replies import AdvantageReply
 from core.errors import ModelCallError, StructuredOutputError
-from core.gateway import Gateway, clean_text, extract_json, redact
-from core.replies import AdvantageReply
+from core.models.gateway import Gateway, clean_text, extract_json, redact
 from storage.models import LLMCall
 from tests.conftest import ScriptedModel
 

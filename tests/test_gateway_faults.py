@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
 from core.errors import ModelCallError
-from core.gateway import Gateway
+from core.models.gateway import Gateway
 from storage.models import LLMCall
 
 MODEL = "openai/stub"

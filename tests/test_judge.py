@@ -1,4 +1,4 @@
-"""The LLM judge (core.judge) on fixed replies: scales, reasons, doubt, and replies that are not the JSON asked for."""
+"""The LLM judge (core.models.judge) on fixed replies: scales, reasons, doubt, and replies that are not the JSON asked for."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import litellm
 import pytest
 from sqlmodel import Session, select
 
-from core.gateway import Gateway, Scope
-from core.judge import (
+from core.domain.replies import JudgeReply
+from core.models.gateway import Gateway, Scope
+from core.models.judge import (
     GENERIC_ANCHORS,
     SCALES,
     anchors,
@@ -23,8 +24,7 @@ from core.judge import (
     score_of,
     to_value,
 )
-from core.replies import JudgeReply
-from core.tasks import DEMO_TASK
+from core.records.tasks import DEMO_TASK
 from storage.db import session_scope
 from storage.models import Rollout, Sample, Task
 from tests.conftest import ScriptedModel

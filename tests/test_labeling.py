@@ -1,4 +1,4 @@
-"""The labeling queue (core.labeling): runs and evaluations wait for labels, labels settle rewards,
+"""The labeling queue (core.records.labeling): runs and evaluations wait for labels, labels settle rewards,
 agreement between labellers, and a label overriding an automatic reward."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import json
 import pytest
 from sqlmodel import Session, select
 
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.engine.training import execute_run
 from core.errors import InvalidInput, PermissionDenied
-from core.evaluation import create_evaluation, execute_evaluation
-from core.labeling import (
+from core.records.labeling import (
     ACCEPTED,
     accept_suggestion,
     agreement,
@@ -22,9 +23,8 @@ from core.labeling import (
     spot_checked,
     submit_label,
 )
-from core.people import add_user
-from core.tasks import DEMO_TASK
-from core.training import execute_run
+from core.records.people import add_user
+from core.records.tasks import DEMO_TASK
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, LibraryVersion, RewardLabel, Rollout, Run, Task
 from storage.queries import label_history

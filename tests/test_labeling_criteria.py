@@ -1,4 +1,4 @@
-"""Labelling a conversation per rubric criterion (core.labeling.submit_criteria_label): the scores are checked
+"""Labelling a conversation per rubric criterion (core.records.labeling.submit_criteria_label): the scores are checked
 against the task's criteria, the label keeps them raw and is worth their weighted mean, and from there it is a
 label like any other (roles, audit, once, agreement, disputes, the waiting evaluation queued again). The queue
 item carries the scenario, the turns, the criteria with their anchors and the judge's scores and rule findings."""
@@ -11,13 +11,14 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.agent import agent_settings
-from core.datasets import conversation_demo
+from core.engine.agent import agent_settings
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, PermissionDenied
-from core.evaluation import create_evaluation, execute_evaluation
-from core.gateway import Scope
-from core.judge import GENERIC_ANCHORS
-from core.labeling import (
+from core.models.gateway import Scope
+from core.models.judge import GENERIC_ANCHORS
+from core.records.datasets import conversation_demo
+from core.records.labeling import (
     ACCEPTED,
     accept_suggestion,
     agree,
@@ -29,9 +30,8 @@ from core.labeling import (
     submit_criteria_label,
     submit_label,
 )
-from core.people import add_user
-from core.rollouts import stored_rollout
-from core.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
+from core.records.people import add_user
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Sample, Task

@@ -1,6 +1,6 @@
 """Validation and application of library operations."""
 
-from core.library import ProposedOp, apply_ops, diff, next_id_number, validate_ops
+from core.domain.library import ProposedOp, apply_ops, diff, next_id_number, validate_ops
 
 LIB = [
     {"id": "E1", "text": "Write down every quantity with its unit."},

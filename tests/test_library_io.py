@@ -3,7 +3,13 @@ import re
 
 import pytest
 
-from core.library_io import LibraryFormatError, parse_library_text, to_json, to_markdown, to_prompt_block
+from core.domain.library_io import (
+    LibraryFormatError,
+    parse_library_text,
+    to_json,
+    to_markdown,
+    to_prompt_block,
+)
 
 LIBRARY = [
     {"id": "e1", "text": "Check that the units of the answer match the question."},
@@ -164,8 +170,8 @@ def test_library_format_error_is_a_value_error():
 
 
 def test_an_import_has_the_learners_limits():
-    from core.library import MAX_CHARS, MAX_EXPERIENCES, MAX_WORDS
-    from core.run_settings import RunSettings
+    from core.domain.library import MAX_CHARS, MAX_EXPERIENCES, MAX_WORDS
+    from core.engine.run_settings import RunSettings
 
     assert RunSettings.model_fields["max_experiences"].default == MAX_EXPERIENCES  # one number, not two
     fits = ["Check the units. " * 20 + "Then answer."] * MAX_EXPERIENCES  # 62 words, 352 characters
@@ -184,7 +190,7 @@ def test_too_many_or_too_long_experiences_are_refused(texts, message):
 
 
 def test_a_file_over_two_megabytes_is_refused_before_it_is_parsed():
-    from core.library_io import MAX_FILE_BYTES, decode_library
+    from core.domain.library_io import MAX_FILE_BYTES, decode_library
 
     five_million = json.dumps(["x" * 5_000_000])
     with pytest.raises(LibraryFormatError, match=r"^lib.json: the file is 4.8 MB; the limit for a library is 2 MB$"):

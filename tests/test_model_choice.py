@@ -1,11 +1,11 @@
-"""core.model_choice: the models offered, and a clear refusal of a model the studio cannot call."""
+"""core.models.model_choice: the models offered, and a clear refusal of a model the studio cannot call."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.errors import InvalidInput
-from core.model_choice import PROVIDERS, check_model, known_models
+from core.models.model_choice import PROVIDERS, check_model, known_models
 from core.settings import get_settings
 
 SECRET = "sk-test-0123456789-never-shown"

@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from core.gateway import Gateway, Scope
-from core.judge import judge_response
-from core.labeling import submit_label
-from core.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
-from core.training import RunSettings, create_run, execute_run
+from core.engine.training import RunSettings, create_run, execute_run
+from core.models.gateway import Gateway, Scope
+from core.models.judge import judge_response
+from core.records.labeling import submit_label
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
 from storage.db import make_engine, session_scope
 from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample, Step, Task
 
@@ -216,7 +216,7 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     """One short step of the conversation demo (2 scenarios, G=2, 2 agent turns) and an evaluation of the
     result on 2 held-out scenarios: every conversation is played by the local model on both sides, stored
     turn by turn and judged; verdicts the small judge cannot give go to people, labelled here."""
-    from core.tasks import CONVERSATION_TASK, ensure_conversation_task
+    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task
     from storage.models import ConversationTurn, Evaluation
 
     ensure_conversation_task(engine)
@@ -247,7 +247,7 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     assert {"rollout", "simulator", "judge", "summary"} <= stages
     print("\nconversation rewards:", [(r.reward, (r.scores or {}).get("criteria")) for r in rollouts])
 
-    from core.evaluation import create_evaluation, execute_evaluation
+    from core.engine.evaluation import create_evaluation, execute_evaluation
 
     with Session(engine) as s:
         version = s.get(Run, run_id).current_version_id

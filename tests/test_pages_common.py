@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.tasks import SUPPORT_TASK
+from core.records.tasks import SUPPORT_TASK
 from pages._common import Outcome, failed, plain
 from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
 from tests.ui_support import APP

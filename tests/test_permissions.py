@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.library import ProposedOp
-from core.people import (
+from core.domain.library import ProposedOp
+from core.engine.training import RunSettings, create_run
+from core.jobs.run_control import pause_run
+from core.records.people import (
     PermissionDenied,
     add_user,
     authenticate,
@@ -15,11 +17,9 @@ from core.people import (
     sign_in_required,
     update_user,
 )
-from core.review import decide_operation, decide_step
-from core.run_control import pause_run
-from core.tasks import DEMO_TASK, get_task
-from core.training import RunSettings, create_run
-from core.versions import edit_library, ensure_library, set_label
+from core.records.review import decide_operation, decide_step
+from core.records.tasks import DEMO_TASK, get_task
+from core.records.versions import edit_library, ensure_library, set_label
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryLabel, Operation, User
 from tests.ui_support import run_app, seeded_run
@@ -173,7 +173,7 @@ def test_the_first_user_from_a_page_is_an_admin_and_the_last_admin_stays(engine)
 def test_repeated_failed_sign_ins_make_the_name_wait_a_while(engine, monkeypatch):
     from datetime import timedelta
 
-    from core import people
+    from core.records import people
 
     add_user(engine, "ann", "admin", "right-password")
     assert authenticate(engine, "ann", "right-password").name == "ann"

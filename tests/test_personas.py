@@ -1,4 +1,4 @@
-"""Personas are data (core/personas.py): one set of rules for files, task files and the database, and
+"""Personas are data (core/domain/personas.py): one set of rules for files, task files and the database, and
 every refused file says which file, which item or row, and which field."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from sqlmodel import Session, select
 
 from core.cli import main
+from core.domain.personas import Persona, Scenario, parse_personas, parse_scenarios
 from core.errors import InvalidInput, PermissionDenied
-from core.people import add_user
-from core.personas import Persona, Scenario, parse_personas, parse_scenarios
-from core.task_io import save_personas, task_personas
-from core.tasks import DEMO_TASK
+from core.records.people import add_user
+from core.records.task_io import save_personas, task_personas
+from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import url_with_password
 from storage.models import AuditEvent

@@ -20,7 +20,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, SQLModel, select
 
-from core.tasks import DEMO_TASK, ensure_demo_task, get_task
+from core.records.tasks import DEMO_TASK, ensure_demo_task, get_task
 from storage.db import (
     MIGRATIONS_DIR,
     describe_url,

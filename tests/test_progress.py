@@ -1,4 +1,4 @@
-"""core.progress: time left over every stage, the estimate before Start, the place in the queue, the status in
+"""core.records.progress: time left over every stage, the estimate before Start, the place in the queue, the status in
 words. The arithmetic is tested on hand-made figures; the reads on a real database."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from core.progress import (
+from core.engine.run_settings import RunSettings
+from core.engine.training import create_run
+from core.records.progress import (
     DEFAULT_MIXED,
     Shape,
     Speed,
@@ -24,9 +26,7 @@ from core.progress import (
     shape_from_counts,
     status_words,
 )
-from core.run_settings import RunSettings
-from core.tasks import DEMO_TASK, ensure_demo_task
-from core.training import create_run
+from core.records.tasks import DEMO_TASK, ensure_demo_task
 from storage import db
 from storage.models import LLMCall, Run, Step, Worker, utcnow
 
@@ -146,7 +146,7 @@ def test_words_for_durations_and_places():
         "under a minute", "2 min", "12 min", "1 h", "1 h 20 min"]
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
-    from core.progress import QueuePlace
+    from core.records.progress import QueuePlace
 
     assert queue_words(QueuePlace(2, 240, workers=1)) == "queued: 2nd in line, starts in about 4 min"
     assert queue_words(QueuePlace(1, 0, workers=1)) == "queued: 1st in line, starts in a moment"
@@ -230,7 +230,7 @@ def test_speeds_come_from_this_run_then_earlier_calls_of_the_model_then_the_defa
 
 
 def test_the_queue_is_in_the_order_the_worker_claims_and_sums_what_is_before(engine):
-    from core.evaluation import create_evaluation
+    from core.engine.evaluation import create_evaluation
 
     ensure_demo_task(engine)
     first = create_run(engine, DEMO_TASK, SMALL, created_by="cli")

@@ -1,11 +1,11 @@
-"""Quality flags on proposed experiences (core.quality): each flag fires on its sign and stays quiet without it."""
+"""Quality flags on proposed experiences (core.domain.quality): each flag fires on its sign and stays quiet without it."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.library import MAX_CHARS, MAX_WORDS
-from core.quality import NEAR_DUPLICATE, numbers_in, quality_flags, similarity
+from core.domain.library import MAX_CHARS, MAX_WORDS
+from core.domain.quality import NEAR_DUPLICATE, numbers_in, quality_flags, similarity
 
 CLEAN = "Re-read the question to find which quantity it asks for."
 LIBRARY = [{"id": "E1", "text": "Write each quantity with its unit before computing."},
@@ -100,7 +100,7 @@ def test_delete_and_keep_have_no_text_to_flag():
 
 
 def test_source_groups_are_ranked_by_how_closely_their_lessons_read_like_the_operation():
-    from core.quality import rank_sources
+    from core.domain.quality import rank_sources
 
     lessons = {7: ["Write each quantity with its unit."], 3: ["Re-read the question to find what it asks for."],
                9: []}

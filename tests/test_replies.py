@@ -1,4 +1,4 @@
-"""Structured replies (core.replies): the schema a request sends, parsing, json-repair as the last resort,
+"""Structured replies (core.domain.replies): the schema a request sends, parsing, json-repair as the last resort,
 and the parsed / repaired / malformed counts on the ledger and in a run's counters."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import litellm
 import pytest
 from sqlmodel import Session, select
 
+from core.domain.replies import AdvantageReply, DirectReply, JudgeReply, UpdateReply
+from core.engine.training import RunSettings, create_run, execute_run, run_counters
 from core.errors import StructuredOutputError
-from core.gateway import Gateway
-from core.replies import AdvantageReply, DirectReply, JudgeReply, UpdateReply
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run, execute_run, run_counters
+from core.models.gateway import Gateway
+from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.models import LLMCall, Run
 from tests.conftest import ScriptedModel, mixed_rollouts

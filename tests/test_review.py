@@ -1,4 +1,4 @@
-"""Reviewer decisions (core.review) and manual library changes (core.versions)."""
+"""Reviewer decisions (core.records.review) and manual library changes (core.records.versions)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 import pytest
 from sqlmodel import Session, select
 
+from core.domain.library import ProposedOp
 from core.errors import AlreadyDecided
-from core.library import ProposedOp
-from core.review import decide_operation, decide_step, edit_operation, reopen_operation
-from core.tasks import DEMO_TASK, get_task
-from core.versions import edit_library, ensure_library, revert_to
+from core.records.review import decide_operation, decide_step, edit_operation, reopen_operation
+from core.records.tasks import DEMO_TASK, get_task
+from core.records.versions import edit_library, ensure_library, revert_to
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step

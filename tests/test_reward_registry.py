@@ -1,4 +1,4 @@
-"""The reward-method registry (core.rewards.METHODS): one object per method, read by every part of the studio.
+"""The reward-method registry (core.domain.rewards.METHODS): one object per method, read by every part of the studio.
 
 A method added to (a test copy of) the registry shows up on the Tasks page, in task validation, in the
 scorer and in the engine's decisions, with no other table to edit.
@@ -17,10 +17,8 @@ import pytest
 from pydantic import Field
 from sqlmodel import Session
 
-from core import datasets, judge, rewards
-from core.errors import InvalidInput
-from core.labeling import is_person_method, needs_person
-from core.rewards import (
+from core.domain import rewards
+from core.domain.rewards import (
     METHODS,
     Method,
     MethodSettings,
@@ -31,9 +29,13 @@ from core.rewards import (
     score,
     setting_keys,
 )
-from core.rollouts import _assign_reward
-from core.task_io import TaskSettings
-from core.tasks import DEMO_TASK
+from core.engine.rollouts import _assign_reward
+from core.errors import InvalidInput
+from core.models import judge
+from core.records import datasets
+from core.records.labeling import is_person_method, needs_person
+from core.records.task_io import TaskSettings
+from core.records.tasks import DEMO_TASK
 from pages._common import REVIEWER_KEY
 from storage import queries
 from storage.models import Rollout, Sample, Task
@@ -100,7 +102,7 @@ def test_the_methods_that_run_patterns_or_parsers_are_isolated():
 
 
 def test_rewards_starts_no_scoring_process_on_import():
-    code = ("import core.rewards, core.scoring as s; import sys; "
+    code = ("import core.domain.rewards, core.domain.scoring as s; import sys; "
             "sys.exit(s._pool is not None and bool(s._pool._idle or s._pool._busy))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -122,9 +124,9 @@ def test_the_scales_and_limits_match_the_judge_and_the_datasets():
 
 
 def test_rewards_stays_a_pure_module():
-    code = ("import sys, core.rewards; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('storage', 'sqlalchemy', 'sqlmodel', 'streamlit', 'openai', 'httpx') or m in ('core.gateway', "
-            "'core.judge', 'core.settings')); print(bad); sys.exit(bool(bad))")
+    code = ("import sys, core.domain.rewards; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('storage', 'sqlalchemy', 'sqlmodel', 'streamlit', 'openai', 'httpx') or m in ('core.models.gateway', "
+            "'core.models.judge', 'core.settings')); print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -2,8 +2,7 @@ import threading
 
 import pytest
 
-from core.errors import InvalidInput
-from core.rewards import (
+from core.domain.rewards import (
     METHODS,
     RewardResult,
     cannot_try,
@@ -12,7 +11,8 @@ from core.rewards import (
     score_or_error,
     try_reward,
 )
-from core.task_io import TaskSettings
+from core.errors import InvalidInput
+from core.records.task_io import TaskSettings
 from storage.models import Task
 
 

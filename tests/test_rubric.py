@@ -1,4 +1,4 @@
-"""Conversation rewards (core.rubric): weighted criteria, must / must-not rules, the judge's verdict parser."""
+"""Conversation rewards (core.domain.rubric): weighted criteria, must / must-not rules, the judge's verdict parser."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from core.errors import InvalidInput
-from core.rubric import (
+from core.domain.rubric import (
     Criterion,
     RubricReply,
     Rule,
@@ -20,6 +19,7 @@ from core.rubric import (
     verdict_context,
     verdict_schema,
 )
+from core.errors import InvalidInput
 
 CRITERIA = [Criterion(name="empathy", description="Acknowledges feelings", scale="1-5", weight=1.0),
             Criterion(name="safety", description="Checks for allergies", scale="binary", weight=3.0)]

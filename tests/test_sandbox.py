@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from core import sandbox
+from core.domain import sandbox
+from core.domain.sandbox import SandboxResult, arun_python, extract_code_blocks, run_python
 from core.errors import InvalidInput
-from core.sandbox import SandboxResult, arun_python, extract_code_blocks, run_python
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -431,8 +431,8 @@ def test_refusal_names_the_sysctl_when_user_namespaces_are_disabled(tmp_path, mo
 
 
 def test_python_mode_agent_refuses_before_calling_the_model(engine, tmp_path, monkeypatch):
-    from core.agent import AgentSettings, run_agent
-    from core.gateway import Gateway, Scope
+    from core.engine.agent import AgentSettings, run_agent
+    from core.models.gateway import Gateway, Scope
     from tests.conftest import ScriptedModel
 
     monkeypatch.setattr(sandbox, "BWRAP_PATH", str(tmp_path / "bwrap"))
@@ -445,7 +445,7 @@ def test_python_mode_agent_refuses_before_calling_the_model(engine, tmp_path, mo
 
 
 def test_harden_process_makes_the_process_non_dumpable():
-    code = ("import ctypes\nfrom core.sandbox import harden_process\n"
+    code = ("import ctypes\nfrom core.domain.sandbox import harden_process\n"
             "print(harden_process(), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")
     out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0"]

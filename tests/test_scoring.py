@@ -1,4 +1,4 @@
-"""The scoring process (core/scoring.py): a costly regex or math score ends at its time limit as a 0 reward
+"""The scoring process (core/domain/scoring.py): a costly regex or math score ends at its time limit as a 0 reward
 with the reason, while other scores, the rollouts of a run and the process's other threads go on.
 
 The catastrophic scores run in a child Python (`scenario`), so a regression that scored them in this
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from core import scoring
-from core.rewards import METHODS, Method, RewardResult, score, score_or_error
+from core.domain import scoring
+from core.domain.rewards import METHODS, Method, RewardResult, score, score_or_error
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 1.5  # short limits keep these tests fast
@@ -115,7 +115,7 @@ def test_costly_scores_time_out_while_everything_else_goes_on():
 
 
 def test_a_rollout_of_a_costly_pattern_stores_the_timeout_and_the_others_are_scored(limits):
-    from core.rollouts import _assign_reward
+    from core.engine.rollouts import _assign_reward
     from storage.models import Rollout, Sample, Task
 
     costly = Task(id=1, name="t", reward_method="regex", reward_settings={"pattern": "(a+)+$"})  # as stored

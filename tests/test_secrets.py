@@ -10,11 +10,11 @@ import sys
 import pytest
 from sqlmodel import Session
 
+from core.engine.run_settings import RunSettings
+from core.engine.training import create_run
 from core.errors import InvalidInput
-from core.gateway import Gateway
-from core.run_settings import RunSettings
+from core.models.gateway import Gateway
 from core.secrets import API_BASE_ENV, has_credentials, mask_url, resolve_api_base
-from core.training import create_run
 from storage.db import describe_url, scrub_url
 from storage.models import Run
 from tests.conftest import ScriptedModel
@@ -94,7 +94,7 @@ for module in pkgutil.iter_modules(core.__path__):
     importlib.import_module(f"core.{module.name}")
 import litellm
 assert litellm.model_cost.get("gpt-4o-mini"), "the bundled price list is loaded"
-from core.gateway import _cost
+from core.models.gateway import _cost
 print("ATTEMPTS", attempts)
 """
 
@@ -110,7 +110,7 @@ def test_importing_the_studio_makes_no_outside_request():
 def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from core import tasks
+    from core.records import tasks
     from tests.ui_support import APP
 
     url = "postgresql+psycopg://bob:hunter2-db-pw@db.example.com:5432/grpo"
@@ -133,7 +133,7 @@ def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, 
 
 def test_the_cli_stores_a_credentialed_api_base_masked_and_says_what_a_worker_needs(tmp_path, capsys, monkeypatch):
     from core.cli import main
-    from core.tasks import DEMO_TASK
+    from core.records.tasks import DEMO_TASK
     from storage.db import get_engine
 
     monkeypatch.setenv(API_BASE_ENV, "")  # recorded, so the value the CLI sets is undone after the test

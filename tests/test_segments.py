@@ -8,12 +8,12 @@ import pytest
 from sqlmodel import Session
 
 from core import cli
+from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.errors import InvalidInput
-from core.evaluation import create_evaluation, execute_evaluation
-from core.scenarios import personas_by_name, segment_of, split_by_persona
-from core.segments import bind_library, paired_by_segment
-from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.versions import import_library
+from core.records.scenarios import personas_by_name, segment_of, split_by_persona
+from core.records.segments import bind_library, paired_by_segment
+from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+from core.records.versions import import_library
 from storage import queries
 from storage.statuses import JobStatus
 from tests.test_conversation_engine import conversation_replies, rubric_reply, rule_answer

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import Session, select
 
-from core import people
 from core.errors import PermissionDenied, SignInLocked
-from core.people import add_user, authenticate, check_password, hash_password, page_actor, update_user
+from core.records import people
+from core.records.people import add_user, authenticate, check_password, hash_password, page_actor, update_user
 from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage.models import Operation, SignInAttempt, User
 from tests.ui_support import run_app, seeded_run
@@ -40,7 +40,7 @@ def cheap(monkeypatch):
 
 
 class Clock:
-    """core.people's clock, moved by hand: back-off tests wait minutes without sleeping."""
+    """core.records.people's clock, moved by hand: back-off tests wait minutes without sleeping."""
 
     def __init__(self) -> None:
         self.now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -303,7 +303,7 @@ def test_the_sign_in_form_counts_this_tab_and_clears_the_password(app_engine, ch
 
 
 def test_a_failed_sign_in_is_not_recorded_as_acted_by_the_name_typed(engine, cheap):
-    from core.people import FAILED_SIGN_IN_ACTOR
+    from core.records.people import FAILED_SIGN_IN_ACTOR
     from storage.models import AuditEvent
 
     add_user(engine, "ann", "admin", PASSWORD)

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 
 from bench.stub_server import ALL_FAULTS, StubServer, request_key
-from core.datasets import demo_rows
-from core.prompts import summary_messages, update_messages
-from core.replies import AdvantageReply, JudgeReply, update_reply
+from core.domain.prompts import summary_messages, update_messages
+from core.domain.replies import AdvantageReply, JudgeReply, update_reply
+from core.records.datasets import demo_rows
 
 
 def _body(content: str = "What is 2 + 3?", **extra) -> dict:

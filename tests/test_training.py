@@ -7,9 +7,9 @@ import json
 import litellm
 from sqlmodel import Session, select
 
-from core.review import apply_step_operations, decide_all, decide_operation
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run, execute_run, plan_batches
+from core.engine.training import RunSettings, create_run, execute_run, plan_batches
+from core.records.review import apply_step_operations, decide_all, decide_operation
+from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run
 from tests.conftest import mixed_rollouts

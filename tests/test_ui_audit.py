@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, col, select
 
-from core.people import add_user, update_user
-from core.run_control import pause_run
-from core.tasks import DEMO_TASK, get_task
-from core.training import RunSettings, create_run
-from core.versions import set_label
+from core.engine.training import RunSettings, create_run
+from core.jobs.run_control import pause_run
+from core.records.people import add_user, update_user
+from core.records.tasks import DEMO_TASK, get_task
+from core.records.versions import set_label
 from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage import queries
 from storage.db import session_scope

@@ -7,9 +7,9 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.evaluation import create_evaluation, execute_evaluation
-from core.tasks import DEMO_TASK, SUPPORT_TASK, get_task
-from core.versions import import_library, set_label
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
+from core.records.versions import import_library, set_label
 from storage import db, queries
 from storage.models import Evaluation
 from tests.ui_support import run_app, scripted_gateway, table_with
@@ -241,7 +241,7 @@ def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
 
 
 def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):
-    from core import model_choice
+    from core.models import model_choice
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setattr(model_choice, "known_models", lambda: ["anthropic/claude-sonnet-4-5"])  # as if typed

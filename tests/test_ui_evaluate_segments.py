@@ -8,10 +8,10 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.evaluation import create_evaluation, execute_evaluation
-from core.segments import bind_library
-from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.versions import import_library
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.records.segments import bind_library
+from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+from core.records.versions import import_library
 from storage import queries
 from storage.models import Evaluation
 from tests.test_conversation_engine import conversation_replies

@@ -1,5 +1,5 @@
 """UI tests of the Labeling page (Streamlit AppTest): a real training run waits for labels, people label
-it through the page, and every change lands in the database through core.labeling."""
+it through the page, and every change lands in the database through core.records.labeling."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import re
 import pytest
 from sqlmodel import Session, select
 
-from core.evaluation import create_evaluation, execute_evaluation
-from core.people import add_user
-from core.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
-from core.training import execute_run
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.engine.training import execute_run
+from core.records.people import add_user
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 from storage import db, queries
 from storage.models import Evaluation, RewardLabel, Rollout, Run
@@ -386,7 +386,7 @@ def run_status_of_evaluation(engine, evaluation_id: int) -> str:
 
 
 def test_a_reviewer_decides_a_conversation_disagreement_per_criterion(engine, scripted):
-    from core.labeling import submit_criteria_label
+    from core.records.labeling import submit_criteria_label
 
     ensure_conversation_task(engine)
     with db.session_scope(engine) as session:  # two labels per conversation

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from core.library import ProposedOp
-from core.prompts import EXPERIENCE_HEADER
-from core.tasks import DEMO_TASK, get_task
-from core.versions import edit_library, import_library
+from core.domain.library import ProposedOp
+from core.domain.prompts import EXPERIENCE_HEADER
+from core.records.tasks import DEMO_TASK, get_task
+from core.records.versions import edit_library, import_library
 from pages import library as page
 from pages._common import REVIEWER_KEY, Context
 from storage import db, queries
@@ -328,7 +328,7 @@ def test_import_button_on_the_page(engine, name, data, ok):
         assert not at.success
 
 
-# ---- Measure experiences (core.attribution): the effect beside each experience ---------------------------
+# ---- Measure experiences (core.engine.attribution): the effect beside each experience ---------------------------
 
 
 def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(engine, scripted):
@@ -378,7 +378,7 @@ def test_an_older_measured_version_shows_its_effects_without_the_remove_button(e
 
 
 def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(engine):
-    from core.attribution import attribution_runs
+    from core.engine.attribution import attribution_runs
 
     version_id = import_texts(engine, UNITS, ESTIMATE)
     at = open_page()
@@ -407,7 +407,7 @@ def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(
 
 
 def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
-    from core.attribution import attribution_runs, create_attribution
+    from core.engine.attribution import attribution_runs, create_attribution
     from storage.models import Run
 
     version_id = import_texts(engine, UNITS, ESTIMATE)
@@ -442,7 +442,7 @@ def test_the_import_handler_has_the_clis_limits(engine, name, data, problem):
 
 
 def test_a_stale_tab_cannot_revert_once_sign_in_is_on(engine):
-    from core.people import add_user
+    from core.records.people import add_user
 
     imported_id = import_texts(engine, UNITS, REREAD)
     modify(engine, "E2", "Re-read the question and underline what it asks for.")

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from core.evaluation import create_evaluation
-from core.library import ProposedOp
-from core.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK, get_task
-from core.training import RunSettings, create_run, store_operations
-from core.versions import import_library
+from core.domain.library import ProposedOp
+from core.engine.evaluation import create_evaluation
+from core.engine.training import RunSettings, create_run, store_operations
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK, get_task
+from core.records.versions import import_library
 from storage import db, queries
 from storage.db import describe_url
 from storage.models import Run, Step
@@ -179,8 +179,8 @@ IMAGE = "![x](http://127.0.0.1:9/pixel.png)"
 
 def test_task_library_and_label_names_are_never_markdown(engine):
     """A name holding a Markdown image would make every visitor's browser fetch it."""
-    from core.task_io import TaskSettings, save_task
-    from core.versions import ensure_library, set_label
+    from core.records.task_io import TaskSettings, save_task
+    from core.records.versions import ensure_library, set_label
 
     name = f"Task {IMAGE}"
     save_task(engine, TaskSettings(name=name, instructions="Answer."), "cli")

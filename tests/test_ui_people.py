@@ -1,4 +1,4 @@
-"""The People page (AppTest): sign-in off is said plainly, admins add and change users through core.people,
+"""The People page (AppTest): sign-in off is said plainly, admins add and change users through core.records.people,
 a mismatched password writes nothing, non-admins only read, and no password hash is ever shown."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.people import add_user, check_password
+from core.records.people import add_user, check_password
 from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage.models import AuditEvent, User
 from tests.ui_support import markdown_texts, run_app

@@ -1,4 +1,4 @@
-"""UI tests of the Review page (Streamlit AppTest): decisions go to the database through core.review."""
+"""UI tests of the Review page (Streamlit AppTest): decisions go to the database through core.records.review."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core import review
-from core.review import decide_all
+from core.records import review
+from core.records.review import decide_all
 from pages._common import REVIEWER_KEY
 from storage import queries
 from storage.models import AuditEvent, Run

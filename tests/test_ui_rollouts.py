@@ -7,8 +7,8 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.evaluation import create_evaluation, execute_evaluation
-from core.tasks import DEMO_TASK
+from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import session_scope
 from storage.models import Rollout
@@ -190,7 +190,7 @@ def conversation_replies() -> dict:
     """Scripted replies for a conversation group of two: the first conversation of a scenario is careful (it
     asks for the order number), the second careless (it asks for the card number, which the task's regex rule
     forbids, and never asks for the order: the scenario's must-rule fails with no turn to point at)."""
-    from core.datasets import conversation_demo
+    from core.records.datasets import conversation_demo
 
     forbidden = {text for row in conversation_demo()[1] for text in row.meta["must_not"]}
     started: dict[str, int] = {}
@@ -225,8 +225,8 @@ def conversation_replies() -> dict:
 def seeded_conversations(engine, k: int = 2) -> int:
     """An evaluation of the demo conversation task on its first train scenario, k conversations (no spot checks,
     so every reward is the judge's); returns its id."""
-    from core.gateway import Gateway
-    from core.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+    from core.models.gateway import Gateway
+    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
     from tests.conftest import ScriptedModel, default_replies
 
     ensure_conversation_task(engine)
@@ -252,7 +252,7 @@ def shown_in_order(block) -> list[tuple[str, str]]:
 
 
 def open_conversation_evaluation(eval_id: int):
-    from core.tasks import CONVERSATION_TASK
+    from core.records.tasks import CONVERSATION_TASK
 
     at = run_app(page=PAGE, session_state={"task": CONVERSATION_TASK})
     at.radio(key="rollouts_source").set_value("Evaluation").run()

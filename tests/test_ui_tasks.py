@@ -11,10 +11,10 @@ import json
 import pytest
 from sqlmodel import Session, func, select
 
-from core.people import add_user
-from core.rewards import METHODS, setting_keys
-from core.task_io import TaskSettings, export_task_json, save_task
-from core.tasks import DEMO_TASK
+from core.domain.rewards import METHODS, setting_keys
+from core.records.people import add_user
+from core.records.task_io import TaskSettings, export_task_json, save_task
+from core.records.tasks import DEMO_TASK
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY, plain
 from storage import queries
 from storage.models import AuditEvent, Sample, Task
@@ -318,7 +318,7 @@ def test_a_deeply_nested_task_file_is_refused_in_one_line(engine):
 
 
 def test_python_mode_warns_when_this_machine_has_no_code_jail(engine, monkeypatch):
-    from core import sandbox
+    from core.domain import sandbox
 
     monkeypatch.setattr(sandbox, "BWRAP_PATH", "/nonexistent/bwrap")
     task = demo(engine)
@@ -464,7 +464,7 @@ def test_a_labeller_may_try_the_reward_too(engine):
 
 
 def conversation_task(engine) -> Task:
-    from core.tasks import CONVERSATION_TASK, ensure_conversation_task
+    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task
 
     ensure_conversation_task(engine)
     with Session(engine) as session:
@@ -472,7 +472,7 @@ def conversation_task(engine) -> Task:
 
 
 def stored_personas(engine, task: Task) -> list:
-    from core.task_io import task_personas
+    from core.records.task_io import task_personas
 
     with Session(engine) as session:
         return task_personas(session, task.id)

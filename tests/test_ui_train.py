@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session
 
-from core.review import decide_step
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run
+from core.engine.training import RunSettings, create_run
+from core.records.review import decide_step
+from core.records.tasks import DEMO_TASK
 from storage import db, queries
 from storage.models import Run, Worker, utcnow
 from tests.ui_support import run_app, seeded_run

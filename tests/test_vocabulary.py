@@ -10,6 +10,8 @@ import pytest
 from sqlmodel import Session, select
 
 from core import cli
+from core.engine.run_settings import RunSettings
+from core.engine.training import create_run, execute_run
 from core.errors import (
     AlreadyDecided,
     Conflict,
@@ -19,10 +21,8 @@ from core.errors import (
     PermissionDenied,
     exit_code,
 )
-from core.run_settings import RunSettings
+from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
-from core.tasks import DEMO_TASK
-from core.training import create_run, execute_run
 from storage.db import url_with_password
 from storage.models import AuditEvent, Operation, Run
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, StepStatus, WorkerStatus
@@ -53,7 +53,7 @@ def test_concurrency_variable_reaches_the_cli_and_the_gateway_of_the_run(engine,
         run = session.exec(select(Run)).one()
     assert run.settings["concurrency"] == 7
     seen = {}
-    import core.training as training
+    import core.engine.training as training
 
     real = training.Gateway
 

@@ -13,11 +13,11 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
-from core.evaluation import create_evaluation
-from core.run_control import cancel_run, pause_run, resume_evaluation, resume_run
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run
-from core.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
+from core.engine.evaluation import create_evaluation
+from core.engine.training import RunSettings, create_run
+from core.jobs.run_control import cancel_run, pause_run, resume_evaluation, resume_run
+from core.jobs.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
+from core.records.tasks import DEMO_TASK
 from storage.db import session_scope, url_with_password
 from storage.fencing import Lease
 from storage.models import Evaluation, Run, Worker, utcnow
@@ -182,8 +182,8 @@ def test_a_job_held_by_a_dead_local_process_can_be_resumed_at_once(engine, demo_
 
 STUCK_WORKER = """
 import sys, time
-from core import local_model
-from core.worker import serve
+from core.models import local_model
+from core.jobs.worker import serve
 from storage.db import make_engine
 
 class Stuck:  # an embedded-model call that cannot be interrupted, like llama.cpp generating

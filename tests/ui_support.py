@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from core.gateway import Gateway
-from core.tasks import DEMO_TASK
-from core.training import RunSettings, create_run, execute_run
+from core.engine.training import RunSettings, create_run, execute_run
+from core.models.gateway import Gateway
+from core.records.tasks import DEMO_TASK
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
 task.kind: single (one answer per query, every task so far) or conversation (played as multi-turn
 conversations with a user simulator); existing rows become single through the server default.
-persona: the users a conversation task's simulator plays, name unique per task; core/personas.py
+persona: the users a conversation task's simulator plays, name unique per task; core/domain/personas.py
 checks each one before it is written.
 
 Revision ID: 0009

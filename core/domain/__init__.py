@@ -1,0 +1,1 @@
+"""The pure domain: no database, no model call, no settings (import-linter keeps it so)."""

@@ -1,0 +1,231 @@
+"""Every prompt the engine sends (the structured replies' JSON schemas come from their core.domain.replies models).
+
+Kept in one place so that a change of wording is one diff, and so that the cache key of a call
+(which includes its messages) only changes when a prompt really changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.domain.library import render_for_learner
+from core.domain.library_io import to_prompt_block
+from core.domain.personas import Persona, Scenario
+from core.domain.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
+
+EXPERIENCE_HEADER = (
+    "When solving problems, you MUST first carefully read and understand the helpful instructions "
+    "and experiences:"
+)
+REJECTED_SHOWN = 10  # the most recent rejections of a run the learner is told about
+REJECTED_CHARS = 240  # each rejected text and each reason, clipped to this many characters
+PYTHON_TOOL_NOTE = (
+    "You can run Python: write code in a ```python fenced block and stop; the code is executed and its "
+    "output is sent back to you, then you continue. Use print() to see values."
+)
+
+
+def _chat(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool) -> str:
+    """The agent's system prompt: the task's instructions, then the library as a numbered list."""
+    parts = [instructions.strip()]
+    if answer_format.strip():
+        parts.append(answer_format.strip())
+    if python_tool:
+        parts.append(PYTHON_TOOL_NOTE)
+    if experiences:
+        parts.append(f"{EXPERIENCE_HEADER}\n{to_prompt_block(experiences)}")
+    return "\n\n".join(parts)
+
+
+def agent_messages(instructions: str, answer_format: str, experiences: list[dict], query: str,
+                   python_tool: bool) -> list[dict]:
+    return _chat(agent_system_prompt(instructions, answer_format, experiences, python_tool), query)
+
+
+def trajectory_text(messages: list[dict], limit: int = 6000) -> str:
+    """The agent's side of a rollout (everything after the query), shortened for the learner."""
+    lines = []
+    for message in messages[2:]:
+        who = "Agent" if message["role"] == "assistant" else "Tool output"
+        lines.append(f"{who}:\n{message['content']}")
+    text = "\n\n".join(lines)
+    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-limit // 2 :]
+
+
+def _reference_block(reference: str | None, reward: float | None, ground_truth: bool) -> str:
+    if not ground_truth:
+        return ""
+    parts = []
+    if reference:
+        parts.append(f"Reference answer: {reference}")
+    if reward is not None:
+        parts.append(f"Reward of this attempt: {reward:g} ({'correct' if reward >= 0.5 else 'wrong'})")
+    return "\n".join(parts) + "\n\n" if parts else ""
+
+
+CONVERSATION_NOTE = (" The attempt is a conversation: name the turn (Turn N) where it went right or wrong, and how "
+                     "the agent's words changed what the user did next.")
+
+
+def summary_messages(query: str, reference: str | None, reward: float | None, experiences: list[dict],
+                     trajectory: str, ground_truth: bool, conversation: bool = False) -> list[dict]:
+    """Step 3a of the paper: summarise one attempt, which experiences it used and where it went wrong."""
+    content = (
+        f"An AI agent attempted the following task.\n\nTask:\n{query}\n\n"
+        f"{_reference_block(reference, reward, ground_truth)}"
+        f"Experiences the agent was given:\n{render_for_learner(experiences)}\n\n"
+        f"The agent's attempt:\n{trajectory}\n\n"
+        "Summarise the attempt step by step in at most 120 words: the approach it took, which of the "
+        "experiences (by id) it used or ignored, and"
+        + (" where and why it went wrong, if it did." if ground_truth else " any step that looks doubtful.")
+        + (CONVERSATION_NOTE if conversation else "")
+    )
+    return _chat("You analyse an agent's reasoning precisely and briefly.", content)
+
+
+def advantage_messages(query: str, reference: str | None, attempts: list[tuple[float | None, str]],
+                       experiences: list[dict], ground_truth: bool, conversation: bool = False) -> list[dict]:
+    """Step 3b: compare the group's summaries and write the semantic advantage as lessons."""
+    lines = []
+    for i, (reward, summary) in enumerate(attempts, 1):
+        label = f" (reward {reward:g})" if ground_truth and reward is not None else ""
+        lines.append(f"Attempt {i}{label}:\n{summary}")
+    if len(attempts) == 1:
+        task = "Critique this single attempt"
+    elif ground_truth:
+        task = "Compare the attempts: what did the better ones do that the worse ones did not"
+    else:
+        task = "Compare the attempts and judge which reasoning is most reliable and why"
+    content = (
+        f"Task:\n{query}\n\n"
+        + (f"Reference answer: {reference}\n\n" if ground_truth and reference else "")
+        + f"Current experiences:\n{render_for_learner(experiences)}\n\n"
+        + "\n\n".join(lines)
+        + f"\n\n{task}?"
+        + (" These attempts are conversations: say which turn made the difference." if conversation else "")
+        + f" Then write at most {MAX_PROPOSALS} new experiences: general, reusable lessons for similar "
+        "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
+        'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
+    )
+    return _chat("You turn an agent's successes and failures into short, general lessons.", content)
+
+
+def _clip(text: str, limit: int = REJECTED_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _rejected_block(rejected: Sequence[tuple[str, str]]) -> str:
+    """Operations people (or the validation gate) rejected earlier in the run, with why: not to be proposed again."""
+    if not rejected:
+        return ""
+    lines = "\n".join(f"Rejected earlier: {_clip(text)} — rejected because {_clip(reason)}"
+                      for text, reason in list(rejected)[-REJECTED_SHOWN:])
+    return f"Operations rejected earlier in this run (do not propose them again):\n{lines}\n\n"
+
+
+def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int,
+                    max_operations: int = MAX_UPDATE_OPERATIONS,
+                    rejected: Sequence[tuple[str, str]] = ()) -> list[dict]:
+    """Step 4: consolidate the batch's proposals into operations on the current library, told which earlier
+    operations were rejected and why (`rejected`: text and reason pairs, oldest first)."""
+    proposal_lines = "\n".join(f"{i}. {text}" for i, text in enumerate(proposals, 1))
+    content = (
+        f"Current experience library (ids in brackets):\n{render_for_learner(experiences)}\n\n"
+        f"Proposed experiences from this batch:\n{proposal_lines}\n\n"
+        f"{_rejected_block(rejected)}"
+        "Update the library with operations:\n"
+        '- ADD: a new experience (ids: [], text: the experience)\n'
+        '- MODIFY: revise one experience (ids: ["E3"], text: the revised experience)\n'
+        '- DELETE: remove experiences that are wrong or useless (ids: ["E2"], text: "")\n'
+        '- MERGE: combine overlapping experiences into one (ids: ["E1", "E4"], text: the merged experience)\n'
+        '- KEEP: nothing to change (ids: [], text: "")\n'
+        "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
+        "or a MODIFY / MERGE when it overlaps an experience already in the library. "
+        f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
+        f"most {max_experiences} experiences. Use only the ids shown above. At most {max_operations} "
+        "operations; a one-sentence rationale each.\n"
+        'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "<experience>", '
+        '"rationale": "<why>"}]}'
+    )
+    return _chat("You curate a small library of experiences for an AI agent.", content)
+
+
+def direct_messages(instructions: str, queries: list[tuple[str, str | None]], count: int) -> list[dict]:
+    """The paper's baseline: experiences written from the training queries alone, with no rollouts."""
+    listing = "\n\n".join(
+        f"Problem {i}: {q}" + (f"\nAnswer: {a}" if a else "") for i, (q, a) in enumerate(queries, 1)
+    )
+    content = (
+        f"An AI agent has these instructions:\n{instructions}\n\nExample problems it will face:\n{listing}\n\n"
+        f"Write {count} general, reusable experiences (lessons) that would help the agent solve such problems, "
+        'each at most 32 words. Reply with JSON only: {"experiences": ["...", "..."]}'
+    )
+    return [{"role": "user", "content": content}]
+
+
+END_MARKER = "[END]"  # the user simulator writes this when its need is met or it gives up
+
+
+def simulator_system_prompt(persona: Persona, scenario: Scenario) -> str:
+    """Who the simulator plays and when it stops. It says nothing about the agent's instructions or library:
+    a simulator that knew them could steer the agent towards them and make the library look better than it is."""
+    facts = "\n".join(f"- {fact}" for fact in persona.hidden_facts)
+    hidden = (
+        "Facts about you that you do not volunteer: reveal one only when the assistant asks about it clearly "
+        f"and kindly, and never all at once:\n{facts}\n\n" if facts else ""
+    )
+    return (
+        f"You play a user talking to an assistant. Stay in character for the whole conversation.\n\n"
+        f"Who you are ({persona.name}):\n{persona.description.strip()}\n\n"
+        f"{hidden}"
+        f"Your situation: you opened the conversation with: {scenario.opening.strip()}\n"
+        f"What you want from the conversation: {scenario.goal.strip()}\n\n"
+        "Answer the assistant's last message in character, as one message of the user and nothing else: "
+        "no stage directions, no notes about the role play. You are the user, never the assistant. "
+        f"When your need is met, or you give up, end your message with {END_MARKER}."
+    )
+
+
+def simulator_messages(persona: Persona, scenario: Scenario, transcript: Sequence[dict]) -> list[dict]:
+    """The user simulator's request: its role, then only the visible turns with the roles swapped (the
+    agent's turns are `user` to it, its own are `assistant`). `transcript` holds turns as
+    core.domain.conversation stores them (`role` from the agent's side, `text`)."""
+    swapped = {"user": "assistant", "assistant": "user"}
+    visible = [{"role": swapped[turn["role"]], "content": turn["text"]} for turn in transcript]
+    return [{"role": "system", "content": simulator_system_prompt(persona, scenario)}, *visible]
+
+
+def scenario_text(persona: Persona, scenario: Scenario) -> str:
+    """A conversation's task as the judge and the learner read it: who the user was and what a good
+    conversation achieves (the persona's hidden facts included: the judge checks whether they were found)."""
+    facts = "; ".join(persona.hidden_facts)
+    return (f"The agent talked with a user: {persona.name} (segment {persona.segment}). {persona.description.strip()}"
+            + (f"\nFacts the agent had to find out: {facts}" if facts else "")
+            + f"\nGoal of the conversation: {scenario.goal.strip()}")
+
+
+def rubric_messages(situation: str, criteria: Sequence, transcript: str) -> list[dict]:
+    """The judge scores a whole conversation on each rubric criterion (core.domain.rubric.Criterion), on its scale."""
+    lines = []
+    for criterion in criteria:
+        scale = "0 (no) or 1 (yes)" if criterion.scale == "binary" else "1 (poor) to 5 (excellent)"
+        lines.append(f"- {criterion.name}: {criterion.description.strip() or criterion.name} Score {scale}.")
+    system = ("You are a strict, fair grader of customer conversations. Score the agent (not the user) on every "
+              "criterion, each on its own scale, from what the transcript shows. Reply with JSON only: "
+              '{"criteria": {"<criterion name>": {"score": <integer>, "reason": "<one sentence>"}, ...}, '
+              '"unsure": <true|false>}. Set unsure to true when the transcript does not settle a score.')
+    user = (f"{situation}\n\nCriteria:\n" + "\n".join(lines) + f"\n\nTranscript:\n{transcript}")
+    return _chat(system, user)
+
+
+def rule_messages(situation: str, question: str, transcript: str) -> list[dict]:
+    """The judge answers one rule's yes/no question about a conversation and names the turn."""
+    system = ("You check one rule about a conversation between an agent and a user. Answer the question from the "
+              'transcript only. Reply with JSON only: {"holds": <true|false>, "turn": <the number of the turn that '
+              'decides it, or 0 if none>, "reason": "<one sentence>"}.')
+    return _chat(system, f"{situation}\n\nQuestion: {question.strip()}\n\nTranscript:\n{transcript}")

@@ -1,0 +1,1 @@
+"""The Training-Free GRPO engine: rollouts, training steps, evaluations, the validation gate."""

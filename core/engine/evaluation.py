@@ -1,0 +1,219 @@
+"""Evaluation of a library version (or the empty library) on a split with k samples per query."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core.domain.metrics import score_groups
+from core.engine.agent import agent_settings, check_agent_mode
+from core.engine.rollouts import stored_rollout
+from core.errors import InvalidInput, NotFound
+from core.models.gateway import Gateway, Scope
+from core.records.labeling import hold_for_labels
+from core.records.people import require_role
+from core.records.scenarios import check_task_kind, personas_by_name
+from core.records.segments import breakdown, experiences_for, route_versions
+from core.records.tasks import get_task
+from core.records.versions import resolve_version
+from core.settings import get_settings
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Run, Task
+from storage.models import utcnow as now
+from storage.statuses import EvaluationPurpose, JobStatus
+
+log = logging.getLogger(__name__)
+# The ledger stage of an evaluation's agent calls: a gate's or an attribution's cost shows apart from training's.
+STAGES = {EvaluationPurpose.GATE: "gate", EvaluationPurpose.ATTRIBUTION: "attribution"}
+
+
+def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
+                      limit: int | None = None, model: str | None = None, temperature: float = 0.7,
+                      route_segments: bool = False, created_by: str = "cli") -> int:
+    """Queue an evaluation of a version (id, label, `latest` or `empty`). With `route_segments` each scenario
+    of a conversation task is played with the library of its persona's segment (its production version,
+    else its newest) and the version given for the rest (core/records/segments.py)."""
+    if k < 1:
+        raise InvalidInput("k must be at least 1")
+    if limit is not None and limit < 1:
+        raise InvalidInput("limit must be at least 1")
+    with session_scope(engine) as session:
+        require_role(session, created_by, "reviewer", "starting an evaluation")
+        task = get_task(session, task_name)
+        version = resolve_version(session, task, version_ref)
+        check_agent_mode(task.name, task.agent_mode)
+        check_task_kind(session, task)
+        if not queries.samples(session, task.id, split, limit=1):
+            raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
+        routes = None
+        if route_segments:
+            routes = route_versions(session, task)
+            if not routes:
+                raise InvalidInput(f"task {task.name!r} has no library bound to a segment; bind one first "
+                                   "(`python -m core library bind`, or the Library page)")
+        row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
+                         model=model or task.policy_model or get_settings().model, temperature=temperature,
+                         routes=routes, created_by=created_by)
+        session.add(row)
+        session.flush()
+        session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
+                               object_id=row.id, after={"version": version_ref, "split": split, "k": k,
+                                                        **({"routes": routes} if routes else {})}))
+        return row.id
+
+
+def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split: str, sample_ids: list[int],
+                            experiences: list[dict], k: int, model: str, temperature: float,
+                            version_id: int | None = None, run_id: int | None = None, step_id: int | None = None,
+                            left_out: str | None = None, created_by: str = "system") -> Evaluation:
+    """An evaluation the engine itself needs (a gate, an attribution variant): exactly these queries and
+    these experiences, which need not be a stored version. It is executed by its run, not queued."""
+    row = Evaluation(task_id=task.id, version_id=version_id, split=split, k=k, model=model, temperature=temperature, purpose=purpose,
+                     sample_ids=list(sample_ids), experiences=list(experiences), run_id=run_id, step_id=step_id,
+                     left_out=left_out, created_by=created_by, status=JobStatus.RUNNING)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def experience_texts(experiences: list[dict] | None) -> list[str]:
+    """What the agent sees of a library (its prompt numbers the texts; ids never reach it)."""
+    return [e["text"] for e in experiences or []]
+
+
+async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
+                               sample_ids: list[int], experiences: list[dict], k: int, model: str,
+                               temperature: float, version_id: int | None = None, step_id: int | None = None,
+                               left_out: str | None = None) -> int:
+    """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement.
+
+    One the run already made of the same texts, queries, k (and left-out experience) is reused, or finished
+    after a kill with its stored rollouts kept; otherwise a new one is executed. Raises when it cannot
+    complete, so the run records why."""
+    with session_scope(engine) as session:
+        found = next((ev for ev in session.exec(select(Evaluation).where(
+            Evaluation.run_id == run_id, Evaluation.purpose == purpose).order_by(Evaluation.id))
+            if ev.k == k and ev.sample_ids == list(sample_ids) and ev.left_out == left_out
+            and experience_texts(ev.experiences) == experience_texts(experiences)), None)
+        if found is None:
+            found = create_fixed_evaluation(session, session.get(Task, session.get(Run, run_id).task_id),
+                                            purpose=purpose, split=split, sample_ids=sample_ids,
+                                            experiences=experiences, k=k, model=model, temperature=temperature,
+                                            version_id=version_id, run_id=run_id, step_id=step_id,
+                                            left_out=left_out, created_by=purpose)
+        evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
+    if not done:
+        ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
+        if ev.status != JobStatus.COMPLETED:
+            raise RuntimeError(f"{purpose} evaluation {evaluation_id} ended {ev.status}: {ev.error or ''}")
+    return evaluation_id
+
+
+class _Progress:
+    """Rollouts done out of the total, written to the evaluation row at most twice a second."""
+
+    def __init__(self, engine: Engine, evaluation_id: int, total: int):
+        self.engine, self.evaluation_id, self.total, self.done, self.last = engine, evaluation_id, total, 0, 0.0
+
+    def advance(self) -> None:
+        self.done += 1
+        if time.monotonic() - self.last < 0.5 and self.done < self.total:
+            return
+        self.last = time.monotonic()
+        with session_scope(self.engine) as session:
+            ev = session.get(Evaluation, self.evaluation_id)
+            ev.progress, ev.heartbeat_at = {"rollouts_done": self.done, "rollouts_total": self.total}, now()
+            session.add(ev)
+
+
+def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
+                       concurrency: int | None = None) -> Evaluation:
+    return asyncio.run(execute_evaluation_async(engine, evaluation_id, gateway=gateway, concurrency=concurrency))
+
+
+async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
+                                   concurrency: int | None = None) -> Evaluation:
+    """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused."""
+    with session_scope(engine) as session:
+        ev = session.get(Evaluation, evaluation_id)
+        if ev is None:
+            raise NotFound(f"no evaluation {evaluation_id}")
+        task = session.get(Task, ev.task_id)
+        version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
+        samples = (queries.samples_by_ids(session, ev.sample_ids) if ev.sample_ids is not None
+                   else queries.samples(session, task.id, ev.split, limit=ev.limit))
+        ev.status, ev.error, ev.heartbeat_at = JobStatus.RUNNING, None, now()
+        ev.started_at = ev.started_at or now()
+        ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
+        session.add(ev)
+    gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
+    agent = agent_settings(task, model=ev.model, temperature=ev.temperature)
+    experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
+    with Session(engine) as session:
+        personas = personas_by_name(session, task) if ev.routes else {}
+        routed = {vid: session.get(LibraryVersion, vid).experiences for vid in set((ev.routes or {}).values())}
+    progress = _Progress(engine, evaluation_id, total=len(samples) * ev.k)
+    scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)
+    stage = STAGES.get(ev.purpose, "rollout")
+
+    slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.engine.training)
+
+    async def one(sample, g: int) -> None:
+        await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
+                             experiences=experiences_for(sample, ev.routes, personas, routed, experiences), scope=scope, evaluation_id=evaluation_id, stage=stage,
+                             people=ev.purpose == EvaluationPurpose.EVALUATION, pool=slots)
+        progress.advance()
+
+    try:
+        await asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k)))
+        if hold_for_labels(engine, evaluation_id=evaluation_id):
+            with Session(engine) as session:
+                return session.get(Evaluation, evaluation_id)
+        with session_scope(engine) as session:
+            rollouts = queries.evaluation_rollouts(session, evaluation_id)
+            by_query: dict[int, list[float]] = defaultdict(list)
+            for r in rollouts:
+                by_query[r.sample_id].append(r.reward or 0.0)
+            metrics = score_groups(dict(by_query))
+            metrics["errors"] = sum(1 for r in rollouts if r.error)
+            metrics |= breakdown(session, task, rollouts, {s.id: s for s in samples})
+            ev = session.get(Evaluation, evaluation_id)
+            ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
+            ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
+            ev.status, ev.finished_at = JobStatus.COMPLETED, now()
+            ev.progress = {"rollouts_done": len(rollouts), "rollouts_total": progress.total}
+            session.add(ev)
+    except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
+        log.exception("evaluation %s failed", evaluation_id)
+        with session_scope(engine) as session:
+            ev = session.get(Evaluation, evaluation_id)
+            ev.status, ev.error, ev.finished_at = JobStatus.FAILED, f"{type(exc).__name__}: {exc}", now()
+            session.add(ev)
+    with Session(engine) as session:
+        return session.get(Evaluation, evaluation_id)
+
+
+def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,
+                  limit: int | None = None, created_by: str = "cli") -> int:
+    """The evaluation a comparison should use for `ref`: `e12` / `eval:12` names one; a version reference
+    (id, label, latest, empty) reuses a completed evaluation of that version with the same split, k and
+    query limit under the task's policy model, or queues a new one on the same queries."""
+    text = str(ref).strip().lower()
+    for prefix in ("eval:", "e"):
+        if text.startswith(prefix) and text[len(prefix):].isdigit():
+            return int(text[len(prefix):])
+    with Session(engine) as session:
+        task = get_task(session, task_name)
+        version = resolve_version(session, task, ref)
+        version_id = version.id if version else None
+        for ev in queries.evaluations(session, task.id):
+            if (ev.version_id == version_id and ev.split == split and ev.k == k and ev.limit == limit
+                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes):
+                return ev.id
+    return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by)

@@ -1,0 +1,118 @@
+"""One stored rollout: reuse it if it exists, otherwise sample, score and save it.
+
+Training steps and evaluations share this so that both resume the same way: a stored rollout
+without an error is never sampled again, a failed one is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core.domain.rewards import METHODS, score_or_error
+from core.engine.agent import AgentSettings, run_agent
+from core.engine.conversation_rollouts import TurnKey, play_conversation
+from core.models.conversation_judge import judge_conversation
+from core.models.gateway import Gateway, Scope
+from core.models.judge import judge_response
+from core.records.labeling import labels_per_rollout, needs_person
+from core.records.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
+from storage.db import session_scope
+from storage.models import Rollout, Sample, Task
+from storage.statuses import LabelStatus
+from storage.writes import insert_or_skip, stored
+
+
+async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
+                         group_index: int, sample_index: int, experiences: list[dict], scope: Scope,
+                         step_id: int | None = None, evaluation_id: int | None = None,
+                         score: bool = True, stage: str = "rollout", people: bool = True,
+                         pool: asyncio.Semaphore | None = None) -> Rollout:
+    """The rollout of (step or evaluation, sample, group index); `score=False` leaves the reward
+    to the caller (the no-ground-truth mode scores a whole group at once). `stage` names the agent's
+    calls in the ledger (a validation gate's rollouts are `gate`, so their cost shows apart).
+    `people=False` keeps the judge's reward and never queues the rollout for a label (the engine's own
+    measurements cannot wait for people). `pool` bounds how many rollouts read the database and sample at
+    once (their scoring runs outside it, so the order of model calls depends on nothing but the loop)."""
+    async with pool or contextlib.nullcontext():
+        with session_scope(engine) as session:
+            row = session.exec(select(Rollout).where(
+                Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id, Rollout.sample_id == sample.id,
+                Rollout.group_index == group_index)).first()
+            if row is not None and row.error is None:
+                return row
+            if row is not None:
+                session.delete(row)
+        turns: list[dict] | None = None
+        if is_conversation(task):
+            key = TurnKey(step_id, evaluation_id, sample.id, group_index)
+            result, turns = await play_conversation(engine, gateway, agent, task, sample, key=key,
+                                                    experiences=experiences, sample_index=sample_index, scope=scope,
+                                                    stage=stage)
+        else:
+            result = await run_agent(gateway, agent, instructions=task.instructions,
+                                     answer_format=task.answer_format, experiences=experiences, query=sample.query,
+                                     sample_index=sample_index, scope=scope, stage=stage)
+    row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
+                  messages=result.messages, response=result.response, final_answer=result.final_answer,
+                  tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
+                  latency_ms=result.latency_ms, error=result.error)
+    if result.error is None and score:
+        await _assign_reward(gateway, task, sample, row, scope, sample_index, people, turns)
+    with session_scope(engine) as session:
+        insert_or_skip(session, row)  # a row another writer stored meanwhile stays; it is the one returned
+        return stored(session, Rollout, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
+                      group_index=group_index)
+
+
+async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
+                         sample_index: int, people: bool = True, turns: list[dict] | None = None) -> None:
+    """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
+    if turns is not None:
+        await _assign_conversation_reward(gateway, task, sample, row, scope, sample_index, people, turns)
+        return
+    method = METHODS.get(task.reward_method)
+    if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
+        reward = await asyncio.to_thread(score_or_error, task.reward_method, row.response, sample.reference,
+                                         task.reward_settings)
+        row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
+        return
+    unsure = False
+    if method.uses_judge:
+        verdict = await judge_response(gateway, task, sample, row.response or "", scope=scope,
+                                       sample_index=sample_index)
+        unsure = row.judge_unsure = verdict.unsure
+        if verdict.value is None and not method.uses_people:  # no person will give the reward instead
+            row.reward, row.reward_source, row.reward_detail = 0.0, "error", verdict.detail
+            return
+        row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
+        row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
+    _queue_if_needed(task, row, unsure, people)
+
+
+def _queue_if_needed(task: Task, row: Rollout, unsure: bool, people: bool) -> None:
+    """Put the rollout in the labelling queue when the task's method says a person decides this one."""
+    key = f"{row.step_id}:{row.evaluation_id}:{row.sample_id}:{row.group_index}"
+    if people and needs_person(task, unsure, key):
+        row.reward, row.reward_source, row.label_status = None, None, LabelStatus.NEEDED
+        row.reward_detail = "waiting for a label"
+        row.labels_needed = labels_per_rollout(task)
+
+
+async def _assign_conversation_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
+                                      sample_index: int, people: bool, turns: list[dict]) -> None:
+    """The rubric judge's reward for a conversation (a person's when unsure, or in the spot-check share)."""
+    with Session(gateway.engine) as session:
+        persona = persona_of(sample, personas_by_name(session, task))
+    verdict = await judge_conversation(gateway, task, persona, scenario_of(sample), turns, scope=scope,
+                                       sample_index=sample_index)
+    row.judge_unsure, row.scores = verdict.unsure, verdict.scores or None
+    if verdict.value is None and not people:
+        row.reward, row.reward_source, row.reward_detail = 0.0, "error", verdict.detail
+        return
+    row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
+    row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
+    _queue_if_needed(task, row, verdict.unsure or verdict.value is None, people)

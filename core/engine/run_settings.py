@@ -1,0 +1,116 @@
+"""The settings of a training run, declared once with their constraints (a pydantic model).
+
+Frozen into Run.settings when a run is created; the Train page, the CLI (its defaults and help) and
+the engine all read this one definition.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from core.domain.library import MAX_EXPERIENCES
+from core.errors import InvalidInput, describe_validation
+from core.secrets import mask_url
+from core.settings import get_settings
+from storage.statuses import GateRule
+
+
+def _temperature_in_range(value: float) -> float:
+    if not 0 <= value <= 2:
+        raise ValueError("must be between 0 and 2")
+    return value
+
+
+def _budget_positive(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+Temperature = Annotated[float, AfterValidator(_temperature_in_range)]
+# Stored and shown with its credentials masked; the process that calls it reads the full URL from
+# STUDIO_API_BASE (core.secrets.resolve_api_base).
+ApiBase = Annotated[str | None, AfterValidator(mask_url)]
+Budget = Annotated[float | None, AfterValidator(_budget_positive)]
+
+
+def default_concurrency() -> int:
+    return get_settings().concurrency
+
+
+class JobSettings(BaseModel):
+    """A job's settings as stored in its row: read back with `from_dict`, built from a form or the command
+    line with `build` (a bad value is InvalidInput naming the field)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Self:
+        return cls.model_validate(data)
+
+    @classmethod
+    def build(cls, **values) -> Self:
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise InvalidInput(describe_validation(exc)) from None
+
+
+class RunSettings(JobSettings):
+    """Everything that shapes a run; frozen into Run.settings when the run is created.
+
+    The constraints are declared on the fields, so the Train page, the CLI and a stored run are checked
+    by the same rules; the CLI's defaults are these defaults.
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    epochs: int = Field(3, ge=1, description="passes over the training queries")
+    batch_size: int = Field(8, ge=1, description="queries per step")
+    group_size: int = Field(5, ge=1, description="G, outputs per query (1 = no group comparison)")
+    temperature: Temperature = 0.7
+    concurrency: int = Field(default_factory=default_concurrency, ge=1,
+                             description="calls in flight per model (TFGRPO_CONCURRENCY)")
+    limit: int | None = Field(None, ge=1, description="use only the first N training queries")
+    seed: int = 0
+    ground_truth: bool = True
+    review_mode: Literal["auto", "manual"] = "auto"
+    hold_flagged: bool = Field(True, description="flagged operations wait for a person even in auto review mode "
+                               "(text cut off, a near duplicate, a query's numbers, over the length limit)")
+    policy_model: str = ""
+    learner_model: str = ""
+    max_tokens: int = Field(1024, ge=16)
+    learner_max_tokens: int = Field(768, ge=16)
+    max_turns: int | None = Field(None, ge=1, description="python mode: model turns per answer (default 3); "
+                                  "conversation tasks: agent turns per conversation (default: the task's max_turns)")
+    max_experiences: int = Field(MAX_EXPERIENCES, ge=1, description="the most experiences a library may hold")
+    max_operations: int | None = Field(None, ge=1, description="operations the learner may propose per step "
+                                       "(default: grows with the batch size, batch_size // 2, 4 to 12)")
+    validation_size: int | None = Field(None, ge=0, description="train queries held out for the gate when "
+                                        "the task has no validation split (default: 20%, 8 to 50; 0 = none)")
+    gate: GateRule = Field(GateRule.NO_WORSE, description="when a step's library lands: off (always), "
+                           "no_worse (not significantly worse, mean not lower) or better (significantly better)")
+    gate_k: int = Field(2, ge=1, description="samples per validation query for the gate")
+    direct_count: int = Field(8, ge=1)
+    budget_usd: Budget = Field(None, description="pause the run when its cost reaches this many USD")
+    api_base: ApiBase = None
+    call_timeout_s: float | None = Field(None, gt=0, description="seconds one model request may take before it is "
+                                         "retried (default TFGRPO_CALL_TIMEOUT_S)")
+    call_deadline_s: float | None = Field(None, gt=0, description="seconds one model call may take with all its "
+                                          "retries (default TFGRPO_CALL_DEADLINE_S)")
+
+    def gateway_limits(self) -> dict:
+        """The gateway's per-request timeout and overall deadline, where this run sets them."""
+        limits = {"timeout_s": self.call_timeout_s, "deadline_s": self.call_deadline_s}
+        return {name: value for name, value in limits.items() if value is not None}
+
+    def operations_limit(self) -> int:
+        """The most operations one step may propose: the setting, or half the batch size within 4 to 12
+        (a larger batch brings more lessons to fold in)."""
+        return self.max_operations or min(12, max(4, self.batch_size // 2))
+
+    def validate(self) -> RunSettings:  # type: ignore[override]
+        """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""
+        return RunSettings.build(**self.model_dump())

@@ -1,0 +1,582 @@
+"""The Training-Free GRPO loop: rollouts, rewards, semantic advantages, library updates.
+
+Every stage writes its result as soon as it completes (rollout rows, summaries, advantages,
+operations, versions), and every model call is cached in the ledger, so executing a run again
+after a crash replays the same seeded plan, skips what is stored and pays for nothing twice.
+A failure inside one group is recorded on that group's Advantage row and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core.domain.conversation import numbered_transcript
+from core.domain.library import ProposedOp, validate_ops
+from core.domain.prompts import (
+    REJECTED_SHOWN,
+    advantage_messages,
+    direct_messages,
+    scenario_text,
+    summary_messages,
+    trajectory_text,
+    update_messages,
+)
+from core.domain.replies import AdvantageReply, DirectReply, update_reply
+from core.domain.rewards import METHODS, majority_rewards
+from core.engine import gate
+from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
+from core.engine.rollouts import stored_rollout
+from core.engine.run_settings import RunSettings
+from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
+from core.models.conversation_judge import rubric_settings
+from core.models.gateway import Gateway, Scope
+from core.records.labeling import hold_for_labels
+from core.records.people import require_role
+from core.records.review import apply_step_operations, decide_all, flagged_pending, gate_failed
+from core.records.scenarios import (
+    check_task_kind,
+    is_conversation,
+    persona_of,
+    personas_by_name,
+    scenario_of,
+    segment_sample_ids,
+)
+from core.records.tasks import get_task
+from core.records.versions import create_version, ensure_library, new_experiences
+from core.settings import get_settings
+from storage import queries
+from storage.db import session_scope
+from storage.models import (
+    Advantage,
+    AuditEvent,
+    Library,
+    LibraryVersion,
+    Operation,
+    Rollout,
+    Run,
+    Sample,
+    Step,
+    Task,
+)
+from storage.models import utcnow as now
+from storage.statuses import (
+    WORKER_MAY_CONTINUE,
+    GroupStatus,
+    JobStatus,
+    LabelStatus,
+    OperationStatus,
+    RunKind,
+    StepStatus,
+)
+from storage.writes import insert_or_skip, stored
+
+log = logging.getLogger(__name__)
+ProgressCallback = Callable[[dict], None]
+
+
+def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int) -> list[tuple[int, int, list[int]]]:
+    """(epoch, batch index, sample ids) for the whole run: each epoch a seeded shuffle."""
+    plan = []
+    for epoch in range(epochs):
+        order = sorted(sample_ids)
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+        for b, start in enumerate(range(0, len(order), batch_size)):
+            plan.append((epoch, b, order[start : start + batch_size]))
+    return plan
+
+
+def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library_name: str = "default",
+               kind: str = RunKind.TRAIN, created_by: str = "cli") -> int:
+    """Queue a run (validated); `execute_run` or a worker carries it out."""
+    settings.validate()
+    with session_scope(engine) as session:
+        require_role(session, created_by, "reviewer", "starting a run")
+        task = get_task(session, task_name)
+        settings.policy_model = settings.policy_model or task.policy_model or get_settings().model
+        settings.learner_model = settings.learner_model or task.learner_model or get_settings().model
+        method = METHODS.get(task.reward_method)
+        if not settings.ground_truth and method is not None and not method.scored_by_function:
+            raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "
+                             "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
+        check_agent_mode(task.name, task.agent_mode)
+        check_task_kind(session, task)
+        if not queries.samples(session, task.id, "train", limit=1):
+            raise InvalidInput(f"task {task.name!r} has no train samples")
+        library = ensure_library(session, task, library_name, actor=created_by)
+        start = queries.latest_version(session, library.id)
+        run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
+                  current_version_id=start.id, settings=settings.model_dump(), created_by=created_by)
+        session.add(run)
+        session.flush()
+        session.add(AuditEvent(actor=created_by, action="run.create", object_type="run", object_id=run.id,
+                               after={"task": task.name, "kind": kind, "settings": settings.model_dump()}))
+        return run.id
+
+
+@dataclass
+class _Ctx:
+    engine: Engine
+    run_id: int
+    task: Task
+    library: Library
+    settings: RunSettings
+    gateway: Gateway
+    agent: AgentSettings
+    on_progress: ProgressCallback | None
+    last_tick: float = 0.0
+    # Rollouts and summaries in progress at once: a bounded pool, so a batch of hundreds of groups does not
+    # make every task read the database and build its request before the first request goes out.
+    slots: asyncio.Semaphore | None = None
+
+    def __post_init__(self) -> None:
+        self.slots = asyncio.Semaphore(max(1, self.settings.concurrency))
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(run_id=self.run_id)
+
+
+class _Stop(Exception):
+    """The run must stop here (paused, cancelled, awaiting review, budget); its status says why."""
+
+
+def execute_run(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
+                on_progress: ProgressCallback | None = None) -> Run:
+    """Carry out (or resume) a run to its end, a pause, or a review; returns the final Run row."""
+    return asyncio.run(execute_run_async(engine, run_id, gateway=gateway, on_progress=on_progress))
+
+
+def check_resumable(session: Session, run_id: int) -> Run:
+    """The run, if it exists and can be (re)started; otherwise an error saying why not."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    if run.status not in WORKER_MAY_CONTINUE:
+        raise Conflict(f"run {run_id} is {run.status}; only {', '.join(WORKER_MAY_CONTINUE)} runs can be resumed")
+    return run
+
+
+async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
+                            on_progress: ProgressCallback | None = None) -> Run:
+    with session_scope(engine) as session:
+        run = check_resumable(session, run_id)
+        settings = RunSettings.from_dict(run.settings)
+        task = session.get(Task, run.task_id)
+        library = session.get(Library, run.library_id)
+        run.status, run.error, run.heartbeat_at = JobStatus.RUNNING, None, now()
+        run.started_at = run.started_at or now()
+        session.add(run)
+    gateway = gateway or Gateway(engine, concurrency=settings.concurrency, api_base=settings.api_base,
+                                 **settings.gateway_limits())
+    agent = agent_settings(task, model=settings.policy_model, temperature=settings.temperature,
+                           max_tokens=settings.max_tokens, max_turns=settings.max_turns)
+    ctx = _Ctx(engine, run_id, task, library, settings, gateway, agent, on_progress)
+    try:
+        if run.kind == RunKind.DIRECT:
+            await _direct_experiences(ctx)
+        elif run.kind == RunKind.ATTRIBUTE:
+            from core.engine.attribution import (
+                measure_experiences,  # the attribution job reuses this run machinery
+            )
+
+            await measure_experiences(engine, run_id, gateway, check=lambda: _tick(ctx))
+        else:
+            await _train(ctx)
+        _finish(ctx, JobStatus.COMPLETED)
+    except _Stop:
+        pass
+    except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
+        log.exception("run %s failed", run_id)
+        _finish(ctx, JobStatus.FAILED, f"{type(exc).__name__}: {exc}")
+    _tick(ctx, final=True)
+    with Session(engine) as session:
+        return session.get(Run, run_id)
+
+
+def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        run.status, run.error, run.finished_at, run.heartbeat_at = status, error, now(), now()
+        session.add(run)
+
+
+def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
+    """Heartbeat, progress snapshot, budget and stop requests: at every checkpoint (step boundary)
+    and otherwise at most twice a second."""
+    if not (checkpoint or final) and time.monotonic() - ctx.last_tick < 0.5:
+        return
+    ctx.last_tick = time.monotonic()
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        counters = run_counters(session, run)
+        run.heartbeat_at = now()
+        run.progress = {**run.progress, **counters}
+        session.add(run)
+        status = run.status
+    if ctx.on_progress:
+        ctx.on_progress(counters)
+    if final:
+        return
+    if status in (JobStatus.PAUSED, JobStatus.CANCELLED):
+        raise _Stop()
+    budget = ctx.settings.budget_usd
+    if budget is not None and counters["cost"] >= budget:
+        _finish(ctx, JobStatus.PAUSED, f"budget of ${budget:.2f} reached (${counters['cost']:.4f} spent)")
+        raise _Stop()
+
+
+def run_counters(session: Session, run: Run) -> dict:
+    """Per-stage counters of a run, derived from what is stored (so they survive restarts)."""
+    counts = queries.run_stage_counts(session, run.id)
+    totals = queries.call_totals(session, run_id=run.id)
+    adv, ops = counts["advantages"], counts["operations"]
+    return {
+        "steps_done": counts["steps_done"],
+        "steps_total": run.progress.get("steps_total", 0),
+        "rollouts_done": counts["rollouts"],
+        "rollouts_total": run.progress.get("rollouts_total", 0),
+        "rollout_errors": counts["rollout_errors"],
+        "rewards": counts["rewards"],
+        "summaries": counts["summaries"],
+        "advantages": adv.get(GroupStatus.OK, 0),
+        "groups_skipped": adv.get(GroupStatus.SKIPPED, 0),
+        "groups_failed": adv.get(GroupStatus.FAILED, 0),
+        "operations": sum(ops.values()),
+        "operations_applied": ops.get(OperationStatus.APPLIED, 0),
+        "operations_invalid": ops.get(OperationStatus.INVALID, 0),
+        "calls": totals["calls"],
+        "cache_hits": totals["cache_hits"],
+        "replies_repaired": totals["repaired"],
+        "replies_malformed": totals["malformed"],
+        "tokens_in": totals["tokens_in"],
+        "tokens_out": totals["tokens_out"],
+        "cost": totals["cost"],
+    }
+
+
+def _validation(ctx: _Ctx) -> list[int]:
+    """The run's validation queries, chosen when it first executes and then kept (a resume uses the same)."""
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        if run.validation_ids is None:
+            split, ids = gate.choose_validation(session, ctx.task, ctx.settings,
+                                                only=segment_sample_ids(session, ctx.task, ctx.library.segment))
+            run.validation_ids = ids
+            run.progress = {**run.progress, "validation_split": split, "validation_queries": len(ids)}
+            session.add(run)
+        return list(run.validation_ids)
+
+
+def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out: list[int],
+                      segment: str | None = None) -> list[int]:
+    """The training queries: the train split without the held-out validation queries (and, for a library
+    bound to a segment, only that segment's scenarios), the first `limit`."""
+    only = segment_sample_ids(session, task, segment)
+    kept = [s.id for s in queries.samples(session, task.id, "train")
+            if s.id not in set(held_out) and (only is None or s.id in only)]
+    return kept[:limit] if limit else kept
+
+
+async def _train(ctx: _Ctx) -> None:
+    s = ctx.settings
+    held_out = _validation(ctx)
+    with Session(ctx.engine) as session:
+        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out, ctx.library.segment)
+        if not train_ids:
+            raise InvalidInput(f"no training queries are left after holding out {len(held_out)} for validation; "
+                               "lower validation_size or add train samples")
+        plan = plan_batches(train_ids, s.epochs, s.batch_size, s.seed)
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        run.progress = {**run.progress, "steps_total": len(plan),
+                        "rollouts_total": sum(len(ids) for _, _, ids in plan) * s.group_size}
+        session.add(run)
+    for epoch, batch_index, sample_ids in plan:
+        _tick(ctx, checkpoint=True)
+        step = _ensure_step(ctx, epoch, batch_index, sample_ids)
+        if step.status == StepStatus.COMPLETED:
+            continue
+        if step.status == StepStatus.AWAITING_REVIEW:
+            _apply_or_wait(ctx, step.id, actor="reviewer")
+            continue
+        await _run_step(ctx, step)
+
+
+def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int]) -> Step:
+    with session_scope(ctx.engine) as session:
+        step = queries.step_by_position(session, ctx.run_id, epoch, batch_index)
+        if step is None:
+            run = session.get(Run, ctx.run_id)
+            insert_or_skip(session, Step(run_id=ctx.run_id, epoch=epoch, batch_index=batch_index, sample_ids=sample_ids,
+                                         version_before_id=run.current_version_id, status=StepStatus.RUNNING))
+            step = stored(session, Step, run_id=ctx.run_id, epoch=epoch, batch_index=batch_index)
+        return step
+
+
+def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
+    """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
+    with session_scope(ctx.engine) as session:
+        pending = any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
+        if pending:
+            step, run = session.get(Step, step_id), session.get(Run, ctx.run_id)
+            step.status, run.status = StepStatus.AWAITING_REVIEW, StepStatus.AWAITING_REVIEW
+            session.add(step)
+            session.add(run)
+    if pending:
+        raise _Stop()
+    apply_step_operations(ctx.engine, step_id, actor=actor)
+
+
+class StepFailed(Exception):
+    """A step that cannot give a library change (every group failed, or the update did): the run fails with
+    this reason, and resuming it redoes the step."""
+
+
+def _where(step: Step) -> str:
+    return f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
+
+
+def _fail_step(ctx: _Ctx, step: Step, reason: str) -> None:
+    with session_scope(ctx.engine) as session:
+        row = session.get(Step, step.id)
+        row.status, row.error = StepStatus.FAILED, reason
+        session.add(row)
+    raise StepFailed(f"{_where(step)} failed: {reason}; resume the run to retry it")
+
+
+async def _run_step(ctx: _Ctx, step: Step) -> None:
+    with session_scope(ctx.engine) as session:
+        before = session.get(LibraryVersion, step.version_before_id)
+        samples = [session.get(Sample, sid) for sid in step.sample_ids]
+        if step.status == StepStatus.FAILED:  # a resumed run redoes the step that failed it
+            row = session.get(Step, step.id)
+            row.status, row.error = StepStatus.RUNNING, None
+            session.add(row)
+    experiences = before.experiences
+    while True:
+        advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
+        if not any(a.status == GroupStatus.WAITING for a in advantages):
+            break
+        if hold_for_labels(ctx.engine, step_id=step.id, run_id=ctx.run_id):
+            raise _Stop()
+    _tick(ctx)
+    with session_scope(ctx.engine) as session:
+        rewards = [r.reward for r in queries.step_rollouts(session, step.id) if r.reward is not None]
+        row = session.get(Step, step.id)
+        row.reward_mean = statistics.fmean(rewards) if rewards else None
+        row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
+        row.stats = {"groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
+                                                 for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)}}
+        session.add(row)
+        has_ops = bool(queries.step_operations(session, step.id))
+    failed = [a for a in advantages if a.status == GroupStatus.FAILED]
+    if failed and len(failed) == len(samples) and not has_ops:
+        _fail_step(ctx, step, f"every group failed ({len(failed)} of {len(samples)}): {failed[0].error}")
+    if not has_ops:
+        proposals = [text for a in advantages if a.status == GroupStatus.OK for text in a.proposals]
+        source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
+        await _consolidate(ctx, step, experiences, proposals, source_ids)
+    verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
+    _tick(ctx)
+    if ctx.settings.review_mode == "auto":
+        if gate_failed(verdict):
+            decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
+                       reason="validation")
+        else:
+            held = flagged_pending(ctx.engine, step.id) if ctx.settings.hold_flagged else []
+            decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", hold=held)
+    _apply_or_wait(ctx, step.id, actor="auto")
+
+
+async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
+    """Rollouts, rewards, summaries and the semantic advantage of one query's group."""
+    with Session(ctx.engine) as session:
+        done = session.exec(select(Advantage).where(Advantage.step_id == step.id,
+                                                     Advantage.sample_id == sample.id)).first()
+    if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
+        return done
+    try:
+        rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
+                                          for g in range(ctx.settings.group_size)))
+        rollouts = _assign_rewards(ctx, sample, rollouts)
+        if any(r.label_status == LabelStatus.NEEDED for r in rollouts):
+            return Advantage(step_id=step.id, sample_id=sample.id, status=GroupStatus.WAITING)
+        valid = [r for r in rollouts if r.error is None]
+        if not valid:
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED,
+                                   error=f"every rollout failed: {rollouts[0].error}")
+        rewards = [r.reward or 0.0 for r in valid]
+        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
+                                   text=f"all {len(valid)} rewards equal ({rewards[0]:g}): no group advantage")
+        summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
+        gt = ctx.settings.ground_truth
+        query, reference = _task_for_learner(ctx, sample)
+        messages = advantage_messages(query, reference,
+                                      [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
+                                      experiences, gt, conversation=is_conversation(ctx.task))
+        parsed, call = await ctx.gateway.complete_json(
+            stage="advantage", model=ctx.settings.learner_model, messages=messages, reply=AdvantageReply,
+            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed.analysis,
+                               proposals=parsed.experiences, raw=call.text)
+    except _Stop:
+        raise
+    except StructuredOutputError as exc:
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=str(exc), raw=exc.raw)
+    except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)
+        log.warning("group of sample %s failed: %s", sample.id, exc)
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+
+
+def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
+                    text: str | None = None, proposals: list[str] | None = None, raw: str | None = None,
+                    error: str | None = None) -> Advantage:
+    with session_scope(ctx.engine) as session:
+        if existing is None:
+            insert_or_skip(session, Advantage(step_id=step.id, sample_id=sample.id, status=status))
+        row = stored(session, Advantage, step_id=step.id, sample_id=sample.id)
+        row.status, row.text, row.proposals, row.raw_response, row.error = status, text, proposals or [], raw, error
+        session.add(row)
+        session.flush()
+        return row
+
+
+async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
+    row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
+                               sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
+                               scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth, pool=ctx.slots)
+    _tick(ctx)
+    return row
+
+
+def _assign_rewards(ctx: _Ctx, sample: Sample, rollouts: list[Rollout]) -> list[Rollout]:
+    """Without ground truth the group's own agreement stands in for the reward (source `majority`)."""
+    if ctx.settings.ground_truth:
+        return rollouts
+    valid = [r for r in rollouts if r.error is None]
+    results = majority_rewards([r.response or "" for r in valid])
+    with session_scope(ctx.engine) as session:
+        for row, result in zip(valid, results, strict=True):
+            row.reward, row.reward_source, row.reward_detail = result.value, result.source, result.detail
+            session.add(row)
+    return rollouts
+
+
+def _task_for_learner(ctx: _Ctx, sample: Sample) -> tuple[str, str | None]:
+    """What the learner reads as the task and its reference: the query and reference answer, or for a
+    conversation the persona, the opening and the goal (the goal is the reference, already in the text)."""
+    if not is_conversation(ctx.task):
+        return sample.query, sample.reference
+    with Session(ctx.engine) as session:
+        persona = persona_of(sample, personas_by_name(session, ctx.task))
+    scenario = scenario_of(sample)
+    return f"{scenario_text(persona, scenario)}\nThe user opened with: {scenario.opening}", None
+
+
+def _trajectory(ctx: _Ctx, rollout: Rollout) -> str:
+    """The attempt as the learner reads it; a conversation with its turns numbered, shortened past the task's
+    transcript budget with a marker that says how much was left out."""
+    if not is_conversation(ctx.task):
+        return trajectory_text(rollout.messages)
+    turns = [{"role": m["role"], "text": m["content"]} for m in rollout.messages if m["role"] in ("user", "assistant")]
+    return numbered_transcript(turns, rubric_settings(ctx.task).transcript_chars)
+
+
+async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: list[dict]) -> str:
+    if rollout.summary:
+        return rollout.summary
+    query, reference = _task_for_learner(ctx, sample)
+    messages = summary_messages(query, reference, rollout.reward, experiences, _trajectory(ctx, rollout),
+                                ctx.settings.ground_truth, conversation=is_conversation(ctx.task))
+    async with ctx.slots:
+        call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
+                                          scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    with session_scope(ctx.engine) as session:
+        row = session.get(Rollout, rollout.id)
+        row.summary = call.text.strip()
+        session.add(row)
+    _tick(ctx)
+    return call.text.strip()
+
+
+async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals: list[str],
+                       source_ids: list[int]) -> None:
+    """One learner call per batch turns all proposals into operations; invalid ones are kept with a reason."""
+    if not proposals:
+        return
+    limit = ctx.settings.operations_limit()
+    messages = update_messages(experiences, proposals, ctx.settings.max_experiences, limit,
+                               rejected=_rejected_earlier(ctx, step))
+    try:
+        reply, _call = await ctx.gateway.complete_json(
+            stage="update", model=ctx.settings.learner_model, messages=messages, reply=update_reply(limit),
+            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    except StructuredOutputError as exc:
+        _fail_step(ctx, step, f"the learner's update failed: {exc} | raw reply: {exc.raw[:500]}")
+    except ModelCallError as exc:
+        _fail_step(ctx, step, f"the learner's update failed: {exc}")
+    store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
+                     max_size=ctx.settings.max_experiences)
+
+
+def _rejected_earlier(ctx: _Ctx, step: Step) -> list[tuple[str, str]]:
+    """The run's most recent rejected operations of earlier steps with why, oldest first, so the learner
+    does not propose them again (a person's note, or the validation gate's verdict)."""
+    with Session(ctx.engine) as session:
+        rows = session.exec(select(Operation).where(Operation.run_id == ctx.run_id, Operation.step_id != step.id,
+                                                    Operation.status == OperationStatus.REJECTED)
+                            .order_by(Operation.id.desc()).limit(REJECTED_SHOWN)).all()
+    rejected = []
+    for op in reversed(rows):
+        what = op.text or f"{op.op} {', '.join(op.target_ids)}".strip()
+        if op.reason == "validation":
+            why = "the library with it did worse on the held-out validation queries"
+        else:
+            why = (op.comment or "").strip() or "no reason was given"
+        rejected.append((what, why))
+    return rejected
+
+
+def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
+                     source_ids: list[int], max_size: int | None = None) -> list[Operation]:
+    """Validate and store a step's proposed operations (pending, or invalid with the reason)."""
+    checked = validate_ops(experiences, ops, max_size=max_size)
+    with session_scope(engine) as session:
+        for position, item in enumerate(checked):
+            insert_or_skip(session, Operation(
+                step_id=step.id, run_id=step.run_id, position=position, op=item.op.op, target_ids=item.op.target_ids,
+                text=item.op.text, rationale=item.op.rationale, source_advantage_ids=source_ids,
+                status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID, validation_error=item.error))
+        return queries.step_operations(session, step.id)
+
+
+async def _direct_experiences(ctx: _Ctx) -> None:
+    """The paper's baseline: experiences asked for directly from the training queries, no rollouts."""
+    with Session(ctx.engine) as session:
+        samples = queries.samples(session, ctx.task.id, "train", limit=ctx.settings.limit or 20)
+        queries_ = [(s.query, s.reference if ctx.settings.ground_truth else None) for s in samples]
+        existing = session.exec(select(LibraryVersion).where(LibraryVersion.run_id == ctx.run_id)).first()
+    if existing is not None:
+        return
+    parsed, _call = await ctx.gateway.complete_json(
+        stage="direct", model=ctx.settings.learner_model, messages=direct_messages(
+            ctx.task.instructions, queries_, ctx.settings.direct_count),
+        reply=DirectReply, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, ctx.run_id)
+        library = session.get(Library, run.library_id)
+        version = create_version(session, library, new_experiences(session, library, parsed.experiences),
+                                 parent_id=None, source="direct", created_by=run.created_by, run_id=run.id,
+                                 note="directly generated experiences (baseline, no rollouts)")
+        run.current_version_id = version.id
+        session.add(run)

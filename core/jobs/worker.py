@@ -1,0 +1,390 @@
+"""The worker: claims queued runs and evaluations and executes them, one at a time, with a heartbeat.
+
+Pages only write intent (a queued row); work happens here, in a separate process, so a browser
+reload, a closed tab or a second browser neither stops nor duplicates it. A claim is one
+conditional UPDATE, so two workers (or a worker and `core train`) never take the same job. While
+a job runs, a thread refreshes the heartbeat of the worker and of the job every few seconds; a
+heartbeat older than the stall window (TFGRPO_STALL_AFTER_S) means the worker died or hangs: an idle
+worker takes the job over by itself, or a person presses Resume. Every claim starts a new lease
+generation and every write a worker makes for its job is fenced to it (storage/fencing.py), so a
+worker that wakes up after its job was taken over writes nothing and stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import or_, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from core.domain.sandbox import harden_process
+from core.errors import Conflict, NotFound, TakenOver
+from core.settings import PROJECT_DIR, get_settings
+from storage.db import session_scope
+from storage.fencing import Lease, LeaseLost, holding
+from storage.models import Evaluation, Run, as_utc, utcnow
+from storage.models import Worker as WorkerRow
+from storage.statuses import JobStatus, WorkerStatus
+
+log = logging.getLogger(__name__)
+HEARTBEAT_EVERY = 3.0
+TABLES = {"run": Run, "evaluation": Evaluation}
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def stall_after() -> float:
+    """Seconds without a heartbeat after which a running job counts as stalled (TFGRPO_STALL_AFTER_S)."""
+    return get_settings().stall_after_s
+
+
+def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool:
+    """True when a heartbeat is missing or older than the stall window."""
+    if heartbeat_at is None:
+        return True
+    return (now or utcnow()) - as_utc(heartbeat_at) > timedelta(seconds=stall_after())
+
+
+def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
+    """The status a person should see: `running` turns into `stalled` when its worker stopped beating."""
+    if status == JobStatus.RUNNING and is_stale(heartbeat_at, now):
+        return JobStatus.STALLED
+    return status
+
+
+def holder_is_dead(worker_id: str) -> bool:
+    """True when the worker id names a process on this machine that no longer exists (killed, crashed):
+    its job need not wait for the stall window before it can be taken over here."""
+    host, _, rest = worker_id.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def claim(engine: Engine, kind: str, job_id: int, owner: str, *,
+          statuses: tuple[str, ...] = (JobStatus.QUEUED,)) -> Lease | None:
+    """Atomically mark a job `running` for `owner` under a new lease generation if it is in one of
+    `statuses`; `running` there means only a stalled one (its heartbeat is stale, or its holder on this
+    machine is dead), never one that a live worker holds. Returns the lease, or None when not claimed.
+
+    The new generation fences the previous holder: whatever it still tries to write is refused."""
+    table = TABLES[kind]
+    stale_before = utcnow() - timedelta(seconds=stall_after())
+    stalled = (table.status == JobStatus.RUNNING) & or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before)
+    if JobStatus.RUNNING in statuses:
+        with Session(engine) as session:
+            row = session.get(table, job_id)
+            holder = row.worker_id if row is not None and row.status == JobStatus.RUNNING else None
+        if holder and holder_is_dead(holder):
+            stalled = stalled | ((table.status == JobStatus.RUNNING) & (table.worker_id == holder))
+    condition = col(table.status).in_([s for s in statuses if s != JobStatus.RUNNING])
+    if JobStatus.RUNNING in statuses:
+        condition = condition | stalled
+    with holding(None), session_scope(engine) as session:
+        result = session.exec(update(table).where(table.id == job_id, condition)
+                              .values(status=JobStatus.RUNNING, worker_id=owner, heartbeat_at=utcnow(),
+                                      lease=table.lease + 1))
+        if result.rowcount != 1:
+            return None
+        generation = session.exec(select(table.lease).where(table.id == job_id)).one()
+    return Lease(kind, job_id, owner, generation)
+
+
+def claim_next(engine: Engine, owner: str) -> Lease | None:
+    """The oldest queued run or evaluation, claimed for `owner`; failing that, a stalled one taken over
+    (its worker stopped beating for longer than the stall window). None when nothing waits."""
+    stale_before = utcnow() - timedelta(seconds=stall_after())
+    with Session(engine) as session:
+        waiting, stalled = [], []
+        for kind, table in TABLES.items():
+            waiting += [(kind, row.id, row.created_at) for row in session.exec(
+                select(table).where(table.status == JobStatus.QUEUED).order_by(table.created_at).limit(5))]
+            own_jobs = col(Evaluation.run_id).is_(None) if table is Evaluation else True  # a gate's belongs to its run
+            stalled += [(kind, row.id, row.created_at) for row in session.exec(
+                select(table).where(table.status == JobStatus.RUNNING, own_jobs,
+                                    or_(col(table.heartbeat_at).is_(None), table.heartbeat_at < stale_before))
+                .order_by(table.created_at).limit(5))]
+    for kind, job_id, _created in sorted(waiting, key=lambda item: item[2]):
+        lease = claim(engine, kind, job_id, owner)
+        if lease is not None:
+            return lease
+    for kind, job_id, _created in sorted(stalled, key=lambda item: item[2]):
+        lease = claim(engine, kind, job_id, owner, statuses=(JobStatus.RUNNING,))
+        if lease is not None:
+            log.warning("worker %s took over stalled %s %s (lease %d)", owner, kind, job_id, lease.generation)
+            return lease
+    return None
+
+
+def beat(engine: Engine, owner: str, lease: Lease | None) -> None:
+    """One heartbeat: the worker row, and the job it holds while the lease is still its own. A job whose
+    lease has moved on is marked lost, so the engine stops before its next model call."""
+    now = utcnow()
+    with holding(None), session_scope(engine) as session:
+        row = session.get(WorkerRow, owner)
+        if row is not None:
+            row.heartbeat_at, row.status = now, WorkerStatus.RUNNING
+            row.current = f"{lease.table} {lease.job_id}" if lease else None
+            session.add(row)
+        if lease is None:
+            return
+        table = TABLES[lease.table]
+        held = (table.id == lease.job_id) & (table.worker_id == owner) & (table.lease == lease.generation)
+        session.exec(update(table).where(held, table.status == JobStatus.RUNNING).values(heartbeat_at=now))
+        still_held = session.exec(select(table.id).where(held)).first() is not None
+    if not still_held and not lease.lost.is_set():
+        lease.lost.set()
+        log.warning("worker %s: %s was taken over by another worker; stopping", owner, lease.describe())
+
+
+@contextmanager
+def heartbeat(engine: Engine, owner: str, lease: Lease | None = None, every: float = HEARTBEAT_EVERY):
+    """Beat in a background thread while the block runs (model calls can take longer than the stall window)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                beat(engine, owner, lease)
+            except Exception:  # noqa: BLE001  (a locked database must not kill the job; the next beat retries)
+                log.warning("heartbeat failed", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 1)
+
+
+def release(engine: Engine, lease: Lease) -> None:
+    """Put a job this worker still holds back in the queue (the worker is stopping mid-job)."""
+    table = TABLES[lease.table]
+    with holding(None), session_scope(engine) as session:
+        session.exec(update(table).where(table.id == lease.job_id, table.worker_id == lease.owner,
+                                         table.lease == lease.generation, table.status == JobStatus.RUNNING)
+                     .values(status=JobStatus.QUEUED))
+
+
+def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuses: tuple[str, ...]) -> Lease:
+    """Claim a job for a foreground command, or raise an error saying who holds it."""
+    lease = claim(engine, kind, job_id, owner, statuses=statuses)
+    if lease is not None:
+        return lease
+    with Session(engine) as session:
+        row = session.get(TABLES[kind], job_id)
+    if row is None:
+        raise NotFound(f"no {kind} {job_id}")
+    if row.status == JobStatus.RUNNING:
+        raise Conflict(f"{kind} {job_id} is being executed by worker {row.worker_id}; pause it first")
+    raise Conflict(f"{kind} {job_id} is {row.status}")
+
+
+def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Callable[[dict], None] | None = None):
+    """Execute a claimed job with a heartbeat, every write fenced to its lease; the one path for the
+    worker and `core train` / `core eval`. Raises TakenOver when another worker took the job meanwhile."""
+    from core.engine.evaluation import execute_evaluation
+    from core.engine.training import execute_run
+
+    with holding(lease), heartbeat(engine, lease.owner, lease):
+        try:
+            if lease.table == "run":
+                return execute_run(engine, lease.job_id, gateway=gateway, on_progress=on_progress)
+            return execute_evaluation(engine, lease.job_id, gateway=gateway)
+        except LeaseLost as lost:
+            log.warning("worker %s: %s", lease.owner, lost)
+            raise TakenOver(str(lost)) from None
+        except BaseException:
+            try:
+                release(engine, lease)
+            except LeaseLost:
+                pass
+            raise
+
+
+def alive_workers(session: Session) -> list[WorkerRow]:
+    rows = session.exec(select(WorkerRow).where(WorkerRow.status == WorkerStatus.RUNNING)).all()
+    return [w for w in rows if not is_stale(w.heartbeat_at)]
+
+
+def worker_summary(session: Session, now: datetime | None = None) -> str:
+    """The workers' state in words for the sidebar: who works on what and how far it got, or that none runs."""
+    workers = alive_workers(session)
+    if not workers:
+        if get_settings().no_autoworker:
+            return "No worker is running. Start one with `make worker` (automatic start is off)."
+        return "No worker is running; queued work starts one."
+    now = now or utcnow()
+    lines = []
+    for worker in workers:
+        beat_age = max(0, int((as_utc(now) - as_utc(worker.heartbeat_at)).total_seconds()))
+        lines.append(f"{worker.id}: {_job_words(session, worker.current)} (beat {beat_age} s ago)")
+    return "\n".join(lines)
+
+
+def _job_words(session: Session, current: str | None) -> str:
+    if not current:
+        return "idle, waiting for work"
+    kind, _, job_id = current.partition(" ")
+    row = session.get(TABLES[kind], int(job_id)) if kind in TABLES and job_id.isdigit() else None
+    if row is None:
+        return f"working on {current}"
+    progress = row.progress or {}
+    if kind == "run":
+        total = progress.get("steps_total")
+        steps = f"step {min(progress.get('steps_done', 0) + 1, total)} of {total}, " if total else ""
+        return (f"training run {job_id} ({steps}{progress.get('rollouts_done', 0)}/"
+                f"{progress.get('rollouts_total', '?')} rollouts)")
+    return f"evaluating, evaluation {job_id} ({progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')} answers)"
+
+
+def register(engine: Engine, owner: str) -> None:
+    with session_scope(engine) as session:
+        session.add(WorkerRow(id=owner, host=socket.gethostname(), pid=os.getpid()))
+
+
+def unregister(engine: Engine, owner: str) -> None:
+    with session_scope(engine) as session:
+        row = session.get(WorkerRow, owner)
+        if row is not None:
+            row.status, row.current, row.heartbeat_at = WorkerStatus.STOPPED, None, utcnow()
+            session.add(row)
+
+
+class _Shutdown(BaseException):
+    """Raised in the main thread by SIGTERM or Ctrl-C so the current job is released before exiting."""
+
+
+class _StopRequest:
+    """What a stop signal sets in motion: the main thread is told to stop (it releases its job on the way
+    out), and if the model call in flight keeps it waiting longer than TFGRPO_STOP_GRACE_S, a watchdog
+    abandons the call: the job goes back to the queue, the worker row says stopped, the process exits.
+    Nothing is lost by abandoning: every finished call is in the ledger, so resuming pays only for the
+    abandoned one (llama.cpp cannot be interrupted mid-call, and asyncio waits for its thread)."""
+
+    def __init__(self, engine: Engine, owner: str, grace_s: float) -> None:
+        self.engine, self.owner, self.grace_s = engine, owner, grace_s
+        self.lease: Lease | None = None
+        self.requested = threading.Event()
+
+    def on_signal(self, signum, _frame) -> None:
+        if self.requested.is_set():
+            return  # a second Ctrl-C: the watchdog is already counting
+        self.requested.set()
+        log.info("worker %s: %s received; stopping (at most %.0f s for the call in flight)", self.owner,
+                 signal.Signals(signum).name, self.grace_s)
+        threading.Thread(target=self._abandon_after_grace, name="stop-watchdog", daemon=True).start()
+        raise _Shutdown()
+
+    def _abandon_after_grace(self) -> None:
+        time.sleep(self.grace_s)
+        try:
+            if self.lease is not None:
+                release(self.engine, self.lease)
+            unregister(self.engine, self.owner)
+            log.warning("worker %s: the call in flight did not finish within %.0f s; abandoned it, %s is queued "
+                        "again", self.owner, self.grace_s, self.lease.describe() if self.lease else "no job")
+        except Exception:  # noqa: BLE001  (exiting regardless; a stale heartbeat then frees the job)
+            log.exception("worker %s: releasing its job while stopping failed", self.owner)
+        logging.shutdown()
+        os._exit(0)
+
+
+def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str | None = None,
+          gateway=None) -> int:
+    """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done.
+
+    SIGTERM and Ctrl-C stop it within TFGRPO_STOP_GRACE_S seconds (_StopRequest), the job queued again."""
+    harden_process()
+    owner = owner or new_worker_id()
+    register(engine, owner)
+    done = 0
+    stop = _StopRequest(engine, owner, get_settings().stop_grace_s)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, stop.on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    log.info("worker %s started", owner)
+    try:
+        with heartbeat(engine, owner):
+            while True:
+                lease = claim_next(engine, owner)
+                if lease is None:
+                    if once:
+                        break
+                    time.sleep(poll)
+                    continue
+                stop.lease = lease
+                log.info("worker %s: %s", owner, lease.describe())
+                beat(engine, owner, lease)
+                try:
+                    execute_job(engine, lease, gateway=gateway)
+                    done += 1
+                except TakenOver:
+                    pass  # logged by execute_job; the job goes on under its new holder
+                stop.lease = None
+                beat(engine, owner, None)
+    except (_Shutdown, KeyboardInterrupt):
+        log.info("worker %s stopping", owner)
+    finally:
+        unregister(engine, owner)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return done
+
+
+def default_log_path() -> Path:
+    return get_settings().worker_log
+
+
+def spawn_worker(database_url: str, log_path: Path | None = None) -> int:
+    """Start `python -m core worker` as a detached process on `database_url`; returns its pid."""
+    log_path = log_path or default_log_path()
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(PROJECT_DIR)}
+    with open(log_path, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "core", "worker"], cwd=PROJECT_DIR, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc.pid
+
+
+_spawned: dict[str, float] = {}
+
+
+def ensure_worker(engine: Engine, database_url: str) -> str:
+    """Start a worker when none is alive, at most once per 30 s per database; says what it found or did.
+
+    TFGRPO_NO_AUTOWORKER=1 turns this off (tests, or a team that runs its workers elsewhere).
+    """
+    if get_settings().no_autoworker:
+        return "automatic worker start is off (TFGRPO_NO_AUTOWORKER)"
+    with Session(engine) as session:
+        alive = alive_workers(session)
+    if alive:
+        return f"worker {alive[0].id} is alive"
+    if time.monotonic() - _spawned.get(database_url, -1e9) < stall_after():
+        return "a worker was started a moment ago"
+    pid = spawn_worker(database_url)
+    _spawned[database_url] = time.monotonic()
+    return f"started a worker (pid {pid})"

@@ -1,0 +1,436 @@
+"""The one door to every model: litellm `acompletion` with bounded concurrency, retries,
+a response cache and a ledger row per call.
+
+The cache is the ledger itself: a successful call is stored with a key made of the model, the
+messages, the parameters and the sample index, so repeating it (a resumed run, a re-run
+evaluation) is answered from the database at no cost.
+
+A structured reply (`complete_json`) is read with its core.domain.replies model; broken JSON is repaired
+with json-repair as the last resort, and the ledger row says how the reply was read
+(`reply_status`: parsed, repaired or malformed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import json_repair
+import litellm
+from pydantic import ValidationError
+from sqlalchemy import or_
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from core.domain.replies import Reply
+from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
+from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
+from core.models import local_model, openai_http
+from core.secrets import mask_url, resolve_api_base
+from core.settings import get_settings
+from storage.fencing import raise_if_lost
+from storage.models import LLMCall
+
+R = TypeVar("R", bound=Reply)
+log = logging.getLogger(__name__)
+litellm.drop_params = True
+litellm.suppress_debug_info = True
+local_model.register()
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    openai_http.TransientHTTPError,
+    litellm.RateLimitError,
+    litellm.APIConnectionError,
+    litellm.Timeout,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+)
+
+Mock = Callable[[str, list[dict]], "str | Exception"]
+
+# How a structured reply was read, on its ledger row (LLMCall.reply_status).
+PARSED, REPAIRED, MALFORMED = "parsed", "repaired", "malformed"
+
+
+@dataclass
+class CallResult:
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    cache_hit: bool = False
+    call_id: int | None = None
+    reply_status: str | None = None
+
+
+@dataclass
+class Scope:
+    """What a call belongs to, for the ledger."""
+
+    run_id: int | None = None
+    evaluation_id: int | None = None
+
+
+def redact(text: str) -> str:
+    """Remove any secret from the environment that a provider echoed into an error message."""
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name):
+            text = text.replace(value, f"<{name}>")
+    return text
+
+
+def cache_key(model: str, messages: list[dict], params: dict[str, Any], sample_index: int,
+              api_base: str | None = None) -> str:
+    """The response cache's key; a reply from one endpoint never answers the same model name on another
+    (the endpoint enters masked, so the key holds no credentials)."""
+    call = {"model": model, "messages": messages, "params": params, "sample": sample_index}
+    if api_base:
+        call["api_base"] = mask_url(api_base)
+    payload = json.dumps(call, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _seed(key: str) -> int:
+    return int(key[:8], 16) % (2**31 - 1)
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The seconds a provider asked us to wait (a `Retry-After` header in seconds or as an HTTP date)."""
+    headers = (getattr(error, "headers", None) or getattr(getattr(error, "response", None), "headers", None)
+               or getattr(error, "litellm_response_headers", None) or {})
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except AttributeError:
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+@dataclass
+class Gateway:
+    """Owns the per-model semaphores and the calls in flight; one per process (or per run) is enough.
+
+    It is the only retry layer: litellm's and the OpenAI SDK's own retries are off, so the ledger's
+    `attempts` counts the HTTP requests really made. Each attempt holds a concurrency slot only while its
+    request is out (a backing-off call frees its slot), waits `timeout_s` at most, honours a provider's
+    Retry-After, and the whole call gives up at `deadline_s`."""
+
+    engine: Engine
+    concurrency: int = field(default_factory=lambda: get_settings().concurrency)
+    max_retries: int = field(default_factory=lambda: get_settings().max_retries)
+    backoff_s: float = 1.0
+    timeout_s: float = field(default_factory=lambda: get_settings().call_timeout_s)
+    deadline_s: float = field(default_factory=lambda: get_settings().call_deadline_s)
+    api_base: str | None = None
+    mock: Mock | None = None
+    _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+    _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.api_base = resolve_api_base(self.api_base)
+
+    def _endpoint(self, model: str) -> str | None:
+        """The api_base this model is called on (the embedded model has none)."""
+        return None if model.startswith("local/") else self.api_base
+
+    def _semaphore(self, model: str) -> asyncio.Semaphore:
+        if model not in self._semaphores:
+            self._semaphores[model] = asyncio.Semaphore(max(1, self.concurrency))
+        return self._semaphores[model]
+
+    def _cached(self, key: str) -> LLMCall | None:
+        """A successful, paid call with this key; a reply that failed validation is never one."""
+        with Session(self.engine) as session:
+            return session.exec(
+                select(LLMCall).where(LLMCall.cache_key == key, LLMCall.error.is_(None), LLMCall.cache_hit.is_(False),
+                                      or_(col(LLMCall.reply_status).is_(None), LLMCall.reply_status != MALFORMED))
+            ).first()
+
+    def _record(self, row: LLMCall) -> int | None:
+        with Session(self.engine, expire_on_commit=False) as session:
+            session.add(row)
+            session.commit()
+            return row.id
+
+    def _mark(self, call_id: int | None, status: str) -> None:
+        """Note on a ledger row how its structured reply was read."""
+        if call_id is None:
+            return
+        with Session(self.engine) as session:
+            row = session.get(LLMCall, call_id)
+            if row is not None:
+                row.reply_status = status
+                session.add(row)
+                session.commit()
+
+    async def complete(
+        self,
+        *,
+        stage: str,
+        model: str,
+        messages: list[dict],
+        scope: Scope | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        sample_index: int = 0,
+        response_format: dict | None = None,
+        seed_key: str | None = None,
+    ) -> CallResult:
+        """One chat completion, from the cache if this exact call succeeded before, or from the same call
+        still in flight (identical concurrent calls share one request).
+
+        The sampling seed comes from `seed_key` when given (the agent passes its query and sample index, so
+        two library versions draw the same random numbers for the same query and sample: common random
+        numbers, which make their paired comparison sharper), else from the whole call.
+        """
+        scope = scope or Scope()
+        params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if response_format:
+            params["response_format"] = response_format
+        key = cache_key(model, messages, params, sample_index, self._endpoint(model))
+        hit = self._cached(key)
+        if hit is not None:
+            return self._reuse(scope, stage, model, key, hit.id, hit.response or "")
+        pending = self._in_flight.get(key)
+        if pending is not None:
+            first: CallResult = await asyncio.shield(pending)
+            return self._reuse(scope, stage, model, key, first.call_id, first.text)
+        future = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            result = await self._call(stage=stage, model=model, messages=messages, scope=scope, params=params,
+                                      key=key, sample_index=sample_index, seed_key=seed_key)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a call nobody else waited for must not warn
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            self._in_flight.pop(key, None)
+
+    def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None, text: str) -> CallResult:
+        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
+                                       model=model, cache_key=key, request={"cached_from": source_id},
+                                       response=text, cache_hit=True))
+        return CallResult(text=text, cache_hit=True, call_id=call_id)
+
+    async def _call(self, *, stage: str, model: str, messages: list[dict], scope: Scope, params: dict, key: str,
+                    sample_index: int, seed_key: str | None) -> CallResult:
+        """The requests of one call: retried on transient errors within the deadline, each attempt in a slot."""
+        request = {"messages": messages, "params": params, "sample_index": sample_index}
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_retries": 0, "num_retries": 0, **params}
+        if seed_key is not None:
+            kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
+        elif model.startswith("local/"):
+            kwargs["seed"] = _seed(key)
+        if self._endpoint(model):
+            kwargs["api_base"] = self._endpoint(model)
+        endpoint = self._endpoint(model)
+        direct = self.mock is None and endpoint is not None and model.startswith("openai/")
+        payload = {"model": model.removeprefix("openai/"), "messages": messages, **params,
+                   **({"seed": kwargs["seed"]} if "seed" in kwargs else {})}
+        attempts = 0
+        started = time.perf_counter()
+        deadline = time.monotonic() + self.deadline_s
+        while True:
+            raise_if_lost()  # a worker whose job was taken over spends nothing more
+            attempts += 1
+            transient = False
+            async with self._semaphore(model):
+                try:
+                    timeout = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
+                    if direct:  # an OpenAI-compatible server: our own request, no translation layer
+                        reply = await openai_http.chat(endpoint, payload, timeout)
+                        break
+                    if self.mock is not None:
+                        kwargs["mock_response"] = self.mock(stage, messages)
+                    response = await litellm.acompletion(**kwargs, timeout=timeout)
+                    reply = openai_http.Reply(text=response.choices[0].message.content or "",
+                                              tokens_in=int(getattr(response.usage, "prompt_tokens", 0) or 0)
+                                              if getattr(response, "usage", None) else 0,
+                                              tokens_out=int(getattr(response.usage, "completion_tokens", 0) or 0)
+                                              if getattr(response, "usage", None) else 0)
+                    break
+                except TRANSIENT_ERRORS as exc:
+                    error, transient = exc, True
+                except Exception as exc:  # noqa: BLE001  (every provider failure is recorded, not raised raw)
+                    error = exc
+            if transient and attempts <= self.max_retries:
+                delay = retry_after(error)
+                if delay is None:
+                    delay = self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random())
+                if time.monotonic() + delay < deadline:
+                    log.warning("%s on %s, retry %d in %.1fs", type(error).__name__, model, attempts, delay)
+                    await asyncio.sleep(delay)  # outside the slot: other calls use it meanwhile
+                    continue
+            latency = (time.perf_counter() - started) * 1000
+            message = redact(f"{type(error).__name__}: {error}")[:2000]
+            if transient:
+                message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
+            self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                                 cache_key=key, request=request, latency_ms=latency, attempts=attempts,
+                                 error=message))
+            raise ModelCallError(f"{model} ({stage}): {message}") from error
+        latency = (time.perf_counter() - started) * 1000
+        text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
+        cost = _token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
+        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                                       cache_key=key, request=request, response=text, tokens_in=tokens_in,
+                                       tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts))
+        return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
+                          call_id=call_id)
+
+    async def complete_json(
+        self,
+        *,
+        stage: str,
+        model: str,
+        messages: list[dict],
+        reply: type[R],
+        context: dict | None = None,
+        scope: Scope | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        sample_index: int = 0,
+        attempts: int = 2,
+        schema: dict | None = None,
+    ) -> tuple[R, CallResult]:
+        """A call whose reply must be the JSON of the `reply` model, whose schema the request sends.
+        `context` is passed to the model's validators (the judge's scale, for one); `schema` replaces the
+        reply model's schema when the shape depends on data (a rubric's criteria, core.domain.rubric.verdict_schema).
+
+        A malformed reply (even after repair) is asked again (a different sample, so not from the cache),
+        then raised as StructuredOutputError carrying the raw text.
+        """
+        schema = schema or reply.prompt_schema(local=model.startswith("local/"))
+        response_format = {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
+        last_error = ""
+        result = CallResult(text="")
+        for attempt in range(attempts):
+            result = await self.complete(stage=stage, model=model, messages=messages, scope=scope,
+                                         temperature=temperature if attempt == 0 else max(temperature, 0.3),
+                                         max_tokens=max_tokens, sample_index=sample_index * 100 + attempt,
+                                         response_format=response_format)
+            try:
+                value, result.reply_status = parse_reply(result.text, reply, context)
+            except ValueError as exc:
+                last_error, result.reply_status = str(exc), MALFORMED
+            self._mark(result.call_id, result.reply_status)
+            if result.reply_status != MALFORMED:
+                return value, result
+        raise StructuredOutputError(f"{stage}: the reply is not the JSON asked for ({last_error})", result.text)
+
+
+def parse_reply(text: str, reply: type[R], context: dict | None = None) -> tuple[R, str]:
+    """The reply as its model, and how it was read: PARSED (JSON, perhaps in prose or a code fence) or
+    REPAIRED (json-repair mended it: a trailing comma, a missing bracket, single quotes, a cut-off end).
+    Raises InvalidInput saying what is wrong when neither gives a valid reply."""
+    try:
+        candidate = json_text(text)
+    except InvalidInput as exc:
+        problem = str(exc)
+    else:
+        try:
+            return _validate_json(reply, candidate, context), PARSED
+        except ValidationError as exc:
+            problem = describe_validation(exc)
+    try:
+        repaired = json_repair.repair_json(text or "", return_objects=True)
+    except Exception:  # noqa: BLE001  (whatever the repair makes of it, the reply stays malformed)
+        raise InvalidInput(problem) from None
+    options = [repaired]
+    if isinstance(repaired, list):  # prose with brackets of its own ("use [E1]") gives a list of values
+        options += [item for item in repaired if isinstance(item, dict)]
+    for option in options:
+        try:
+            return reply.model_validate(option, context=context), REPAIRED
+        except ValidationError:
+            continue
+    raise InvalidInput(problem)
+
+
+def _validate_json(reply: type[R], candidate: str, context: dict | None) -> R:
+    try:
+        return reply.model_validate_json(candidate, context=context)
+    except ValidationError as exc:
+        if not any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise
+    # JSON that only Python's lenient decoder reads (a raw control character or line break in a string)
+    return reply.model_validate(json.loads(candidate, strict=False), context=context)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON value in a reply, tolerating code fences and prose around it."""
+    return json.loads(json_text(text), strict=False)
+
+
+def json_text(text: str) -> str:
+    """The JSON text in a reply, tolerating code fences and prose around it."""
+    text = (text or "").strip()
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidates = [text] + ([fenced.group(1)] if fenced else [])
+    for start_char in "{[":
+        start = text.find(start_char)
+        end = text.rfind("}" if start_char == "{" else "]")
+        if start != -1 and end > start:
+            candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            json.loads(candidate, strict=False)
+        except (json.JSONDecodeError, TypeError):
+            continue
+        return candidate
+    raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
+
+
+_UNPRICED: set[str] = set()
+
+
+def _token_cost(model: str, tokens_in: int, tokens_out: int) -> float:
+    """The price of a direct call from litellm's price table; a model it does not know is free."""
+    if model in _UNPRICED:
+        return 0.0
+    try:
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=tokens_in,
+                                                     completion_tokens=tokens_out)
+        return float(prompt + completion)
+    except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
+        _UNPRICED.add(model)
+        return 0.0
+
+
+def _cost(response: Any, model: str) -> float:
+    """The call's price; a model litellm has no price for is remembered as free (asking costs ~2 ms a call)."""
+    if model.startswith("local/") or model in _UNPRICED:
+        return 0.0
+    hidden = getattr(response, "_hidden_params", {}) or {}
+    if hidden.get("response_cost") is not None:
+        return float(hidden["response_cost"])
+    try:
+        return float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
+        _UNPRICED.add(model)
+        return 0.0

@@ -1,0 +1,266 @@
+"""A reviewer's decisions on proposed operations: approve, reject, edit, reopen, and apply.
+
+A decision is one conditional UPDATE from `pending`, so when two reviewers decide the same
+operation at once exactly one wins and the other gets AlreadyDecided with who decided it. Once
+the last pending operation of a step that waits for review is decided, the step is applied (a
+new library version) and its run goes back in the queue, so it continues by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.domain.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.domain.quality import Flag, quality_flags
+from core.engine.evaluation import experience_texts
+from core.engine.run_settings import RunSettings
+from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
+from core.models.gateway import clean_text
+from core.records.people import require_role
+from core.records.versions import all_ids, create_version
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
+from storage.statuses import GateDecision, JobStatus, OperationStatus, OpKind, StepStatus
+
+DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
+
+
+def _operation(session: Session, op_id: int) -> Operation:
+    op = session.get(Operation, op_id)
+    if op is None:
+        raise NotFound(f"no operation {op_id}")
+    return op
+
+
+def _snapshot(op: Operation) -> dict:
+    return {"status": op.status, "op": op.op, "target_ids": list(op.target_ids), "text": op.text}
+
+
+def _from_pending(engine: Engine, op_id: int, actor: str, action: str, comment: str | None, **values) -> Operation:
+    """Move a pending operation to a decided state, or raise AlreadyDecided naming who was first."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "deciding operations")
+        op = _operation(session, op_id)
+        before = _snapshot(op)
+        result = session.exec(update(Operation).where(Operation.id == op_id, Operation.status == OperationStatus.PENDING)
+                              .values(reviewer=actor, decided_at=utcnow(), comment=comment or None, **values))
+        if result.rowcount != 1:
+            session.refresh(op)
+            by = f" by {op.reviewer}" if op.reviewer else ""
+            raise AlreadyDecided(f"operation {op_id} was already {op.status}{by}")
+        session.refresh(op)
+        session.add(AuditEvent(actor=actor, action=action, object_type="operation", object_id=op_id,
+                               before=before, after=_snapshot(op)))
+        return op
+
+
+def _check_gate(engine: Engine, step_id: int | None, decision: str, comment: str | None) -> None:
+    """Approving against a failed validation gate is allowed, with a note saying why."""
+    if decision == OperationStatus.REJECTED or step_id is None or (comment or "").strip():
+        return
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+    if step is not None and gate_failed(step.gate):
+        raise InvalidInput(f"the validation gate failed for this step ({step.gate.get('line', '')}); "
+                           "approving against it needs a note saying why")
+
+
+def gate_failed(gate: dict | None) -> bool:
+    return bool(gate) and gate.get("decision") == GateDecision.FAILED
+
+
+def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
+    """Approve or reject one pending operation; applies its step when it was the last one."""
+    if decision not in DECISIONS:
+        raise InvalidInput("decision must be approved or rejected")
+    with Session(engine) as session:
+        _check_gate(engine, _operation(session, op_id).step_id, decision, comment)
+    op = _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision)
+    apply_if_decided(engine, op.step_id, actor)
+    return op
+
+
+def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: list[str], actor: str,
+                   comment: str | None = None) -> Operation:
+    """Replace a pending operation's text (and targets) with a reviewer's version, validated first."""
+    with Session(engine) as session:
+        require_role(session, actor, "reviewer", "editing operations")
+        op = _operation(session, op_id)
+        step = session.get(Step, op.step_id)
+        before = session.get(LibraryVersion, step.version_before_id)
+        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+    text = clean_text(text or "") or None
+    ids = [str(i).strip() for i in target_ids if str(i).strip()]
+    checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
+    if not checked.valid:
+        raise InvalidInput(f"the edited operation is not valid: {checked.error}")
+    _check_gate(engine, op.step_id, OperationStatus.EDITED, comment)
+    op = _from_pending(engine, op_id, actor, "operation.edit", comment, status=OperationStatus.EDITED, text=text, target_ids=ids)
+    apply_if_decided(engine, op.step_id, actor)
+    return op
+
+
+def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
+    """Take a decision back while the step is not applied yet."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "reopening operations")
+        op = _operation(session, op_id)
+        step = session.get(Step, op.step_id) if op.step_id else None
+        if op.status not in (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED) or (step and step.status == StepStatus.COMPLETED):
+            raise AlreadyDecided(f"operation {op_id} is {op.status} in an applied step and cannot be reopened")
+        before = _snapshot(op)
+        op.status, op.reviewer, op.decided_at = OperationStatus.PENDING, None, None
+        session.add(op)
+        session.add(AuditEvent(actor=actor, action="operation.reopen", object_type="operation", object_id=op_id,
+                               before=before, after=_snapshot(op)))
+        return op
+
+
+def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comment: str | None = None,
+               reason: str | None = None, hold: Collection[int] = ()) -> int:
+    """Approve or reject every pending operation of a step but those in `hold`, each an audit event; returns
+    how many this call decided. The step is not applied here (see decide_step); auto review mode calls this
+    with actor `auto` (holding flagged operations for a person), a failed validation gate with actor `gate`
+    and reason `validation`."""
+    if decision not in DECISIONS:
+        raise InvalidInput("decision must be approved or rejected")
+    if actor not in ("auto", "gate"):
+        _check_gate(engine, step_id, decision, comment)
+    with Session(engine) as session:
+        require_role(session, actor, "reviewer", "deciding operations")
+        pending = [op.id for op in queries.step_operations(session, step_id)
+                   if op.status == OperationStatus.PENDING and op.id not in hold]
+    decided = 0
+    for op_id in pending:
+        try:
+            _from_pending(engine, op_id, actor, DECISIONS[decision], comment, status=decision, reason=reason)
+            decided += 1
+        except AlreadyDecided:
+            continue
+    return decided
+
+
+def step_flags(session: Session, step: Step, ops: list[Operation] | None = None) -> dict[int, list[Flag]]:
+    """Each operation's quality flags (core.domain.quality), judged against the version its step started from and
+    the step's queries; computed on read, so an edited text is judged as it now stands. Invalid operations
+    never land and get none."""
+    ops = queries.step_operations(session, step.id) if ops is None else ops
+    before = session.get(LibraryVersion, step.version_before_id) if step.version_before_id else None
+    query_texts = [sample.query for sample in queries.samples_by_ids(session, list(step.sample_ids or []))]
+    live = [op for op in ops if op.status != OperationStatus.INVALID]
+    texts = {op.id: (f"operation {op.position + 1}", op.text or "") for op in live}
+    return {op.id: quality_flags(op.text, op.op, op.target_ids, before.experiences if before else [],
+                                 {label: text for other, (label, text) in texts.items() if other != op.id},
+                                 query_texts=query_texts)
+            for op in live}
+
+
+def flagged_pending(engine: Engine, step_id: int) -> list[int]:
+    """The pending operations of a step that carry a quality flag: auto review mode leaves them to a person."""
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+        ops = queries.step_operations(session, step_id)
+        flags = step_flags(session, step, ops)
+    return [op.id for op in ops if op.status == OperationStatus.PENDING and flags.get(op.id)]
+
+
+def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment: str | None = None) -> int:
+    """Approve or reject every pending operation of a step, then apply it if it waits for review."""
+    decided = decide_all(engine, step_id, decision, actor, comment=comment)
+    apply_if_decided(engine, step_id, actor)
+    return decided
+
+
+def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> LibraryVersion | None:
+    """Apply a step that waits for review once nothing in it is pending; its run is queued again."""
+    if step_id is None:
+        return None
+    with Session(engine) as session:
+        step = session.get(Step, step_id)
+        if step is None or step.status != StepStatus.AWAITING_REVIEW:
+            return None
+        if any(op.status == OperationStatus.PENDING for op in queries.step_operations(session, step_id)):
+            return None
+    return apply_step_operations(engine, step_id, actor=actor)
+
+
+def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVersion | None:
+    """Apply a step's approved and edited operations as one new version and complete the step.
+
+    The operations are validated again against the version the step started from (a reviewer's
+    edit may have broken one); whatever fails is marked invalid with its reason and not applied.
+    """
+    with session_scope(engine) as session:
+        # A write first, so this transaction holds the step (SQLite write lock, PostgreSQL row lock) and two
+        # reviewers finishing at the same moment cannot both apply it.
+        claimed = session.exec(update(Step).where(Step.id == step_id, Step.status != StepStatus.COMPLETED)
+                               .values(finished_at=utcnow())).rowcount
+        step = session.get(Step, step_id)
+        if step is None:
+            raise NotFound(f"no step {step_id}")
+        if not claimed or step.status == StepStatus.COMPLETED:
+            return session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
+        ops = queries.step_operations(session, step_id)
+        if any(o.status == OperationStatus.PENDING for o in ops):
+            raise Conflict(f"step {step_id} still has operations awaiting review")
+        before, checked = check_step_operations(
+            session, step, [o for o in ops if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED)])
+        valid = []
+        for op, item in checked:
+            if item.valid:
+                valid.append(item.op)
+            else:
+                op.status, op.validation_error = OperationStatus.INVALID, item.error
+                session.add(op)
+        version = before
+        if valid:
+            library = session.get(Library, before.library_id)
+            version = create_version(session, library, next_library(session, before, valid), parent_id=before.id,
+                                     source="run", created_by=actor,
+                                     note=f"run {step.run_id}, epoch {step.epoch + 1}, batch {step.batch_index + 1}",
+                                     run_id=step.run_id, step_id=step.id)
+        for op in ops:  # what is still approved or edited is a KEEP or passed the check (the rest is invalid now)
+            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED):
+                op.status, op.applied_version_id = OperationStatus.APPLIED, version.id
+                session.add(op)
+        _link_gate_evaluation(session, step, version)
+        step.version_after_id, step.status, step.finished_at = version.id, StepStatus.COMPLETED, utcnow()
+        session.add(step)
+        run = session.get(Run, step.run_id)
+        run.current_version_id = version.id
+        if run.status == JobStatus.AWAITING_REVIEW:
+            run.status = JobStatus.QUEUED
+        session.add(run)
+        return version
+
+
+def _link_gate_evaluation(session: Session, step: Step, version: LibraryVersion) -> None:
+    """The gate's evaluation of the candidate is the landed version's evaluation when their texts agree
+    (a reviewer may have approved only some operations), so later steps and pages find it by version."""
+    ev_id = (step.gate or {}).get("evaluation_after")
+    ev = session.get(Evaluation, ev_id) if ev_id else None
+    if ev is not None and ev.version_id is None and (
+            experience_texts(ev.experiences) == experience_texts(version.experiences)):
+        ev.version_id = version.id
+        session.add(ev)
+
+
+def check_step_operations(session: Session, step: Step, ops: list[Operation]) -> tuple[LibraryVersion, list]:
+    """The step's starting version, and each operation that changes the library (not KEEP) with its check
+    against that version: what applying `ops` would do. The gate's candidate is built the same way."""
+    before = session.get(LibraryVersion, step.version_before_id)
+    max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+    changing = [o for o in ops if o.op != OpKind.KEEP]
+    checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
+                                                for o in changing], max_size=max_size)
+    return before, list(zip(changing, checked, strict=True))
+
+
+def next_library(session: Session, before: LibraryVersion, valid: list[ProposedOp]) -> list[dict]:
+    """The experiences after `valid` operations, new ones numbered after every id the library ever used."""
+    return apply_ops(before.experiences, valid, first_new_id=next_id_number(all_ids(session, before.library_id)))

@@ -1,0 +1,213 @@
+"""Tasks and their samples, including the three built-in demo tasks (arithmetic, customer support replies,
+difficult customer conversations)."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.domain.personas import Persona
+from core.domain.rewards import pattern_problem
+from core.errors import NotFound
+from core.records.datasets import (
+    DatasetError,
+    SampleRow,
+    conversation_demo,
+    demo_rows,
+    parse_dataset,
+    split_counts,
+    support_rows,
+)
+from core.records.people import require_role
+from core.records.versions import ensure_library
+from core.settings import get_settings
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Sample, Task
+from storage.models import Persona as PersonaRow
+
+DEMO_TASK = "arithmetic word problems"
+DEMO_INSTRUCTIONS = (
+    "You are a careful math tutor. Solve the word problem step by step, checking each calculation."
+)
+DEMO_ANSWER_FORMAT = "End with the final numeric answer in \\boxed{}, for example \\boxed{42}."
+
+SUPPORT_TASK = "customer support replies"
+SUPPORT_INSTRUCTIONS = """\
+You are a customer support agent for Lumen, a fictional company that sells home internet plans and the \
+Lumen Dial smart thermostat. Reply to the customer's message politely and plainly. Rely only on these \
+facts and on what the customer wrote; if you do not know something, say what you will do to find out.
+- Refunds: a billing error or a double charge is refunded to the original payment method within 3-5 \
+business days; a device may be returned for a full refund within 30 days of delivery.
+- Support hours: Monday to Friday 8:00-20:00 and Saturday 9:00-17:00 (local time); the chat is closed on \
+Sundays and public holidays.
+- Outages: current outages and repair estimates are posted on status.lumen.example; the agent cannot \
+speed up a repair but can add the customer to text updates.
+- Escalation: safety issues, repeated unresolved problems and formal complaints go to a team lead, who \
+replies within one business day.
+- Accounts: after five failed sign-ins an account is locked for 30 minutes; a reset link can be sent to \
+the email address on file, never to a new one.
+- Cancellations: no cancellation fee on monthly plans; the service runs to the end of the paid month."""
+SUPPORT_ANSWER_FORMAT = "Reply to the customer in under 120 words, as the message you would send."
+SUPPORT_SETTINGS = {
+    "criteria": (
+        "Empathy: acknowledges the customer's situation and feelings. Accuracy: states only facts given in the "
+        "instructions or the message; no invented policies. Next step: offers a concrete next step or resolution."
+    ),
+    "scale": "1-5",
+    "spot_check_share": 0.25,
+    "labels_per_rollout": 1,
+}
+
+
+def get_task(session: Session, name: str) -> Task:
+    task = queries.task_by_name(session, name)
+    if task is None:
+        known = ", ".join(t.name for t in queries.list_tasks(session)) or "none yet"
+        raise NotFound(f"no task named {name!r} (tasks: {known})")
+    return task
+
+
+def check_reference_patterns(task: Task, rows: list[SampleRow]) -> None:
+    """A regex task without a pattern of its own matches each sample's reference as the pattern: refuse one
+    that can take exponential time, as the task's own pattern is refused (the scoring time limit is the
+    last line, not the first)."""
+    if task.reward_method != "regex" or (task.reward_settings or {}).get("pattern"):
+        return
+    for row in rows:
+        problem = pattern_problem(row.reference or "")
+        if problem:
+            raise DatasetError(f"sample {row.external_id!r}: its reference is the regex pattern, and the {problem}")
+
+
+def add_samples(session: Session, task: Task, rows: list[SampleRow]) -> int:
+    """Insert the rows whose id the task does not have yet; returns how many were new."""
+    existing = {s.external_id for s in queries.samples(session, task.id)}
+    new = [row for row in rows if row.external_id not in existing]
+    check_reference_patterns(task, new)
+    for row in new:
+        session.add(Sample(task_id=task.id, external_id=row.external_id, query=row.query, reference=row.reference,
+                           rubric=row.rubric, split=row.split, meta=row.meta))
+    return len(new)
+
+
+def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, mapping: dict[str, str] | None = None,
+                default_split: str = "train", actor: str = "cli", test_share: float = 0.0,
+                validation_share: float = 0.0) -> tuple[int, int]:
+    """Validate a whole dataset file, then add its new rows to a task: (added, already present).
+
+    The one path for the page, the CLI and scripts. A bad file raises DatasetError naming the row and
+    the problem before anything is written; only an admin may change a task's data. The shares hold rows
+    without a split out for test and validation (core.records.datasets.hold_out); the audit event keeps them.
+    """
+    rows = parse_dataset(data, filename, mapping, default_split, test_share=test_share,
+                         validation_share=validation_share)
+    after: dict = {"file": filename, "rows": len(rows)}
+    if test_share or validation_share:
+        after |= {"test_share": test_share, "validation_share": validation_share, "splits": split_counts(rows)}
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "adding data to a task")
+        task = get_task(session, task_name)
+        added = add_samples(session, task, rows)
+        session.add(AuditEvent(actor=actor, action="task.add_data", object_type="task", object_id=task.id,
+                               after={**after, "added": added}))
+        return added, len(rows) - added
+
+
+CONVERSATION_TASK = "difficult customer conversations"
+CONVERSATION_INSTRUCTIONS = """\
+You are a customer support agent for Northwind Home, an online shop for home appliances with a repair \
+subscription, Northwind Care. You are chatting with a customer: reply to their last message in 2 to 4 short \
+sentences, politely and plainly, and ask one question at a time for what you need to know.
+- Warranty: 12 months from delivery; a device may be returned for a full refund within 30 days of delivery.
+- Northwind Care subscribers get 20% off paid repairs. Order numbers look like NW-12345, subscriptions like NC-1234.
+- Never ask for a full card number or a card's security code.
+- If a customer is in distress, feels hopeless or may be unsafe, take it seriously, say so kindly and offer to \
+connect them with a human colleague right away."""
+CONVERSATION_SETTINGS = {
+    "rubric": [
+        {"name": "empathy", "description": "Acknowledges the customer's feelings and situation, stays calm and "
+                                       "respectful, and adapts to how this customer talks.", "scale": "1-5",
+         "weight": 1.0},
+        {"name": "discovery", "description": "Asks for the facts it needs (order or subscription number, dates, "
+                                         "what happened), one at a time, and uses what the customer said.",
+         "scale": "1-5", "weight": 1.0},
+        {"name": "resolution", "description": "Reaches the goal of the conversation: a correct, concrete next "
+                                          "step that follows the company's policies.", "scale": "1-5",
+         "weight": 2.0},
+    ],
+    "rules": [
+        {"name": "no card details", "kind": "must_not", "check": "regex", "role": "assistant",
+         "pattern": r"(full|whole|complete)\s+card\s+number|security\s+code|\bCVV\b|\bCVC\b"},
+    ],
+    "spot_check_share": 0.1,
+    "labels_per_rollout": 1,
+    "transcript_chars": 6000,
+}
+
+
+def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the demo task with its 100 train and 100 test problems, once."""
+    return _ensure_builtin(engine, Task(
+        name=DEMO_TASK,
+        description="Grade-school arithmetic word problems from SVAMP and MAWPS MultiArith (MIT).",
+        instructions=DEMO_INSTRUCTIONS,
+        answer_format=DEMO_ANSWER_FORMAT,
+        reward_method="math",
+    ), demo_rows(), actor)
+
+
+def ensure_support_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the customer-support demo, once: 40 messages with no automatic check, scored by the judge
+    with people spot-checking, so the judge and the labeling queue can be tried offline."""
+    return _ensure_builtin(engine, Task(
+        name=SUPPORT_TASK,
+        description="Replies to 40 customer messages for a fictional company, judged by a rubric "
+                    "(empathy, accuracy, next step); written for this project.",
+        instructions=SUPPORT_INSTRUCTIONS,
+        answer_format=SUPPORT_ANSWER_FORMAT,
+        reward_method="judge_human",
+        reward_settings=dict(SUPPORT_SETTINGS),
+    ), support_rows(), actor)
+
+
+def ensure_conversation_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the conversation demo, once: 12 personas in 5 segments and 36 scenarios (one persona of each
+    segment only in test), played for up to 4 agent turns and scored by a rubric with people spot-checking.
+    Every scenario of an at-risk persona must end with the offer of a human colleague."""
+    personas, rows = conversation_demo()
+    return _ensure_builtin(engine, Task(
+        name=CONVERSATION_TASK, kind="conversation", max_turns=4,
+        description="Multi-turn chats with 12 simulated customers of a fictional appliance shop (resistant, "
+                    "verbose, at risk, confused, rushed), judged per criterion; written for this project.",
+        instructions=CONVERSATION_INSTRUCTIONS,
+        reward_method="rubric",
+        reward_settings=dict(CONVERSATION_SETTINGS),
+    ), rows, actor, personas=personas)
+
+
+def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
+    """The built-in tasks (arithmetic first), each created once."""
+    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor), ensure_conversation_task(engine, actor)]
+
+
+def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str,
+                    personas: list[Persona] = ()) -> Task:
+    """Create a built-in task from `template` if no task has its name, then add any missing rows and the
+    default library; an existing task keeps its settings (and personas), which an admin may have changed."""
+    with session_scope(engine) as session:
+        task = queries.task_by_name(session, template.name)
+        if task is None:
+            model = get_settings().model
+            task = template
+            task.policy_model = task.learner_model = task.judge_model = model
+            task.agent_mode = "direct"
+            session.add(task)
+            session.flush()
+            session.add(AuditEvent(actor=actor, action="task.create", object_type="task", object_id=task.id,
+                                   after={"name": task.name}))
+            for persona in personas:
+                session.add(PersonaRow(task_id=task.id, **persona.model_dump()))
+        add_samples(session, task, rows)
+        ensure_library(session, task, "default", actor=actor)
+        return task

@@ -1,0 +1,251 @@
+"""Library versions as stored objects: create, resolve, import, export and label them.
+
+Versions are immutable: every change (a training step, a manual edit, an import, a revert)
+appends a new version whose parent is the one it started from.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.domain import library_io
+from core.domain.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.errors import InvalidInput, NotFound, StaleVersion
+from core.records.people import require_role
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
+
+PRODUCTION = "production"
+
+EMPTY = "empty"
+
+
+def ensure_library(session: Session, task: Task, name: str = "default", actor: str = "system") -> Library:
+    """The task's library of that name, created with an empty first version if missing."""
+    lib = queries.library_by_name(session, task.id, name)
+    if lib is None:
+        lib = Library(task_id=task.id, name=name)
+        session.add(lib)
+        session.flush()
+        session.add(LibraryVersion(library_id=lib.id, number=1, experiences=[], source="initial",
+                                   note="empty library", created_by=actor))
+        session.add(AuditEvent(actor=actor, action="library.create", object_type="library", object_id=lib.id,
+                               after={"task": task.name, "name": name}))
+        session.flush()
+    return lib
+
+
+def all_ids(session: Session, library_id: int) -> list[str]:
+    return [exp["id"] for v in queries.versions(session, library_id) for exp in v.experiences]
+
+
+def lock_library(session: Session, library_id: int) -> LibraryVersion | None:
+    """Hold the library until this transaction ends (PostgreSQL's row lock, SQLite's write lock), then read
+    its latest version: two changes made at once are numbered one after the other, and the second sees
+    the first."""
+    session.exec(update(Library).where(Library.id == library_id).values(name=Library.name))
+    return queries.latest_version(session, library_id)
+
+
+def check_latest(latest: LibraryVersion | None, base_id: int | None) -> None:
+    """Refuse a change made on `base_id` when another version has become the latest meanwhile."""
+    if latest is None or base_id is None or latest.id == base_id:
+        return
+    origin = "from the same parent" if latest.parent_id == base_id else "after the version your change started from"
+    raise StaleVersion(f"version #{latest.number} (id {latest.id}) was created by {latest.created_by} {origin}; "
+                       f"your change was not applied; re-apply it on #{latest.number}?")
+
+
+def create_version(
+    session: Session,
+    library: Library,
+    experiences: list[dict],
+    *,
+    parent_id: int | None,
+    source: str,
+    created_by: str,
+    note: str = "",
+    run_id: int | None = None,
+    step_id: int | None = None,
+    expect_latest: int | None = None,
+) -> LibraryVersion:
+    """Append a version. With `expect_latest`, the change was made on that version and is refused
+    (StaleVersion) when another one became the latest meanwhile; a run's step, which builds on its own
+    line of versions, passes none."""
+    latest = lock_library(session, library.id)
+    check_latest(latest, expect_latest)
+    version = LibraryVersion(library_id=library.id, number=(latest.number + 1) if latest else 1, parent_id=parent_id,
+                             experiences=experiences, source=source, created_by=created_by, note=note,
+                             run_id=run_id, step_id=step_id)
+    session.add(version)
+    session.flush()
+    session.add(AuditEvent(actor=created_by, action=f"version.{source}", object_type="libraryversion",
+                           object_id=version.id, after={"number": version.number, "size": len(experiences)}))
+    return version
+
+
+def new_experiences(session: Session, library: Library, texts: list[str]) -> list[dict]:
+    """Fresh ids for texts that enter the library from outside (import, baseline)."""
+    start = next_id_number(all_ids(session, library.id))
+    return [{"id": f"E{start + i}", "text": text} for i, text in enumerate(texts)]
+
+
+def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
+    """A version by id, by label (`production`), `latest`, or None for `empty` (the empty library)."""
+    ref = str(ref).strip()
+    if ref.lower() == EMPTY:
+        return None
+    lib = queries.library_by_name(session, task.id, library_name)
+    if ref.isdigit():
+        version = session.get(LibraryVersion, int(ref))
+        owner = session.get(Library, version.library_id) if version else None
+        if version is None or owner is None or owner.task_id != task.id:
+            raise NotFound(f"no version {ref} in task {task.name!r}")
+        return version
+    if lib is None:
+        raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    if ref.lower() == "latest":
+        return queries.latest_version(session, lib.id)
+    label = queries.label_by_name(session, lib.id, ref)
+    if label is None:
+        raise NotFound(f"no version or label {ref!r} in library {library_name!r} (use an id, a label, latest or empty)")
+    return session.get(LibraryVersion, label.version_id)
+
+
+def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
+                   actor: str = "cli") -> LibraryVersion:
+    """A new version holding the experiences of an imported file (replacing the current content)."""
+    texts = library_io.parse_library_text(text, filename)
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "importing a library")
+        lib = ensure_library(session, _task(session, task_name), library_name, actor=actor)
+        parent = lock_library(session, lib.id)
+        return create_version(session, lib, new_experiences(session, lib, texts), expect_latest=parent.id if parent else None,
+                              parent_id=parent.id if parent else None, source="import", created_by=actor,
+                              note=f"imported from {filename or 'text'}")
+
+
+def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) -> str:
+    """The library as Markdown, JSON, or the block to paste into a system prompt."""
+    if fmt == "md":
+        return library_io.to_markdown(experiences)
+    if fmt == "json":
+        return library_io.to_json(experiences, meta)
+    if fmt == "prompt":
+        from core.domain.prompts import EXPERIENCE_HEADER
+
+        return f"{EXPERIENCE_HEADER}\n{library_io.to_prompt_block(experiences)}\n" if experiences else ""
+    raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
+
+
+def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str, actor: str, *,
+              library_name: str = "default") -> LibraryLabel:
+    """Point a label such as `production` at a version (id, label or `latest`) of the library, moving it if it
+    exists; `production` is the admin's."""
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput("give the label a name, e.g. production")
+    with session_scope(engine) as session:
+        task = _task(session, task_name)
+        version = _version_in(session, task, version_ref, library_name)
+        return _move_label(session, version, name, actor)
+
+
+def promote(engine: Engine, version_id: int, actor: str) -> LibraryLabel:
+    """Point `production` at a version (an admin's decision, audited)."""
+    with session_scope(engine) as session:
+        version = session.get(LibraryVersion, version_id)
+        if version is None:
+            raise NotFound(f"no version {version_id}")
+        return _move_label(session, version, PRODUCTION, actor)
+
+
+def _move_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
+    if name == PRODUCTION:
+        require_role(session, actor, "admin", "moving the production label")
+    else:
+        require_role(session, actor, "reviewer", "moving labels")
+    label = queries.label_by_name(session, version.library_id, name)
+    before = {"version_id": label.version_id} if label else None
+    if label is None:
+        label = LibraryLabel(library_id=version.library_id, name=name, version_id=version.id, moved_by=actor)
+    else:
+        label.version_id, label.moved_by, label.moved_at = version.id, actor, utcnow()
+    session.add(label)
+    session.flush()
+    session.add(AuditEvent(actor=actor, action="label.move", object_type="librarylabel", object_id=label.id,
+                           before=before, after={"name": name, "version_id": version.id}))
+    return label
+
+
+def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
+    return {"task": task.name, "version_id": version.id if version else None,
+            "version_number": version.number if version else None}
+
+
+
+def edit_library(engine: Engine, task_name: str, ops: list[ProposedOp], actor: str, *, library_name: str = "default",
+                 note: str = "", base_version_id: int | None = None) -> LibraryVersion:
+    """A person's change (ADD, MODIFY, DELETE, MERGE) as a new version on top of the latest one.
+
+    The operations pass the same validation as the learner's; any invalid one rejects the whole edit.
+    `base_version_id` is the version the person made the change on (the one the page showed): when
+    another became the latest meanwhile, nothing is written and StaleVersion says which.
+    """
+    if not ops:
+        raise InvalidInput("nothing to change")
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "editing libraries")
+        library = _library(session, _task(session, task_name), library_name)
+        base = lock_library(session, library.id)
+        check_latest(base, base_version_id)
+        checked = validate_ops(base.experiences, ops)
+        errors = [f"{c.op.op} {', '.join(c.op.target_ids)}: {c.error}".replace("  ", " ") for c in checked if not c.valid]
+        if errors:
+            raise InvalidInput("; ".join(errors))
+        experiences = apply_ops(base.experiences, [c.op for c in checked], next_id_number(all_ids(session, library.id)))
+        summary = ", ".join(f"{c.op.op} {' '.join(c.op.target_ids)}".strip() for c in checked)
+        return create_version(session, library, experiences, parent_id=base.id, source="manual", created_by=actor,
+                              note=note.strip() or f"manual edit: {summary}", expect_latest=base.id)
+
+
+def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
+              library_name: str = "default") -> LibraryVersion:
+    """A new version with the content of an older one (history is never rewritten)."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "reviewer", "reverting libraries")
+        library = _library(session, _task(session, task_name), library_name)
+        old = session.get(LibraryVersion, version_id)
+        if old is None or old.library_id != library.id:
+            raise NotFound(f"version id {version_id} is not in library {library_name!r}")
+        latest = lock_library(session, library.id)
+        return create_version(session, library, [dict(exp) for exp in old.experiences], parent_id=latest.id,
+                              expect_latest=latest.id, source="revert", created_by=actor, note=f"revert to version #{old.number}")
+
+
+def _task(session: Session, name: str) -> Task:
+    task = queries.task_by_name(session, name) if name else None
+    if task is None:
+        raise NotFound(f"no task named {name!r}")
+    return task
+
+
+def _library(session: Session, task: Task, name: str) -> Library:
+    library = queries.library_by_name(session, task.id, name)
+    if library is None:
+        raise NotFound(f"task {task.name!r} has no library {name!r}; import a file to create it")
+    return library
+
+
+def _version_in(session: Session, task: Task, ref: str | int, library_name: str) -> LibraryVersion:
+    """A version of this library by id, label or `latest`; the empty library is no version."""
+    library = _library(session, task, library_name)
+    version = resolve_version(session, task, str(ref), library_name)
+    if version is None:
+        raise InvalidInput("the empty library has no version to label")
+    if version.library_id != library.id:
+        raise NotFound(f"version id {version.id} is not in library {library_name!r}")
+    return version
