@@ -16,8 +16,8 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.models.judge import choices, scale_of
-from core.records.labeling import submit_label
+from core.models.judge import choices
+from core.records.labeling import label_scale, submit_label
 from core.records.scenarios import is_conversation, personas_by_name, segment_of
 from pages._common import (
     SCORE,
@@ -76,7 +76,7 @@ def label_control(rollout: Rollout, task: Task, can_label: bool) -> None:
     if rollout.error or not can_label:
         return
     with st.popover("Label this output"):
-        values = [value for _, value in choices(scale_of(task))]
+        values = [value for _, value in choices(label_scale(task))]
         st.radio("Reward", values, key=f"rollouts_label_value_{rollout.id}", horizontal=True,
                  format_func=lambda v: f"{v:g}")
         st.text_input("Comment", key=f"rollouts_label_comment_{rollout.id}")
