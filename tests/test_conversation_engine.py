@@ -260,3 +260,24 @@ def test_evaluation_of_a_conversation_task(engine, conversation_task, scripted):
     ev = execute_evaluation(engine, eval_id, gateway=gateway)
     assert ev.status == JobStatus.COMPLETED, ev.error
     assert ev.n == 3 and ev.mean_at_k is not None
+
+
+@pytest.mark.parametrize("quote, broken", [("", False), ("I promise a refund today", False),
+                                           ("Could you give me your order number", True)])
+def test_a_must_not_rule_is_broken_only_with_a_real_quote(engine, conversation_task, scripted, quote, broken):
+    """A small judge says yes to most questions; without words that are really in the agent's turn, a "yes"
+    to a must-not question is not counted."""
+    with Session(engine) as session:
+        task = get_task(session, CONVERSATION_TASK)
+        sample = next(s for s in queries.samples(session, task.id, "train") if s.meta["must_not"])
+
+    def yes_to_everything(messages):
+        if "You check one rule" in messages[0]["content"]:
+            return json.dumps({"holds": True, "turn": 2, "quote": quote, "reason": "it happened"})
+        return rubric_reply()
+
+    _, gateway = scripted(engine, **conversation_replies(judge=yes_to_everything))
+    row = play_one(engine, gateway, sample)
+    must_not = [r for r in row.scores["rules"] if r["kind"] == "must_not" and r["name"] != "no card details"]
+    assert must_not and all(r["passed"] is (not broken) for r in must_not)
+    assert (row.reward == 0.0) is broken

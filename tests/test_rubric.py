@@ -140,3 +140,16 @@ def test_the_verdict_model_works_with_the_gateways_context_and_the_schema_lists_
     assert inner["properties"]["empathy"]["properties"]["score"] == {"type": "integer", "minimum": 1, "maximum": 5}
     assert inner["properties"]["safety"]["properties"]["score"]["maximum"] == 1
     assert schema["required"] == ["criteria", "unsure"]
+
+
+def test_a_quote_counts_only_when_it_is_in_the_named_turn_or_the_rules_role():
+    from core.domain.rubric import quote_found
+
+    turns = [{"role": "user", "text": "My dishwasher broke."},
+             {"role": "assistant", "text": "Good news: the repair is FREE under your warranty!"},
+             {"role": "user", "text": "Really? Free under the warranty?"}]
+    assert quote_found("the repair is free under your warranty", turns, 1, "assistant")
+    assert quote_found("repair is free, under your warranty", turns, None, "assistant")  # punctuation ignored
+    assert not quote_found("the repair is free under your warranty", turns, 2, "assistant")  # not in that turn
+    assert not quote_found("free", turns, 1, "assistant")  # too short to prove anything
+    assert not quote_found("I will refund you right away", turns, None, "assistant")  # never said

@@ -298,9 +298,31 @@ class RuleReply(Reply):
 
     holds: bool
     turn: Annotated[int, Field(ge=0)] = 0
+    quote: Text = ""
     reason: Text = ""
 
     @field_validator("reason")
     @classmethod
     def _short(cls, value: str) -> str:
         return value[:MAX_REASON_CHARS]
+
+
+MIN_QUOTE_CHARS = 12  # shorter "quotes" ("yes", "refund") are found anywhere and prove nothing
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
+def quote_found(quote: str, turns: Sequence[dict], turn_index: int | None, role: str) -> bool:
+    """Whether the judge's quote is really in the conversation: in the turn it named, else in any turn of the
+    rule's role (case, punctuation and spacing ignored). A judge that says a must-not rule was broken must
+    show where; a small judge says "yes" to most questions, and an unsupported yes would zero the reward."""
+    wanted = _normal(quote)
+    if len(wanted) < MIN_QUOTE_CHARS:
+        return False
+    if turn_index is not None and 0 <= turn_index < len(turns):
+        candidates = [turns[turn_index]]
+    else:
+        candidates = [turns[i] for i in _checked(turns, role)]
+    return any(wanted in _normal(turn["text"]) for turn in candidates)

@@ -26,6 +26,7 @@ from core.domain.rubric import (
     check_rules,
     final_reward,
     judged_rule,
+    quote_found,
     regex_found,
     verdict_context,
     verdict_schema,
@@ -111,12 +112,18 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
 
 async def _ask(gateway: Gateway, task: Task, result: RuleResult, situation: str, transcript: str,
                turns: list[dict], scope: Scope, sample_index: int) -> RuleResult:
-    """A judge rule's question asked; the turn it names is kept only when it exists."""
+    """A judge rule's question asked; the turn it names is kept only when it exists. A must-not rule counts as
+    broken only when the judge quotes words that are really in the conversation (core.domain.rubric.quote_found)."""
+    rule = result.rule
     reply, _call = await gateway.complete_json(
-        stage="judge", model=task.judge_model, messages=rule_messages(situation, result.rule.question or "", transcript),
-        reply=RuleReply, scope=scope, max_tokens=200, sample_index=sample_index)
+        stage="judge", model=task.judge_model, messages=rule_messages(situation, rule.question or "", transcript),
+        reply=RuleReply, scope=scope, max_tokens=250, sample_index=sample_index)
     turn = reply.turn - 1 if 1 <= reply.turn <= len(turns) else None
-    return judged_rule(result.rule, reply.holds, turn, reply.reason or "the judge gave no reason")
+    reason = reply.reason or "the judge gave no reason"
+    if rule.kind == "must_not" and reply.holds and not quote_found(reply.quote, turns, turn, rule.role):
+        return judged_rule(rule, False, None, f"the judge said it happened but quoted nothing the {rule.role} said "
+                                              f"({reply.quote[:80]!r}), so it is not counted")
+    return judged_rule(rule, reply.holds, turn, reason)
 
 
 def scores_record(criteria: dict[str, float], results: list[RuleResult]) -> dict:
