@@ -8,7 +8,7 @@ import pytest
 
 from core.domain.conversation import Conversation, Reply, left_out_marker, play, render_turn
 from core.domain.personas import Persona, Scenario
-from core.domain.prompts import END_MARKER, simulator_messages
+from core.domain.prompts import END_MARKER, SIMULATOR_CUE, simulator_messages
 from core.errors import InvalidInput
 
 PERSONA = Persona(name="Ana", description="A tired parent who writes short messages.", segment="parents",
@@ -72,14 +72,18 @@ def test_the_agent_gets_the_library_and_the_simulator_never_does():
         assert END_MARKER in messages[0]["content"]
     last = simulator.calls[-1]
     # Roles swapped: the opening is the simulator's own (assistant) line, the agent speaks as the user.
-    assert [m["role"] for m in last] == ["system", "assistant", "user", "assistant", "user"]
+    # A cue opens the simulator's side, since several providers refuse an assistant turn right after the system.
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert last[1]["content"] == SIMULATOR_CUE
+    last = [last[0], *last[2:]]
     assert last[1]["content"] == SCENARIO.opening and last[2]["content"] == "Any allergies?"
 
 
 def test_simulator_messages_swap_roles():
     transcript = [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "hello"}]
     messages = simulator_messages(PERSONA, SCENARIO, transcript)
-    assert messages[1:] == [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "hello"}]
+    assert messages[1:] == [{"role": "user", "content": SIMULATOR_CUE}, {"role": "assistant", "content": "hi"},
+                            {"role": "user", "content": "hello"}]
 
 
 def test_replaying_stored_turns_calls_no_model_and_continues_where_it_stopped():

@@ -7,6 +7,7 @@ import json
 import pytest
 from sqlmodel import Session
 
+from core.domain.prompts import SIMULATOR_CUE
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK
 from storage import queries
@@ -203,8 +204,9 @@ def conversation_replies() -> dict:
         started[opening] = started.get(opening, 0) + 1
         return CAREFUL if started[opening] % 2 else CARELESS
 
-    def simulator(messages: list[dict]) -> str:
-        return "It is order NW-48213." if len(messages) <= 3 else "Thanks, that helps. [END]"
+    def simulator(messages: list[dict]) -> str:  # its first reply, then it ends (after the system and the cue)
+        spoken = [m for m in messages[1:] if m["content"] != SIMULATOR_CUE]
+        return "It is order NW-48213." if len(spoken) <= 2 else "Thanks, that helps. [END]"
 
     def judge(messages: list[dict]) -> str:
         content = messages[1]["content"]

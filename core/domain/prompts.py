@@ -168,6 +168,7 @@ def direct_messages(instructions: str, queries: list[tuple[str, str | None]], co
     return [{"role": "user", "content": content}]
 
 
+SIMULATOR_CUE = "(The conversation starts. Write the user's messages.)"
 END_MARKER = "[END]"  # the user simulator writes this when its need is met or it gives up
 
 
@@ -197,7 +198,9 @@ def simulator_messages(persona: Persona, scenario: Scenario, transcript: Sequenc
     core.domain.conversation stores them (`role` from the agent's side, `text`)."""
     swapped = {"user": "assistant", "assistant": "user"}
     visible = [{"role": swapped[turn["role"]], "content": turn["text"]} for turn in transcript]
-    return [{"role": "system", "content": simulator_system_prompt(persona, scenario)}, *visible]
+    # Several providers refuse a conversation whose first turn after the system prompt is the assistant's.
+    lead = [{"role": "user", "content": SIMULATOR_CUE}] if visible and visible[0]["role"] == "assistant" else []
+    return [{"role": "system", "content": simulator_system_prompt(persona, scenario)}, *lead, *visible]
 
 
 def scenario_text(persona: Persona, scenario: Scenario) -> str:
