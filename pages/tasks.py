@@ -26,7 +26,14 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.domain.personas import LIST_SEPARATOR, Persona, parse_personas, persona_dicts, personas_from_objects
+from core.domain.personas import (
+    LIST_SEPARATOR,
+    TASK_KINDS,
+    Persona,
+    parse_personas,
+    persona_dicts,
+    personas_from_objects,
+)
 from core.domain.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
@@ -39,6 +46,7 @@ from core.domain.rewards import (
     setting_keys,
     try_reward,
 )
+from core.domain.rubric import DEFAULT_RUBRIC
 from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
 from core.engine.agent import AGENT_MODES
@@ -152,6 +160,13 @@ def method_fields(prefix: str, method: str, current: dict) -> None:
         st.text_area("Criteria (what a good answer does)", value=_text(current.get("criteria")),
                      key=setting_key(prefix, "criteria"), height=120,
                      help="Shown to the judge and to labellers, with each sample's own rubric.")
+    for name, label in (("rubric", "Rubric criteria (JSON: name, description, scale binary or 1-5, weight)"),
+                        ("rules", "Rules (JSON: name, kind must or must_not, check regex or judge, pattern or "
+                                  "question, role)")):
+        if name in used:
+            st.text_area(label, value=json.dumps(current.get(name) or [], ensure_ascii=False, indent=1),
+                         key=setting_key(prefix, name), height=160,
+                         help="Scenarios add their own must / must-not statements, asked of the judge.")
     if "scale" in used:
         scales = list(SCALE_NAMES)
         scale = current.get("scale") if current.get("scale") in scales else defaults["scale"]
@@ -167,6 +182,17 @@ def method_fields(prefix: str, method: str, current: dict) -> None:
         share = min(1.0, max(0.0, _number(current, "spot_check_share", defaults)))
         st.slider("Spot-check share (rollouts a person confirms besides every unsure one)", 0.0, 1.0, share,
                   step=0.05, key=setting_key(prefix, "spot_check_share"))
+
+
+def json_setting(name: str, text: object) -> list:
+    """A list setting typed as JSON; a typo is a message naming the setting, not a traceback."""
+    try:
+        value = json.loads(str(text) or "[]")
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(value, list):
+        raise InvalidInput(f"{name} must be a JSON list of objects")
+    return value
 
 
 def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
@@ -185,6 +211,8 @@ def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
             value = [line.strip() for line in str(value).splitlines() if line.strip()]
         elif name in ("pattern", "criteria"):
             value = str(value) if name == "pattern" else str(value).strip()
+        elif name in ("rubric", "rules"):
+            value = json_setting(name, value)
         elif name == "labels_per_rollout":
             value = int(value)
         elif name in ("rel_tol", "abs_tol", "spot_check_share"):
@@ -213,10 +241,11 @@ def collect(prefix: str, kept: dict, unshown: dict | None = None) -> TaskSetting
     )
 
 
-def on_save(prefix: str, original: str | None, kept: dict, unshown: dict | None = None) -> None:
+def on_save(prefix: str, original: str | None, kept: dict, unshown: dict | None = None,
+            kind: str = "single") -> None:
     """Save through core; a new or renamed task becomes the sidebar's task (allowed here: before the sidebar)."""
     task = run_action(FLASH, "settings", lambda: save_task(engine(), collect(prefix, kept, unshown),
-                                                           context().reviewer, original_name=original),
+                                                           context().reviewer, original_name=original, kind=kind),
                       success="Task saved." if original else "Task created; it is now the sidebar's task.",
                       failure=f"{'Not saved' if original else 'Not created'}; nothing was written.")
     if task is None:
@@ -293,6 +322,13 @@ def show_settings(task: Task) -> None:
               empty="{}")
 
 
+def on_kind() -> None:
+    """A new conversation task is scored by the rubric; a new single-reply task starts from the default method."""
+    state = st.session_state
+    conversation = state.get(f"{NEW_PREFIX}kind") == "conversation"
+    state[f"{NEW_PREFIX}reward_method"] = "rubric" if conversation else TaskSettings.model_fields["reward_method"].default
+
+
 def draw_settings(task: Task | None) -> None:
     FLASH.show("settings")
     if not allowed("admin"):
@@ -308,14 +344,21 @@ def draw_settings(task: Task | None) -> None:
         prefix, original = NEW_PREFIX, None
     else:
         base, prefix, original = TaskSettings.from_task(task), f"task_{task.id}_", task.name
-    kind = "single" if new or task is None else (task.kind or "single")
+    if new:
+        kind = st.radio("Kind", TASK_KINDS, horizontal=True, key=f"{NEW_PREFIX}kind", on_change=on_kind,
+                        format_func=lambda k: {"single": "one reply per query",
+                                               "conversation": "conversations with personas"}.get(k, k),
+                        help="A conversation task's agent chats with simulated users (personas, added on the "
+                             "Personas tab after creating it); its samples are scenarios and its reward the rubric.")
+    else:
+        kind = task.kind or "single"
+    if new and kind == "conversation" and base.reward_method != "rubric":
+        base = TaskSettings.draft(**{**base.__dict__, "reward_method": "rubric",
+                                     "reward_settings": dict(DEFAULT_RUBRIC)})
     settings_form(prefix, base, kind)
     unshown = {name: getattr(base, name) for name in CONVERSATION_FIELDS}
     st.button("Create task" if new else "Save", type="primary", key="tasks_save", on_click=on_save,
-              args=(prefix, original, dict(base.reward_settings), unshown))
-    if new:
-        st.caption("A new task answers each query in one reply. A conversation task (personas and scenarios) "
-                   "is made by importing a task file of kind conversation under Export / import.")
+              args=(prefix, original, dict(base.reward_settings), unshown, kind))
 
 
 # --- data -------------------------------------------------------------------------------------

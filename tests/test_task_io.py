@@ -57,7 +57,7 @@ def test_save_creates_a_task_with_its_default_library_and_an_audit_event(engine)
         assert library is not None and len(queries.versions(session, library.id)) == 1
     [event] = events(engine, "task.create")
     assert event.actor == "ann" and event.object_id == task.id
-    assert event.before is None and event.after == settings().to_dict()
+    assert event.before is None and event.after == {**settings().to_dict(), "kind": "single"}
 
 
 def test_save_updates_and_renames_with_before_and_after_in_the_audit(engine):

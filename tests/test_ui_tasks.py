@@ -156,6 +156,32 @@ def test_creating_a_new_task_selects_it(engine):
     assert at.text_input(key=f"task_{task.id}_name").value == "support replies"
 
 
+def test_creating_a_conversation_task_with_its_rubric(engine):
+    at = open_tasks()
+    at.toggle(key="tasks_new").set_value(True)
+    rerun(at)
+    at.radio(key="task_new_kind").set_value("conversation")
+    rerun(at)
+    assert at.selectbox(key="task_new_reward_method").value == "rubric"
+    at.text_input(key="task_new_name").set_value("coaching chats")
+    at.text_area(key="task_new_instructions").set_value("Coach the user kindly.")
+    at.text_area(key="task_new_rs_rubric").set_value(
+        '[{"name": "warmth", "scale": "1-5"}, {"name": "plan", "scale": "binary", "weight": 2}]')
+    at.text_area(key="task_new_rs_rules").set_value("[oops")
+    click(at, "tasks_save")
+    assert "Not created; nothing was written." in [e.value for e in at.error]
+    assert "rules is not valid JSON" in codes(at)
+    at.text_area(key="task_new_rs_rules").set_value(
+        '[{"name": "no diagnosis", "kind": "must_not", "check": "regex", "pattern": "you have depression"}]')
+    click(at, "tasks_save")
+    with Session(engine) as session:
+        task = queries.task_by_name(session, "coaching chats")
+    assert task is not None and task.kind == "conversation" and task.reward_method == "rubric"
+    assert [c["name"] for c in task.reward_settings["rubric"]] == ["warmth", "plan"]
+    assert task.reward_settings["rules"][0]["name"] == "no diagnosis"
+    assert [e.after.get("kind") for e in events(engine, "task.create") if e.object_id == task.id] == ["conversation"]
+
+
 def test_creating_a_task_with_a_taken_name_is_refused(engine):
     at = open_tasks()
     before = task_names(engine)

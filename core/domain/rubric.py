@@ -37,6 +37,17 @@ SCALES: dict[str, tuple[int, int]] = {"binary": (0, 1), "1-5": (1, 5)}
 Matcher = Callable[[str, str], bool]  # (pattern, text) -> matched; the engine may pass a killable one
 
 
+DEFAULT_RUBRIC: dict = {  # a new conversation task's reward settings, to be edited for the task
+    "rubric": [
+        {"name": "helpfulness", "description": "Reaches the goal of the conversation with a correct, concrete next "
+                                               "step.", "scale": "1-5", "weight": 2.0},
+        {"name": "tone", "description": "Calm, respectful and suited to how this user talks.", "scale": "1-5",
+         "weight": 1.0},
+    ],
+    "rules": [],
+}
+
+
 class Criterion(BaseModel):
     """One quality the judge scores on its own scale; `weight` says how much it counts in the reward."""
 

@@ -171,8 +171,10 @@ def _field_problem(error: ErrorDetails) -> str:
     return f"{title}: {error['msg']}"
 
 
-def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_name: str | None = None) -> Task:
-    """Create a task (with its default library), or update the one named `original_name`.
+def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_name: str | None = None,
+              kind: str = "single") -> Task:
+    """Create a task of `kind` (with its default library), or update the one named `original_name` (whose
+    kind stays: its samples are answers' queries or conversations' scenarios, not both).
 
     A rename is allowed when the new name is free. Only an admin may do either; the audit event keeps
     the settings before and after.
@@ -183,12 +185,12 @@ def save_task(engine: Engine, settings: TaskSettings, actor: str, *, original_na
         if original_name is None:
             if queries.task_by_name(session, settings.name) is not None:
                 raise InvalidInput(f"a task named {settings.name!r} exists already; choose another name")
-            task = Task(**settings.to_dict())
+            task = Task(**settings.to_dict(), kind=_kind(kind))
             session.add(task)
             session.flush()
             ensure_library(session, task, "default", actor=actor)
             session.add(AuditEvent(actor=actor, action="task.create", object_type="task", object_id=task.id,
-                                   after=settings.to_dict()))
+                                   after={**settings.to_dict(), "kind": task.kind}))
             return task
         task = get_task(session, original_name)
         before = TaskSettings.from_task(task).to_dict()
