@@ -37,10 +37,11 @@ def must_not_statements() -> set[str]:
 
 
 def rule_answer(messages: list[dict], must_holds: bool = True) -> str:
-    """A must-rule holds (or not, as asked) in turn 2; what a must-not rule forbids never happened."""
+    """A must-rule holds (or not, as asked) in turn 2; what a must-not rule forbids was avoided (its question
+    asks whether the agent avoided it)."""
     question = messages[1]["content"].split("Question: ", 1)[1].split("\n", 1)[0]
     forbidden = any(text in question for text in must_not_statements())
-    holds = False if forbidden else must_holds
+    holds = True if forbidden else must_holds
     return json.dumps({"holds": holds, "turn": 2, "reason": "the agent offered a colleague"})
 
 
@@ -265,18 +266,19 @@ def test_evaluation_of_a_conversation_task(engine, conversation_task, scripted):
 @pytest.mark.parametrize("quote, broken", [("", False), ("I promise a refund today", False),
                                            ("Could you give me your order number", True)])
 def test_a_must_not_rule_is_broken_only_with_a_real_quote(engine, conversation_task, scripted, quote, broken):
-    """A small judge says yes to most questions; without words that are really in the agent's turn, a "yes"
-    to a must-not question is not counted."""
+    """A small judge says whatever; without words that are really in the agent's turn, its claim that a must-not
+    rule was broken is not counted."""
     with Session(engine) as session:
         task = get_task(session, CONVERSATION_TASK)
         sample = next(s for s in queries.samples(session, task.id, "train") if s.meta["must_not"])
 
-    def yes_to_everything(messages):
+    def says_it_happened(messages):  # "no, it was not avoided" to a must-not rule's question, with `quote`
         if "You check one rule" in messages[0]["content"]:
-            return json.dumps({"holds": True, "turn": 2, "quote": quote, "reason": "it happened"})
+            avoided = "Did the agent avoid" in messages[1]["content"]
+            return json.dumps({"holds": not avoided, "turn": 2, "quote": quote, "reason": "it happened"})
         return rubric_reply()
 
-    _, gateway = scripted(engine, **conversation_replies(judge=yes_to_everything))
+    _, gateway = scripted(engine, **conversation_replies(judge=says_it_happened))
     row = play_one(engine, gateway, sample)
     must_not = [r for r in row.scores["rules"] if r["kind"] == "must_not" and r["name"] != "no card details"]
     assert must_not and all(r["passed"] is (not broken) for r in must_not)

@@ -48,11 +48,11 @@ def must_not_statements() -> set[str]:
 
 def judge(empathy: int = 4, discovery: int = 3, resolution: int = 5, *, unsure: bool = False,
           must_holds: bool = True):
-    """The judge: a rule's question answered (a must-not never happened; a must holds as asked), or the rubric."""
+    """The judge: a rule's question answered (a must-not was avoided; a must holds as asked), or the rubric."""
     def reply(messages: list[dict]) -> str:
         if "You check one rule" in messages[0]["content"]:
             question = messages[1]["content"].split("Question: ", 1)[1].split("\n", 1)[0]
-            holds = False if any(text in question for text in must_not_statements()) else must_holds
+            holds = True if any(text in question for text in must_not_statements()) else must_holds  # avoided
             return json.dumps({"holds": holds, "turn": 2, "reason": "the agent never offered a colleague"})
         return json.dumps({"criteria": {"empathy": {"score": empathy, "reason": "calm"},
                                         "discovery": {"score": discovery, "reason": "asked once"},

@@ -153,3 +153,12 @@ def test_a_quote_counts_only_when_it_is_in_the_named_turn_or_the_rules_role():
     assert not quote_found("the repair is free under your warranty", turns, 2, "assistant")  # not in that turn
     assert not quote_found("free", turns, 1, "assistant")  # too short to prove anything
     assert not quote_found("I will refund you right away", turns, None, "assistant")  # never said
+
+
+def test_a_must_not_rule_asked_as_avoided_reads_yes_as_kept():
+    from core.domain.rubric import Rule, judged_rule
+
+    rule = Rule(name="no sales", kind="must_not", check="judge", asks="avoided", question="Did the agent avoid selling?")
+    assert judged_rule(rule, True, None, "no offer made").passed is True
+    broken = judged_rule(rule, False, 3, "it offered a blender")
+    assert broken.passed is False and "broken in turn 4" in broken.reason

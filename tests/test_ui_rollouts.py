@@ -213,8 +213,8 @@ def conversation_replies() -> dict:
         careful = "<b>bold</b>" in content
         if "You check one rule" in messages[0]["content"]:
             question = content.split("Question: ", 1)[1].split("\n", 1)[0]
-            if any(text in question for text in forbidden):  # a must-not rule: it did not happen
-                return json.dumps({"holds": False, "turn": 0, "reason": "it did not happen"})
+            if any(text in question for text in forbidden):  # a must-not rule: the agent avoided it
+                return json.dumps({"holds": True, "turn": 0, "reason": "it did not happen"})
             return json.dumps({"holds": careful, "turn": 2 if careful else 0,
                                "reason": "asked in turn 2" if careful else ORDER_RULE_REASON})
         score = 5 if careful else 1

@@ -229,8 +229,9 @@ def rubric_messages(situation: str, criteria: Sequence, transcript: str) -> list
 def rule_messages(situation: str, question: str, transcript: str) -> list[dict]:
     """The judge answers one rule's yes/no question about a conversation and names the turn."""
     system = ("You check one rule about a conversation between an agent and a user. Answer the question from the "
-              "transcript only: say true only if the transcript shows it happened, and then quote the exact words "
-              'that show it. Reply with JSON only: {"holds": <true|false>, "turn": <the number of the turn that '
+              "transcript only: say true only if the transcript shows it, and quote the exact words that show it "
+              "(asked whether the agent avoided something, say false only with a quote of the words that break "
+              'it). Reply with JSON only: {"holds": <true|false>, "turn": <the number of the turn that '
               'shows it, or 0 if none>, "quote": "<the exact words from that turn, or empty>", '
               '"reason": "<one sentence>"}.')
     return _chat(system, f"{situation}\n\nQuestion: {question.strip()}\n\nTranscript:\n{transcript}")

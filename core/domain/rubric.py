@@ -71,6 +71,9 @@ class Rule(BaseModel):
     pattern: str | None = None
     question: str | None = None
     role: Literal["assistant", "user", "any"] = "assistant"
+    # What a yes to the judge question means: the thing `happened`, or the agent `avoided` it. Asking a must-not
+    # rule as "did the agent avoid X?" keeps a judge that says yes to everything from breaking it falsely.
+    asks: Literal["happened", "avoided"] = "happened"
 
     @model_validator(mode="after")
     def _complete(self) -> Rule:
@@ -190,10 +193,15 @@ def check_rules(turns: Sequence[dict], rules: Sequence[Rule], matcher: Matcher =
     return [check_rule(turns, rule, matcher) for rule in rules]
 
 
+def happened(rule: Rule, holds: bool) -> bool:
+    """Whether the thing the rule is about happened, from the judge's yes or no to the rule's question."""
+    return holds if rule.asks == "happened" else not holds
+
+
 def judged_rule(rule: Rule, holds: bool, turn_index: int | None, reason: str) -> RuleResult:
-    """A judge rule's result from the judge's answer: `holds` is whether the asked thing happened (for a
-    must rule that is passing, for a must-not rule failing)."""
-    passed = holds if rule.kind == "must" else not holds
+    """A judge rule's result from the judge's answer to its question (see Rule.asks): a must rule passes when
+    the thing happened, a must-not rule when it did not."""
+    passed = happened(rule, holds) if rule.kind == "must" else not happened(rule, holds)
     where = f" in turn {turn_index + 1}" if turn_index is not None else ""
     verb = "met" if passed else ("failed" if rule.kind == "must" else "broken")
     label = "must-rule" if rule.kind == "must" else "must-not rule"

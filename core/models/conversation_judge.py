@@ -25,6 +25,7 @@ from core.domain.rubric import (
     RuleResult,
     check_rules,
     final_reward,
+    happened,
     judged_rule,
     quote_found,
     regex_found,
@@ -67,8 +68,8 @@ def scenario_rules(scenario: Scenario) -> list[Rule]:
 
     return ([Rule(name=named("must", text), kind="must", check="judge", question=f"Did this happen? {text}")
              for text in scenario.must]
-            + [Rule(name=named("must not", text), kind="must_not", check="judge",
-                    question=f"Did this happen? {text}") for text in scenario.must_not])
+            + [Rule(name=named("must not", text), kind="must_not", check="judge", asks="avoided",
+                    question=f"Did the agent avoid this in every turn? {text}") for text in scenario.must_not])
 
 
 def isolated_match(pattern: str, text: str) -> bool:
@@ -120,8 +121,9 @@ async def _ask(gateway: Gateway, task: Task, result: RuleResult, situation: str,
         reply=RuleReply, scope=scope, max_tokens=250, sample_index=sample_index)
     turn = reply.turn - 1 if 1 <= reply.turn <= len(turns) else None
     reason = reply.reason or "the judge gave no reason"
-    if rule.kind == "must_not" and reply.holds and not quote_found(reply.quote, turns, turn, rule.role):
-        return judged_rule(rule, False, None, f"the judge said it happened but quoted nothing the {rule.role} said "
+    if rule.kind == "must_not" and happened(rule, reply.holds) and not quote_found(reply.quote, turns, turn, rule.role):
+        return judged_rule(rule, rule.asks == "avoided", None, f"the judge said it happened but quoted nothing the "
+                                                               f"{rule.role} said "
                                               f"({reply.quote[:80]!r}), so it is not counted")
     return judged_rule(rule, reply.holds, turn, reason)
 
