@@ -8,7 +8,7 @@ PORT ?= 8501
 # team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine worker clean-db screenshots
+.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine bench-conversation worker clean-db screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ bench-learning: install
 # What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
 bench-isolation: install
 	PYTHONPATH=. $(PY) bench/isolation_cost.py
+
+# One small train and evaluation of the conversation demo on the embedded model (about 15 minutes on 2 cores).
+bench-conversation: install
+	PYTHONPATH=. $(PY) bench/conversation_demo.py
 
 # The engine's real call path against bench/stub_server.py: CPU per call, the paper-scale run at 1 s latency,
 # a kill-and-resume soak and a 30% fault run (figures in README, Performance). Add --database-url to the soak

@@ -31,7 +31,7 @@ from core.records.comparison import compare_evaluations
 from core.records.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.records.people import ROLES, add_user, update_user
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
-from core.records.segments import bind_library, paired_by_segment
+from core.records.segments import bind_library, paired_by_segment, routed_export
 from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from core.records.tasks import add_dataset, ensure_demo_tasks, get_task
 from core.records.versions import (
@@ -499,7 +499,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     with Session(_engine(args)) as session:
         task = get_task(session, args.task)
         version = resolve_version(session, task, args.version, args.library)
-        text = export_version(version.experiences if version else [], args.format, version_json_meta(task, version))
+        if args.route_segments:
+            if args.format == "json":
+                raise UsageError("export --route-segments writes JSON around md or prompt text: use --format md "
+                                 "or prompt")
+            text = routed_export(session, task, version, args.format)
+        else:
+            text = export_version(version.experiences if version else [], args.format,
+                                  version_json_meta(task, version))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
@@ -790,6 +797,8 @@ def build_parser() -> Parser:
     p.add_argument("--library", default="default")
     p.add_argument("--format", choices=["md", "json", "prompt"], default="md")
     p.add_argument("--output", "-o")
+    p.add_argument("--route-segments", action="store_true", help="conversation tasks: one JSON file with this "
+                   "version as the default and, per segment with a bound library, the version that serves it")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", help="create a new version from a JSON or Markdown file")

@@ -122,3 +122,17 @@ def test_cli_eval_json_has_segments_and_criteria(engine, conversation_task, scri
     assert {"segments", "criteria", "personas"} <= set(out)
     assert all({"n", "mean_at_k", "mean_at_k_ci"} <= set(row) for row in out["segments"].values())
     assert set(out["criteria"]) == {"empathy", "discovery", "resolution"}
+
+
+def test_cli_export_routes_each_segment_to_its_library(engine, conversation_task, monkeypatch, capsys):
+    import_library(engine, CONVERSATION_TASK, json.dumps([DEFAULT_LESSON]), "d.json", actor="system")
+    bind_library(engine, CONVERSATION_TASK, "at risk", "at_risk", actor="system")
+    import_library(engine, CONVERSATION_TASK, json.dumps([AT_RISK_LESSON]), "r.json", library_name="at risk",
+                   actor="system")
+    monkeypatch.setattr(cli, "_engine", lambda args: engine)
+    code = cli.main(["export", "--task", CONVERSATION_TASK, "--version", "latest", "--format", "prompt",
+                     "--route-segments"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["route_by"] == "segment"
+    assert out["default"]["experiences"] == [DEFAULT_LESSON] and DEFAULT_LESSON in out["default"]["text"]
+    assert list(out["segments"]) == ["at_risk"] and out["segments"]["at_risk"]["experiences"] == [AT_RISK_LESSON]

@@ -147,3 +147,23 @@ def experiences_for(sample: Sample, routes: dict | None, personas: dict, version
         return default
     version_id = routes.get(segment_of(sample, personas) or "")
     return versions[version_id] if version_id is not None else default
+
+
+def routed_export(session: Session, task: Task, default: LibraryVersion | None, fmt: str) -> str:
+    """A segment-routed library as one JSON file a live agent can route by itself: the default version and,
+    per segment with a bound library, the version that serves it (its production label, else its newest),
+    each as experiences and the rendered system-prompt block in `fmt` (md or prompt)."""
+    import json
+
+    from core.records.versions import export_version
+
+    def entry(version: LibraryVersion | None) -> dict:
+        experiences = version.experiences if version else []
+        return {"version_id": version.id if version else None, "number": version.number if version else None,
+                "experiences": [e["text"] for e in experiences], "text": export_version(experiences, fmt)}
+
+    routes = route_versions(session, task)
+    return json.dumps({"task": task.name, "route_by": "segment", "default": entry(default),
+                       "segments": {segment: entry(session.get(LibraryVersion, version_id))
+                                    for segment, version_id in sorted(routes.items())}},
+                      ensure_ascii=False, indent=2) + "\n"
