@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 
 from core.domain.replies import JudgeReply
+from core.domain.rubric import SCALES
 from core.errors import InvalidInput, StructuredOutputError
 from core.models.gateway import Gateway, Scope
 from storage.models import Sample, Task
 
-SCALES = {"binary": (0, 1), "1-5": (1, 5)}
 DEFAULT_SCALE = "binary"
 GENERIC_ANCHORS = {
     "binary": {0: "fails the criteria", 1: "meets the criteria"},

@@ -38,7 +38,6 @@ from sqlmodel import Session
 
 from core.domain.conversation import SPEAKERS
 from core.domain.rewards import METHODS, RubricSettings
-from core.domain.rubric import SCALES as CRITERION_SCALES
 from core.domain.rubric import Criterion, score_transcript
 from core.errors import InvalidInput, NotFound
 from core.models.conversation_judge import criteria_of, rubric_settings
@@ -193,12 +192,6 @@ def label_scale(task: Task) -> str:
     return RUBRIC_LABEL_SCALE if is_rubric(task) else scale_of(task)
 
 
-def raw_score(value: float, scale: str) -> int:
-    """A criterion's score in [0, 1] back on its own scale (binary 0/1, 1-5)."""
-    low, high = CRITERION_SCALES[scale]
-    return low + round(float(value) * (high - low))
-
-
 def criterion_choices(task: Task, rollout: Rollout | None = None) -> list[CriterionChoice]:
     """The task's criteria with their anchors (core.models.judge's generic words for the scale) and, given a
     rollout the judge scored, its raw score of each; empty when the task is not scored by a rubric."""
@@ -208,7 +201,7 @@ def criterion_choices(task: Task, rollout: Rollout | None = None) -> list[Criter
     found = []
     for criterion in criteria_of(task):
         value = judged.get(criterion.name)
-        suggested = raw_score(value, criterion.scale) if isinstance(value, int | float) and 0 <= value <= 1 else None
+        suggested = score_of(value, criterion.scale) if isinstance(value, int | float) and 0 <= value <= 1 else None
         found.append(CriterionChoice(criterion.name, criterion.description, criterion.scale, criterion.weight,
                                      dict(GENERIC_ANCHORS[criterion.scale]), suggested))
     return found
