@@ -661,8 +661,9 @@ def setting_defaults(name: str) -> dict[str, Any]:
     return {key: field.default for key, field in get_method(name).settings_model.model_fields.items()}
 
 
-def check_settings(name: str, settings: Any) -> None:
-    """Check the keys method `name` reads against its settings model; InvalidInput names the first bad one.
+def parsed_settings(name: str, settings: Any) -> MethodSettings:
+    """The keys method `name` reads, checked against its settings model and returned as it; InvalidInput
+    names the first bad one.
 
     Other keys are kept as they are, unchecked (a newer studio's settings survive a round trip), and a
     null value means the default.
@@ -672,9 +673,14 @@ def check_settings(name: str, settings: Any) -> None:
         raise InvalidInput("reward settings must be a JSON object (a dictionary)")
     read = {key: value for key, value in settings.items() if key in model.model_fields and value is not None}
     try:
-        model.model_validate(read)
+        return model.model_validate(read)
     except ValidationError as exc:
         raise InvalidInput(_settings_problem(model, exc)) from None
+
+
+def check_settings(name: str, settings: Any) -> None:
+    """Check the keys method `name` reads against its settings model (parsed_settings)."""
+    parsed_settings(name, settings)
 
 
 def score(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:

@@ -16,7 +16,7 @@ from core.domain import scoring
 from core.domain.conversation import numbered_transcript
 from core.domain.personas import Persona, Scenario
 from core.domain.prompts import rubric_messages, rule_messages, scenario_text
-from core.domain.rewards import RubricSettings
+from core.domain.rewards import RubricSettings, parsed_settings
 from core.domain.rubric import (
     Criterion,
     RubricReply,
@@ -52,11 +52,9 @@ class ConversationVerdict:
 
 def rubric_settings(task: Task) -> RubricSettings:
     """The task's rubric settings, checked; InvalidInput when the task is not set up for conversations."""
-    read = {key: value for key, value in (task.reward_settings or {}).items()
-            if key in RubricSettings.model_fields and value is not None}
     try:
-        return RubricSettings.model_validate(read)
-    except Exception as exc:  # noqa: BLE001  (a ValidationError or InvalidInput: the task's settings are wrong)
+        return parsed_settings("rubric", task.reward_settings or {})
+    except InvalidInput as exc:
         raise InvalidInput(f"task {task.name!r}: the rubric settings are not usable: {exc}") from None
 
 
