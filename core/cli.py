@@ -130,6 +130,11 @@ def _read_file(path: Path, check) -> bytes:
         raise InvalidInput(f"{path.name}: cannot read file: {exc.strerror or exc}") from None
 
 
+def name_list(text: str | None) -> list[str]:
+    """Comma-separated names (personas) as a list, spaces and empty entries dropped."""
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
 def cmd_dataset_add(args: argparse.Namespace) -> int:
     """Columns nobody mapped are taken by core's rule (datasets.resolve_columns, applied by add_dataset), and
     said when renamed; the note reads the columns the way the Tasks page does (columns_of)."""
@@ -139,7 +144,7 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
     with Session(engine) as session:
         conversation = is_conversation(get_task(session, args.task))
     if conversation:  # a conversation task's samples are scenarios, checked against its personas
-        held = [name.strip() for name in (args.test_personas or "").split(",") if name.strip()]
+        held = name_list(args.test_personas)
         added, already = add_scenarios(engine, args.task, data, path.name, test_personas=held,
                                        default_split=args.split, actor="cli")
         print(f"added {added} scenarios to {args.task} ({already} already present)"
@@ -404,7 +409,7 @@ def cmd_library_bind(args: argparse.Namespace) -> int:
 
 def cmd_task_split_by_persona(args: argparse.Namespace) -> int:
     """Hold out whole personas: their scenarios go to test, every other scenario to train."""
-    names = [name.strip() for name in args.test.split(",") if name.strip()]
+    names = name_list(args.test)
     counts = split_by_persona(_engine(args), args.task, names)
     print(f"{args.task}: " + ", ".join(f"{split} {count}" for split, count in sorted(counts.items())))
     return 0

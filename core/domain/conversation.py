@@ -56,22 +56,25 @@ class Conversation:
         return sum(turn["tokens_out"] for turn in self.turns)
 
     def transcript_text(self, max_chars: int | None = None) -> str:
-        """The transcript for a judge or a learner, at most about `max_chars` long.
+        return transcript_text(self.turns, max_chars)
 
-        Middle turns are left out first (the opening and the end matter most to a judge), and a marker
-        says how many turns and characters are missing: a judge must never believe it saw everything
-        when it did not."""
-        blocks = [render_turn(turn) for turn in self.turns]
-        full = TURN_SEPARATOR.join(blocks)
-        if max_chars is None or len(full) <= max_chars or not blocks:
-            return full
-        return _shortened(blocks, max_chars)
+
+def transcript_text(turns: Sequence[dict], max_chars: int | None = None) -> str:
+    """The transcript for a judge, a labeller or a learner, at most about `max_chars` long.
+
+    Middle turns are left out first (the opening and the end matter most to a judge), and a marker
+    says how many turns and characters are missing: a judge must never believe it saw everything
+    when it did not."""
+    return _joined([render_turn(turn) for turn in turns], max_chars)
 
 
 def numbered_transcript(turns: Sequence[dict], max_chars: int | None = None) -> str:
     """The turns as `Turn N. User: ...` blocks for a judge or the learner, who must be able to say which
     turn made the difference; shortened past `max_chars` with a marker, as `transcript_text`."""
-    blocks = [f"Turn {number}. {render_turn(turn)}" for number, turn in enumerate(turns, start=1)]
+    return _joined([f"Turn {number}. {render_turn(turn)}" for number, turn in enumerate(turns, start=1)], max_chars)
+
+
+def _joined(blocks: list[str], max_chars: int | None) -> str:
     full = TURN_SEPARATOR.join(blocks)
     if max_chars is None or len(full) <= max_chars or not blocks:
         return full

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 
-from core.domain.conversation import TURN_SEPARATOR, Reply, agent_view, check_stored, play, render_turn
+from core.domain.conversation import Reply, agent_view, check_stored, play, transcript_text
+from core.domain.personas import Persona
 from core.domain.prompts import agent_system_prompt
 from core.engine.agent import AgentResult, AgentSettings
 from core.errors import InvalidInput, ModelCallError
 from core.models.gateway import Gateway, Scope
-from core.records.scenarios import persona_of, personas_by_name, scenario_of
+from core.records.scenarios import scenario_of
 from storage.db import session_scope
 from storage.models import ConversationTurn, Sample, Task
 from storage.writes import insert_or_skip
@@ -60,13 +61,12 @@ def forget_turns(engine: Engine, key: TurnKey) -> None:
             session.delete(row)
 
 
-async def play_conversation(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
-                            key: TurnKey, experiences: list[dict], sample_index: int, scope: Scope,
-                            stage: str = "rollout") -> tuple[AgentResult, list[dict]]:
-    """Play (or resume) the conversation of one rollout; returns the result a Rollout row is made of and the
-    turns. A failed model call ends it with `error` set; the turns spoken so far stay stored for a resume."""
-    with session_scope(engine) as session:
-        persona = persona_of(sample, personas_by_name(session, task))
+async def play_conversation(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample,
+                            persona: Persona, *, key: TurnKey, experiences: list[dict], sample_index: int,
+                            scope: Scope, stage: str = "rollout") -> tuple[AgentResult, list[dict]]:
+    """Play (or resume) the conversation of one rollout with `persona` (the scenario's); returns the result a
+    Rollout row is made of and the turns. A failed model call ends it with `error` set; the turns spoken so far
+    stay stored for a resume."""
     scenario = scenario_of(sample)
     simulator_model = agent.simulator_model or agent.model
     spent = {"cost": 0.0}
@@ -82,28 +82,22 @@ async def play_conversation(engine: Engine, gateway: Gateway, agent: AgentSettin
             return Reply(result.text, result.tokens_in, result.tokens_out)
         return call
 
-    position = {"next": 0}
-
-    def save(turn: dict) -> None:
-        with session_scope(engine) as session:
-            insert_or_skip(session, ConversationTurn(
-                step_id=key.step_id, evaluation_id=key.evaluation_id, sample_id=key.sample_id,
-                group_index=key.group_index, position=position["next"], role=turn["role"], text=turn["text"],
-                tokens_in=turn["tokens_in"], tokens_out=turn["tokens_out"], ended=turn["ended"]))
-        position["next"] += 1
-
     stored = stored_turns(engine, key)
     try:
         check_stored(stored, scenario)
     except InvalidInput:  # turns of an earlier text of this scenario: play it again from the opening
         forget_turns(engine, key)
         stored = []
-    position["next"] = len(stored)
     turns = list(stored)
 
     def spoken(turn: dict) -> None:
+        """Store a new turn at once, at its position in the conversation."""
+        with session_scope(engine) as session:
+            insert_or_skip(session, ConversationTurn(
+                step_id=key.step_id, evaluation_id=key.evaluation_id, sample_id=key.sample_id,
+                group_index=key.group_index, position=len(turns), role=turn["role"], text=turn["text"],
+                tokens_in=turn["tokens_in"], tokens_out=turn["tokens_out"], ended=turn["ended"]))
         turns.append(turn)
-        save(turn)
 
     started = time.perf_counter()
     system_prompt = agent_system_prompt(task.instructions, "", experiences, python_tool=False)
@@ -115,12 +109,7 @@ async def play_conversation(engine: Engine, gateway: Gateway, agent: AgentSettin
         turns = conversation.turns
     except ModelCallError as exc:
         error = str(exc)
-    result = AgentResult(messages=agent_view(system_prompt, turns), response=transcript(turns), final_answer=None,
+    result = AgentResult(messages=agent_view(system_prompt, turns), response=transcript_text(turns), final_answer=None,
                          tokens_in=sum(t["tokens_in"] for t in turns), tokens_out=sum(t["tokens_out"] for t in turns),
                          cost=spent["cost"], latency_ms=(time.perf_counter() - started) * 1000, error=error)
     return result, turns
-
-
-def transcript(turns: list[dict]) -> str:
-    """The whole conversation as text (what the labelling queue and exports show)."""
-    return TURN_SEPARATOR.join(render_turn(turn) for turn in turns)

@@ -12,6 +12,7 @@ import contextlib
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from core.domain.personas import Persona
 from core.domain.rewards import METHODS, score_or_error
 from core.engine.agent import AgentSettings, run_agent
 from core.engine.conversation_rollouts import TurnKey, play_conversation
@@ -46,12 +47,15 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                 return row
             if row is not None:
                 session.delete(row)
-        turns: list[dict] | None = None
+        played: tuple[Persona, list[dict]] | None = None
         if is_conversation(task):
+            with Session(engine) as session:
+                persona = persona_of(sample, personas_by_name(session, task))
             key = TurnKey(step_id, evaluation_id, sample.id, group_index)
-            result, turns = await play_conversation(engine, gateway, agent, task, sample, key=key,
+            result, turns = await play_conversation(engine, gateway, agent, task, sample, persona, key=key,
                                                     experiences=experiences, sample_index=sample_index, scope=scope,
                                                     stage=stage)
+            played = (persona, turns)
         else:
             result = await run_agent(gateway, agent, instructions=task.instructions,
                                      answer_format=task.answer_format, experiences=experiences, query=sample.query,
@@ -61,7 +65,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
                   latency_ms=result.latency_ms, error=result.error)
     if result.error is None and score:
-        await _assign_reward(gateway, task, sample, row, scope, sample_index, people, turns)
+        await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     with session_scope(engine) as session:
         insert_or_skip(session, row)  # a row another writer stored meanwhile stays; it is the one returned
         return stored(session, Rollout, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
@@ -69,10 +73,12 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
 
 
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
-                         sample_index: int, people: bool = True, turns: list[dict] | None = None) -> None:
-    """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion)."""
-    if turns is not None:
-        await _assign_conversation_reward(gateway, task, sample, row, scope, sample_index, people, turns)
+                         sample_index: int, people: bool = True,
+                         played: tuple[Persona, list[dict]] | None = None) -> None:
+    """A verifier's reward, the judge's, or a place in the labeling queue (with the judge's suggestion);
+    `played` is a conversation's persona and turns."""
+    if played is not None:
+        await _assign_conversation_reward(gateway, task, sample, row, scope, sample_index, people, *played)
         return
     method = METHODS.get(task.reward_method)
     if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
@@ -103,10 +109,8 @@ def _queue_if_needed(task: Task, row: Rollout, unsure: bool, people: bool) -> No
 
 
 async def _assign_conversation_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
-                                      sample_index: int, people: bool, turns: list[dict]) -> None:
+                                      sample_index: int, people: bool, persona: Persona, turns: list[dict]) -> None:
     """The rubric judge's reward for a conversation (a person's when unsure, or in the spot-check share)."""
-    with Session(gateway.engine) as session:
-        persona = persona_of(sample, personas_by_name(session, task))
     verdict = await judge_conversation(gateway, task, persona, scenario_of(sample), turns, scope=scope,
                                        sample_index=sample_index)
     row.judge_unsure, row.scores = verdict.unsure, verdict.scores or None

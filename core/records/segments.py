@@ -10,6 +10,7 @@ and "a library per segment" are compared on the same queries.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from statistics import mean
@@ -23,7 +24,7 @@ from core.errors import InvalidInput, NotFound
 from core.records.comparison import Paired, paired
 from core.records.scenarios import is_conversation, personas_by_name, segment_of
 from core.records.tasks import get_task
-from core.records.versions import ensure_library
+from core.records.versions import ensure_library, export_version
 from storage import queries
 from storage.db import session_scope
 from storage.models import (
@@ -153,10 +154,6 @@ def routed_export(session: Session, task: Task, default: LibraryVersion | None, 
     """A segment-routed library as one JSON file a live agent can route by itself: the default version and,
     per segment with a bound library, the version that serves it (its production label, else its newest),
     each as experiences and the rendered system-prompt block in `fmt` (md or prompt)."""
-    import json
-
-    from core.records.versions import export_version
-
     def entry(version: LibraryVersion | None) -> dict:
         experiences = version.experiences if version else []
         return {"version_id": version.id if version else None, "number": version.number if version else None,
