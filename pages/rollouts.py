@@ -18,7 +18,7 @@ from sqlmodel import Session
 
 from core.models.judge import choices
 from core.records.labeling import label_scale, submit_label
-from core.records.scenarios import is_conversation, personas_by_name, segment_of
+from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
 from pages._common import (
     SCORE,
     Flash,
@@ -250,7 +250,7 @@ def evaluation_label(ev) -> str:
 
 def show_scenario(sample: Sample | None, segment: str | None, sample_id: int) -> None:
     """A conversation's scenario: the persona the simulator played, the opening message and the goal."""
-    persona = str(((sample.meta if sample else None) or {}).get("persona") or "")
+    persona = persona_name(sample) if sample else ""
     if persona:
         st.caption(plain(f"Persona: {clip(persona, NAME_CHARS)}" + (f" · segment {segment}" if segment else "")))
     st.subheader("Opening message", anchor=False)

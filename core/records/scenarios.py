@@ -45,16 +45,21 @@ def check_task_kind(session: Session, task: Task) -> None:
                            "task or choose another reward")
 
 
+def persona_name(sample: Sample) -> str:
+    """The name of the persona a scenario names ("" for a sample that is not a scenario)."""
+    return str((sample.meta or {}).get("persona") or "")
+
+
 def scenario_of(sample: Sample) -> Scenario:
     """The scenario a conversation task's sample holds."""
     meta = sample.meta or {}
-    return Scenario(persona=str(meta.get("persona") or ""), opening=sample.query, goal=sample.reference or "-",
+    return Scenario(persona=persona_name(sample), opening=sample.query, goal=sample.reference or "-",
                     must=list(meta.get("must") or []), must_not=list(meta.get("must_not") or []))
 
 
 def persona_of(sample: Sample, personas: dict[str, Persona]) -> Persona:
     """The persona a scenario names; InvalidInput when the task no longer has it (its personas were replaced)."""
-    name = str((sample.meta or {}).get("persona") or "")
+    name = persona_name(sample)
     persona = personas.get(name.casefold())
     if persona is None:
         raise InvalidInput(f"sample {sample.external_id}: persona {name!r} is not one of the task's personas")
@@ -75,7 +80,7 @@ def segment_sample_ids(session: Session, task: Task, segment: str | None) -> set
 
 def segment_of(sample: Sample, personas: dict[str, Persona]) -> str | None:
     """The segment of the scenario's persona, or None (a single-reply task, or an unknown persona)."""
-    persona = personas.get(str((sample.meta or {}).get("persona") or "").casefold())
+    persona = personas.get(persona_name(sample).casefold())
     return persona.segment if persona else None
 
 
@@ -120,7 +125,7 @@ def split_by_persona(engine: Engine, task_name: str, test_personas: list[str], a
         counts: dict[str, int] = defaultdict(int)
         for sample in queries.samples(session, task.id):
             if sample.split != "validation":
-                persona = str((sample.meta or {}).get("persona") or "").casefold()
+                persona = persona_name(sample).casefold()
                 split = "test" if persona in held else "train"
                 if split != sample.split:
                     sample.split = split
@@ -135,7 +140,7 @@ def persona_splits(session: Session, task: Task) -> dict[str, dict[str, int]]:
     """For each persona name, its scenarios per split (what the Tasks page shows)."""
     table: dict[str, dict[str, int]] = {persona.name: {} for persona in task_personas(session, task.id)}
     for sample in queries.samples(session, task.id):
-        name = str((sample.meta or {}).get("persona") or "")
+        name = persona_name(sample)
         table.setdefault(name, {})
         table[name][sample.split] = table[name].get(sample.split, 0) + 1
     return table

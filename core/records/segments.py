@@ -22,7 +22,7 @@ from core.domain.metrics import score_groups
 from core.domain.personas import SEGMENT_PATTERN
 from core.errors import InvalidInput, NotFound
 from core.records.comparison import Paired, paired
-from core.records.scenarios import is_conversation, personas_by_name, segment_of
+from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
 from core.records.tasks import get_task
 from core.records.versions import ensure_library, export_version
 from storage import queries
@@ -56,7 +56,7 @@ def breakdown(session: Session, task: Task, rollouts: list[Rollout], samples: di
         if sample is None:
             continue
         segment = segment_of(sample, personas) or UNKNOWN
-        persona = str((sample.meta or {}).get("persona") or UNKNOWN)
+        persona = persona_name(sample) or UNKNOWN
         persona_segment[persona] = segment
         by_segment[segment][sample.id].append(rollout.reward or 0.0)
         by_persona[persona][sample.id].append(rollout.reward or 0.0)
