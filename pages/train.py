@@ -8,7 +8,10 @@ before Start, a queued run's place in line and the status in words come from `co
 choices from `core.models.model_choice`.
 
 The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
-every change. The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
+every change. A preset is a button, not a choice that tracks the form: a widget that a callback rewrites
+races the browser, which on a busy machine sends back the choice's old value with the next change and so
+re-applies the old preset over everything typed. What the settings match is shown in words instead
+(`preset_matched`). The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
 """
 
 from __future__ import annotations
@@ -67,7 +70,6 @@ RUN_KEY = "train_run"
 CONFIRM_KEY = "train_confirm"  # (action, run id) a control button asked to confirm
 GOTO_KEY = "train_goto"  # a page to switch to, set by a button's callback (switching needs the script)
 EVAL_HANDOFF_KEY = "eval_version"  # the Evaluate page selects the version id it finds here
-PRESET_KEY = "train_preset"
 PRESET_REQUEST = "train_preset_request"  # another page (Overview's Quick trial) asks for a preset here
 DEFAULTS = RunSettings()
 # A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
@@ -76,7 +78,8 @@ DEFAULTS = RunSettings()
 # the result on held-out queries afterwards.
 QUICK_TRIAL = {"train_limit": 4, "train_batch_size": 4, "train_group_size": 4, "train_epochs": 1,
                "train_review_mode": "manual", "train_gate": GateRule.OFF.value}
-PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)", "custom": "Custom"}
+PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)"}
+PRESET_NAMES = {"quick": "the quick trial", "full": "the defaults of a full run"}
 
 
 def duration(seconds: float | None) -> str:
@@ -381,28 +384,29 @@ def form_defaults(task) -> dict:
             "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged}
 
 
-def apply_preset(task) -> None:
-    """The Preset choice's callback: fill the form with the preset's values (Custom leaves them as they are)."""
-    preset = st.session_state.get(PRESET_KEY)
-    if preset == "custom":
-        return
-    values = {**form_defaults(task), **(QUICK_TRIAL if preset == "quick" else {})}
-    for key, value in values.items():
-        st.session_state[key] = value
+def preset_values(task, preset: str) -> dict:
+    """Every form widget's value under a preset: the defaults, with the quick trial's changes for "quick"."""
+    return {**form_defaults(task), **(QUICK_TRIAL if preset == "quick" else {})}
 
 
-def mark_custom() -> None:
-    """A setting changed by hand: the form no longer shows a preset."""
-    st.session_state[PRESET_KEY] = "custom"
+def apply_preset(task, preset: str) -> None:
+    """A preset button's callback: fill the form with the preset's values."""
+    st.session_state.update(preset_values(task, preset))
+
+
+def preset_matched(task) -> str | None:
+    """The preset whose values the form holds now, or None when the settings were changed by hand."""
+    for preset in PRESETS:
+        if all(st.session_state.get(key) == value for key, value in preset_values(task, preset).items()):
+            return preset
+    return None
 
 
 def prepare_form(task) -> None:
     """Before the widgets: a preset another page asked for, else the defaults for widgets not yet drawn."""
     requested = st.session_state.pop(PRESET_REQUEST, None)
     if requested in PRESETS:
-        st.session_state[PRESET_KEY] = requested
-        apply_preset(task)
-    st.session_state.setdefault(PRESET_KEY, "full")
+        apply_preset(task, requested)
     for key, value in form_defaults(task).items():
         st.session_state.setdefault(key, value)
 
@@ -438,45 +442,44 @@ def model_fields(task) -> None:
             (m2, "Learner model", "train_learner_model", task.learner_model,
              "The model that summarises attempts and proposes experiences.")):
         column.selectbox(label, model_options(st.session_state.get(key) or "", task_model), key=key,
-                         accept_new_options=True, on_change=mark_custom,
+                         accept_new_options=True,
                          help=role + " The embedded models and those of every provider whose API key is set; "
                                      "type another litellm model name if you need one.")
 
 
 def settings_widgets(task) -> None:
-    """The run settings, filled from the session (a preset or the defaults); a change by hand makes it Custom."""
-    custom = {"on_change": mark_custom}
+    """The run settings, filled from the session (a preset or the defaults)."""
     c1, c2, c3, c4 = st.columns(4)
-    c1.number_input("Epochs", step=1, key="train_epochs", **custom)
-    c2.number_input("Batch size", step=1, key="train_batch_size", help="Training queries per step.", **custom)
+    c1.number_input("Epochs", step=1, key="train_epochs")
+    c2.number_input("Batch size", step=1, key="train_batch_size", help="Training queries per step.")
     c3.number_input("Group size (G)", step=1, key="train_group_size",
-                    help="Attempts per query; their differences teach the learner.", **custom)
-    c4.number_input("Temperature", step=0.1, format="%.2f", key="train_temperature", **custom)
-    c1.number_input("Concurrency", step=1, key="train_concurrency", help="Model calls in flight at once.", **custom)
-    c2.number_input("Training queries limit (0 = all)", min_value=0, step=1, key="train_limit", **custom)
-    c3.number_input("Seed", step=1, key="train_seed", **custom)
-    c4.number_input("Max tokens per answer", min_value=16, step=64, key="train_max_tokens", **custom)
+                    help="Attempts per query; their differences teach the learner.")
+    c4.number_input("Temperature", step=0.1, format="%.2f", key="train_temperature")
+    c1.number_input("Concurrency", step=1, key="train_concurrency", help="Model calls in flight at once.")
+    c2.number_input("Training queries limit (0 = all)", min_value=0, step=1, key="train_limit")
+    c3.number_input("Seed", step=1, key="train_seed")
+    c4.number_input("Max tokens per answer", min_value=16, step=64, key="train_max_tokens")
     model_fields(task)
     o1, o2, o3 = st.columns(3)
-    o1.checkbox("Ground truth", key="train_ground_truth", **custom,
+    o1.checkbox("Ground truth", key="train_ground_truth",
                 help="Score answers against the reference; off: the group's majority answer.")
-    o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode", **custom,
+    o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
              help="manual: every proposed library change waits for a person.")
-    o2.checkbox("Hold flagged operations for a person", key="train_hold_flagged", **custom,
+    o2.checkbox("Hold flagged operations for a person", key="train_hold_flagged",
                 help="In auto mode, an operation flagged as cut off, a near-duplicate, naming a query's numbers "
                      "or too long waits for review instead of landing.")
-    o3.number_input("Budget USD (0 = none)", min_value=0.0, step=0.5, format="%.2f", key="train_budget", **custom,
+    o3.number_input("Budget USD (0 = none)", min_value=0.0, step=0.5, format="%.2f", key="train_budget",
                     help="The run pauses when its cost reaches the budget.")
     g1, g2, g3, g4, g5 = st.columns(5)
-    g1.selectbox("Validation gate", [rule.value for rule in GateRule], key="train_gate", **custom,
+    g1.selectbox("Validation gate", [rule.value for rule in GateRule], key="train_gate",
                  help=RunSettings.model_fields["gate"].description)
-    g2.number_input("Validation queries", value=None, min_value=0, step=1, key="train_validation_size", **custom,
+    g2.number_input("Validation queries", value=None, min_value=0, step=1, key="train_validation_size",
                     placeholder="automatic", help=RunSettings.model_fields["validation_size"].description
                     + ". A task with a validation split uses all of it.")
-    g3.number_input("Gate samples per query", min_value=1, step=1, key="train_gate_k", **custom)
-    g4.number_input("Operations per step", value=None, min_value=1, step=1, key="train_max_operations", **custom,
+    g3.number_input("Gate samples per query", min_value=1, step=1, key="train_gate_k")
+    g4.number_input("Operations per step", value=None, min_value=1, step=1, key="train_max_operations",
                     placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
-    g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences", **custom,
+    g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences",
                     help=RunSettings.model_fields["max_experiences"].description)
 
 
@@ -498,9 +501,14 @@ def run_estimate_line(task) -> None:
 def settings_form(task) -> None:
     """The preset, the run settings, the estimate; Start run queues the run (or says why it cannot be)."""
     prepare_form(task)
-    st.radio("Preset", list(PRESETS), format_func=PRESETS.get, horizontal=True, key=PRESET_KEY,
-             on_change=apply_preset, args=(task,),
-             help="A preset fills the settings below; changing one by hand makes it Custom.")
+    matched = preset_matched(task)
+    buttons = st.columns([1, 1, 3], vertical_alignment="center")
+    for column, preset in zip(buttons, PRESETS, strict=False):
+        column.button(PRESETS[preset], key=f"train_preset_{preset}", on_click=apply_preset, args=(task, preset),
+                      type="primary" if matched == preset else "secondary",
+                      help="Fill the settings below with this preset's values.")
+    buttons[2].caption(f"The settings below are {PRESET_NAMES[matched]}." if matched
+                       else "The settings below were changed by hand (custom).")
     settings_widgets(task)
     run_estimate_line(task)
     st.button("Start run", key="train_submit", type="primary", on_click=start_run, args=(task.name,))

@@ -246,32 +246,51 @@ def form_values(at) -> tuple:
                  ("train_limit", "train_batch_size", "train_group_size", "train_epochs"))
 
 
+def preset_caption(at) -> str:
+    return next(c.value for c in at.caption if c.value.startswith("The settings below"))
+
+
 def test_the_quick_trial_preset_fills_the_form_and_a_change_by_hand_makes_it_custom(engine):
     at = run_app(page=PAGE)
-    assert at.radio(key="train_preset").value == "full"
+    assert preset_caption(at) == "The settings below are the defaults of a full run."
     assert form_values(at) == (0, 8, 5, 3)
 
-    at.radio(key="train_preset").set_value("quick")
+    at.button(key="train_preset_quick").click()
     at.run()
     assert form_values(at) == (4, 4, 4, 1)
     assert at.radio(key="train_review_mode").value == "manual"
     assert at.selectbox(key="train_gate").value == "off"
+    assert preset_caption(at) == "The settings below are the quick trial."
     assert estimate_line(at).startswith("**Estimate:** about 27 calls")  # 16 answers, 8 summaries, 2 advantages, 1 update
 
     at.number_input(key="train_group_size").set_value(2)
     at.run()
-    assert at.radio(key="train_preset").value == "custom"
+    assert preset_caption(at) == "The settings below were changed by hand (custom)."
     assert form_values(at) == (4, 4, 2, 1)
 
-    at.radio(key="train_preset").set_value("full")
+    at.button(key="train_preset_full").click()
     at.run()
     assert form_values(at) == (0, 8, 5, 3)
     assert at.radio(key="train_review_mode").value == "auto"
 
 
+def test_a_later_change_never_brings_back_a_preset_over_what_was_typed(engine):
+    """The race a busy machine showed: the preset used to be a choice that a callback rewrote, and the
+    browser's stale copy of it re-applied the defaults over every typed setting. With buttons, a change
+    after a change keeps both."""
+    at = run_app(page=PAGE)
+    at.number_input(key="train_epochs").set_value(1)
+    at.run()
+    at.number_input(key="train_group_size").set_value(2)
+    at.checkbox(key="train_ground_truth").set_value(False)
+    at.run()
+    assert form_values(at)[2:] == (2, 1)
+    assert at.checkbox(key="train_ground_truth").value is False
+
+
 def test_a_quick_trial_asked_for_by_another_page_is_selected_and_queued_as_shown(engine):
     at = run_app(page=PAGE, session_state={"train_preset_request": "quick"})
-    assert at.radio(key="train_preset").value == "quick"
+    assert preset_caption(at) == "The settings below are the quick trial."
     assert "embedded model" in estimate_line(at) or "measured calls" in estimate_line(at)
     at.button(key="train_submit").click()
     at.run()
