@@ -73,6 +73,18 @@ ANCHOR_CHARS = 60
 KAPPA_WORDS = ((0.2, "poor"), (0.4, "fair"), (0.6, "moderate"), (0.8, "substantial"))
 
 
+# The buttons that keys press keep one key whatever the rollout, so each shortcut is bound by exactly one
+# button that stays on the page from rollout to rollout; their callbacks get the rollout they were last
+# drawn for. Keyed per rollout, every labelled rollout left a stale binding behind in Streamlit 1.67's
+# frontend, and on a busy machine a press went to the old rollouts' buttons (refused as repeats) instead
+# of the one on screen: a lost keystroke.
+SHORTCUT_KEYS = {"A": "label_accept", "S": "label_skip"}
+
+
+def score_key(score: int) -> str:
+    return f"label_score_{score}"
+
+
 def comment_key(rollout_id: int) -> str:
     return f"label_comment_{rollout_id}"
 
@@ -327,12 +339,13 @@ def criteria_controls(item: QueueItem, view: ConversationView) -> None:
                       on_click=submit_criteria, args=(rollout_id, names), width="stretch")
     suggested = view.suggested_scores
     if suggested is not None and item.rollout.suggested_reward is not None:
-        accept_col.button(f"Accept judge (A): {item.rollout.suggested_reward:.2f}", key=f"label_accept_{rollout_id}",
+        accept_col.button(f"Accept judge (A): {item.rollout.suggested_reward:.2f}", key=SHORTCUT_KEYS["A"],
                           shortcut="A", on_click=accept, args=(rollout_id,), width="stretch")
-    skip_col.button("Skip (S)", key=f"label_skip_{rollout_id}", shortcut="S", on_click=skip, args=(rollout_id,),
+    skip_col.button("Skip (S)", key=SHORTCUT_KEYS["S"], shortcut="S", on_click=skip, args=(rollout_id,),
                     width="stretch")
     judge = "A accepts the judge's scores, " if suggested is not None else ""
-    st.caption(f"Score every criterion, then Submit label; the reward is their weighted mean. Keys: {judge}S skip.")
+    st.caption(f"Score every criterion, then Submit label; the reward is their weighted mean. Keys for rollout "
+               f"{rollout_id}: {judge}S skip.")
 
 
 def label_controls(item: QueueItem, meanings: dict[int, str]) -> None:
@@ -345,21 +358,21 @@ def label_controls(item: QueueItem, meanings: dict[int, str]) -> None:
     st.text_input("Comment (optional; goes with the next key you press)", key=comment_key(rollout_id),
                   max_chars=2000)
     for column, (score, value) in zip(st.columns(len(item.choices)), item.choices, strict=True):
-        column.button(str(score), key=f"label_score_{rollout_id}_{score}", shortcut=str(score), on_click=submit,
+        column.button(str(score), key=score_key(score), shortcut=str(score), on_click=submit,
                       args=(rollout_id, score, value), width="stretch")
         column.caption(plain(clip(meanings[score], ANCHOR_CHARS)))
     accept_col, skip_col = st.columns(2)
     suggested = item.rollout.suggested_reward
     if suggested is not None:
         point = score_of(suggested, item.scale)
-        accept_col.button(f"Accept judge (A): {point}", key=f"label_accept_{rollout_id}", shortcut="A",
+        accept_col.button(f"Accept judge (A): {point}", key=SHORTCUT_KEYS["A"], shortcut="A",
                           on_click=accept, args=(rollout_id,), width="stretch")
-    skip_col.button("Skip (S)", key=f"label_skip_{rollout_id}", shortcut="S", on_click=skip, args=(rollout_id,),
+    skip_col.button("Skip (S)", key=SHORTCUT_KEYS["S"], shortcut="S", on_click=skip, args=(rollout_id,),
                     width="stretch")
     low, high = item.choices[0][0], item.choices[-1][0]
     judge = ", A accept the judge" if suggested is not None else ""
-    st.caption(f"Keys: {low}-{high} label and next{judge}, S skip. For a comment, type it, Tab out of the box, "
-               "then press the key.")
+    st.caption(f"Keys for rollout {rollout_id}: {low}-{high} label and next{judge}, S skip. For a comment, type "
+               "it, Tab out of the box, then press the key.")
 
 
 def queue_section(task: Task, reviewer: str) -> None:

@@ -75,9 +75,10 @@ def shown_rollout(page) -> int:
 
 
 def ready(page, rollout_id: int) -> None:
-    """Until the score buttons drawn for this rollout show (their keys are bound as they are drawn): what a
-    fast person waits for before pressing, no more."""
-    page.locator(f".st-key-label_score_{rollout_id}_1 button").first.wait_for(state="visible")
+    """Until the line under this rollout's score buttons shows (the buttons keep their place from rollout to
+    rollout and are drawn for it just before): what a fast person waits for before pressing, no more."""
+    page.locator("[data-testid='stMain']").get_by_text(f"Keys for rollout {rollout_id}:").first.wait_for(
+        state="visible")
 
 
 def next_shown(page, before: int) -> int | None:
@@ -183,7 +184,7 @@ def label_ten_by_keys(page, app) -> tuple[list[tuple[int, float]], float]:
             page.locator(f".st-key-label_comment_{current} input").type(COMMENT)
             page.keyboard.press("Tab")
         if key == "A":
-            page.locator(f".st-key-label_accept_{current} button").first.wait_for(state="visible")
+            page.locator(".st-key-label_accept button").first.wait_for(state="visible")
             paused = time.monotonic()
             screenshot(page, "labeling_keys")  # the rubric's anchors, the judge's suggestion and its key
             paused = time.monotonic() - paused

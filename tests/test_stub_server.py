@@ -163,13 +163,15 @@ def test_latency_is_concurrent_and_the_log_resets():
 
 
 def test_seeded_fault_rate_draws_every_kind():
-    with StubServer(fault_rate=0.5, seed=3) as stub:
+    # Every request must reach the stub: no pool to wait in, and a client timeout well past the stub's
+    # hang, so a busy machine (CI) cannot time requests out before they are sent.
+    with StubServer(fault_rate=0.5, seed=3, hang_s=0.2) as stub:
         async def many() -> None:
-            async with aiohttp.ClientSession() as session:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
                 async def one(i: int) -> None:
                     try:
                         async with session.post(f"{stub.url}/chat/completions", json=_body(str(i)),
-                                                timeout=aiohttp.ClientTimeout(total=0.5)) as response:
+                                                timeout=aiohttp.ClientTimeout(total=60)) as response:
                             await response.read()
                     except (TimeoutError, aiohttp.ClientError):
                         pass

@@ -66,7 +66,7 @@ def click(at, key: str):
 
 def label(at, score: int):
     """Press one score key on the rollout shown: one keystroke, one label."""
-    return click(at, f"label_score_{shown_rollout(at)}_{score}")
+    return click(at, f"label_score_{score}")
 
 
 def shown_rollout(at) -> int | None:
@@ -124,12 +124,12 @@ def test_one_digit_labels_the_rollout_with_its_comment_and_moves_on(engine):
     assert progress_line(at) == "You: 0 done; 4 left for you"
     assert bar(at) == (0, "0 of 4 rollouts have all their labels")
     assert not any(first.response in text for text in markdown_texts(at))
-    assert ("Keys: 1-5 label and next, S skip. For a comment, type it, Tab out of the box, then press the key."
-            in captions(at))
-    assert not [b for b in at.button if b.key == f"label_accept_{first.id}"]  # no judge, nothing to accept
+    assert (f"Keys for rollout {first.id}: 1-5 label and next, S skip. For a comment, type it, Tab out of the "
+            "box, then press the key." in captions(at))
+    assert not [b for b in at.button if b.key == "label_accept"]  # no judge, nothing to accept
 
     at.text_input(key=f"label_comment_{first.id}").input("names the right quantity")
-    click(at, f"label_score_{first.id}_4")
+    click(at, "label_score_4")
 
     [row] = labels(engine)
     assert (row.rollout_id, row.value, row.labeler, row.kind, row.comment) == (
@@ -148,20 +148,20 @@ def test_one_digit_labels_the_rollout_with_its_comment_and_moves_on(engine):
 def test_each_score_button_says_what_it_means_from_the_rubric_or_generic_words(engine):
     waiting_run(engine, criteria="Name the quantity.\n1: off topic or no number\n5 = the right number, named")
     at = open_page()
-    shown = shown_rollout(at)
+    assert shown_rollout(at) is not None
     row = captions(at)
     assert ["off topic or no number", "mostly wrong", "partly right", "right, minor gaps",
             "the right number, named"] == [c for c in row if c in (
                 "off topic or no number", "mostly wrong", "partly right", "right, minor gaps",
                 "the right number, named", "wrong or unusable", "fully correct and complete")]
-    assert [at.button(key=f"label_score_{shown}_{score}").label for score in range(1, 6)] == list("12345")
-    assert not any(at.button(key=f"label_score_{shown}_{score}").help for score in range(1, 6))  # see the page
+    assert [at.button(key=f"label_score_{score}").label for score in range(1, 6)] == list("12345")
+    assert not any(at.button(key=f"label_score_{score}").help for score in range(1, 6))  # see the page
 
 
 def test_skip_moves_on_and_the_skipped_rollout_comes_back_last(engine):
     _run_id, queued = waiting_run(engine)
     at = open_page()
-    click(at, f"label_skip_{queued[0].id}")
+    click(at, "label_skip")
 
     assert labels(engine) == []
     assert shown_rollout(at) == queued[1].id
@@ -212,7 +212,7 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
     assert shown_rollout(at) == first.id
     assert any(c.value.endswith("label 2 of 2") for c in at.caption)
     at.text_input(key=f"label_comment_{first.id}").input("the number is wrong")
-    click(at, f"label_score_{first.id}_1")
+    click(at, "label_score_1")
     for _ in queued[1:]:
         label(at, 5)
 
@@ -279,9 +279,9 @@ def test_the_judge_suggestion_is_shown_and_accepted_with_one_key(engine):
     assert first.suggested_detail in codes(at)
     assert "Polite but it never names the quantity asked for." in first.suggested_detail
     assert "Name the quantity the question asks for." in codes(at)
-    accept = at.button(key=f"label_accept_{first.id}")
+    accept = at.button(key="label_accept")
     assert accept.label == "Accept judge (A): 4"
-    click(at, f"label_accept_{first.id}")
+    click(at, "label_accept")
 
     [row] = labels(engine)
     assert (row.rollout_id, row.value, row.labeler, row.comment) == (first.id, 0.75, "alice",
@@ -331,7 +331,7 @@ def test_a_conversation_is_shown_turn_by_turn_and_labelled_per_criterion(engine,
     assert not any("Could you give me your order number" in text or sample.query in text
                    for text in markdown_texts(at))  # model and scenario text only as plain text
     assert "Judge suggestion: 0.81" in captions(at)
-    assert not [b for b in at.button if b.key.startswith(f"label_score_{first.id}_")]  # no single-score keys
+    assert not [b for b in at.button if b.key.startswith("label_score_")]  # no single-score keys
     empathy = at.radio(key=f"label_criterion_{first.id}_0")
     assert empathy.label == "empathy · weight 1" and empathy.value is None  # the judge's score is marked, not chosen
     assert empathy.options == ["1 · wrong or unusable", "2 · mostly wrong", "3 · partly right",
@@ -360,7 +360,7 @@ def test_a_conversation_is_shown_turn_by_turn_and_labelled_per_criterion(engine,
     assert history[["rollout", "value", "criteria"]].values.tolist() == [
         [first.id, 0.5, "empathy 5, discovery 1, resolution 3"]]
 
-    click(at, f"label_accept_{second.id}")  # the judge's scores, marked as accepted
+    click(at, "label_accept")  # the judge's scores, marked as accepted
     accepted = labels(engine)[-1]
     assert accepted.scores == {"empathy": 4, "discovery": 3, "resolution": 5}
     assert accepted.comment == "accepted the judge's suggestion"
