@@ -1,7 +1,8 @@
-"""`python -m api [--port 8502]`: serve the HTTP API with uvicorn, on loopback only.
+"""`python -m api [--host 127.0.0.1] [--port 8502]` (also `python -m core serve`): serve the HTTP API with uvicorn.
 
-API keys (issue 16) are not built yet, so nothing may reach the API from another machine: a host other
-than a loopback address is refused rather than served without authentication.
+Every route but /v1/health needs an API key. Without sign-in (no user accounts: the single local user, who
+is admin on every page) the API listens on loopback only and says so, because whoever reaches the studio
+could then make themselves keys; with sign-in on, a host such as 0.0.0.0 is allowed (put TLS in front).
 """
 
 from __future__ import annotations
@@ -11,25 +12,41 @@ import ipaddress
 import sys
 
 
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    from core.settings import get_settings
+
+    settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m api", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8502)
+    parser.add_argument("--port", type=int, default=settings.api_port)
     args = parser.parse_args(argv)
-    try:
-        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        print(f"error: the API has no API keys yet, so it listens on loopback only (not {args.host})", file=sys.stderr)
+
+    from sqlmodel import Session
+
+    from core.records.people import sign_in_required
+    from core.settings import engine
+
+    with Session(engine()) as session:
+        signed = sign_in_required(session)
+    if not signed and not is_loopback(args.host):
+        print(f"error: sign-in is off (no user accounts), so the API listens on loopback only, not {args.host}; "
+              "add an admin with `python -m core user add` first", file=sys.stderr)
         return 2
     import uvicorn
 
     from api.app import create_app
-    from core.settings import engine
 
-    print(f"API on http://{args.host}:{args.port}/v1 (docs at /docs)", file=sys.stderr)
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+    where = "" if signed else " (loopback only: sign-in is off)"
+    print(f"API on http://{args.host}:{args.port}/v1{where}; docs at /docs", file=sys.stderr, flush=True)
+    app = create_app(engine, max_body_bytes=settings.api_max_body_bytes, rate_per_minute=settings.api_rate_per_minute)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

@@ -1,34 +1,61 @@
 """Routes of the HTTP API, versioned under /v1; every error is JSON with a clear message.
 
 `create_app(engine)` builds the app over a database engine (tests pass their own); the routes call core
-and hold no logic of their own.
+and hold no logic of their own. Every route but health needs an API key (`Authorization: Bearer <key>`,
+or `X-API-Key`): a read key fetches libraries, an ingest key also posts traces (core/records/api_keys.py).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.errors import StudioError
+from api.limits import RateLimiter
+from core.errors import InvalidInput, StudioError
+from core.records.api_keys import KeyUse, check_key
 from core.records.serving import served_library
+from core.records.traces import MAX_BATCH, ingest_traces, parse_batch
 
-STATUS = {"NotFound": 404, "InvalidInput": 422, "PermissionDenied": 403, "Conflict": 409}
+STATUS = {"NotFound": 404, "InvalidInput": 422, "PermissionDenied": 403, "Conflict": 409, "Unauthorized": 401}
 
 
-def create_app(engine: Engine | Callable[[], Engine]) -> FastAPI:
+class TooLarge(StudioError):
+    """A request body over the API's cap."""
+
+
+class TooMany(StudioError):
+    """A key over its rate; `retry_after` says when it may call again."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2_000_000,
+               rate_per_minute: int = 600) -> FastAPI:
     """The API over `engine` (or a function that gives it, so the process opens its database once)."""
     get_engine = engine if callable(engine) and not isinstance(engine, Engine) else (lambda: engine)
+    limiter = RateLimiter(rate_per_minute)
     app = FastAPI(title="Training-Free GRPO studio", version="1",
-                  description="Fetch a library version by label for a live agent.")
+                  description="Serve the promoted experience library to live agents and take their traces back. "
+                              "Send an API key as `Authorization: Bearer <key>` (People page, or "
+                              "`python -m core apikey create`).")
 
     @app.exception_handler(StudioError)
     async def studio_error(_request: Request, exc: StudioError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=STATUS.get(type(exc).__name__, 400))
+        if isinstance(exc, TooMany):
+            return JSONResponse({"error": str(exc)}, status_code=429,
+                                headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+        status = 413 if isinstance(exc, TooLarge) else STATUS.get(type(exc).__name__, 400)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse({"error": str(exc)}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -36,6 +63,19 @@ def create_app(engine: Engine | Callable[[], Engine]) -> FastAPI:
         where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "path", "body"))
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}".strip(": ")},
                             status_code=422)
+
+    def caller(role: str, doing: str) -> Callable[..., KeyUse]:
+        def check(request: Request, authorization: str | None = Header(None),
+                  x_api_key: str | None = Header(None)) -> KeyUse:
+            secret = x_api_key or (authorization[7:].strip() if authorization and
+                                   authorization.lower().startswith("bearer ") else None)
+            key = check_key(get_engine(), secret, role, doing, f"{request.method} {request.url.path}")
+            wait = limiter.take(key.id)
+            if wait is not None:
+                raise TooMany(f"API key {key.name!r} is over its limit of {rate_per_minute} requests a minute; "
+                              f"retry in {math.ceil(wait)} s", wait)
+            return key
+        return check
 
     @app.get("/v1/health")
     def health() -> dict:
@@ -46,12 +86,54 @@ def create_app(engine: Engine | Callable[[], Engine]) -> FastAPI:
     @app.get("/v1/tasks/{task}/libraries/{library}")
     def library(task: str, library: str, label: str | None = Query(None, description="default production"),
                 version: int | None = Query(None, description="a version id instead of a label"),
-                if_none_match: str | None = Header(None)) -> Response:
+                user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
+                if_none_match: str | None = Header(None),
+                _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
         with Session(get_engine()) as session:
-            served = served_library(session, task, library, label=label, version_id=version)
+            served = served_library(session, task, library, label=label, version_id=version, user_id=user)
         headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:
             return Response(status_code=304, headers=headers)
         return JSONResponse(served.as_dict(), headers=headers)
 
+    @app.post("/v1/traces", openapi_extra={"requestBody": {"content": {"application/json": {"schema": {
+        "type": "object", "required": ["traces"],
+        "properties": {"traces": {"type": "array", "maxItems": MAX_BATCH,
+                                  "items": {"$ref": "#/components/schemas/TraceIn"}}}}}}}})
+    async def traces(request: Request, key: KeyUse = Depends(caller("ingest", "posting traces"))) -> dict:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > max_body_bytes:
+            raise TooLarge(f"the request is {int(declared)} bytes; the API reads at most {max_body_bytes}")
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > max_body_bytes:
+                raise TooLarge(f"the request is over {max_body_bytes} bytes, the most the API reads")
+        try:
+            payload = json.loads(body or b"null")
+        except ValueError:
+            raise InvalidInput("the body is not JSON; send {\"traces\": [...]}") from None
+        stored, duplicates = ingest_traces(get_engine(), parse_batch(payload), key)
+        return {"stored": stored, "duplicates": duplicates}
+
+    _schema_with_trace(app)
     return app
+
+
+def _schema_with_trace(app: FastAPI) -> None:
+    """The trace's JSON schema in /docs, since the route reads its body itself (to cap its size first)."""
+    from core.records.traces import TraceIn
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            trace_schema = TraceIn.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(trace_schema.pop("$defs", {}))
+            components["TraceIn"] = trace_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from core import cli_production
 from core.domain.library_io import check_file_size, decode_library
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
@@ -831,6 +832,8 @@ def build_parser() -> Parser:
     p.add_argument("--version", required=True)
     p.add_argument("name")
     p.set_defaults(func=cmd_label)
+
+    cli_production.add_parsers(sub, Parser, lambda command: lambda args: command(args, _engine(args)))
     return parser
 
 

@@ -43,6 +43,10 @@ class PermissionDenied(StudioError, PermissionError):
     """The acting person's role does not allow this change."""
 
 
+class Unauthorized(StudioError, PermissionError):
+    """A request came without a usable credential (no API key, an unknown or a revoked one)."""
+
+
 class SignInLocked(PermissionDenied):
     """Too many failed sign-ins on this name; it must wait."""
 

@@ -63,6 +63,8 @@ class Task(SQLModel, table=True):
     # A conversation task's user simulator ("" = the policy model) and the most agent turns a conversation has.
     simulator_model: str = Field(default="", sa_column=Column(AutoString, nullable=False, server_default=""))
     max_turns: int = Field(default=4, sa_column=Column(Integer, nullable=False, server_default="4"))
+    # Which production traces go to people (core/records/traces.py): {"below": score, "share": fraction}.
+    production_rules: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -102,6 +104,10 @@ class Library(SQLModel, table=True):
     task_id: int = Field(foreign_key="task.id", index=True)
     name: str = "default"
     segment: str | None = None  # a conversation task's persona segment this library serves (core/records/segments.py)
+    # A/B in production (core/records/serving.py): a fetch of `production` with a user id is served the
+    # version of label `ab_label` for a stable `ab_share` of user ids.
+    ab_label: str | None = None
+    ab_share: float | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -406,3 +412,49 @@ class Worker(SQLModel, table=True):
     current: str | None = None  # e.g. "run 3" or "evaluation 5"
     started_at: datetime = Field(default_factory=utcnow)
     heartbeat_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiKey(SQLModel, table=True):
+    """A key a live agent sends to the HTTP API. Only its sha256 is kept (the key is 32 random bytes, so a
+    slow hash adds nothing); `prefix` is what the People page shows to tell keys apart."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    role: str = "read"  # read | ingest (core/records/api_keys.py)
+    prefix: str
+    key_hash: str = Field(index=True, unique=True)
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_by: str | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class Trace(SQLModel, table=True):
+    """One production interaction a live agent sent back: what it was asked, what it answered (or the
+    conversation), with the version that served it and whatever score or feedback came with it.
+    `client_id` is the sender's id; a task stores each once, so a retried post changes nothing."""
+
+    __table_args__ = (UniqueConstraint("task_id", "client_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    client_id: str
+    library_id: int = Field(foreign_key="library.id")
+    version_id: int = Field(foreign_key="libraryversion.id", index=True)
+    served_label: str | None = None  # the label the agent asked by (its A/B arm), if it said
+    input: str = _text(nullable=False)
+    output: str | None = _text()
+    turns: list | None = _json()
+    score: float | None = None
+    thumbs: int | None = None  # 1 up, -1 down
+    comment: str | None = _text()
+    segment: str | None = Field(default=None, index=True)
+    user_id: str | None = None
+    meta: dict = _json(dict)
+    created_at: datetime = Field(default_factory=utcnow, index=True)  # when the agent logged it
+    received_at: datetime = Field(default_factory=utcnow)
+    api_key_id: int | None = Field(default=None, foreign_key="apikey.id")
+    label_status: str | None = Field(default=None, index=True)  # needed | done: the task's labelling rules
+    label_value: float | None = None  # a person's score in [0, 1]
+    labelled_by: str | None = None
+    sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into

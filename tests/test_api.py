@@ -1,36 +1,68 @@
-"""The HTTP API (FastAPI's test client): health, a library fetched by label or id with an ETag and 304,
-and clear JSON errors for what does not exist or is asked wrongly."""
+"""The HTTP API (FastAPI's test client, and one real uvicorn process): a library by label or id with an
+ETag and 304, API keys (401/403 with an audit event), traces posted idempotently in batches, the size,
+batch and rate limits, A/B arms by user id, and clear JSON errors."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
+from sqlmodel import Session, select
 
 from api.__main__ import main as serve_main
 from api.app import create_app
+from core.errors import PermissionDenied
+from core.records.api_keys import create_key, revoke_key
+from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.versions import import_library, set_label
+from storage.models import ApiKey, AuditEvent, Trace
 
 URL = "/v1/tasks/arithmetic word problems/libraries/default"
 
 
+def bearer(secret: str) -> dict:
+    return {"Authorization": f"Bearer {secret}"}
+
+
 @pytest.fixture
-def client(engine, demo_task) -> TestClient:
-    return TestClient(create_app(engine))
+def keys(engine, demo_task) -> dict[str, str]:
+    return {role: create_key(engine, f"agent-{role}", role, "cli").secret for role in ("read", "ingest")}
 
 
-def test_health(client):
-    response = client.get("/v1/health")
+@pytest.fixture
+def production(engine, demo_task):
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    return version
+
+
+@pytest.fixture
+def client(engine, keys) -> TestClient:
+    return TestClient(create_app(engine), headers=bearer(keys["read"]))
+
+
+def trace(i: int | str, version_id: int, **extra) -> dict:
+    return {"id": f"t-{i}", "task": DEMO_TASK, "version_id": version_id, "input": f"What is {i} + 1?",
+            "output": f"{i}", **extra}
+
+
+def stored(engine) -> list[Trace]:
+    with Session(engine) as session:
+        return list(session.exec(select(Trace).order_by(Trace.id)))
+
+
+def test_health_needs_no_key(engine, demo_task):
+    response = TestClient(create_app(engine)).get("/v1/health")
     assert response.status_code == 200 and response.json() == {"status": "ok", "database": "reachable"}
 
 
-def test_a_library_by_label_with_etag_and_304(engine, client):
-    first = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, first.id, "production", "system")
+def test_a_library_by_label_with_etag_and_304(engine, client, production):
     response = client.get(URL, params={"label": "production"})
     body, etag = response.json(), response.headers["etag"]
     assert response.status_code == 200
-    assert body["version_id"] == first.id and body["label"] == "production"
+    assert body["version_id"] == production.id and body["label"] == "production" and body["arm"] is None
     assert body["experiences"] == ["Re-read the question."] and "Re-read the question." in body["prompt"]
     assert client.get(URL, headers={"If-None-Match": etag}).status_code == 304  # production is the default label
 
@@ -40,8 +72,8 @@ def test_a_library_by_label_with_etag_and_304(engine, client):
     moved = client.get(URL, headers={"If-None-Match": etag})
     assert moved.status_code == 200 and moved.json()["experiences"] == ["Check units."]
     assert moved.headers["etag"] != etag
-    by_id = client.get(URL, params={"version": first.id})
-    assert by_id.json()["version_id"] == first.id and by_id.json()["label"] is None
+    by_id = client.get(URL, params={"version": production.id})
+    assert by_id.json()["version_id"] == production.id and by_id.json()["label"] is None
 
 
 @pytest.mark.parametrize("path, params, status, words", [
@@ -58,49 +90,159 @@ def test_errors_are_json_with_a_message(client, path, params, status, words):
     assert words in response.json()["error"]
 
 
-def test_the_server_refuses_to_listen_beyond_loopback_without_keys(capsys):
-    assert serve_main(["--host", "0.0.0.0"]) == 2
+def test_missing_unknown_revoked_and_wrong_role_keys_are_refused_and_audited(engine, keys, production):
+    bare = TestClient(create_app(engine))
+    assert bare.get(URL).status_code == 401
+    assert "no API key" in bare.get(URL).json()["error"]
+    assert bare.get(URL, headers=bearer("tfg_made-up")).status_code == 401
+    assert bare.get(URL, headers={"X-API-Key": keys["read"]}).status_code == 200  # the other header works too
+
+    refused = bare.post("/v1/traces", headers=bearer(keys["read"]), json={"traces": [trace(1, production.id)]})
+    assert refused.status_code == 403 and "needs an ingest key" in refused.json()["error"]
+    assert bare.get(URL, headers=bearer(keys["ingest"])).status_code == 200  # ingest includes read
+
+    with Session(engine) as session:
+        read_id = session.exec(select(ApiKey.id).where(ApiKey.name == "agent-read")).one()
+    revoke_key(engine, read_id, "cli")
+    revoked = bare.get(URL, headers=bearer(keys["read"]))
+    assert revoked.status_code == 401 and "revoked" in revoked.json()["error"]
+    assert stored(engine) == []
+
+    with Session(engine) as session:
+        denied = [e.after["reason"] for e in session.exec(select(AuditEvent).where(AuditEvent.action == "api.denied"))]
+    assert len(denied) == 5 and any("revoked" in reason for reason in denied)
+    assert any("read key" in reason for reason in denied)
+
+
+def test_keys_are_stored_hashed_and_only_an_admin_makes_them(engine, keys):
+    from core.records.people import add_user
+
+    with Session(engine) as session:
+        rows = list(session.exec(select(ApiKey)))
+    assert {row.role for row in rows} == {"read", "ingest"}
+    assert all(row.key_hash not in keys.values() and row.key_hash != "" for row in rows)
+    assert all(secret.startswith(row.prefix) for row, secret in zip(rows, (keys["read"], keys["ingest"]), strict=True))
+    add_user(engine, "boss", "admin", "boss-password")
+    add_user(engine, "lab", "labeler", "lab-password", actor="boss")
+    with pytest.raises(PermissionDenied):
+        create_key(engine, "sneaky", "ingest", "lab")
+
+
+def test_traces_are_stored_once_per_id_in_batches(engine, keys, production):
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    batch = [trace(i, production.id, score=i / 10, segment="web") for i in range(10)]
+    first = ingest.post("/v1/traces", json={"traces": batch})
+    assert first.status_code == 200 and first.json() == {"stored": 10, "duplicates": 0}
+    again = ingest.post("/v1/traces", json={"traces": batch[5:] + [trace("new", production.id, thumbs="down")]})
+    assert again.json() == {"stored": 1, "duplicates": 5}
+    by_label = ingest.post("/v1/traces", json={"traces": [{**trace("lbl", None), "version_id": None,
+                                                           "label": "production"}]})
+    assert by_label.json()["stored"] == 1
+    rows = stored(engine)
+    assert len(rows) == 12 and len({row.client_id for row in rows}) == 12
+    assert {row.version_id for row in rows} == {production.id}
+    assert rows[10].thumbs == -1 and rows[0].segment == "web" and rows[11].served_label == "production"
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"score": 1.5}, "score must be at most 1"),
+    ({"thumbs": "meh"}, "thumbs"),
+    ({"version_id": None}, "give version_id or label"),
+    ({"task": "nope"}, "no task"),
+    ({"label": "staging", "version_id": None}, "no label 'staging'"),
+    ({"colour": "red"}, "not a known setting"),
+])
+def test_one_bad_trace_refuses_the_batch_and_nothing_is_stored(engine, keys, production, bad, words):
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    batch = [trace(1, production.id), {**trace(2, production.id), **bad}]
+    response = ingest.post("/v1/traces", json={"traces": batch})
+    assert response.status_code == 422 and words in response.json()["error"], response.json()
+    assert stored(engine) == []
+
+
+def test_a_trace_naming_another_tasks_version_is_refused(engine, keys, production):
+    from core.records.tasks import SUPPORT_TASK, ensure_demo_tasks
+
+    ensure_demo_tasks(engine)
+    other = import_library(engine, SUPPORT_TASK, "- Be kind.", "c.md", actor="system")
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    response = ingest.post("/v1/traces", json={"traces": [trace(1, production.id), trace(2, other.id)]})
+    assert response.status_code == 422
+    assert "trace 2 (id 't-2')" in response.json()["error"] and "nothing was stored" in response.json()["error"]
+    assert stored(engine) == []
+
+
+def test_size_batch_and_rate_limits(engine, keys, production):
+    small = TestClient(create_app(engine, max_body_bytes=4096, rate_per_minute=5), headers=bearer(keys["ingest"]))
+    too_big = small.post("/v1/traces", json={"traces": [trace(1, production.id, output="x" * 5000)]})
+    assert too_big.status_code == 413 and "at most 4096" in too_big.json()["error"]
+    chunked = small.post("/v1/traces", content=iter([json.dumps({"traces": [trace(1, production.id)]}).encode(),
+                                                      b" " * 5000]), headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 413  # no Content-Length: counted while read
+    over = small.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
+    assert over.status_code in (413, 422)
+    roomy = TestClient(create_app(engine, rate_per_minute=1000), headers=bearer(keys["ingest"]))
+    batch = roomy.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
+    assert batch.status_code == 422 and "at most 100 traces" in batch.json()["error"]
+    not_json = roomy.post("/v1/traces", content=b"{oops", headers={"Content-Type": "application/json"})
+    assert not_json.status_code == 422 and "not JSON" in not_json.json()["error"]
+    assert stored(engine) == []
+
+    statuses = [small.get(URL).status_code for _ in range(3)]  # 3 more: the limiter allows 5 a minute
+    assert statuses == [200, 200, 429]
+    limited = small.get(URL)
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    assert "5 requests a minute" in limited.json()["error"]
+    other = TestClient(create_app(engine), headers=bearer(keys["read"]))
+    assert other.get(URL).status_code == 200  # another app (and key) has its own allowance
+
+
+def test_ab_split_serves_a_stable_share_of_users_the_candidate(engine, client, production):
+    candidate = import_library(engine, DEMO_TASK, "- Check units.", "b.md", actor="system")
+    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.3, "cli")
+    arms = {f"user-{i}": client.get(URL, params={"user": f"user-{i}"}).json() for i in range(200)}
+    served = [body["arm"] for body in arms.values()]
+    assert 0.2 < served.count("candidate") / 200 < 0.4
+    assert all(body["version_id"] == (candidate.id if body["arm"] == "candidate" else production.id)
+               for body in arms.values())
+    assert all(client.get(URL, params={"user": user}).json()["arm"] == body["arm"] for user, body in
+               list(arms.items())[:20])  # the same user always gets the same arm
+    assert client.get(URL).json()["arm"] is None  # no user id: production, no arm
+    set_ab_split(engine, DEMO_TASK, "default", None, 0.0, "cli")
+    assert client.get(URL, params={"user": "user-1"}).json()["arm"] is None
+
+
+def test_the_server_refuses_to_listen_beyond_loopback_without_sign_in(capsys, engine, monkeypatch):
+    from core.settings import get_settings
+    from storage.db import url_with_password
+
+    monkeypatch.setenv("DATABASE_URL", url_with_password(engine))
+    get_settings.cache_clear()
+    try:
+        assert serve_main(["--host", "0.0.0.0"]) == 2
+    finally:
+        get_settings.cache_clear()
     assert "loopback only" in capsys.readouterr().err
 
 
-def test_a_real_uvicorn_process_serves_the_library(engine, demo_task, tmp_path):
-    """`python -m api` as a user starts it: a uvicorn process on a loopback port, fetched over HTTP."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
+def test_a_real_uvicorn_process_serves_the_library_and_takes_traces(engine, keys, production):
+    """`python -m core serve` as a user starts it: a uvicorn process on a loopback port, over HTTP."""
     import httpx
 
-    from storage.db import url_with_password
-    from tests.ui_support import ROOT
+    from tests.api_support import api_server
 
-    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "api", "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None, server.stderr.read()
-            assert time.monotonic() < deadline, "the API did not come up"
-            time.sleep(0.2)
-        response = httpx.get(f"{base}{URL}", timeout=10)
-        assert response.status_code == 200 and response.json()["version_id"] == version.id
-        again = httpx.get(f"{base}{URL}", headers={"If-None-Match": response.headers["etag"]}, timeout=10)
+    with api_server(engine) as base:
+        response = httpx.get(f"{base}{URL}", headers=bearer(keys["read"]), timeout=10)
+        assert response.status_code == 200 and response.json()["version_id"] == production.id
+        again = httpx.get(f"{base}{URL}", headers={**bearer(keys["read"]), "If-None-Match": response.headers["etag"]},
+                          timeout=10)
         assert again.status_code == 304
+        assert httpx.get(f"{base}{URL}", timeout=10).status_code == 401
+        posted = httpx.post(f"{base}/v1/traces", headers=bearer(keys["ingest"]),
+                            json={"traces": [trace(i, production.id) for i in range(3)]}, timeout=10)
+        assert posted.json() == {"stored": 3, "duplicates": 0}
         assert httpx.get(f"{base}/docs", timeout=10).status_code == 200
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        schema = httpx.get(f"{base}/openapi.json", timeout=10).json()
+        assert "TraceIn" in schema["components"]["schemas"] and "/v1/traces" in schema["paths"]
+    assert len(stored(engine)) == 3

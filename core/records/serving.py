@@ -11,13 +11,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.domain.draws import stable_fraction
 from core.errors import InvalidInput, NotFound
+from core.records.people import require_role
 from core.records.tasks import get_task
 from core.records.versions import export_version
 from storage import queries
-from storage.models import Library, LibraryVersion
+from storage.db import session_scope
+from storage.models import AuditEvent, Library, LibraryVersion
+
+PRODUCTION = "production"
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class ServedLibrary:
     label: str | None
     experiences: list[str]
     prompt: str
+    arm: str | None = None  # with an A/B split: the label whose version served this user
 
     @property
     def etag(self) -> str:
@@ -40,13 +47,16 @@ class ServedLibrary:
 
     def as_dict(self) -> dict:
         return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
-                "label": self.label, "experiences": self.experiences, "prompt": self.prompt}
+                "label": self.label, "experiences": self.experiences, "prompt": self.prompt, "arm": self.arm}
 
 
 def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                   version_id: int | None = None) -> ServedLibrary:
+                   version_id: int | None = None, user_id: str | None = None) -> ServedLibrary:
     """The version of `library_name` that `label` points at (default `production`), or version `version_id`
-    of that library; NotFound names what is missing, InvalidInput a request that asks for both."""
+    of that library; NotFound names what is missing, InvalidInput a request that asks for both.
+
+    With an A/B split on the library and a `user_id`, a request for `production` is served the split's
+    label for a stable share of users (the same user always gets the same arm) and says which in `arm`."""
     if label is not None and version_id is not None:
         raise InvalidInput("ask for a label or a version, not both")
     task = get_task(session, task_name)
@@ -58,16 +68,52 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
         if version is None or version.library_id != library.id:
             raise NotFound(f"library {library_name!r} of task {task.name!r} has no version {version_id}")
     else:
-        label = label or "production"
+        label = label or PRODUCTION
+        arm = ab_arm(library, label, user_id)
+        if arm is not None:
+            label = arm
         found = queries.label_by_name(session, library.id, label)
         if found is None:
             raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
         version = session.get(LibraryVersion, found.version_id)
+        if arm is not None:
+            return _served(task.name, library, version, label, arm=arm)
     return _served(task.name, library, version, label)
 
 
-def _served(task_name: str, library: Library, version: LibraryVersion, label: str | None) -> ServedLibrary:
+def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:
+    """The label that serves this user under the library's A/B split, or None when no split applies."""
+    if label != PRODUCTION or not user_id or not library.ab_label or not library.ab_share:
+        return None
+    return library.ab_label if stable_fraction(f"{library.id}:{user_id}") < library.ab_share else PRODUCTION
+
+
+def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str | None, share: float,
+                 actor: str) -> None:
+    """Serve `label`'s version to a `share` of users in place of production (None or share 0 ends the
+    split); an admin's decision, as moving production is."""
+    if label is not None and not 0 <= share < 1:
+        raise InvalidInput("the A/B share is a fraction from 0 up to (not including) 1")
+    if label == PRODUCTION:
+        raise InvalidInput("the A/B label is the candidate served beside production, not production itself")
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "splitting production traffic")
+        task = get_task(session, task_name)
+        library = queries.library_by_name(session, task.id, library_name)
+        if library is None:
+            raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+        if label and share and queries.label_by_name(session, library.id, label) is None:
+            raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
+        before = {"label": library.ab_label, "share": library.ab_share}
+        library.ab_label, library.ab_share = (label, share) if label and share else (None, None)
+        session.add(library)
+        session.add(AuditEvent(actor=actor, action="library.ab_split", object_type="library", object_id=library.id,
+                               before=before, after={"label": library.ab_label, "share": library.ab_share}))
+
+
+def _served(task_name: str, library: Library, version: LibraryVersion, label: str | None,
+            arm: str | None = None) -> ServedLibrary:
     experiences = version.experiences or []
     return ServedLibrary(task=task_name, library=library.name, version_id=version.id, number=version.number,
                          label=label, experiences=[e["text"] for e in experiences],
-                         prompt=export_version(experiences, "prompt"))
+                         prompt=export_version(experiences, "prompt"), arm=arm)

@@ -1,0 +1,130 @@
+"""API keys for live agents: created and revoked by an admin, shown once, kept only as a hash.
+
+A `read` key fetches libraries; an `ingest` key also posts production traces (an agent that logs its
+traces also fetches its library, so ingest includes read). A request with no key, an unknown or revoked
+key, or a key without the role gets `Unauthorized` or `PermissionDenied` and leaves an audit event, so
+the Audit page shows who was turned away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
+from core.records.people import require_role
+from storage.db import session_scope
+from storage.models import ApiKey, AuditEvent, as_utc, utcnow
+
+API_ROLES = {"read": "fetch libraries", "ingest": "fetch libraries and post production traces"}
+RANK = {"read": 0, "ingest": 1}
+KEY_PREFIX = "tfg_"
+API_ACTOR = "(api)"  # the audit actor of a request turned away before any key was known
+LAST_USED_EVERY = timedelta(seconds=60)  # a key's last-used time is written at most this often
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A key as created: `secret` is the whole key, shown this once and never stored."""
+
+    id: int
+    name: str
+    role: str
+    secret: str
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """Who is calling: the key's id, name and role once it was checked."""
+
+    id: int
+    name: str
+    role: str
+
+
+def key_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_key(engine: Engine, name: str, role: str, actor: str) -> NewKey:
+    """A new key for `role`; only an admin may make one. The returned secret is the only copy."""
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise InvalidInput("an API key needs a name of 1-100 characters (say which agent uses it)")
+    if role not in API_ROLES:
+        raise InvalidInput(f"unknown API key role {role!r}; use one of {', '.join(API_ROLES)}")
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "creating API keys")
+        key = ApiKey(name=name, role=role, prefix=secret[:12], key_hash=key_hash(secret), created_by=actor)
+        session.add(key)
+        session.flush()
+        session.add(AuditEvent(actor=actor, action="apikey.create", object_type="apikey", object_id=key.id,
+                               after={"name": name, "role": role, "prefix": key.prefix}))
+        return NewKey(id=key.id, name=name, role=role, secret=secret)
+
+
+def revoke_key(engine: Engine, key_id: int, actor: str) -> None:
+    """Revoke a key for good; requests with it get 401 from then on."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "revoking API keys")
+        key = session.get(ApiKey, key_id)
+        if key is None:
+            raise NotFound(f"there is no API key {key_id}")
+        if key.revoked_at is not None:
+            return
+        key.revoked_at, key.revoked_by = utcnow(), actor
+        session.add(key)
+        session.add(AuditEvent(actor=actor, action="apikey.revoke", object_type="apikey", object_id=key.id,
+                               before={"name": key.name, "role": key.role, "prefix": key.prefix}))
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.exec(select(ApiKey).order_by(ApiKey.id)))
+
+
+def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: str = "") -> KeyUse:
+    """The key behind `secret` if it may do what `role` allows; else an audit event and Unauthorized (no,
+    unknown or revoked key) or PermissionDenied (a read key asked to ingest). `where` names the request."""
+    found = None
+    if secret:
+        with Session(engine) as session:
+            found = session.exec(select(ApiKey).where(ApiKey.key_hash == key_hash(secret))).first()
+    reason = ("no API key (send `Authorization: Bearer <key>`)" if not secret
+              else "unknown API key" if found is None
+              else f"API key {found.name!r} was revoked" if found.revoked_at is not None
+              else None)
+    if reason is not None:
+        _denied(engine, found, reason, where)
+        raise Unauthorized(reason)
+    if RANK[found.role] < RANK[role]:
+        reason = f"API key {found.name!r} is a {found.role} key; {doing} needs an {role} key"
+        _denied(engine, found, reason, where)
+        raise PermissionDenied(reason)
+    _touch(engine, found)
+    return KeyUse(id=found.id, name=found.name, role=found.role)
+
+
+def _denied(engine: Engine, key: ApiKey | None, reason: str, where: str) -> None:
+    with session_scope(engine) as session:
+        session.add(AuditEvent(actor=f"(api key {key.name})" if key is not None else API_ACTOR, action="api.denied",
+                               object_type="apikey", object_id=key.id if key is not None else None,
+                               after={"reason": reason, "request": where}))
+
+
+def _touch(engine: Engine, key: ApiKey, now: datetime | None = None) -> None:
+    """Keep the key's last-used time, written at most once a minute so busy agents cost no write per call."""
+    now = now or utcnow()
+    last = as_utc(key.last_used_at)
+    if last is not None and now - last < LAST_USED_EVERY:
+        return
+    with session_scope(engine) as session:
+        row = session.get(ApiKey, key.id)
+        if row is not None:
+            row.last_used_at = now
+            session.add(row)

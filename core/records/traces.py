@@ -1,0 +1,307 @@
+"""Production traces: what live agents send back through the API, how they are watched, and how the
+failures among them become training data again.
+
+A batch is checked whole before anything is written: one trace naming another task's version, a label
+the library does not have, or a score outside [0, 1] refuses the batch with the trace's position and id,
+and nothing is stored. A trace's `id` is the sender's; a task keeps each id once, so a retry is harmless.
+
+A trace's score, for every statistic here, is a person's label when it has one, else the score the agent
+sent, else its thumbs (up 1, down 0); a trace with none of them is unscored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import UTC, date, datetime
+from statistics import mean
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from core.domain.draws import stable_fraction
+from core.domain.metrics import mean_interval
+from core.errors import InvalidInput, NotFound, describe_validation
+from core.records.api_keys import KeyUse
+from core.records.datasets import SampleRow
+from core.records.people import require_role
+from core.records.tasks import add_samples, get_task
+from storage import queries
+from storage.db import session_scope
+from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task, Trace, as_utc
+
+MAX_BATCH = 100
+MAX_TEXT = 100_000
+THUMBS = {"up": 1, "down": -1}
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: str = Field(pattern="^(user|agent)$")
+    text: str = Field(max_length=MAX_TEXT)
+
+
+class TraceIn(BaseModel):
+    """One trace as an agent posts it (the API's request body item, with its constraints)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128, description="the sender's id; posting it again stores nothing")
+    task: str = Field(min_length=1, max_length=200)
+    library: str = Field(default="default", min_length=1, max_length=200)
+    version_id: int | None = Field(default=None, description="the version that served this interaction")
+    label: str | None = Field(default=None, max_length=100, description="or the label the agent fetched by")
+    input: str = Field(min_length=1, max_length=MAX_TEXT)
+    output: str | None = Field(default=None, max_length=MAX_TEXT)
+    turns: list[Turn] | None = Field(default=None, max_length=200)
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
+    thumbs: str | None = Field(default=None, pattern="^(up|down)$")
+    comment: str | None = Field(default=None, max_length=5000)
+    segment: str | None = Field(default=None, max_length=100)
+    user_id: str | None = Field(default=None, max_length=200)
+    metadata: dict = Field(default_factory=dict)
+    created_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _names_a_version(self) -> TraceIn:
+        if self.version_id is None and not self.label:
+            raise ValueError("give version_id or label: the version that served this trace")
+        return self
+
+
+class TraceBatch(BaseModel):
+    traces: list[TraceIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+def parse_batch(payload: object) -> list[TraceIn]:
+    """A request body as traces, or InvalidInput naming the first problem (a batch over MAX_BATCH too)."""
+    if isinstance(payload, dict) and isinstance(payload.get("traces"), list) and len(payload["traces"]) > MAX_BATCH:
+        raise InvalidInput(f"a batch holds at most {MAX_BATCH} traces; this one has {len(payload['traces'])}")
+    try:
+        return TraceBatch.model_validate(payload).traces
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation(exc)) from None
+
+
+def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> tuple[int, int]:
+    """Store a batch of traces: (stored, already there). All are resolved first; one that cannot be
+    refuses the whole batch with InvalidInput naming it, and nothing is written."""
+    with session_scope(engine) as session:
+        resolved, problems = [], []
+        cache: dict[tuple, tuple[Task, Library, LibraryVersion, str | None]] = {}
+        for position, trace in enumerate(traces, start=1):
+            try:
+                where = (trace.task, trace.library, trace.version_id, trace.label)
+                if where not in cache:
+                    cache[where] = _resolve(session, trace)
+                resolved.append((trace, *cache[where]))
+            except (NotFound, InvalidInput) as exc:
+                problems.append(f"trace {position} (id {trace.id!r}): {exc}")
+        if problems:
+            raise InvalidInput("; ".join(problems[:5]) + ("" if len(problems) <= 5 else f"; and {len(problems) - 5} more")
+                               + "; nothing was stored")
+        seen = _known_ids(session, resolved)
+        stored = 0
+        for trace, task, library, version, label in resolved:
+            if (task.id, trace.id) in seen:
+                continue
+            seen.add((task.id, trace.id))
+            session.add(_row(trace, task, library, version, label, key))
+            stored += 1
+        return stored, len(traces) - stored
+
+
+def _resolve(session: Session, trace: TraceIn) -> tuple[Task, Library, LibraryVersion, str | None]:
+    task = get_task(session, trace.task)
+    library = queries.library_by_name(session, task.id, trace.library)
+    if library is None:
+        raise NotFound(f"task {task.name!r} has no library {trace.library!r}")
+    if trace.version_id is not None:
+        version = session.get(LibraryVersion, trace.version_id)
+        if version is None or version.library_id != library.id:
+            raise InvalidInput(f"version {trace.version_id} is not a version of library {library.name!r} of task "
+                               f"{task.name!r}")
+        return task, library, version, trace.label
+    label = queries.label_by_name(session, library.id, trace.label)
+    if label is None:
+        raise NotFound(f"library {library.name!r} of task {task.name!r} has no label {trace.label!r}")
+    return task, library, session.get(LibraryVersion, label.version_id), trace.label
+
+
+def _known_ids(session: Session, resolved: list) -> set[tuple[int, str]]:
+    by_task: dict[int, set[str]] = defaultdict(set)
+    for trace, task, *_ in resolved:
+        by_task[task.id].add(trace.id)
+    known = set()
+    for task_id, ids in by_task.items():
+        rows = session.exec(select(Trace.client_id).where(Trace.task_id == task_id, Trace.client_id.in_(ids)))
+        known |= {(task_id, client_id) for client_id in rows}
+    return known
+
+
+def _row(trace: TraceIn, task: Task, library: Library, version: LibraryVersion, label: str | None,
+         key: KeyUse | None) -> Trace:
+    row = Trace(task_id=task.id, client_id=trace.id, library_id=library.id, version_id=version.id, served_label=label,
+                input=trace.input, output=trace.output,
+                turns=[turn.model_dump() for turn in trace.turns] if trace.turns is not None else None,
+                score=trace.score, thumbs=THUMBS.get(trace.thumbs or ""), comment=trace.comment,
+                segment=trace.segment, user_id=trace.user_id, meta=trace.metadata,
+                api_key_id=key.id if key is not None else None)
+    if trace.created_at is not None:
+        row.created_at = trace.created_at if trace.created_at.tzinfo else trace.created_at.replace(tzinfo=UTC)
+    row.label_status = "needed" if needs_label(task.production_rules or {}, row) else None
+    return row
+
+
+# --- the task's rules: which traces go to people ------------------------------------------------------
+
+
+def check_rules(rules: dict) -> dict:
+    """Rules as stored: `below` (a score in [0, 1]: every trace scored under it is labelled) and `share`
+    (a fraction of the rest, drawn by a stable hash of the trace id). Empty: no trace goes to people."""
+    unknown = set(rules) - {"below", "share"}
+    if unknown:
+        raise InvalidInput(f"unknown production rule {sorted(unknown)[0]!r}; use below and share")
+    for name in ("below", "share"):
+        value = rules.get(name)
+        if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
+            raise InvalidInput(f"the production rule {name!r} must be a number from 0 to 1")
+    return {name: float(value) for name, value in rules.items() if value is not None}
+
+
+def needs_label(rules: dict, trace: Trace) -> bool:
+    score = sent_score(trace)
+    below = rules.get("below")
+    if below is not None and score is not None and score < below:
+        return True
+    share = rules.get("share") or 0.0
+    return share > 0 and stable_fraction(trace.client_id) < share
+
+
+def set_rules(engine: Engine, task_name: str, rules: dict, actor: str) -> dict:
+    """Change which production traces go to people (an admin's decision); later traces follow them."""
+    rules = check_rules(rules)
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "changing a task's production rules")
+        task = get_task(session, task_name)
+        before, task.production_rules = task.production_rules, rules
+        session.add(task)
+        session.add(AuditEvent(actor=actor, action="task.production_rules", object_type="task", object_id=task.id,
+                               before=before, after=rules))
+    return rules
+
+
+def label_trace(engine: Engine, trace_id: int, value: float, actor: str) -> None:
+    """A person's score for a production trace; it counts as the trace's score from now on."""
+    if not 0 <= value <= 1:
+        raise InvalidInput("a label is a score from 0 to 1")
+    with session_scope(engine) as session:
+        require_role(session, actor, "labeler", "labelling production traces")
+        trace = session.get(Trace, trace_id)
+        if trace is None:
+            raise NotFound(f"there is no trace {trace_id}")
+        trace.label_value, trace.labelled_by, trace.label_status = value, actor, "done"
+        session.add(trace)
+        session.add(AuditEvent(actor=actor, action="trace.label", object_type="trace", object_id=trace_id,
+                               after={"value": value}))
+
+
+# --- watching production ---------------------------------------------------------------------------
+
+
+def sent_score(trace: Trace) -> float | None:
+    """What the agent's side said: its score, else its thumbs (up 1, down 0)."""
+    if trace.score is not None:
+        return trace.score
+    return None if trace.thumbs is None else (1.0 if trace.thumbs > 0 else 0.0)
+
+
+def trace_score(trace: Trace) -> float | None:
+    """A person's label first, then what the agent sent."""
+    return trace.label_value if trace.label_value is not None else sent_score(trace)
+
+
+def task_traces(session: Session, task_name: str, *, version_id: int | None = None, segment: str | None = None,
+                since: datetime | None = None, max_score: float | None = None, labelled_only: bool = False,
+                limit: int | None = None) -> list[Trace]:
+    """A task's traces, newest first, filtered as the Production page and `harvest` ask."""
+    task = get_task(session, task_name)
+    query = select(Trace).where(Trace.task_id == task.id)
+    if version_id is not None:
+        query = query.where(Trace.version_id == version_id)
+    if segment:
+        query = query.where(Trace.segment == segment)
+    if since is not None:
+        query = query.where(Trace.created_at >= since)
+    if labelled_only:
+        query = query.where(Trace.label_value.is_not(None))
+    rows = list(session.exec(query.order_by(Trace.created_at.desc(), Trace.id.desc())))
+    if max_score is not None:
+        rows = [row for row in rows if (score := trace_score(row)) is not None and score <= max_score]
+    return rows[:limit] if limit is not None else rows
+
+
+def version_numbers(session: Session, traces: list[Trace]) -> dict[int, int]:
+    ids = {trace.version_id for trace in traces}
+    if not ids:
+        return {}
+    return {v.id: v.number for v in session.exec(select(LibraryVersion).where(LibraryVersion.id.in_(ids)))}
+
+
+def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
+    """Per day and version: traces, the share with a score, and the mean score with its 95% interval."""
+    cells: dict[tuple[date, int], list[Trace]] = defaultdict(list)
+    for trace in traces:
+        cells[(as_utc(trace.created_at).date(), trace.version_id)].append(trace)
+    rows = []
+    for (day, version_id), group in sorted(cells.items()):
+        scores = [s for s in (trace_score(t) for t in group) if s is not None]
+        low, high = mean_interval(scores) if scores else (None, None)
+        rows.append({"day": day, "version": f"#{numbers.get(version_id, '?')} (id {version_id})",
+                     "version_id": version_id, "traces": len(group), "scored": len(scores),
+                     "scored share": round(len(scores) / len(group), 3),
+                     "mean score": round(mean(scores), 3) if scores else None,
+                     "low": None if low is None else round(low, 3), "high": None if high is None else round(high, 3)})
+    return rows
+
+
+# --- failures back into training -------------------------------------------------------------------
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def harvest(engine: Engine, task_name: str, actor: str, *, since: datetime | None = None,
+            max_score: float | None = None, labelled_only: bool = False) -> tuple[int, int]:
+    """Selected traces become train samples: (added, skipped as already present). A trace whose input a
+    sample already has (ignoring case and spacing) is skipped; each new sample keeps its source trace id,
+    and the trace points at its sample. A person's reference answer is not known, so the sample has none:
+    judge or human rewards, or the no-ground-truth mode, score it."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "adding production traces to a task's data")
+        task = get_task(session, task_name)
+        chosen = [t for t in task_traces(session, task_name, since=since, max_score=max_score,
+                                         labelled_only=labelled_only) if t.sample_id is None]
+        known = {_normal(s.query) for s in queries.samples(session, task.id)}
+        rows, skipped = [], 0
+        for trace in sorted(chosen, key=lambda t: t.id):
+            if _normal(trace.input) in known:
+                skipped += 1
+                continue
+            known.add(_normal(trace.input))
+            rows.append((trace, SampleRow(external_id=f"trace-{trace.id}", query=trace.input, reference=None,
+                                          rubric=None, split="train",
+                                          meta={"source_trace": trace.id, "trace_client_id": trace.client_id,
+                                                "trace_score": trace_score(trace), "segment": trace.segment})))
+        added = add_samples(session, task, [row for _, row in rows])
+        session.flush()
+        by_external = {s.external_id: s.id for s in session.exec(
+            select(Sample).where(Sample.task_id == task.id, Sample.external_id.in_([r.external_id for _, r in rows])))}
+        for trace, row in rows:
+            trace.sample_id = by_external.get(row.external_id)
+            session.add(trace)
+        session.add(AuditEvent(actor=actor, action="task.harvest", object_type="task", object_id=task.id,
+                               after={"added": added, "skipped": skipped, "since": since.isoformat() if since else None,
+                                      "max_score": max_score, "labelled_only": labelled_only}))
+        return added, skipped
