@@ -17,6 +17,7 @@ from core.domain.sandbox import harden_process
 from core.errors import PermissionDenied, SignInLocked
 from core.jobs.worker import worker_summary
 from core.records.people import authenticate, role_of, sign_in_required
+from core.records.serving import api_status
 from core.records.tasks import ensure_demo_tasks
 from core.settings import configure_scoring, engine, get_settings
 from pages._common import (
@@ -50,6 +51,7 @@ PAGES = [
     st.Page("pages/library.py", title="Library", icon=":material/library_books:"),
     st.Page("pages/evaluate.py", title="Evaluate", icon=":material/leaderboard:"),
     st.Page("pages/labeling.py", title="Labeling", icon=":material/label:"),
+    st.Page("pages/production.py", title="Production", icon=":material/monitoring:"),
     st.Page("pages/tasks.py", title="Tasks", icon=":material/edit_note:"),
     st.Page("pages/people.py", title="People", icon=":material/group:"),
     st.Page("pages/audit.py", title="Audit", icon=":material/history:"),
@@ -176,10 +178,18 @@ def sidebar(url: str, required: bool) -> None:
         person_box(required)
         st.caption("Worker")
         worker_line()
+        st.caption("HTTP API")
+        st.code(api_line(get_settings().api_port), language=None, wrap_lines=True)
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
         st.caption("Default model")
         st.code(get_settings().model, language=None, wrap_lines=True)
+
+
+@st.cache_data(ttl=15, show_spinner=False)
+def api_line(port: int) -> str:
+    """Whether the HTTP API answers, asked at most every 15 s (a short local request)."""
+    return api_status(port)
 
 
 @st.fragment(run_every=3)

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
 from core.records.people import ROLES, add_user, sign_in_required, update_user
 from pages._common import (
     DATETIME,
@@ -25,6 +26,7 @@ from pages._common import (
     run_action,
     run_page,
 )
+from pages._display import table
 from storage import queries
 
 FLASH = Flash("people_flash")
@@ -134,6 +136,55 @@ def manage_user(users: list) -> None:
     st.button("Set password", key=f"people_set_password_{user.id}", on_click=set_password, args=(name, user.id))
 
 
+NEW_KEY = "people_new_api_key"  # the key just created, shown once and then dropped from the session
+
+
+def make_key() -> None:
+    name, role = st.session_state.get("people_key_name", ""), st.session_state.get("people_key_role", "read")
+    made = run_action(FLASH, "keys", create_key, engine(), name, role, context().reviewer)
+    if made is not None:
+        st.session_state[NEW_KEY] = made.secret
+        st.session_state["people_key_name"] = ""
+
+
+def drop_key(key_id: int) -> None:
+    run_action(FLASH, "keys", revoke_key, engine(), key_id, context().reviewer, success=f"API key {key_id} revoked.")
+
+
+def api_keys_section() -> None:
+    """Keys for live agents (core/records/api_keys.py): a new key is shown once; the table never shows one."""
+    st.header("API keys", anchor=False)
+    st.caption("Live agents send one to the HTTP API (`Authorization: Bearer <key>`). "
+               + " ".join(f"A {role} key may {what}." for role, what in API_ROLES.items()))
+    secret = st.session_state.pop(NEW_KEY, None)
+    if secret:
+        st.success("Copy the new key now: it is shown this once and stored only as a hash.")
+        st.code(secret, language=None)
+    with Session(engine()) as session:
+        keys = list_keys(session)
+        session.expunge_all()
+    if keys:
+        table([{"id": k.id, "name": k.name, "role": k.role, "starts with": k.prefix, "created by": k.created_by,
+                "created at": k.created_at, "last used": k.last_used_at, "revoked at": k.revoked_at} for k in keys],
+              column_config={"created at": DATETIME, "last used": DATETIME, "revoked at": DATETIME},
+              key="people_keys_table")
+    else:
+        st.caption("No API keys yet.")
+    FLASH.show("keys")
+    if not allowed("admin"):
+        role_note("admin", "creating and revoking API keys")
+        return
+    left, middle, right = st.columns([3, 2, 1], vertical_alignment="bottom")
+    left.text_input("Key name (which agent uses it)", key="people_key_name", max_chars=100)
+    middle.selectbox("Role", list(API_ROLES), key="people_key_role")
+    right.button("Create key", key="people_key_create", type="primary", on_click=make_key)
+    live = [k for k in keys if k.revoked_at is None]
+    if live:
+        chosen = st.selectbox("Key to revoke", [k.id for k in live], key="people_key_revoke_id",
+                              format_func=lambda i: next(f"{k.name} ({k.role}, {k.prefix}…)" for k in live if k.id == i))
+        st.button("Revoke key", key="people_key_revoke", on_click=drop_key, args=(chosen,))
+
+
 def page() -> None:
     st.title("People")
     with Session(engine()) as session:
@@ -165,6 +216,8 @@ def page() -> None:
             manage_user(users)
     else:
         role_note("admin", "managing users")
+
+    api_keys_section()
 
     st.header("Roles", anchor=False)
     st.markdown(ROLES_TEXT)

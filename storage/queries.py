@@ -23,6 +23,7 @@ from storage.models import (
     Sample,
     Step,
     Task,
+    Trace,
     User,
 )
 from storage.statuses import EvaluationPurpose, LabelStatus, OperationStatus, StepStatus
@@ -88,6 +89,12 @@ def label_by_name(session: Session, library_id: int, name: str) -> LibraryLabel 
     return session.exec(
         select(LibraryLabel).where(LibraryLabel.library_id == library_id, LibraryLabel.name == name)
     ).first()
+
+
+def trace_segments(session: Session, task_id: int) -> list[str]:
+    """The user segments a task's production traces named, sorted."""
+    rows = session.exec(select(Trace.segment).where(Trace.task_id == task_id, col(Trace.segment).is_not(None)).distinct())
+    return sorted(rows)
 
 
 def runs(session: Session, task_id: int | None = None, kinds: Iterable[str] | None = None) -> list[Run]:

@@ -10,7 +10,8 @@ from pages._common import Outcome, failed, plain
 from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
 from tests.ui_support import APP
 
-NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Tasks", "People", "Audit"]
+NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
+              "People", "Audit"]
 
 
 def test_plain_keeps_markdown_and_html_from_core_messages_inert():

@@ -163,3 +163,36 @@ def test_admin_changes_role_active_and_password(engine):
         updates = session.exec(select(AuditEvent).where(AuditEvent.action == "user.update")).all()
     assert [e.actor for e in updates] == ["ana"] * 4
     assert updates[-1].after == {"role": "labeler", "active": True, "password": "changed"}
+
+
+def test_an_admin_creates_an_api_key_sees_it_once_and_revokes_it(engine):
+    from core.errors import Unauthorized
+    from core.records.api_keys import check_key
+    from storage.models import ApiKey
+
+    at = open_people()
+    at.text_input(key="people_key_name").input("support bot")
+    at.selectbox(key="people_key_role").set_value("ingest")
+    at.button(key="people_key_create").click()
+    at.run()
+    [shown] = [c.value for c in at.code if c.value.startswith("tfg_")]
+    assert check_key(engine, shown, "ingest", "posting traces").name == "support bot"
+    [table] = [d.value for d in at.dataframe if "starts with" in d.value.columns]
+    assert table[["name", "role"]].values.tolist() == [["support bot", "ingest"]]
+    assert shown not in table.to_string()  # the table shows a prefix, never the key
+    with Session(engine) as session:
+        assert session.exec(select(ApiKey)).one().key_hash != shown
+
+    at.run()
+    assert not [c.value for c in at.code if c.value.startswith("tfg_")]  # shown once
+    at.button(key="people_key_revoke").click()
+    at.run()
+    with pytest.raises(Unauthorized):
+        check_key(engine, shown, "read", "fetching a library")
+
+
+def test_a_labeler_sees_keys_but_cannot_make_one(engine):
+    add_user(engine, "boss", "admin", PASSWORD)
+    add_user(engine, "lab", "labeler", PASSWORD, actor="boss")
+    at = open_people(**as_person("lab"))
+    assert not [b for b in at.button if b.key == "people_key_create"]

@@ -86,6 +86,10 @@ class RunSettings(JobSettings):
     max_turns: int | None = Field(None, ge=1, description="python mode: model turns per answer (default 3); "
                                   "conversation tasks: agent turns per conversation (default: the task's max_turns)")
     max_experiences: int = Field(MAX_EXPERIENCES, ge=1, description="the most experiences a library may hold")
+    start_label: str | None = Field(None, description="start from the version this label points at (e.g. "
+                                    "production) instead of the library's latest")
+    old_share: float | None = Field(None, ge=0.0, le=1.0, description="an update from production: train on the "
+                                    "samples harvested from traces plus this share of the other train samples")
     max_operations: int | None = Field(None, ge=1, description="operations the learner may propose per step "
                                        "(default: grows with the batch size, batch_size // 2, 4 to 12)")
     validation_size: int | None = Field(None, ge=0, description="train queries held out for the gate when "

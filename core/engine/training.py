@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.domain.conversation import numbered_transcript
+from core.domain.draws import stable_fraction
 from core.domain.library import ProposedOp, validate_ops
 from core.domain.prompts import (
     REJECTED_SHOWN,
@@ -113,6 +114,11 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
         start = queries.latest_version(session, library.id)
+        if settings.start_label:
+            label = queries.label_by_name(session, library.id, settings.start_label)
+            if label is None:
+                raise InvalidInput(f"library {library.name!r} has no label {settings.start_label!r} to start from")
+            start = session.get(LibraryVersion, label.version_id)
         run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
                   current_version_id=start.id, settings=settings.model_dump(), created_by=created_by)
         session.add(run)
@@ -277,20 +283,26 @@ def _validation(ctx: _Ctx) -> list[int]:
 
 
 def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out: list[int],
-                      segment: str | None = None) -> list[int]:
+                      segment: str | None = None, old_share: float | None = None, seed: int = 0) -> list[int]:
     """The training queries: the train split without the held-out validation queries (and, for a library
-    bound to a segment, only that segment's scenarios), the first `limit`."""
+    bound to a segment, only that segment's scenarios), the first `limit`. An update from production
+    (`old_share`) keeps every sample harvested from a trace and a stable share of the others, so the
+    library learns from the failures without forgetting what the old train split taught it."""
     only = segment_sample_ids(session, task, segment)
-    kept = [s.id for s in queries.samples(session, task.id, "train")
+    kept = [s for s in queries.samples(session, task.id, "train")
             if s.id not in set(held_out) and (only is None or s.id in only)]
-    return kept[:limit] if limit else kept
+    if old_share is not None:
+        kept = [s for s in kept if "source_trace" in (s.meta or {})
+                or stable_fraction(f"{seed}:{s.id}") < old_share]
+    ids = [s.id for s in kept]
+    return ids[:limit] if limit else ids
 
 
 async def _train(ctx: _Ctx) -> None:
     s = ctx.settings
     held_out = _validation(ctx)
     with Session(ctx.engine) as session:
-        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out, ctx.library.segment)
+        train_ids = _train_sample_ids(session, ctx.task, s.limit, held_out, ctx.library.segment, s.old_share, s.seed)
         if not train_ids:
             raise InvalidInput(f"no training queries are left after holding out {len(held_out)} for validation; "
                                "lower validation_size or add train samples")

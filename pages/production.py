@@ -1,0 +1,188 @@
+"""Production: what live agents sent back through the API (core/records/traces.py).
+
+Traces per day and version, the mean score per version over time with its 95% interval, the share with
+a score, the lowest-scored traces as text (never Markdown or HTML: an agent's input and output are
+untrusted), filters; the task's labelling rules; an A/B split's arms compared with an interval on the
+difference; and the way back into training: harvest failures into train samples and start an update
+from production. All of it calls core; the page only draws.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+
+import plotly.graph_objects as go
+import streamlit as st
+from sqlmodel import Session
+
+from core.engine.run_settings import RunSettings
+from core.engine.training import create_run
+from core.records.serving import PRODUCTION
+from core.records.traces import (
+    arm_comparison,
+    daily_summary,
+    harvest,
+    set_rules,
+    task_traces,
+    trace_score,
+    version_numbers,
+)
+from pages._common import Flash, allowed, engine, require_task, role_note, run_action, run_page
+from pages._display import show_long, table
+from storage import queries
+
+FLASH = Flash("production_flash")
+LOWEST = 10
+OLD_SHARE = 0.3
+
+
+def score_chart(rows: list[dict]) -> go.Figure:
+    figure = go.Figure()
+    for version in sorted({row["version"] for row in rows}):
+        mine = [row for row in rows if row["version"] == version and row["mean score"] is not None]
+        if not mine:
+            continue
+        figure.add_trace(go.Scatter(
+            x=[row["day"] for row in mine], y=[row["mean score"] for row in mine], mode="lines+markers",
+            name=f"version {version}",
+            error_y={"type": "data", "symmetric": False,
+                     "array": [row["high"] - row["mean score"] for row in mine],
+                     "arrayminus": [row["mean score"] - row["low"] for row in mine]}))
+    figure.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, yaxis={"range": [0, 1]},
+                         title="Mean score per day and version (95% interval)")
+    return figure
+
+
+def do_harvest(task_name: str, since: datetime | None, max_score: float | None) -> None:
+    run_action(FLASH, "harvest", harvest, engine(), task_name, st.session_state["production_actor"],
+               since=since, max_score=max_score,
+               success=lambda r: f"Added {r[0]} train samples from production; {r[1]} skipped (a sample has that input).")
+
+
+def start_update(task_name: str, library: str) -> None:
+    settings = RunSettings(start_label=PRODUCTION, old_share=OLD_SHARE, review_mode="manual")
+    run_action(FLASH, "harvest", create_run, engine(), task_name, settings, library_name=library,
+               created_by=st.session_state["production_actor"],
+               success=lambda run_id: f"Run {run_id} queued: from production, on the harvested samples and "
+                                      f"{OLD_SHARE:.0%} of the old train split, every change reviewed.")
+
+
+def save_rules(task_name: str) -> None:
+    rules = {"below": st.session_state.get("production_below"), "share": st.session_state.get("production_share")}
+    run_action(FLASH, "rules", set_rules, engine(), task_name, {k: v for k, v in rules.items() if v},
+               st.session_state["production_actor"], success="Labelling rules saved; later traces follow them.")
+
+
+def filters(task_id: int, versions: dict[int, int]) -> dict:
+    left, middle, right, far = st.columns(4)
+    version = left.selectbox("Version", [None, *sorted(versions, reverse=True)], key="production_version",
+                             format_func=lambda v: "all" if v is None else f"#{versions[v]} (id {v})")
+    with Session(engine()) as session:
+        segments = queries.trace_segments(session, task_id)
+    segment = middle.selectbox("Segment", [None, *segments], key="production_segment",
+                               format_func=lambda s: "all" if s is None else s)
+    days = right.number_input("Last days", min_value=1, value=30, step=1, key="production_days")
+    max_score = far.number_input("Score at most", min_value=0.0, max_value=1.0, value=None, step=0.1,
+                                 key="production_max_score", placeholder="any")
+    since = datetime.combine(datetime.now(UTC).date() - timedelta(days=int(days) - 1), time.min, tzinfo=UTC)
+    return {"version_id": version, "segment": segment, "since": since, "max_score": max_score}
+
+
+def arms_section(library) -> None:
+    if not library.ab_label:
+        return
+    st.subheader(f"A/B: production vs {library.ab_label}", anchor=False)
+    st.caption(f"{library.ab_share:.0%} of user ids are served {library.ab_label!r}, by a stable hash of the id.")
+    with Session(engine()) as session:
+        result = arm_comparison(session, library.id, library.ab_label)
+    st.markdown(result.words)
+    if result.rows:
+        table(result.rows, key="production_arms_table")
+
+
+def page() -> None:
+    st.title("Production")
+    current = require_task()
+    ctx, task = current.ctx, current.task
+    st.session_state["production_actor"] = ctx.reviewer
+    st.caption("Traces live agents posted to the HTTP API (`python -m core serve`, the client in client/). "
+               "A trace's score is a person's label if it has one, else the score or thumbs the agent sent.")
+    with Session(engine()) as session:
+        everything = task_traces(session, task.name)
+        versions = version_numbers(session, everything)
+        library = queries.library_by_name(session, task.id, ctx.library)
+        session.expunge_all()
+    if not everything:
+        st.info("No trace yet. Create an ingest key on the People page, start the API with `python -m core serve` "
+                "(`make run` starts it too), and log traces from your agent with the client (client/README.md).")
+        return
+    chosen = filters(task.id, versions)
+    with Session(engine()) as session:
+        traces = task_traces(session, task.name, **chosen)
+        session.expunge_all()
+    rows = daily_summary(traces, versions)
+    scored = sum(1 for trace in traces if trace_score(trace) is not None)
+    a, b, c = st.columns(3)
+    a.metric("Traces", len(traces))
+    b.metric("With a score", f"{scored / len(traces):.0%}" if traces else "-")
+    c.metric("Waiting for a person", sum(1 for trace in traces if trace.label_status == "needed"))
+    if rows:
+        st.plotly_chart(score_chart(rows), key="production_chart")
+        table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],
+              key="production_daily_table")
+    lowest = sorted((t for t in traces if trace_score(t) is not None), key=trace_score)[:LOWEST]
+    if lowest:
+        st.subheader("Lowest scored", anchor=False)
+        for trace in lowest:
+            with st.expander(f"{trace_score(trace):.2f} · trace {trace.id} · version #{versions.get(trace.version_id)}"
+                             f" · {trace.segment or 'no segment'}"):
+                st.caption("Input")
+                show_long(trace.input, f"production_in_{trace.id}")
+                st.caption("Output")
+                show_long(trace.output or "\n".join(f"{t['role']}: {t['text']}" for t in trace.turns or []),
+                          f"production_out_{trace.id}")
+                if trace.comment:
+                    st.caption("Comment")
+                    show_long(trace.comment, f"production_comment_{trace.id}")
+    if library is not None:
+        arms_section(library)
+    rules_section(task)
+    harvest_section(task.name, ctx.library, chosen)
+
+
+def rules_section(task) -> None:
+    st.subheader("Which traces go to people", anchor=False)
+    rules = task.production_rules or {}
+    st.caption(f"Now: every trace scored under {rules.get('below', '-')} and {rules.get('share', 0):.0%} of the "
+               "rest are marked for labelling.")
+    FLASH.show("rules")
+    if not allowed("admin"):
+        role_note("admin", "changing the labelling rules")
+        return
+    left, right, button = st.columns([2, 2, 1], vertical_alignment="bottom")
+    left.number_input("Every trace scored under", min_value=0.0, max_value=1.0, step=0.1, key="production_below",
+                      value=rules.get("below"), placeholder="none")
+    right.number_input("Share of the rest", min_value=0.0, max_value=1.0, step=0.05, key="production_share",
+                       value=float(rules.get("share", 0.0)))
+    button.button("Save rules", key="production_save_rules", on_click=save_rules, args=(task.name,))
+
+
+def harvest_section(task_name: str, library: str, chosen: dict) -> None:
+    st.subheader("Failures back into training", anchor=False)
+    st.caption("Harvest adds the traces the filters above select (the last days, the score at most) as train "
+               "samples, skipping any whose input a sample already has. An update from production starts a run "
+               f"from the production version on those samples and {OLD_SHARE:.0%} of the old train split, with every "
+               "change reviewed; its gate compares each step with the version before it on validation queries. "
+               "Compare its result with production on the Evaluate page before you promote it.")
+    FLASH.show("harvest")
+    if not allowed("admin"):
+        role_note("admin", "harvesting traces")
+        return
+    left, right = st.columns(2)
+    left.button("Harvest these traces", key="production_harvest", on_click=do_harvest,
+                args=(task_name, chosen["since"], chosen["max_score"]))
+    right.button("Update from production", key="production_update", type="primary", on_click=start_update,
+                 args=(task_name, library))
+
+
+run_page(page)

@@ -1,0 +1,97 @@
+"""The Production page (AppTest): traces per day and version with the score's interval, the lowest scored
+as text, the labelling rules, A/B arms compared with an interval, harvest and an update from production."""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import Session, select
+
+from core.records.serving import set_ab_split
+from core.records.tasks import DEMO_TASK
+from core.records.traces import TraceIn, ingest_traces
+from core.records.versions import import_library, set_label
+from storage.models import Run, Sample, Task
+from tests.ui_support import markdown_texts, run_app, table_with
+
+PAGE = "pages/production.py"
+
+
+@pytest.fixture
+def engine(app_engine):
+    return app_engine
+
+
+@pytest.fixture
+def versions(engine):
+    production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, production.id, "production", "system")
+    candidate = import_library(engine, DEMO_TASK, "- Check the units.", "b.md", actor="system")
+    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    return production, candidate
+
+
+def post(engine, version_id: int, prefix: str, scores: list[float]) -> None:
+    ingest_traces(engine, [TraceIn(id=f"{prefix}{i}", task=DEMO_TASK, version_id=version_id, segment="web",
+                                   input=f"<b>{prefix} question {i}</b>", output="**42**", score=score)
+                           for i, score in enumerate(scores)])
+
+
+def open_page():
+    at = run_app(page=PAGE)
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Production"]
+    return at
+
+
+def test_no_trace_says_how_to_get_some(engine):
+    at = open_page()
+    assert any("No trace yet" in info.value for info in at.info)
+
+
+def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine, versions):
+    production, candidate = versions
+    set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
+    post(engine, production.id, "p", [0.0, 0.2, 0.4, 0.3, 0.1, 0.2] * 5)
+    post(engine, candidate.id, "c", [0.9, 1.0, 0.8, 1.0, 0.9, 0.7] * 5)
+    at = open_page()
+    assert [m.value for m in at.metric][:2] == ["60", "100%"]
+    daily = table_with(at, "scored share")
+    assert sorted(daily["traces"].tolist()) == [30, 30]
+    assert all(daily["low"] <= daily["mean score"]) and all(daily["mean score"] <= daily["high"])
+    lowest = [e.label for e in at.expander]
+    assert lowest[0].startswith("0.00 · trace") and len(lowest) == 10
+    codes = [c.value for c in at.code]
+    assert "<b>p question 0</b>" in codes and "**42**" in codes  # as text, never rendered
+    words = " ".join(markdown_texts(at))
+    assert "candidate − production: +0." in words and "the gain is real" in words.lower()
+    arms = table_with(at, "arm")
+    assert arms["arm"].tolist() == ["production", "candidate"]
+
+
+def test_rules_harvest_and_an_update_from_production(engine, versions):
+    production, _ = versions
+    post(engine, production.id, "p", [0.0, 0.9, 0.1])
+    at = open_page()
+    at.number_input(key="production_below").set_value(0.5)
+    at.number_input(key="production_share").set_value(0.1)
+    at.button(key="production_save_rules").click()
+    at.run()
+    with Session(engine) as session:
+        rules = session.exec(select(Task).where(Task.name == DEMO_TASK)).one().production_rules
+    assert rules == {"below": 0.5, "share": 0.1}
+
+    at.number_input(key="production_max_score").set_value(0.5)
+    at.run()
+    at.button(key="production_harvest").click()
+    at.run()
+    assert any("Added 2 train samples" in t.value for t in at.toast), [t.value for t in at.toast]
+    with Session(engine) as session:
+        harvested = session.exec(select(Sample).where(Sample.external_id.like("trace-%"))).all()
+    assert len(harvested) == 2
+
+    at.button(key="production_update").click()
+    at.run()
+    with Session(engine) as session:
+        run = session.exec(select(Run)).one()
+    assert run.start_version_id == production.id
+    assert run.settings["start_label"] == "production" and run.settings["old_share"] == 0.3
