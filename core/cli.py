@@ -293,6 +293,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
                  "call_deadline_s": args.deadline, "max_turns": args.max_turns,
+                 "start_label": "production" if args.from_production else args.start_label,
+                 "old_share": (0.3 if args.old_share is None else args.old_share) if args.from_production
+                 else args.old_share,
                  "hold_flagged": None if args.hold_flagged is None else args.hold_flagged == "on"}
         settings = RunSettings.build(ground_truth=not args.no_ground_truth,
                                      **{name: value for name, value in given.items() if value is not None})
@@ -747,6 +750,11 @@ def build_parser() -> Parser:
     p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
     p.add_argument("--call-timeout", type=float, metavar="S", help=_default("call_timeout_s"))
     p.add_argument("--deadline", type=float, metavar="S", help=_default("call_deadline_s"))
+    p.add_argument("--start-label", help=_default("start_label"))
+    p.add_argument("--old-share", type=float, help=_default("old_share"))
+    p.add_argument("--from-production", action="store_true", help="an update from production: start at the "
+                   "production version, train on the harvested traces plus --old-share (default 0.3) of the old "
+                   "train split")
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
     p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
     p.set_defaults(func=cmd_train)
