@@ -112,10 +112,17 @@ def browser_page(width: int = 1400, height: int = 1700):
 
 
 def wait_for_app(page) -> None:
-    """Until the page's title is drawn and Streamlit has finished running the script."""
+    """Until the page's title is drawn and Streamlit has finished running the script.
+
+    The app's own run state (`data-test-script-state` on stApp) turns to `rerunRequested` as soon as a
+    widget changes, before the status widget shows anything, so a check right after a click cannot pass
+    on the old page: on a busy machine the status widget alone let tests read a page not yet redrawn."""
     page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
     page.wait_for_function(
-        "() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+        "() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
+        " const state = app && app.getAttribute('data-test-script-state');"
+        " if (['running', 'rerunRequested', 'stopRequested'].includes(state)) return false;"
+        " const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
         " return !w || !(w.innerText.includes('Running') || w.innerText.includes('Stop')); }",
         timeout=60_000)
     page.wait_for_timeout(300)
