@@ -8,7 +8,7 @@ PORT ?= 8501
 # team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine bench-conversation worker clean-db screenshots
+.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine bench-conversation bench-api worker clean-db screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,9 @@ bench-isolation: install
 	PYTHONPATH=. $(PY) bench/isolation_cost.py
 
 # One small train and evaluation of the conversation demo on the embedded model (about 15 minutes on 2 cores).
+bench-api: install
+	PYTHONPATH=. $(PY) bench/api_throughput.py
+
 bench-conversation: install
 	PYTHONPATH=. $(PY) bench/conversation_demo.py
 

@@ -22,12 +22,13 @@ from core.records.traces import (
     arm_comparison,
     daily_summary,
     harvest,
+    label_trace,
     set_rules,
     task_traces,
     trace_score,
     version_numbers,
 )
-from pages._common import Flash, allowed, engine, require_task, role_note, run_action, run_page
+from pages._common import Flash, Outcome, allowed, engine, require_task, role_note, run_action, run_page
 from pages._display import show_long, table
 from storage import queries
 
@@ -71,6 +72,41 @@ def save_rules(task_name: str) -> None:
     rules = {"below": st.session_state.get("production_below"), "share": st.session_state.get("production_share")}
     run_action(FLASH, "rules", set_rules, engine(), task_name, {k: v for k, v in rules.items() if v},
                st.session_state["production_actor"], success="Labelling rules saved; later traces follow them.")
+
+
+SCALE = {"1": 0.0, "2": 0.25, "3": 0.5, "4": 0.75, "5": 1.0}
+
+
+def save_label(trace_id: int) -> None:
+    point = st.session_state.get(f"production_label_{trace_id}")
+    if point is None:
+        FLASH.set("labels", Outcome(False, "Choose a score from 1 to 5 first."))
+        return
+    run_action(FLASH, "labels", label_trace, engine(), trace_id, SCALE[point], st.session_state["production_actor"],
+               success=f"Trace {trace_id} labelled {point}.")
+
+
+def labelling_section(traces: list) -> None:
+    """The traces the task's rules sent to people, one at a time: input and output as text, a 1-5 score."""
+    waiting = [trace for trace in traces if trace.label_status == "needed"]
+    st.subheader(f"Waiting for a person ({len(waiting)})", anchor=False)
+    FLASH.show("labels")
+    if not waiting:
+        st.caption("No trace waits: the labelling rules below choose which ones do.")
+        return
+    if not allowed("labeler"):
+        role_note("labeler", "labelling production traces")
+        return
+    trace = waiting[-1]  # the oldest first
+    st.caption(f"Trace {trace.id} · sent score {trace.score if trace.score is not None else '-'} · "
+               f"{trace.segment or 'no segment'}")
+    show_long(trace.input, f"production_label_in_{trace.id}")
+    show_long(trace.output or "\n".join(f"{t['role']}: {t['text']}" for t in trace.turns or []),
+              f"production_label_out_{trace.id}")
+    left, right = st.columns([3, 1], vertical_alignment="bottom")
+    left.radio("Score (1 wrong or unusable ... 5 fully right)", list(SCALE), horizontal=True, index=None,
+               key=f"production_label_{trace.id}")
+    right.button("Save label", key="production_save_label", type="primary", on_click=save_label, args=(trace.id,))
 
 
 def filters(task_id: int, versions: dict[int, int]) -> dict:
@@ -146,6 +182,7 @@ def page() -> None:
                     show_long(trace.comment, f"production_comment_{trace.id}")
     if library is not None:
         arms_section(library)
+    labelling_section(traces)
     rules_section(task)
     harvest_section(task.name, ctx.library, chosen)
 

@@ -95,3 +95,27 @@ def test_rules_harvest_and_an_update_from_production(engine, versions):
         run = session.exec(select(Run)).one()
     assert run.start_version_id == production.id
     assert run.settings["start_label"] == "production" and run.settings["old_share"] == 0.3
+
+
+def test_a_trace_the_rules_send_to_people_is_labelled_on_the_page(engine, versions):
+    from core.records.traces import set_rules
+
+    production, _ = versions
+    set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
+    post(engine, production.id, "p", [0.1, 0.9])
+    at = open_page()
+    assert any(s.value == "Waiting for a person (1)" for s in at.subheader)
+    assert "<b>p question 0</b>" in [c.value for c in at.code]
+    at.button(key="production_save_label").click()
+    at.run()
+    assert "Choose a score from 1 to 5 first." in [e.value for e in at.error]
+    [radio] = [r for r in at.radio if r.key.startswith("production_label_")]
+    radio.set_value("4")
+    at.button(key="production_save_label").click()
+    at.run()
+    with Session(engine) as session:
+        from storage.models import Trace
+
+        labelled = session.exec(select(Trace).where(Trace.client_id == "p0")).one()
+    assert (labelled.label_status, labelled.label_value) == ("done", 0.75) and labelled.labelled_by
+    assert any(s.value == "Waiting for a person (0)" for s in at.subheader)
