@@ -10,16 +10,18 @@ import sys
 import pytest
 from sqlmodel import Session, select
 
+from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.engine.run_settings import RunSettings
 from core.engine.training import create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.api_keys import create_key
+from core.records.comparison import compare_evaluations
 from core.records.tasks import DEMO_TASK
 from core.records.traces import harvest
 from core.records.versions import import_library, set_label
 from storage.models import Rollout, Run, Sample, Trace
 from tests.api_support import api_server
-from tests.conftest import ScriptedModel, default_replies
+from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
 from tests.ui_support import ROOT
 
 sys.path.insert(0, str(ROOT / "client"))
@@ -88,3 +90,16 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     assert set(harvested) <= trained_on  # every harvested failure was trained on
     system = next(messages for stage, messages in model.calls if stage == "rollout")[0]["content"]
     assert "Re-read the question." in system and "later draft" not in system  # started from production
+    assert run.current_version_id != production.id  # the update made a new version
+
+    # Before anyone promotes it: the new version against production, paired on the same held-out queries.
+    scored = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": mixed_rollouts()}),
+                     backoff_s=0.001)
+    a = create_evaluation(engine, DEMO_TASK, str(production.id), split="test", limit=6)
+    b = create_evaluation(engine, DEMO_TASK, str(run.current_version_id), split="test", limit=6)
+    for evaluation_id in (a, b):
+        assert execute_evaluation(engine, evaluation_id, gateway=scored).status == "completed"
+    comparison = compare_evaluations(engine, a, b)
+    assert comparison.stats.n == 6 and not comparison.note  # the same six queries under both
+    assert comparison.stats.ci_low <= comparison.stats.delta <= comparison.stats.ci_high
+    assert comparison.stats.verdict  # said in words, as the Evaluate page and `compare` show it
