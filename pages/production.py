@@ -17,7 +17,6 @@ from sqlmodel import Session
 
 from core.engine.run_settings import RunSettings
 from core.engine.training import create_run
-from core.records.serving import PRODUCTION
 from core.records.traces import (
     arm_comparison,
     daily_summary,
@@ -28,6 +27,7 @@ from core.records.traces import (
     trace_score,
     version_numbers,
 )
+from core.records.versions import PRODUCTION
 from pages._common import Flash, Outcome, allowed, engine, require_task, role_note, run_action, run_page
 from pages._display import show_long, table
 from storage import queries

@@ -18,12 +18,10 @@ from core.domain.draws import stable_fraction
 from core.errors import InvalidInput, NotFound
 from core.records.people import require_role
 from core.records.tasks import get_task
-from core.records.versions import export_version
+from core.records.versions import PRODUCTION, export_version
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Library, LibraryVersion
-
-PRODUCTION = "production"
 
 
 @dataclass(frozen=True)

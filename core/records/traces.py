@@ -28,8 +28,8 @@ from core.errors import InvalidInput, NotFound, describe_validation
 from core.records.api_keys import KeyUse
 from core.records.datasets import SampleRow
 from core.records.people import require_role
-from core.records.serving import PRODUCTION
 from core.records.tasks import add_samples, get_task
+from core.records.versions import PRODUCTION
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task, Trace, as_utc
