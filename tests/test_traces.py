@@ -112,3 +112,13 @@ def test_an_update_from_production_starts_at_production_on_the_harvest_and_a_sha
     assert 0.1 * old < len(set(chosen) - harvested) < 0.4 * old
     with pytest.raises(InvalidInput, match="no label 'candidate'"):
         create_run(engine, DEMO_TASK, RunSettings(start_label="candidate"))
+
+
+def test_two_posts_of_the_same_ids_at_once_store_each_once(engine, production):
+    from concurrent.futures import ThreadPoolExecutor
+
+    batch = [TraceIn(id=f"race-{i}", task=DEMO_TASK, version_id=production.id, input=f"q {i}") for i in range(50)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: ingest_traces(engine, batch), range(4)))
+    assert sum(stored for stored, _ in results) == 50 and len(rows(engine)) == 50
+    assert all(stored + duplicates == 50 for stored, duplicates in results)

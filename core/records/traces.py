@@ -20,6 +20,7 @@ from statistics import mean, stdev
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from core.domain.draws import stable_fraction
@@ -88,7 +89,16 @@ def parse_batch(payload: object) -> list[TraceIn]:
 
 def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> tuple[int, int]:
     """Store a batch of traces: (stored, already there). All are resolved first; one that cannot be
-    refuses the whole batch with InvalidInput naming it, and nothing is written."""
+    refuses the whole batch with InvalidInput naming it, and nothing is written. Two posts of the same id
+    at once (a client retrying while its first post is still in flight) meet at the unique key: the
+    loser's transaction is rolled back and tried once more, when it finds the id stored."""
+    try:
+        return _ingest(engine, traces, key)
+    except IntegrityError:
+        return _ingest(engine, traces, key)
+
+
+def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[int, int]:
     with session_scope(engine) as session:
         resolved, problems = [], []
         cache: dict[tuple, tuple[Task, Library, LibraryVersion, str | None]] = {}
