@@ -254,3 +254,21 @@ def test_the_queue_is_in_the_order_the_worker_claims_and_sums_what_is_before(eng
     assert (place.position, place.workers) == (2, 1)
     assert place.starts_in > 0  # the running run's time left and the evaluation's
     assert evaluation
+
+
+def test_a_conversation_tasks_estimate_counts_every_turn_and_each_judge_rule(engine):
+    from sqlmodel import Session
+
+    from core.records.progress import form_estimate, task_facts
+    from core.records.tasks import CONVERSATION_TASK, ensure_demo_tasks
+    from storage import queries
+
+    ensure_demo_tasks(engine)
+    with Session(engine) as session:
+        task = queries.task_by_name(session, CONVERSATION_TASK)
+        facts = task_facts(session, task)
+        judge_rules = sum(1 for rule in task.reward_settings.get("rules", []) if rule.get("check") == "judge")
+        estimate = form_estimate(session, task, SMALL)
+    assert facts["turns"] == 2 * task.max_turns - 1 and facts["judge_calls"] == 1 + judge_rules
+    rollouts = 4 * 4  # 4 scenarios x G=4
+    assert estimate.calls == rollouts * facts["turns"] + rollouts * facts["judge_calls"] + 8 + 2 + 1

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 from sqlmodel import Session
 
-from core.domain.rewards import METHODS
+from core.domain.rewards import METHODS, parsed_settings
 from core.engine.gate import VALIDATION_SPLIT, held_out_size
 from core.engine.run_settings import RunSettings
+from core.errors import InvalidInput
 from core.jobs.worker import alive_workers, job_health
 from core.settings import get_settings
 from storage import queries
@@ -146,15 +147,15 @@ def mixed_share(settings: RunSettings, progress: dict) -> float:
 
 
 def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, turns: float = 1.0,
-                  mixed: float = DEFAULT_MIXED) -> dict[str, float]:
+                  mixed: float = DEFAULT_MIXED, judge_calls: float = 1.0) -> dict[str, float]:
     """The model calls of a whole training run, per stage: G answers of `turns` calls per group; summaries
     and an advantage for the `mixed` share of groups; one update per step; the gate's candidate (and the
-    first step's starting library) on its validation queries x gate_k; a judge call per answer if judged."""
+    first step's starting library) on its validation queries x gate_k; `judge_calls` per answer if judged."""
     rollouts = shape.groups * settings.group_size
     gate_answers = 0
     if settings.gate != GateRule.OFF and shape.validation:
         gate_answers = (shape.steps + 1) * shape.validation * settings.gate_k
-    return {"rollout": rollouts * turns, "judge": float(rollouts + gate_answers) if judged else 0.0,
+    return {"rollout": rollouts * turns, "judge": float(rollouts + gate_answers) * judge_calls if judged else 0.0,
             "summary": shape.groups * mixed * settings.group_size, "advantage": shape.groups * mixed,
             "update": float(shape.steps) if mixed > 0 else 0.0, "gate": gate_answers * turns}
 
@@ -213,7 +214,7 @@ def _complete(speeds: dict[str, Speed], settings: RunSettings, judge_model: str)
 
 def estimate_left(settings: RunSettings, shape: Shape | None, progress: dict, done: dict[str, int],
                   speeds: dict[str, Speed], *, judged: bool = False, judge_model: str = "",
-                  turns: float | None = None, kind: str = RunKind.TRAIN) -> Estimate | None:
+                  turns: float | None = None, kind: str = RunKind.TRAIN, judge_calls: float = 1.0) -> Estimate | None:
     """Seconds of model time a training run still needs over all its stages, or None when its shape is
     unknown. `done` counts the ledger's calls of the run per stage; `turns` are calls per answer (measured
     from the run once it has answers, else the caller's guess, else 1)."""
@@ -225,17 +226,19 @@ def estimate_left(settings: RunSettings, shape: Shape | None, progress: dict, do
     answers = int(progress.get("rollouts_done") or 0)
     if answers and done.get("rollout"):
         turns = max(1.0, done["rollout"] / answers)
-    planned = planned_calls(settings, shape, judged=judged, turns=turns or 1.0, mixed=mixed_share(settings, progress))
+    planned = planned_calls(settings, shape, judged=judged, turns=turns or 1.0, mixed=mixed_share(settings, progress),
+                            judge_calls=judge_calls)
     return _estimate(calls_left(planned, done), speeds, widths(settings), "this run")
 
 
 def estimate_run(settings: RunSettings, task_sample_count: int, history: dict[str, Speed], *,
                  validation_count: int = 0, judged: bool = False, judge_model: str = "",
-                 turns: float = 1.0) -> Estimate:
+                 turns: float = 1.0, judge_calls: float = 1.0) -> Estimate:
     """Calls, tokens and seconds of a whole run with these settings on a task with `task_sample_count` train
     queries (and `validation_count` in a validation split), at the speeds of `history` (per stage)."""
     shape = shape_from_counts(settings, task_sample_count, validation_count)
-    planned = planned_calls(settings, shape, judged=judged, turns=turns, mixed=mixed_share(settings, {}))
+    planned = planned_calls(settings, shape, judged=judged, turns=turns, mixed=mixed_share(settings, {}),
+                            judge_calls=judge_calls)
     return _estimate(planned, _complete(history, settings, judge_model), widths(settings), "this run")
 
 
@@ -381,9 +384,23 @@ def task_facts(session: Session, task: Task) -> dict:
     judge model and calls per answer."""
     counts = queries.count_samples(session, task.id)
     method = METHODS.get(task.reward_method)
+    turns, judge_calls = PYTHON_TURNS if task.agent_mode == "python" else 1.0, 1.0
+    if task.kind == "conversation":
+        # Up to max_turns agent replies and max_turns - 1 simulated user turns (counted at the agent's
+        # speed), then the rubric's call and one per judge rule.
+        turns = 2.0 * task.max_turns - 1
+        judge_calls = 1.0 + _judge_rules(task)
     return {"train": counts.get("train", 0), "validation": counts.get(VALIDATION_SPLIT, 0),
             "judged": bool(method and method.uses_judge), "judge_model": task.judge_model,
-            "turns": PYTHON_TURNS if task.agent_mode == "python" else 1.0}
+            "turns": turns, "judge_calls": judge_calls}
+
+
+def _judge_rules(task: Task) -> int:
+    try:
+        settings = parsed_settings(task.reward_method, task.reward_settings or {})
+    except InvalidInput:
+        return 0
+    return sum(1 for rule in getattr(settings, "rules", []) if rule.check == "judge")
 
 
 def form_estimate(session: Session, task: Task, settings: RunSettings) -> Estimate:
@@ -394,7 +411,8 @@ def form_estimate(session: Session, task: Task, settings: RunSettings) -> Estima
     facts = task_facts(session, task)
     speeds = measured_speeds(session, stage_models(settings, facts["judge_model"]), max_tokens=settings.max_tokens)
     return estimate_run(settings, facts["train"], speeds, validation_count=facts["validation"],
-                        judged=facts["judged"], judge_model=facts["judge_model"], turns=facts["turns"])
+                        judged=facts["judged"], judge_model=facts["judge_model"], turns=facts["turns"],
+                        judge_calls=facts["judge_calls"])
 
 
 def run_estimate(session: Session, run: Run) -> Estimate | None:
@@ -411,7 +429,7 @@ def run_estimate(session: Session, run: Run) -> Estimate | None:
     speeds = measured_speeds(session, stage_models(settings, facts["judge_model"]), run.id, settings.max_tokens)
     return estimate_left(settings, shape, progress, queries.call_counts_by_stage(session, run.id), speeds,
                          judged=facts["judged"], judge_model=facts["judge_model"], turns=facts["turns"],
-                         kind=run.kind)
+                         kind=run.kind, judge_calls=facts["judge_calls"])
 
 
 def evaluation_estimate(session: Session, evaluation: Evaluation) -> Estimate | None:
