@@ -31,6 +31,7 @@ from core.records.versions import PRODUCTION
 from pages._common import Flash, Outcome, allowed, engine, require_task, role_note, run_action, run_page
 from pages._display import show_long, table
 from storage import queries
+from storage.statuses import LabelStatus
 
 FLASH = Flash("production_flash")
 LOWEST = 10
@@ -88,7 +89,7 @@ def save_label(trace_id: int) -> None:
 
 def labelling_section(traces: list) -> None:
     """The traces the task's rules sent to people, one at a time: input and output as text, a 1-5 score."""
-    waiting = [trace for trace in traces if trace.label_status == "needed"]
+    waiting = [trace for trace in traces if trace.label_status == LabelStatus.NEEDED]
     st.subheader(f"Waiting for a person ({len(waiting)})", anchor=False)
     FLASH.show("labels")
     if not waiting:
@@ -161,7 +162,7 @@ def page() -> None:
     a, b, c = st.columns(3)
     a.metric("Traces", len(traces))
     b.metric("With a score", f"{scored / len(traces):.0%}" if traces else "-")
-    c.metric("Waiting for a person", sum(1 for trace in traces if trace.label_status == "needed"))
+    c.metric("Waiting for a person", sum(1 for trace in traces if trace.label_status == LabelStatus.NEEDED))
     if rows:
         st.plotly_chart(score_chart(rows), key="production_chart")
         table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],

@@ -34,6 +34,7 @@ from core.records.versions import PRODUCTION
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task, Trace, as_utc
+from storage.statuses import LabelStatus
 
 MAX_BATCH = 100
 MAX_TEXT = 100_000
@@ -162,7 +163,7 @@ def _row(trace: TraceIn, task: Task, library: Library, version: LibraryVersion, 
                 api_key_id=key.id if key is not None else None)
     if trace.created_at is not None:
         row.created_at = trace.created_at if trace.created_at.tzinfo else trace.created_at.replace(tzinfo=UTC)
-    row.label_status = "needed" if needs_label(task.production_rules or {}, row) else None
+    row.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, row) else None
     return row
 
 
@@ -213,7 +214,7 @@ def label_trace(engine: Engine, trace_id: int, value: float, actor: str) -> None
         trace = session.get(Trace, trace_id)
         if trace is None:
             raise NotFound(f"there is no trace {trace_id}")
-        trace.label_value, trace.labelled_by, trace.label_status = value, actor, "done"
+        trace.label_value, trace.labelled_by, trace.label_status = value, actor, LabelStatus.DONE
         session.add(trace)
         session.add(AuditEvent(actor=actor, action="trace.label", object_type="trace", object_id=trace_id,
                                after={"value": value}))
