@@ -10,8 +10,9 @@ from core.records.api_keys import check_key
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
+from storage import queries
 from storage.db import get_engine
-from storage.models import Library, Run
+from storage.models import Run
 from tests.test_cli import db, run  # noqa: F401  (the fixture)
 
 
@@ -54,7 +55,7 @@ def test_traces_rules_ab_harvest_and_an_update_from_production(traced, capsys):
     code, out, _ = run(capsys, "--db", url, "ab", "--task", DEMO_TASK, "candidate", "--share", "0.1")
     assert code == 0 and "10% of users get 'candidate'" in out
     with Session(engine) as session:
-        library = session.exec(select(Library)).first()
+        library = queries.library_by_name(session, queries.task_by_name(session, DEMO_TASK).id, "default")
     assert (library.ab_label, library.ab_share) == ("candidate", 0.1)
     assert run(capsys, "--db", url, "ab", "--task", DEMO_TASK, "--off")[0] == 0
 
