@@ -64,7 +64,7 @@ def sign_in_and_open_labeling(page, app) -> None:
     page.get_by_role("textbox", name="Password").fill("lab-password")
     page.get_by_role("button", name="Sign in").click()
     wait_for_app(page)
-    page.get_by_role("link", name="Labeling").click()
+    page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Labeling", exact=True).click()
     wait_for_app(page)
 
 
@@ -121,7 +121,7 @@ def label_and_watch(page, app, run_id: int) -> None:
             break
         page.wait_for_timeout(500)
     assert status_of(app.database_url, run_id) in ("running", "completed")
-    page.get_by_role("link", name="Train").click()
+    page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Train", exact=True).click()
     wait_for_app(page)
     page.get_by_text("Status:").first.wait_for()
     assert page.get_by_text("awaiting_labels").count() == 0
