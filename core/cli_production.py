@@ -17,7 +17,15 @@ from sqlmodel import Session
 from core.errors import InvalidInput
 from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
 from core.records.serving import set_ab_split
-from core.records.traces import daily_summary, harvest, set_rules, task_traces, trace_score, version_numbers
+from core.records.traces import (
+    daily_summary,
+    harvest,
+    lowest_scored,
+    set_rules,
+    task_traces,
+    trace_score,
+)
+from storage import queries
 
 
 def _day(text: str | None) -> datetime | None:
@@ -67,7 +75,7 @@ def cmd_apikey_revoke(args: argparse.Namespace, engine) -> int:
 def cmd_traces(args: argparse.Namespace, engine) -> int:
     with Session(engine) as session:
         traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)
-        numbers = version_numbers(session, traces)
+        numbers = queries.version_numbers(session, sorted({trace.version_id for trace in traces}))
     rows = daily_summary(traces, numbers)
     if not rows:
         print(f"no traces for {args.task!r}" + (f" since {args.since}" if args.since else ""))
@@ -76,7 +84,7 @@ def cmd_traces(args: argparse.Namespace, engine) -> int:
     for row in rows:
         mean = "-" if row["mean score"] is None else f"{row['mean score']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
         print(f"{row['day']!s:<12}{row['version']:<16}{row['traces']:>7}{row['scored']:>8}  {mean}")
-    lowest = sorted((t for t in traces if trace_score(t) is not None), key=trace_score)[:args.lowest]
+    lowest = lowest_scored(traces, args.lowest)
     if lowest:
         print("\nlowest scored:")
         for trace in lowest:

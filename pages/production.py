@@ -22,10 +22,11 @@ from core.records.traces import (
     daily_summary,
     harvest,
     label_trace,
+    lowest_scored,
     set_rules,
     task_traces,
+    trace_output,
     trace_score,
-    version_numbers,
 )
 from core.records.versions import PRODUCTION
 from pages._common import Flash, Outcome, allowed, engine, require_task, role_note, run_action, run_page
@@ -102,8 +103,7 @@ def labelling_section(traces: list) -> None:
     st.caption(f"Trace {trace.id} · sent score {trace.score if trace.score is not None else '-'} · "
                f"{trace.segment or 'no segment'}")
     show_long(trace.input, f"production_label_in_{trace.id}")
-    show_long(trace.output or "\n".join(f"{t['role']}: {t['text']}" for t in trace.turns or []),
-              f"production_label_out_{trace.id}")
+    show_long(trace_output(trace), f"production_label_out_{trace.id}")
     left, right = st.columns([3, 1], vertical_alignment="bottom")
     left.radio("Score (1 wrong or unusable ... 5 fully right)", list(SCALE), horizontal=True, index=None,
                key=f"production_label_{trace.id}")
@@ -145,11 +145,10 @@ def page() -> None:
     st.caption("Traces live agents posted to the HTTP API (`python -m core serve`, the client in client/). "
                "A trace's score is a person's label if it has one, else the score or thumbs the agent sent.")
     with Session(engine()) as session:
-        everything = task_traces(session, task.name)
-        versions = version_numbers(session, everything)
+        versions = queries.trace_versions(session, task.id)
         library = queries.library_by_name(session, task.id, ctx.library)
         session.expunge_all()
-    if not everything:
+    if not versions:  # a trace always names a version
         st.info("No trace yet. Create an ingest key on the People page, start the API with `python -m core serve` "
                 "(`make run` starts it too), and log traces from your agent with the client (client/README.md).")
         return
@@ -167,7 +166,7 @@ def page() -> None:
         st.plotly_chart(score_chart(rows), key="production_chart")
         table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],
               key="production_daily_table")
-    lowest = sorted((t for t in traces if trace_score(t) is not None), key=trace_score)[:LOWEST]
+    lowest = lowest_scored(traces, LOWEST)
     if lowest:
         st.subheader("Lowest scored", anchor=False)
         for trace in lowest:
@@ -176,8 +175,7 @@ def page() -> None:
                 st.caption("Input")
                 show_long(trace.input, f"production_in_{trace.id}")
                 st.caption("Output")
-                show_long(trace.output or "\n".join(f"{t['role']}: {t['text']}" for t in trace.turns or []),
-                          f"production_out_{trace.id}")
+                show_long(trace_output(trace), f"production_out_{trace.id}")
                 if trace.comment:
                     st.caption("Comment")
                     show_long(trace.comment, f"production_comment_{trace.id}")

@@ -91,6 +91,13 @@ def label_by_name(session: Session, library_id: int, name: str) -> LibraryLabel 
     ).first()
 
 
+def trace_versions(session: Session, task_id: int) -> dict[int, int]:
+    """The versions a task's production traces were served by: version id -> its number."""
+    rows = session.exec(select(LibraryVersion.id, LibraryVersion.number).where(
+        col(LibraryVersion.id).in_(select(Trace.version_id).where(Trace.task_id == task_id).distinct())))
+    return dict(rows.all())
+
+
 def trace_segments(session: Session, task_id: int) -> list[str]:
     """The user segments a task's production traces named, sorted."""
     rows = session.exec(select(Trace.segment).where(Trace.task_id == task_id, col(Trace.segment).is_not(None)).distinct())

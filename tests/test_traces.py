@@ -19,7 +19,6 @@ from core.records.traces import (
     set_rules,
     task_traces,
     trace_score,
-    version_numbers,
 )
 from core.records.versions import import_library, set_label
 from storage import queries
@@ -62,7 +61,7 @@ def test_daily_summary_per_version_with_an_interval_and_a_label_counting_first(e
     label_trace(engine, first.id, 1.0, "cli")
     with Session(engine) as session:
         traces = task_traces(session, DEMO_TASK)
-        [row] = daily_summary(traces, version_numbers(session, traces))
+        [row] = daily_summary(traces, queries.version_numbers(session, [t.version_id for t in traces]))
     assert (row["traces"], row["scored"], row["scored share"]) == (4, 3, 0.75)
     assert row["mean score"] == 1.0 and row["low"] <= row["mean score"] <= row["high"]
     assert trace_score(rows(engine)[1]) == 1.0 and rows(engine)[1].score == 0.0

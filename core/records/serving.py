@@ -21,7 +21,7 @@ from core.records.tasks import get_task
 from core.records.versions import PRODUCTION, export_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Library, LibraryVersion
+from storage.models import AuditEvent, Library, LibraryVersion, Task
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,25 @@ class ServedLibrary:
                 "label": self.label, "experiences": self.experiences, "prompt": self.prompt, "arm": self.arm}
 
 
-def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                   version_id: int | None = None, user_id: str | None = None) -> ServedLibrary:
+@dataclass(frozen=True)
+class Resolved:
+    """The rows a request names: its task, library and version, the label that led there and the A/B arm."""
+
+    task: Task
+    library: Library
+    version: LibraryVersion
+    label: str | None
+    arm: str | None = None
+
+
+def resolve_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
+                    version_id: int | None = None, user_id: str | None = None) -> Resolved:
     """The version of `library_name` that `label` points at (default `production`), or version `version_id`
     of that library; NotFound names what is missing, InvalidInput a request that asks for both.
 
     With an A/B split on the library and a `user_id`, a request for `production` is served the split's
-    label for a stable share of users (the same user always gets the same arm) and says which in `arm`."""
+    label for a stable share of users (the same user always gets the same arm) and says which in `arm`.
+    The library fetch and trace ingest both resolve through here."""
     if label is not None and version_id is not None:
         raise InvalidInput("ask for a label or a version, not both")
     task = get_task(session, task_name)
@@ -65,18 +77,20 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
         version = session.get(LibraryVersion, version_id)
         if version is None or version.library_id != library.id:
             raise NotFound(f"library {library_name!r} of task {task.name!r} has no version {version_id}")
-    else:
-        label = label or PRODUCTION
-        arm = ab_arm(library, label, user_id)
-        if arm is not None:
-            label = arm
-        found = queries.label_by_name(session, library.id, label)
-        if found is None:
-            raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
-        version = session.get(LibraryVersion, found.version_id)
-        if arm is not None:
-            return _served(task.name, library, version, label, arm=arm)
-    return _served(task.name, library, version, label)
+        return Resolved(task, library, version, None)
+    arm = ab_arm(library, label or PRODUCTION, user_id)
+    label = arm or label or PRODUCTION
+    found = queries.label_by_name(session, library.id, label)
+    if found is None:
+        raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
+    return Resolved(task, library, session.get(LibraryVersion, found.version_id), label, arm)
+
+
+def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
+                   version_id: int | None = None, user_id: str | None = None) -> ServedLibrary:
+    """What an agent fetches of the version `resolve_version` finds."""
+    found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
+    return _served(found.task.name, found.library, found.version, found.label, arm=found.arm)
 
 
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:

@@ -29,6 +29,7 @@ from core.errors import InvalidInput, NotFound, describe_validation
 from core.records.api_keys import KeyUse
 from core.records.datasets import SampleRow
 from core.records.people import require_role
+from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task
 from core.records.versions import PRODUCTION
 from storage import queries
@@ -126,20 +127,10 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
 
 
 def _resolve(session: Session, trace: TraceIn) -> tuple[Task, Library, LibraryVersion, str | None]:
-    task = get_task(session, trace.task)
-    library = queries.library_by_name(session, task.id, trace.library)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {trace.library!r}")
-    if trace.version_id is not None:
-        version = session.get(LibraryVersion, trace.version_id)
-        if version is None or version.library_id != library.id:
-            raise InvalidInput(f"version {trace.version_id} is not a version of library {library.name!r} of task "
-                               f"{task.name!r}")
-        return task, library, version, trace.label
-    label = queries.label_by_name(session, library.id, trace.label)
-    if label is None:
-        raise NotFound(f"library {library.name!r} of task {task.name!r} has no label {trace.label!r}")
-    return task, library, session.get(LibraryVersion, label.version_id), trace.label
+    """The trace's task, library and version as a library fetch finds them; the label it named is kept."""
+    found = resolve_version(session, trace.task, trace.library, version_id=trace.version_id,
+                            label=trace.label if trace.version_id is None else None)
+    return found.task, found.library, found.version, trace.label
 
 
 def _known_ids(session: Session, resolved: list) -> set[tuple[int, str]]:
@@ -235,6 +226,16 @@ def trace_score(trace: Trace) -> float | None:
     return trace.label_value if trace.label_value is not None else sent_score(trace)
 
 
+def lowest_scored(traces: list[Trace], count: int) -> list[Trace]:
+    """The `count` lowest-scored traces, lowest first; unscored traces are left out."""
+    return sorted((trace for trace in traces if trace_score(trace) is not None), key=trace_score)[:count]
+
+
+def trace_output(trace: Trace) -> str:
+    """What the agent answered: its output, else the conversation as `role: text` lines."""
+    return trace.output or "\n".join(f"{turn['role']}: {turn['text']}" for turn in trace.turns or [])
+
+
 def task_traces(session: Session, task_name: str, *, version_id: int | None = None, segment: str | None = None,
                 since: datetime | None = None, max_score: float | None = None, labelled_only: bool = False,
                 limit: int | None = None) -> list[Trace]:
@@ -253,13 +254,6 @@ def task_traces(session: Session, task_name: str, *, version_id: int | None = No
     if max_score is not None:
         rows = [row for row in rows if (score := trace_score(row)) is not None and score <= max_score]
     return rows[:limit] if limit is not None else rows
-
-
-def version_numbers(session: Session, traces: list[Trace]) -> dict[int, int]:
-    ids = {trace.version_id for trace in traces}
-    if not ids:
-        return {}
-    return {v.id: v.number for v in session.exec(select(LibraryVersion).where(LibraryVersion.id.in_(ids)))}
 
 
 def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
