@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
 @dataclass
 class RateLimiter:
     per_minute: int
-    clock: callable = time.monotonic
+    clock: Callable[[], float] = time.monotonic
     _buckets: dict[int, tuple[float, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

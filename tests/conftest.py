@@ -312,18 +312,23 @@ class ScriptedModel:
         return sum(1 for s, _ in self.calls if s == stage)
 
 
-def mixed_rollouts() -> Callable[[list[dict]], str]:
-    """Rollout replies that alternate right and wrong per query, so every group of G >= 2 is mixed."""
-    references = {row.query: row.reference for row in demo_rows()}
+def per_query(answer: Callable[[str, int], str]) -> Callable[[list[dict]], str]:
+    """Rollout replies from `answer(query, n)`, n counting that query's attempts from 1."""
     seen: dict[str, int] = {}
 
     def reply(messages: list[dict]) -> str:
         query = messages[1]["content"]
         seen[query] = seen.get(query, 0) + 1
-        answer = references[query] if seen[query] % 2 else "-12345"
-        return f"Step by step... so the answer is \\boxed{{{answer}}}"
+        return answer(query, seen[query])
 
     return reply
+
+
+def mixed_rollouts() -> Callable[[list[dict]], str]:
+    """Rollout replies that alternate right and wrong per query, so every group of G >= 2 is mixed."""
+    references = {row.query: row.reference for row in demo_rows()}
+    return per_query(lambda query, n: "Step by step... so the answer is "
+                                      f"\\boxed{{{references[query] if n % 2 else '-12345'}}}")
 
 
 def default_replies() -> dict[str, object]:

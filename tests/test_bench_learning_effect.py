@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bench.learning_effect import main, read_records
+from tests.conftest import per_query
 
 TRAIN = [{"question": f"Tom has {n} apples and buys {n + 1} more. How many apples does he have?", "answer": 2 * n + 1}
          for n in range(1, 7)]
@@ -20,14 +21,7 @@ def write_jsonl(path, rows) -> str:
 
 def alternating(references: dict[str, str]):
     """Right, then wrong, per query: every group of G >= 2 is mixed and Mean@k lies strictly inside (0, 1)."""
-    seen: dict[str, int] = {}
-
-    def reply(messages: list[dict]) -> str:
-        query = messages[1]["content"]
-        seen[query] = seen.get(query, 0) + 1
-        return f"So the answer is \\boxed{{{references[query] if seen[query] % 2 else '-1'}}}"
-
-    return reply
+    return per_query(lambda query, n: f"So the answer is \\boxed{{{references[query] if n % 2 else '-1'}}}")
 
 
 def test_alternative_field_names_are_mapped(tmp_path):

@@ -21,7 +21,7 @@ from core.records.traces import harvest
 from core.records.versions import import_library, set_label
 from storage.models import Rollout, Run, Sample, Trace
 from tests.api_support import api_server
-from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
+from tests.conftest import ScriptedModel, default_replies, mixed_rollouts, per_query
 from tests.ui_support import ROOT
 
 sys.path.insert(0, str(ROOT / "client"))
@@ -34,14 +34,7 @@ QUESTIONS = [("How many wheels do 3 bikes have?", 0.0), ("What is 12 times 3?", 
 
 def majority_replies():
     """Three attempts per query: two say 7, one says 8, so without ground truth every group is mixed."""
-    seen: dict[str, int] = {}
-
-    def reply(messages: list[dict]) -> str:
-        query = messages[1]["content"]
-        seen[query] = seen.get(query, 0) + 1
-        return f"so the answer is \\boxed{{{7 if seen[query] % 3 else 8}}}"
-
-    return reply
+    return per_query(lambda _query, n: f"so the answer is \\boxed{{{7 if n % 3 else 8}}}")
 
 
 def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
