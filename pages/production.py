@@ -29,7 +29,17 @@ from core.records.traces import (
     trace_score,
 )
 from core.records.versions import PRODUCTION
-from pages._common import Flash, Outcome, allowed, engine, require_task, role_note, run_action, run_page
+from pages._common import (
+    Flash,
+    Outcome,
+    allowed,
+    context,
+    engine,
+    require_task,
+    role_note,
+    run_action,
+    run_page,
+)
 from pages._display import show_long, table
 from storage import queries
 from storage.statuses import LabelStatus
@@ -57,7 +67,7 @@ def score_chart(rows: list[dict]) -> go.Figure:
 
 
 def do_harvest(task_name: str, since: datetime | None, max_score: float | None) -> None:
-    run_action(FLASH, "harvest", harvest, engine(), task_name, st.session_state["production_actor"],
+    run_action(FLASH, "harvest", harvest, engine(), task_name, context().reviewer,
                since=since, max_score=max_score,
                success=lambda r: f"Added {r[0]} train samples from production; {r[1]} skipped (a sample has that input).")
 
@@ -65,7 +75,7 @@ def do_harvest(task_name: str, since: datetime | None, max_score: float | None) 
 def start_update(task_name: str, library: str) -> None:
     settings = RunSettings(start_label=PRODUCTION, old_share=OLD_SHARE, review_mode="manual")
     run_action(FLASH, "harvest", create_run, engine(), task_name, settings, library_name=library,
-               created_by=st.session_state["production_actor"],
+               created_by=context().reviewer,
                success=lambda run_id: f"Run {run_id} queued: from production, on the harvested samples and "
                                       f"{OLD_SHARE:.0%} of the old train split, every change reviewed.")
 
@@ -73,7 +83,7 @@ def start_update(task_name: str, library: str) -> None:
 def save_rules(task_name: str) -> None:
     rules = {"below": st.session_state.get("production_below"), "share": st.session_state.get("production_share")}
     run_action(FLASH, "rules", set_rules, engine(), task_name, {k: v for k, v in rules.items() if v},
-               st.session_state["production_actor"], success="Labelling rules saved; later traces follow them.")
+               context().reviewer, success="Labelling rules saved; later traces follow them.")
 
 
 SCALE = {"1": 0.0, "2": 0.25, "3": 0.5, "4": 0.75, "5": 1.0}
@@ -84,7 +94,7 @@ def save_label(trace_id: int) -> None:
     if point is None:
         FLASH.set("labels", Outcome(False, "Choose a score from 1 to 5 first."))
         return
-    run_action(FLASH, "labels", label_trace, engine(), trace_id, SCALE[point], st.session_state["production_actor"],
+    run_action(FLASH, "labels", label_trace, engine(), trace_id, SCALE[point], context().reviewer,
                success=f"Trace {trace_id} labelled {point}.")
 
 
@@ -141,7 +151,6 @@ def page() -> None:
     st.title("Production")
     current = require_task()
     ctx, task = current.ctx, current.task
-    st.session_state["production_actor"] = ctx.reviewer
     st.caption("Traces live agents posted to the HTTP API (`python -m core serve`, the client in client/). "
                "A trace's score is a person's label if it has one, else the score or thumbs the agent sent.")
     with Session(engine()) as session:
