@@ -251,27 +251,45 @@ def samples_by_ids(session: Session, sample_ids: list[int]) -> list[Sample]:
     return list(session.exec(select(Sample).where(col(Sample.id).in_(sample_ids)).order_by(Sample.id)))
 
 
+def answered():
+    """The SQL test for a rollout with a reward to count: its model calls succeeded and it was scored.
+
+    A rollout whose agent call failed (`error`) or whose reward could not be given (source `error`: the
+    judge's call or the scorer failed) is not a wrong answer; figures leave it out and count it apart."""
+    return (col(Rollout.error).is_(None) & col(Rollout.reward).is_not(None)
+            & or_(col(Rollout.reward_source).is_(None), Rollout.reward_source != "error"))
+
+
 def evaluation_query_stats(session: Session, evaluation_id: int) -> dict[int, dict]:
-    """Per query of an evaluation: mean reward (a missing reward counts 0), cost, rollouts and errors, in SQL."""
+    """Per query of an evaluation: mean reward over its answered rollouts (None when none was), cost,
+    rollouts, answered rollouts and errors (rollouts without a reward to count), in SQL."""
+    is_answered = case((answered(), 1), else_=0)
     rows = session.exec(
-        select(Rollout.sample_id, func.avg(func.coalesce(Rollout.reward, 0.0)), func.coalesce(func.sum(Rollout.cost), 0.0),
-               func.count(Rollout.id), func.count(Rollout.error))
+        select(Rollout.sample_id, func.sum(case((answered(), Rollout.reward), else_=0.0)), func.sum(is_answered),
+               func.coalesce(func.sum(Rollout.cost), 0.0), func.count(Rollout.id))
         .where(Rollout.evaluation_id == evaluation_id)
         .group_by(Rollout.sample_id)
     ).all()
-    return {sample_id: {"mean": float(mean), "cost": float(cost), "n": n, "errors": errors}
-            for sample_id, mean, cost, n, errors in rows}
+    return {sample_id: {"mean": float(total) / int(ok) if ok else None, "cost": float(cost), "n": n,
+                        "answered": int(ok), "errors": n - int(ok)}
+            for sample_id, total, ok, cost, n in rows}
 
 
 def evaluation_rewards(session: Session, evaluation_id: int) -> dict[int, list[float]]:
-    """Per query of an evaluation: every sample's reward in sample order (a missing reward counts 0)."""
+    """Per query of an evaluation: the reward of every answered sample, in sample order (errors left out:
+    a failed call is not a wrong answer; a query none of whose samples was answered is absent)."""
     rows = session.exec(select(Rollout.sample_id, Rollout.group_index, Rollout.reward)
-                        .where(Rollout.evaluation_id == evaluation_id)
+                        .where(Rollout.evaluation_id == evaluation_id, answered())
                         .order_by(Rollout.sample_id, Rollout.group_index)).all()
     rewards: dict[int, list[float]] = {}
     for sample_id, _index, reward in rows:
-        rewards.setdefault(sample_id, []).append(float(reward or 0.0))
+        rewards.setdefault(sample_id, []).append(float(reward))
     return rewards
+
+
+def evaluation_queries(session: Session, evaluation_id: int) -> set[int]:
+    """Every query an evaluation has a rollout for, answered or not."""
+    return set(session.exec(select(Rollout.sample_id).where(Rollout.evaluation_id == evaluation_id).distinct()))
 
 
 def rollout_groups(session: Session, *, step_id: int | None = None, evaluation_id: int | None = None) -> list[dict]:

@@ -22,6 +22,9 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     STALLED = "stalled"
+    # An evaluation that ran every rollout but some model calls failed: its figures count the answered
+    # rollouts only, and "retry" runs just the failed ones.
+    INCOMPLETE = "incomplete"
 
 
 class StepStatus(StrEnum):
@@ -103,6 +106,9 @@ class GateDecision(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
+    # Too many validation queries lack an answer (model-call errors): the gate neither passes nor rejects,
+    # the step waits for a person.
+    UNDECIDED = "undecided"
 
 
 class OpKind(StrEnum):
@@ -121,11 +127,13 @@ WORKER_MAY_CONTINUE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, Jo
 PERSON_MAY_PAUSE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STALLED)
 PERSON_MAY_RESUME = (JobStatus.PAUSED, JobStatus.FAILED, JobStatus.STALLED)
 PERSON_MAY_CANCEL = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS, JobStatus.FAILED, JobStatus.STALLED)
-EVALUATION_MAY_RESUME = (JobStatus.FAILED, JobStatus.STALLED)
+EVALUATION_MAY_RESUME = (JobStatus.FAILED, JobStatus.STALLED, JobStatus.INCOMPLETE)
+# An evaluation with figures: complete, or incomplete (model-call errors, its figures count answered rollouts).
+EVALUATION_HAS_FIGURES = (JobStatus.COMPLETED, JobStatus.INCOMPLETE)
 # A job that is not over: it holds or waits for a worker or a person.
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 UNFINISHED = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS)
-FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+FINISHED = (JobStatus.COMPLETED, JobStatus.INCOMPLETE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 # Runs that learn a library (what the Train and Review pages list); an attribution measures one.
 LEARNING_KINDS = (RunKind.TRAIN, RunKind.DIRECT)

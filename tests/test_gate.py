@@ -198,7 +198,7 @@ def test_the_gate_line_reads_like_the_issue():
     line = gate_line({"decision": "passed", "rule": "no_worse", "n": 20, "k": 2, "mean_before": 0.55,
                       "mean_after": 0.62, "delta": 0.07, "ci_low": -0.02, "ci_high": 0.16, "p_value": 0.21,
                       "finding": "no detectable difference"})
-    assert line.startswith("validation, 20 queries x 2: 0.55 -> 0.62, +0.07 [-0.02, +0.16], p = 0.21: "
+    assert line.startswith("validation, 20 queries x 2: 0.55 -> 0.62, +0.07 [-0.02, +0.16], sign test p = 0.21: "
                            "no detectable difference")
 
 

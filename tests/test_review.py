@@ -9,14 +9,15 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.library import ProposedOp
+from core.engine.training import execute_run
 from core.errors import AlreadyDecided
 from core.records.review import decide_operation, decide_step, edit_operation, reopen_operation
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, revert_to
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, LibraryVersion, Operation, Run, Step
-from tests.ui_support import seeded_run
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Operation, Run, Step
+from tests.ui_support import scripted_gateway, seeded_run
 
 TWO_ADDS = json.dumps({"operations": [
     {"op": "ADD", "ids": [], "text": "Re-read the question to find which quantity it asks for.", "rationale": "a"},
@@ -34,7 +35,7 @@ def library_versions(engine) -> list[LibraryVersion]:
 
 
 def test_the_last_decision_applies_the_step_and_queues_the_run(engine, demo_task):
-    run_id = seeded_run(engine, "manual", update=TWO_ADDS)
+    run_id = seeded_run(engine, "manual", settings={"gate": "off"}, update=TWO_ADDS)
     first, second = pending_ops(engine, run_id)
     decide_operation(engine, first.id, "approved", "ann")
     with Session(engine) as session:
@@ -51,6 +52,67 @@ def test_the_last_decision_applies_the_step_and_queues_the_run(engine, demo_task
         assert ops[second.id].status == "rejected" and ops[second.id].comment == "too specific"
         actions = [e.action for e in session.exec(select(AuditEvent).where(AuditEvent.object_type == "operation"))]
         assert actions == ["operation.approve", "operation.reject"]
+
+
+def continue_run(engine, run_id: int, **overrides) -> Run:
+    """What the worker does with a queued run: carry it on, on scripted replies."""
+    _model, gateway = scripted_gateway(engine, **overrides)
+    return execute_run(engine, run_id, gateway=gateway)
+
+
+def the_step(engine, run_id: int) -> Step:
+    with Session(engine) as session:
+        return session.exec(select(Step).where(Step.run_id == run_id)).one()
+
+
+def test_a_partly_approved_gated_step_is_measured_before_it_lands(engine, demo_task):
+    run_id = seeded_run(engine, "manual", update=TWO_ADDS)
+    first, second = pending_ops(engine, run_id)
+    assert the_step(engine, run_id).gate["decision"] == "passed"  # the gate measured both ADDs together
+    decide_operation(engine, first.id, "approved", "ann")
+    decide_operation(engine, second.id, "rejected", "bob", comment="too specific")
+    assert len(library_versions(engine)) == 1, "nothing lands that no gate measured"
+    step = the_step(engine, run_id)
+    assert step.status == "awaiting_review" and step.gate["remeasure"]
+    assert "measured against the starting library before it lands" in step.gate["line"]
+    with Session(engine) as session:
+        assert session.get(Run, run_id).status == "queued"  # for a worker: the measurement needs the model
+    continue_run(engine, run_id)
+    step = the_step(engine, run_id)
+    assert step.status == "completed" and step.gate["decision"] == "passed"
+    assert step.gate["line"].startswith("measured again after review")
+    assert step.gate["proposed"]["evaluation_after"] != step.gate["evaluation_after"]
+    with Session(engine) as session:
+        measured = session.get(Evaluation, step.gate["evaluation_after"])
+        assert [e["text"] for e in measured.experiences] == [first.text]  # what lands is what was measured
+        assert measured.version_id == step.version_after_id
+    assert [e["text"] for e in library_versions(engine)[-1].experiences] == [first.text]
+
+
+def test_an_edited_operation_that_measures_worse_waits_for_a_person_again(engine, demo_task):
+    run_id = seeded_run(engine, "manual")
+    (op,) = pending_ops(engine, run_id)
+    edited = "Always answer with the first number in the question."
+
+    def gate_replies(messages):  # the edited library makes every validation answer wrong
+        return "\\boxed{-1}" if edited in messages[0]["content"] else "\\boxed{0}"
+
+    edit_operation(engine, op.id, edited, [], "ann")
+    assert len(library_versions(engine)) == 1
+    continue_run(engine, run_id, gate=gate_replies)
+    step = the_step(engine, run_id)
+    assert step.status == "awaiting_review" and step.gate["decision"] == "failed"
+    assert step.gate["line"].startswith("measured again after review")
+    assert len(library_versions(engine)) == 1, "a decided library that measured worse does not land"
+    with Session(engine) as session:
+        assert session.get(Operation, op.id).status == "pending"
+        assert session.get(Run, run_id).status == "awaiting_review"
+        reopened = session.exec(select(AuditEvent).where(AuditEvent.action == "operation.reopen")).one()
+        assert reopened.actor == "gate" and "measured again" in reopened.after["reason"]
+    with pytest.raises(ValueError, match="needs a note"):
+        decide_operation(engine, op.id, "approved", "ann")
+    decide_operation(engine, op.id, "approved", "ann", comment="the answers it breaks are a scoring artefact")
+    assert [e["text"] for e in library_versions(engine)[-1].experiences] == [edited]  # measured: lands as decided
 
 
 def test_two_reviewers_deciding_the_same_operation_at_once(engine, demo_task):
@@ -85,7 +147,7 @@ def test_two_reviewers_deciding_the_same_operation_at_once(engine, demo_task):
 
 
 def test_an_invalid_edit_is_refused_and_a_valid_one_is_applied(engine, demo_task):
-    run_id = seeded_run(engine, "manual")
+    run_id = seeded_run(engine, "manual", settings={"gate": "off"})
     (op,) = pending_ops(engine, run_id)
     with pytest.raises(ValueError, match="not valid"):
         edit_operation(engine, op.id, "ok", [], "ann")

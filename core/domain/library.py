@@ -41,6 +41,12 @@ def normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", text.lower())).strip()
 
 
+def experience_texts(experiences: list[dict] | None) -> list[str]:
+    """What the agent sees of a library (its prompt numbers the texts; ids never reach it): two libraries
+    with the same texts in the same order measure the same."""
+    return [e["text"] for e in experiences or []]
+
+
 def render_for_learner(experiences: list[dict]) -> str:
     """The library with stable ids, so operations can name their targets."""
     return "\n".join(f"[{exp['id']}] {exp['text']}" for exp in experiences) or "(the library is empty)"

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import math
 from statistics import mean, stdev
+from typing import Protocol
 
 SUCCESS = 0.5  # a rollout counts as a success at reward >= 0.5 (binary rewards: correct)
 Z95 = 1.959964
+
+
+class Scored(Protocol):
+    error: str | None
+    reward: float | None
+    reward_source: str | None
+
+
+def is_answered(rollout: Scored) -> bool:
+    """A rollout with a reward to count (storage.queries.answered is the same test in SQL): one whose model
+    call failed, or whose reward could not be given (source `error`), is not a wrong answer."""
+    return rollout.error is None and rollout.reward is not None and rollout.reward_source != "error"
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

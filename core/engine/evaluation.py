@@ -10,7 +10,8 @@ from collections import defaultdict
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core.domain.metrics import score_groups
+from core.domain.library import experience_texts
+from core.domain.metrics import is_answered, score_groups
 from core.engine.agent import agent_settings, check_agent_mode
 from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, NotFound
@@ -24,9 +25,9 @@ from core.records.versions import resolve_version
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Run, Task
+from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Run, Task
 from storage.models import utcnow as now
-from storage.statuses import EvaluationPurpose, JobStatus
+from storage.statuses import EVALUATION_HAS_FIGURES, EvaluationPurpose, JobStatus
 
 log = logging.getLogger(__name__)
 # The ledger stage of an evaluation's agent calls: a gate's or an attribution's cost shows apart from training's.
@@ -82,11 +83,6 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
     return row
 
 
-def experience_texts(experiences: list[dict] | None) -> list[str]:
-    """What the agent sees of a library (its prompt numbers the texts; ids never reach it)."""
-    return [e["text"] for e in experiences or []]
-
-
 async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
                                sample_ids: list[int], experiences: list[dict], k: int, model: str,
                                temperature: float, version_id: int | None = None, step_id: int | None = None,
@@ -94,8 +90,10 @@ async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *,
     """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement.
 
     One the run already made of the same texts, queries, k (and left-out experience) is reused, or finished
-    after a kill with its stored rollouts kept; otherwise a new one is executed. Raises when it cannot
-    complete, so the run records why."""
+    after a kill with its stored rollouts kept (an incomplete one retries its failed rollouts); otherwise a
+    new one is executed. An evaluation that ends incomplete is returned: the paired comparison leaves out
+    the queries without k answers and refuses to decide when too many are missing. Raises when it cannot
+    run at all, so the run records why."""
     with session_scope(engine) as session:
         found = next((ev for ev in session.exec(select(Evaluation).where(
             Evaluation.run_id == run_id, Evaluation.purpose == purpose).order_by(Evaluation.id))
@@ -110,7 +108,7 @@ async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *,
         evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
     if not done:
         ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
-        if ev.status != JobStatus.COMPLETED:
+        if ev.status not in EVALUATION_HAS_FIGURES:
             raise RuntimeError(f"{purpose} evaluation {evaluation_id} ended {ev.status}: {ev.error or ''}")
     return evaluation_id
 
@@ -177,16 +175,13 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
                 return session.get(Evaluation, evaluation_id)
         with session_scope(engine) as session:
             rollouts = queries.evaluation_rollouts(session, evaluation_id)
-            by_query: dict[int, list[float]] = defaultdict(list)
-            for r in rollouts:
-                by_query[r.sample_id].append(r.reward or 0.0)
-            metrics = score_groups(dict(by_query))
-            metrics["errors"] = sum(1 for r in rollouts if r.error)
-            metrics |= breakdown(session, task, rollouts, {s.id: s for s in samples})
+            metrics = evaluation_metrics(rollouts)
+            metrics |= breakdown(session, task, [r for r in rollouts if is_answered(r)], {s.id: s for s in samples})
             ev = session.get(Evaluation, evaluation_id)
             ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
             ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
-            ev.status, ev.finished_at = JobStatus.COMPLETED, now()
+            ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
+            ev.error = incomplete_reason(metrics) if metrics["errors"] else None
             ev.progress = {"rollouts_done": len(rollouts), "rollouts_total": progress.total}
             session.add(ev)
     except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
@@ -197,6 +192,29 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             session.add(ev)
     with Session(engine) as session:
         return session.get(Evaluation, evaluation_id)
+
+
+def evaluation_metrics(rollouts: list[Rollout]) -> dict:
+    """Mean@k and Pass@k over the answered rollouts only, with the errors counted beside them: `errors`
+    (rollouts without a reward to count), `answered`, `rollouts`, and `unanswered_queries` (queries none of
+    whose samples was answered, left out of n)."""
+    by_query: dict[int, list[float]] = defaultdict(list)
+    for r in rollouts:
+        by_query.setdefault(r.sample_id, [])
+        if is_answered(r):
+            by_query[r.sample_id].append(r.reward)
+    metrics = score_groups({q: rewards for q, rewards in by_query.items() if rewards})
+    answered = sum(len(rewards) for rewards in by_query.values())
+    metrics |= {"errors": len(rollouts) - answered, "answered": answered, "rollouts": len(rollouts),
+                "unanswered_queries": sum(1 for rewards in by_query.values() if not rewards)}
+    return metrics
+
+
+def incomplete_reason(metrics: dict) -> str:
+    """Why an evaluation is incomplete, and what to do, in one sentence."""
+    return (f"{metrics['errors']} of {metrics['rollouts']} rollouts have no reward (a model call or the scoring "
+            f"failed); Mean@k and Pass@k count the {metrics['answered']} answered ones. Retry the failed "
+            "rollouts (Evaluate page, or `python -m core eval --retry ID`); answered ones are not paid again.")
 
 
 def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,

@@ -16,11 +16,13 @@ import random
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.domain.library import experience_texts
 from core.domain.rewards import METHODS
-from core.engine.evaluation import experience_texts, run_fixed_evaluation
+from core.engine.evaluation import run_fixed_evaluation
 from core.engine.run_settings import RunSettings
+from core.errors import InvalidInput
 from core.models.gateway import Gateway
-from core.records.comparison import Paired, compare_evaluations
+from core.records.comparison import Paired, compare_evaluations, finite
 from core.records.review import check_step_operations, next_library
 from storage import queries
 from storage.db import session_scope
@@ -30,6 +32,7 @@ from storage.statuses import EvaluationPurpose, GateDecision, GateRule, Operatio
 VALIDATION_SPLIT = "validation"
 MAX_HELD_OUT = 50
 MIN_HELD_OUT = 8
+MIN_GATE_QUERIES = 4  # with fewer, neither the interval nor the sign test can say anything
 
 
 def held_out_size(n_train: int, setting: int | None) -> int:
@@ -48,37 +51,50 @@ def choose_validation(session: Session, task: Task, settings: RunSettings,
         return VALIDATION_SPLIT, []
     validation = [s for s in queries.samples(session, task.id, VALIDATION_SPLIT) if only is None or s.id in only]
     if validation:
+        check_validation_size(len(validation))
         return VALIDATION_SPLIT, [s.id for s in validation]
     train = sorted(s.id for s in queries.samples(session, task.id, "train") if only is None or s.id in only)
     size = held_out_size(len(train), settings.validation_size)
+    check_validation_size(size)
     return "train", sorted(random.Random(f"validation:{settings.seed}").sample(train, size))
 
 
 def passes(rule: str, stats: Paired) -> bool:
-    """`no_worse`: not significantly worse and the mean not lower; `better`: significantly better."""
+    """`no_worse`: not significantly worse and the mean not lower; `better`: significantly better. A
+    difference is significant when the paired bootstrap interval excludes 0 and the sign test agrees."""
     if rule == GateRule.BETTER:
-        return stats.n >= 2 and stats.ci_low > 0
-    return stats.mean_b >= stats.mean_a and not (stats.n >= 2 and stats.ci_high < 0)
+        return stats.decided and stats.delta > 0
+    return stats.mean_b >= stats.mean_a and not (stats.decided and stats.delta < 0)
 
 
 def gate_line(gate: dict) -> str:
     """The gate in one line, as the Review and Train pages and the CLI print it."""
     if gate.get("decision") == GateDecision.SKIPPED:
         return f"validation gate skipped: {gate.get('reason', '')}"
+    if gate.get("decision") == GateDecision.UNDECIDED:
+        return f"validation gate undecided, the step waits for a person: {gate.get('reason', '')}"
+    low, high = (f"{v:+.2f}" if v is not None else "n/a" for v in (gate.get("ci_low"), gate.get("ci_high")))
     summary = (f"validation, {gate['n']} queries x {gate['k']}: {gate['mean_before']:.2f} -> {gate['mean_after']:.2f}, "
-               f"{gate['delta']:+.2f} [{gate['ci_low']:+.2f}, {gate['ci_high']:+.2f}], p = {gate['p_value']:.2f}: "
-               f"{gate['finding']}")
+               f"{gate['delta']:+.2f} [{low}, {high}], sign test p = {gate['p_value']:.2f}: {gate['finding']}")
+    if gate.get("missing"):
+        summary += f" ({gate['missing']} queries left out: model-call errors)"
     return f"{summary} - gate {gate['rule']} {gate['decision']}"
 
 
 def finding(stats: Paired) -> str:
     if stats.n < 2:
         return "cannot decide"
-    if stats.ci_low > 0:
-        return "better"
-    if stats.ci_high < 0:
-        return "worse"
+    if stats.decided:
+        return "better" if stats.delta > 0 else "worse"
     return "no detectable difference"
+
+
+def check_validation_size(size: int) -> None:
+    """A gate on fewer than MIN_GATE_QUERIES queries decides on noise: refuse it with what to do instead."""
+    if 0 < size < MIN_GATE_QUERIES:
+        raise InvalidInput(f"the validation gate needs at least {MIN_GATE_QUERIES} validation queries, and this run "
+                           f"would have {size}; add train or validation samples, set validation_size to "
+                           f"{MIN_GATE_QUERIES} or more, or turn the gate off")
 
 
 def candidate_experiences(session: Session, step: Step, ops: list) -> list[dict]:
@@ -87,21 +103,26 @@ def candidate_experiences(session: Session, step: Step, ops: list) -> list[dict]
     return next_library(session, before, [item.op for _op, item in checked if item.valid])
 
 
-async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int) -> dict | None:
+async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int, *,
+                     decided_only: bool = False) -> dict | None:
     """Evaluate the step's candidate (its pending or approved operations applied) against its starting
     library on the validation queries; store and return the figures and the decision on Step.gate.
-    None when the gate is off; `skipped` when there is nothing to compare."""
+    None when the gate is off; `skipped` when there is nothing to compare. `decided_only` measures again
+    what the reviewers' decisions would land (approved and edited operations only), keeping the first
+    measurement under `proposed`."""
     with Session(engine) as session:
         run, step = session.get(Run, run_id), session.get(Step, step_id)
         settings = RunSettings.from_dict(run.settings)
         if settings.gate == GateRule.OFF:
             return None
-        if step.gate is not None:
+        if step.gate is not None and not decided_only:
             return step.gate
+        first = {key: value for key, value in (step.gate or {}).items() if key not in ("remeasure", "proposed")}
         sample_ids = list(run.validation_ids or [])
         split = (run.progress or {}).get("validation_split", VALIDATION_SPLIT)
-        ops = [o for o in queries.step_operations(session, step_id)
-               if o.status in (OperationStatus.PENDING, OperationStatus.APPROVED, OperationStatus.EDITED)]
+        wanted = (OperationStatus.APPROVED, OperationStatus.EDITED) if decided_only else (
+            OperationStatus.PENDING, OperationStatus.APPROVED, OperationStatus.EDITED)
+        ops = [o for o in queries.step_operations(session, step_id) if o.status in wanted]
         before = session.get(LibraryVersion, step.version_before_id)
         task = session.get(Task, run.task_id)
         after = candidate_experiences(session, step, ops) if ops else before.experiences
@@ -120,14 +141,23 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
             run_fixed_evaluation(engine, gateway, run_id, experiences=before.experiences, version_id=before.id,
                                  **common),
             run_fixed_evaluation(engine, gateway, run_id, experiences=after, **common))
-        stats = compare_evaluations(engine, before_id, after_id, seed=settings.seed).stats
-        ok = passes(settings.gate, stats)
-        gate = {"decision": GateDecision.PASSED if ok else GateDecision.FAILED, "rule": settings.gate,
-                "n": stats.n, "k": settings.gate_k, "mean_before": stats.mean_a, "mean_after": stats.mean_b,
-                "delta": stats.delta, "ci_low": stats.ci_low, "ci_high": stats.ci_high, "p_value": stats.p_value,
-                "wins": stats.wins, "losses": stats.losses, "ties": stats.ties, "finding": finding(stats),
-                "verdict": stats.verdict, "evaluation_before": before_id, "evaluation_after": after_id}
+        comparison = compare_evaluations(engine, before_id, after_id, seed=settings.seed)
+        stats = comparison.stats
+        measured = {"rule": settings.gate, "k": settings.gate_k, "missing": comparison.missing,
+                    "evaluation_before": before_id, "evaluation_after": after_id}
+        if stats.undecided:
+            gate = {"decision": GateDecision.UNDECIDED, "reason": stats.undecided, **measured}
+        else:
+            ok = passes(settings.gate, stats)
+            gate = {"decision": GateDecision.PASSED if ok else GateDecision.FAILED, "n": stats.n,
+                    "mean_before": stats.mean_a, "mean_after": stats.mean_b, "delta": stats.delta,
+                    "ci_low": finite(stats.ci_low), "ci_high": finite(stats.ci_high), "p_value": stats.p_value,
+                    "wins": stats.wins, "losses": stats.losses, "ties": stats.ties, "finding": finding(stats),
+                    "verdict": stats.verdict, **measured}
     gate["line"] = gate_line(gate)
+    if decided_only:
+        gate["line"] = f"measured again after review (the approved and edited operations only): {gate['line']}"
+        gate["proposed"] = first
     with session_scope(engine) as session:
         row = session.get(Step, step_id)
         row.gate = gate

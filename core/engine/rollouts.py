@@ -1,7 +1,8 @@
 """One stored rollout: reuse it if it exists, otherwise sample, score and save it.
 
 Training steps and evaluations share this so that both resume the same way: a stored rollout
-without an error is never sampled again, a failed one is replaced.
+without an error is never sampled again, a failed one (its model call, or its scoring) is replaced; the
+agent's calls that succeeded come back from the ledger's cache, so a retry pays only for what failed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
             row = session.exec(select(Rollout).where(
                 Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id, Rollout.sample_id == sample.id,
                 Rollout.group_index == group_index)).first()
-            if row is not None and row.error is None:
+            if row is not None and row.error is None and row.reward_source != "error":
                 return row
             if row is not None:
                 session.delete(row)

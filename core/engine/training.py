@@ -22,6 +22,7 @@ from sqlmodel import Session, select
 from core.domain.conversation import numbered_transcript
 from core.domain.draws import stable_fraction
 from core.domain.library import ProposedOp, validate_ops
+from core.domain.metrics import is_answered
 from core.domain.prompts import (
     REJECTED_SHOWN,
     advantage_messages,
@@ -42,7 +43,15 @@ from core.models.conversation_judge import rubric_settings
 from core.models.gateway import Gateway, Scope
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
-from core.records.review import apply_step_operations, decide_all, flagged_pending, gate_failed
+from core.records.review import (
+    apply_step_operations,
+    decide_all,
+    decided_library_unmeasured,
+    flagged_pending,
+    gate_failed,
+    gate_undecided,
+    reopen_after_gate,
+)
 from core.records.scenarios import (
     check_task_kind,
     is_conversation,
@@ -318,7 +327,7 @@ async def _train(ctx: _Ctx) -> None:
         if step.status == StepStatus.COMPLETED:
             continue
         if step.status == StepStatus.AWAITING_REVIEW:
-            _apply_or_wait(ctx, step.id, actor="reviewer")
+            await _apply_or_wait(ctx, step.id, actor="reviewer")
             continue
         await _run_step(ctx, step)
 
@@ -334,8 +343,18 @@ def _ensure_step(ctx: _Ctx, epoch: int, batch_index: int, sample_ids: list[int])
         return step
 
 
-def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
-    """Apply the step's decided operations, or mark step and run `awaiting_review` and stop."""
+async def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
+    """Apply the step's decided operations, or mark step and run `awaiting_review` and stop. A decided library
+    the gate did not measure (part of the step approved, an operation edited) is measured first, with the
+    run's rule; when it does not pass, its operations wait for a person again."""
+    with Session(ctx.engine) as session:
+        step = session.get(Step, step_id)
+        unmeasured = (not any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
+                      and decided_library_unmeasured(session, step))
+    if unmeasured:
+        verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step_id, decided_only=True)
+        if gate_failed(verdict) or gate_undecided(verdict):
+            reopen_after_gate(ctx.engine, step_id, verdict)
     with session_scope(ctx.engine) as session:
         pending = any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
         if pending:
@@ -382,7 +401,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
             raise _Stop()
     _tick(ctx)
     with session_scope(ctx.engine) as session:
-        rewards = [r.reward for r in queries.step_rollouts(session, step.id) if r.reward is not None]
+        rewards = [r.reward for r in queries.step_rollouts(session, step.id) if is_answered(r)]
         row = session.get(Step, step.id)
         row.reward_mean = statistics.fmean(rewards) if rewards else None
         row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
@@ -399,14 +418,14 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         await _consolidate(ctx, step, experiences, proposals, source_ids)
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
     _tick(ctx)
-    if ctx.settings.review_mode == "auto":
+    if ctx.settings.review_mode == "auto" and not gate_undecided(verdict):  # undecided: a person decides
         if gate_failed(verdict):
             decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
                        reason="validation")
         else:
             held = flagged_pending(ctx.engine, step.id) if ctx.settings.hold_flagged else []
             decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", hold=held)
-    _apply_or_wait(ctx, step.id, actor="auto")
+    await _apply_or_wait(ctx, step.id, actor="auto")
 
 
 async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
@@ -422,14 +441,21 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
         rollouts = _assign_rewards(ctx, sample, rollouts)
         if any(r.label_status == LabelStatus.NEEDED for r in rollouts):
             return Advantage(step_id=step.id, sample_id=sample.id, status=GroupStatus.WAITING)
-        valid = [r for r in rollouts if r.error is None]
+        valid = [r for r in rollouts if is_answered(r)]  # a failed call is not a failed answer
         if not valid:
+            reason = next((r.error or r.reward_detail for r in rollouts if r.error or r.reward_detail), "no reward")
             return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED,
-                                   error=f"every rollout failed: {rollouts[0].error}")
-        rewards = [r.reward or 0.0 for r in valid]
-        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
+                                   error=f"every rollout failed: {reason}")
+        errors = len(rollouts) - len(valid)
+        if len(rollouts) > 1 and len(valid) == 1:
             return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
-                                   text=f"all {len(valid)} rewards equal ({rewards[0]:g}): no group advantage")
+                                   text=f"only 1 of {len(rollouts)} attempts has a reward ({errors} failed calls): "
+                                        "nothing to compare it with")
+        rewards = [r.reward for r in valid]
+        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
+            left_out = f"; {errors} failed calls left out" if errors else ""
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
+                                   text=f"all {len(valid)} rewards equal ({rewards[0]:g}){left_out}: no group advantage")
         summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         gt = ctx.settings.ground_truth
         query, reference = _task_for_learner(ctx, sample)

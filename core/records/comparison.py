@@ -11,7 +11,7 @@ the CLI and the training gate call.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import binomtest
@@ -20,10 +20,12 @@ from sqlmodel import Session
 
 from core.domain.metrics import SUCCESS
 from core.errors import InvalidInput, NotFound
+from core.settings import get_settings
 from storage import queries
 from storage.models import Evaluation
 
 RESAMPLES = 10_000
+ALPHA = 0.05  # the sign test's level; a difference is real when it and the bootstrap interval both say so
 # Sum of the two-sided 5% and the 80%-power normal quantiles: a difference this many standard errors
 # away from 0 is found four times in five.
 DETECTABLE_Z = 1.959964 + 0.841621
@@ -48,14 +50,27 @@ class Paired:
     mcnemar_p: float
     detectable: float
     verdict: str
+    undecided: str = ""  # why the comparison refuses to decide (too many queries without answers), or ""
 
     @property
     def decided(self) -> bool:
-        """Whether the interval excludes 0 (the difference is real at the 95% level)."""
-        return self.n >= 2 and (self.ci_low > 0 or self.ci_high < 0)
+        """Whether the difference is real at the 95% level: the bootstrap interval excludes 0 and the sign
+        test agrees (p < 0.05). On few queries the two can disagree; then nothing is decided."""
+        return not self.undecided and significant(self.n, self.ci_low, self.ci_high, self.p_value)
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """The figures as JSON can hold them: an infinite interval (fewer than 2 queries) becomes None."""
+        return {name: finite(getattr(self, name)) for name in self.__dataclass_fields__}
+
+
+def finite(value):
+    """`value`, or None for a float that is not finite (PostgreSQL's JSON refuses Infinity and NaN)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def significant(n: int, low: float, high: float, p_value: float) -> bool:
+    """Both the paired bootstrap interval and the sign test say the difference is real."""
+    return n >= 2 and (low > 0 or high < 0) and p_value < ALPHA
 
 
 def bootstrap_interval(diffs: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES) -> tuple[float, float]:
@@ -95,15 +110,16 @@ def detectable_difference(diffs: np.ndarray, pooled_mean: float, k: int) -> floa
     return DETECTABLE_Z * sd / math.sqrt(n)
 
 
-def verdict(n: int, delta: float, low: float, high: float, detectable: float) -> str:
+def verdict(n: int, delta: float, low: float, high: float, detectable: float, p_value: float = 0.0) -> str:
     """The comparison in words a product manager reads right."""
     if n < 2:
         return f"cannot decide: only {n} query in common"
     figures = f"{delta:+.3f} [{low:+.3f}, {high:+.3f}] on {n} queries"
-    if low > 0:
-        return f"B is better: {figures}"
-    if high < 0:
-        return f"B is worse: {figures}"
+    if significant(n, low, high, p_value):
+        return f"B is {'better' if low > 0 else 'worse'}: {figures}, sign test p = {p_value:.3f}"
+    if low > 0 or high < 0:
+        return (f"no detectable difference on {n} queries: the interval {figures[figures.index('['):]} "
+                f"excludes 0 but the sign test does not agree (p = {p_value:.2f}); more queries would settle it")
     return (f"no detectable difference on {n} queries (the smallest difference this comparison could detect "
             f"is about {detectable:.2f})")
 
@@ -127,7 +143,7 @@ def paired(a: dict, b: dict, *, k: int = 1, seed: int = 0, resamples: int = RESA
         ci_low=low, ci_high=high, p_value=sign_test(wins, losses), wins=wins, losses=losses, ties=n - wins - losses,
         pass_a=float(pass_a.mean()) if n else 0.0, pass_b=float(pass_b.mean()) if n else 0.0,
         mcnemar_p=mcnemar_exact(int((pass_a & ~pass_b).sum()), int((pass_b & ~pass_a).sum())),
-        detectable=detectable, verdict=verdict(n, delta, low, high, detectable))
+        detectable=detectable, verdict=verdict(n, delta, low, high, detectable, sign_test(wins, losses)))
 
 
 @dataclass
@@ -142,13 +158,19 @@ class EvaluationComparison:
     cost_b: float = 0.0
     only_a: int = 0
     only_b: int = 0
+    missing: int = 0  # queries both evaluated but not answered k times on both sides (model-call errors)
 
     @property
     def note(self) -> str:
-        if not (self.only_a or self.only_b):
-            return ""
-        return (f"compared on the {self.stats.n} queries both evaluated; {self.only_a} only under A and "
-                f"{self.only_b} only under B are left out (an evaluation with a query limit)")
+        """What was left out of the comparison and why, or ""."""
+        parts = []
+        if self.missing:
+            parts.append(f"{self.missing} of the {self.stats.n + self.missing} queries both evaluated are left "
+                         f"out: they lack answers (model-call errors) under A or B; retry the failed rollouts")
+        if self.only_a or self.only_b:
+            parts.append(f"{self.only_a} only under A and {self.only_b} only under B are left out (an evaluation "
+                         "with a query limit)")
+        return f"compared on the {self.stats.n} queries answered k times under both; " + "; ".join(parts) if parts else ""
 
 
 def compare_evaluations(engine: Engine, a_id: int, b_id: int, *, seed: int = 0) -> EvaluationComparison:
@@ -171,19 +193,34 @@ def compare_evaluations(engine: Engine, a_id: int, b_id: int, *, seed: int = 0) 
         stats_a = queries.evaluation_query_stats(session, a_id)
         stats_b = queries.evaluation_query_stats(session, b_id)
         samples = {s.id: s for s in queries.samples_by_ids(session, sorted(set(stats_a) | set(stats_b)))}
-    stats = paired(rewards_a, rewards_b, k=a.k, seed=seed)
+    both = set(stats_a) & set(stats_b)
+    whole = {q for q in both if len(rewards_a.get(q, ())) == a.k and len(rewards_b.get(q, ())) == b.k}
+    stats = paired({q: rewards_a[q] for q in whole}, {q: rewards_b[q] for q in whole}, k=a.k, seed=seed)
+    missing = len(both - whole)
+    if missing and missing > max_missing_share() * len(both):
+        reason = (f"cannot decide: {missing} of the {len(both)} queries both evaluated lack answers under A or B "
+                  f"(model-call errors; more than {max_missing_share():.0%} may not be missing); retry the failed "
+                  "rollouts, then compare again")
+        stats = replace(stats, undecided=reason, verdict=reason)
     rows = []
     for sample_id, sample in samples.items():
         ra, rb = stats_a.get(sample_id), stats_b.get(sample_id)
-        diff = rb["mean"] - ra["mean"] if ra and rb else None
+        diff = rb["mean"] - ra["mean"] if sample_id in whole else None
         rows.append({"sample_id": sample_id, "query id": sample.external_id, "query": sample.query,
                      "reference": sample.reference, "mean reward A": ra["mean"] if ra else None,
                      "mean reward B": rb["mean"] if rb else None, "difference": diff,
-                     "winner": "–" if diff is None else "B" if diff > 0 else "A" if diff < 0 else "tie",
+                     "winner": ("–" if sample_id not in both else "left out (errors)" if diff is None
+                                else "B" if diff > 0 else "A" if diff < 0 else "tie"),
+                     "errors A": ra["errors"] if ra else None, "errors B": rb["errors"] if rb else None,
                      "cost A": ra["cost"] if ra else None, "cost B": rb["cost"] if rb else None})
     rows.sort(key=lambda r: (r["difference"] is None, r["difference"] if r["difference"] is not None else 0))
     return EvaluationComparison(
         a=a, b=b, stats=stats, rows=rows,
         cost_a=sum(r["cost"] for r in stats_a.values()) / len(stats_a) if stats_a else 0.0,
         cost_b=sum(r["cost"] for r in stats_b.values()) / len(stats_b) if stats_b else 0.0,
-        only_a=len(set(stats_a) - set(stats_b)), only_b=len(set(stats_b) - set(stats_a)))
+        only_a=len(set(stats_a) - set(stats_b)), only_b=len(set(stats_b) - set(stats_a)), missing=missing)
+
+
+def max_missing_share() -> float:
+    """The share of queries that may lack answers before a comparison refuses to decide (a setting)."""
+    return get_settings().max_missing_share

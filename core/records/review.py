@@ -14,9 +14,8 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.domain.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.domain.library import ProposedOp, apply_ops, experience_texts, next_id_number, validate_ops
 from core.domain.quality import Flag, quality_flags
-from core.engine.evaluation import experience_texts
 from core.engine.run_settings import RunSettings
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
@@ -72,6 +71,11 @@ def _check_gate(engine: Engine, step_id: int | None, decision: str, comment: str
 
 def gate_failed(gate: dict | None) -> bool:
     return bool(gate) and gate.get("decision") == GateDecision.FAILED
+
+
+def gate_undecided(gate: dict | None) -> bool:
+    """The gate could not decide (too many validation queries without answers): a person decides the step."""
+    return bool(gate) and gate.get("decision") == GateDecision.UNDECIDED
 
 
 def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
@@ -177,7 +181,10 @@ def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment
 
 
 def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> LibraryVersion | None:
-    """Apply a step that waits for review once nothing in it is pending; its run is queued again."""
+    """Apply a step that waits for review once nothing in it is pending; its run is queued again. When the
+    validation gate measured another library than the one the decisions would land (a reviewer approved only
+    part of the step, or edited an operation), nothing lands yet: the run is queued so its worker measures
+    the decided library first (core.engine.training)."""
     if step_id is None:
         return None
     with Session(engine) as session:
@@ -186,7 +193,63 @@ def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> Library
             return None
         if any(op.status == OperationStatus.PENDING for op in queries.step_operations(session, step_id)):
             return None
+        unmeasured = decided_library_unmeasured(session, step)
+    if unmeasured:
+        _queue_remeasure(engine, step_id, actor)
+        return None
     return apply_step_operations(engine, step_id, actor=actor)
+
+
+def decided_library(session: Session, step: Step) -> list[dict]:
+    """The experiences the step's approved and edited operations would make."""
+    ops = [o for o in queries.step_operations(session, step.id) if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED)]
+    before, checked = check_step_operations(session, step, ops)
+    return next_library(session, before, [item.op for _op, item in checked if item.valid])
+
+
+def decided_library_unmeasured(session: Session, step: Step) -> bool:
+    """Whether the gate measured a step and what its decisions would land is another library, which no gate
+    measured (a library that would not change needs no measurement)."""
+    measured = session.get(Evaluation, (step.gate or {}).get("evaluation_after") or -1)
+    if measured is None:
+        return False
+    after = experience_texts(decided_library(session, step))
+    before = session.get(LibraryVersion, step.version_before_id)
+    return after != experience_texts(before.experiences) and after != experience_texts(measured.experiences)
+
+
+REMEASURE_LINE = ("the reviewed library differs from the one the validation gate measured (part of the step was "
+                  "approved, or an operation edited): it is measured against the starting library before it lands")
+
+
+def _queue_remeasure(engine: Engine, step_id: int, actor: str) -> None:
+    """Mark the step for a new gate measurement of its decided library and queue its run for a worker."""
+    with session_scope(engine) as session:
+        step = session.get(Step, step_id)
+        step.gate = {**(step.gate or {}), "remeasure": True, "line": REMEASURE_LINE}
+        session.add(step)
+        run = session.get(Run, step.run_id)
+        if run.status == JobStatus.AWAITING_REVIEW:
+            run.status = JobStatus.QUEUED
+            session.add(run)
+        session.add(AuditEvent(actor=actor, action="step.remeasure", object_type="step", object_id=step_id,
+                               after={"reason": REMEASURE_LINE}))
+
+
+def reopen_after_gate(engine: Engine, step_id: int, gate: dict) -> int:
+    """The decided library failed its measurement: its approved and edited operations wait for a person
+    again (the gate's line says why; approving against it needs a note). Returns how many were reopened."""
+    with session_scope(engine) as session:
+        reopened = 0
+        for op in queries.step_operations(session, step_id):
+            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED):
+                before = _snapshot(op)
+                op.status, op.reviewer, op.decided_at = OperationStatus.PENDING, None, None
+                session.add(op)
+                session.add(AuditEvent(actor="gate", action="operation.reopen", object_type="operation",
+                                       object_id=op.id, before=before, after={**_snapshot(op), "reason": gate.get("line")}))
+                reopened += 1
+        return reopened
 
 
 def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVersion | None:
