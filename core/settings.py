@@ -53,11 +53,16 @@ class Settings(BaseSettings):
     worker_log: Path = Field(default=PROJECT_DIR / "worker.log", description="log of a worker a page started")
     score_timeout_s: float = Field(default=5.0, gt=0, description="seconds one regex or math-verify score may take")
     score_memory_mb: int = Field(default=512, ge=128, description="address-space limit of a scoring process")
+    max_missing_share: float = Field(default=0.1, ge=0, le=1, description="share of the queries two evaluations "
+                                     "share that may lack answers (model-call errors) before a comparison or the "
+                                     "validation gate refuses to decide")
     api_port: int = Field(default=8502, ge=1, le=65535, description="port of the HTTP API (`python -m core serve`)")
     api_max_body_bytes: int = Field(default=2_000_000, ge=1024, description="largest request body the API reads "
                                     "(413 above it)")
     api_rate_per_minute: int = Field(default=600, ge=1, description="requests one API key may make per minute "
                                      "(429 above it)")
+    promotion_requires_comparison: bool = Field(default=False, description="production moves only to a version "
+                                                "with a paired comparison against it (a written reason is not enough)")
 
 
 @lru_cache(maxsize=1)
