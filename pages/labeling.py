@@ -21,6 +21,10 @@ scored by a rubric, one radio per criterion with the meaning of each point and t
 comment) and one Submit (`core.records.labeling.submit_criteria_label`, once). A reviewer decides such a
 disagreement per criterion the same way. Digits label nothing there; A and S work as above.
 
+A dispute's form (score, reason, Decide) is keyed by the rollout it decides, and the picker by the disputes
+it offers; after a decision the picker is set to the next dispute, whose form starts empty. Nothing chosen
+or typed for one rollout can reach another, and the form, its Decide button and the toast name the rollout.
+
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
 change goes through `core.records.labeling`; text written by models or people is shown as code (long texts
 clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
@@ -29,6 +33,7 @@ captions.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import streamlit as st
@@ -66,8 +71,7 @@ from storage.models import RewardLabel, Rollout, Sample, Task
 
 FLASH = Flash("label_flash")
 SKIPPED_KEY, WARN_KEY = "label_skipped", "label_warn"
-DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY = "label_decide_rollout", "label_decide_score"
-DECIDE_COMMENT_KEY = "label_decide_comment"
+DECIDE_ROLLOUT_KEY = "label_decide_rollout"
 HISTORY_LIMIT = 50
 ANCHOR_CHARS = 60
 KAPPA_WORDS = ((0.2, "poor"), (0.4, "fair"), (0.6, "moderate"), (0.8, "substantial"))
@@ -90,6 +94,21 @@ def comment_key(rollout_id: int) -> str:
 
 
 QUEUE_CRITERION, DECIDE_CRITERION = "label_criterion", "label_decide_criterion"
+
+
+# A dispute's form is keyed by the rollout it decides (`label_decide_score_<rollout>` ...): a widget keyed the
+# same for every dispute kept, in the browser, the score chosen and the reason typed for the previous one, and
+# the next press of Decide stored them on the next rollout.
+def decide_score_key(rollout_id: int) -> str:
+    return f"label_decide_score_{rollout_id}"
+
+
+def decide_comment_key(rollout_id: int) -> str:
+    return f"label_decide_comment_{rollout_id}"
+
+
+def decide_button_key(rollout_id: int) -> str:
+    return f"label_decide_{rollout_id}"
 
 
 def criterion_key(prefix: str, rollout_id: int, index: int) -> str:
@@ -193,29 +212,52 @@ def skip(rollout_id: int) -> None:
     move_on(rollout_id)
 
 
-def decide(rollout_id: int, values: dict[int, float]) -> None:
-    score = st.session_state.get(DECIDE_SCORE_KEY)
+def picker_key(offered: list[int]) -> str:
+    """The dispute picker's key names the disputes it offers, so a list that changed (a decision here or by
+    someone else) draws a new picker: a picker kept under one key showed, in the browser, the name of a
+    rollout it no longer offered after that choice was forgotten."""
+    return f"{DECIDE_ROLLOUT_KEY}_{hashlib.sha256(','.join(map(str, offered)).encode()).hexdigest()[:12]}"
+
+
+def next_dispute(rollout_id: int, offered: list[int]) -> None:
+    """After a decision, the next picker starts on the dispute that followed the decided one (else the one
+    before it)."""
+    st.session_state.pop(picker_key(offered), None)
+    rest = [i for i in offered if i != rollout_id]
+    if rest:
+        following = offered[offered.index(rollout_id) + 1:] if rollout_id in offered else []
+        st.session_state[picker_key(rest)] = following[0] if following else rest[-1]
+
+
+def forget_decision(rollout_id: int, keys: list[str], offered: list[int]) -> None:
+    for key in keys:
+        st.session_state.pop(key, None)
+    next_dispute(rollout_id, offered)
+
+
+def decide(rollout_id: int, values: dict[int, float], offered: list[int]) -> None:
+    """The reviewer's score and reason for the rollout the form was drawn for, read from its own keys."""
+    score = st.session_state.get(decide_score_key(rollout_id))
     if score not in values:
-        st.session_state[WARN_KEY] = "decide"
+        st.session_state[WARN_KEY] = rollout_id
         return
     result = run_action(FLASH, "agreement", labeling.decide_label, engine(), rollout_id, values[score],
-                        context().reviewer, st.session_state.get(DECIDE_COMMENT_KEY, ""),
+                        context().reviewer, st.session_state.get(decide_comment_key(rollout_id), ""),
                         success=f"Rollout {rollout_id} decided: {score}.")
     if result is not None:
-        for key in (DECIDE_ROLLOUT_KEY, DECIDE_SCORE_KEY, DECIDE_COMMENT_KEY):
-            st.session_state.pop(key, None)
+        forget_decision(rollout_id, [decide_score_key(rollout_id), decide_comment_key(rollout_id)], offered)
         after_label(result)
 
 
-def decide_criteria(rollout_id: int, names: list[str]) -> None:
+def decide_criteria(rollout_id: int, names: list[str], offered: list[int]) -> None:
     scores = chosen_scores(DECIDE_CRITERION, rollout_id, names)
     result = run_action(FLASH, "agreement", labeling.decide_criteria_label, engine(), rollout_id, scores,
-                        context().reviewer, st.session_state.get(DECIDE_COMMENT_KEY, ""),
+                        context().reviewer, st.session_state.get(decide_comment_key(rollout_id), ""),
                         success=f"Rollout {rollout_id} decided.")
     if result is not None:
-        for key in [DECIDE_ROLLOUT_KEY, DECIDE_COMMENT_KEY,
-                    *[criterion_key(DECIDE_CRITERION, rollout_id, i) for i in range(len(names))]]:
-            st.session_state.pop(key, None)
+        forget_decision(rollout_id, [decide_comment_key(rollout_id),
+                                     *[criterion_key(DECIDE_CRITERION, rollout_id, i) for i in range(len(names))]],
+                        offered)
         after_label(result)
 
 
@@ -431,23 +473,24 @@ def agreement_section(task: Task) -> None:
     if not allowed("reviewer"):
         role_note("reviewer", "deciding disagreements")
         return
-    ids = list(disputed)
-    keep_valid_choice(DECIDE_ROLLOUT_KEY, ids)
-    rollout_id = st.selectbox("Rollout to decide", ids, key=DECIDE_ROLLOUT_KEY,
+    ids = [row["rollout"] for row in result.disagreements if row["rollout"] in disputed]
+    keep_valid_choice(picker_key(ids), ids)
+    rollout_id = st.selectbox("Rollout to decide", ids, key=picker_key(ids),
                               format_func=lambda i: f"Rollout {i} · reward now {reward_text(disputed[i].reward)}")
-    decide_form(task, disputed[rollout_id], samples[disputed[rollout_id].sample_id], histories[rollout_id])
+    decide_form(task, disputed[rollout_id], samples[disputed[rollout_id].sample_id], histories[rollout_id], ids)
 
 
 def scores_text(scores: dict | None) -> str:
     return ", ".join(f"{name} {score}" for name, score in (scores or {}).items())
 
 
-def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[RewardLabel]) -> None:
+def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[RewardLabel], offered: list[int]) -> None:
     """The evidence of one disagreement (query, criteria, reference, answer, every label and why) and the
     reviewer's decision: a reviewer settles it as a labeller would, not from the numbers alone; for a
     conversation scored by a rubric, per criterion."""
     rollout_id = rollout.id
     view = labeling.conversation_view(task, sample, rollout)
+    st.caption(f"Deciding rollout {rollout_id} · sample {sample.id}")
     show_evidence(task, sample, rollout, f"label_disputed_{rollout_id}", view)
     criteria = view.criteria if view is not None else []
     st.caption("Labels")
@@ -456,22 +499,23 @@ def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[Rewa
                 "comment": h.comment, "when": h.created_at} for h in history],
               key="label_decide_history", column_config={"when": DATETIME})
         criterion_radios(criteria, DECIDE_CRITERION, rollout_id)
-        st.text_input("Reason (optional)", key=DECIDE_COMMENT_KEY, max_chars=2000)
-        st.button("Decide", key="label_decide", type="primary", on_click=decide_criteria,
-                  args=(rollout_id, [criterion.name for criterion in criteria]))
+        st.text_input("Reason (optional)", key=decide_comment_key(rollout_id), max_chars=2000)
+        st.button(f"Decide rollout {rollout_id}", key=decide_button_key(rollout_id), type="primary",
+                  on_click=decide_criteria, args=(rollout_id, [criterion.name for criterion in criteria], offered))
         return
     scale = labeling.label_scale(task)
     table([{"labeller": h.labeler, "kind": h.kind, "score": score_of(h.value, scale), "value": h.value,
             "comment": h.comment, "when": h.created_at} for h in history],
           key="label_decide_history", column_config={"when": DATETIME})
     values, meanings = dict(choices(scale)), anchors(task, sample)
-    st.radio("Final score", list(values), key=DECIDE_SCORE_KEY, horizontal=True, index=None,
+    st.radio("Final score", list(values), key=decide_score_key(rollout_id), horizontal=True, index=None,
              format_func=lambda s: f"{score_label(s, meanings.get(s, ''))} ({values[s]:g})")
-    if st.session_state.get(WARN_KEY) == "decide":
+    if st.session_state.get(WARN_KEY) == rollout_id:
         st.warning("Choose the final score before deciding; nothing was saved.")
         st.session_state.pop(WARN_KEY, None)
-    st.text_input("Reason (optional)", key=DECIDE_COMMENT_KEY, max_chars=2000)
-    st.button("Decide", key="label_decide", type="primary", on_click=decide, args=(rollout_id, values))
+    st.text_input("Reason (optional)", key=decide_comment_key(rollout_id), max_chars=2000)
+    st.button(f"Decide rollout {rollout_id}", key=decide_button_key(rollout_id), type="primary", on_click=decide,
+              args=(rollout_id, values, offered))
 
 
 def history_section(task: Task) -> None:

@@ -193,3 +193,84 @@ def label_ten_by_keys(page, app) -> tuple[list[tuple[int, float]], float]:
         current = next_shown(page, current)
     page.get_by_text("You: 10 done; 2 left for you").first.wait_for()
     return pressed, time.monotonic() - started - paused
+
+
+# ---- disputes: each decision is made on its own rollout (issue 25) -----------------------------------------
+
+
+def disputed_rollouts(database_url: str, count: int = 3) -> list[int]:
+    """`count` rollouts of a 1-5 human-labelled run that two labellers scored 5 and 1 (disputed), and a
+    reviewer `rev` who settles them; the run waits for nothing but the reviewer."""
+    from core.records.labeling import submit_label
+
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
+        task.reward_method, task.reward_settings = "human", {"scale": "1-5", "labels_per_rollout": 2}
+        session.add(task)
+    for name, role in (("alma", "labeler"), ("bert", "labeler"), ("rev", "reviewer")):
+        add_user(engine, name, role, f"{name}-password")
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=count, limit=1),
+                        created_by="cli")
+    _model, gateway = scripted_gateway(engine)
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_labels"
+    ids = queued_ids(database_url)
+    for rollout_id in ids:
+        submit_label(engine, rollout_id, 1.0, "alma")
+        submit_label(engine, rollout_id, 0.0, "bert")
+    with Session(engine) as session:
+        assert [session.get(Rollout, i).label_status for i in ids] == ["disputed"] * count
+    return ids
+
+
+def decisions(database_url: str) -> list[tuple[int, float, str]]:
+    with Session(make_engine(database_url)) as session:
+        rows = session.exec(select(RewardLabel).where(RewardLabel.kind == "decision").order_by(RewardLabel.id)).all()
+        return [(row.rollout_id, row.value, row.comment) for row in rows]
+
+
+def agreement_tab(page):
+    """The Agreement tab's panel (the one tab panel on screen once it is chosen)."""
+    return page.locator("[data-testid='stMain'] [role='tabpanel']:visible")
+
+
+def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
+    """After Decide, the next dispute opens empty: no score chosen, no reason typed, the picker on it; a press
+    of Decide right away stores nothing (it stored the previous dispute's score and reason)."""
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        first, second, third = disputed_rollouts(app.database_url)
+        with browser_page() as page:
+            page.goto(app.url)
+            page.get_by_label("User name").fill("rev")
+            page.get_by_role("textbox", name="Password").fill("rev-password")
+            page.get_by_role("button", name="Sign in").click()
+            wait_for_app(page)
+            page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Labeling", exact=True).click()
+            wait_for_app(page)
+            page.get_by_role("tab", name="Agreement").click()
+            wait_for_app(page)
+            panel = agreement_tab(page)
+            picker = panel.get_by_role("combobox", name="Rollout to decide")
+            assert picker.input_value().startswith(f"Rollout {first} ·")
+            panel.locator("[data-testid='stRadio'] label").filter(has_text="4 ·").click()
+            wait_for_app(page)
+            reason = panel.get_by_label("Reason (optional)")
+            reason.fill("partly right")
+            reason.press("Tab")
+            wait_for_app(page)
+            panel.get_by_role("button", name="Decide").click()
+            wait_for_app(page)
+            assert decisions(app.database_url) == [(first, 0.75, "partly right")]
+
+            page.wait_for_function(f"() => !document.querySelector(\"[data-testid='stMain']\").innerText"
+                                   f".includes('Rollout {first} · reward now')")
+            wait_for_app(page)
+            screenshot(page, "labeling_next_dispute")
+            assert picker.input_value().startswith(f"Rollout {second} ·")
+            assert panel.locator("[data-testid='stRadio'] input:checked").count() == 0
+            assert panel.get_by_label("Reason (optional)").input_value() == ""
+            panel.get_by_role("button", name="Decide").click()
+            wait_for_app(page)
+            page.get_by_text("Choose the final score before deciding").first.wait_for()
+            assert decisions(app.database_url) == [(first, 0.75, "partly right")]  # nothing for the second

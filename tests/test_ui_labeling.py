@@ -113,6 +113,12 @@ def captions(at) -> list[str]:
     return [c.value for c in at.caption]
 
 
+def dispute_picker(at):
+    """The Agreement tab's picker of the dispute to decide (its key names the disputes it offers)."""
+    [picker] = [s for s in at.selectbox if s.label == "Rollout to decide"]
+    return picker
+
+
 def test_one_digit_labels_the_rollout_with_its_comment_and_moves_on(engine):
     _run_id, queued = waiting_run(engine)
     first = queued[0]
@@ -227,7 +233,7 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
 
     at.session_state[REVIEWER_KEY] = "rita"
     at.run()
-    assert at.selectbox(key="label_decide_rollout").value == first.id
+    assert dispute_picker(at).value == first.id
     with Session(engine) as session:
         sample = queries.samples_by_ids(session, [first.sample_id])[0]
     for evidence in (sample.query, sample.reference, first.response, "Name the quantity asked for."):
@@ -235,12 +241,12 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
     shown = table_with(at, "score")
     assert shown[["labeller", "kind", "score", "comment"]].values.tolist() == [
         ["alice", "label", 5, ""], ["bob", "label", 1, "the number is wrong"]]
-    click(at, "label_decide")
+    click(at, f"label_decide_{first.id}")
     assert "Choose the final score before deciding; nothing was saved." in [w.value for w in at.warning]
     assert len(labels(engine)) == 8
-    at.radio(key="label_decide_score").set_value(4)
-    at.text_input(key="label_decide_comment").input("partly right")
-    click(at, "label_decide")
+    at.radio(key=f"label_decide_score_{first.id}").set_value(4)
+    at.text_input(key=f"label_decide_comment_{first.id}").input("partly right")
+    click(at, f"label_decide_{first.id}")
 
     decided = rollout(engine, first.id)
     assert (decided.label_status, decided.reward, decided.reward_source) == ("done", 0.75, "human")
@@ -249,6 +255,47 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
                                                                                    "partly right")
     assert not [t for t in at.dataframe if "reward now" in t.value.columns]
     assert "No disagreement waits for a decision." in [c.value for c in at.caption]
+
+
+def disputes(engine, count: int = 4) -> list[Rollout]:
+    """The waiting run's rollouts, each labelled 5 by alice and 1 by bob: `count` disputes for a reviewer."""
+    from core.records.labeling import submit_label
+
+    _run_id, queued = waiting_run(engine, labels_per_rollout=2)
+    for item in queued[:count]:
+        submit_label(engine, item.id, 1.0, "alice")
+        submit_label(engine, item.id, 0.0, "bob")
+    assert [rollout(engine, r.id).label_status for r in queued[:count]] == ["disputed"] * count
+    return queued[:count]
+
+
+def decide_widget_keys(at) -> set[str]:
+    return {w.key for w in [*at.radio, *at.text_input, *at.button] if w.key and w.key.startswith("label_decide")}
+
+
+def test_each_dispute_has_its_own_form_and_a_decision_leaves_nothing_for_the_next(engine):
+    first, second, *_ = disputes(engine)
+    at = open_page("rita")
+    assert dispute_picker(at).value == first.id
+    assert f"Deciding rollout {first.id} · sample {first.sample_id}" in captions(at)
+    assert decide_widget_keys(at) == {f"label_decide_score_{first.id}", f"label_decide_comment_{first.id}",
+                                      f"label_decide_{first.id}"}
+    assert at.button(key=f"label_decide_{first.id}").label == f"Decide rollout {first.id}"
+    at.radio(key=f"label_decide_score_{first.id}").set_value(4)
+    at.text_input(key=f"label_decide_comment_{first.id}").input("partly right")
+    click(at, f"label_decide_{first.id}")
+
+    assert [t.value for t in at.toast] == [f"Rollout {first.id} decided: 4."]
+    assert dispute_picker(at).value == second.id
+    assert decide_widget_keys(at) == {f"label_decide_score_{second.id}", f"label_decide_comment_{second.id}",
+                                      f"label_decide_{second.id}"}
+    assert at.radio(key=f"label_decide_score_{second.id}").value is None
+    assert at.text_input(key=f"label_decide_comment_{second.id}").value == ""
+    click(at, f"label_decide_{second.id}")
+    assert "Choose the final score before deciding; nothing was saved." in [w.value for w in at.warning]
+    assert [(row.rollout_id, row.value, row.comment) for row in labels(engine) if row.kind == "decision"] == [
+        (first.id, 0.75, "partly right")]
+    assert rollout(engine, second.id).label_status == "disputed"
 
 
 def test_a_labeller_cannot_decide_a_disagreement(engine):
@@ -263,7 +310,7 @@ def test_a_labeller_cannot_decide_a_disagreement(engine):
 
     assert rollout(engine, queued[0].id).label_status == "disputed"
     assert table_with(at, "reward now")["rollout"].tolist() == [queued[0].id]
-    assert not [b for b in at.button if b.key == "label_decide"]
+    assert not [b for b in at.button if b.key.startswith("label_decide")]
     assert any("Deciding disagreements needs the reviewer role" in i.value for i in at.info)
     assert [(row.labeler, row.kind) for row in labels(engine)] == [("lena", "label"), ("lars", "label")]
 
@@ -399,15 +446,15 @@ def test_a_reviewer_decides_a_conversation_disagreement_per_criterion(engine, sc
     assert rollout(engine, queued.id).label_status == "disputed"
 
     at = open_page("rita", **{TASK_KEY: CONVERSATION_TASK})
-    assert at.selectbox(key="label_decide_rollout").value == queued.id
+    assert dispute_picker(at).value == queued.id
     assert "I am sorry to hear that. Could you give me your order number?" in codes(at)
     [shown] = [t.value for t in at.dataframe if "criteria" in t.value.columns and "rollout" not in t.value.columns]
     assert shown[["labeller", "criteria", "comment"]].values.tolist() == [
         ["alice", "empathy 5, discovery 5, resolution 5", ""], ["bob", "empathy 1, discovery 1, resolution 2", "rude"]]
     for index, score in enumerate((3, 3, 4)):
         at.radio(key=f"label_decide_criterion_{queued.id}_{index}").set_value(score)
-    at.text_input(key="label_decide_comment").input("fair, slow")
-    click(at, "label_decide")
+    at.text_input(key=f"label_decide_comment_{queued.id}").input("fair, slow")
+    click(at, f"label_decide_{queued.id}")
 
     decided = rollout(engine, queued.id)
     assert (decided.label_status, decided.reward) == ("done", pytest.approx((0.5 + 0.5 + 2 * 0.75) / 4))
