@@ -25,21 +25,25 @@ from core.engine import attribution
 from core.engine.evaluation import create_evaluation, evaluation_of
 from core.engine.training import RunSettings, check_resumable, create_run, run_counters
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
+from core.jobs.run_control import resume_evaluation
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
 from core.models.gateway import Gateway
 from core.records import labeling
 from core.records.comparison import compare_evaluations
 from core.records.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.records.people import ROLES, add_user, update_user
+from core.records.promotion import preview_promotion
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
 from core.records.segments import bind_library, paired_by_segment, routed_export
 from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
-from core.records.tasks import add_dataset, ensure_demo_tasks, get_task
+from core.records.tasks import add_dataset_file, ensure_demo_tasks, get_task
 from core.records.versions import (
     export_version,
     import_library,
+    promote,
     resolve_version,
     set_label,
+    version_in_library,
     version_json_meta,
 )
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
@@ -47,7 +51,15 @@ from core.settings import engine as settings_engine
 from storage import queries
 from storage.db import describe_url, get_engine
 from storage.models import Evaluation, LibraryVersion, Run
-from storage.statuses import WORKER_MAY_CONTINUE, GateRule, GroupStatus, JobStatus, OperationStatus, RunKind
+from storage.statuses import (
+    EVALUATION_HAS_FIGURES,
+    WORKER_MAY_CONTINUE,
+    GateRule,
+    GroupStatus,
+    JobStatus,
+    OperationStatus,
+    RunKind,
+)
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 
@@ -137,8 +149,9 @@ def name_list(text: str | None) -> list[str]:
 
 
 def cmd_dataset_add(args: argparse.Namespace) -> int:
-    """Columns nobody mapped are taken by core's rule (datasets.resolve_columns, applied by add_dataset), and
-    said when renamed; the note reads the columns the way the Tasks page does (columns_of)."""
+    """Columns nobody mapped are taken by core's rule (datasets.resolve_columns, applied by add_dataset_file),
+    and said when renamed; the note reads the columns the way the Tasks page does (columns_of). After the
+    counts come core's notes, the rows left out as duplicates, as the Tasks page shows them."""
     path = Path(args.file)
     data = _read_file(path, check_size)
     engine = _engine(args)
@@ -154,14 +167,15 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
     if args.test_personas:
         raise UsageError(f"dataset add: --test-personas is for conversation tasks; {args.task!r} is not one")
     explicit = parse_mapping(args.map)
-    added, already = add_dataset(engine, args.task, data, path.name, mapping=explicit,
-                                 default_split=args.split, actor="cli", test_share=args.test_share,
-                                 validation_share=args.validation_share)
+    result = add_dataset_file(engine, args.task, data, path.name, mapping=explicit, default_split=args.split,
+                              actor="cli", test_share=args.test_share, validation_share=args.validation_share)
     resolved = resolve_columns(columns_of(data, path.name), explicit)
     note = mapping_note({target: column for target, column in resolved.items() if target not in explicit})
     if note:
         print(note)
-    print(f"added {added} samples to {args.task} ({already} already present)")
+    print(f"added {result.added} samples to {args.task} ({result.already} already present)")
+    for line in result.notes:
+        print(line)
     return 0
 
 
@@ -316,9 +330,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a version, or (`--retry N`) run again only the rollouts of evaluation N that have no reward.
+    Exits 1 while an evaluation has errors: its figures count the answered rollouts only."""
     engine = _engine(args)
-    eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
-                                model=args.model, temperature=args.temperature, route_segments=args.route_segments)
+    if args.retry is not None:
+        with Session(engine) as session:
+            queued = getattr(session.get(Evaluation, args.retry), "status", None) == JobStatus.QUEUED
+        if not queued:
+            resume_evaluation(engine, args.retry, "cli")
+        eval_id = args.retry
+    else:
+        if not (args.task and args.version):
+            raise InvalidInput("give --task and --version (or --retry ID to retry an evaluation's failed rollouts)")
+        eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
+                                    model=args.model, temperature=args.temperature, route_segments=args.route_segments)
     if args.queue:
         print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
         return 0
@@ -331,20 +356,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
                           "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
                           "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
-                          "errors": m.get("errors"), "cost": ev.cost, "model": ev.model, "error": ev.error,
-                          **({"routes": ev.routes} if ev.routes else {}),
+                          "errors": m.get("errors"), "answered": m.get("answered"), "rollouts": m.get("rollouts"),
+                          "unanswered_queries": m.get("unanswered_queries"), "cost": ev.cost, "model": ev.model,
+                          "error": ev.error, **({"routes": ev.routes} if ev.routes else {}),
                           **{key: m[key] for key in ("segments", "personas", "criteria") if key in m}}))
-    elif ev.status == JobStatus.COMPLETED:
-        lo, hi = m["mean_at_k_ci"]
-        plo, phi = m["pass_at_k_ci"]
+    elif ev.status in EVALUATION_HAS_FIGURES:
         print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
-        print(f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
-              f"  rollout errors {m.get('errors', 0)}  cost ${ev.cost:.4f}")
+        print(figures_line(ev) + f"  cost ${ev.cost:.4f}")
         for line in breakdown_lines(m, ev.k):
             print(line)
+        if ev.status == JobStatus.INCOMPLETE:
+            print(f"evaluation {ev.id} is incomplete: {ev.error}\nretry: python -m core eval --retry {ev.id}",
+                  file=sys.stderr)
     else:
         print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
     return 0 if ev.status == JobStatus.COMPLETED else 1
+
+
+def figures_line(ev: Evaluation) -> str:
+    """Mean@k and Pass@k with their intervals and, beside them, the rollouts without a reward they leave out."""
+    m = ev.metrics or {}
+    lo, hi = m.get("mean_at_k_ci") or (0.0, 0.0)
+    plo, phi = m.get("pass_at_k_ci") or (0.0, 0.0)
+    errors = m.get("errors", 0)
+    counted = f" (of {m['answered']} answered rollouts)" if errors and "answered" in m else ""
+    return (f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
+            f"{counted}  rollout errors {errors}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -362,24 +399,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
             owner = new_worker_id()
             lease = claim_or_explain(engine, "evaluation", eval_id, owner, (JobStatus.QUEUED,))
             ev = execute_job(engine, lease)
-            if ev.status != JobStatus.COMPLETED:
+            if ev.status not in EVALUATION_HAS_FIGURES:
                 print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
                 return 1
     result = compare_evaluations(engine, *ids)
     by_segment = paired_by_segment(engine, *ids)
     s = result.stats
     if args.json:
+        figures = s.as_dict()
         print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "n_queries": s.n, "k": result.a.k,
-                          "mean_a": s.mean_a, "mean_b": s.mean_b, "delta": s.delta, "ci_low": s.ci_low,
-                          "ci_high": s.ci_high, "p_value": s.p_value, "wins": s.wins, "losses": s.losses,
-                          "ties": s.ties, "pass_a": s.pass_a, "pass_b": s.pass_b, "mcnemar_p": s.mcnemar_p,
-                          "detectable": s.detectable, "verdict": s.verdict, "note": result.note,
+                          **{key: figures[key] for key in ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value",
+                                                           "wins", "losses", "ties", "pass_a", "pass_b", "mcnemar_p",
+                                                           "detectable", "verdict")},
+                          "decided": s.decided, "left_out_for_errors": result.missing, "note": result.note,
                           **({"segments": {name: stats.as_dict() for name, stats in by_segment.items()}}
                              if by_segment else {})}))
         return 0
     print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
     print(f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] "
-          f"(paired bootstrap 95%)")
+          f"(paired bootstrap 95%; a difference is real when this interval excludes 0 and the sign test agrees)")
     print(f"per query: B wins {s.wins}, loses {s.losses}, ties {s.ties}; sign test p = {s.p_value:.3g}")
     print(f"Pass@k  A {s.pass_a:.3f}  B {s.pass_b:.3f}; McNemar p = {s.mcnemar_p:.3g}")
     if result.note:
@@ -572,8 +610,32 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_label(args: argparse.Namespace) -> int:
-    label = set_label(_engine(args), args.task, args.version, args.name, "cli", library_name=args.library)
+    """Point a label at a version; `production` moves through the promotion guard (a comparison, or --reason)."""
+    label = set_label(_engine(args), args.task, args.version, args.name, "cli", library_name=args.library,
+                      reason=args.reason or "")
     print(f"{args.name} -> version {label.version_id}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """Show what promoting a version changes and what the comparison with production says, then move
+    `production` (refused, exit 2, without a paired comparison or --reason); --dry-run only shows."""
+    engine = _engine(args)
+    with Session(engine) as session:
+        version_id = version_in_library(session, args.task, args.version, args.library).id
+    preview = preview_promotion(engine, version_id)
+    current = f"#{preview.production_number} (id {preview.production_id})" if preview.production_id else "none"
+    print(f"promote version #{preview.version_number} (id {preview.version_id}) to production; production now: "
+          f"{current}")
+    print(preview.evidence)
+    if preview.changes:
+        print(preview.diff_lines())
+    if args.dry_run:
+        refusal = preview.refusal(args.reason or "")
+        print("dry run: nothing moved" + (f"; as given, promoting would be refused: {refusal}" if refusal else ""))
+        return 0
+    label = promote(engine, version_id, "cli", reason=args.reason or "")
+    print(f"production -> version {label.version_id}")
     return 0
 
 
@@ -759,9 +821,11 @@ def build_parser() -> Parser:
     p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a library version on a split")
-    p.add_argument("--task", required=True)
-    p.add_argument("--version", required=True, help="version id, label, latest, or empty")
+    p = sub.add_parser("eval", help="evaluate a library version on a split (exit 1 while rollouts have errors)")
+    p.add_argument("--task")
+    p.add_argument("--version", help="version id, label, latest, or empty")
+    p.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
+                   "no reward (failed model calls); answered ones are not paid again")
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=1)
     p.add_argument("--limit", type=int)
@@ -839,7 +903,19 @@ def build_parser() -> Parser:
     p.add_argument("--library", default="default")
     p.add_argument("--version", required=True)
     p.add_argument("name")
+    p.add_argument("--reason", help="production only: why it moves without a paired comparison with the current "
+                   "production version (or although the comparison finds it worse); stored in the audit log")
     p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("promote", help="move production to a version: shows the diff and the paired comparison "
+                       "with production first")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--version", required=True, help="version id, label or latest")
+    p.add_argument("--reason", help="why it moves without a paired comparison (or although the comparison finds "
+                   "it worse); stored in the audit log")
+    p.add_argument("--dry-run", action="store_true", help="only show the diff and the comparison; move nothing")
+    p.set_defaults(func=cmd_promote)
 
     cli_production.add_parsers(sub, Parser, lambda command: lambda args: command(args, _engine(args)))
     return parser
