@@ -27,10 +27,9 @@ from core.jobs.run_control import resume_evaluation
 from core.jobs.worker import job_health
 from core.models.model_choice import check_model, known_models
 from core.records.comparison import compare_evaluations
-from core.records.promotion import PromotionPreview, preview_promotion
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
-from core.records.versions import EMPTY, PRODUCTION, promote
+from core.records.versions import EMPTY, PRODUCTION
 from pages._common import (
     SCORE,
     Flash,
@@ -50,13 +49,14 @@ from pages._common import (
     url_choice,
 )
 from pages._display import show_long, table
+from pages._promote import PromoteDialog
 from storage import queries
 from storage.models import Task
 from storage.statuses import JobStatus
 
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate
-PROMOTE_PENDING_KEY = "eval_promote_pending"
+PROMOTE = PromoteDialog("eval", FLASH, "promote")  # the guarded dialog, shared with the Library page's Labels
 COST = st.column_config.NumberColumn(format="$%.4f")
 
 
@@ -384,53 +384,6 @@ def outputs_side_by_side(result) -> None:
                 show_long(rollout.response or rollout.error, f"eval_compare_{side}_{rollout.id}")
 
 
-def promote_version(version_id: int, name: str) -> None:
-    """Point `production` at the version (the Confirm button's callback; core.records.versions.promote checks the role)."""
-    st.session_state.pop(PROMOTE_PENDING_KEY, None)
-    run_action(FLASH, "promote", promote, engine(), version_id, context().reviewer,
-               report=f"production now points at version {name} (id {version_id}).")
-
-
-def ask_promote(version_id: int) -> None:
-    st.session_state[PROMOTE_PENDING_KEY] = version_id
-
-
-def cancel_promote() -> None:
-    st.session_state.pop(PROMOTE_PENDING_KEY, None)
-
-
-def change_lines(changes: list[dict]) -> str:
-    """The experiences that change, as diff lines: model-written text shown as text."""
-    lines = []
-    for change in changes:
-        if change["before"] is not None:
-            lines.append(f"- [{change['id']}] {change['before']}")
-        if change["after"] is not None:
-            lines.append(f"+ [{change['id']}] {change['after']}")
-    return "\n".join(lines)
-
-
-def show_preview(preview: PromotionPreview) -> None:
-    """What moving the label changes (the experiences, against production) and what the evidence says."""
-    current = f"#{preview.production_number}" if preview.production_number is not None else "none"
-    st.markdown(f"**Promote version #{preview.version_number} to production?** Production now: {current}.")
-    stats = preview.comparison.stats if preview.comparison else None
-    shown = st.error if preview.worse else st.success if stats and stats.decided else st.info
-    shown(plain(preview.evidence))
-    if stats is not None:
-        cols = st.columns(3)
-        cols[0].metric("Candidate − production (Mean@k)", f"{stats.delta:+.3f}")
-        cols[1].metric("95% interval", f"[{stats.ci_low:+.3f}, {stats.ci_high:+.3f}]" if stats.n >= 2 else "–")
-        cols[2].metric("Queries compared", stats.n)
-    if preview.changes:
-        count = len(preview.changes)
-        st.caption(f"What changes in the agent's prompt: {count} experience{'s' if count != 1 else ''} "
-                   "(- production, + candidate)")
-        show_long(change_lines(preview.changes), "promote_changes", language="diff")
-    elif not preview.already_production:
-        st.caption("The experiences are the same as production's.")
-
-
 def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> None:
     """Choose an evaluated version; Promote shows the diff against production and the verdict, then asks."""
     FLASH.show("promote")
@@ -454,22 +407,12 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
     if not allowed("admin"):
         role_note("admin", "promoting a version to production")
         return
-    if st.session_state.get(PROMOTE_PENDING_KEY) != version_id:
+    if PROMOTE.pending() != version_id:
         st.button("Promote to production…", key="eval_promote", type="primary", icon=":material/rocket_launch:",
-                  on_click=ask_promote, args=(version_id,), disabled=version_id == current,
+                  on_click=PROMOTE.ask, args=(version_id,), disabled=version_id == current,
                   help="Shows what changes against production and the comparison's verdict before anything moves.")
         return
-    with st.container(border=True):
-        try:
-            preview = preview_promotion(engine(), version_id)
-        except StudioError as exc:
-            st.error(plain(str(exc)))
-            return
-        show_preview(preview)
-        confirm, cancel = st.columns(2)
-        confirm.button(f"Confirm: promote #{preview.version_number}", key="eval_promote_confirm", type="primary",
-                       on_click=promote_version, args=(version_id, version_name(version_id, numbers)))
-        cancel.button("Cancel", key="eval_promote_cancel", on_click=cancel_promote)
+    PROMOTE.draw(version_id, version_name(version_id, numbers))
 
 
 def page() -> None:

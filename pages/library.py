@@ -2,7 +2,8 @@
 (measured by leaving it out), a diff between any two, manual edits, revert, labels, export and import.
 
 Versions are immutable: every change here goes through `core.records.versions` and appends a new version
-(the actor is the sidebar's reviewer). Reads go through `storage.queries`. Experience texts are
+(the actor is the sidebar's reviewer). Moving `production` opens the Evaluate page's guarded Promote dialog
+(pages._promote); other labels move at once. Reads go through `storage.queries`. Experience texts are
 written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
 pages._display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
@@ -54,10 +55,12 @@ from pages._common import (
     status_label,
 )
 from pages._display import show_long, table
+from pages._promote import PromoteDialog
 from storage import queries
 from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
 
 FLASH = Flash("library_flash")
+PROMOTE = PromoteDialog("lib", FLASH, "label")  # moving production: the Evaluate page's guarded dialog
 FORMATS = {"md": "Markdown", "json": "JSON", "prompt": "System prompt"}
 EXTENSIONS = {"md": ("md", "text/markdown"), "json": ("json", "application/json"), "prompt": ("txt", "text/plain")}
 # Selections that should follow the newest version after a change (their defaults are recomputed).
@@ -194,7 +197,8 @@ def revert(version_id: int, ctx: Context | None = None) -> Outcome:
 
 @checks_sign_in
 def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcome:
-    """Point a label (e.g. `production`) at a version."""
+    """Point a label at a version (`production` through its guard: core refuses it without a comparison or a
+    reason, which only the Promote dialog gives)."""
     ctx = ctx or context()
     try:
         core_versions.set_label(engine(), ctx.task, version_id, name, ctx.reviewer, library_name=ctx.library)
@@ -275,7 +279,11 @@ def _on_revert() -> None:
 
 
 def _on_move_label() -> None:
-    _flash("label", move_label(st.session_state.get("lib_label_name", ""), st.session_state["lib_label_version"]))
+    name, version_id = st.session_state.get("lib_label_name", ""), st.session_state["lib_label_version"]
+    if name.strip() == core_versions.PRODUCTION and allowed("admin"):
+        PROMOTE.ask(version_id)  # production moves only after the guarded dialog's Confirm (pages._promote)
+        return
+    _flash("label", move_label(name, version_id))
 
 
 def _on_import(uploaded: Any) -> None:
@@ -547,8 +555,13 @@ def draw_labels(data: PageData, newest_first: list[int]) -> None:
     with left:
         st.text_input("Label", value="production", key="lib_label_name")
     with right:
-        version_select("Version for the label", "lib_label_version", newest_first, data)
-    st.button("Move label", key="lib_label_button", on_click=_on_move_label)
+        chosen = version_select("Version for the label", "lib_label_version", newest_first, data)
+    name = (st.session_state.get("lib_label_name") or "").strip()
+    if name == core_versions.PRODUCTION and PROMOTE.pending() == chosen:
+        PROMOTE.draw(chosen, f"#{data.by_id[chosen].number}")
+        return
+    st.button("Move label", key="lib_label_button", on_click=_on_move_label,
+              help="production opens the Promote dialog first: the diff against production and the comparison.")
 
 
 def draw_export(data: PageData, newest_first: list[int], ctx: Context) -> None:

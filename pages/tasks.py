@@ -1,6 +1,6 @@
 """Tasks: edit the sidebar's task or create one, add data to it, try its reward, and export or import it.
 
-Every change goes through `core.records.task_io` or `core.records.tasks.add_dataset`, which check the admin role
+Every change goes through `core.records.task_io` or `core.records.tasks.add_dataset_file`, which check the admin role
 again and write the audit log. Buttons act in callbacks, before the page (and the sidebar) is drawn
 again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
 kept in session state and shown once beside the section that caused it: our message in an alert, any
@@ -51,7 +51,7 @@ from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
 from core.engine.agent import AGENT_MODES
 from core.errors import InvalidInput
-from core.records.datasets import SPLITS, mapping_note, parse_dataset, resolve_columns, split_summary
+from core.records.datasets import SPLITS, mapping_note, parse_dataset_file, resolve_columns, split_summary
 from core.records.scenarios import is_conversation, persona_splits, split_by_persona
 from core.records.task_io import (
     TaskSettings,
@@ -63,7 +63,7 @@ from core.records.task_io import (
     save_task,
     task_personas,
 )
-from core.records.tasks import add_dataset
+from core.records.tasks import add_dataset_file
 from pages._common import (
     TASK_KEY,
     Flash,
@@ -366,11 +366,13 @@ def draw_settings(task: Task | None) -> None:
 
 def on_add(task_name: str, data: bytes, filename: str, mapping: dict, default_split: str,
            shares: tuple[float, float]) -> None:
-    if run_action(FLASH, "data", add_dataset, engine(), task_name, data, filename, mapping=mapping,
-                  default_split=default_split, actor=context().reviewer, test_share=shares[0],
-                  validation_share=shares[1],
-                  report=lambda counts: f"Added {counts[0]} samples ({counts[1]} already present).",
-                  failure="The samples were not added; nothing was written.") is not None:
+    """The counts, and below them core's notes (the rows left out as duplicates) as the CLI prints them."""
+    result = run_action(FLASH, "data", add_dataset_file, engine(), task_name, data, filename, mapping=mapping,
+                        default_split=default_split, actor=context().reviewer, test_share=shares[0],
+                        validation_share=shares[1], failure="The samples were not added; nothing was written.")
+    if result is not None:
+        FLASH.set("data", Outcome(True, f"Added {result.added} samples ({result.already} already present).",
+                                  detail="\n".join(result.notes)))
         st.session_state.pop(CHECKED_KEY, None)
 
 
@@ -468,14 +470,15 @@ def draw_data(task: Task | None) -> None:
         st.caption("Check the file to see a preview; nothing is written before you add the samples.")
         return
     try:
-        rows = parse_dataset(data, filename, mapping, default_split, test_share=shares[0],
-                             validation_share=shares[1])
+        dataset = parse_dataset_file(data, filename, mapping, default_split, test_share=shares[0],
+                                     validation_share=shares[1])
     except InvalidInput as exc:
         row = getattr(exc, "row", None)
         where = f" (row {row})" if row is not None else ""
         show_outcome(Outcome(False, f"This file cannot be added{where}; nothing was written. The problem:", str(exc)))
         return
-    show_outcome(Outcome(True, f"{len(rows)} rows OK: {split_summary(rows)}"))
+    rows = dataset.rows
+    show_outcome(Outcome(True, f"{len(rows)} rows OK: {split_summary(rows)}", detail="\n".join(dataset.notes())))
     note = mapping_note(resolve_columns(columns, mapping))
     if note:
         st.caption(plain(f"Columns: {note}."))

@@ -343,8 +343,41 @@ def test_a_question_answer_csv_is_added_and_the_mapping_said(db, capsys, tmp_pat
     assert (code, err) == (0, "")
     assert out.splitlines() == ["mapped question→query, answer→reference",
                                 f"added 1 samples to {DEMO_TASK} (0 already present)"]
-    sample = samples_of(db, DEMO_TASK)["row-1"]
-    assert (sample.query, sample.reference, sample.meta) == ("What is 6 times 7?", "42", {"topic": "times"})
+    [sample] = [s for s in samples_of(db, DEMO_TASK).values() if s.query == "What is 6 times 7?"]
+    assert (sample.reference, sample.meta) == ("42", {"topic": "times"})
+
+
+def test_a_second_file_without_ids_adds_its_rows_and_the_same_file_again_names_each_row(db, capsys, tmp_path):
+    first = tmp_path / "qa.csv"
+    first.write_text("question,answer\nWhat is 6 times 7?,42\nWhat is 2 plus 2?,4\n", encoding="utf-8")
+    second = tmp_path / "more.jsonl"
+    second.write_text(json.dumps({"question": "What is 9 minus 3?", "answer": "6"}) + "\n", encoding="utf-8")
+    mapped = "mapped question→query, answer→reference"
+    code, out, _ = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(first))
+    assert code == 0 and out.splitlines() == [mapped, f"added 2 samples to {DEMO_TASK} (0 already present)"]
+    code, out, _ = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(second))
+    assert code == 0 and out.splitlines() == [mapped, f"added 1 samples to {DEMO_TASK} (0 already present)"]
+    ids = {s.query: s.external_id for s in samples_of(db, DEMO_TASK).values()}
+    assert "What is 9 minus 3?" in ids
+    code, out, err = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(first))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [mapped, f"added 0 samples to {DEMO_TASK} (2 already present)",
+                                f"data row 1 is the same as sample {ids['What is 6 times 7?']} already stored",
+                                f"data row 2 is the same as sample {ids['What is 2 plus 2?']} already stored"]
+
+
+def test_an_id_stored_with_other_content_exits_2_naming_both_texts_and_writes_nothing(db, capsys, tmp_path):
+    source = tmp_path / "ids.jsonl"
+    source.write_text(json.dumps({"id": "n1", "query": "What is 2+2?", "answer": "4"}) + "\n", encoding="utf-8")
+    assert run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(source))[0] == 0
+    before = (samples_of(db, DEMO_TASK).keys(), len(audit(db, "task.add_data")))
+    source.write_text(json.dumps({"id": "n2", "query": "What is 5+5?"}) + "\n"
+                      + json.dumps({"id": "n1", "query": "What is 3+3?", "answer": "6"}) + "\n", encoding="utf-8")
+    code, out, err = run(capsys, "--db", db, "dataset", "add", "--task", DEMO_TASK, str(source))
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1
+    assert err.startswith("error: ids.jsonl: line 2: id 'n1' is already stored with other content")
+    assert "query 'What is 2+2?', reference '4'" in err and "query 'What is 3+3?', reference '6'" in err
+    assert (samples_of(db, DEMO_TASK).keys(), len(audit(db, "task.add_data"))) == before
 
 
 def test_prompt_and_solution_columns_are_synonyms_too_and_an_explicit_map_wins(db, capsys, tmp_path):

@@ -1,3 +1,4 @@
+import hashlib
 import importlib.util
 import json
 import re
@@ -15,6 +16,7 @@ from core.records.datasets import (
     parse_dataset,
     parse_mapping,
     read_dataset,
+    sample_id,
 )
 
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
@@ -106,7 +108,7 @@ def test_reference_column_is_preferred_over_answer(tmp_path):
     assert row.meta == {"answer": "a"}
 
 
-def test_mapping_renames_columns_and_generates_ids_by_line(tmp_path):
+def test_mapping_renames_columns_and_rows_without_ids_are_known_by_query_and_reference(tmp_path):
     path = write(
         tmp_path,
         "mawps.jsonl",
@@ -118,7 +120,9 @@ def test_mapping_renames_columns_and_generates_ids_by_line(tmp_path):
         + jsonl({"input": "3*3?", "target": 9.0}),
     )
     rows = read_dataset(path, {"query": "input", "reference": "target"}, default_split="test")
-    assert [r.external_id for r in rows] == ["row-1", "row-2", "row-4"]
+    assert [r.external_id for r in rows] == [sample_id(r.query, r.reference) for r in rows]
+    assert rows[1].external_id == "q-" + hashlib.sha256(b"1+1?\x002").hexdigest()[:16]
+    assert [r.line for r in rows] == [1, 2, 4]
     assert [r.reference for r in rows] == ["2", "2", "9"]
     assert {r.split for r in rows} == {"test"}
     assert rows[0].query == "Tom has 3 apples and eats 1. How many are left?"
@@ -149,7 +153,8 @@ def test_partial_mapping_still_finds_conventional_columns(tmp_path):
 
 def test_json_array_file_is_accepted(tmp_path):
     path = write(tmp_path, "d.json", json.dumps([{"query": "a?", "answer": 1}, {"query": "b?", "answer": 2}]))
-    assert [(r.external_id, r.reference) for r in read_dataset(path)] == [("row-1", "1"), ("row-2", "2")]
+    assert [(r.external_id, r.reference) for r in read_dataset(path)] == [(sample_id("a?", "1"), "1"),
+                                                                          (sample_id("b?", "2"), "2")]
 
 
 def test_utf8_bom_and_non_ascii_text_are_read(tmp_path):
@@ -240,10 +245,16 @@ def test_mapped_column_not_in_file(tmp_path):
 def test_duplicate_id_names_both_rows(tmp_path):
     path = write(tmp_path, "d.csv", "id,query\na,one\nb,two\na,three\n")
     with pytest.raises(
-        DatasetError, match=r"data row 3: duplicate id 'a' \(first used on data row 1\)"
+        DatasetError, match=r"data row 3: duplicate id 'a' \(first used on data row 1\) with other content: "
+                            r"data row 1 has query 'one', data row 3 query 'three'"
     ) as info:
         read_dataset(path)
     assert info.value.row == 3
+
+
+def test_a_row_repeated_with_its_id_is_one_row_not_an_error(tmp_path):
+    rows = read_dataset(write(tmp_path, "d.csv", "id,query,answer\na,one,1\nb,two,2\na,one,1\n"))
+    assert [(r.external_id, r.query) for r in rows] == [("a", "one"), ("b", "two")]
 
 
 def test_numeric_ids_that_collide_after_conversion(tmp_path):
@@ -502,3 +513,98 @@ def test_shares_round_half_up_and_never_hold_out_more_than_the_rows():
 def test_bad_shares_are_refused_before_any_row(test_share, validation_share, message):
     with pytest.raises(DatasetError, match=message):
         parse_dataset(numbered_csv(3), "d.csv", test_share=test_share, validation_share=validation_share)
+
+
+# --- rows without an id are known by their content (issue 25) ---------------------------------------------
+
+
+def stored(engine, task_name: str) -> dict[str, tuple[str, str | None]]:
+    from sqlmodel import Session
+
+    from storage import queries
+
+    with Session(engine) as session:
+        task = queries.task_by_name(session, task_name)
+        return {s.external_id: (s.query, s.reference) for s in queries.samples(session, task.id)}
+
+
+def test_two_files_without_ids_add_every_row(engine, demo_task):
+    from core.records.tasks import DEMO_TASK, add_dataset
+
+    before = stored(engine, DEMO_TASK)
+    assert add_dataset(engine, DEMO_TASK, b"question,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\n", "a.csv") == (2, 0)
+    assert add_dataset(engine, DEMO_TASK, jsonl({"question": "What is 5+5?", "answer": 10}).encode(),
+                       "b.jsonl") == (1, 0)
+    new = {key: value for key, value in stored(engine, DEMO_TASK).items() if key not in before}
+    assert sorted(new.values()) == [("What is 2+2?", "4"), ("What is 3+3?", "6"), ("What is 5+5?", "10")]
+
+
+def test_rows_without_an_id_get_the_same_id_and_split_in_any_row_order():
+    lines = [f"Question {i}?,{i}" for i in range(40)]
+    first = parse_dataset(("query,answer\n" + "\n".join(lines)).encode(), "a.csv", test_share=0.25)
+    reordered = parse_dataset(("query,answer\n" + "\n".join(reversed(lines))).encode(), "b.csv", test_share=0.25)
+    by_query = {row.query: (row.external_id, row.split) for row in first}
+    assert {row.query: (row.external_id, row.split) for row in reordered} == by_query
+    assert len({external_id for external_id, _ in by_query.values()}) == 40
+    assert [split for _, split in by_query.values()].count("test") == 10
+
+
+def test_the_same_file_added_twice_adds_nothing_and_names_each_row_with_the_sample_it_repeats(engine, demo_task):
+    from core.records.tasks import DEMO_TASK, add_dataset_file
+
+    data = b"query,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\n"
+    first = add_dataset_file(engine, DEMO_TASK, data, "a.csv")
+    assert (first.added, first.already, first.notes) == (2, 0, [])
+    ids = {query: key for key, (query, _) in stored(engine, DEMO_TASK).items()}
+    again = add_dataset_file(engine, DEMO_TASK, data, "a.csv")
+    assert (again.added, again.already) == (0, 2)
+    assert again.notes == [f"data row 1 is the same as sample {ids['What is 2+2?']} already stored",
+                           f"data row 2 is the same as sample {ids['What is 3+3?']} already stored"]
+
+
+def test_a_row_repeated_in_one_file_is_added_once_and_named(engine, demo_task):
+    from core.records.tasks import DEMO_TASK, add_dataset
+
+    before = len(stored(engine, DEMO_TASK))
+    data = jsonl({"query": "What is 2+2?", "answer": 4}, {"query": "What is 3+3?", "answer": 6},
+                 {"query": " What is  2+2? ", "answer": "4"}).encode()
+    [*_, last] = rows = parse_dataset(data, "d.jsonl")
+    assert len(rows) == 2 and last.query == "What is 3+3?"
+    assert add_dataset(engine, DEMO_TASK, data, "d.jsonl") == (2, 1)
+    assert len(stored(engine, DEMO_TASK)) == before + 2
+
+
+def test_an_id_stored_with_other_content_is_refused_naming_both_texts_and_nothing_is_written(engine, demo_task):
+    from sqlmodel import Session, func, select
+
+    from core.records.tasks import DEMO_TASK, add_dataset
+    from storage.models import AuditEvent
+
+    assert add_dataset(engine, DEMO_TASK, jsonl({"id": "n1", "query": "What is 2+2?", "answer": 4}).encode(),
+                       "a.jsonl") == (1, 0)
+    before = stored(engine, DEMO_TASK)
+    with Session(engine) as session:
+        events = session.exec(select(func.count()).select_from(AuditEvent)).one()
+    data = jsonl({"id": "n2", "query": "What is 5+5?", "answer": 10},
+                 {"id": "n1", "query": "What is 3+3?", "answer": 6}).encode()
+    with pytest.raises(DatasetError) as info:
+        add_dataset(engine, DEMO_TASK, data, "b.jsonl")
+    message = str(info.value)
+    assert message.startswith("b.jsonl: line 2: id 'n1' is already stored with other content")
+    assert "'What is 2+2?'" in message and "'What is 3+3?'" in message and info.value.row == 2
+    assert stored(engine, DEMO_TASK) == before
+    with Session(engine) as session:
+        assert session.exec(select(func.count()).select_from(AuditEvent)).one() == events
+
+
+def test_samples_stored_with_row_numbers_as_ids_are_still_recognised(engine, demo_task):
+    from core.records.tasks import DEMO_TASK, add_dataset_file
+    from storage.db import session_scope
+    from storage.models import Sample
+
+    with session_scope(engine) as session:  # as adding this file stored it before ids came from content
+        session.add(Sample(task_id=demo_task.id, external_id="row-1", query="What is 2+2?", reference="4",
+                           split="train", meta={}))
+    result = add_dataset_file(engine, DEMO_TASK, b"query,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\n", "a.csv")
+    assert (result.added, result.already) == (1, 1)
+    assert result.notes == ["data row 1 is the same as sample row-1 already stored"]

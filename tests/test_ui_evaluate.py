@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries
-from storage.models import Evaluation
+from storage.models import AuditEvent, Evaluation
 from tests.ui_support import run_app, scripted_gateway, table_with
 
 PAGE = "pages/evaluate.py"
@@ -182,6 +182,12 @@ def test_promote_moves_the_production_label(engine):
         assert queries.label_by_name(session, library_id, "production").version_id == first_version.id
     assert any("No paired comparison with production" in i.value for i in at.info)
     assert any(c.value.endswith("] Re-read the question.") and c.value.startswith("+ [") for c in at.code)
+    at.button(key="eval_promote_confirm").click()  # without a comparison, and without a reason: refused
+    at.run()
+    assert any("compare them first" in e.value and "or give a reason" in e.value for e in at.error)
+    with Session(engine) as session:
+        assert queries.label_by_name(session, library_id, "production").version_id == first_version.id
+    at.text_area(key="eval_promote_reason").input("The empty library was a placeholder.")
     at.button(key="eval_promote_confirm").click()
     at.run()
 
@@ -189,6 +195,9 @@ def test_promote_moves_the_production_label(engine):
     with Session(engine) as session:
         label = queries.label_by_name(session, library_id, "production")
         assert (label.version_id, label.moved_by) == (version_id, "alice")
+        move = session.exec(select(AuditEvent).where(AuditEvent.action == "label.move")
+                            .order_by(col(AuditEvent.id).desc())).first()
+    assert move.after["reason"] == "The empty library was a placeholder." and move.actor == "alice"
     assert any(f"(id {version_id})" in s.value for s in at.success)
     assert at.selectbox(key=form_key(engine, "version")).format_func(str(version_id)) == f"#2 (id {version_id}) production"
 

@@ -219,6 +219,10 @@ def test_move_label_points_production_at_the_chosen_version(engine):
     at.selectbox(key="lib_label_version").select(imported_id)
     at.button(key="lib_label_button").click()
     rerun(at)
+    assert production_of(engine) is None  # the Promote dialog first: the first production needs no reason
+    assert any(i.value.startswith("No version is in production yet") for i in at.info)
+    at.button(key="lib_promote_confirm").click()
+    rerun(at)
 
     with db.session_scope(engine) as session:
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
@@ -232,10 +236,119 @@ def test_move_label_points_production_at_the_chosen_version(engine):
     at.selectbox(key="lib_label_version").select(latest_id)
     at.button(key="lib_label_button").click()
     rerun(at)
+    at.text_area(key="lib_promote_reason").input(REASON)  # no comparison of the two: a reason is needed
+    at.button(key="lib_promote_confirm").click()
+    rerun(at)
     with db.session_scope(engine) as session:
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
         assert queries.label_by_name(session, library.id, "production").version_id == latest_id
         assert len(queries.labels(session, library.id)) == 1
+
+
+REASON = "The old wording confused customers; rolled forward before an evaluation."
+
+
+def production_of(engine) -> int | None:
+    with db.session_scope(engine) as session:
+        library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
+        label = queries.label_by_name(session, library.id, "production")
+        return label.version_id if label else None
+
+
+def last_move(engine) -> dict:
+    from sqlmodel import col, select
+
+    from storage.models import AuditEvent
+
+    with db.session_scope(engine) as session:
+        return session.exec(select(AuditEvent).where(AuditEvent.action == "label.move")
+                            .order_by(col(AuditEvent.id).desc())).first().after
+
+
+def promote_on_the_page(at, version_id: int) -> None:
+    at.text_input(key="lib_label_name").set_value("production")
+    at.selectbox(key="lib_label_version").select(version_id)
+    at.button(key="lib_label_button").click()
+    rerun(at)
+
+
+def production_and_candidate(engine) -> tuple[int, int]:
+    from core.records.versions import set_label
+
+    current = import_texts(engine, UNITS)
+    set_label(engine, DEMO_TASK, current, "production", "bob")
+    return current, modify(engine, "E1", "Write the unit next to every number, also in the final answer.")
+
+
+def test_moving_production_opens_the_guarded_dialog_and_needs_a_reason_without_a_comparison(engine):
+    current, candidate = production_and_candidate(engine)
+    at = open_page()
+    promote_on_the_page(at, candidate)
+    assert production_of(engine) == current  # asked first: nothing moved
+    assert any("Promote version #3 to production?" in m.value for m in at.markdown)
+    assert any(i.value.startswith("No paired comparison with production") for i in at.info)
+    assert any(c.value.startswith(f"- [E1] {UNITS}") and "+ [E1] Write the unit next to every number, also" in c.value
+               for c in at.code)  # the diff against production
+    assert "no paired comparison" in at.text_area(key="lib_promote_reason").label
+
+    at.button(key="lib_promote_confirm").click()  # no reason
+    rerun(at)
+    assert production_of(engine) == current
+    assert any("compare them first" in e.value and "or give a reason" in e.value for e in at.error)
+
+    at.text_area(key="lib_promote_reason").input(REASON)
+    at.button(key="lib_promote_confirm").click()
+    rerun(at)
+    assert production_of(engine) == candidate
+    assert last_move(engine)["reason"] == REASON and last_move(engine)["comparison"] is None
+    assert any("production now points at version #3" in s.value and "audit log" in s.value for s in at.success)
+    assert not [b for b in at.button if b.key == "lib_promote_confirm"]  # the dialog closed
+
+
+def test_moving_another_label_needs_no_dialog(engine):
+    current, candidate = production_and_candidate(engine)
+    at = open_page()
+    at.text_input(key="lib_label_name").set_value("candidate")
+    at.selectbox(key="lib_label_version").select(candidate)
+    at.button(key="lib_label_button").click()
+    rerun(at)
+    assert not [b for b in at.button if b.key == "lib_promote_confirm"]
+    assert last_move(engine) == {"name": "candidate", "version_id": candidate}
+    assert production_of(engine) == current
+
+
+def test_with_a_comparison_the_dialog_moves_production_and_records_the_verdict(engine):
+    from core.engine.evaluation import create_evaluation, execute_evaluation
+    from tests.ui_support import scripted_gateway
+
+    current, candidate = production_and_candidate(engine)
+    ids = []
+    for version_id in (current, candidate):
+        ids.append(create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=3, created_by="bob"))
+        assert execute_evaluation(engine, ids[-1], gateway=scripted_gateway(engine)[1]).status == "completed"
+    at = open_page()
+    promote_on_the_page(at, candidate)
+    assert any(f"Against production (evaluation {ids[0]} vs {ids[1]}" in e.value
+               for e in [*at.info, *at.success, *at.error])
+    assert not [t for t in at.text_area if t.key == "lib_promote_reason"]  # a comparison needs no reason
+    at.button(key="lib_promote_confirm").click()
+    rerun(at)
+    assert production_of(engine) == candidate
+    assert last_move(engine)["comparison"]["evaluations"] == ids and last_move(engine)["comparison"]["verdict"]
+
+
+def test_with_the_setting_on_a_reason_is_not_enough(engine, monkeypatch):
+    from core.settings import get_settings
+
+    current, candidate = production_and_candidate(engine)
+    monkeypatch.setenv("TFGRPO_PROMOTION_REQUIRES_COMPARISON", "1")
+    get_settings.cache_clear()
+    at = open_page()
+    promote_on_the_page(at, candidate)
+    assert any("a reason is not enough" in w.value for w in at.warning)
+    assert not [t for t in at.text_area if t.key == "lib_promote_reason"]
+    assert at.button(key="lib_promote_confirm").disabled
+    assert production_of(engine) == current
 
 
 def test_export_in_three_formats(engine):

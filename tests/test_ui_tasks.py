@@ -323,6 +323,33 @@ def test_a_question_answer_paste_is_mapped_by_cores_rule_and_says_so(engine):
     assert table_with(at, "meta")["meta"].tolist() == ['{"target": "x"}']
 
 
+def duplicates_said(at) -> list[str]:
+    """The lines of the one code block that names rows left out as duplicates."""
+    [text] = [c.value for c in at.code if "is the same as" in c.value]
+    return text.splitlines()
+
+
+def test_rows_without_ids_are_known_by_content_and_the_page_names_each_repeat_as_the_cli_does(engine):
+    at = paste(open_tasks(), "query,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\nWhat is 2+2?,4\n")
+    before = sample_count(engine)
+    click(at, "tasks_check")
+    assert "2 rows OK: train 2" in [s.value for s in at.success]
+    assert duplicates_said(at) == ["data row 3 is the same as data row 1"]
+    click(at, "tasks_add")
+    assert "Added 2 samples (1 already present)." in [s.value for s in at.success]
+    assert duplicates_said(at) == ["data row 3 is the same as data row 1"]
+    assert sample_count(engine) == before + 2
+    with Session(engine) as session:
+        ids = {s.query: s.external_id for s in queries.samples(session, demo(engine).id)}
+    click(at, "tasks_check")
+    click(at, "tasks_add")
+    assert "Added 0 samples (3 already present)." in [s.value for s in at.success]
+    assert duplicates_said(at) == [f"data row 1 is the same as sample {ids['What is 2+2?']} already stored",
+                                   f"data row 2 is the same as sample {ids['What is 3+3?']} already stored",
+                                   "data row 3 is the same as data row 1"]
+    assert sample_count(engine) == before + 2
+
+
 def test_a_deeply_nested_paste_is_refused_in_one_line(engine):
     at = open_tasks()  # the first run adds the second demo task
     before = sample_count(engine)

@@ -5,6 +5,10 @@ fails with one message that names the file, the offending row and the problem; n
 half-read. Besides the shape of the file this rejects what would hurt later: files or fields too
 big to show or send to a model, text that is not UTF-8, and cells a spreadsheet would run as a
 formula when the data is exported again.
+
+A row without an id is known by its content: its id is a hash of its query and reference (sample_id),
+so the same row gets the same id from any file, and a row is a duplicate only when its content is one
+(DatasetFile.repeats within a file, compare_with_stored against a task's samples).
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.domain import json_input
 from core.domain.personas import Persona, Scenario, parse_personas, parse_scenarios
@@ -34,6 +38,10 @@ MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000
 HOLD_OUT_SEED = 0  # the page and the CLI use it, so one file gives one split wherever it is added
+SAMPLE_ID_PREFIX = "q"  # a row without an id is stored as q-<16 hex digits of its content's hash>
+SAMPLE_ID_CHARS = 16  # 64 bits: rows of different content in one task do not meet (scenarios keep their 10)
+MAX_NOTES = 20  # rows named one by one as not added; more are counted in one last note
+MAX_QUOTE_CHARS = 120  # a text quoted in a message is cut to this many characters
 
 # The one rule for columns nobody mapped (the CLI and the Tasks page): the first of these names the file
 # has, in this order, compared without case. Mapping a synonym is said ("mapped question→query").
@@ -59,6 +67,42 @@ class SampleRow:
     rubric: str | None
     split: str
     meta: dict = field(default_factory=dict)
+    line: int | None = field(default=None, compare=False)  # where in its file (the number messages give)
+
+
+class StoredSample(Protocol):
+    """What compare_with_stored reads of a task's sample (storage.models.Sample has it)."""
+
+    external_id: str
+    query: str
+    reference: str | None
+
+
+@dataclass
+class DatasetFile:
+    """A checked file: its rows (each content once, splits assigned) and the rows left out as repeats."""
+
+    filename: str
+    unit: str  # what its rows are called in messages: "line", "data row" or "item"
+    rows: list[SampleRow]
+    repeats: list[tuple[SampleRow, SampleRow]] = field(default_factory=list)  # (row, earlier row it repeats)
+
+    def where(self, row: SampleRow) -> str:
+        return f"{self.unit} {row.line}"
+
+    def notes(self) -> list[str]:
+        """Each repeat as a person reads it: "data row 3 is the same as data row 1"."""
+        return _capped([(row.line or 0, f"{self.where(row)} is the same as {self.where(first)}")
+                        for row, first in self.repeats])
+
+
+@dataclass
+class Comparison:
+    """A file's rows set against a task's samples: the new rows, how many are not added, and why, by row."""
+
+    new: list[SampleRow]
+    already: int
+    notes: list[str]
 
 
 class DatasetError(InvalidInput):
@@ -115,7 +159,21 @@ def parse_dataset(
     data: bytes, filename: str, mapping: dict[str, str] | None = None, default_split: str = "train", *,
     test_share: float = 0.0, validation_share: float = 0.0, seed: int = HOLD_OUT_SEED,
 ) -> list[SampleRow]:
-    """Same as read_dataset for bytes already in memory (an upload), so a bad file never touches disk.
+    """Same as read_dataset for bytes already in memory (an upload), so a bad file never touches disk: the
+    rows of parse_dataset_file, a row repeated in the file once."""
+    return parse_dataset_file(data, filename, mapping, default_split, test_share=test_share,
+                              validation_share=validation_share, seed=seed).rows
+
+
+def parse_dataset_file(
+    data: bytes, filename: str, mapping: dict[str, str] | None = None, default_split: str = "train", *,
+    test_share: float = 0.0, validation_share: float = 0.0, seed: int = HOLD_OUT_SEED,
+) -> DatasetFile:
+    """Check a whole file and read its rows, raising DatasetError before any row.
+
+    A row without an id gets sample_id of its query and reference. A row with the id and content of an
+    earlier row is a repeat: left out and named (DatasetFile.notes); an id used again for other content
+    is refused with both texts.
 
     `test_share` and `validation_share` (0 to 1) of the rows whose split cell is missing or empty are
     held out for those splits (see hold_out); the other rows without one get `default_split`.
@@ -161,9 +219,79 @@ def parse_dataset(
         _to_row(record, number, resolved, meta_columns, default_split, f"{filename}: {unit} {number}")
         for number, record in records
     ]
-    _check_unique_ids(rows, [number for number, _ in records], filename, unit)
-    given = [_split_given(record, resolved) for _, record in records]
-    return hold_out(rows, test_share, validation_share, seed=seed, keep=given)
+    given = {row.line: _split_given(record, resolved) for row, (_, record) in zip(rows, records, strict=True)}
+    kept, repeats = _repeats(rows, filename, unit)
+    rows = hold_out(kept, test_share, validation_share, seed=seed, keep=[given[row.line] for row in kept])
+    return DatasetFile(filename, unit, rows, repeats)
+
+
+def compare_with_stored(dataset: DatasetFile, stored: Iterable[StoredSample]) -> Comparison:
+    """The file's rows a task does not hold yet, and a note for each row that is not added, by row number.
+
+    A row is already stored when a sample has its id and its content (query and reference, compared as
+    sample_content does), or, for a row without an id, when any sample has its content: samples stored
+    before ids came from content have `row-<n>` ids. A sample with the row's id and other content is a
+    conflict: DatasetError naming both texts, so that nothing of the file is written. Rows with their own
+    id that are already stored are counted, not named; the file's repeats are named too.
+    """
+    by_id: dict[str, StoredSample] = {}
+    by_content: dict[tuple[str, str], str] = {}
+    for sample in stored:
+        by_id[sample.external_id] = sample
+        by_content.setdefault(sample_content(sample.query, sample.reference), sample.external_id)
+    new: list[SampleRow] = []
+    notes = [(row.line or 0, f"{dataset.where(row)} is the same as {dataset.where(first)}")
+             for row, first in dataset.repeats]
+    conflicts: list[tuple[SampleRow, StoredSample]] = []
+    for row in dataset.rows:
+        content = sample_content(row.query, row.reference)
+        by_content_id = row.external_id == sample_id(row.query, row.reference)
+        same_id = by_id.get(row.external_id)
+        if same_id is not None and sample_content(same_id.query, same_id.reference) != content:
+            conflicts.append((row, same_id))
+            continue
+        if same_id is not None:
+            match: str | None = same_id.external_id
+        else:
+            match = by_content.get(content) if by_content_id else None
+        if match is None:
+            new.append(row)
+        elif by_content_id:
+            notes.append((row.line or 0, f"{dataset.where(row)} is the same as sample {match} already stored"))
+    if conflicts:
+        raise _conflict(dataset, conflicts)
+    return Comparison(new, len(dataset.rows) - len(new) + len(dataset.repeats), _capped(notes))
+
+
+def _conflict(dataset: DatasetFile, conflicts: list[tuple[SampleRow, StoredSample]]) -> DatasetError:
+    """The refusal of a file with rows whose id a task holds with other content: the first with both texts."""
+    row, sample = conflicts[0]
+    others = ", ".join(dataset.where(other) for other, _ in conflicts[1:MAX_NOTES + 1])
+    if others:
+        others = f". The same holds for {others}{', …' if len(conflicts) > MAX_NOTES + 1 else ''}"
+    return DatasetError(
+        f"{dataset.filename}: {dataset.where(row)}: id {row.external_id!r} is already stored with other content "
+        f"(stored: {_texts(sample.query, sample.reference)}; this file: {_texts(row.query, row.reference)}); "
+        f"give the row another id or leave it out; nothing was written{others}",
+        row=row.line,
+    )
+
+
+def content_id(prefix: str, *parts: str, chars: int = 10) -> str:
+    """An id made of content: `prefix-` and the first `chars` hex digits of the sha256 of the parts joined by
+    NUL. The same content always gives the same id (scenarios: persona and opening; sample_id)."""
+    return f"{prefix}-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:chars]}"
+
+
+def sample_content(query: str, reference: str | None) -> tuple[str, str]:
+    """What makes two samples the same: query and reference with runs of white space as one space (no
+    reference is the empty one); case, rubric, split and metadata do not count."""
+    return " ".join(query.split()), " ".join((reference or "").split())
+
+
+def sample_id(query: str, reference: str | None) -> str:
+    """The id of a row without one: content_id of its sample_content."""
+    return content_id(SAMPLE_ID_PREFIX, *sample_content(query, reference), chars=SAMPLE_ID_CHARS)
 
 
 def check_shares(test_share: float, validation_share: float) -> None:
@@ -181,8 +309,9 @@ def hold_out(rows: list[SampleRow], test_share: float, validation_share: float, 
     """The rows with a share of them moved to `test` and `validation`; rows marked in `keep` keep their split.
 
     Which rows move depends only on the seed and each row's id (a hash orders them), so the same file gives
-    the same split every time, and in any row order when its rows carry ids. The counts are the shares of the open rows, rounded half up
-    ("train 80 · test 20" for 100 rows and a test share of 0.2); the rows come back in their order.
+    the same split every time and in any row order (a row without an id has one made of its content). The
+    counts are the shares of the open rows, rounded half up ("train 80 · test 20" for 100 rows and a test
+    share of 0.2); the rows come back in their order.
     """
     check_shares(test_share, validation_share)
     kept = list(keep) if keep is not None else [False] * len(rows)
@@ -228,13 +357,13 @@ def demo_rows() -> list[SampleRow]:
 def scenario_rows(scenarios: Sequence[Scenario], *, test_personas: frozenset[str] = frozenset(),
                   default_split: str = "train") -> list[SampleRow]:
     """A conversation task's scenarios as sample rows: `query` is the opening, `reference` the goal, `meta`
-    the persona and the must / must-not rules. The id is a hash of persona and opening, so adding the same
-    file again adds nothing; scenarios of `test_personas` (names compared without case) go to test."""
+    the persona and the must / must-not rules. The id is content_id of persona and opening, so adding the
+    same file again adds nothing; scenarios of `test_personas` (names compared without case) go to test."""
     rows = []
     for scenario in scenarios:
-        digest = hashlib.sha256(f"{scenario.persona}\x00{scenario.opening}".encode()).hexdigest()[:10]
         split = "test" if scenario.persona.casefold() in test_personas else default_split
-        rows.append(SampleRow(external_id=f"scenario-{digest}", query=scenario.opening, reference=scenario.goal,
+        rows.append(SampleRow(external_id=content_id("scenario", scenario.persona, scenario.opening),
+                              query=scenario.opening, reference=scenario.goal,
                               rubric=None, split=split,
                               meta={"persona": scenario.persona, "must": list(scenario.must),
                                     "must_not": list(scenario.must_not)}))
@@ -570,13 +699,14 @@ def _to_row(
     query = value("query")
     if query is None:
         raise DatasetError(f"{where}: query ({resolved['query']!r}) is missing or empty", row=number)
+    reference = value("reference")
 
     if "id" in resolved:
         external_id = value("id")
         if external_id is None:
             raise DatasetError(f"{where}: id ({resolved['id']!r}) is missing or empty", row=number)
     else:
-        external_id = f"row-{number}"
+        external_id = sample_id(query, reference)
 
     split = (value("split") or default_split).lower()
     if split not in SPLITS:
@@ -590,23 +720,55 @@ def _to_row(
     return SampleRow(
         external_id=external_id,
         query=query,
-        reference=value("reference"),
+        reference=reference,
         rubric=value("rubric"),
         split=split,
         meta=meta,
+        line=number,
     )
 
 
-def _check_unique_ids(rows: list[SampleRow], numbers: list[int], filename: str, unit: str) -> None:
-    first_seen: dict[str, int] = {}
-    for row, number in zip(rows, numbers, strict=True):
-        if row.external_id in first_seen:
+def _repeats(rows: list[SampleRow], filename: str,
+             unit: str) -> tuple[list[SampleRow], list[tuple[SampleRow, SampleRow]]]:
+    """The rows with each id once, and the left-out rows that repeat an earlier one (same id, same content);
+    an id used again for other content is refused with both texts."""
+    first_seen: dict[str, SampleRow] = {}
+    kept: list[SampleRow] = []
+    repeats: list[tuple[SampleRow, SampleRow]] = []
+    for row in rows:
+        first = first_seen.get(row.external_id)
+        if first is None:
+            first_seen[row.external_id] = row
+            kept.append(row)
+        elif sample_content(first.query, first.reference) == sample_content(row.query, row.reference):
+            repeats.append((row, first))
+        else:
             raise DatasetError(
-                f"{filename}: {unit} {number}: duplicate id {row.external_id!r} "
-                f"(first used on {unit} {first_seen[row.external_id]})",
-                row=number,
+                f"{filename}: {unit} {row.line}: duplicate id {row.external_id!r} "
+                f"(first used on {unit} {first.line}) with other content: "
+                f"{unit} {first.line} has {_texts(first.query, first.reference)}, "
+                f"{unit} {row.line} {_texts(row.query, row.reference)}",
+                row=row.line,
             )
-        first_seen[row.external_id] = number
+    return kept, repeats
+
+
+def _texts(query: str, reference: str | None) -> str:
+    """A sample's texts for a message: "query 'What is 2+2?', reference '4'", each cut to MAX_QUOTE_CHARS."""
+    return f"query {_quote(query)}" + (f", reference {_quote(reference)}" if reference else "")
+
+
+def _quote(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= MAX_QUOTE_CHARS else flat[:MAX_QUOTE_CHARS - 1] + "…")
+
+
+def _capped(notes: list[tuple[int, str]]) -> list[str]:
+    """Notes in row order, the first MAX_NOTES of them and then how many more rows were not added."""
+    ordered = [text for _, text in sorted(notes, key=lambda note: note[0])]
+    if len(ordered) <= MAX_NOTES:
+        return ordered
+    return [*ordered[:MAX_NOTES], f"and {len(ordered) - MAX_NOTES} more rows not added, for the same reason"]
 
 
 def _as_text(value: Any) -> str:

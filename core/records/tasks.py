@@ -3,6 +3,8 @@ difficult customer conversations)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -12,9 +14,10 @@ from core.errors import NotFound
 from core.records.datasets import (
     DatasetError,
     SampleRow,
+    compare_with_stored,
     conversation_demo,
     demo_rows,
-    parse_dataset,
+    parse_dataset_file,
     split_counts,
     support_rows,
 )
@@ -91,27 +94,51 @@ def add_samples(session: Session, task: Task, rows: list[SampleRow]) -> int:
     return len(new)
 
 
-def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, mapping: dict[str, str] | None = None,
-                default_split: str = "train", actor: str = "cli", test_share: float = 0.0,
-                validation_share: float = 0.0) -> tuple[int, int]:
-    """Validate a whole dataset file, then add its new rows to a task: (added, already present).
+@dataclass(frozen=True)
+class DatasetAdded:
+    """What adding a file did: rows added, rows not added as duplicates, and `notes`, the lines the page and
+    the CLI show as they are: each duplicate found by its content, by row ("data row 3 is the same as
+    sample q-… already stored", "line 4 is the same as line 1"; datasets.compare_with_stored)."""
 
-    The one path for the page, the CLI and scripts. A bad file raises DatasetError naming the row and
-    the problem before anything is written; only an admin may change a task's data. The shares hold rows
-    without a split out for test and validation (core.records.datasets.hold_out); the audit event keeps them.
+    added: int
+    already: int
+    notes: list[str]
+
+
+def add_dataset_file(engine: Engine, task_name: str, data: bytes, filename: str, *,
+                     mapping: dict[str, str] | None = None, default_split: str = "train", actor: str = "cli",
+                     test_share: float = 0.0, validation_share: float = 0.0) -> DatasetAdded:
+    """Validate a whole dataset file, then add the rows the task does not hold yet.
+
+    The one path for the page, the CLI and scripts. A bad file, or a row whose id the task holds with other
+    content, raises DatasetError naming the row and the problem before anything is written; only an admin
+    may change a task's data. A row without an id is known by its content (datasets.sample_id), so only a
+    real duplicate is left out. The shares hold rows without a split out for test and validation
+    (core.records.datasets.hold_out); the audit event keeps them.
     """
-    rows = parse_dataset(data, filename, mapping, default_split, test_share=test_share,
-                         validation_share=validation_share)
-    after: dict = {"file": filename, "rows": len(rows)}
+    dataset = parse_dataset_file(data, filename, mapping, default_split, test_share=test_share,
+                                 validation_share=validation_share)
+    rows = dataset.rows
+    after: dict = {"file": filename, "rows": len(rows) + len(dataset.repeats)}
     if test_share or validation_share:
         after |= {"test_share": test_share, "validation_share": validation_share, "splits": split_counts(rows)}
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding data to a task")
         task = get_task(session, task_name)
-        added = add_samples(session, task, rows)
+        compared = compare_with_stored(dataset, queries.samples(session, task.id))
+        added = add_samples(session, task, compared.new)
         session.add(AuditEvent(actor=actor, action="task.add_data", object_type="task", object_id=task.id,
                                after={**after, "added": added}))
-        return added, len(rows) - added
+        return DatasetAdded(added, compared.already, compared.notes)
+
+
+def add_dataset(engine: Engine, task_name: str, data: bytes, filename: str, *, mapping: dict[str, str] | None = None,
+                default_split: str = "train", actor: str = "cli", test_share: float = 0.0,
+                validation_share: float = 0.0) -> tuple[int, int]:
+    """add_dataset_file, for scripts and tests that want only the counts: (added, already present)."""
+    result = add_dataset_file(engine, task_name, data, filename, mapping=mapping, default_split=default_split,
+                              actor=actor, test_share=test_share, validation_share=validation_share)
+    return result.added, result.already
 
 
 CONVERSATION_TASK = "difficult customer conversations"

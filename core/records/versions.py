@@ -12,13 +12,12 @@ from sqlmodel import Session
 
 from core.domain import library_io
 from core.domain.library import ProposedOp, apply_ops, next_id_number, validate_ops
-from core.errors import InvalidInput, NotFound, StaleVersion
+from core.errors import Conflict, InvalidInput, NotFound, StaleVersion
 from core.records.people import require_role
+from core.records.promotion import PRODUCTION, Approval, preview_promotion
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
-
-PRODUCTION = "production"
 
 EMPTY = "empty"
 
@@ -142,33 +141,61 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
 
 
 def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str, actor: str, *,
-              library_name: str = "default") -> LibraryLabel:
-    """Point a label such as `production` at a version (id, label or `latest`) of the library, moving it if it
-    exists; `production` is the admin's."""
+              library_name: str = "default", reason: str = "") -> LibraryLabel:
+    """Point a label at a version (id, label or `latest`) of the library, moving it if it exists. Any label
+    moves freely (a reviewer's); `production` is the admin's and moves only through `promote`, its guard."""
     name = (name or "").strip()
     if not name:
         raise InvalidInput("give the label a name, e.g. production")
+    if name == PRODUCTION:
+        with Session(engine) as session:
+            version_id = version_in_library(session, task_name, version_ref, library_name).id
+        return promote(engine, version_id, actor, reason=reason)
     with session_scope(engine) as session:
-        task = _task(session, task_name)
-        version = _version_in(session, task, version_ref, library_name)
-        return _move_label(session, version, name, actor)
+        version = version_in_library(session, task_name, version_ref, library_name)
+        return _move_label(session, version, name, actor, reason=reason)
 
 
-def promote(engine: Engine, version_id: int, actor: str) -> LibraryLabel:
-    """Point `production` at a version (an admin's decision, audited)."""
+def version_in_library(session: Session, task_name: str, version_ref: str | int,
+                       library_name: str = "default") -> LibraryVersion:
+    """The version of the task's library a label would point at: an id, a label or `latest` (not `empty`)."""
+    return _version_in(session, _task(session, task_name), version_ref, library_name)
+
+
+def promote(engine: Engine, version_id: int, actor: str, *, reason: str = "") -> LibraryLabel:
+    """Point `production` at a version: an admin's decision, through the one guarded flow every path takes.
+
+    First core.records.promotion.preview_promotion (the diff against production and the paired comparison
+    of the two versions' newest evaluations on the same split and k), then its guard: without a comparison
+    a written `reason` is needed (and is not enough when the setting promotion_requires_comparison is on),
+    and a candidate the comparison finds worse needs a reason too; refused with InvalidInput saying what to
+    do. The audit event records the comparison's evaluations and verdict, and the reason."""
+    preview = preview_promotion(engine, version_id)
     with session_scope(engine) as session:
+        require_role(session, actor, "admin", "moving the production label")
+        approval = preview.approve(reason)
         version = session.get(LibraryVersion, version_id)
         if version is None:
             raise NotFound(f"no version {version_id}")
-        return _move_label(session, version, PRODUCTION, actor)
+        return _move_label(session, version, PRODUCTION, actor, approval=approval)
 
 
-def _move_label(session: Session, version: LibraryVersion, name: str, actor: str) -> LibraryLabel:
+def _move_label(session: Session, version: LibraryVersion, name: str, actor: str, *, reason: str = "",
+                approval: Approval | None = None) -> LibraryLabel:
+    """Move the label in the caller's transaction. `production` needs the Approval of its guard (`promote`), made
+    for this version against the production that is still current, checked under the library's lock."""
     if name == PRODUCTION:
         require_role(session, actor, "admin", "moving the production label")
+        if approval is None or approval.version_id != version.id:
+            raise InvalidInput("production moves only through promote (the comparison with production first)")
+        lock_library(session, version.library_id)
     else:
         require_role(session, actor, "reviewer", "moving labels")
     label = queries.label_by_name(session, version.library_id, name)
+    if approval is not None and (label.version_id if label else None) != approval.production_id:
+        moved = queries.version_by_id(session, label.version_id) if label else None
+        raise Conflict(f"production was moved to version #{moved.number if moved else '?'} while this promotion "
+                       "was checked; nothing was changed: look at the comparison again, then promote")
     before = {"version_id": label.version_id} if label else None
     if label is None:
         label = LibraryLabel(library_id=version.library_id, name=name, version_id=version.id, moved_by=actor)
@@ -176,8 +203,13 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
         label.version_id, label.moved_by, label.moved_at = version.id, actor, utcnow()
     session.add(label)
     session.flush()
+    after = {"name": name, "version_id": version.id}
+    if approval is not None:
+        after |= approval.record
+    elif reason.strip():
+        after["reason"] = reason.strip()
     session.add(AuditEvent(actor=actor, action="label.move", object_type="librarylabel", object_id=label.id,
-                           before=before, after={"name": name, "version_id": version.id}))
+                           before=before, after=after))
     return label
 
 
