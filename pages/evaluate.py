@@ -52,12 +52,13 @@ from pages._display import show_long, table
 from pages._promote import PromoteDialog
 from storage import queries
 from storage.models import Task
-from storage.statuses import JobStatus
+from storage.statuses import EVALUATION_HAS_FIGURES, JobStatus
 
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate
 PROMOTE = PromoteDialog("eval", FLASH, "promote")  # the guarded dialog, shared with the Library page's Labels
 COST = st.column_config.NumberColumn(format="$%.4f")
+DRAWN_KEY = "eval_drawn_with_figures"  # the evaluations the whole page was drawn with; the live table reruns it
 
 
 def version_name(version_id: int | None, numbers: dict[int, int]) -> str:
@@ -243,6 +244,7 @@ def evaluations_view(task_id: int) -> None:
         rows.append({"id": e.id, "version": evaluated_name(e, numbers), "split": e.split, "k": e.k,
                      "n": e.n, "Mean@k": e.mean_at_k, "Mean@k 95% CI": interval(metrics, "mean_at_k_ci"),
                      "Pass@k": e.pass_at_k, "Pass@k 95% CI": interval(metrics, "pass_at_k_ci"),
+                     "answered": (f"{metrics['answered']}/{metrics['rollouts']}" if "answered" in metrics else None),
                      "errors": metrics.get("errors", 0), "cost": e.cost,
                      "status": status_label(e.status, e.heartbeat_at),
                      "progress": f"{progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')}",
@@ -253,6 +255,12 @@ def evaluations_view(task_id: int) -> None:
 
     for e in evaluations:
         shown = job_health(e.status, e.heartbeat_at)
+        if shown == JobStatus.INCOMPLETE:
+            st.warning(plain(f"Evaluation #{e.id} is incomplete: {e.error}"))
+            st.button(f"Retry the failed rollouts of evaluation #{e.id}", key=f"eval_retry_{e.id}",
+                      icon=":material/replay:", on_click=resume, args=(e.id,),
+                      help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
+            continue
         if shown not in (JobStatus.FAILED, JobStatus.STALLED):
             continue
         st.caption(f"Evaluation #{e.id} is {shown}"
@@ -263,9 +271,16 @@ def evaluations_view(task_id: int) -> None:
         st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
                   on_click=resume, args=(e.id,))
 
-    completed = [e for e in reversed(evaluations) if e.status == JobStatus.COMPLETED]
+    completed = [e for e in reversed(evaluations) if e.status in EVALUATION_HAS_FIGURES]
     if completed:
         st.plotly_chart(scores_chart(completed, numbers), key="eval_chart")
+    if with_figures(evaluations) != st.session_state.get(DRAWN_KEY, with_figures(evaluations)):
+        st.rerun(scope="app")  # an evaluation finished: the compare and promote sections below need it too
+
+
+def with_figures(evaluations: list) -> list[int]:
+    """The ids of the evaluations that have figures to compare (complete or incomplete)."""
+    return sorted(e.id for e in evaluations if e.status in EVALUATION_HAS_FIGURES)
 
 
 def segments_section(completed: list, numbers: dict[int, int]) -> None:
@@ -318,7 +333,8 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     """B against A on the same queries (core.records.comparison): the paired difference with its interval, the
     tests, the verdict in words, and every query sorted by difference with both versions' outputs."""
     if len(completed) < 2:
-        st.info("Two completed evaluations are needed to compare them.")
+        st.info("Two evaluations with figures (complete, or incomplete with their errors left out) are needed "
+                "to compare them.")
         return
     by_id = {e.id: e for e in completed}
     ids = list(by_id)  # newest first
@@ -342,20 +358,24 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
         st.error(plain(f"These two cannot be compared: {exc}"))
         return
     s = result.stats
-    (st.success if s.decided and s.delta > 0 else st.error if s.decided else st.info)(plain(s.verdict))
-    cols = st.columns(4)
+    shown = st.warning if s.undecided else st.success if s.decided and s.delta > 0 else st.error if s.decided else st.info
+    shown(plain(s.verdict))
+    # Two columns for the figures a decision rests on, so the interval is never cut off.
+    cols = st.columns(2)
     cols[0].metric("B − A (Mean@k)", f"{s.delta:+.3f}")
     cols[1].metric("95% interval", f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.n >= 2 else "–")
-    cols[2].metric("Sign test p", f"{s.p_value:.3g}")
-    cols[3].metric("Pass@k McNemar p", f"{s.mcnemar_p:.3g}")
+    cols = st.columns(2)
+    cols[0].metric("Sign test p", f"{s.p_value:.3g}")
+    cols[1].metric("Pass@k McNemar p", f"{s.mcnemar_p:.3g}")
     cols = st.columns(5)
     cols[0].metric("A wins", s.losses)
     cols[1].metric("B wins", s.wins)
     cols[2].metric("Ties", s.ties)
     cols[3].metric("Cost per query A", f"${result.cost_a:.4f}")
     cols[4].metric("Cost per query B", f"${result.cost_b:.4f}")
-    st.caption(f"{s.n} queries answered by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired bootstrap "
-               f"interval over queries, exact sign test on per-query wins and losses. "
+    st.caption(f"{s.n} queries answered k times by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired "
+               f"bootstrap interval over queries, exact sign test on per-query wins and losses; a difference is "
+               f"called real only when the interval excludes 0 and the sign test agrees (p < 0.05). "
                f"Smallest difference this comparison could detect: about {s.detectable:.2f}."
                + (f" {plain(result.note.capitalize())}." if result.note else ""))
     frame = pd.DataFrame([{k: v for k, v in row.items() if k != "sample_id"} for row in result.rows])
@@ -425,21 +445,21 @@ def page() -> None:
     else:
         role_note("reviewer", "starting an evaluation")
 
+    evaluations, numbers = load_evaluations(setup["task"].id)
+    st.session_state[DRAWN_KEY] = with_figures(evaluations)
     st.header("Evaluations")
     evaluations_view(setup["task"].id)
 
-    evaluations, numbers = load_evaluations(setup["task"].id)
-    completed = [e for e in evaluations if e.status == JobStatus.COMPLETED]
-
+    measured = [e for e in evaluations if e.status in EVALUATION_HAS_FIGURES]
     if is_conversation(setup["task"]):
         st.header("Segments, personas and criteria")
-        segments_section(completed, numbers)
+        segments_section(measured, numbers)
 
     st.header("Compare two evaluations")
-    compare_section(completed, numbers)
+    compare_section(measured, numbers)
 
     st.header("Promote")
-    promote_section(completed, numbers, setup)
+    promote_section([e for e in measured if e.status == JobStatus.COMPLETED], numbers, setup)
 
 
 run_page(page)

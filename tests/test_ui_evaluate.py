@@ -261,3 +261,52 @@ def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engi
 
     assert all_evaluations(engine) == []
     assert any("needs ANTHROPIC_API_KEY" in e.value.replace("\\", "") for e in at.error), [e.value for e in at.error]
+
+
+def test_an_incomplete_evaluation_shows_its_errors_and_retries_only_the_failed_rollouts(engine):
+    """A failed call is not a wrong answer: the page says the evaluation is incomplete, counts answered rollouts
+    beside the figures, and its Retry button queues it again; a worker then pays for the failed rollouts only."""
+    def flaky():
+        seen: list[int] = []
+
+        def reply(messages):
+            seen.append(1)
+            return RuntimeError("503 Service Unavailable") if len(seen) == 1 else "so \\boxed{0}"
+        return reply
+
+    evaluation_id = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=2, created_by="test")
+    model, gateway = scripted_gateway(engine, rollout=flaky())
+    gateway.max_retries = 0
+    assert execute_evaluation(engine, evaluation_id, gateway=gateway).status == "incomplete"
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    assert not at.exception, [e.value for e in at.exception]
+    row = table_with(at, "Mean@k").iloc[0]
+    assert (row["status"], row["answered"], row["errors"]) == ("incomplete", "3/4", 1)
+    assert any(f"{evaluation_id} is incomplete: 1 of 4 rollouts" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    at.button(key=f"eval_retry_{evaluation_id}").click()
+    at.run()
+    with Session(engine) as session:
+        assert session.get(Evaluation, evaluation_id).status == "queued"
+    calls = model.count("rollout")
+    assert execute_evaluation(engine, evaluation_id, gateway=gateway).status == "completed"
+    assert model.count("rollout") - calls == 1
+
+
+def test_compare_leaves_out_queries_without_answers_and_says_so(engine):
+    version_id = imported_version(engine)
+    executed_evaluation(engine, "empty", k=1, limit=4)
+    b_id = create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=4, created_by="test")
+    failures = iter([True])
+
+    def reply(messages):
+        return RuntimeError("503") if next(failures, False) else "so \\boxed{0}"
+
+    _model, gateway = scripted_gateway(engine, rollout=reply)
+    gateway.max_retries = 0
+    assert execute_evaluation(engine, b_id, gateway=gateway).status == "incomplete"
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})  # A: the older, B: the newer
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(w.value.startswith("cannot decide: 1 of the 4 queries both evaluated lack answers") for w in at.warning)
+    interval = next(m for m in at.metric if m.label == "95% interval")
+    assert interval.value.count(",") == 1 and interval.value.endswith("]")
