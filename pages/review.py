@@ -84,6 +84,12 @@ def focus_key(step_id: int) -> str:
     return f"review_focused_{step_id}"
 
 
+def op_name(op: Operation) -> str:
+    """How a card names its operation ("Operation 2": its place in the step), and so every decision's toast
+    about it; the database id would name another card."""
+    return f"Operation {op.position + 1}"
+
+
 # --- actions (button callbacks) ---------------------------------------------------------------
 
 
@@ -107,12 +113,13 @@ def note() -> str | None:
     return (st.session_state.get(NOTE_KEY) or "").strip() or None
 
 
-def decide(op_id: int, decision: str, run_id: int) -> None:
-    """A reject carries the card's reason (told to the learner later); either carries the gate note."""
+def decide(op_id: int, decision: str, run_id: int, name: str) -> None:
+    """A reject carries the card's reason (told to the learner later); either carries the gate note. `name` is
+    the card's own name for the operation, which the toast repeats."""
     reason = (st.session_state.get(reason_key(op_id)) or "").strip() or None
     comment = (reason or note()) if decision == OperationStatus.REJECTED else note()
     act(run_id, review.decide_operation, op_id, decision, context().reviewer, comment,
-        success=f"Operation {op_id} {decision}.")
+        success=f"{name} {decision}.")
 
 
 def set_focus(step_id: int, op_id: int) -> None:
@@ -125,8 +132,8 @@ def move_focus(step_id: int, pending_ids: list[int], current: int, delta: int) -
     set_focus(step_id, pending_ids[(at + delta) % len(pending_ids)])
 
 
-def reopen(op_id: int, run_id: int) -> None:
-    act(run_id, review.reopen_operation, op_id, context().reviewer, success=f"Operation {op_id} reopened.")
+def reopen(op_id: int, run_id: int, name: str) -> None:
+    act(run_id, review.reopen_operation, op_id, context().reviewer, success=f"{name} reopened.")
 
 
 def start_edit(op_id: int) -> None:
@@ -138,11 +145,11 @@ def cancel_edit(op_id: int) -> None:
         st.session_state.pop(key, None)
 
 
-def save_edit(op_id: int, run_id: int) -> None:
+def save_edit(op_id: int, run_id: int, name: str) -> None:
     text = st.session_state.get(edit_text_key(op_id), "")
     ids = [part.strip() for part in str(st.session_state.get(edit_ids_key(op_id), "")).split(",") if part.strip()]
     if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer, note(),
-           success=f"Operation {op_id} edited.") is not None:
+           success=f"{name} edited.") is not None:
         cancel_edit(op_id)
 
 
@@ -350,9 +357,9 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
     st.text_input("Reason (optional, told to the learner)", key=reason_key(op.id), max_chars=500)
     approve, reject, edit, move = st.columns(4)
     approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
-                   args=(op.id, OperationStatus.APPROVED, run_id), width="stretch", **keyed("A"))
+                   args=(op.id, OperationStatus.APPROVED, run_id, op_name(op)), width="stretch", **keyed("A"))
     reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide,
-                  args=(op.id, OperationStatus.REJECTED, run_id), width="stretch", **keyed("X"))
+                  args=(op.id, OperationStatus.REJECTED, run_id, op_name(op)), width="stretch", **keyed("X"))
     edit.button("Edit", key=f"review_edit_{op.id}", on_click=start_edit, args=(op.id,), width="stretch",
                 **keyed("E"))
     if not focused:
@@ -371,7 +378,7 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
         st.text_input("Target ids (comma-separated)", key=edit_ids_key(op.id))
         save, cancel = st.columns(2)
         save.button("Save edit", key=f"review_save_edit_{op.id}", type="primary", on_click=save_edit,
-                    args=(op.id, run_id))
+                    args=(op.id, run_id, op_name(op)))
         cancel.button("Cancel edit", key=f"review_cancel_edit_{op.id}", on_click=cancel_edit, args=(op.id,))
 
 
@@ -379,9 +386,9 @@ def show_pending(op: Operation, view: StepView, focused: bool, pending_ids: list
     """A pending operation at full size; the focused one says so and which keys it answers to."""
     with st.container(border=True):
         if focused:
-            st.caption(f"▶ focused: operation {op.position + 1} · keys: A approve · X reject · E edit · J next · "
+            st.caption(f"▶ focused: {op_name(op).lower()} · keys: A approve · X reject · E edit · J next · "
                        "K previous (outside text boxes)")
-        st.markdown(f"**{'▶ ' if focused else ''}Operation {op.position + 1}** · {op.status}")
+        st.markdown(f"**{'▶ ' if focused else ''}{op_name(op)}** · {op.status}")
         operation_body(op, view)
         if view.can_decide:
             decision_buttons(op, view, focused, pending_ids)
@@ -392,7 +399,7 @@ def decided_label(op: Operation, flags: list[Flag]) -> str:
     ids = f" {', '.join(op.target_ids)}" if op.target_ids and op.status != OperationStatus.INVALID else ""
     by = f" by {op.reviewer}" if op.reviewer else ""
     flagged = f" · {len(flags)} flag{'s' if len(flags) != 1 else ''}" if flags else ""
-    return plain(f"Operation {op.position + 1} · {op.op}{ids} · {op.status}{by}{flagged}")
+    return plain(f"{op_name(op)} · {op.op}{ids} · {op.status}{by}{flagged}")
 
 
 def show_decided(op: Operation, view: StepView) -> None:
@@ -400,7 +407,7 @@ def show_decided(op: Operation, view: StepView) -> None:
     with st.expander(decided_label(op, view.flags.get(op.id, [])), expanded=False):
         operation_body(op, view)
         if view.can_decide and op.status in DECIDED and view.step.status != StepStatus.COMPLETED:
-            st.button("Reopen", key=f"review_reopen_{op.id}", on_click=reopen, args=(op.id, view.run_id))
+            st.button("Reopen", key=f"review_reopen_{op.id}", on_click=reopen, args=(op.id, view.run_id, op_name(op)))
 
 
 def choose_focus(op_ids: list[int], pending_ids: list[int], wanted: int | None) -> int | None:

@@ -286,3 +286,22 @@ def test_a_flagged_operation_is_held_in_auto_mode_and_its_flags_are_shown(engine
     click(at, f"review_approve_{current['ops'][1].id}")
     after = state(engine, run_id)
     assert after["step"].status == "completed" and after["run"].status == "queued"
+
+
+def test_a_decision_names_its_operation_as_the_card_does(engine):
+    """The toast says "Operation 1 rejected." about the card titled "Operation 1", not the database id."""
+    seeded_run(engine, "manual", update=TWO_PENDING)  # takes the first ids, so ids and positions differ below
+    run_id = seeded_run(engine, "manual", update=TWO_PENDING)
+    first, second = state(engine, run_id)["ops"]
+    assert (first.id, second.id) != (1, 2) and (first.position, second.position) == (0, 1)
+    at = open_review(review_run=run_id)
+    assert "▶ Operation 1** · pending" in " ".join(m.value for m in at.markdown)
+
+    click(at, f"review_reject_{first.id}")
+    assert [t.value for t in at.toast] == ["Operation 1 rejected."]
+    click(at, f"review_reopen_{first.id}")
+    assert [t.value for t in at.toast] == ["Operation 1 reopened."]
+    click(at, f"review_edit_{second.id}")
+    at.text_area(key=f"review_edit_text_{second.id}").input("Write each quantity with its unit first.")
+    click(at, f"review_save_edit_{second.id}")
+    assert [t.value for t in at.toast] == ["Operation 2 edited."]
