@@ -122,6 +122,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
+        if kind == RunKind.TRAIN:  # a gate on too few validation queries is refused now, not when a worker starts
+            gate.choose_validation(session, task, settings, only=segment_sample_ids(session, task, library.segment))
         start = queries.latest_version(session, library.id)
         if settings.start_label:
             label = queries.label_by_name(session, library.id, settings.start_label)
