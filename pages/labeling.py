@@ -39,6 +39,7 @@ from collections.abc import Callable
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.rubric import SCALES
 from core.models.judge import anchors, choices, criteria_text, score_of
 from core.records import labeling
 from core.records.labeling import (
@@ -469,7 +470,9 @@ def agreement_section(task: Task) -> None:
         return
     table([{"rollout": row["rollout"], "sample": row["sample"],
             "labels": ", ".join(f"{name} {value}" for name, value in row["labels"].items()),
-            "reward now": row["reward now"]} for row in result.disagreements], key="label_disagreements_table")
+            "score now": row["score now"], "reward now": row["reward now"]} for row in result.disagreements],
+          key="label_disagreements_table")
+    st.caption(scale_note(task, "the labels' mean until a reviewer decides"))
     if not allowed("reviewer"):
         role_note("reviewer", "deciding disagreements")
         return
@@ -518,6 +521,15 @@ def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[Rewa
               args=(rollout_id, values, offered))
 
 
+def scale_note(task: Task, reward: str) -> str:
+    """What the numbers of a labels table are: scores on the scale people pressed, and the reward in 0-1."""
+    scale = labeling.label_scale(task)
+    low, high = SCALES[scale]
+    means = " (a rubric label's weighted mean, on the grid its decisions use)" if labeling.is_rubric(task) else ""
+    return (f"Scores on the {low}-{high} scale labellers press{means}; value and reward are the reward in 0-1, "
+            f"{reward}.")
+
+
 def history_section(task: Task) -> None:
     with Session(engine()) as session:
         rows = queries.recent_labels(session, task.id, HISTORY_LIMIT)
@@ -525,10 +537,11 @@ def history_section(task: Task) -> None:
         st.caption("No labels for this task yet.")
         return
     per_criterion = any(r.scores for r in rows)
-    table([{"rollout": r.rollout_id, "labeller": r.labeler, "value": r.value, "kind": r.kind,
-            **({"criteria": scores_text(r.scores)} if per_criterion else {}),
+    table([{"rollout": r.rollout_id, "labeller": r.labeler, "score": labeling.label_score(task, r.value),
+            "value": r.value, "kind": r.kind, **({"criteria": scores_text(r.scores)} if per_criterion else {}),
             "comment": r.comment, "when": r.created_at} for r in rows],
           key="label_history_table", column_config={"when": DATETIME})
+    st.caption(scale_note(task, "what the label sets"))
 
 
 def page() -> None:

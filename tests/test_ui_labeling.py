@@ -227,7 +227,8 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
     assert progress_line(at) == "You: 4 done; 0 wait for a second labeller; 0 left for you"
     assert bar(at) == (100, "4 of 4 rollouts have all their labels · 1 disputed, for a reviewer")
     disagreements = table_with(at, "reward now")
-    assert disagreements[["rollout", "labels", "reward now"]].values.tolist() == [[first.id, "alice 1, bob 0", 0.5]]
+    assert disagreements[["rollout", "labels", "score now", "reward now"]].values.tolist() == [
+        [first.id, "alice 5, bob 1", 3, 0.5]]
     pairs = table_with(at, "Cohen's kappa")
     assert pairs[["labeller A", "labeller B", "n"]].values.tolist() == [["alice", "bob", 4]]
 
@@ -238,7 +239,7 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
         sample = queries.samples_by_ids(session, [first.sample_id])[0]
     for evidence in (sample.query, sample.reference, first.response, "Name the quantity asked for."):
         assert evidence in codes(at)
-    shown = table_with(at, "score")
+    [shown] = [t.value for t in at.dataframe if "score" in t.value.columns and "rollout" not in t.value.columns]
     assert shown[["labeller", "kind", "score", "comment"]].values.tolist() == [
         ["alice", "label", 5, ""], ["bob", "label", 1, "the number is wrong"]]
     click(at, f"label_decide_{first.id}")
@@ -296,6 +297,24 @@ def test_each_dispute_has_its_own_form_and_a_decision_leaves_nothing_for_the_nex
     assert [(row.rollout_id, row.value, row.comment) for row in labels(engine) if row.kind == "decision"] == [
         (first.id, 0.75, "partly right")]
     assert rollout(engine, second.id).label_status == "disputed"
+
+
+def test_agreement_and_history_show_scores_on_the_scale_labellers_pressed(engine):
+    """A 1-5 task: labels pressed 5 and 1 read 5 and 1 (not 1 and 0), and a decision of 4 reads 4."""
+    first, second, *_ = disputes(engine, count=2)
+    at = open_page("rita")
+    disagreements = table_with(at, "reward now")
+    assert disagreements[["rollout", "labels", "score now", "reward now"]].values.tolist() == [
+        [first.id, "alice 5, bob 1", 3, 0.5], [second.id, "alice 5, bob 1", 3, 0.5]]
+    at.radio(key=f"label_decide_score_{first.id}").set_value(4)
+    click(at, f"label_decide_{first.id}")
+
+    [history] = [t.value for t in at.dataframe if {"rollout", "labeller"} <= set(t.value.columns)]
+    assert history[["rollout", "labeller", "score", "value", "kind"]].values.tolist() == [
+        [first.id, "rita", 4, 0.75, "decision"], [second.id, "bob", 1, 0.0, "label"],
+        [second.id, "alice", 5, 1.0, "label"], [first.id, "bob", 1, 0.0, "label"], [first.id, "alice", 5, 1.0, "label"]]
+    note = "Scores on the 1-5 scale labellers press; value and reward are the reward in 0-1"
+    assert sum(c.startswith(note) for c in captions(at)) == 2  # under the disagreements and the history
 
 
 def test_a_labeller_cannot_decide_a_disagreement(engine):

@@ -121,6 +121,14 @@ def normalise(score: int, scale: str) -> float:
     return (score - low) / (high - low)
 
 
+def scale_point(value: float, scale: str) -> float:
+    """A value in [0, 1] as a point of its scale, the reverse of normalise: 0.75 on 1-5 is 4.0, 1 on binary is
+    1.0; a value between the points (a rubric label's weighted mean) stays between them, 0.4375 on 1-5 is 2.75.
+    For showing people a score on the scale they pressed."""
+    low, high = SCALES[scale]
+    return low + value * (high - low)
+
+
 def score_transcript(criterion_scores: Mapping[str, int],
                      criteria: Sequence[Criterion]) -> tuple[float, dict[str, float]]:
     """The weighted mean of the normalised criterion scores, and each normalised score. A missing or

@@ -38,7 +38,7 @@ from sqlmodel import Session
 
 from core.domain.conversation import SPEAKERS
 from core.domain.rewards import METHODS, RubricSettings
-from core.domain.rubric import Criterion, score_transcript
+from core.domain.rubric import Criterion, scale_point, score_transcript
 from core.errors import InvalidInput, NotFound
 from core.models.conversation_judge import criteria_of, rubric_settings
 from core.models.judge import GENERIC_ANCHORS, SCALES, choices, scale_of, score_of, to_value
@@ -190,6 +190,12 @@ def label_scale(task: Task) -> str:
     """The scale labels of this task are compared on (and single values are checked against): the judge's
     scale, or for a rubric task, whose labels are weighted means, the five-point grid 0, .25, .5, .75, 1."""
     return RUBRIC_LABEL_SCALE if is_rubric(task) else scale_of(task)
+
+
+def label_score(task: Task, value: float | None) -> float | None:
+    """A label's value (or a reward) on the scale this task's labellers press, to two decimals, for showing:
+    4 for 0.75 on 1-5, 1 for 1 on binary, 2.75 for a rubric label's weighted mean of 0.4375."""
+    return None if value is None else round(scale_point(value, label_scale(task)), 2)
 
 
 def criterion_choices(task: Task, rollout: Rollout | None = None) -> list[CriterionChoice]:
@@ -511,7 +517,11 @@ def is_person_method(task: Task) -> bool:
 
 @dataclass
 class Agreement:
-    """Fleiss' kappa over rollouts with the usual number of labels, Cohen's kappa per pair of labellers."""
+    """Fleiss' kappa over rollouts with the usual number of labels, Cohen's kappa per pair of labellers.
+
+    Each disagreement names its rollout and sample, each labeller's label on the scale they pressed (`labels`,
+    "5" and "1" on 1-5, see label_score), the mean that stands in as `score now` on that scale and as
+    `reward now` in [0, 1]."""
 
     items: int = 0
     raters_per_item: int = 0
@@ -562,7 +572,8 @@ def agreement(session: Session, task: Task) -> Agreement:
         per_item[rollout.id] = {name: score_of(label.value, scale) for name, label in labels.items()}
         if rollout.label_status == LabelStatus.DISPUTED:
             result.disagreements.append({"rollout": rollout.id, "sample": rollout.sample_id,
-                                         "labels": {k: f"{v.value:g}" for k, v in labels.items()},
+                                         "labels": {k: f"{label_score(task, v.value):g}" for k, v in labels.items()},
+                                         "score now": label_score(task, rollout.reward),
                                          "reward now": rollout.reward})
     if not per_item:
         return result
