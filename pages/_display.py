@@ -128,3 +128,13 @@ def csv_download(frame: pd.DataFrame, label: str, file_name: str, key: str) -> N
     """A download button for the frame as a spreadsheet-safe CSV (see csv_text)."""
     st.download_button(label, data=csv_text(frame), file_name=file_name, mime="text/csv", key=key,
                        on_click="ignore")
+
+
+def tab_stop(label: str, note: str, key: str) -> None:
+    """A harmless stop in the tab order, drawn right after a text field that comes before buttons that decide
+    (a reason before Approve, a comment before the score keys, a reason before Decide): a collapsed expander
+    with a short note. Tab out of the field lands on its summary, where Enter only opens it, instead of on
+    the first deciding button, where Enter decided what the text was typed against. Shortcut keys still act
+    from it. `key` must be unique on the page (name the item, e.g. "review_reason_stop_12")."""
+    with st.expander(label, expanded=False, key=key):
+        st.caption(note)

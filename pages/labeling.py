@@ -66,7 +66,7 @@ from pages._common import (
     run_action,
     run_page,
 )
-from pages._display import clip, show_long, table
+from pages._display import clip, show_long, tab_stop, table
 from storage import queries
 from storage.models import RewardLabel, Rollout, Sample, Task
 
@@ -376,6 +376,8 @@ def criteria_controls(item: QueueItem, view: ConversationView) -> None:
     rollout_id = item.rollout.id
     criterion_radios(view.criteria, QUEUE_CRITERION, rollout_id)
     st.text_input("Comment (optional)", key=comment_key(rollout_id), max_chars=2000)
+    tab_stop("How a comment is kept", "It is saved with Submit label or Accept judge; Skip drops it.",
+             key=f"label_comment_stop_{rollout_id}")
     names = [criterion.name for criterion in view.criteria]
     submit_col, accept_col, skip_col = st.columns(3)
     submit_col.button("Submit label", key=f"label_criteria_submit_{rollout_id}", type="primary",
@@ -400,6 +402,8 @@ def label_controls(item: QueueItem, meanings: dict[int, str]) -> None:
     rollout_id = item.rollout.id
     st.text_input("Comment (optional; goes with the next key you press)", key=comment_key(rollout_id),
                   max_chars=2000)
+    tab_stop("How a comment is kept", "Tab out of the box, then press a digit or A: the comment is saved with that "
+             "label. S skips and drops it.", key=f"label_comment_stop_{rollout_id}")
     for column, (score, value) in zip(st.columns(len(item.choices)), item.choices, strict=True):
         column.button(str(score), key=score_key(score), shortcut=str(score), on_click=submit,
                       args=(rollout_id, score, value), width="stretch")
@@ -487,6 +491,11 @@ def scores_text(scores: dict | None) -> str:
     return ", ".join(f"{name} {score}" for name, score in (scores or {}).items())
 
 
+def decision_note(rollout_id: int) -> None:
+    tab_stop("What a decision does", "Decide makes this the rollout's reward in place of the labels' mean, with "
+             "the reason; every label is kept.", key=f"label_decide_stop_{rollout_id}")
+
+
 def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[RewardLabel], offered: list[int]) -> None:
     """The evidence of one disagreement (query, criteria, reference, answer, every label and why) and the
     reviewer's decision: a reviewer settles it as a labeller would, not from the numbers alone; for a
@@ -503,6 +512,7 @@ def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[Rewa
               key="label_decide_history", column_config={"when": DATETIME})
         criterion_radios(criteria, DECIDE_CRITERION, rollout_id)
         st.text_input("Reason (optional)", key=decide_comment_key(rollout_id), max_chars=2000)
+        decision_note(rollout_id)
         st.button(f"Decide rollout {rollout_id}", key=decide_button_key(rollout_id), type="primary",
                   on_click=decide_criteria, args=(rollout_id, [criterion.name for criterion in criteria], offered))
         return
@@ -517,6 +527,7 @@ def decide_form(task: Task, rollout: Rollout, sample: Sample, history: list[Rewa
         st.warning("Choose the final score before deciding; nothing was saved.")
         st.session_state.pop(WARN_KEY, None)
     st.text_input("Reason (optional)", key=decide_comment_key(rollout_id), max_chars=2000)
+    decision_note(rollout_id)
     st.button(f"Decide rollout {rollout_id}", key=decide_button_key(rollout_id), type="primary", on_click=decide,
               args=(rollout_id, values, offered))
 

@@ -46,7 +46,7 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
-from pages._display import show_long, show_turns, table
+from pages._display import show_long, show_turns, tab_stop, table
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 from storage.statuses import (
@@ -175,6 +175,8 @@ def show_gate(step: Step, can_decide: bool) -> None:
     shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.engine.gate.gate_line)
     if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)", key=NOTE_KEY)
+        tab_stop("Why a note", "The candidate did worse than the starting library on held-out queries; an approval "
+                 "or edit against that is recorded with this note.", key="review_note_stop")
     if gate.get("evaluation_before"):
         st.caption(f"Gate evaluations: {gate['evaluation_before']} (starting library) and "
                    f"{gate['evaluation_after']} (candidate); their queries side by side are on the Rollouts page.")
@@ -355,6 +357,9 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
         return {"shortcut": shortcut} if focused else {}
 
     st.text_input("Reason (optional, told to the learner)", key=reason_key(op.id), max_chars=500)
+    tab_stop("What the reason does", "It goes with Reject: the learner is told it in the run's later steps, so it "
+             "does not propose this again. Keys act outside text boxes: A approve, X reject, E edit, J next, "
+             "K previous.", key=f"review_reason_stop_{op.id}")
     approve, reject, edit, move = st.columns(4)
     approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
                    args=(op.id, OperationStatus.APPROVED, run_id, op_name(op)), width="stretch", **keyed("A"))
@@ -376,6 +381,8 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
             st.session_state[edit_ids_key(op.id)] = ", ".join(op.target_ids)
         st.text_area("Experience text", key=edit_text_key(op.id))
         st.text_input("Target ids (comma-separated)", key=edit_ids_key(op.id))
+        tab_stop("How an edit is checked", "Save edit checks the text and target ids as the learner's operations "
+                 "are checked; a valid edit counts as this operation's decision.", key=f"review_edit_stop_{op.id}")
         save, cancel = st.columns(2)
         save.button("Save edit", key=f"review_save_edit_{op.id}", type="primary", on_click=save_edit,
                     args=(op.id, run_id, op_name(op)))

@@ -274,3 +274,78 @@ def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
             wait_for_app(page)
             page.get_by_text("Choose the final score before deciding").first.wait_for()
             assert decisions(app.database_url) == [(first, 0.75, "partly right")]  # nothing for the second
+
+
+# ---- focus after a text field (issue 25) ----------------------------------------------------------------------
+
+
+def focus_is_in(page, css: str) -> bool:
+    return page.evaluate(f"() => !!document.activeElement.closest({css!r})")
+
+
+FOCUSED = """() => { const el = document.activeElement;
+    const text = (el && (el.innerText || el.value || el.getAttribute('aria-label'))) || '';
+    return el ? `${el.tagName} ${text.trim().split('\\\\n')[0]}` : ''; }"""
+
+
+def labels_written(database_url: str) -> list[tuple[int, float, str, str]]:
+    with Session(make_engine(database_url)) as session:
+        rows = session.exec(select(RewardLabel).order_by(RewardLabel.id)).all()
+        return [(row.rollout_id, row.value, row.comment, row.kind) for row in rows]
+
+
+def test_tab_out_of_a_comment_lands_on_no_score_and_enter_there_labels_nothing(tmp_path):
+    """Tab out of the comment box put the focus on score 1, so Enter labelled 1; it must land on something
+    harmless, from which the digit pressed next still labels with the comment."""
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        waiting_run(app.database_url)
+        with browser_page() as page:
+            sign_in_and_open_labeling(page, app)
+            page.get_by_text("You: 0 done; 3 left for you").first.wait_for()
+            wait_for_app(page)
+            current = shown_rollout(page)
+            ready(page, current)
+            comment = page.locator(f".st-key-label_comment_{current} input")
+            comment.fill("names the total")
+            comment.press("Tab")
+            wait_for_app(page)
+            assert focus_is_in(page, f".st-key-label_comment_stop_{current}"), page.evaluate(FOCUSED)
+            page.keyboard.press("Enter")
+            page.wait_for_timeout(1500)
+            wait_for_app(page)
+            assert labels_written(app.database_url) == []
+            page.keyboard.press("4")
+            assert next_shown(page, current) != current
+            assert labels_written(app.database_url) == [(current, 0.75, "names the total", "label")]
+
+
+def test_tab_out_of_a_dispute_reason_lands_on_no_decide_and_enter_there_decides_nothing(tmp_path):
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        first, *_ = disputed_rollouts(app.database_url, count=2)
+        with browser_page() as page:
+            page.goto(app.url)
+            page.get_by_label("User name").fill("rev")
+            page.get_by_role("textbox", name="Password").fill("rev-password")
+            page.get_by_role("button", name="Sign in").click()
+            wait_for_app(page)
+            page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Labeling", exact=True).click()
+            wait_for_app(page)
+            page.get_by_role("tab", name="Agreement").click()
+            wait_for_app(page)
+            panel = agreement_tab(page)
+            panel.locator("[data-testid='stRadio'] label").filter(has_text="4 ·").click()
+            wait_for_app(page)
+            reason = panel.get_by_label("Reason (optional)")
+            reason.fill("partly right")
+            reason.press("Tab")
+            wait_for_app(page)
+            assert focus_is_in(page, f".st-key-label_decide_stop_{first}"), page.evaluate(FOCUSED)
+            page.keyboard.press("Enter")
+            page.wait_for_timeout(1500)
+            wait_for_app(page)
+            assert decisions(app.database_url) == []
+            panel.get_by_role("button", name="Decide").click()
+            wait_for_app(page)
+            assert decisions(app.database_url) == [(first, 0.75, "partly right")]

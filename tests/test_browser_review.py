@@ -116,3 +116,46 @@ def review_by_keys(page, app, run_id: int) -> None:
     assert after["library"] == TEXTS[:2]
     page.get_by_text("Applied as version #2").first.wait_for()
     assert page.get_by_text("▶ focused").count() == 0
+
+
+# ---- focus after a text field (issue 25) ----------------------------------------------------------------------
+
+
+FOCUSED = """() => { const el = document.activeElement;
+    const text = (el && (el.innerText || el.value || el.getAttribute('aria-label'))) || '';
+    return el ? `${el.tagName} ${text.trim().split('\\n')[0]}` : ''; }"""
+DECIDING = ("Approve", "Reject", "Edit", "Save edit", "Approve all pending", "Reject all pending")
+
+
+def operation_ids(database_url: str, run_id: int) -> list[int]:
+    with Session(make_engine(database_url)) as session:
+        return [op.id for op in queries.step_operations(session, queries.steps(session, run_id)[0].id)]
+
+
+def test_tab_out_of_a_reason_never_lands_on_a_decision_and_enter_there_decides_nothing(tmp_path):
+    """Typing a reject reason and pressing Tab put the focus on Approve, so Enter approved what the reason
+    was written to reject; the focus must land on something harmless."""
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        run_id = waiting_review(app.database_url)
+        first = operation_ids(app.database_url, run_id)[0]
+        with browser_page() as page:
+            page.goto(f"{app.url}/review")
+            wait_for_app(page)
+            ready_for_keys(page, 1)
+            reason = page.locator(f".st-key-review_reason_{first} input")
+            reason.fill("a guess, not a lesson")
+            reason.press("Tab")
+            wait_for_app(page)
+            focused = page.evaluate(FOCUSED)
+            assert not focused.startswith("BUTTON") or focused.split(" ", 1)[1] not in DECIDING, focused
+            assert page.evaluate(f"() => !!document.activeElement.closest('.st-key-review_reason_stop_{first}')"), (
+                focused)
+            page.keyboard.press("Enter")
+            page.wait_for_timeout(1500)
+            wait_for_app(page)
+            assert statuses(app.database_url, run_id)["ops"] == ["pending"] * 3
+            press_until_stored(page, "x", app.database_url, run_id, 0)  # the key still rejects, with the reason
+            with Session(make_engine(app.database_url)) as session:
+                assert queries.step_operations(session, queries.steps(session, run_id)[0].id)[0].comment == (
+                    "a guess, not a lesson")
