@@ -32,6 +32,7 @@ from core.records.scenarios import is_conversation
 from pages._common import (
     DATETIME,
     Flash,
+    Outcome,
     allowed,
     context,
     engine,
@@ -101,11 +102,40 @@ def after_decision(run_id: int) -> None:
         start_worker_if_needed()
 
 
-def act(run_id: int, action, *args, success: str) -> object:
-    """Call a core.records.review function for a button; errors (e.g. AlreadyDecided) show as messages."""
+def act(run_id: int, action, *args, success: str, step_id: int | None = None) -> object:
+    """Call a core.records.review function for a button; errors (e.g. AlreadyDecided) show as messages.
+    Given the step the decision was made in, a step left with nothing to decide gives way to the next one
+    that waits (move_on)."""
     result = run_action(FLASH, "decisions", action, engine(), *args, success=success)
     after_decision(run_id)
+    if result is not None and step_id is not None:
+        move_on(step_id)
     return result
+
+
+def step_name(step: Step) -> str:
+    return f"run {step.run_id} · epoch {step.epoch + 1} · batch {step.batch_index + 1}"
+
+
+def move_on(step_id: int) -> None:
+    """After a decision: when its step has nothing left to decide, choose the next step of this task that
+    waits for review (newest run first, as the run picker's default), or say that none does."""
+    with Session(engine()) as session:
+        step = queries.steps_by_ids(session, [step_id]).get(step_id)
+        run = queries.run_by_id(session, step.run_id) if step else None
+        if step is None or run is None:
+            return
+        waiting = queries.steps_waiting_for_review(session, run.task_id, kinds=LEARNING_KINDS)
+    if any(s.id == step_id for s in waiting):
+        return
+    done = f"Run {step_name(step).removeprefix('run ')} has nothing left to decide."
+    following = [s for s in waiting if s.run_id == step.run_id] or waiting
+    if not following:
+        FLASH.set("decisions", Outcome(True, f"{done} No other step of this task waits for review."))
+        return
+    nxt = following[0]
+    st.session_state[RUN_KEY], st.session_state[STEP_KEY] = nxt.run_id, nxt.id
+    FLASH.set("decisions", Outcome(True, f"{done} Next step waiting for review: {step_name(nxt)}."))
 
 
 def note() -> str | None:
@@ -113,13 +143,13 @@ def note() -> str | None:
     return (st.session_state.get(NOTE_KEY) or "").strip() or None
 
 
-def decide(op_id: int, decision: str, run_id: int, name: str) -> None:
+def decide(op_id: int, decision: str, run_id: int, name: str, step_id: int) -> None:
     """A reject carries the card's reason (told to the learner later); either carries the gate note. `name` is
     the card's own name for the operation, which the toast repeats."""
     reason = (st.session_state.get(reason_key(op_id)) or "").strip() or None
     comment = (reason or note()) if decision == OperationStatus.REJECTED else note()
     act(run_id, review.decide_operation, op_id, decision, context().reviewer, comment,
-        success=f"{name} {decision}.")
+        success=f"{name} {decision}.", step_id=step_id)
 
 
 def set_focus(step_id: int, op_id: int) -> None:
@@ -145,21 +175,21 @@ def cancel_edit(op_id: int) -> None:
         st.session_state.pop(key, None)
 
 
-def save_edit(op_id: int, run_id: int, name: str) -> None:
+def save_edit(op_id: int, run_id: int, name: str, step_id: int) -> None:
     text = st.session_state.get(edit_text_key(op_id), "")
     ids = [part.strip() for part in str(st.session_state.get(edit_ids_key(op_id), "")).split(",") if part.strip()]
     if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer, note(),
-           success=f"{name} edited.") is not None:
+           success=f"{name} edited.", step_id=step_id) is not None:
         cancel_edit(op_id)
 
 
 def decide_all(step_id: int, decision: str, run_id: int) -> None:
     act(run_id, review.decide_step, step_id, decision, context().reviewer, note(),
-        success=f"Every pending operation {decision}.")
+        success=f"Every pending operation {decision}.", step_id=step_id)
 
 
 def apply_decisions(step_id: int, run_id: int) -> None:
-    act(run_id, review.apply_if_decided, step_id, context().reviewer, success="Step applied.")
+    act(run_id, review.apply_if_decided, step_id, context().reviewer, success="Step applied.", step_id=step_id)
 
 
 # --- display ----------------------------------------------------------------------------------
@@ -362,9 +392,11 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
              "K previous.", key=f"review_reason_stop_{op.id}")
     approve, reject, edit, move = st.columns(4)
     approve.button("Approve", key=f"review_approve_{op.id}", type="primary", on_click=decide,
-                   args=(op.id, OperationStatus.APPROVED, run_id, op_name(op)), width="stretch", **keyed("A"))
+                   args=(op.id, OperationStatus.APPROVED, run_id, op_name(op), step_id), width="stretch",
+                   **keyed("A"))
     reject.button("Reject", key=f"review_reject_{op.id}", on_click=decide,
-                  args=(op.id, OperationStatus.REJECTED, run_id, op_name(op)), width="stretch", **keyed("X"))
+                  args=(op.id, OperationStatus.REJECTED, run_id, op_name(op), step_id), width="stretch",
+                  **keyed("X"))
     edit.button("Edit", key=f"review_edit_{op.id}", on_click=start_edit, args=(op.id,), width="stretch",
                 **keyed("E"))
     if not focused:
@@ -385,7 +417,7 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
                  "are checked; a valid edit counts as this operation's decision.", key=f"review_edit_stop_{op.id}")
         save, cancel = st.columns(2)
         save.button("Save edit", key=f"review_save_edit_{op.id}", type="primary", on_click=save_edit,
-                    args=(op.id, run_id, op_name(op)))
+                    args=(op.id, run_id, op_name(op), step_id))
         cancel.button("Cancel edit", key=f"review_cancel_edit_{op.id}", on_click=cancel_edit, args=(op.id,))
 
 

@@ -493,3 +493,18 @@ def jobs_in_status(session: Session, status: str) -> list[tuple[str, Run | Evalu
     found += [("evaluation", row) for row in session.exec(
         select(Evaluation).where(Evaluation.status == status, col(Evaluation.run_id).is_(None)))]
     return sorted(found, key=lambda item: item[1].created_at)
+
+
+def steps_waiting_for_review(session: Session, task_id: int | None = None,
+                             kinds: Iterable[str] | None = None) -> list[Step]:
+    """Steps a reviewer has something to do in: awaiting review, or with an operation pending; of one task's
+    runs (or every task's), of runs of `kinds`; newest run first, then in the run's order."""
+    pending = select(Operation.step_id).where(Operation.status == OperationStatus.PENDING)
+    query = (select(Step).join(Run, Run.id == Step.run_id)
+             .where(or_(Step.status == StepStatus.AWAITING_REVIEW, col(Step.id).in_(pending)))
+             .order_by(col(Step.run_id).desc(), Step.epoch, Step.batch_index))
+    if task_id is not None:
+        query = query.where(Run.task_id == task_id)
+    if kinds is not None:
+        query = query.where(col(Run.kind).in_(list(kinds)))
+    return list(session.exec(query))

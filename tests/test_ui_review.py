@@ -305,3 +305,27 @@ def test_a_decision_names_its_operation_as_the_card_does(engine):
     at.text_area(key=f"review_edit_text_{second.id}").input("Write each quantity with its unit first.")
     click(at, f"review_save_edit_{second.id}")
     assert [t.value for t in at.toast] == ["Operation 2 edited."]
+
+
+def test_after_the_last_decision_of_a_step_the_next_waiting_step_opens_or_the_page_says_none_waits(engine):
+    older = seeded_run(engine, "manual")
+    newer = seeded_run(engine, "manual")
+    older_step, newer_step = state(engine, older)["step"], state(engine, newer)["step"]
+    [newer_op] = state(engine, newer)["ops"]
+    at = open_review()
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (newer, newer_step.id)
+
+    click(at, f"review_approve_{newer_op.id}")
+    assert state(engine, newer)["step"].status == "completed"
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (older, older_step.id)
+    assert (f"Run {newer} · epoch 1 · batch 1 has nothing left to decide. Next step waiting for review: run "
+            f"{older} · epoch 1 · batch 1.") in [s.value for s in at.success]
+    [older_op] = state(engine, older)["ops"]
+    assert [b.key for b in at.button if b.key == f"review_approve_{older_op.id}"]
+
+    click(at, f"review_approve_{older_op.id}")
+    assert state(engine, older)["step"].status == "completed"
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (older, older_step.id)
+    assert (f"Run {older} · epoch 1 · batch 1 has nothing left to decide. No other step of this task waits for "
+            "review.") in [s.value for s in at.success]
+    assert any(s.value.startswith("Applied as version #") for s in at.success)
