@@ -303,6 +303,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
                  "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
+                 "examples": True if args.examples else None, "max_examples": args.max_examples,
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
@@ -804,6 +805,10 @@ def build_parser() -> Parser:
     p.add_argument("--max-turns", type=int, help=_default("max_turns"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
+    p.add_argument("--examples", action="store_true", help="also propose worked examples: a successful attempt of "
+                   "a group where others failed, compressed by the learner and proposed only if its own answer "
+                   "scores as right against the reference (tasks whose reward is computed from the answer)")
+    p.add_argument("--max-examples", type=int, help=_default("max_examples"))
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))
     p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
     p.add_argument("--validation-size", type=int, help=_default("validation_size"))

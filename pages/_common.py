@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from core.domain.library import EXAMPLE, kind_of
 from core.errors import PermissionDenied, StudioError
 from core.jobs.worker import ensure_worker, job_health
 from core.records.labeling import Labelled
@@ -257,8 +258,10 @@ def reward_text(value: float | None) -> str:
 
 
 def experience_lines(experiences: list[dict]) -> str:
-    """A version's experiences as plain text, one `[E3] text` line each."""
-    return "\n".join(f"[{exp.get('id', '?')}] {exp.get('text', '')}" for exp in experiences)
+    """A version's experiences as plain text, one `[E3] text` line each; a worked example is marked as one
+    (the agent reads examples apart from the lessons)."""
+    return "\n".join(f"[{exp.get('id', '?')}] {'(worked example) ' if kind_of(exp) == EXAMPLE else ''}"
+                     f"{exp.get('text', '')}" for exp in experiences)
 
 
 def status_label(status: str, heartbeat_at=None) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 import streamlit as st
 from sqlmodel import Session
 
-from core.domain.library import ProposedOp
+from core.domain.library import EXAMPLE, EXAMPLE_MAX_WORDS, LESSON, MAX_WORDS, ProposedOp
 from core.domain.library import diff as library_diff
 from core.domain.library_io import LibraryFormatError, decode_library
 from core.engine import attribution
@@ -236,11 +236,13 @@ def _flash(section: str, outcome: Outcome) -> None:
 
 
 EDIT_BASE_KEY = "lib_edit_base_version"
+KIND_LABELS = {LESSON: "lesson", EXAMPLE: "worked example"}
 
 
 def _on_add() -> None:
     text = st.session_state.get("lib_add_text", "")
-    outcome = apply_edit([ProposedOp("ADD", text=text)], st.session_state.get("lib_add_note", ""),
+    kind = EXAMPLE if st.session_state.get("lib_add_kind") == KIND_LABELS[EXAMPLE] else LESSON
+    outcome = apply_edit([ProposedOp("ADD", text=text, kind=kind)], st.session_state.get("lib_add_note", ""),
                          base_version_id=st.session_state.get(EDIT_BASE_KEY))
     if outcome.ok:
         st.session_state["lib_add_text"] = ""
@@ -483,7 +485,7 @@ def draw_diff(data: PageData, newest_first: list[int]) -> None:
         st.info(f"No differences between version #{old.number} and version #{new.number}.")
         return
     if changes:
-        table(changes, columns=["change", "id", "before", "after"], key="lib_diff_table")
+        table(changes, columns=["change", "id", "kind", "before", "after"], key="lib_diff_table")
     else:
         st.caption("Same experiences, in a different order.")
     show_long(unified_diff(old, new), f"lib_diff_{old.id}_{new.id}", language="diff")
@@ -501,6 +503,10 @@ def draw_edits(data: PageData) -> None:
     add_tab, edit_tab, delete_tab, merge_tab = st.tabs(["Add", "Edit", "Delete", "Merge"])
     with add_tab, st.form("lib_add_form"):
         st.text_area("New experience", key="lib_add_text", height=100)
+        st.radio("Kind", list(KIND_LABELS.values()), horizontal=True, key="lib_add_kind",
+                 help=f"A lesson: a short general rule (at most {MAX_WORDS} words). A worked example: a problem in "
+                      f"brief, the steps to its answer and the answer (at most {EXAMPLE_MAX_WORDS} words); the agent "
+                      "reads examples apart from the lessons.")
         st.text_input("Note (optional)", key="lib_add_note")
         st.form_submit_button("Add experience", key="lib_add_submit", on_click=_on_add)
     with edit_tab:

@@ -364,7 +364,9 @@ def form_settings() -> RunSettings:
         budget_usd=float(state["train_budget"]) or None, gate=state["train_gate"],
         validation_size=optional_int(state.get("train_validation_size")), gate_k=int(state["train_gate_k"]),
         max_operations=optional_int(state.get("train_max_operations")),
-        max_experiences=int(state["train_max_experiences"]), hold_flagged=bool(state["train_hold_flagged"]))
+        max_experiences=int(state["train_max_experiences"]), hold_flagged=bool(state["train_hold_flagged"]),
+        examples=bool(state.get("train_examples", DEFAULTS.examples)),
+        max_examples=int(state.get("train_max_examples", DEFAULTS.max_examples)))
 
 
 def optional_int(value) -> int | None:
@@ -381,7 +383,8 @@ def form_defaults(task) -> dict:
             "train_learner_model": task.learner_model, "train_ground_truth": True, "train_review_mode": "auto",
             "train_budget": 0.0, "train_gate": DEFAULTS.gate.value, "train_validation_size": None,
             "train_gate_k": DEFAULTS.gate_k, "train_max_operations": None,
-            "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged}
+            "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged,
+            "train_examples": DEFAULTS.examples, "train_max_examples": DEFAULTS.max_examples}
 
 
 def preset_values(task, preset: str) -> dict:
@@ -481,6 +484,11 @@ def settings_widgets(task) -> None:
                     placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
     g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences",
                     help=RunSettings.model_fields["max_experiences"].description)
+    w1, w2, _w3 = st.columns(3)
+    w1.checkbox("Worked examples", key="train_examples", help=RunSettings.model_fields["examples"].description
+                + ". A small agent learns from worked examples where abstract lessons do not move it.")
+    w2.number_input("Max worked examples", min_value=1, step=1, key="train_max_examples",
+                    help=RunSettings.model_fields["max_examples"].description)
 
 
 def run_estimate_line(task) -> None:

@@ -1,10 +1,14 @@
 """Import and export of experience libraries in the formats people and other Training-Free GRPO tools use.
 
-An experience is a dict {"id": str, "text": str}; a library is an ordered list of them. Imports return
-texts only: ids are assigned by whoever stores the imported library. An import meets the limits the
-learner's operations meet (core.domain.library: MAX_EXPERIENCES experiences of at most MAX_WORDS words and
-MAX_CHARS characters) in a file of at most MAX_FILE_BYTES, so a library that comes in from outside can
-always go into the agent's system prompt.
+An experience is a dict {"id": str, "text": str} with a "kind" key for worked examples
+(core.domain.library); a library is an ordered list of them. Imports return texts and kinds only: ids are
+assigned by whoever stores the imported library. Every format keeps the kind: JSON as a "kind" key (written
+for examples only, so a library of lessons exports as before), Markdown and the prompt block as a section
+of their own that starts with a "Worked examples" heading, its items numbered [W0], [W1], ...; a file from
+an earlier version, which has no such section, reads as all lessons. An import meets the limits the
+learner's operations meet (core.domain.library: MAX_EXPERIENCES lessons of at most MAX_WORDS words and
+MAX_CHARS characters, MAX_EXAMPLES examples within their own limit) in a file of at most MAX_FILE_BYTES, so
+a library that comes in from outside can always go into the agent's system prompt.
 """
 
 from __future__ import annotations
@@ -15,14 +19,28 @@ import re
 from typing import Any
 
 from core.domain import json_input
-from core.domain.library import MAX_CHARS, MAX_EXPERIENCES, MAX_WORDS
+from core.domain.library import (
+    EXAMPLE,
+    KINDS,
+    LESSON,
+    MAX_EXAMPLES,
+    MAX_EXPERIENCES,
+    examples,
+    kind_of,
+    lessons,
+    limits,
+)
 from core.errors import InvalidInput
 
-_ITEM_MARKER = re.compile(r"^(?:(?P<id>\[G?\d+\]\.?)|[-*+]|\d+[.)])(?:\s+|$)", re.IGNORECASE)
-_ID_PREFIX = re.compile(r"^\[G?\d+\]\.?(?:\s+|$)", re.IGNORECASE)
+_ITEM_MARKER = re.compile(r"^(?:(?P<id>\[[GW]?\d+\]\.?)|[-*+]|\d+[.)])(?:\s+|$)", re.IGNORECASE)
+_ID_PREFIX = re.compile(r"^\[[GW]?\d+\]\.?(?:\s+|$)", re.IGNORECASE)
 _NUMBERED_KEY = re.compile(r"^\[?G?(\d+)\]?$", re.IGNORECASE)
-_BRACKET_ITEM = re.compile(r"^\[G?\d+\]", re.IGNORECASE)
+_BRACKET_ITEM = re.compile(r"^\[[GW]?\d+\]", re.IGNORECASE)
 _HEADING_OR_FENCE = re.compile(r"^(?:#{1,6}(?:\s|$)|```)")
+# The line that opens the worked examples in Markdown ("## Worked examples") and in the prompt block
+# (core.domain.prompts.EXAMPLES_HEADER starts with these words): the items after it are examples.
+_EXAMPLES_HEADING = re.compile(r"^(?:#{1,6}\s+)?worked examples?\b", re.IGNORECASE)
+EXAMPLES_TITLE = "Worked examples"
 MB = 1024 * 1024
 MAX_FILE_BYTES = 2 * MB  # 30 experiences of 500 characters are some 15 kB; this leaves room for any format
 
@@ -50,10 +68,16 @@ def decode_library(data: bytes, filename: str = "") -> str:
 
 
 def parse_library_text(text: str, filename: str = "") -> list[str]:
-    """Read experience texts from JSON (list, {"G0": ...} object, to_json output) or a Markdown/plain list.
+    """The experience texts of a library file (parse_library_entries without the kinds)."""
+    return [item["text"] for item in parse_library_entries(text, filename)]
+
+
+def parse_library_entries(text: str, filename: str = "") -> list[dict]:
+    """Read entries {"text", "kind"} from JSON (list, {"G0": ...} object, to_json output) or a Markdown/plain
+    list, in the file's order.
 
     A plain file with no list markers at all gives one experience per non-empty line. The file size,
-    the number of experiences and each one's length are checked (see the module docstring).
+    the number of entries of each kind and each one's length are checked (see the module docstring).
     """
     name = filename or "library"
     check_file_size(len(text.encode("utf-8", errors="surrogatepass")), name)
@@ -70,51 +94,66 @@ def parse_library_text(text: str, filename: str = "") -> list[str]:
             raise LibraryFormatError(
                 f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from exc
-        texts = _texts_from_json(value, name)
+        entries = _entries_from_json(value, name)
     else:
-        texts = _texts_from_list(stripped)
+        entries = _entries_from_list(stripped)
 
-    texts = [t.strip() for t in texts if t.strip()]
-    if not texts:
+    entries = [{"text": t.strip(), "kind": kind} for t, kind in entries if t.strip()]
+    if not entries:
         raise LibraryFormatError(
             f"{name}: no experiences found; expected a JSON list or object, or a list with one "
             "experience per line ('- ', '* ', '1. ' or '[G0]. ')"
         )
-    _check_limits(texts, name)
-    return texts
+    _check_limits(entries, name)
+    return entries
 
 
-def _check_limits(texts: list[str], name: str) -> None:
+def _check_limits(entries: list[dict], name: str) -> None:
     """The learner's limits (core.domain.library), so an imported library is one the studio could have learned."""
-    if len(texts) > MAX_EXPERIENCES:
-        raise LibraryFormatError(f"{name}: {len(texts):,} experiences; an import holds at most {MAX_EXPERIENCES}, "
-                                 "as many as a run lets the learner keep by default")
-    for number, text in enumerate(texts, start=1):
-        words = len(text.split())
-        if words > MAX_WORDS or len(text) > MAX_CHARS:
-            raise LibraryFormatError(f"{name}: experience {number} is too long ({words:,} words, {len(text):,} "
-                                     f"characters; at most {MAX_WORDS} words / {MAX_CHARS} characters)")
+    if len(lessons(entries)) > MAX_EXPERIENCES:
+        raise LibraryFormatError(f"{name}: {len(lessons(entries)):,} experiences; an import holds at most "
+                                 f"{MAX_EXPERIENCES}, as many as a run lets the learner keep by default")
+    if len(examples(entries)) > MAX_EXAMPLES:
+        raise LibraryFormatError(f"{name}: {len(examples(entries)):,} worked examples; an import holds at most "
+                                 f"{MAX_EXAMPLES}, as many as a run keeps by default")
+    for number, item in enumerate(entries, start=1):
+        text, kind = item["text"], item["kind"]
+        words, (max_words, max_chars) = len(text.split()), limits(kind)
+        if words > max_words or len(text) > max_chars:
+            what = "worked example" if kind == EXAMPLE else "experience"
+            raise LibraryFormatError(f"{name}: {what} {number} is too long ({words:,} words, {len(text):,} "
+                                     f"characters; at most {max_words} words / {max_chars} characters)")
 
 
 def to_markdown(experiences: list[dict], title: str = "Experience library") -> str:
-    """A heading and one `- [G<n>] text` line per experience, numbered as the agent sees them."""
+    """A heading and one `- [G<n>] text` line per lesson, numbered as the agent sees them; worked examples
+    after them under a `## Worked examples` heading, `- [W<n>] text`."""
     lines = [f"# {title}", ""]
-    lines += [f"- [G{i}] {_one_line(e['text'])}" for i, e in enumerate(experiences)]
+    lines += [f"- [G{i}] {_one_line(e['text'])}" for i, e in enumerate(lessons(experiences))]
+    if examples(experiences):
+        lines += ["", f"## {EXAMPLES_TITLE}", ""]
+        lines += [f"- [W{i}] {_one_line(e['text'])}" for i, e in enumerate(examples(experiences))]
     return "\n".join(lines) + "\n"
 
 
 def to_json(experiences: list[dict], meta: dict | None = None) -> str:
-    """Pretty JSON {"experiences": [{"id", "text"}, ...], **meta}, keeping the stable ids."""
+    """Pretty JSON {"experiences": [{"id", "text"}, ...], **meta}, keeping the stable ids and, for a worked
+    example, its "kind"."""
     meta = dict(meta or {})
     if "experiences" in meta:
         raise InvalidInput("meta must not contain the key 'experiences'")
-    document = {"experiences": [{"id": str(e["id"]), "text": e["text"]} for e in experiences], **meta}
+    items = [{"id": str(e["id"]), "text": e["text"], **({"kind": kind_of(e)} if kind_of(e) != LESSON else {})}
+             for e in experiences]
+    document = {"experiences": items, **meta}
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
 def to_prompt_block(experiences: list[dict]) -> str:
-    """The numbered list put into the agent's system prompt, as in the paper: `[G0]. text`, one per line."""
-    return "\n".join(f"[G{i}]. {_one_line(e['text'])}" for i, e in enumerate(experiences))
+    """The numbered list put into the agent's system prompt, as in the paper: `[G0]. text`, one per line.
+    Given entries of one kind (core.domain.prompts.library_block puts lessons and examples apart), so worked
+    examples are numbered `[W0]. text` and lessons `[G0]. text`."""
+    prefix = "W" if experiences and all(kind_of(e) == EXAMPLE for e in experiences) else "G"
+    return "\n".join(f"[{prefix}{i}]. {_one_line(e['text'])}" for i, e in enumerate(experiences))
 
 
 def _one_line(text: str) -> str:
@@ -129,24 +168,29 @@ def _looks_like_json(stripped: str, filename: str) -> bool:
     return stripped.startswith("[") and not _BRACKET_ITEM.match(stripped)
 
 
-def _texts_from_json(value: Any, name: str) -> list[str]:
+def _entries_from_json(value: Any, name: str) -> list[tuple[str, str]]:
+    """(text, kind) pairs; an item's "kind" (absent in files from earlier versions: a lesson) must be known."""
     if isinstance(value, list):
-        texts = []
+        entries = []
         for number, item in enumerate(value, start=1):
             if isinstance(item, str):
-                texts.append(item)
+                entries.append((item, LESSON))
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
-                texts.append(item["text"])
+                kind = item.get("kind") or LESSON
+                if kind not in KINDS:
+                    raise LibraryFormatError(f"{name}: item {number} has kind {kind!r}; an entry is a "
+                                             f"{' or an '.join(KINDS)}")
+                entries.append((item["text"], kind))
             else:
                 raise LibraryFormatError(
                     f"{name}: item {number} is neither a string nor an object with a string 'text'"
                 )
-        return texts
+        return entries
     if isinstance(value, dict):
         if "experiences" in value:
             if not isinstance(value["experiences"], list | dict):
                 raise LibraryFormatError(f"{name}: 'experiences' must be a list or an object")
-            return _texts_from_json(value["experiences"], name)
+            return _entries_from_json(value["experiences"], name)
         for key, item in value.items():
             if not isinstance(item, str):
                 raise LibraryFormatError(f"{name}: the value of {key!r} is not a string")
@@ -154,25 +198,32 @@ def _texts_from_json(value: Any, name: str) -> list[str]:
         numbered = [(int(m[1]), key) for key in keys if (m := _NUMBERED_KEY.match(key))]
         if keys and len(numbered) == len(keys):
             keys = [key for _, key in sorted(numbered)]
-        return [value[key] for key in keys]
+        return [(value[key], LESSON) for key in keys]
     raise LibraryFormatError(f"{name}: expected a JSON list or object, got {type(value).__name__}")
 
 
-def _texts_from_list(text: str) -> list[str]:
-    """Markdown/plain list items; unmarked lines continue the item above, or stand alone if none is marked."""
-    lines = [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not _HEADING_OR_FENCE.match(line.strip())
-    ]
-    if not any(_ITEM_MARKER.match(line) for line in lines):
+def _entries_from_list(text: str) -> list[tuple[str, str]]:
+    """Markdown/plain list items with their kind; unmarked lines continue the item above, or stand alone if
+    none is marked. A "Worked examples" heading (Markdown's `## Worked examples`, the prompt block's line)
+    makes the items after it examples; any other Markdown heading makes them lessons again."""
+    lines: list[tuple[str, str]] = []
+    kind = LESSON
+    for raw in text.splitlines():
+        line = raw.strip()
+        if _EXAMPLES_HEADING.match(line):
+            kind = EXAMPLE
+        elif line.startswith("#") and _HEADING_OR_FENCE.match(line):
+            kind = LESSON
+        elif line and not _HEADING_OR_FENCE.match(line):
+            lines.append((line, kind))
+    if not any(_ITEM_MARKER.match(line) for line, _ in lines):
         return lines
-    items: list[str] = []
-    for line in lines:
+    items: list[tuple[str, str]] = []
+    for line, kind in lines:
         marker = _ITEM_MARKER.match(line)
         if marker:
             rest = line[marker.end() :]
-            items.append(rest if marker["id"] else _ID_PREFIX.sub("", rest, count=1))
-        elif items:
-            items[-1] = f"{items[-1]} {line}"
+            items.append((rest if marker["id"] else _ID_PREFIX.sub("", rest, count=1), kind))
+        elif items and items[-1][1] == kind:
+            items[-1] = (f"{items[-1][0]} {line}", kind)
     return items

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.domain.library import render_for_learner
+from core.domain.library import EXAMPLE_MAX_WORDS, examples, lessons, render_for_learner
 from core.domain.library_io import to_prompt_block
 from core.domain.personas import Persona, Scenario
 from core.domain.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
@@ -29,15 +29,32 @@ def _chat(system: str, user: str) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+# Opens the worked examples of a library, after its lessons (core.domain.library_io reads a pasted prompt block
+# back by these first words, so they stay "Worked examples").
+EXAMPLES_HEADER = "Worked examples of similar problems, solved correctly (follow the method, not the numbers):"
+
+
+def library_block(experiences: list[dict]) -> str:
+    """The library as the agent reads it ("" when empty): the header, the lessons as the paper's numbered list
+    `[G0]. ...`, then the worked examples apart under their own header, `[W0]. ...`. The agent prompt, the
+    `prompt` export and the HTTP API all render a library with this."""
+    if not experiences:
+        return ""
+    parts = [to_prompt_block(lessons(experiences))] if lessons(experiences) else []
+    if examples(experiences):
+        parts.append(f"{EXAMPLES_HEADER}\n{to_prompt_block(examples(experiences))}")
+    return f"{EXPERIENCE_HEADER}\n" + "\n\n".join(parts)
+
+
 def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool) -> str:
-    """The agent's system prompt: the task's instructions, then the library as a numbered list."""
+    """The agent's system prompt: the task's instructions, then the library (library_block)."""
     parts = [instructions.strip()]
     if answer_format.strip():
         parts.append(answer_format.strip())
     if python_tool:
         parts.append(PYTHON_TOOL_NOTE)
     if experiences:
-        parts.append(f"{EXPERIENCE_HEADER}\n{to_prompt_block(experiences)}")
+        parts.append(library_block(experiences))
     return "\n\n".join(parts)
 
 
@@ -153,6 +170,23 @@ def update_messages(experiences: list[dict], proposals: list[str], max_experienc
         '"rationale": "<why>"}]}'
     )
     return _chat("You curate a small library of experiences for an AI agent.", content)
+
+
+def example_messages(query: str, trajectory: str) -> list[dict]:
+    """A successful rollout compressed into a worked example (issue 26): the problem in brief, the steps that
+    reached the answer, and the answer the rollout reached. The reference answer is not shown: the example's
+    answer is scored with the task's reward afterwards, and an example that could copy the reference would
+    pass that check whatever its steps say."""
+    content = (
+        f"An AI agent solved this problem correctly.\n\nProblem:\n{query}\n\n"
+        f"The agent's solution:\n{trajectory}\n\n"
+        "Write it as a worked example another agent can learn the method from: the problem in brief (keep "
+        "the numbers it needs), the steps that reached the answer, each short and in order, and the final "
+        "answer alone, exactly as the solution gave it. Leave out detours and checks that did "
+        f"not change the answer. At most {EXAMPLE_MAX_WORDS} words in all.\n"
+        'Reply with JSON only: {"problem": "...", "steps": ["...", "..."], "answer": "..."}'
+    )
+    return _chat("You turn a correct solution into a short worked example.", content)
 
 
 def direct_messages(instructions: str, queries: list[tuple[str, str | None]], count: int) -> list[dict]:

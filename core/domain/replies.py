@@ -182,6 +182,32 @@ class DirectReply(Reply):
         return texts
 
 
+def _steps(value: object) -> list[str]:
+    """The steps as a list of texts; one text holding them all is one step."""
+    return _texts(value if isinstance(value, list) else [value])
+
+
+class ExampleReply(Reply):
+    """A successful rollout compressed into a worked example (core.domain.prompts.example_messages). Nothing is
+    cut: an example over its length limit is refused by validation with its reason, never stored shortened."""
+
+    problem: Text
+    steps: Annotated[list[str], BeforeValidator(_steps)]
+    answer: Text
+
+    @model_validator(mode="after")
+    def _complete(self) -> ExampleReply:
+        if not self.problem or not self.steps or not self.answer:
+            raise ValueError("a worked example needs a problem, at least one step and an answer")
+        return self
+
+    def entry_text(self) -> str:
+        """The library entry: one line, as every entry is shown to the agent."""
+        steps = " ".join(step if step.endswith((".", "!", "?")) else f"{step}." for step in self.steps)
+        answer = self.answer if self.answer.endswith((".", "!", "?")) else f"{self.answer}."
+        return f"Problem: {self.problem} Steps: {steps} Answer: {answer}"
+
+
 def _score(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"score must be an integer, got {value!r}")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from core.domain.library import MAX_EXPERIENCES
+from core.domain.library import MAX_EXAMPLES, MAX_EXPERIENCES
 from core.errors import InvalidInput, describe_validation
 from core.secrets import mask_url
 from core.settings import get_settings
@@ -86,6 +86,10 @@ class RunSettings(JobSettings):
     max_turns: int | None = Field(None, ge=1, description="python mode: model turns per answer (default 3); "
                                   "conversation tasks: agent turns per conversation (default: the task's max_turns)")
     max_experiences: int = Field(MAX_EXPERIENCES, ge=1, description="the most experiences a library may hold")
+    examples: bool = Field(False, description="also propose worked examples: in each group where some attempts "
+                           "succeeded and others failed, the learner compresses a successful attempt, and the "
+                           "example is proposed only if its own answer scores as right (needs ground truth)")
+    max_examples: int = Field(MAX_EXAMPLES, ge=1, description="the most worked examples a library may hold")
     start_label: str | None = Field(None, description="start from the version this label points at (e.g. "
                                     "production) instead of the library's latest")
     old_share: float | None = Field(None, ge=0.0, le=1.0, description="an update from production: train on the "
@@ -104,6 +108,15 @@ class RunSettings(JobSettings):
                                          "retried (default TFGRPO_CALL_TIMEOUT_S)")
     call_deadline_s: float | None = Field(None, gt=0, description="seconds one model call may take with all its "
                                           "retries (default TFGRPO_CALL_DEADLINE_S)")
+
+    @model_validator(mode="after")
+    def _examples_need_ground_truth(self) -> RunSettings:
+        """A worked example is proposed only once its answer scores as right against the reference; without
+        ground truth there is nothing to score it against."""
+        if self.examples and not self.ground_truth:
+            raise ValueError("worked examples are checked against the reference answer: keep ground truth on, "
+                             "or turn examples off")
+        return self
 
     def gateway_limits(self) -> dict:
         """The gateway's per-request timeout and overall deadline, where this run sets them."""

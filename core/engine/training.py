@@ -38,6 +38,7 @@ from core.engine import gate
 from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
 from core.engine.rollouts import stored_rollout
 from core.engine.run_settings import RunSettings
+from core.engine.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import Gateway, Scope
@@ -119,6 +120,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
                              "(majority answers) is for tasks with a final answer to compare, so keep ground truth on")
         check_agent_mode(task.name, task.agent_mode)
         check_task_kind(session, task)
+        if settings.examples and (why := can_verify(task)):
+            raise InvalidInput(f"worked examples are off for task {task.name!r}: {why}")
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
@@ -407,7 +410,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         row = session.get(Step, step.id)
         row.reward_mean = statistics.fmean(rewards) if rewards else None
         row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
-        row.stats = {"groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
+        row.stats = {**(row.stats or {}), "groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
                                                  for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)}}
         session.add(row)
         has_ops = bool(queries.step_operations(session, step.id))
@@ -418,6 +421,11 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         proposals = [text for a in advantages if a.status == GroupStatus.OK for text in a.proposals]
         source_ids = [a.id for a in advantages if a.status == GroupStatus.OK]
         await _consolidate(ctx, step, experiences, proposals, source_ids)
+    if ctx.settings.examples and not examples_recorded(ctx.engine, step.id):  # before the gate measures the step
+        found = await propose_examples(ctx.engine, ctx.gateway, ctx.task, step, advantages, scope=ctx.scope,
+                                       model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens)
+        store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
+                       max_examples=ctx.settings.max_examples)
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
     _tick(ctx)
     if ctx.settings.review_mode == "auto" and not gate_undecided(verdict):  # undecided: a person decides

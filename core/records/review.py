@@ -14,7 +14,17 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.domain.library import ProposedOp, apply_ops, experience_texts, next_id_number, validate_ops
+from core.domain.library import (
+    EXAMPLE,
+    LESSON,
+    ProposedOp,
+    apply_ops,
+    experience_texts,
+    kind_of,
+    limits,
+    next_id_number,
+    validate_ops,
+)
 from core.domain.quality import Flag, quality_flags
 from core.engine.run_settings import RunSettings
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
@@ -97,10 +107,12 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
         op = _operation(session, op_id)
         step = session.get(Step, op.step_id)
         before = session.get(LibraryVersion, step.version_before_id)
-        max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+        settings = RunSettings.from_dict(session.get(Run, step.run_id).settings)
+        kind = operation_kind(step, op)
     text = clean_text(text or "") or None
     ids = [str(i).strip() for i in target_ids if str(i).strip()]
-    checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "")], max_size=max_size)[0]
+    checked = validate_ops(before.experiences, [ProposedOp(op.op, ids, text, op.rationale or "", kind)],
+                           max_size=settings.max_experiences, max_examples=settings.max_examples)[0]
     if not checked.valid:
         raise InvalidInput(f"the edited operation is not valid: {checked.error}")
     _check_gate(engine, op.step_id, OperationStatus.EDITED, comment)
@@ -158,9 +170,13 @@ def step_flags(session: Session, step: Step, ops: list[Operation] | None = None)
     query_texts = [sample.query for sample in queries.samples_by_ids(session, list(step.sample_ids or []))]
     live = [op for op in ops if op.status != OperationStatus.INVALID]
     texts = {op.id: (f"operation {op.position + 1}", op.text or "") for op in live}
+    examples = {op.id for op in live if operation_kind(step, op) == EXAMPLE}
+    # A worked example is judged against its own length limit, and it keeps its problem's numbers by design.
     return {op.id: quality_flags(op.text, op.op, op.target_ids, before.experiences if before else [],
                                  {label: text for other, (label, text) in texts.items() if other != op.id},
-                                 query_texts=query_texts)
+                                 query_texts=() if op.id in examples else query_texts,
+                                 **dict(zip(("max_words", "max_chars"), limits(EXAMPLE), strict=True))
+                                 if op.id in examples else {})
             for op in live}
 
 
@@ -317,11 +333,47 @@ def check_step_operations(session: Session, step: Step, ops: list[Operation]) ->
     """The step's starting version, and each operation that changes the library (not KEEP) with its check
     against that version: what applying `ops` would do. The gate's candidate is built the same way."""
     before = session.get(LibraryVersion, step.version_before_id)
-    max_size = RunSettings.from_dict(session.get(Run, step.run_id).settings).max_experiences
+    settings = RunSettings.from_dict(session.get(Run, step.run_id).settings)
     changing = [o for o in ops if o.op != OpKind.KEEP]
-    checked = validate_ops(before.experiences, [ProposedOp(o.op, o.target_ids, o.text, o.rationale or "")
-                                                for o in changing], max_size=max_size)
+    checked = validate_ops(before.experiences, [proposed_op(step, o) for o in changing],
+                           max_size=settings.max_experiences, max_examples=settings.max_examples)
     return before, list(zip(changing, checked, strict=True))
+
+
+def example_sources(step: Step) -> dict[int, dict]:
+    """Where each worked-example operation of a step came from, by the operation's position in the step:
+    {"advantage_id", "rollout_id"} (the group, as Operation.source_advantage_ids names it, and the rollout
+    the example was compressed from). Written with the operations (record_examples)."""
+    sources = ((step.stats or {}).get("examples") or {}).get("sources") or {}
+    return {int(position): dict(source) for position, source in sources.items()}
+
+
+def record_examples(stats: dict | None, positions: list[int], sources: list[tuple[int, int]], dropped: int) -> dict:
+    """A step's stats with its worked examples: how many were proposed and dropped, and each example
+    operation's group and rollout by position. An Operation row has no column for an entry's kind or its
+    rollout and none is added (no migration): the operations at these positions are the step's examples."""
+    by_position = {str(position): {"advantage_id": advantage_id, "rollout_id": rollout_id}
+                   for position, (advantage_id, rollout_id) in zip(positions, sources, strict=True)}
+    return {**(stats or {}), "examples": {"proposed": len(by_position), "dropped": dropped, "sources": by_position}}
+
+
+def operation_kind(step: Step | None, op: Operation) -> str | None:
+    """The entry kind an operation writes: `example` for a step's worked examples, else None (a lesson for an
+    ADD, its targets' kind for a MODIFY or MERGE; validate_ops decides)."""
+    return EXAMPLE if step is not None and op.position in example_sources(step) else None
+
+
+def proposed_op(step: Step | None, op: Operation) -> ProposedOp:
+    """A stored operation as the library's functions take it, with its kind."""
+    return ProposedOp(op.op, list(op.target_ids), op.text, op.rationale or "", operation_kind(step, op))
+
+
+def written_kind(step: Step | None, op: Operation, experiences: list[dict]) -> str:
+    """The kind of the entries an operation writes or removes (`lesson` or `example`), for a card or a table:
+    a step's worked example, else the kind of its targets in `experiences` (the library it changes)."""
+    kinds = {exp.get("id"): kind_of(exp) for exp in experiences}
+    targets = [kinds[i] for i in op.target_ids if i in kinds]
+    return operation_kind(step, op) or (targets[0] if targets else LESSON)
 
 
 def next_library(session: Session, before: LibraryVersion, valid: list[ProposedOp]) -> list[dict]:

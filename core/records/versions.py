@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.domain import library_io
-from core.domain.library import ProposedOp, apply_ops, next_id_number, validate_ops
+from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_number, validate_ops
 from core.errors import Conflict, InvalidInput, NotFound, StaleVersion
 from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
@@ -86,10 +86,12 @@ def create_version(
     return version
 
 
-def new_experiences(session: Session, library: Library, texts: list[str]) -> list[dict]:
-    """Fresh ids for texts that enter the library from outside (import, baseline)."""
+def new_experiences(session: Session, library: Library, texts: list[str] | list[dict]) -> list[dict]:
+    """Fresh ids for entries that enter the library from outside (import, baseline): texts (lessons) or
+    {"text", "kind"} entries as library_io.parse_library_entries reads them."""
     start = next_id_number(all_ids(session, library.id))
-    return [{"id": f"E{start + i}", "text": text} for i, text in enumerate(texts)]
+    items = [item if isinstance(item, dict) else {"text": item} for item in texts]
+    return [entry(f"E{start + i}", item["text"], item.get("kind") or LESSON) for i, item in enumerate(items)]
 
 
 def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
@@ -117,7 +119,7 @@ def resolve_version(session: Session, task: Task, ref: str, library_name: str = 
 def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
                    actor: str = "cli") -> LibraryVersion:
     """A new version holding the experiences of an imported file (replacing the current content)."""
-    texts = library_io.parse_library_text(text, filename)
+    texts = library_io.parse_library_entries(text, filename)
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "importing a library")
         lib = ensure_library(session, _task(session, task_name), library_name, actor=actor)
@@ -134,9 +136,9 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) 
     if fmt == "json":
         return library_io.to_json(experiences, meta)
     if fmt == "prompt":
-        from core.domain.prompts import EXPERIENCE_HEADER
+        from core.domain.prompts import library_block
 
-        return f"{EXPERIENCE_HEADER}\n{library_io.to_prompt_block(experiences)}\n" if experiences else ""
+        return f"{library_block(experiences)}\n" if experiences else ""
     raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 

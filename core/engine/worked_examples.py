@@ -1,0 +1,174 @@
+"""Worked examples from a step's groups (issue 26, point 2): a successful rollout, compressed and verified.
+
+A small agent gains nothing from abstract lessons but does from worked examples of problems like its own
+(DESIGN §8, "A small agent learns knowledge, not reasoning"). The group-relative advantage already says
+which rollouts to learn from: in a group where some attempts succeeded and others failed, a success shows a
+way to the answer the failures missed. The learner compresses one such rollout (core.domain.prompts.
+example_messages) and the compressed example is scored again with the task's own reward against the
+sample's reference, on the example's final answer: a compression can lose a step or change a number, and
+an example that teaches a wrong answer is worse than none. An example whose answer does not score as right
+is dropped, and the drop is recorded (on the group's Advantage text, and counted on the step) so the Review
+page can say why a mixed group brought no example.
+
+Kept out of core.engine.training so that the loop only calls `propose_examples` and `store_examples` once the
+learner's operations are stored; the examples are operations after them in the same step and go through the
+same review, gate, versions, diff and export as the learner's lessons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.domain.library import EXAMPLE, ProposedOp, validate_ops
+from core.domain.metrics import is_answered
+from core.domain.prompts import example_messages, trajectory_text
+from core.domain.replies import ExampleReply
+from core.domain.rewards import METHODS, score_or_error
+from core.errors import ModelCallError, StructuredOutputError
+from core.models.gateway import Gateway, Scope
+from core.records.review import proposed_op, record_examples
+from core.records.scenarios import is_conversation
+from storage import queries
+from storage.db import session_scope
+from storage.models import Advantage, Operation, Rollout, Sample, Step, Task
+from storage.statuses import GroupStatus, OperationStatus
+from storage.writes import insert_or_skip
+
+log = logging.getLogger(__name__)
+RIGHT = 0.5  # a reward at or above this is a right answer (Pass@k counts the same way)
+STAGE = "example"  # the ledger's stage for the learner's compression calls
+NOTE_MARK = "\n\nWorked example: "  # starts the note on an Advantage's text (written again, never twice)
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """An example to propose: an ADD of kind example, linked to its group (Operation.source_advantage_ids)
+    and to the rollout it was compressed from."""
+
+    advantage_id: int
+    rollout_id: int
+    text: str
+    rationale: str
+
+    def op(self) -> ProposedOp:
+        return ProposedOp("ADD", [], self.text, self.rationale, EXAMPLE)
+
+
+def can_verify(task: Task) -> str | None:
+    """Why this task's examples could not be verified (None when they can): the check scores the example's
+    answer with the task's reward on the spot, which a judge's or a person's reward cannot do, and a
+    conversation has no single final answer."""
+    if is_conversation(task):
+        return "a conversation task has no final answer to check a worked example against"
+    method = METHODS.get(task.reward_method)
+    if method is None or not method.scored_by_function:
+        return (f"the task's reward ({task.reward_method}) is not computed from the answer, so a worked example "
+                "could not be checked before it is proposed")
+    return None
+
+
+def source_rollout(rollouts: list[Rollout]) -> Rollout | None:
+    """The rollout to learn from in a group with a mixed result (at least one right and one wrong answer;
+    None otherwise): the highest reward, then the shortest answer (less to compress, fewer detours), then the
+    first in the group, so the same group always gives the same choice."""
+    answered = [r for r in rollouts if is_answered(r)]
+    right = [r for r in answered if r.reward >= RIGHT]
+    if not right or len(right) == len(answered):
+        return None
+    return min(right, key=lambda r: (-r.reward, len(r.response or ""), r.group_index))
+
+
+@dataclass(frozen=True)
+class Found:
+    """A step's worked examples: those to propose, and how many groups' examples were dropped."""
+
+    examples: list[WorkedExample]
+    dropped: int
+
+
+async def propose_examples(engine: Engine, gateway: Gateway, task: Task, step: Step, advantages: list[Advantage], *,
+                           model: str, max_tokens: int, scope: Scope) -> Found:
+    """One verified worked example per group of the step that has a mixed result, in the groups' order."""
+    tried = await asyncio.gather(*(_group_example(engine, gateway, task, step, advantage, model=model,
+                                                  max_tokens=max_tokens, scope=scope)
+                                   for advantage in advantages if advantage.status == GroupStatus.OK))
+    examples = [example for done, example in tried if done and example is not None]
+    return Found(examples, sum(1 for done, example in tried if done and example is None))
+
+
+async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Step, advantage: Advantage, *,
+                         model: str, max_tokens: int, scope: Scope) -> tuple[bool, WorkedExample | None]:
+    """(whether the group had a rollout to learn from, its verified example or None when it was dropped)."""
+    with Session(engine) as session:
+        rollouts = queries.step_rollouts(session, step.id, advantage.sample_id)
+        sample = session.get(Sample, advantage.sample_id)
+    source = source_rollout(rollouts)
+    if source is None:
+        return False, None
+    answered = [r for r in rollouts if is_answered(r)]
+    failed = sum(1 for r in answered if r.reward < RIGHT)
+    where = f"output {source.group_index} (reward {source.reward:g}; {failed} of {len(answered)} attempts failed)"
+    try:
+        reply, _call = await gateway.complete_json(
+            stage=STAGE, model=model, messages=example_messages(sample.query, trajectory_text(source.messages)),
+            reply=ExampleReply, scope=scope, max_tokens=max_tokens)
+    except (StructuredOutputError, ModelCallError) as exc:
+        _note(engine, advantage.id, f"none from {where}: the learner's reply failed ({exc}).")
+        return True, None
+    answer = reply.answer
+    check = await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
+                                    task.reward_settings)
+    if check.value < RIGHT:
+        reason = f": {check.detail}" if check.detail else ""
+        _note(engine, advantage.id, f"dropped, compressed from {where}: its own answer {answer!r} scores "
+                                    f"{check.value:g} against the reference{reason}.")
+        return True, None
+    _note(engine, advantage.id, f"proposed, compressed from {where}; its answer {answer!r} scores "
+                                f"{check.value:g} against the reference.")
+    return True, WorkedExample(advantage.id, source.id, reply.entry_text(),
+                               f"A worked example compressed from {where} of the query's group; its own answer "
+                               f"({answer}) scores {check.value:g} against the reference.")
+
+
+def _note(engine: Engine, advantage_id: int, note: str) -> None:
+    """What became of the group's worked example, on its Advantage text (which Review shows with the group);
+    an earlier note (a resumed step compresses again, from the cache) is replaced, not repeated."""
+    with session_scope(engine) as session:
+        row = session.get(Advantage, advantage_id)
+        row.text = (row.text or "").split(NOTE_MARK)[0] + NOTE_MARK + note
+        session.add(row)
+
+
+def examples_recorded(engine: Engine, step_id: int) -> bool:
+    """Whether the step's worked examples were proposed already (a resumed step does not propose them twice)."""
+    with Session(engine) as session:
+        return "examples" in (session.get(Step, step_id).stats or {})
+
+
+def store_examples(engine: Engine, step_id: int, experiences: list[dict], found: Found, *,
+                   max_size: int | None = None, max_examples: int | None = None) -> list[Operation]:
+    """Store the step's examples as ADD operations of kind example after its other operations (pending, or
+    invalid with the reason: over the example's length limit, a duplicate, the library's examples full),
+    each linked to its own group, and record on the step where each came from and how many were dropped,
+    in the same transaction. Validated against the library as the step's earlier valid operations leave it."""
+    with session_scope(engine) as session:
+        step = session.get(Step, step_id)
+        earlier = queries.step_operations(session, step_id)
+        valid = [proposed_op(step, op) for op in earlier if op.status != OperationStatus.INVALID]
+        checked = validate_ops(experiences, [*valid, *(example.op() for example in found.examples)],
+                               max_size=max_size, max_examples=max_examples)[len(valid):]
+        first = max((op.position for op in earlier), default=-1) + 1
+        for offset, (example, item) in enumerate(zip(found.examples, checked, strict=True)):
+            insert_or_skip(session, Operation(
+                step_id=step_id, run_id=step.run_id, position=first + offset, op=item.op.op, target_ids=[],
+                text=item.op.text, rationale=item.op.rationale, source_advantage_ids=[example.advantage_id],
+                status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID, validation_error=item.error))
+        step.stats = record_examples(step.stats, [first + offset for offset in range(len(found.examples))],
+                                     [(e.advantage_id, e.rollout_id) for e in found.examples], found.dropped)
+        session.add(step)
+        return queries.step_operations(session, step_id)

@@ -1,0 +1,196 @@
+"""Worked examples as library entries (issue 26, point 2): kinds, limits, formats, and examples that the
+training loop compresses from a successful rollout and proposes only when their own answer scores."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sqlmodel import Session, select
+
+from core.domain.library import (
+    EXAMPLE,
+    EXAMPLE_MAX_WORDS,
+    LESSON,
+    MAX_WORDS,
+    ProposedOp,
+    apply_ops,
+    diff,
+    kind_of,
+    render_for_learner,
+    validate_ops,
+)
+from core.domain.library_io import LibraryFormatError, parse_library_entries, to_json, to_markdown
+from core.domain.prompts import EXAMPLES_HEADER, EXPERIENCE_HEADER, agent_system_prompt, library_block
+from core.engine.training import RunSettings, create_run, execute_run
+from core.errors import InvalidInput
+from core.records.datasets import demo_rows
+from core.records.review import edit_operation, example_sources, operation_kind, step_flags
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_support_task
+from core.records.versions import export_version, import_library
+from storage import queries
+from storage.models import Advantage, LibraryVersion, Operation, Rollout, Sample, Step
+from tests.conftest import mixed_rollouts
+
+LESSON_TEXT = "Re-read the question to find which quantity it asks for."
+EXAMPLE_TEXT = ("Problem: Tom has 3 bags of 4 apples and eats 2. Steps: 3 bags times 4 apples is 12 apples. "
+                "12 minus 2 eaten is 10. Answer: 10.")
+OLD_LIBRARY = [{"id": "E1", "text": LESSON_TEXT}, {"id": "E2", "text": "Check the units of the final answer."}]
+MIXED = [{"id": "E1", "text": LESSON_TEXT}, {"id": "E2", "text": EXAMPLE_TEXT, "kind": EXAMPLE}]
+REFERENCES = {row.query: row.reference for row in demo_rows()}
+
+
+def words(n: int) -> str:
+    return "Problem: " + " ".join(["step"] * (n - 3)) + " Answer: 10."
+
+
+# --- the domain: kinds, limits, operations ---------------------------------------------------------------
+
+def test_a_library_from_an_earlier_version_reads_as_all_lessons_and_stays_as_it_was():
+    assert [kind_of(e) for e in OLD_LIBRARY] == [LESSON, LESSON]
+    checked = validate_ops(OLD_LIBRARY, [ProposedOp("MODIFY", ["E2"], "Check the units of every number used."),
+                                         ProposedOp("ADD", [], "Write each quantity down with its unit.")])
+    assert [c.error for c in checked] == [None, None] and [c.op.kind for c in checked] == [LESSON, LESSON]
+    after = apply_ops(OLD_LIBRARY, [c.op for c in checked], first_new_id=3)
+    assert all("kind" not in e for e in after)  # stored exactly as before kinds existed
+    assert library_block(OLD_LIBRARY) == f"{EXPERIENCE_HEADER}\n[G0]. {LESSON_TEXT}\n[G1]. Check the units of the final answer."
+
+
+def test_an_example_has_its_own_limit_and_one_over_it_is_refused():
+    long_lesson, example, too_long = words(MAX_WORDS + 10), words(EXAMPLE_MAX_WORDS - 5), words(EXAMPLE_MAX_WORDS + 1)
+    checked = validate_ops([], [ProposedOp("ADD", [], long_lesson), ProposedOp("ADD", [], example, kind=EXAMPLE),
+                                ProposedOp("ADD", [], too_long, kind=EXAMPLE)])
+    assert checked[0].error.startswith("text too long")  # a lesson's limit
+    assert checked[1].valid and checked[1].op.kind == EXAMPLE
+    assert checked[2].error.startswith(f"text too long ({EXAMPLE_MAX_WORDS + 1} words")
+    assert f"at most {EXAMPLE_MAX_WORDS} words" in checked[2].error
+
+
+def test_an_entry_keeps_its_kind_and_examples_have_their_own_cap():
+    checked = [validate_ops(MIXED, [op])[0] for op in (
+        ProposedOp("MODIFY", ["E2"], EXAMPLE_TEXT.replace("Tom", "Ann")),
+        ProposedOp("MERGE", ["E1", "E2"], "Re-read the question and check the units."),
+        ProposedOp("MODIFY", ["E1"], "Re-read every question twice.", kind=EXAMPLE))]
+    assert checked[0].valid and checked[0].op.kind == EXAMPLE  # a MODIFY keeps its target's kind
+    assert "keeps its kind" in checked[1].error and "keeps its kind" in checked[2].error
+    full = validate_ops(MIXED, [ProposedOp("ADD", [], words(40), kind=EXAMPLE)], max_examples=1)[0]
+    assert full.error == "the library is full (1 worked examples): merge or delete first"
+    # the examples do not count towards the lessons' cap: one lesson and one example leave room for a second lesson
+    assert validate_ops(MIXED, [ProposedOp("ADD", [], "Write each quantity down with its unit.")], max_size=2)[0].valid
+    after = apply_ops(MIXED, [checked[0].op, ProposedOp("ADD", [], words(40), kind=EXAMPLE)], first_new_id=3)
+    assert [kind_of(e) for e in after] == [LESSON, EXAMPLE, EXAMPLE] and after[1]["id"] == "E2"
+    assert {(c["id"], c["kind"]) for c in diff(MIXED, after)} == {("E2", EXAMPLE), ("E3", EXAMPLE)}
+
+
+def test_the_agent_reads_examples_apart_from_the_lessons_and_the_learner_only_the_lessons():
+    prompt = agent_system_prompt("Solve it.", "Box the answer.", MIXED, python_tool=False)
+    lessons_part, examples_part = prompt.split(EXAMPLES_HEADER)
+    assert f"{EXPERIENCE_HEADER}\n[G0]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
+    assert examples_part == f"\n[W0]. {EXAMPLE_TEXT}"
+    assert render_for_learner(MIXED) == f"[E1] {LESSON_TEXT}"
+
+
+# --- formats ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("export", [to_markdown, to_json, lambda e: export_version(e, "prompt")])
+def test_every_format_keeps_the_kinds(export):
+    entries = parse_library_entries(export(MIXED), "library.json" if export is to_json else "library.md")
+    assert entries == [{"text": LESSON_TEXT, "kind": LESSON}, {"text": EXAMPLE_TEXT, "kind": EXAMPLE}]
+
+
+def test_files_from_earlier_versions_read_as_lessons_and_a_bad_kind_is_refused():
+    old_json = json.dumps({"experiences": [{"id": "E1", "text": LESSON_TEXT}]})
+    assert parse_library_entries(old_json) == [{"text": LESSON_TEXT, "kind": LESSON}]
+    assert parse_library_entries(f"# Experience library\n\n- [G0] {LESSON_TEXT}\n") == [
+        {"text": LESSON_TEXT, "kind": LESSON}]
+    assert json.loads(to_json(OLD_LIBRARY))["experiences"] == OLD_LIBRARY  # no kind key for lessons
+    with pytest.raises(LibraryFormatError, match="kind 'rule'"):
+        parse_library_entries(json.dumps([{"text": LESSON_TEXT, "kind": "rule"}]))
+    with pytest.raises(LibraryFormatError, match="worked example 1 is too long"):
+        parse_library_entries(json.dumps([{"text": words(EXAMPLE_MAX_WORDS + 1), "kind": EXAMPLE}]))
+
+
+def test_an_imported_library_keeps_its_examples(engine, demo_task):
+    version = import_library(engine, DEMO_TASK, to_markdown(MIXED), "library.md", actor="alice")
+    assert [(e["text"], kind_of(e)) for e in version.experiences] == [(LESSON_TEXT, LESSON), (EXAMPLE_TEXT, EXAMPLE)]
+    assert json.loads(export_version(version.experiences, "json"))["experiences"][1]["kind"] == EXAMPLE
+
+
+# --- the training loop -----------------------------------------------------------------------------------
+
+def example_reply(right: bool):
+    """The learner's compression: the answer the rollout reached (the reference) or a wrong one."""
+    def reply(messages: list[dict]) -> str:
+        query = re.search(r"Problem:\n(.*?)\n\nThe agent's solution", messages[-1]["content"], re.S).group(1)
+        return json.dumps({"problem": query, "steps": ["Add the two amounts", "Subtract the rest"],
+                           "answer": REFERENCES[query] if right else "-777"})
+    return reply
+
+
+def settings(**kw) -> RunSettings:
+    base = {"epochs": 1, "batch_size": 1, "group_size": 2, "limit": 2, "concurrency": 2, "gate": "off",
+            "examples": True}
+    return RunSettings(**{**base, **kw})
+
+
+def test_an_example_whose_answer_does_not_score_is_dropped_and_the_drop_recorded(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), example=example_reply(right=False))
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1)), gateway=gateway)
+    assert run.status == "completed", run.error
+    assert model.count("example") == 1
+    with Session(engine) as s:
+        ops = s.exec(select(Operation)).all()
+        assert [(o.op, o.text) for o in ops] == [("ADD", LESSON_TEXT)]  # the learner's lesson only
+        step = s.exec(select(Step)).one()
+        assert step.stats["examples"] == {"proposed": 0, "dropped": 1, "sources": {}}
+        note = s.exec(select(Advantage)).one().text
+        assert "Worked example: dropped" in note and "'-777' scores 0 against the reference" in note
+        assert all(kind_of(e) == LESSON for e in s.get(LibraryVersion, run.current_version_id).experiences)
+
+
+def test_an_example_that_scores_is_proposed_lands_and_is_shown_to_the_agent(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), example=example_reply(right=True))
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings()), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as s:
+        first = s.exec(select(Step).order_by(Step.id)).first()
+        ops = queries.step_operations(s, first.id)
+        assert [(o.op, operation_kind(first, o), o.status) for o in ops] == [
+            ("ADD", None, "applied"), ("ADD", EXAMPLE, "applied")]
+        example_op = ops[1]
+        source = s.get(Rollout, example_sources(first)[example_op.position]["rollout_id"])
+        advantage = s.exec(select(Advantage).where(Advantage.step_id == first.id)).one()
+        assert example_op.source_advantage_ids == [advantage.id] and source.sample_id == advantage.sample_id
+        assert source.reward == 1.0 and source.step_id == first.id  # a success of a group where another failed
+        assert "Worked example: proposed" in advantage.text
+        landed = s.get(LibraryVersion, first.version_after_id).experiences
+        example = next(e for e in landed if kind_of(e) == EXAMPLE)
+        assert example["text"] == (f"Problem: {s.get(Sample, source.sample_id).query} Steps: Add the two amounts. "
+                                   f"Subtract the rest. Answer: {s.get(Sample, source.sample_id).reference}.")
+    # the next step's agent reads the example under its own header, after the lessons
+    later = [messages[0]["content"] for stage, messages in model.calls if stage == "rollout"][-1]
+    assert later.index(LESSON_TEXT) < later.index(EXAMPLES_HEADER) < later.index(f"[W0]. {example['text']}")
+
+
+def test_a_reviewer_edits_an_example_within_the_example_limit(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), example=example_reply(right=True))
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, review_mode="manual")), gateway=gateway)
+    assert run.status == "awaiting_review"
+    with Session(engine) as s:
+        step = s.exec(select(Step)).one()
+        example_op = next(o for o in queries.step_operations(s, step.id) if operation_kind(step, o) == EXAMPLE)
+        # an example names its problem's numbers and is longer than a lesson: no flag for either
+        assert step_flags(s, step)[example_op.id] == []
+    with pytest.raises(InvalidInput, match=f"at most {EXAMPLE_MAX_WORDS} words"):
+        edit_operation(engine, example_op.id, words(EXAMPLE_MAX_WORDS + 1), [], actor="alice")
+    edited = edit_operation(engine, example_op.id, words(EXAMPLE_MAX_WORDS), [], actor="alice")
+    assert edited.status == "edited"
+
+
+def test_examples_need_a_reward_computed_from_the_answer(engine, demo_task):
+    ensure_support_task(engine)
+    with pytest.raises(InvalidInput, match="worked examples are off for task"):
+        create_run(engine, SUPPORT_TASK, settings())
+    with pytest.raises(InvalidInput, match="keep ground truth on"):
+        RunSettings.build(examples=True, ground_truth=False)
