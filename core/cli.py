@@ -21,6 +21,7 @@ from core import cli_production
 from core.domain.library_io import check_file_size, decode_library
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
+from core.domain.selection import SelectionMode
 from core.engine import attribution
 from core.engine.evaluation import create_evaluation, evaluation_of
 from core.engine.training import RunSettings, check_resumable, create_run, run_counters
@@ -35,6 +36,8 @@ from core.records.people import ROLES, add_user, update_user
 from core.records.promotion import preview_promotion
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
 from core.records.segments import bind_library, paired_by_segment, routed_export
+from core.records.selection import library_selection, set_selection
+from core.records.serving import served_selection
 from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from core.records.tasks import add_dataset_file, ensure_demo_tasks, get_task
 from core.records.versions import (
@@ -450,6 +453,35 @@ def cmd_library_bind(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_library_selection(args: argparse.Namespace) -> int:
+    """Show the library's entry selection, or set it (`--mode all|top_k`, `--k N`; audited)."""
+    engine = _engine(args)
+    if args.mode is None and args.k is None:
+        selection = library_selection(engine, args.task, args.library)
+    else:
+        selection = set_selection(engine, args.task, args.library, args.mode or library_selection(
+            engine, args.task, args.library).mode, args.k, "cli")
+    print(f"library {args.library!r} of {args.task}: selection {selection.mode} (k={selection.k}): "
+          f"{selection.describe()}")
+    return 0
+
+
+def cmd_library_select(args: argparse.Namespace) -> int:
+    """The entries a query would be shown from a version (the HTTP API's selection route, from the terminal)."""
+    with Session(_engine(args)) as session:
+        served = served_selection(session, args.task, args.library, query=args.query,
+                                  label=None if args.version else args.label, version_id=args.version)
+    if args.json:
+        print(json.dumps(served.as_dict(), ensure_ascii=False))
+        return 0
+    print(f"version #{served.number} (id {served.version_id}), selection {served.selection['mode']} "
+          f"(k={served.selection['k']}): {len(served.entries)} entries")
+    for entry in served.entries:
+        score = "" if entry["score"] is None else f"{entry['score']:>8.3f}  "
+        print(f"{entry['id']:<6}{score}{entry['text']}")
+    return 0
+
+
 def cmd_task_split_by_persona(args: argparse.Namespace) -> int:
     """Hold out whole personas: their scenarios go to test, every other scenario to train."""
     names = name_list(args.test)
@@ -522,9 +554,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     if first is not None:
         print(f"run {run_id}: version #{first.version_number} (id {first.version_id}), {first.n} {first.split} "
               f"queries x k={first.k}; effect = mean reward with the experience minus without it")
-    print(f"{'id':<6}{'effect':>8}  {'95% interval':<18}{'p':>7}  {'verdict':<9}text")
+    print(f"{'id':<6}{'effect':>8}  {'95% interval':<18}{'p':>7}  {'verdict':<9}{'shown':<20}text")
     for e in effects:
-        print(f"{e.experience_id:<6}{e.delta:>+8.3f}  {e.interval:<18}{e.p_value:>7.3g}  {e.verdict:<9}{e.text}")
+        print(f"{e.experience_id:<6}{e.delta:>+8.3f}  {e.interval:<18}{e.p_value:>7.3g}  {e.verdict:<9}"
+              f"{e.shown_line:<20}{e.text}")
     hurting = [e.experience_id for e in effects if e.verdict == attribution.Verdict.HURTS]
     if hurting:
         print(f"{len(hurting)} hurt ({', '.join(hurting)}); the Library page removes "
@@ -755,7 +788,8 @@ def build_parser() -> Parser:
     p.add_argument("--test", required=True, metavar="NAMES", help="comma-separated persona names")
     p.set_defaults(func=cmd_task_split_by_persona)
 
-    library = sub.add_parser("library", help="bind a library to a persona segment (conversation tasks)")
+    library = sub.add_parser("library", help="bind a library to a persona segment (conversation tasks); show or set "
+                             "its entry selection, and the entries a query is shown")
     lsub = library.add_subparsers(dest="library_command", required=True, parser_class=Parser)
     p = lsub.add_parser("bind", help="the library serves this segment in segment-routed evaluations; train it "
                         "with `train --library NAME` (it then trains on that segment's scenarios only)")
@@ -764,6 +798,21 @@ def build_parser() -> Parser:
     p.add_argument("--segment")
     p.add_argument("--unbind", action="store_true")
     p.set_defaults(func=cmd_library_bind)
+    p = lsub.add_parser("selection", help="show or set which entries each query is shown: all, or the k most "
+                        "similar to the query (top_k, BM25); frozen into each run and evaluation made after")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--mode", choices=list(SelectionMode))
+    p.add_argument("--k", type=int, help="entries per query under top_k (1 to 30; default 3)")
+    p.set_defaults(func=cmd_library_selection)
+    p = lsub.add_parser("select", help="the entries a query is shown from a version (as the API's selection route)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--query", required=True)
+    p.add_argument("--label", default="production")
+    p.add_argument("--version", type=int, help="a version id instead of a label")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_library_select)
 
     p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
     p.add_argument("--task", required=True)

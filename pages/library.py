@@ -7,6 +7,10 @@ Versions are immutable: every change here goes through `core.records.versions` a
 written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
 pages._display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
+"Entries per query" sets the library's selection (core.records.selection: all entries, or the k most similar to
+each query by BM25) and previews the entries a typed query would be shown, through the function the HTTP API's
+selection route uses.
+
 "Measure experiences" queues a run of kind `attribute` (core.engine.attribution) for the worker and follows its
 progress; once measured, each experience's effect (version minus version-without-it, with its interval and
 helps / hurts / unclear) shows beside it, and the experiences that hurt can be removed as a new version
@@ -29,11 +33,14 @@ from sqlmodel import Session
 from core.domain.library import EXAMPLE, EXAMPLE_MAX_WORDS, LESSON, MAX_WORDS, ProposedOp
 from core.domain.library import diff as library_diff
 from core.domain.library_io import LibraryFormatError, decode_library
+from core.domain.selection import MAX_K, Selection, SelectionMode
 from core.engine import attribution
 from core.errors import StudioError
 from core.jobs.run_control import cancel_run, resume_run
 from core.jobs.worker import job_health
 from core.records import versions as core_versions
+from core.records.selection import selection_of, set_selection
+from core.records.serving import served_selection
 from pages._common import (
     DATETIME,
     Context,
@@ -68,6 +75,7 @@ FOLLOW_LATEST_KEYS = ("lib_text_version", "lib_diff_from", "lib_diff_to", "lib_l
                       "lib_export_version", "lib_revert_version")
 AUTO_SPLIT = "auto"  # the measurement's default split: validation when the task has one, else test
 VERDICT_ORDER = {attribution.Verdict.HURTS: 0, attribution.Verdict.UNCLEAR: 1, attribution.Verdict.HELPS: 2}
+MODE_NAMES = {SelectionMode.ALL: "All entries (the paper)", SelectionMode.TOP_K: "The k most similar to the query"}
 
 
 @dataclass
@@ -91,6 +99,7 @@ class PageData:
     rows: list[dict] = field(default_factory=list)  # newest first
     label_rows: list[dict] = field(default_factory=list)
     splits: dict[str, int] = field(default_factory=dict)  # samples per split of the task
+    selection: Selection = field(default_factory=Selection)
 
     @property
     def by_id(self) -> dict[int, VersionInfo]:
@@ -124,6 +133,7 @@ def load(ctx: Context) -> PageData:
         if library is None:
             return data
         data.library_exists = True
+        data.selection = selection_of(library)
         data.splits = queries.count_samples(session, data.task.id)
         stored = queries.versions(session, library.id)
         labels = queries.labels(session, library.id)
@@ -288,6 +298,13 @@ def _on_move_label() -> None:
     _flash("label", move_label(name, version_id))
 
 
+def _on_selection() -> None:
+    ctx = context()
+    mode, k = st.session_state.get("lib_selection_mode"), int(st.session_state.get("lib_selection_k") or 0)
+    run_action(FLASH, "selection", set_selection, engine(), ctx.task, ctx.library, mode, k, ctx.reviewer,
+               success=lambda chosen: f"Each prompt now shows {chosen.describe()}.")
+
+
 def _on_import(uploaded: Any) -> None:
     if uploaded is None:
         _flash("import", Outcome(False, "Choose a file first."))
@@ -307,7 +324,8 @@ def effect_rows(experiences: list[dict], effects: dict) -> list[dict]:
                      "effect": effect.delta if effect else None,
                      "95% interval": effect.interval if effect else "–",
                      "p": effect.p_value if effect else None,
-                     "verdict": str(effect.verdict) if effect else "not measured"})
+                     "verdict": str(effect.verdict) if effect else "not measured",
+                     "shown": effect.shown_line if effect else "–"})
     return rows
 
 
@@ -470,6 +488,33 @@ def draw_measure(data: PageData, chosen: VersionInfo, ctx: Context) -> None:
             draw_measure_form(chosen, data, ctx, busy=active is not None and active.status in UNFINISHED)
 
 
+def draw_selection(data: PageData, ctx: Context) -> None:
+    """Which entries each prompt shows (set by a reviewer), and the entries a typed query would be shown."""
+    st.header("Entries per query", anchor=False)
+    FLASH.show("selection")
+    st.caption(f"Each prompt shows {data.selection.describe()}. Runs, evaluations and measurements made from now on "
+               "use this; the HTTP API's selection route gives a live agent the same entries for its query.")
+    if allowed("reviewer"):
+        with st.form("lib_selection_form"):
+            left, right = st.columns(2)
+            left.radio("Selection", list(SelectionMode), index=list(SelectionMode).index(data.selection.mode),
+                       format_func=MODE_NAMES.get, key="lib_selection_mode")
+            right.number_input("k (entries per query when choosing)", min_value=1, max_value=MAX_K,
+                               value=data.selection.k, step=1, key="lib_selection_k")
+            st.form_submit_button("Save selection", key="lib_selection_submit", on_click=_on_selection)
+    query = st.text_input("Try a query", key="lib_selection_query",
+                          help=f"The entries of the latest version (#{data.latest.number}) this query would be shown.")
+    if not query.strip():
+        return
+    with Session(engine()) as session:
+        served = served_selection(session, ctx.task, ctx.library, query=query, version_id=data.latest.id)
+    if not served.entries:
+        st.caption(f"Version #{served.number} is empty: the query is shown no entries.")
+        return
+    table([{"id": e["id"], "BM25": e["score"], "entry": e["text"]} for e in served.entries],
+          key="lib_selection_preview", column_config={"BM25": st.column_config.NumberColumn(format="%.3f")})
+
+
 def draw_diff(data: PageData, newest_first: list[int]) -> None:
     st.header("Diff", anchor=False)
     latest = data.latest
@@ -607,6 +652,7 @@ def page() -> None:
     newest_first = [v.id for v in reversed(data.versions)]
     draw_versions(data)
     draw_text(data, newest_first, ctx)
+    draw_selection(data, ctx)
     draw_diff(data, newest_first)
     if allowed("reviewer"):
         draw_edits(data)

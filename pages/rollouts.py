@@ -19,6 +19,7 @@ from sqlmodel import Session
 from core.models.judge import choices
 from core.records.labeling import label_scale, submit_label
 from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
+from core.records.selection import ShownEntries, shown_entries
 from pages._common import (
     SCORE,
     Flash,
@@ -259,6 +260,21 @@ def show_scenario(sample: Sample | None, segment: str | None, sample_id: int) ->
     show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}", empty="(no goal)")
 
 
+def show_entries_shown(shown: ShownEntries) -> None:
+    """The library entries the group's agent was shown (its selection chose them for this query), each with
+    how many of the outputs had it in their prompt."""
+    if not shown.recorded:
+        if shown.total:
+            st.caption("These outputs were stored before the studio recorded which entries each was shown.")
+        return
+    st.subheader("Entries shown", anchor=False)
+    st.caption(f"Selection: {shown.selection.describe()} · recorded for {shown.recorded} of {shown.total} outputs")
+    if shown.rows:
+        table(shown.rows, key="rollouts_shown_table")
+    else:
+        st.caption("None: the library was empty.")
+
+
 def page() -> None:
     st.title("Rollouts")
     _ctx, task = require_task()
@@ -301,6 +317,7 @@ def page() -> None:
             rollouts = queries.evaluation_sample_rollouts(session, evaluation_id, sample_id)
         conversation = is_conversation(task)
         segment = segment_of(samples[0], personas_by_name(session, task)) if conversation and samples else None
+        shown = shown_entries(session, task, samples[0] if samples else None, rollouts)
 
     sample = samples[0] if samples else None
     if conversation:
@@ -313,6 +330,7 @@ def page() -> None:
         show_long(sample.reference if sample else None, f"rollouts_reference_{sample_id}",
                   empty="(no reference answer)")
         st.subheader(f"Outputs (G = {len(rollouts)})", anchor=False)
+    show_entries_shown(shown)
     FLASH.show("label")
     show_group(rollouts, task, allowed("labeler"))  # the role once per page, not once per output
 

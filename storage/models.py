@@ -108,6 +108,11 @@ class Library(SQLModel, table=True):
     # version of label `ab_label` for a stable `ab_share` of user ids.
     ab_label: str | None = None
     ab_share: float | None = None
+    # Which entries an agent is shown per query (core.domain.selection): `all` (the paper's behaviour) or
+    # `top_k`, the `selection_k` most similar to the query by BM25. The defaults repeat core's, which storage
+    # may not import.
+    selection: str = Field(default="all", sa_column=Column(AutoString, nullable=False, server_default="all"))
+    selection_k: int = Field(default=3, sa_column=Column(Integer, nullable=False, server_default="3"))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -205,6 +210,9 @@ class Evaluation(SQLModel, table=True):
     run_id: int | None = Field(default=None, index=True)
     step_id: int | None = None
     left_out: str | None = None
+    # The entry selection the agent was run with ({"mode", "k"}, core.domain.selection), frozen when the
+    # evaluation is made so a resume or a reuse shows the same entries; None (older rows) is `all`.
+    selection: dict | None = _json()
     # A segment-routed evaluation: {segment: library version id}; a scenario whose persona's segment is not
     # here uses `version_id` (the default library's version). None: one library for every scenario.
     routes: dict | None = _json()
@@ -249,6 +257,9 @@ class Rollout(SQLModel, table=True):
     reward_source: str | None = None
     reward_detail: str | None = _text()
     summary: str | None = _text()
+    # The ids of the library entries the agent was shown, in its prompt's order (the library's selection
+    # chose them for this query); None for rollouts stored before selections existed.
+    shown_ids: list | None = _json()
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float = 0.0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from core.records.serving import ServedLibrary
+from core.records.serving import ServedLibrary, ServedSelection
 from core.records.versions import export_version
 
 CLIENT_DIR = Path(__file__).resolve().parents[1] / "client"
@@ -43,6 +43,7 @@ class Stub:
         self.lock = threading.Lock()
         self.keys = {KEY}
         self.versions: dict[tuple[str, str, str], ServedLibrary] = {}
+        self.selections: dict[tuple[str, str, str, str], ServedSelection] = {}  # ... and the query
         self.arms: dict[str, str] = {}  # user id -> arm name, when the A/B split is on
         self.arm_versions: dict[str, ServedLibrary] = {}
         self.log: list[dict] = []
@@ -93,6 +94,17 @@ class Stub:
             self.versions[(TASK, library, label)] = served
         return served
 
+    def publish_selection(self, version_id: int, query: str, chosen: list[tuple[str, str]], *,
+                          library: str = "default", label: str = "production") -> ServedSelection:
+        """The entries (id, text) the studio's selection chose for `query`, as its selection route serves them."""
+        entries = [{"id": entry_id, "text": text, "score": 1.0} for entry_id, text in chosen]
+        served = ServedSelection(task=TASK, library=library, version_id=version_id, number=version_id - 100,
+                                 label=label, query=query, selection={"mode": "top_k", "k": len(chosen)},
+                                 entries=entries, prompt=export_version(entries, "prompt"))
+        with self.lock:
+            self.selections[(TASK, library, label, query)] = served
+        return served
+
     def gets(self) -> list[dict]:
         with self.lock:
             return [entry for entry in self.log if entry["method"] == "GET"]
@@ -141,6 +153,9 @@ class Stub:
         if handler.command == "GET" and len(parts) == 6 and parts[1:3] == ["v1", "tasks"] \
                 and parts[4] == "libraries":
             return self.library(parts[3], parts[5], entry)
+        if handler.command == "GET" and len(parts) == 7 and parts[1:3] == ["v1", "tasks"] \
+                and parts[4] == "libraries" and parts[6] == "select":
+            return self.selection(parts[3], parts[5], entry)
         if handler.command == "POST" and path == "/v1/traces":
             return self.traces(body, entry)
         return 404, {}, {"error": f"no route {path}"}
@@ -160,6 +175,18 @@ class Stub:
         if entry["if_none_match"] == served.etag:
             return 304, headers, None
         return 200, headers, {**served.as_dict(), "arm": arm}
+
+    def selection(self, task: str, library: str, entry: dict) -> tuple[int, dict, dict | None]:
+        label, query = entry["query"].get("label", "production"), entry["query"].get("query")
+        with self.lock:
+            served = self.selections.get((task, library, label, query))
+        if served is None:
+            return 404, {}, {"error": f"task {task!r} has no library {library!r} with label {label!r}"}
+        entry["etag"] = served.etag
+        headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
+        if entry["if_none_match"] == served.etag:
+            return 304, headers, None
+        return 200, headers, served.as_dict()
 
     def traces(self, body: bytes, entry: dict) -> tuple[int, dict, dict | None]:
         with self.lock:
@@ -359,6 +386,54 @@ def test_refused_key_raises_when_there_is_nothing_else_to_serve(stub, make_clien
     with caplog.at_level(logging.ERROR, logger="tfgrpo_client"):
         assert good.get_library(TASK).source == "stale"
     assert "401" in caplog.text and KEY not in caplog.text
+
+
+TRAIN_QUERY = "How far does a train at 60 mph go in 2 hours?"
+PRICE_QUERY = "What does a 40 dollar bike cost with a 25% discount?"
+
+
+def test_entries_for_a_query_are_cached_per_query_and_revalidated_with_the_etag(stub, make_client):
+    stub.publish(107, ["Ask for the frame size first."])
+    stub.publish_selection(107, TRAIN_QUERY, [("E4", "Distance is speed times time."), ("E1", "Hours to minutes.")])
+    stub.publish_selection(107, PRICE_QUERY, [("E3", "Price times one minus the discount.")])
+    client = make_client(ttl_s=0.3)
+
+    assert client.get_library(TASK).selection == {"mode": "all", "k": 3}
+    train = client.get_entries(TASK, TRAIN_QUERY)
+    assert (train.source, train.version_id, train.query) == ("server", 107, TRAIN_QUERY)
+    assert train.entry_ids == ("E4", "E1") and train.experiences == ("Distance is speed times time.",
+                                                                      "Hours to minutes.")
+    assert train.selection == {"mode": "top_k", "k": 2} and "[G0]. Distance is speed times time." in train.prompt
+    request = stub.gets()[-1]
+    assert request["raw_path"] == "/v1/tasks/Bike%20shop/libraries/default/select"
+    assert request["query"] == {"query": TRAIN_QUERY, "label": "production"}
+
+    assert client.get_entries(TASK, TRAIN_QUERY).source == "cache" and len(stub.gets()) == 2
+    price = client.get_entries(TASK, PRICE_QUERY)  # another query: its own request, its own entries
+    assert (price.source, price.entry_ids) == ("server", ("E3",)) and len(stub.gets()) == 3
+
+    time.sleep(0.35)
+    again = client.get_entries(TASK, TRAIN_QUERY)
+    assert (again.source, again.entry_ids) == ("cache", ("E4", "E1"))
+    assert (stub.gets()[-1]["if_none_match"], stub.gets()[-1]["status"]) == (request["etag"], 304)
+    with pytest.raises(ValueError):
+        client.get_entries(TASK, "  ")
+
+
+def test_entries_while_the_studio_is_down_are_that_querys_last_good_copy_never_another_querys(stub, make_client):
+    stub.publish_selection(107, TRAIN_QUERY, [("E4", "Distance is speed times time.")])
+    client = make_client(ttl_s=0.2, timeout_s=0.3)
+    good = client.get_entries(TASK, TRAIN_QUERY)
+    stub.fault = 503
+    time.sleep(0.25)
+
+    stale = client.get_entries(TASK, TRAIN_QUERY)
+    assert (stale.source, stale.entry_ids, stale.prompt) == ("stale", ("E4",), good.prompt)
+    other = client.get_entries(TASK, PRICE_QUERY, fallback=["Quote prices with tax."])
+    assert (other.source, other.experiences, other.entry_ids) == ("fallback", ("Quote prices with tax.",), ())
+    assert other.query == PRICE_QUERY
+    empty = make_client().get_entries(TASK, PRICE_QUERY)
+    assert (empty.source, empty.prompt, empty.version_id) == ("fallback", "", None)
 
 
 def test_fallback_prompt_matches_the_studio_rendering():

@@ -18,7 +18,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, Column, Integer, MetaData
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel
 
 from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 from storage.db import MIGRATIONS_DIR, make_engine, migrate
@@ -182,3 +182,48 @@ def test_0008_folds_duplicate_rows_that_unfenced_workers_left_and_keeps_their_la
         assert connection.exec_driver_sql("SELECT id FROM operation").fetchall() == [(1,)]
         assert connection.exec_driver_sql("SELECT lease FROM run").scalar() == 0
         assert connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+
+
+def test_0012_reads_existing_libraries_as_all_and_old_rollouts_as_unrecorded(tmp_path):
+    """Libraries made before selections existed keep the paper's behaviour (every entry, k 3 kept for a later
+    switch to top_k); rollouts and evaluations made before say nothing about what was shown (NULL), and both
+    downgrade and upgrade again."""
+    from sqlalchemy import text
+
+    from core.domain.selection import Selection
+    from core.records.selection import selection_of
+    from storage.models import Library
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}", migrate=False)
+    upgrade_to(engine, "0011")
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO task (id, name, description, instructions, answer_format, reward_method, reward_settings,"
+            " policy_model, learner_model, judge_model, agent_mode, kind, simulator_model, max_turns,"
+            " production_rules, created_at) VALUES (1, 't', '', 'solve', '', 'math', '{}', 'm', 'm', 'm', 'direct',"
+            " 'single', '', 4, '{}', '2026-01-01')")
+        connection.exec_driver_sql("INSERT INTO sample (id, task_id, external_id, query, split, meta)"
+                                   " VALUES (1, 1, 'a', 'q', 'test', '{}')")
+        connection.exec_driver_sql("INSERT INTO library (id, task_id, name, created_at) VALUES (1, 1, 'default',"
+                                   " '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO rollout (id, sample_id, group_index, messages, tokens_in, tokens_out, cost, latency_ms,"
+            " labels_needed, judge_unsure, created_at) VALUES (1, 1, 0, '[]', 0, 0, 0, 0, 0, 0, '2026-01-01')")
+
+    migrate(engine)
+
+    assert differences(engine) == []
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT selection, selection_k FROM library").one() == ("all", 3)
+        assert connection.exec_driver_sql("SELECT shown_ids FROM rollout").scalar() is None
+    with Session(engine) as session:
+        assert selection_of(session.get(Library, 1)) == Selection()
+    upgrade_to(engine, "0012")  # already there: nothing to do
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "0011")
+        assert "selection" not in [row[1] for row in connection.execute(text("PRAGMA table_info(library)"))]
+    migrate(engine)
+    assert differences(engine) == []

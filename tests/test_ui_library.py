@@ -453,8 +453,9 @@ def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(eng
     version_id, run_id = measured(engine, scripted, HELPFUL, HARMFUL, NEUTRAL)
     at = open_page()
     effects = table_with(at, "verdict")
-    assert effects.columns.tolist() == ["id", "experience", "effect", "95% interval", "p", "verdict"]
+    assert effects.columns.tolist() == ["id", "experience", "effect", "95% interval", "p", "verdict", "shown"]
     assert effects["id"].tolist() == ["E1", "E2", "E3"]
+    assert effects["shown"].tolist() == ["16 of 16 rollouts"] * 3  # the selection is `all`: every rollout
     assert effects["experience"].tolist() == [HELPFUL, HARMFUL, NEUTRAL]
     assert effects["effect"].tolist() == [0.5, -0.5, 0.0]
     assert effects["95% interval"].tolist() == ["[+0.125, +0.875]", "[-0.875, -0.125]", "[+0.000, +0.000]"]
@@ -567,3 +568,25 @@ def test_a_stale_tab_cannot_revert_once_sign_in_is_on(engine):
 
     assert [v.number for v in stored_versions(engine)] == [1, 2, 3]
     assert [t.value for t in at.title] == ["Sign in"]
+
+
+def test_the_selection_is_saved_by_a_reviewer_and_a_typed_query_previews_its_entries(engine):
+    from core.records.selection import library_selection
+
+    import_texts(engine, UNITS, REREAD, ESTIMATE)
+    at = open_page()
+    assert any("all entries, in the library's order" in c.value for c in at.caption)
+    at.radio(key="lib_selection_mode").set_value("top_k")
+    at.number_input(key="lib_selection_k").set_value(1)
+    at.button(key="lib_selection_submit").click()
+    rerun(at)
+    assert library_selection(engine, DEMO_TASK).as_dict() == {"mode": "top_k", "k": 1}
+    with db.session_scope(engine) as session:
+        [event] = queries.audit_events(session, action_prefix="library.selection")
+    assert (event.actor, event.after) == (REVIEWER, {"mode": "top_k", "k": 1})
+    assert any("the 1 entries most similar to the query" in c.value for c in at.caption)
+
+    at.text_input(key="lib_selection_query").set_value("Which quantity does the question ask for?")
+    rerun(at)
+    preview = table_with(at, "BM25")
+    assert preview["entry"].tolist() == [REREAD] and preview["BM25"].iloc[0] > 0

@@ -325,3 +325,26 @@ def test_a_conversation_group_larger_than_four_wraps_into_rows_of_four(engine):
     assert not any(df for df in at.dataframe if "final answer" in df.value.columns)  # no compact table
     headings = [m.value for c in columns for m in c.markdown if m.value.startswith("**Conversation ")]
     assert headings == [f"**Conversation {i}**" for i in range(6)]
+
+
+def test_a_group_shows_the_entries_its_selection_chose_and_how_many_outputs_saw_each(engine):
+    from core.domain.library import ProposedOp
+    from core.records.selection import set_selection
+    from core.records.versions import edit_library
+
+    texts = ["Write the unit next to every number you compute.",
+             "Count the pieces of candy eaten before making the piles of candy."]
+    version = edit_library(engine, DEMO_TASK, [ProposedOp("ADD", [], text) for text in texts], "system")
+    set_selection(engine, DEMO_TASK, "default", "top_k", 1, "system")
+    eval_id = create_evaluation(engine, DEMO_TASK, str(version.id), split="train", limit=1, k=2)  # Bianca's candy
+    _model, gateway = scripted_gateway(engine)
+    execute_evaluation(engine, eval_id, gateway=gateway)
+    at = run_app(page=PAGE)
+    at.radio(key="rollouts_source").set_value("Evaluation").run()
+    assert not at.exception
+
+    assert "Entries shown" in [s.value for s in at.subheader]
+    shown = table_with(at, "shown to")
+    assert shown.to_dict("records") == [{"id": version.experiences[1]["id"], "entry": texts[1], "shown to": 2}]
+    assert any(c.value.startswith("Selection: the 1 entries most similar to the query") and "2 of 2 outputs" in c.value
+               for c in at.caption)

@@ -3,15 +3,17 @@ prompt, and send its production traces back. Standard library only; a studio out
 
     from tfgrpo_client import get_library, log_trace
     lib = get_library("Bike shop", fallback="Be helpful.")
+    # or, for a library that shows each query its most similar entries:
+    lib = get_entries("Bike shop", question, fallback="Be helpful.")
     ...
     log_trace(task="Bike shop", input=question, output=answer, version_id=lib.version_id)
 """
 
 from .client import Client
-from .default import configure, default_client, flush, get_library, log_trace
+from .default import configure, default_client, flush, get_entries, get_library, log_trace
 from .library import Library
 from .transport import ClientError
 
 __version__ = "0.1.0"
-__all__ = ["Client", "ClientError", "Library", "configure", "default_client", "flush", "get_library",
-           "log_trace"]
+__all__ = ["Client", "ClientError", "Library", "configure", "default_client", "flush", "get_entries",
+           "get_library", "log_trace"]

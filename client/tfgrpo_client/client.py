@@ -46,6 +46,7 @@ class Client:
         self.exit_timeout_s = exit_timeout_s
         self._transport = Transport(base_url, api_key, timeout_s)
         self._libraries = LibraryCache(self._transport, ttl_s)
+        self._selections = LibraryCache(self._transport, ttl_s)  # apart, so many queries never evict libraries
         self._traces = TraceSender(self._transport, batch_size=batch_size, flush_interval_s=flush_interval_s,
                                    max_queue=max_queue, max_retries=max_retries, max_backoff_s=max_backoff_s,
                                    spool_path=spool_path)
@@ -62,6 +63,15 @@ class Client:
         `fallback` (a prompt string, a list of experiences or a Library), else an empty library. Raises
         ClientError for a refused key or an unknown task/library when there is nothing else to serve."""
         return self._libraries.get(task, library, label, user_id=user_id, fallback=fallback)
+
+    def get_entries(self, task: str, query: str, library: str = "default", label: str | None = "production", *,
+                    user_id: str | None = None, fallback: Fallback = None) -> Library:
+        """The entries the library's selection shows for `query` (the k most similar under `top_k`, every
+        entry under `all`), chosen by the studio exactly as for the rollouts it evaluated; `prompt` is the
+        block built from them and `entry_ids` says which they are. Cached per query like `get_library` (TTL,
+        ETag revalidation); when the studio cannot be asked it serves the last good copy for this query, else
+        `fallback`, else an empty library, and never raises for an unreachable studio."""
+        return self._selections.get(task, library, label, user_id=user_id, fallback=fallback, query=query)
 
     def log_trace(self, *, id: str | None = None, task: str, input: str, output: str | None = None,
                   turns: list[dict] | None = None, score: float | None = None, thumbs: str | None = None,

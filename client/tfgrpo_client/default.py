@@ -1,7 +1,7 @@
 """The module-level calls: one default client per process, made from the environment on first use.
 
 `configure(...)` replaces it (closing the previous one, so its queued traces are flushed or spooled rather
-than stranded); `get_library`, `log_trace` and `flush` use whichever is current.
+than stranded); `get_library`, `get_entries`, `log_trace` and `flush` use whichever is current.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ def get_library(task: str, library: str = "default", label: str | None = "produc
                 user_id: str | None = None, fallback: Fallback = None) -> Library:
     """`Client.get_library` on the default client."""
     return default_client().get_library(task, library, label, user_id=user_id, fallback=fallback)
+
+
+def get_entries(task: str, query: str, library: str = "default", label: str | None = "production", *,
+                user_id: str | None = None, fallback: Fallback = None) -> Library:
+    """`Client.get_entries` on the default client."""
+    return default_client().get_entries(task, query, library, label, user_id=user_id, fallback=fallback)
 
 
 def log_trace(*, id: str | None = None, task: str, input: str, output: str | None = None,

@@ -4,6 +4,10 @@ An agent asks for its library on every conversation, so the copy is kept in proc
 last check no request is made at all; after it, one cheap revalidation (`If-None-Match`, answered `304` when
 nothing changed). When the studio cannot be reached the agent gets the last good copy, else the fallback it
 passed, else an empty library: a studio outage degrades the prompt, it never fails the agent.
+
+A library whose selection is `top_k` shows each query only the entries most similar to it; the entries for
+one query come from the studio's selection route (the studio chooses, so a live agent gets exactly what the
+studio evaluated) and are cached the same way, per query.
 """
 
 from __future__ import annotations
@@ -45,10 +49,16 @@ class Library:
     source: str = "server"
     task: str | None = None
     library: str | None = None
+    # How the studio chooses each prompt's entries ({"mode": "all" | "top_k", "k": n}); None from an older
+    # studio. For entries chosen for a query (`get_entries`): that query and the chosen entries' ids.
+    selection: dict | None = None
+    query: str | None = None
+    entry_ids: tuple[str, ...] = ()
 
 
 Fallback = Union[str, Sequence[str], Library, None]
-Key = tuple[str, str, Optional[str], Optional[str]]
+# (task, library, label, user id, query): a query for the entries chosen for it, None for the whole library.
+Key = tuple[str, str, Optional[str], Optional[str], Optional[str]]
 
 
 def render_prompt(experiences: Sequence[str]) -> str:
@@ -102,12 +112,16 @@ class LibraryCache:
         self._fetching: dict[Key, threading.Lock] = {}
 
     def get(self, task: str, library: str = "default", label: str | None = "production", *,
-            user_id: str | None = None, fallback: Fallback = None) -> Library:
+            user_id: str | None = None, fallback: Fallback = None, query: str | None = None) -> Library:
         if not isinstance(task, str) or not task or not isinstance(library, str) or not library:
             raise ValueError("task and library must be non-empty strings")
+        if query is not None and (not isinstance(query, str) or not query.strip()):
+            raise ValueError("query must be a non-empty string")
         fallback_copy = None if fallback is None else fallback_library(fallback, task=task, library=library,
                                                                          label=label)
-        key: Key = (task, library, label, user_id)
+        if fallback_copy is not None and query is not None:
+            fallback_copy = replace(fallback_copy, query=query)
+        key: Key = (task, library, label, user_id, query)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -137,15 +151,19 @@ class LibraryCache:
         return self._without_copy(key, fallback_copy, None, quiet=True)
 
     def _fetch(self, key: Key, entry: _Entry | None, fallback_copy: Library | None) -> Library:
-        task, library, label, user_id = key
+        task, library, label, user_id, for_query = key
         path = f"/v1/tasks/{urllib.parse.quote(task, safe='')}/libraries/{urllib.parse.quote(library, safe='')}"
         query = {}
+        if for_query is not None:
+            path += "/select"
+            query["query"] = for_query
         if label is not None:
             query["label"] = label
         if user_id is not None:
             query["user"] = str(user_id)
         etag = entry.etag if entry is not None and entry.library is not None else None
-        what = f"library {library!r} of task {task!r}" + (f" (label {label!r})" if label else "")
+        what = (("entries for a query of " if for_query is not None else "")
+                + f"library {library!r} of task {task!r}" + (f" (label {label!r})" if label else ""))
         try:
             response = self._transport.request("GET", path, query=query,
                                                headers={"If-None-Match": etag} if etag else None)
@@ -190,17 +208,18 @@ class LibraryCache:
         if not quiet:
             log.warning("%s and no fallback was given; serving an EMPTY library (no experiences in the prompt)",
                         problem)
-        task, library, label, _user = key
-        return fallback_library(None, task=task, library=library, label=label)
+        task, library, label, _user, query = key
+        return replace(fallback_library(None, task=task, library=library, label=label), query=query)
 
     def _last_good(self, key: Key, entry: _Entry | None) -> Library | None:
-        """This key's last good copy, else the most recent one of the same library and label fetched for
-        another user: an A/B arm that may not be this user's is better than no library during an outage."""
+        """This key's last good copy, else the most recent one of the same library, label (and query) fetched
+        for another user: an A/B arm that may not be this user's is better than no library during an outage.
+        Entries chosen for another query are never served for this one: they were chosen for that query."""
         if entry is not None and entry.library is not None:
             return entry.library
         with self._lock:
             for other_key, other in reversed(self._entries.items()):
-                if other_key[:3] == key[:3] and other.library is not None:
+                if other_key[:3] == key[:3] and other_key[4] == key[4] and other.library is not None:
                     return other.library
         return None
 
@@ -231,10 +250,16 @@ def _parse(response: Response, *, task: str, library: str, label: str | None) ->
         number = body.get("number")
         arm = body.get("arm")
         served_label = body.get("label", label)
+        selection = body.get("selection")
+        entries = body.get("entries") or []
+        ids = tuple(str(item["id"]) for item in entries)
     except (KeyError, TypeError, AttributeError):
         raise Unreachable(f"the studio's answer (HTTP {response.status}) is not a library") from None
+    query = body.get("query")
     return Library(version_id=version_id, number=number if isinstance(number, int) else None,
                    label=served_label if isinstance(served_label, str) else label, experiences=tuple(experiences),
                    prompt=prompt, arm=arm if isinstance(arm, str) else None, source="server",
                    task=body.get("task") if isinstance(body.get("task"), str) else task,
-                   library=body.get("library") if isinstance(body.get("library"), str) else library)
+                   library=body.get("library") if isinstance(body.get("library"), str) else library,
+                   selection=selection if isinstance(selection, dict) else None,
+                   query=query if isinstance(query, str) else None, entry_ids=ids)

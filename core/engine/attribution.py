@@ -36,6 +36,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations
 from core.records.people import require_role
+from core.records.selection import frozen
 from core.records.tasks import get_task
 from core.records.versions import edit_library, resolve_version
 from core.settings import get_settings
@@ -110,6 +111,10 @@ class Effect:
     split: str
     evaluation_with: int
     evaluation_without: int
+    # How many of the whole version's rollouts were shown this entry, of how many: under a `top_k` selection
+    # an entry shown to few queries can only change those (None: measured before rollouts recorded it).
+    shown: int | None = None
+    rollouts: int | None = None
 
     @property
     def interval(self) -> str:
@@ -119,6 +124,11 @@ class Effect:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def shown_line(self) -> str:
+        """"12 of 40 rollouts", or "–" when the measurement predates recording it."""
+        return "–" if self.shown is None else f"{self.shown} of {self.rollouts} rollouts"
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -242,6 +252,9 @@ def create_attribution(engine: Engine, task_name: str, version_ref: str | int, *
                            "let it finish or cancel it first")
         settings.split, settings.sample_ids = plan.split, plan.sample_ids
         settings.policy_model = plan.task.policy_model or get_settings().model
+        # Every variant chooses its entries per query as the library does now; leaving an entry out of a
+        # `top_k` library lets the next most similar one in, which is what removing it would do.
+        settings.selection = frozen(session.get(Library, plan.version.library_id))
         variants = len(plan.version.experiences) + 1
         run = Run(task_id=plan.task.id, library_id=plan.version.library_id, kind=RunKind.ATTRIBUTE,
                   start_version_id=plan.version.id, current_version_id=plan.version.id,
@@ -282,7 +295,7 @@ async def evaluate_variant(engine: Engine, gateway: Gateway, run_id: int, left_o
     return await run_fixed_evaluation(engine, gateway, run_id, purpose=EvaluationPurpose.ATTRIBUTION,
                                       split=settings.split, sample_ids=settings.sample_ids, experiences=experiences,
                                       k=settings.k, model=settings.policy_model, temperature=settings.temperature,
-                                      version_id=version_id, left_out=left_out)
+                                      version_id=version_id, left_out=left_out, selection=settings.selection)
 
 
 def _set_progress(engine: Engine, run_id: int, **values) -> None:
@@ -316,12 +329,24 @@ async def measure_experiences(engine: Engine, run_id: int, gateway: Gateway, che
 
 
 def _effect_figures(engine: Engine, exp: dict, with_id: int, without_id: int, seed: int) -> dict:
-    """The stored figures of one experience's effect (JSON-safe: no infinite interval)."""
+    """The stored figures of one experience's effect (JSON-safe: no infinite interval), with how often the whole
+    version's rollouts were shown it."""
     stats = compare_evaluations(engine, without_id, with_id, seed=seed).stats
+    shown, rollouts = times_shown(engine, with_id, exp["id"])
     return {"experience_id": exp["id"], "text": exp["text"], "delta": stats.delta, "ci_low": _finite(stats.ci_low),
             "ci_high": _finite(stats.ci_high), "p_value": stats.p_value, "n": stats.n,
             "mean_with": stats.mean_b, "mean_without": stats.mean_a, "verdict": verdict_of(stats),
-            "evaluation_with": with_id, "evaluation_without": without_id}
+            "evaluation_with": with_id, "evaluation_without": without_id, "shown": shown, "rollouts": rollouts}
+
+
+def times_shown(engine: Engine, evaluation_id: int, experience_id: str) -> tuple[int | None, int]:
+    """(rollouts of the evaluation whose agent was shown the entry, rollouts); None when some rollout did not
+    record what it was shown (stored before selections existed)."""
+    with Session(engine) as session:
+        rows = queries.evaluation_rollouts(session, evaluation_id)
+    if any(r.shown_ids is None for r in rows):
+        return None, len(rows)
+    return sum(1 for r in rows if experience_id in r.shown_ids), len(rows)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -338,7 +363,8 @@ def _effects_of(session: Session, run: Run) -> dict[str, Effect]:
             k=settings.k, verdict=Verdict(figures["verdict"]), mean_with=figures["mean_with"],
             mean_without=figures["mean_without"], run_id=run.id, version_id=version.id, version_number=version.number,
             split=settings.split or "", evaluation_with=figures["evaluation_with"],
-            evaluation_without=figures["evaluation_without"])
+            evaluation_without=figures["evaluation_without"], shown=figures.get("shown"),
+            rollouts=figures.get("rollouts"))
     return found
 
 

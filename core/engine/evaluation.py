@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 
 from core.domain.library import experience_texts
 from core.domain.metrics import is_answered, score_groups
+from core.domain.selection import Selection
 from core.engine.agent import agent_settings, check_agent_mode
 from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, NotFound
@@ -19,13 +20,14 @@ from core.models.gateway import Gateway, Scope
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.scenarios import check_task_kind, personas_by_name
-from core.records.segments import breakdown, experiences_for, route_versions
+from core.records.segments import breakdown, route_versions
+from core.records.selection import evaluation_frozen, library_for, selection_of
 from core.records.tasks import get_task
 from core.records.versions import resolve_version
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Rollout, Run, Task
+from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Task
 from storage.models import utcnow as now
 from storage.statuses import EVALUATION_HAS_FIGURES, EvaluationPurpose, JobStatus
 
@@ -39,7 +41,8 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                       route_segments: bool = False, created_by: str = "cli") -> int:
     """Queue an evaluation of a version (id, label, `latest` or `empty`). With `route_segments` each scenario
     of a conversation task is played with the library of its persona's segment (its production version,
-    else its newest) and the version given for the rest (core/records/segments.py)."""
+    else its newest) and the version given for the rest (core/records/segments.py). The library's entry
+    selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now."""
     if k < 1:
         raise InvalidInput("k must be at least 1")
     if limit is not None and limit < 1:
@@ -60,24 +63,27 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                                    "(`python -m core library bind`, or the Library page)")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
                          model=model or task.policy_model or get_settings().model, temperature=temperature,
-                         routes=routes, created_by=created_by)
+                         routes=routes, selection=evaluation_frozen(session, version, routes), created_by=created_by)
         session.add(row)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
                                object_id=row.id, after={"version": version_ref, "split": split, "k": k,
-                                                        **({"routes": routes} if routes else {})}))
+                                                        **({"routes": routes} if routes else {}),
+                                                        **({"selection": row.selection} if row.selection else {})}))
         return row.id
 
 
 def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split: str, sample_ids: list[int],
                             experiences: list[dict], k: int, model: str, temperature: float,
                             version_id: int | None = None, run_id: int | None = None, step_id: int | None = None,
-                            left_out: str | None = None, created_by: str = "system") -> Evaluation:
+                            left_out: str | None = None, selection: dict | None = None,
+                            created_by: str = "system") -> Evaluation:
     """An evaluation the engine itself needs (a gate, an attribution variant): exactly these queries and
-    these experiences, which need not be a stored version. It is executed by its run, not queued."""
+    these experiences, which need not be a stored version, chosen per query by the run's `selection`. It is
+    executed by its run, not queued."""
     row = Evaluation(task_id=task.id, version_id=version_id, split=split, k=k, model=model, temperature=temperature, purpose=purpose,
                      sample_ids=list(sample_ids), experiences=list(experiences), run_id=run_id, step_id=step_id,
-                     left_out=left_out, created_by=created_by, status=JobStatus.RUNNING)
+                     left_out=left_out, selection=selection, created_by=created_by, status=JobStatus.RUNNING)
     session.add(row)
     session.flush()
     return row
@@ -86,10 +92,11 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
 async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
                                sample_ids: list[int], experiences: list[dict], k: int, model: str,
                                temperature: float, version_id: int | None = None, step_id: int | None = None,
-                               left_out: str | None = None) -> int:
-    """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement.
+                               left_out: str | None = None, selection: dict | None = None) -> int:
+    """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement, each
+    query shown the entries the run's `selection` chooses.
 
-    One the run already made of the same texts, queries, k (and left-out experience) is reused, or finished
+    One the run already made of the same texts, queries, k, selection (and left-out experience) is reused, or finished
     after a kill with its stored rollouts kept (an incomplete one retries its failed rollouts); otherwise a
     new one is executed. An evaluation that ends incomplete is returned: the paired comparison leaves out
     the queries without k answers and refuses to decide when too many are missing. Raises when it cannot
@@ -98,13 +105,14 @@ async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *,
         found = next((ev for ev in session.exec(select(Evaluation).where(
             Evaluation.run_id == run_id, Evaluation.purpose == purpose).order_by(Evaluation.id))
             if ev.k == k and ev.sample_ids == list(sample_ids) and ev.left_out == left_out
+            and Selection.from_dict(ev.selection).shows_same(Selection.from_dict(selection))
             and experience_texts(ev.experiences) == experience_texts(experiences)), None)
         if found is None:
             found = create_fixed_evaluation(session, session.get(Task, session.get(Run, run_id).task_id),
                                             purpose=purpose, split=split, sample_ids=sample_ids,
                                             experiences=experiences, k=k, model=model, temperature=temperature,
                                             version_id=version_id, run_id=run_id, step_id=step_id,
-                                            left_out=left_out, created_by=purpose)
+                                            left_out=left_out, selection=selection, created_by=purpose)
         evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
     if not done:
         ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
@@ -137,7 +145,8 @@ def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway |
 
 async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
                                    concurrency: int | None = None) -> Evaluation:
-    """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused."""
+    """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused. Each query is
+    shown the entries the evaluation's frozen selection chooses (core.engine.rollouts.stored_rollout)."""
     with session_scope(engine) as session:
         ev = session.get(Evaluation, evaluation_id)
         if ev is None:
@@ -163,8 +172,9 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.engine.training)
 
     async def one(sample, g: int) -> None:
+        entries, selection = library_for(sample, ev.routes, personas, routed, experiences, ev.selection)
         await stored_rollout(engine, gateway, agent, task, sample, group_index=g, sample_index=g,
-                             experiences=experiences_for(sample, ev.routes, personas, routed, experiences), scope=scope, evaluation_id=evaluation_id, stage=stage,
+                             experiences=entries, selection=selection, scope=scope, evaluation_id=evaluation_id, stage=stage,
                              people=ev.purpose == EvaluationPurpose.EVALUATION, pool=slots)
         progress.advance()
 
@@ -221,7 +231,8 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
                   limit: int | None = None, created_by: str = "cli") -> int:
     """The evaluation a comparison should use for `ref`: `e12` / `eval:12` names one; a version reference
     (id, label, latest, empty) reuses a completed evaluation of that version with the same split, k and
-    query limit under the task's policy model, or queues a new one on the same queries."""
+    query limit under the task's policy model and the library's current entry selection, or queues a new one on
+    the same queries."""
     text = str(ref).strip().lower()
     for prefix in ("eval:", "e"):
         if text.startswith(prefix) and text[len(prefix):].isdigit():
@@ -230,8 +241,10 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
         task = get_task(session, task_name)
         version = resolve_version(session, task, ref)
         version_id = version.id if version else None
+        selection = selection_of(session.get(Library, version.library_id) if version else None)
         for ev in queries.evaluations(session, task.id):
             if (ev.version_id == version_id and ev.split == split and ev.k == k and ev.limit == limit
-                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes):
+                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes
+                    and (version is None or Selection.from_dict(ev.selection).shows_same(selection))):
                 return ev.id
     return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by)

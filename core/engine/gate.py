@@ -136,7 +136,8 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
         gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate, "reason": "the library would not change"}
     else:
         common = {"purpose": EvaluationPurpose.GATE, "split": split, "sample_ids": sample_ids, "k": settings.gate_k,
-                  "model": settings.policy_model, "temperature": settings.temperature, "step_id": step_id}
+                  "model": settings.policy_model, "temperature": settings.temperature, "step_id": step_id,
+                  "selection": settings.selection}  # the run's: the gate measures what training shows
         before_id, after_id = await asyncio.gather(
             run_fixed_evaluation(engine, gateway, run_id, experiences=before.experiences, version_id=before.id,
                                  **common),

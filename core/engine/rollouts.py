@@ -15,6 +15,7 @@ from sqlmodel import Session, select
 
 from core.domain.personas import Persona
 from core.domain.rewards import METHODS, score_or_error
+from core.domain.selection import Selection, entry_ids, select_entries
 from core.engine.agent import AgentSettings, run_agent
 from core.engine.conversation_rollouts import TurnKey, play_conversation
 from core.models.conversation_judge import judge_conversation
@@ -27,13 +28,18 @@ from storage.models import Rollout, Sample, Task
 from storage.statuses import LabelStatus
 from storage.writes import insert_or_skip, stored
 
+ALL_ENTRIES = Selection()  # the paper's behaviour: every entry of the library in every prompt
+
 
 async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings, task: Task, sample: Sample, *,
                          group_index: int, sample_index: int, experiences: list[dict], scope: Scope,
+                         selection: Selection = ALL_ENTRIES,
                          step_id: int | None = None, evaluation_id: int | None = None,
                          score: bool = True, stage: str = "rollout", people: bool = True,
                          pool: asyncio.Semaphore | None = None) -> Rollout:
-    """The rollout of (step or evaluation, sample, group index); `score=False` leaves the reward
+    """The rollout of (step or evaluation, sample, group index). The agent is shown the entries of
+    `experiences` that `selection` chooses for the sample's query (core.domain.selection, the one place that
+    choice is made), and the rollout stores their ids. `score=False` leaves the reward
     to the caller (the no-ground-truth mode scores a whole group at once). `stage` names the agent's
     calls in the ledger (a validation gate's rollouts are `gate`, so their cost shows apart).
     `people=False` keeps the judge's reward and never queues the rollout for a label (the engine's own
@@ -49,6 +55,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
             if row is not None:
                 session.delete(row)
         played: tuple[Persona, list[dict]] | None = None
+        experiences = select_entries(experiences, sample.query, selection)
         if is_conversation(task):
             with Session(engine) as session:
                 persona = persona_of(sample, personas_by_name(session, task))
@@ -64,7 +71,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
-                  latency_ms=result.latency_ms, error=result.error)
+                  latency_ms=result.latency_ms, error=result.error, shown_ids=entry_ids(experiences))
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     with session_scope(engine) as session:

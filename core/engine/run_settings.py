@@ -46,6 +46,12 @@ class JobSettings(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
+    # Frozen from the library when the job is created, so every rollout of the job (and a resume) shows the
+    # agent entries chosen the same way, whatever happens to the library's setting meanwhile. None (runs
+    # made before selections existed) is `all`.
+    selection: dict | None = Field(None, description="the library's entry selection when the job was created "
+                                   "({mode, k}; core.domain.selection)")
+
     @classmethod
     def from_dict(cls, data: dict) -> Self:
         return cls.model_validate(data)

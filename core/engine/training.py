@@ -34,6 +34,7 @@ from core.domain.prompts import (
 )
 from core.domain.replies import AdvantageReply, DirectReply, update_reply
 from core.domain.rewards import METHODS, majority_rewards
+from core.domain.selection import Selection
 from core.engine import gate
 from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
 from core.engine.rollouts import stored_rollout
@@ -61,6 +62,7 @@ from core.records.scenarios import (
     scenario_of,
     segment_sample_ids,
 )
+from core.records.selection import frozen
 from core.records.tasks import get_task
 from core.records.versions import create_version, ensure_library, new_experiences
 from core.settings import get_settings
@@ -107,7 +109,8 @@ def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int)
 
 def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library_name: str = "default",
                kind: str = RunKind.TRAIN, created_by: str = "cli") -> int:
-    """Queue a run (validated); `execute_run` or a worker carries it out."""
+    """Queue a run (validated); `execute_run` or a worker carries it out. The library's entry selection is
+    frozen into its settings: every rollout of the run, and its gate, choose entries the same way."""
     settings.validate()
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting a run")
@@ -125,6 +128,7 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
+        settings.selection = frozen(library)
         if kind == RunKind.TRAIN:  # a gate on too few validation queries is refused now, not when a worker starts
             gate.choose_validation(session, task, settings, only=segment_sample_ids(session, task, library.segment))
         start = queries.latest_version(session, library.id)
@@ -163,6 +167,10 @@ class _Ctx:
     @property
     def scope(self) -> Scope:
         return Scope(run_id=self.run_id)
+
+    @property
+    def selection(self) -> Selection:
+        return Selection.from_dict(self.settings.selection)
 
 
 class _Stop(Exception):
@@ -502,7 +510,8 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
 async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
     row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
                                sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
-                               scope=ctx.scope, step_id=step.id, score=ctx.settings.ground_truth, pool=ctx.slots)
+                               selection=ctx.selection, scope=ctx.scope, step_id=step.id,
+                               score=ctx.settings.ground_truth, pool=ctx.slots)
     _tick(ctx)
     return row
 
@@ -544,6 +553,8 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
     if rollout.summary:
         return rollout.summary
     query, reference = _task_for_learner(ctx, sample)
+    if rollout.shown_ids is not None:  # the learner is told what this attempt was shown, not the whole library
+        experiences = [e for i in rollout.shown_ids for e in experiences if e["id"] == i]
     messages = summary_messages(query, reference, rollout.reward, experiences, _trajectory(ctx, rollout),
                                 ctx.settings.ground_truth, conversation=is_conversation(ctx.task))
     async with ctx.slots:

@@ -2,21 +2,25 @@
 
 The HTTP API (the `api` package) is a thin face over this: the same lookup rules as the CLI's `export`,
 and an ETag that changes exactly when what the agent would put in its prompt changes, so a client can
-revalidate cheaply and keep its cached copy otherwise.
+revalidate cheaply and keep its cached copy otherwise. A library whose selection is `top_k` shows each query
+only some entries: `served_selection` returns the entries chosen for one query, by the same function
+(core.domain.selection.select_entries) that chose them for every rollout the studio trained and evaluated.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.domain.draws import stable_fraction
+from core.domain.selection import Selection, scored_entries
 from core.errors import InvalidInput, NotFound
 from core.records.people import require_role
+from core.records.selection import selection_of
 from core.records.tasks import get_task
 from core.records.versions import PRODUCTION, export_version
 from storage import queries
@@ -37,15 +41,55 @@ class ServedLibrary:
     experiences: list[str]
     prompt: str
     arm: str | None = None  # with an A/B split: the label whose version served this user
+    # How the library chooses each prompt's entries ({mode, k}): under `top_k` an agent asks the selection
+    # route for its query's entries instead of putting `prompt` (the whole library) in its system prompt.
+    selection: dict = field(default_factory=lambda: Selection().as_dict())
 
     @property
     def etag(self) -> str:
-        body = json.dumps([self.version_id, self.experiences, self.prompt], ensure_ascii=False)
+        body = json.dumps([self.version_id, self.experiences, self.prompt, self.selection], ensure_ascii=False)
         return '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
 
     def as_dict(self) -> dict:
         return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
-                "label": self.label, "experiences": self.experiences, "prompt": self.prompt, "arm": self.arm}
+                "label": self.label, "experiences": self.experiences, "prompt": self.prompt, "arm": self.arm,
+                "selection": self.selection}
+
+
+@dataclass(frozen=True)
+class ServedSelection:
+    """The entries of a version chosen for one query: `entries` ({id, text, score}, in prompt order; the score
+    is BM25's, None under `all`), their texts and the prompt block built from them, the version and label
+    they come from, and the selection that chose them. `etag` identifies exactly that content."""
+
+    task: str
+    library: str
+    version_id: int
+    number: int
+    label: str | None
+    query: str
+    selection: dict
+    entries: list[dict]
+    prompt: str
+    arm: str | None = None
+
+    @property
+    def experiences(self) -> list[str]:
+        return [entry["text"] for entry in self.entries]
+
+    @property
+    def entry_ids(self) -> list[str]:
+        return [entry["id"] for entry in self.entries]
+
+    @property
+    def etag(self) -> str:
+        body = json.dumps([self.version_id, self.selection, self.entry_ids, self.prompt], ensure_ascii=False)
+        return '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
+
+    def as_dict(self) -> dict:
+        return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
+                "label": self.label, "arm": self.arm, "query": self.query, "selection": self.selection,
+                "entries": self.entries, "experiences": self.experiences, "prompt": self.prompt}
 
 
 @dataclass(frozen=True)
@@ -93,6 +137,25 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
     return _served(found.task.name, found.library, found.version, found.label, arm=found.arm)
 
 
+def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
+                     label: str | None = None, version_id: int | None = None,
+                     user_id: str | None = None) -> ServedSelection:
+    """The entries of the version `resolve_version` finds that the library's selection shows for `query`: the
+    same entries, in the same order, as a rollout of that query was shown in a training run or an evaluation
+    made under this selection (core.engine.rollouts.stored_rollout calls the same select function)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("give the query to choose entries for (query=...)")
+    found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
+    selection = selection_of(found.library)
+    chosen = scored_entries(found.version.experiences or [], query, selection)
+    entries = [{"id": str(entry.get("id")), "text": entry["text"],
+                "score": None if score is None else round(score, 6)} for entry, score in chosen]
+    return ServedSelection(task=found.task.name, library=found.library.name, version_id=found.version.id,
+                           number=found.version.number, label=found.label, query=query,
+                           selection=selection.as_dict(), entries=entries,
+                           prompt=export_version([entry for entry, _score in chosen], "prompt"), arm=found.arm)
+
+
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:
     """The label that serves this user under the library's A/B split, or None when no split applies."""
     if label != PRODUCTION or not user_id or not library.ab_label or not library.ab_share:
@@ -128,7 +191,8 @@ def _served(task_name: str, library: Library, version: LibraryVersion, label: st
     experiences = version.experiences or []
     return ServedLibrary(task=task_name, library=library.name, version_id=version.id, number=version.number,
                          label=label, experiences=[e["text"] for e in experiences],
-                         prompt=export_version(experiences, "prompt"), arm=arm)
+                         prompt=export_version(experiences, "prompt"), arm=arm,
+                         selection=selection_of(library).as_dict())
 
 
 def api_status(port: int, host: str = "127.0.0.1", timeout_s: float = 0.3) -> str:
