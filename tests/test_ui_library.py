@@ -584,7 +584,7 @@ def test_the_selection_is_saved_by_a_reviewer_and_a_typed_query_previews_its_ent
     with db.session_scope(engine) as session:
         [event] = queries.audit_events(session, action_prefix="library.selection")
     assert (event.actor, event.after) == (REVIEWER, {"mode": "top_k", "k": 1})
-    assert any("the 1 entries most similar to the query" in c.value for c in at.caption)
+    assert any("the entry most similar to the query" in c.value for c in at.caption)
 
     at.text_input(key="lib_selection_query").set_value("Which quantity does the question ask for?")
     rerun(at)

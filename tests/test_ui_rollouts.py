@@ -346,5 +346,5 @@ def test_a_group_shows_the_entries_its_selection_chose_and_how_many_outputs_saw_
     assert "Entries shown" in [s.value for s in at.subheader]
     shown = table_with(at, "shown to")
     assert shown.to_dict("records") == [{"id": version.experiences[1]["id"], "entry": texts[1], "shown to": 2}]
-    assert any(c.value.startswith("Selection: the 1 entries most similar to the query") and "2 of 2 outputs" in c.value
+    assert any(c.value.startswith("Selection: the entry most similar to the query") and "2 of 2 outputs" in c.value
                for c in at.caption)

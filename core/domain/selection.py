@@ -72,6 +72,8 @@ class Selection:
         """The selection in words, as the pages and the CLI say it."""
         if not self.chooses:
             return "all entries, in the library's order"
+        if self.k == 1:
+            return "the entry most similar to the query (BM25 over the entries' text)"
         return f"the {self.k} entries most similar to the query (BM25 over their text), most similar first"
 
 
