@@ -32,6 +32,7 @@ from core.models.gateway import Gateway
 from core.records import labeling
 from core.records.comparison import compare_evaluations
 from core.records.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
+from core.records.learner_advice import learner_advice
 from core.records.people import ROLES, add_user, update_user
 from core.records.promotion import preview_promotion
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
@@ -292,6 +293,17 @@ def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
     print(f"--api-base holds credentials: stored as {mask_url(api_base)}; {where}", file=sys.stderr)
 
 
+def _say_learner_advice(engine, task_name: str, run_id: int) -> None:
+    """Before a run on the embedded learner starts, say plainly that it rarely writes a usable lesson, and name
+    a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
+    with Session(engine) as session:
+        advice = learner_advice(session, get_task(session, task_name),
+                                RunSettings.from_dict(session.get(Run, run_id).settings))
+    if advice is not None:
+        use = f" Use it with --learner-model {advice.hosted}." if advice.hosted else ""
+        print(f"note: {advice.text}{use}", file=sys.stderr)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     engine = _engine(args)
     if args.resume is not None:
@@ -319,6 +331,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                      **{name: value for name, value in given.items() if value is not None})
         run_id = create_run(engine, args.task, settings, library_name=args.library,
                             kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
+        _say_learner_advice(engine, args.task, run_id)
     if args.queue:
         print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
         return 0
@@ -849,7 +862,8 @@ def build_parser() -> Parser:
     p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
     p.add_argument("--review", choices=["auto", "manual"], help=_default("review_mode"))
     p.add_argument("--hold-flagged", choices=["on", "off"], help="in auto review, operations with a quality flag "
-                   "(cut off, near-duplicate, a query's numbers, too long) wait for a person; default: on")
+                   "(cut off, near-duplicate, a query's numbers, too long) are refused before the validation gate "
+                   "(invalid, the flag as the reason); off: measured and approved like the others; default: on")
     p.add_argument("--seed", type=int, help=_default("seed"))
     p.add_argument("--max-turns", type=int, help=_default("max_turns"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))

@@ -5,7 +5,7 @@ Runs are executed by the worker; this page only queues them (`core.engine.traini
 a person's requests (`core.jobs.run_control`). Counters come from `run.progress`, which the worker keeps
 up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
 before Start, a queued run's place in line and the status in words come from `core.records.progress`; the model
-choices from `core.models.model_choice`.
+choices from `core.models.model_choice`; the notice about an embedded learner from `core.records.learner_advice`.
 
 The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
 every change. A preset is a button, not a choice that tracks the form: a widget that a callback rewrites
@@ -30,6 +30,7 @@ from core.errors import InvalidInput
 from core.jobs.run_control import cancel_run, pause_run, resume_run
 from core.jobs.worker import job_health
 from core.models.model_choice import check_model, known_models
+from core.records.learner_advice import learner_advice
 from core.records.progress import (
     estimate_words,
     form_estimate,
@@ -468,9 +469,11 @@ def settings_widgets(task) -> None:
                 help="Score answers against the reference; off: the group's majority answer.")
     o2.radio("Review mode", ["auto", "manual"], horizontal=True, key="train_review_mode",
              help="manual: every proposed library change waits for a person.")
-    o2.checkbox("Hold flagged operations for a person", key="train_hold_flagged",
+    o2.checkbox("Refuse flagged operations in auto mode", key="train_hold_flagged",
                 help="In auto mode, an operation flagged as cut off, a near-duplicate, naming a query's numbers "
-                     "or too long waits for review instead of landing.")
+                     "or too long is refused before the validation gate (invalid, the flag as the reason, shown "
+                     "on Review); unchecked, it is measured and approved like the others. In manual mode every "
+                     "operation waits for the reviewer, with its flags.")
     o3.number_input("Budget USD (0 = none)", min_value=0.0, step=0.5, format="%.2f", key="train_budget",
                     help="The run pauses when its cost reaches the budget.")
     g1, g2, g3, g4, g5 = st.columns(5)
@@ -491,6 +494,28 @@ def settings_widgets(task) -> None:
                     help=RunSettings.model_fields["max_examples"].description)
 
 
+def use_learner(model: str) -> None:
+    """The learner notice's button: put the offered hosted learner in the Learner model field."""
+    st.session_state["train_learner_model"] = model
+
+
+def learner_notice(task) -> None:
+    """With the embedded model as learner, say plainly that it rarely writes a usable lesson (the measured figures)
+    and offer a hosted learner where a provider's key is set (core.records.learner_advice)."""
+    try:
+        settings = form_settings()
+    except InvalidInput:
+        return
+    with Session(engine()) as session:
+        advice = learner_advice(session, task, settings)
+    if advice is None:
+        return
+    st.warning(plain(advice.text), icon=":material/school:")
+    if advice.hosted:
+        st.button(f"Use {advice.hosted} as the learner", key="train_use_hosted_learner", on_click=use_learner,
+                  args=(advice.hosted,), help="Puts it in the Learner model field; the estimate below shows its cost.")
+
+
 def run_estimate_line(task) -> None:
     """Calls, tokens and time of a run with the form's settings, before it is queued (core.records.progress)."""
     try:
@@ -503,7 +528,8 @@ def run_estimate_line(task) -> None:
     st.markdown(f"**Estimate:** {plain(estimate_words(estimate))}",
                 help="Calls per stage from these settings; tokens and seconds per call from the ledger's "
                      "measured calls of the chosen models, else an assumed default speed of the embedded model. "
-                     "The learner's summaries assume half the groups have mixed rewards.")
+                     "The learner's summaries assume half the groups have mixed rewards. With a hosted model, "
+                     "its API cost from litellm's price list for those tokens.")
 
 
 def settings_form(task) -> None:
@@ -518,6 +544,7 @@ def settings_form(task) -> None:
     buttons[2].caption(f"The settings below are {PRESET_NAMES[matched]}." if matched
                        else "The settings below were changed by hand (custom).")
     settings_widgets(task)
+    learner_notice(task)
     run_estimate_line(task)
     st.button("Start run", key="train_submit", type="primary", on_click=start_run, args=(task.name,))
     FLASH.show("new run")

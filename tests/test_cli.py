@@ -419,3 +419,30 @@ def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resum
     run_id = int(out.split()[1].rstrip(":"))
     code, out, _ = run(capsys, "--db", db, "train", "--resume", str(run_id))
     assert code == 1 and f"run {run_id}: failed" in out  # resumable: it ran again (and failed the same way)
+
+
+@pytest.fixture
+def no_provider_keys(monkeypatch):
+    from core.models.model_choice import PROVIDERS
+
+    for variable, _models in PROVIDERS.values():
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("STUDIO_API_BASE", raising=False)
+
+
+def test_train_says_plainly_that_the_embedded_learner_rarely_writes_a_usable_lesson(db, capsys, no_provider_keys,
+                                                                                    monkeypatch):
+    code, out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue")
+    assert code == 0 and "queued" in out
+    assert "note: The learner is the embedded model local/qwen2.5-coder-0.5b: it rarely writes a usable lesson." in err
+    assert "11 of its 14 operations were invalid" in err and "+0.017 [-0.050, +0.083]" in err
+    assert "set a provider's API key" in err and "--learner-model" not in err
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    code, _out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue")
+    assert code == 0 and "A hosted learner can be used here: openai/gpt-4o-mini" in err
+    assert "Use it with --learner-model openai/gpt-4o-mini." in err
+
+    code, _out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue",
+                          "--learner-model", "openai/gpt-4o-mini")
+    assert code == 0 and "embedded model" not in err and "note:" not in err

@@ -272,3 +272,29 @@ def test_a_conversation_tasks_estimate_counts_every_turn_and_each_judge_rule(eng
     assert facts["turns"] == 2 * task.max_turns - 1 and facts["judge_calls"] == 1 + judge_rules
     rollouts = 4 * 4  # 4 scenarios x G=4
     assert estimate.calls == rollouts * facts["turns"] + rollouts * facts["judge_calls"] + 8 + 2 + 1
+
+
+def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_embedded_models():
+    from core.records.progress import DEFAULT_TOKENS, price_per_token
+
+    hosted = "openai/gpt-4o-mini"
+    prompt_price, completion_price = price_per_token(hosted)  # litellm's local price map
+    assert prompt_price > 0 and completion_price > 0
+    estimate = estimate_run(SMALL.model_copy(update={"learner_model": hosted}), 200, {})
+
+    # 8 summaries, 2 advantages, 1 update at the assumed tokens of each stage; the embedded policy is free
+    calls = {"summary": 8, "advantage": 2, "update": 1}
+    learner = sum(n * (DEFAULT_TOKENS[stage][0] * prompt_price + DEFAULT_TOKENS[stage][1] * completion_price)
+                  for stage, n in calls.items())
+    assert estimate.costs == {"policy": (MODEL, 0.0), "learner": (hosted, pytest.approx(learner))}
+    assert estimate.cost == pytest.approx(learner)
+    words = estimate_words(estimate)
+    assert words.endswith(f"; API cost under $0.01 (learner {hosted} under $0.01, policy {MODEL} $0)")
+    bigger = estimate_run(SMALL.model_copy(update={"learner_model": hosted, "epochs": 200}), 200, {})
+    assert f"API cost about ${bigger.cost:,.2f} (learner {hosted} ${bigger.costs['learner'][1]:,.2f}," in \
+        estimate_words(bigger)
+
+    local = estimate_run(SMALL, 200, {})
+    assert local.cost == 0 and "cost" not in estimate_words(local)
+    unpriced = estimate_run(SMALL.model_copy(update={"learner_model": "openai/no-such-model"}), 200, {})
+    assert unpriced.cost is None and "learner openai/no-such-model price unknown" in estimate_words(unpriced)

@@ -276,23 +276,18 @@ TWO_ADDS_ONE_CUT_OFF = json.dumps({"operations": [
     {"op": "ADD", "ids": [], "text": CUT_OFF, "rationale": "b"}]})
 
 
-def test_auto_review_holds_a_flagged_operation_for_a_person_and_approves_the_rest(engine, demo_task, scripted):
+def test_auto_review_refuses_a_flagged_operation_and_approves_the_rest(engine, demo_task, scripted):
+    """A flagged operation is invalid in auto review mode (issue 26): the run goes on without a person."""
     model, gateway = scripted(engine, rollout=mixed_rollouts(), update=TWO_ADDS_ONE_CUT_OFF)
     run_id = create_run(engine, DEMO_TASK, small())
     run = execute_run(engine, run_id, gateway=gateway)
-    assert run.status == "awaiting_review"
-    with Session(engine) as s:
-        step = queries.steps(s, run_id)[0]
-        clean, flagged = queries.step_operations(s, step.id)
-        assert step.status == "awaiting_review"
-    assert (clean.status, clean.reviewer) == ("approved", "auto")
-    assert (flagged.text, flagged.status, flagged.reviewer) == (CUT_OFF, "pending", None)
-
-    decide_operation(engine, flagged.id, "rejected", "alice", comment="cut off")
-    run = execute_run(engine, run_id, gateway=gateway)
     assert run.status == "completed"
     with Session(engine) as s:
+        clean, flagged = queries.step_operations(s, queries.steps(s, run_id)[0].id)
         texts = [e["text"] for e in s.get(LibraryVersion, run.current_version_id).experiences]
+    assert (clean.status, clean.reviewer) == ("applied", "auto")
+    assert (flagged.text, flagged.status, flagged.reviewer) == (CUT_OFF, "invalid", None)
+    assert "The text looks cut off mid-sentence" in flagged.validation_error
     assert texts == [clean.text]
 
 

@@ -269,23 +269,32 @@ def test_each_card_carries_its_evidence(engine):
     assert sum(" · closest (" in label for label in evidence) == 1  # the likeliest source is marked, once
 
 
-def test_a_flagged_operation_is_held_in_auto_mode_and_its_flags_are_shown(engine):
+def test_a_flagged_operation_is_refused_in_auto_mode_and_shown_with_its_flag_as_the_reason(engine):
+    """Auto review mode refuses a flagged operation before the gate (issue 26); Review shows it and why."""
     cut = "Check which quantity the question asks for and the"
     update = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": ADDED, "rationale": "one"},
                                         {"op": "ADD", "ids": [], "text": cut, "rationale": "two"}]})
     run_id = seeded_run(engine, "auto", update=update, settings={"gate": "off"})
     current = state(engine, run_id)
-    assert current["run"].status == "awaiting_review"
-    assert [o.status for o in current["ops"]] == ["approved", "pending"]
+    assert current["run"].status == "completed"
+    assert [o.status for o in current["ops"]] == ["applied", "invalid"]
+    at = open_review(review_run=run_id)
+    [warning] = [w.value for w in at.warning if w.value.startswith("Invalid")]
+    shown = " ".join(c.value for c in at.code)
+    assert "refused in auto review mode, flagged: The text looks cut off mid-sentence" in shown
+
+
+def test_a_flagged_operation_waits_for_the_reviewer_in_manual_mode_with_its_flags_shown(engine):
+    cut = "Check which quantity the question asks for and the"
+    update = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": ADDED, "rationale": "one"},
+                                        {"op": "ADD", "ids": [], "text": cut, "rationale": "two"}]})
+    run_id = seeded_run(engine, "manual", update=update, settings={"gate": "off"})
+    current = state(engine, run_id)
+    assert [o.status for o in current["ops"]] == ["pending", "pending"]
     at = open_review()
     assert table_with(at, "flags")["flags"].tolist() == ["", "cut_off"]
     [warning] = [w.value for w in at.warning if w.value.startswith("Flagged")]
     assert "cut off mid-sentence" in warning
-    assert any(c.value.startswith("Held for a person") for c in at.caption)
-
-    click(at, f"review_approve_{current['ops'][1].id}")
-    after = state(engine, run_id)
-    assert after["step"].status == "completed" and after["run"].status == "queued"
 
 
 def test_a_decision_names_its_operation_as_the_card_does(engine):

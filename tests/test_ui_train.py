@@ -197,13 +197,13 @@ def test_pause_resume_cancel_each_ask_first_then_change_the_run_status(engine):
 
     at.button(key="train_pause").click()
     at.run()
-    assert [w.value for w in at.warning] == [
+    assert [w.value for w in at.warning if w.value != learner_notice(at)] == [
         f"Pause run #{run_id}? The call in flight finishes; resume continues where it stopped."]
     assert run_status(engine, run_id) == "queued"  # asking changed nothing
     at.button(key="train_confirm_no").click()  # Keep running
     at.run()
     assert run_status(engine, run_id) == "queued"
-    assert not at.warning and "train_pause" in {b.key for b in at.button}
+    assert [w.value for w in at.warning] == [learner_notice(at)] and "train_pause" in {b.key for b in at.button}
 
     confirm(at, "train_pause")
     assert run_status(engine, run_id) == "paused"
@@ -234,6 +234,11 @@ def test_running_run_with_an_old_heartbeat_shows_stalled(engine):
 
     confirm(at, "train_resume")
     assert run_status(engine, run_id) == "queued"
+
+
+def learner_notice(at) -> str | None:
+    """The warning the form shows when the learner is the embedded model (the demo task's is)."""
+    return next((w.value for w in at.warning if w.value.startswith("The learner is the embedded model")), None)
 
 
 def estimate_line(at) -> str:
@@ -364,3 +369,38 @@ def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
     assert [t.value for t in at.title] == ["Evaluate"]
     [version] = [box for box in at.selectbox if box.label == "Version"]
     assert version.value == str(version_id)
+
+
+@pytest.fixture
+def no_provider_keys(monkeypatch):
+    from core.models.model_choice import PROVIDERS
+
+    for variable, _models in PROVIDERS.values():
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("STUDIO_API_BASE", raising=False)
+
+
+def test_an_embedded_learner_is_said_to_rarely_write_a_usable_lesson_with_the_figures(engine, no_provider_keys):
+    at = run_app(page=PAGE)
+    notice = learner_notice(at).replace("\\", "")
+    assert notice.startswith("The learner is the embedded model local/qwen2.5-coder-0.5b: it rarely writes a usable "
+                             "lesson.")
+    assert "11 of its 14 operations were invalid" in notice and "cut off mid-sentence" in notice
+    assert "+0.017 [-0.050, +0.083]" in notice and "60 held-out GSM8K problems" in notice
+    assert "set a provider's API key (OPENAI_API_KEY," in notice  # no key: nothing to offer yet
+    assert "train_use_hosted_learner" not in {b.key for b in at.button}
+
+
+def test_a_hosted_learner_is_offered_with_its_cost_and_then_the_notice_goes(engine, no_provider_keys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    at = run_app(page=PAGE)
+    notice = learner_notice(at).replace("\\", "")
+    assert "A hosted learner can be used here: openai/gpt-4o-mini (its API key is set), about $" in notice
+    assert "cost" not in estimate_line(at)  # the embedded models cost nothing
+
+    at.button(key="train_use_hosted_learner").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="train_learner_model").value == "openai/gpt-4o-mini"
+    assert learner_notice(at) is None
+    assert "API cost" in estimate_line(at) and "learner openai/gpt-4o-mini $" in estimate_line(at)

@@ -6,6 +6,7 @@ Kept in one place so that a change of wording is one diff, and so that the cache
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from core.domain.library import EXAMPLE_MAX_WORDS, examples, lessons, render_for_learner
@@ -145,31 +146,74 @@ def _rejected_block(rejected: Sequence[tuple[str, str]]) -> str:
     return f"Operations rejected earlier in this run (do not propose them again):\n{lines}\n\n"
 
 
+# What a learner prompt shows where an id goes: the embedded learner copied example ids such as ["E2"] into its
+# operations (11 of 14 invalid in one run, issue 26), so a prompt shows no id that the library it shows lacks.
+ID_PLACEHOLDER = "<id of an experience shown above>"
+EXPERIENCE_ID = re.compile(r"\bE\d+\b")
+LESSON_WORDS = 32  # what the learner is asked for; validation (core.domain.library) refuses only past MAX_WORDS
+
+
+def shown_ids(text: str) -> list[str]:
+    """The experience ids a learner prompt shows, in the `[E3] text` lines of render_for_learner."""
+    return re.findall(r"^\[(E\d+)\] ", text, re.MULTILINE)
+
+
+def _known_ids_only(text: str, known: Sequence[str]) -> str:
+    """`text` with every E<number> the library shown lacks (a proposal naming an id, a rejected DELETE of an
+    experience merged since) written as words, so the learner never reads an id it cannot use."""
+    return EXPERIENCE_ID.sub(lambda m: m.group(0) if m.group(0) in known else "another experience", text)
+
+
 def update_messages(experiences: list[dict], proposals: list[str], max_experiences: int,
                     max_operations: int = MAX_UPDATE_OPERATIONS,
                     rejected: Sequence[tuple[str, str]] = ()) -> list[dict]:
     """Step 4: consolidate the batch's proposals into operations on the current library, told which earlier
-    operations were rejected and why (`rejected`: text and reason pairs, oldest first)."""
-    proposal_lines = "\n".join(f"{i}. {text}" for i, text in enumerate(proposals, 1))
+    operations were rejected and why (`rejected`: text and reason pairs, oldest first). Where an id goes the
+    prompt shows ID_PLACEHOLDER, never an example id, and with an empty library it says that only ADD is possible."""
+    library = render_for_learner(experiences)
+    ids = shown_ids(library)
+    proposal_lines = "\n".join(f"{i}. {_known_ids_only(text, ids)}" for i, text in enumerate(proposals, 1))
+    if ids:
+        operations = (
+            "Update the library with operations:\n"
+            '- ADD: a new experience (ids: [], text: the experience)\n'
+            f'- MODIFY: revise one experience (ids: ["{ID_PLACEHOLDER}"], text: the revised experience)\n'
+            f'- DELETE: remove experiences that are wrong or useless (ids: ["{ID_PLACEHOLDER}", ...], text: "")\n'
+            f'- MERGE: combine overlapping experiences into one (ids: ["{ID_PLACEHOLDER}", "<the id of another '
+            'one>", ...], text: the merged experience)\n'
+            '- KEEP: nothing to change (ids: [], text: "")\n'
+            "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
+            "or a MODIFY / MERGE when it overlaps an experience already in the library. "
+            f"The only ids that exist are {', '.join(ids)}: never write any other.\n")
+    else:
+        operations = (
+            "The library is empty, so there are no ids yet and only ADD is possible: each useful proposal becomes "
+            "an ADD (ids: [], text: the proposal itself, revised to be general).\n")
     content = (
-        f"Current experience library (ids in brackets):\n{render_for_learner(experiences)}\n\n"
+        f"Current experience library (ids in brackets):\n{library}\n\n"
         f"Proposed experiences from this batch:\n{proposal_lines}\n\n"
-        f"{_rejected_block(rejected)}"
-        "Update the library with operations:\n"
-        '- ADD: a new experience (ids: [], text: the experience)\n'
-        '- MODIFY: revise one experience (ids: ["E3"], text: the revised experience)\n'
-        '- DELETE: remove experiences that are wrong or useless (ids: ["E2"], text: "")\n'
-        '- MERGE: combine overlapping experiences into one (ids: ["E1", "E4"], text: the merged experience)\n'
-        '- KEEP: nothing to change (ids: [], text: "")\n'
-        "Usually each useful proposal becomes an ADD whose text is the proposal itself (revised to be general), "
-        "or a MODIFY / MERGE when it overlaps an experience already in the library. "
-        f"Keep each experience general and at most 32 words, avoid duplicates, and keep the library at "
-        f"most {max_experiences} experiences. Use only the ids shown above. At most {max_operations} "
-        "operations; a one-sentence rationale each.\n"
+        f"{_known_ids_only(_rejected_block(rejected), ids)}"
+        f"{operations}"
+        f"Write each experience as one whole sentence of at most {LESSON_WORDS} words: a general lesson, with no "
+        f"numbers, names or details of one problem. Avoid duplicates, and keep the library at most "
+        f"{max_experiences} experiences. At most {max_operations} operations; a one-sentence rationale each.\n"
         'Reply with JSON only: {"operations": [{"op": "ADD", "ids": [], "text": "<experience>", '
         '"rationale": "<why>"}]}'
     )
     return _chat("You curate a small library of experiences for an AI agent.", content)
+
+
+def retry_messages(messages: list[dict], problems: Sequence[tuple[str, str]]) -> list[dict]:
+    """The same request asked again, its last message naming the texts of the first reply that cannot be used
+    (`problems`: text and why, e.g. over the length limit), so the learner writes them whole and within the
+    limit instead of the studio cutting them. Ids in the texts that the request does not show are left out."""
+    known = EXPERIENCE_ID.findall(" ".join(str(m.get("content") or "") for m in messages))
+    lines = "\n".join(f'- "{_known_ids_only(_clip(text, 400), known)}": {why}' for text, why in problems)
+    note = (f"\n\nA first reply to this request wrote texts that cannot be used:\n{lines}\n"
+            f"Write the whole reply again. Every text must be whole (never cut off) and short: one sentence of at "
+            f"most {LESSON_WORDS} words for each experience.")
+    *head, last = messages
+    return [*head, {**last, "content": f"{last['content']}{note}"}]
 
 
 def example_messages(query: str, trajectory: str) -> list[dict]:

@@ -4,6 +4,10 @@ Validation (core.domain.library.validate_ops) refuses what cannot land at all; t
 should not (DESIGN §8, "experiences are general and whole"): a text cut off mid-sentence, a near copy
 of an experience already there or of another operation, a retold problem's numbers, an over-long text.
 Pure: text in, flags out, so the Review page and auto review mode judge an operation the same way.
+
+In auto review mode (with the run's hold_flagged on) a flagged operation is refused before the validation gate
+(`screen_ops`): invalid, its flags as the reason, so the gate never measures it and it never lands; in manual
+mode it waits for the reviewer with its flags shown, as every operation does.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from core.domain.library import MAX_CHARS, MAX_WORDS, normalize_text
+from core.domain.library import MAX_CHARS, MAX_WORDS, CheckedOp, ProposedOp, normalize_text, validate_ops
 
 # Two texts at or above this difflib ratio (of their normalize_text forms) say the same thing: one changed
 # word in a 60-character experience still scores about 0.9, two different lessons on one topic about 0.6.
@@ -118,3 +122,39 @@ def rank_sources(text: str | None, lessons: dict[int, list[str]]) -> list[tuple[
     scores = {gid: max((similarity(text or "", lesson) for lesson in found), default=0.0)
               for gid, found in lessons.items()}
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def flag_reason(flags: Iterable[Flag]) -> str:
+    """An operation's flags as the validation error of an operation refused for them."""
+    return "refused in auto review mode, flagged: " + " ".join(flag.message for flag in flags)
+
+
+def screen_ops(experiences: list[dict], ops: list[ProposedOp], *, refuse_flagged: bool = False,
+               query_texts: Iterable[str] = (), refused: Mapping[int, str] | None = None,
+               **limits: int | None) -> list[CheckedOp]:
+    """validate_ops, one operation at a time against the library as the operations accepted before it leave it,
+    refusing also (invalid, with the reason) the positions in `refused` (texts the learner wrote over the limit
+    twice) and, with `refuse_flagged`, every operation that carries a quality flag: its text against the library,
+    the operations accepted before it and the step's queries. Checking in order means that of two
+    near-duplicates the first stands and the second is refused, not both. `limits` are validate_ops' (max_size);
+without refusals this is validate_ops."""
+    refused = refused or {}
+    query_texts = list(query_texts)
+    accepted: list[tuple[int, ProposedOp]] = []
+    checked: list[CheckedOp] = []
+    for position, op in enumerate(ops):
+        item = validate_ops(experiences, [*(o for _, o in accepted), op], **limits)[-1]
+        if position in refused:  # its reason says more than validation's (asked again, cut off)
+            item = CheckedOp(op=item.op, error=refused[position])
+        if item.valid and refuse_flagged:
+            earlier = {f"operation {i + 1}": o.text or "" for i, o in accepted}
+            flags = [flag for flag in quality_flags(item.op.text, item.op.op, item.op.target_ids, experiences, earlier,
+                                                    query_texts=query_texts)
+                     # a worked example (an entry kind other than a lesson) keeps its problem's numbers by design
+                     if flag.code != "query_numbers" or getattr(item.op, "kind", None) in (None, "lesson")]
+            if flags:
+                item = CheckedOp(op=item.op, error=flag_reason(flags))
+        if item.valid:
+            accepted.append((position, item.op))
+        checked.append(item)
+    return checked

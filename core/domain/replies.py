@@ -9,7 +9,10 @@ JSON as a last resort) and records on the ledger how it went.
 
 String lengths (`maxLength`) are sent to the embedded model only: llama.cpp enforces them while it
 samples, so a tiny model cannot loop inside one string until max_tokens and never close the JSON.
-Hosted strict modes may reject the keyword, and their models close their JSON anyway.
+Hosted strict modes may reject the keyword, and their models close their JSON anyway. The learner's texts
+(analysis, experiences, operation texts and rationales) carry none: llama.cpp stops a string at its
+`maxLength` mid-word ("greenpe", DESIGN §8), and a lesson cut off is worse than none. Their length is asked
+for in the prompt, in words, and checked after the reply (core.engine.training asks again once, then refuses).
 """
 
 from __future__ import annotations
@@ -98,8 +101,8 @@ def _strict(node: Any, defs: dict, local: bool) -> Any:
 class AdvantageReply(Reply):
     """Step 3b: the comparison of a group's attempts and up to three lessons from it."""
 
-    analysis: Text = _limit(800, default="")
-    experiences: list[Annotated[str, _limit(300)]] = Field(json_schema_extra={"maxItems": MAX_PROPOSALS})
+    analysis: Text = ""
+    experiences: list[str] = Field(json_schema_extra={"maxItems": MAX_PROPOSALS})
 
     @field_validator("experiences", mode="before")
     @classmethod
@@ -120,8 +123,8 @@ class OperationReply(Reply):
 
     op: Annotated[Literal["ADD", "MODIFY", "DELETE", "MERGE", "KEEP"], BeforeValidator(_op)]
     ids: list[Annotated[str, _limit(12)]] = Field(json_schema_extra={"maxItems": MAX_IDS})
-    text: Text = _limit(300)
-    rationale: Text = _limit(200)
+    text: Text = ""
+    rationale: Text = ""
 
     @model_validator(mode="before")
     @classmethod

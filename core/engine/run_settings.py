@@ -83,8 +83,10 @@ class RunSettings(JobSettings):
     seed: int = 0
     ground_truth: bool = True
     review_mode: Literal["auto", "manual"] = "auto"
-    hold_flagged: bool = Field(True, description="flagged operations wait for a person even in auto review mode "
-                               "(text cut off, a near duplicate, a query's numbers, over the length limit)")
+    hold_flagged: bool = Field(True, description="in auto review mode, operations with a quality flag (text cut "
+                               "off, a near duplicate, a query's numbers, over the length limit) are refused before "
+                               "the validation gate (invalid, the flag as the reason); off: they are measured and "
+                               "approved like the others. Manual review shows them to the reviewer either way")
     policy_model: str = ""
     learner_model: str = ""
     max_tokens: int = Field(1024, ge=16)

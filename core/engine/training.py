@@ -9,8 +9,10 @@ A failure inside one group is recorded on that group's Advantage row and the run
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -27,12 +29,14 @@ from core.domain.prompts import (
     REJECTED_SHOWN,
     advantage_messages,
     direct_messages,
+    retry_messages,
     scenario_text,
     summary_messages,
     trajectory_text,
     update_messages,
 )
-from core.domain.replies import AdvantageReply, DirectReply, update_reply
+from core.domain.quality import screen_ops
+from core.domain.replies import AdvantageReply, DirectReply, Reply, update_reply
 from core.domain.rewards import METHODS, majority_rewards
 from core.domain.selection import Selection
 from core.engine import gate
@@ -42,7 +46,7 @@ from core.engine.run_settings import RunSettings
 from core.engine.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.models.conversation_judge import rubric_settings
-from core.models.gateway import Gateway, Scope
+from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.review import (
@@ -440,7 +444,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         if gate_failed(verdict):
             decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
                        reason="validation")
-        else:
+        else:  # flagged operations were refused before the gate (store_operations); one still flagged here (a
+            # step stored before that rule, or judged against another operation afterwards) waits for a person
             held = flagged_pending(ctx.engine, step.id) if ctx.settings.hold_flagged else []
             decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", hold=held)
     await _apply_or_wait(ctx, step.id, actor="auto")
@@ -480,11 +485,13 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
         messages = advantage_messages(query, reference,
                                       [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
                                       experiences, gt, conversation=is_conversation(ctx.task))
-        parsed, call = await ctx.gateway.complete_json(
-            stage="advantage", model=ctx.settings.learner_model, messages=messages, reply=AdvantageReply,
-            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        parsed, call, refused = await _ask_learner(
+            ctx, "advantage", messages, AdvantageReply,
+            lambda reply, call: _unusable_texts([], [ProposedOp("ADD", [], text) for text in reply.experiences], call))
+        kept = [text for i, text in enumerate(parsed.experiences) if i not in refused]
+        note = "; ".join(f'proposed experience refused: "{parsed.experiences[i]}" ({why})' for i, why in refused.items())
         return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed.analysis,
-                               proposals=parsed.experiences, raw=call.text)
+                               proposals=kept, raw=call.text, error=note or None)
     except _Stop:
         raise
     except StructuredOutputError as exc:
@@ -577,15 +584,68 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
     messages = update_messages(experiences, proposals, ctx.settings.max_experiences, limit,
                                rejected=_rejected_earlier(ctx, step))
     try:
-        reply, _call = await ctx.gateway.complete_json(
-            stage="update", model=ctx.settings.learner_model, messages=messages, reply=update_reply(limit),
-            scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+        reply, _call, refused = await _ask_learner(
+            ctx, "update", messages, update_reply(limit),
+            lambda reply, call: _unusable_texts(experiences, reply.proposed(), call))
     except StructuredOutputError as exc:
         _fail_step(ctx, step, f"the learner's update failed: {exc} | raw reply: {exc.raw[:500]}")
     except ModelCallError as exc:
         _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
-                     max_size=ctx.settings.max_experiences)
+                     max_size=ctx.settings.max_experiences, refused=refused,
+                     refuse_flagged=ctx.settings.review_mode == "auto" and ctx.settings.hold_flagged)
+
+
+# How core.domain.library.validate_ops begins the reason of a text over its kind's length limit.
+TOO_LONG = "text too long"
+CUT_BY_TOKENS = "cut off: the learner's reply ended inside this text (its token limit)"
+
+
+def _closed_in(raw: str, text: str) -> bool:
+    """Whether `text` ends in the raw reply as a closed JSON string, its closing quote written by the model. Only
+    the end is compared (a repaired escape earlier in the text changes nothing)."""
+    tails = {json.dumps(text)[1:-1][-40:], json.dumps(text, ensure_ascii=False)[1:-1][-40:]}
+    return any(re.search(re.escape(tail) + r"\s*[\"']", raw or "") for tail in tails)
+
+
+def _unusable_texts(experiences: list[dict], ops: list[ProposedOp], call: CallResult) -> dict[int, tuple[str, str]]:
+    """The learner's texts that cannot be stored whole, by position, with the text and why: over the length
+    limit (validate_ops' reason; the schema no longer cuts a string, core.domain.replies), or cut off by the
+    learner's token limit (a reply json-repair had to close, whose text is not closed in it)."""
+    problems = {}
+    for position, op in enumerate(ops):
+        error = validate_ops(experiences, [op])[0].error
+        if error and error.startswith(TOO_LONG):
+            problems[position] = (op.text or "", error)
+        elif op.text and call.reply_status == REPAIRED and not _closed_in(call.text, op.text):
+            problems[position] = (op.text, CUT_BY_TOKENS)
+    return problems
+
+
+async def _ask_learner(ctx: _Ctx, stage: str, messages: list[dict], reply: type[Reply],
+                       unusable: Callable[[Reply, CallResult], dict[int, tuple[str, str]]],
+                       ) -> tuple[Reply, CallResult, dict[int, str]]:
+    """A learner's structured reply whose texts are whole and within the limit, or the reasons they are not.
+
+    When texts of the first reply are over the limit (or cut off), the learner is asked once more, a different
+    sample whose request names those texts and the limit (prompts.retry_messages); the second reply is taken
+    whole. What is still unusable then comes back by position with its reason, to be refused: a text is never
+    cut to fit. A second request that fails leaves the first reply, its unusable texts refused."""
+    parsed, call = await ctx.gateway.complete_json(stage=stage, model=ctx.settings.learner_model, messages=messages,
+                                                   reply=reply, scope=ctx.scope,
+                                                   max_tokens=ctx.settings.learner_max_tokens)
+    problems = unusable(parsed, call)
+    if not problems:
+        return parsed, call, {}
+    try:
+        parsed, call = await ctx.gateway.complete_json(
+            stage=stage, model=ctx.settings.learner_model, messages=retry_messages(messages, list(problems.values())),
+            reply=reply, scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens, temperature=0.3, sample_index=1)
+    except (StructuredOutputError, ModelCallError) as exc:
+        log.warning("asking the learner again (%s) failed: %s", stage, exc)
+        return parsed, call, {i: f"{why}; asking the learner again failed" for i, (_text, why) in problems.items()}
+    return parsed, call, {i: f"{why}; refused after asking the learner again once"
+                          for i, (_text, why) in unusable(parsed, call).items()}
 
 
 def _rejected_earlier(ctx: _Ctx, step: Step) -> list[tuple[str, str]]:
@@ -607,9 +667,16 @@ def _rejected_earlier(ctx: _Ctx, step: Step) -> list[tuple[str, str]]:
 
 
 def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
-                     source_ids: list[int], max_size: int | None = None) -> list[Operation]:
-    """Validate and store a step's proposed operations (pending, or invalid with the reason)."""
-    checked = validate_ops(experiences, ops, max_size=max_size)
+                     source_ids: list[int], max_size: int | None = None, *, refused: dict[int, str] | None = None,
+                     refuse_flagged: bool = False) -> list[Operation]:
+    """Validate and store a step's proposed operations (pending, or invalid with the reason). `refused`: positions
+    whose text the learner wrote over the limit twice, with why. `refuse_flagged` (auto review mode with
+    hold_flagged): an operation with a quality flag is invalid too, its flags the reason, so the validation gate
+    never measures it and it never lands (core.domain.quality.screen_ops)."""
+    with Session(engine) as session:
+        query_texts = [s.query for s in queries.samples_by_ids(session, list(step.sample_ids or []))]
+    checked = screen_ops(experiences, ops, max_size=max_size, refused=refused, refuse_flagged=refuse_flagged,
+                         query_texts=query_texts)
     with session_scope(engine) as session:
         for position, item in enumerate(checked):
             insert_or_skip(session, Operation(

@@ -16,14 +16,23 @@ stage can have ready at once) and 1 for the learner's update, which runs alone. 
 measured calls ran about as many at a time as the calls to come, which holds for a run's own calls; calls
 of earlier runs with another concurrency make the figure rougher. An assumed default speed is a call's own
 work: for the embedded model it is not divided (its calls run one after another), for a hosted model it is.
+
+Cost: the tokens of each stage times its model's price per token in litellm's price map (the local copy that
+ships with litellm, LITELLM_LOCAL_MODEL_COST_MAP; the gateway prices each call the same way), summed per role
+(policy, judge, learner); the embedded models are free, and a model litellm has no price for is said so. The
+estimate says it only when a hosted model takes part, so a person choosing a hosted learner sees its cost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import litellm
 from sqlmodel import Session
 
 from core.domain.rewards import METHODS, parsed_settings
@@ -88,6 +97,14 @@ class Estimate:
     calls: int = 0
     tokens: int = 0
     by_stage: dict[str, float] = field(default_factory=dict)
+    # USD per role with calls ("policy", "judge", "learner"): (its model, the cost, or None when no price is known)
+    costs: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def cost(self) -> float | None:
+        """The whole estimate's cost in USD, or None when a model's price is unknown."""
+        values = [cost for _model, cost in self.costs.values()]
+        return None if any(v is None for v in values) else sum(values)
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,57 @@ class QueuePlace:
 
 
 # ---- the arithmetic (pure) --------------------------------------------------------------------------------
+
+
+@functools.cache
+def price_per_token(model: str) -> tuple[float, float] | None:
+    """USD per prompt token and per completion token of a model, from litellm's price map; the embedded models
+    cost nothing; None when litellm knows no price (it prints a provider list on a failure: swallowed)."""
+    if model.startswith("local/"):
+        return 0.0, 0.0
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000,
+                                                         completion_tokens=1_000_000)
+    except Exception:  # noqa: BLE001  (litellm raises its own errors for unknown models and providers)
+        return None
+    return prompt / 1_000_000, completion / 1_000_000
+
+
+def role_of(stage: str) -> str:
+    """Who makes a stage's calls: the policy (answers, the gate's answers), the judge, or the learner."""
+    return "policy" if stage in POLICY_STAGES else "judge" if stage == "judge" else "learner"
+
+
+def stage_costs(calls: dict[str, float], speeds: dict[str, Speed]) -> dict[str, tuple[str, float | None]]:
+    """USD per role: calls x tokens in and out x the price of the stage's model (None: no price known)."""
+    costs: dict[str, tuple[str, float | None]] = {}
+    for stage, n in calls.items():
+        if n <= 0:
+            continue
+        speed = speeds[stage]
+        price = price_per_token(speed.model)
+        cost = None if price is None else n * (speed.tokens_in * price[0] + speed.tokens_out * price[1])
+        model, before = costs.get(role_of(stage), (speed.model, 0.0))
+        costs[role_of(stage)] = (model, None if before is None or cost is None else before + cost)
+    return costs
+
+
+def money(usd: float) -> str:
+    """A cost as a person reads it: "$0.42", "under $0.01", "$0"."""
+    return "$0" if usd <= 0 else "under $0.01" if usd < 0.01 else f"${usd:,.2f}"
+
+
+def cost_words(estimate: Estimate) -> str:
+    """"API cost about $0.05 (learner openai/gpt-4o-mini $0.03, policy local/qwen2.5-coder-0.5b $0)", the learner
+    first; "" when only the embedded models take part (they cost nothing)."""
+    if not any(model and not model.startswith("local/") for model, _cost in estimate.costs.values()):
+        return ""
+    order = sorted(estimate.costs.items(), key=lambda item: ("learner", "policy", "judge").index(item[0]))
+    parts = [f"{role} {model} {money(cost) if cost is not None else 'price unknown'}" for role, (model, cost) in order]
+    total = ("not known in full" if estimate.cost is None else
+             f"about {money(estimate.cost)}" if estimate.cost >= 0.01 else money(estimate.cost))
+    return f"API cost {total} ({', '.join(parts)})"
 
 
 def default_speed(stage: str, model: str, max_tokens: int | None = None) -> Speed:
@@ -203,7 +271,8 @@ def _estimate(calls: dict[str, float], speeds: dict[str, Speed], width: dict[str
     seconds = stage_seconds(calls, speeds, width)
     tokens = sum(n * (speeds[stage].tokens_in + speeds[stage].tokens_out) for stage, n in calls.items() if n > 0)
     return Estimate(seconds=sum(seconds.values()), basis=basis_words(calls, speeds, own),
-                    calls=round(sum(calls.values())), tokens=round(tokens), by_stage=seconds)
+                    calls=round(sum(calls.values())), tokens=round(tokens), by_stage=seconds,
+                    costs=stage_costs(calls, speeds))
 
 
 def _complete(speeds: dict[str, Speed], settings: RunSettings, judge_model: str) -> dict[str, Speed]:
@@ -265,9 +334,11 @@ def compact(n: float) -> str:
 
 
 def estimate_words(estimate: Estimate) -> str:
-    """"about 96 calls, 150k tokens, 12 min (from 340 measured calls of local/qwen2.5-coder-0.5b)"."""
+    """"about 96 calls, 150k tokens, 12 min (from 340 measured calls of local/qwen2.5-coder-0.5b)", and the API
+    cost when a hosted model takes part (cost_words)."""
+    cost = cost_words(estimate)
     return (f"about {estimate.calls} calls, {compact(estimate.tokens)} tokens, "
-            f"{rough_duration(estimate.seconds)} ({estimate.basis})")
+            f"{rough_duration(estimate.seconds)} ({estimate.basis})" + (f"; {cost}" if cost else ""))
 
 
 def ordinal(n: int) -> str:
