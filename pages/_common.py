@@ -363,3 +363,36 @@ def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: An
     if report is not None:
         flash.set(section, Outcome(True, report(result) if callable(report) else report))
     return result
+
+
+LABEL_TAB_KEY = "label_tab"  # the Labeling page's tabs, bound to the URL as ?label_tab=Agreement (pages/labeling.py)
+OPEN_REQUEST_KEY = "_open_request"  # the page and address a to-do button asked for (open_in_context)
+
+
+def open_in_context(page: str, task: str, library: str | None = None, params: dict[str, int] | None = None,
+                    state: dict[str, Any] | None = None) -> None:
+    """For a button's callback: open `page` on this task and library, with `params` (?run=, ?step=) in the
+    address and `state` (e.g. a tab) in the session, as a link to that view opens it; the page whose button
+    it was calls follow_open_request first thing.
+
+    The sidebar's task and library are bound to the URL, so a link's ?task= loses against the session's
+    choice and st.switch_page may not carry them: they are set here, before the sidebar draws. The ids go in
+    the address; forgetting that this session wrote them there lets the page's id_select take them (a
+    session that had shown run 3 before would otherwise ignore ?run=3 and fall back to its default). The
+    switch itself waits for the page run (follow_open_request): in a callback the pages are not known yet."""
+    st.session_state[TASK_KEY] = task
+    if library is not None:
+        st.session_state[LIBRARY_KEY] = library
+    st.session_state.update(state or {})
+    written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
+    for param in params or {}:
+        written.pop(param, None)
+    st.session_state[OPEN_REQUEST_KEY] = (page, {param: str(value) for param, value in (params or {}).items()})
+
+
+def follow_open_request() -> None:
+    """Switch to the page an open_in_context button asked for, if one did (the sidebar has drawn its task)."""
+    request = st.session_state.pop(OPEN_REQUEST_KEY, None)
+    if request is not None:
+        page, params = request
+        st.switch_page(page, query_params=params)

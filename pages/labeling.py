@@ -25,6 +25,9 @@ A dispute's form (score, reason, Decide) is keyed by the rollout it decides, and
 it offers; after a decision the picker is set to the next dispute, whose form starts empty. Nothing chosen
 or typed for one rollout can reach another, and the form, its Decide button and the toast name the rollout.
 
+The tab is bound to the address (`?label_tab=Agreement` once a person picks it), so a reload opens the same
+one; the Overview's "Settle disputes" chooses Agreement through the session (pages._common.open_in_context).
+
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
 change goes through `core.records.labeling`; text written by models or people is shown as code (long texts
 clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
@@ -53,6 +56,7 @@ from core.records.labeling import (
 )
 from pages._common import (
     DATETIME,
+    LABEL_TAB_KEY,
     Flash,
     after_label,
     allowed,
@@ -558,7 +562,8 @@ def history_section(task: Task) -> None:
 def page() -> None:
     st.title("Labeling")
     ctx, task = require_task()
-    queue, agreement, history = st.tabs(["Queue", "Agreement", f"History (latest {HISTORY_LIMIT})"])
+    queue, agreement, history = st.tabs(["Queue", "Agreement", f"History (latest {HISTORY_LIMIT})"],
+                                        key=LABEL_TAB_KEY, bind="query-params")
     with queue:
         queue_section(task, ctx.reviewer)
     with agreement:

@@ -4,25 +4,36 @@ evaluations, and what waits for a person.
 A first visit reads "What this is" and three steps, each a button: a quick trial (Train with its preset),
 the review, and the evaluation. Empty sections offer a button to the page that fills them.
 
-Read-only. Everything comes through `storage.queries`; text written by a model or a person (experiences,
-notes, errors) is shown as code or in tables (pages._display), never as Markdown; task, library and
-label names in headings and expander labels are escaped with plain().
+Each to-do row has its own button, which opens that row's task and library (in the sidebar) and its run and
+step (in the address) on Review, or its task on Labeling (the Agreement tab for disputes), whatever the
+sidebar had chosen: runs whose step waits for review, runs waiting for labels, and per task the rollouts
+waiting for a label and the disputes waiting for a reviewer (core.records.labeling.progress).
+
+Read-only but for Resume. Everything comes through `storage.queries` and core's read functions; text written
+by a model or a person (experiences, notes, errors) is shown as code or in tables (pages._display), never as
+Markdown; task, library and label names in headings, expander and button labels are escaped with plain().
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import streamlit as st
 from sqlmodel import Session
 
 from core.jobs.run_control import resume_run
 from core.jobs.worker import job_health
+from core.records import labeling
 from pages._common import (
     DATETIME,
+    LABEL_TAB_KEY,
     SCORE,
     Flash,
     context,
     engine,
     experience_lines,
+    follow_open_request,
+    open_in_context,
     plain,
     run_action,
     run_page,
@@ -30,7 +41,8 @@ from pages._common import (
 )
 from pages._display import show_long, table
 from storage import queries
-from storage.statuses import JobStatus
+from storage.models import Run, Step
+from storage.statuses import LEARNING_KINDS, JobStatus
 
 FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
@@ -90,8 +102,12 @@ def load_overview() -> dict:
                               "experiences": list(v.experiences)} for v in versions],
             })
 
-        run_rows, attention_rows, pending_total = [], [], 0
+        run_rows, attention_rows, actions, pending_total = [], [], [], 0
         pending_by_run = queries.pending_operations_by_run(session)
+        library_names = {lib.id: lib.name for lib in queries.libraries(session)}
+        waiting_steps: dict[int, Step] = {}
+        for step in queries.steps_waiting_for_review(session, kinds=LEARNING_KINDS):
+            waiting_steps.setdefault(step.run_id, step)
         for run in queries.runs(session):
             status = job_health(run.status, run.heartbeat_at)
             run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
@@ -105,6 +121,10 @@ def load_overview() -> dict:
                                        "status": status, "pending operations": pending,
                                        "what to do": next_action(status, pending),
                                        "error": run.error or ""})
+                action = run_action_of(run, status, pending, task_names.get(run.task_id),
+                                       library_names.get(run.library_id), waiting_steps.get(run.id))
+                if action is not None:
+                    actions.append(action)
 
         eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
                       "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
@@ -113,9 +133,72 @@ def load_overview() -> dict:
                      for ev in queries.evaluations(session)]
 
         waiting_labels = queries.rollouts_waiting_for_labels(session)
+        labelling_rows = []
+        for task in tasks:
+            counts = labeling.progress(session, task)
+            if counts.needed or counts.disputed:
+                labelling_rows.append({"task": task.name, "task id": task.id,
+                                       "rollouts waiting for a label": counts.needed,
+                                       "disputes waiting for a reviewer": counts.disputed})
 
     return {"tasks": task_rows, "libraries": library_blocks, "runs": run_rows, "attention": attention_rows,
-            "pending_operations": pending_total, "evaluations": eval_rows, "waiting_labels": waiting_labels}
+            "actions": actions, "labelling": labelling_rows, "pending_operations": pending_total,
+            "evaluations": eval_rows, "waiting_labels": waiting_labels}
+
+
+@dataclass(frozen=True)
+class ToDo:
+    """A to-do row's button: what it says and the view it opens (page, task, library, ids in the address,
+    session state such as the Labeling tab)."""
+
+    key: str
+    label: str
+    page: str
+    task: str
+    library: str | None = None
+    params: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
+
+
+def run_action_of(run: Run, status: str, pending: int, task: str | None, library: str | None,
+                  step: Step | None) -> ToDo | None:
+    """The button of a run's to-do row: Review on its run and the step that waits, or Labeling on its task."""
+    if task is None:
+        return None
+    if status == JobStatus.AWAITING_REVIEW or pending:
+        where = f" · epoch {step.epoch + 1} · batch {step.batch_index + 1}" if step is not None else ""
+        params = {"run": run.id, **({"step": step.id} if step is not None else {})}
+        return ToDo(f"todo_review_{run.id}", f"Review run {run.id} · {task}{where}", "pages/review.py", task,
+                    library, params)
+    if status == JobStatus.AWAITING_LABELS:
+        return ToDo(f"todo_label_run_{run.id}", f"Label run {run.id}'s rollouts · {task}", "pages/labeling.py",
+                    task, state={LABEL_TAB_KEY: "Queue"})
+    return None
+
+
+def labelling_actions(row: dict) -> list[ToDo]:
+    """A task's labelling to-do row: its queue, and its disputes on the Agreement tab."""
+    task, task_id = row["task"], row["task id"]
+    found = []
+    needed, disputed = row["rollouts waiting for a label"], row["disputes waiting for a reviewer"]
+    if needed:
+        found.append(ToDo(f"todo_label_{task_id}", f"Label {needed} rollout{'s' if needed != 1 else ''} · {task}",
+                          "pages/labeling.py", task, state={LABEL_TAB_KEY: "Queue"}))
+    if disputed:
+        found.append(ToDo(f"todo_disputes_{task_id}",
+                          f"Settle {disputed} dispute{'s' if disputed != 1 else ''} · {task}", "pages/labeling.py",
+                          task, state={LABEL_TAB_KEY: "Agreement"}))
+    return found
+
+
+def open_todo(todo: ToDo) -> None:
+    """A to-do button's callback: its own task, library, run and step, not the sidebar's."""
+    open_in_context(todo.page, todo.task, todo.library, todo.params, todo.state)
+
+
+def todo_buttons(todos: list[ToDo]) -> None:
+    for todo in todos:
+        st.button(plain(todo.label), key=todo.key, on_click=open_todo, args=(todo,))
 
 
 def resume(run_id: int) -> None:
@@ -158,6 +241,7 @@ def first_steps() -> None:
 
 
 def page() -> None:
+    follow_open_request()
     data = load_overview()
     st.title("Overview")
     first_steps()
@@ -171,14 +255,15 @@ def page() -> None:
                  sum(1 for row in data["attention"] if row["status"] in ATTENTION_STATUSES))
     if data["attention"]:
         table(data["attention"], key="attention_table")
+        todo_buttons(data["actions"])
         resumable = [row["run"] for row in data["attention"] if row["status"] in (JobStatus.FAILED, JobStatus.STALLED)]
         for run_id in resumable:
             st.button(f"Resume run {run_id}", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
-        if any(row["status"] == JobStatus.AWAITING_REVIEW or row["pending operations"] for row in data["attention"]):
-            st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
-    if data["waiting_labels"]:
-        st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
-    if not data["attention"] and not data["waiting_labels"]:
+    if data["labelling"]:
+        table([{k: v for k, v in row.items() if k != "task id"} for row in data["labelling"]],
+              key="labelling_todo_table")
+        todo_buttons([todo for row in data["labelling"] for todo in labelling_actions(row)])
+    if not data["attention"] and not data["labelling"] and not data["waiting_labels"]:
         st.success("Nothing waits for a person.")
 
     st.header("Tasks")

@@ -198,9 +198,10 @@ def label_ten_by_keys(page, app) -> tuple[list[tuple[int, float]], float]:
 # ---- disputes: each decision is made on its own rollout (issue 25) -----------------------------------------
 
 
-def disputed_rollouts(database_url: str, count: int = 3) -> list[int]:
+def disputed_rollouts(database_url: str, count: int = 3, users: bool = True) -> list[int]:
     """`count` rollouts of a 1-5 human-labelled run that two labellers scored 5 and 1 (disputed), and a
-    reviewer `rev` who settles them; the run waits for nothing but the reviewer."""
+    reviewer `rev` who settles them; the run waits for nothing but the reviewer. Without `users` the studio
+    keeps no accounts, so it runs without sign-in."""
     from core.records.labeling import submit_label
 
     engine = make_engine(database_url)
@@ -208,7 +209,7 @@ def disputed_rollouts(database_url: str, count: int = 3) -> list[int]:
         task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
         task.reward_method, task.reward_settings = "human", {"scale": "1-5", "labels_per_rollout": 2}
         session.add(task)
-    for name, role in (("alma", "labeler"), ("bert", "labeler"), ("rev", "reviewer")):
+    for name, role in (("alma", "labeler"), ("bert", "labeler"), ("rev", "reviewer")) if users else ():
         add_user(engine, name, role, f"{name}-password")
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=count, limit=1),
                         created_by="cli")

@@ -226,3 +226,92 @@ def test_the_other_steps_open_their_pages(engine, button, title):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == [title]
+
+
+# ---- the to-do list opens each row's own task, run and step (issue 25) ------------------------------------------
+
+
+def run_awaiting_review(engine, task: str, library: str = "default") -> tuple[int, int]:
+    """A run of `task` on `library` whose first step is applied and whose second waits with two operations."""
+    run_id = create_run(engine, task, RunSettings(epochs=1, limit=4), library_name=library)
+    with db.session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        run.status = "awaiting_review"
+        session.add(run)
+        session.add(Step(run_id=run_id, epoch=0, batch_index=0, sample_ids=[], status="completed"))
+        step = Step(run_id=run_id, epoch=0, batch_index=1, sample_ids=[], status="awaiting_review")
+        session.add(step)
+    store_operations(engine, step, [], [ProposedOp("ADD", text="Write the units next to every number."),
+                                        ProposedOp("ADD", text="Estimate the answer before computing it.")], [])
+    return run_id, step.id
+
+
+def test_each_review_row_opens_its_own_task_library_run_and_step(engine):
+    """The sidebar is on the demo task; the row of another task's run opens that task, its library, the run and
+    the step that waits (the links opened the sidebar's task: a completed run of another task)."""
+    from core.records.tasks import ensure_demo_tasks
+    from core.records.versions import ensure_library
+    from pages._common import LIBRARY_KEY, TASK_KEY
+
+    ensure_demo_tasks(engine)
+    with db.session_scope(engine) as session:
+        ensure_library(session, get_task(session, SUPPORT_TASK), "tone", actor="cli")
+    demo_run, _demo_step = run_awaiting_review(engine, DEMO_TASK)
+    support_run, support_step = run_awaiting_review(engine, SUPPORT_TASK, "tone")
+    at = run_app(session_state={TASK_KEY: DEMO_TASK})
+    assert at.session_state[TASK_KEY] == DEMO_TASK
+    button = at.button(key=f"todo_review_{support_run}")
+    assert button.label == f"Review run {support_run} · {SUPPORT_TASK} · epoch 1 · batch 2"
+    button.click().run()
+
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Review"]
+    assert (at.session_state[TASK_KEY], at.session_state[LIBRARY_KEY]) == (SUPPORT_TASK, "tone")
+    assert at.selectbox(key="review_run").value == support_run
+    assert at.selectbox(key="review_step").value == support_step
+    assert (at.query_params["run"], at.query_params["step"]) == (str(support_run), str(support_step))
+    assert demo_run not in at.selectbox(key="review_run").options
+
+
+def test_labels_and_disputes_waiting_elsewhere_are_on_the_to_do_list_and_open_their_task(engine):
+    """Rollouts waiting for a label and disputes waiting for a reviewer, per task, each row opening its task
+    (Labeling said "Nothing waiting for you in this task" while they waited in another)."""
+    from core.records.labeling import submit_label
+    from core.records.tasks import ensure_demo_tasks
+    from pages._common import TASK_KEY
+    from tests.test_labeling import set_reward
+    from tests.ui_support import seeded_run
+
+    ensure_demo_tasks(engine)
+    set_reward(engine, "human", scale="1-5", labels_per_rollout=2)
+    seeded_run(engine, "auto")
+    with db.session_scope(engine) as session:
+        demo = get_task(session, DEMO_TASK)
+        waiting = queries.rollouts_to_label(session, demo.id, "alice")
+        session.expunge_all()
+    assert len(waiting) == 4
+    for rollout in waiting[:2]:
+        submit_label(engine, rollout.id, 1.0, "alice")
+        submit_label(engine, rollout.id, 0.0, "bob")
+
+    at = run_app(session_state={TASK_KEY: SUPPORT_TASK})
+    todo = table_with(at, "disputes waiting for a reviewer")
+    assert todo[["task", "rollouts waiting for a label", "disputes waiting for a reviewer"]].values.tolist() == [
+        [DEMO_TASK, 2, 2]]
+    assert at.button(key=f"todo_label_{demo.id}").label == f"Label 2 rollouts · {DEMO_TASK}"
+    assert at.button(key=f"todo_disputes_{demo.id}").label == f"Settle 2 disputes · {DEMO_TASK}"
+
+    at.button(key=f"todo_label_{demo.id}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Labeling"] and at.session_state[TASK_KEY] == DEMO_TASK
+    assert not [s for s in at.success if s.value.startswith("Nothing waiting for you")]
+    assert any(c.value.startswith(f"Rollout {waiting[2].id} · ") for c in at.caption)
+
+    at.switch_page("pages/overview.py")
+    at.session_state[TASK_KEY] = SUPPORT_TASK
+    at.run()
+    at.button(key=f"todo_disputes_{demo.id}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Labeling"] and at.session_state[TASK_KEY] == DEMO_TASK
+    assert at.session_state["label_tab"] == "Agreement"
+    assert table_with(at, "reward now")["rollout"].tolist() == [w.id for w in waiting[:2]]
