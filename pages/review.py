@@ -6,8 +6,12 @@ semantic advantage, rollouts with rewards) in "Evidence" expanders; a decided or
 collapsed line. One pending card is focused (the first, or one chosen with Next / Previous / Focus) and only
 its buttons have keys, because a key binds to one button per page: A approve, X reject (Streamlit reserves
 R), E edit, J next, K previous. A reject's optional reason is stored as the decision's comment and told to
-the learner in the run's later steps. All of the step's groups, with trajectories, are in a collapsed
-section at the bottom.
+the learner in the run's later steps. Every widget of a card is keyed by its operation (the gate note by its
+step), so nothing typed or chosen for one carries over to another, and every toast names what was decided
+as the page names it ("Operation 2 rejected.", "Every pending operation of run 3 · epoch 1 · batch 2
+approved."). Tab out of a reason lands on a harmless note, never on Approve. When a decision leaves its step
+with nothing to decide, the page opens the next step of the task that waits for review, or says none does.
+All of the step's groups, with trajectories, are in a collapsed section at the bottom.
 
 Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
 applies it (a new library version) and queues the run again, and this page starts a worker for it.
@@ -62,7 +66,7 @@ from storage.statuses import (
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
-NOTE_KEY = "review_note"
+NOTE_KEY = "review_note"  # + _<step id>: a note is written for one step's failed gate, see note_key
 
 
 def editing_key(op_id: int) -> str:
@@ -138,16 +142,22 @@ def move_on(step_id: int) -> None:
     FLASH.set("decisions", Outcome(True, f"{done} Next step waiting for review: {step_name(nxt)}."))
 
 
-def note() -> str | None:
+def note_key(step_id: int) -> str:
+    """The gate note's key names its step: a note typed against one step's failed gate never goes with a
+    decision on another step (the page moves on to the next waiting step by itself)."""
+    return f"{NOTE_KEY}_{step_id}"
+
+
+def note(step_id: int) -> str | None:
     """The reviewer's note for the next decision (needed to approve against a failed validation gate)."""
-    return (st.session_state.get(NOTE_KEY) or "").strip() or None
+    return (st.session_state.get(note_key(step_id)) or "").strip() or None
 
 
 def decide(op_id: int, decision: str, run_id: int, name: str, step_id: int) -> None:
     """A reject carries the card's reason (told to the learner later); either carries the gate note. `name` is
     the card's own name for the operation, which the toast repeats."""
     reason = (st.session_state.get(reason_key(op_id)) or "").strip() or None
-    comment = (reason or note()) if decision == OperationStatus.REJECTED else note()
+    comment = (reason or note(step_id)) if decision == OperationStatus.REJECTED else note(step_id)
     act(run_id, review.decide_operation, op_id, decision, context().reviewer, comment,
         success=f"{name} {decision}.", step_id=step_id)
 
@@ -178,18 +188,20 @@ def cancel_edit(op_id: int) -> None:
 def save_edit(op_id: int, run_id: int, name: str, step_id: int) -> None:
     text = st.session_state.get(edit_text_key(op_id), "")
     ids = [part.strip() for part in str(st.session_state.get(edit_ids_key(op_id), "")).split(",") if part.strip()]
-    if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer, note(),
+    if act(run_id, review.edit_operation, op_id, text, ids, context().reviewer, note(step_id),
            success=f"{name} edited.", step_id=step_id) is not None:
         cancel_edit(op_id)
 
 
-def decide_all(step_id: int, decision: str, run_id: int) -> None:
-    act(run_id, review.decide_step, step_id, decision, context().reviewer, note(),
-        success=f"Every pending operation {decision}.", step_id=step_id)
+def decide_all(step_id: int, decision: str, run_id: int, name: str) -> None:
+    """Every pending operation of the step; the toast names the step as the step picker does."""
+    act(run_id, review.decide_step, step_id, decision, context().reviewer, note(step_id),
+        success=f"Every pending operation of {name} {decision}.", step_id=step_id)
 
 
-def apply_decisions(step_id: int, run_id: int) -> None:
-    act(run_id, review.apply_if_decided, step_id, context().reviewer, success="Step applied.", step_id=step_id)
+def apply_decisions(step_id: int, run_id: int, name: str) -> None:
+    act(run_id, review.apply_if_decided, step_id, context().reviewer, success=f"{name[:1].upper()}{name[1:]} applied.",
+        step_id=step_id)
 
 
 # --- display ----------------------------------------------------------------------------------
@@ -204,7 +216,8 @@ def show_gate(step: Step, can_decide: bool) -> None:
     shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error}.get(gate.get("decision"), st.info)
     shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.engine.gate.gate_line)
     if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
-        st.text_input("Note for approving against the failed gate (required to approve or edit)", key=NOTE_KEY)
+        st.text_input("Note for approving against the failed gate (required to approve or edit)",
+                      key=note_key(step.id))
         tab_stop("Why a note", "The candidate did worse than the starting library on held-out queries; an approval "
                  "or edit against that is recorded with this note.", key="review_note_stop")
     if gate.get("evaluation_before"):
@@ -552,9 +565,9 @@ def page() -> None:
         if can_decide:
             bulk_approve, bulk_reject = st.columns(2)
             bulk_approve.button("Approve all pending", key="review_approve_all", disabled=not pending,
-                                on_click=decide_all, args=(step_id, OperationStatus.APPROVED, run_id))
+                                on_click=decide_all, args=(step_id, OperationStatus.APPROVED, run_id, step_name(step)))
             bulk_reject.button("Reject all pending", key="review_reject_all", disabled=not pending,
-                               on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id))
+                               on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id, step_name(step)))
         else:
             role_note("reviewer", "deciding operations")
         settings = RunSettings.from_dict(run.settings)
@@ -568,7 +581,7 @@ def page() -> None:
     if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
-                  args=(step_id, run_id))
+                  args=(step_id, run_id, step_name(step)))
 
     with st.expander(f"All groups of this step and their semantic advantages ({len(sample_ids)})"):
         if not sample_ids:

@@ -199,7 +199,8 @@ def test_the_gates_figures_stand_above_the_operations_and_approving_against_a_fa
     assert any("needs a note" in e.value for e in at.error)
     assert state(engine, run_id)["ops"][0].status == "pending"
 
-    at.text_input(key="review_note").input("the validation queries are not like production")
+    at.text_input(key=f"review_note_{state(engine, run_id)['step'].id}").input(
+        "the validation queries are not like production")
     click(at, f"review_approve_{op.id}")
     after = state(engine, run_id)
     assert after["ops"][0].status == "applied"
@@ -340,3 +341,12 @@ def test_after_the_last_decision_of_a_step_the_next_waiting_step_opens_or_the_pa
     assert (f"Run {older} · epoch 1 · batch 1 has nothing left to decide. No other step of this task waits for "
             "review.") in [s.value for s in at.success]
     assert any(s.value.startswith("Applied as version #") for s in at.success)
+
+
+def test_a_bulk_decision_names_its_step_as_the_step_picker_does(engine):
+    run_id = seeded_run(engine, "manual", update=TWO_PENDING, settings={"gate": "off"})
+    at = open_review()
+    assert at.selectbox(key="review_step").value == state(engine, run_id)["step"].id
+    click(at, "review_reject_all")
+    assert [o.status for o in state(engine, run_id)["ops"]] == ["rejected", "rejected"]
+    assert [t.value for t in at.toast] == [f"Every pending operation of run {run_id} · epoch 1 · batch 1 rejected."]
