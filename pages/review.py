@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
 from core.engine.attribution import effects_for_library as experience_effects
 from core.engine.run_settings import RunSettings
@@ -363,13 +364,37 @@ def show_evidence(op: Operation, view: StepView, key: str) -> None:
                 show_long(rollout.summary, f"{ev_key}_{rollout.id}_summary", empty="(no summary)")
 
 
+def show_example_source(op: Operation, view: StepView, key: str) -> None:
+    """A worked example beside the rollout it was compressed from (core.records.review.example_sources): the
+    reviewer checks that the example's steps are the ones that reached the right answer."""
+    source = review.example_sources(view.step).get(op.position)
+    if source is None:
+        return
+    group = view.groups.get(source["advantage_id"])
+    rollout = next((r for r in group.rollouts if r.id == source["rollout_id"]), None) if group else None
+    left, right = st.columns(2)
+    with left:
+        st.caption("Worked example")
+        show_long(op.text, f"{key}_example", empty="(no text)")
+    with right:
+        if rollout is None:
+            st.caption(f"Compressed from rollout #{source['rollout_id']}, not found in this step.")
+            return
+        st.caption(f"Compressed from output {rollout.group_index} · reward {reward_text(rollout.reward)}")
+        show_long(outcome(rollout, view.conversation), f"{key}_example_final", empty="(no final answer)")
+        with st.expander(f"Trajectory · output {rollout.group_index}"):
+            show_turns(rollout.messages or [], f"{key}_example_source")
+
+
 def operation_body(op: Operation, view: StepView) -> None:
     """Everything about one operation but its buttons: flags, targets, diff, rationale, effect, evidence."""
     key = f"review_op_{op.id}"
     show_flags(view.flags.get(op.id, []))
     if op.status == OperationStatus.PENDING and view.holds_flagged and view.flags.get(op.id):
         st.caption("Held for a person: auto review mode approved only the unflagged operations of this step.")
-    show_long(f"{op.op} {', '.join(op.target_ids)}".strip(), f"{key}_targets")
+    example = review.written_kind(view.step, op, view.before.experiences if view.before else []) == EXAMPLE
+    show_long(f"{op.op} {', '.join(op.target_ids)}".strip() + (" · worked example" if example else ""),
+              f"{key}_targets")
     if op.status == OperationStatus.INVALID:
         st.warning("Invalid: this operation will not be applied. Reason:")
         show_long(op.validation_error, f"{key}_invalid")
@@ -379,6 +404,7 @@ def operation_body(op: Operation, view: StepView) -> None:
               f"{key}_diff", language="diff")
     st.caption("Rationale")
     show_long(op.rationale, f"{key}_rationale", empty="(no rationale)")
+    show_example_source(op, view, key)
     measured = effect_lines(op, before, view.effects)
     if measured:
         st.caption("Measured effect of the experiences it changes")

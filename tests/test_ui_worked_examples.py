@@ -1,0 +1,47 @@
+"""The Review card of a worked example (Streamlit AppTest): the example beside the rollout it was compressed from."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sqlmodel import Session
+
+from core.records.datasets import demo_rows
+from core.records.review import example_sources
+from pages._common import REVIEWER_KEY
+from storage import queries
+from storage.models import Rollout
+from tests.conftest import mixed_rollouts
+from tests.ui_support import markdown_texts, run_app, seeded_run
+
+REFERENCES = {row.query: row.reference for row in demo_rows()}
+
+
+@pytest.fixture
+def engine(app_engine):
+    return app_engine
+
+
+def right_example(messages: list[dict]) -> str:
+    query = re.search(r"Problem:\n(.*?)\n\nThe agent's solution", messages[-1]["content"], re.S).group(1)
+    return json.dumps({"problem": query, "steps": ["Add the two amounts"], "answer": REFERENCES[query]})
+
+
+def test_the_card_of_a_worked_example_shows_the_rollout_it_came_from(engine):
+    run_id = seeded_run(engine, "manual", settings={"examples": True, "gate": "off"}, rollout=mixed_rollouts(),
+                        example=right_example)
+    with Session(engine) as session:
+        step = queries.steps(session, run_id)[0]
+        sources = example_sources(step)
+        ops = {op.position: op for op in queries.step_operations(session, step.id)}
+        rollouts = [session.get(Rollout, source["rollout_id"]) for source in sources.values()]
+    assert len(sources) == 2 and all(ops[position].op == "ADD" for position in sources)
+    at = run_app(page="pages/review.py", session_state={REVIEWER_KEY: "alice"})
+    captions = markdown_texts(at)
+    for rollout in rollouts:
+        assert f"Compressed from output {rollout.group_index} · reward 1" in captions
+    code = [block.value for block in at.code]
+    assert all(rollout.final_answer in code for rollout in rollouts)
+    assert any(text.startswith("ADD · worked example") for text in code)
