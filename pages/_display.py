@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from core.domain.code_runs import code_runs, is_code_run
 from core.domain.conversation import SPEAKERS
 from core.records.datasets import spreadsheet_safe
 
@@ -50,10 +51,22 @@ def show_turns(messages: list[dict], key: str) -> None:
     for index, message in enumerate(turns):
         role = str(message.get("role", "?"))
         content = str(message.get("content", ""))
-        if role == "user" and content.startswith("Code output:"):
+        if role == "user" and (is_code_run(message) or content.startswith("Code output:")):  # the old form too
             role = "user (tool output)"
         st.caption(role if role in ("assistant", "user", "user (tool output)", "system", "tool") else "message")
         show_long(content, f"{key}_turn_{index}")
+
+
+def show_code_runs(messages: list[dict], key: str) -> None:
+    """The code a python-mode agent ran in the jail and the output it really printed, each run under a line
+    with its exit status and seconds, code and output verbatim as code (st.code: never Markdown or HTML), so a
+    reader sees what the model was told rather than what it might have invented. Draws nothing for a rollout
+    without runs; uses no expander, so it fits inside one. `key` prefixes the toggles."""
+    for index, run in enumerate(code_runs(messages)):
+        st.caption(f"Code run {index + 1} · {run.status()} · {run.seconds:.2f} s")
+        show_long(run.code, f"{key}_code_{index}", language="python", empty="(no code)")
+        st.caption(f"Output of run {index + 1}")
+        show_long(run.output, f"{key}_code_output_{index}", empty="(no output)")
 
 
 def chat_turns(messages: list[dict]) -> list[dict]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.code_runs import code_runs
 from core.models.judge import choices
 from core.records.labeling import label_scale, submit_label
 from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
@@ -37,7 +38,7 @@ from pages._common import (
     show_in_url,
     status_label,
 )
-from pages._display import chat_turns, clip, show_chat, show_long, show_turns, table
+from pages._display import chat_turns, clip, show_chat, show_code_runs, show_long, show_turns, table
 from storage import queries
 from storage.models import Rollout, Sample, Task
 from storage.statuses import EvaluationPurpose, LabelStatus
@@ -85,7 +86,8 @@ def label_control(rollout: Rollout, task: Task, can_label: bool) -> None:
 
 
 def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: bool) -> None:
-    """One output: reward and its source, final answer, summary, trajectory, cost, error."""
+    """One output: reward and its source, final answer, summary, error, cost, the code it ran (python mode),
+    trajectory."""
     if not in_expander:
         st.markdown(f"**Output {rollout.group_index}**")
     waiting = " · waiting for a label" if rollout.label_status == LabelStatus.NEEDED else ""
@@ -104,6 +106,7 @@ def show_output(rollout: Rollout, task: Task, can_label: bool, *, in_expander: b
         show_long(rollout.error, f"{key}_error")
     st.caption(f"{rollout.tokens_in} tokens in · {rollout.tokens_out} tokens out · "
                f"{rollout.latency_ms / 1000:.1f} s")
+    show_code_runs(rollout.messages or [], key)
     if in_expander:  # expanders are not nested: the trajectory follows inline
         st.caption("Trajectory")
         show_turns(rollout.messages or [], key)
@@ -207,7 +210,8 @@ def show_group(rollouts: list[Rollout], task: Task, can_label: bool) -> None:
                 show_output(rollout, task, can_label, in_expander=False)
         return
     table([{"index": r.group_index, "reward": r.reward, "source": r.reward_source or "",
-            "final answer": r.final_answer or "", "error": r.error or ""} for r in rollouts],
+            "final answer": r.final_answer or "", "code runs": len(code_runs(r.messages)), "error": r.error or ""}
+           for r in rollouts],
           column_config={"reward": SCORE}, key="rollouts_group_table")
     for rollout in rollouts:
         with st.expander(f"Output {rollout.group_index} · reward {reward_text(rollout.reward)}"):

@@ -93,3 +93,32 @@ def test_support_file_is_clean_json_lines_with_no_formula_cells():
     assert all(set(r) == {"id", "query", "rubric", "split"} for r in records)
     assert not any(formula_like(r["query"]) or formula_like(r["rubric"]) for r in records)
     assert len(support_rows()) == 40
+
+
+def test_the_arithmetic_demo_runs_in_python_mode_where_the_jail_works(engine, jail):
+    task = ensure_demo_task(engine)
+    assert task.agent_mode == "python"
+    assert "Agent mode python" in task.description and "jail" in task.description
+    with Session(engine) as session:
+        [created] = session.exec(select(AuditEvent).where(AuditEvent.action == "task.create")).all()
+    assert created.after == {"name": DEMO_TASK, "agent_mode": "python"}
+    assert ensure_support_task(engine).agent_mode == ensure_conversation_task(engine).agent_mode == "direct"
+
+
+def test_without_a_jail_the_arithmetic_demo_falls_back_to_direct_and_says_why(engine, monkeypatch, caplog):
+    from core.domain.sandbox import JailStatus
+    from core.records import tasks
+
+    probes: list[int] = []
+
+    def no_jail() -> JailStatus:
+        probes.append(1)
+        return JailStatus(False, "python mode needs bubblewrap (apt-get install bubblewrap)")
+
+    monkeypatch.setattr(tasks, "jail_status", no_jail)
+    task = ensure_demo_task(engine)
+    assert task.agent_mode == "direct"
+    assert "Agent mode direct, not python" in task.description and "apt-get install bubblewrap" in task.description
+    assert any("uses agent mode direct" in r.getMessage() and "bubblewrap" in r.getMessage() for r in caplog.records)
+    ensure_demo_task(engine)  # an existing task keeps its mode: the jail is probed only when the task is created
+    assert probes == [1]

@@ -7,6 +7,7 @@ import json
 import pytest
 from sqlmodel import Session
 
+from core.domain.code_runs import code_runs
 from core.domain.prompts import SIMULATOR_CUE
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK
@@ -83,6 +84,31 @@ def test_trajectory_is_shown_verbatim_as_code(engine):
     assert [e.label for e in at.expander].count("Trajectory") == 2
     for text in markdown_texts(at):
         assert "alert(1)" not in text and "bold" not in text, text
+
+
+def test_code_runs_show_the_code_and_its_real_output_as_text(engine, jail):
+    code = "print(6 * 7, '<b>bold</b> **x**')"
+
+    def reply(messages):
+        if messages[-1]["content"].startswith("```output"):
+            return "It printed 42: \\boxed{42}"
+        return f"Let me run it.\n```python\n{code}\n```\n```output\n999 invented\n```"
+
+    run_id = seeded_run(engine, "auto", rollout=reply)
+    _step_id, groups = step_groups(engine, run_id)
+    at = run_app(page=PAGE)
+
+    rollouts = groups[at.selectbox(key="rollouts_query").value]
+    for column, rollout in zip(output_columns(at), rollouts, strict=True):
+        captions = [c.value for c in column.caption]
+        codes = [c.value for c in column.code]
+        assert any(c.startswith("Code run 1 · exit 0 · ") and c.endswith(" s") for c in captions), captions
+        [run] = code_runs(rollout.messages)  # the page shows the run stored on this output
+        assert run.output == "42 <b>bold</b> **x**"
+        assert run.code in codes and run.output in codes and run.code == code  # verbatim, as code
+        assert not any("999 invented" in text for text in codes)
+    for text in markdown_texts(at):
+        assert "<b>" not in text and "**x**" not in text, text
 
 
 def test_only_mixed_groups_hides_an_all_equal_group(engine):

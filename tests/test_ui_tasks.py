@@ -377,6 +377,8 @@ def test_python_mode_warns_when_this_machine_has_no_code_jail(engine, monkeypatc
     task = demo(engine)
     prefix = f"task_{task.id}_"
     at = open_tasks()
+    at.selectbox(key=f"{prefix}agent_mode").set_value("direct")  # the demo is python where the jail works
+    rerun(at)
     assert not [w for w in at.warning if "python mode" in w.value]
     at.selectbox(key=f"{prefix}agent_mode").set_value("python")
     rerun(at)

@@ -20,9 +20,11 @@ EXPERIENCE_HEADER = (
 )
 REJECTED_SHOWN = 10  # the most recent rejections of a run the learner is told about
 REJECTED_CHARS = 240  # each rejected text and each reason, clipped to this many characters
+# The output fence is the one core.domain.code_runs sends back, so the model is told what it will read.
 PYTHON_TOOL_NOTE = (
     "You can run Python: write code in a ```python fenced block and stop; the code is executed and its "
-    "output is sent back to you, then you continue. Use print() to see values."
+    "output is sent back to you in an ```output block, then you continue. Use print() to see values. "
+    "Never write an ```output block yourself."
 )
 
 

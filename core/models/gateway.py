@@ -196,9 +196,15 @@ class Gateway:
         sample_index: int = 0,
         response_format: dict | None = None,
         seed_key: str | None = None,
+        stop: tuple[str, ...] | list[str] | None = None,
     ) -> CallResult:
         """One chat completion, from the cache if this exact call succeeded before, or from the same call
         still in flight (identical concurrent calls share one request).
+
+        `stop` sequences end generation where they would start (the python agent mode stops at "```output",
+        core.domain.code_runs); they are part of the request's parameters and so of its cache key, and go to
+        every path: litellm (which drops them for a provider that takes none: the caller cuts the text
+        itself), the direct OpenAI-compatible request and the embedded model.
 
         The sampling seed comes from `seed_key` when given (the agent passes its query and sample index, so
         two library versions draw the same random numbers for the same query and sample: common random
@@ -208,6 +214,8 @@ class Gateway:
         params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
         if response_format:
             params["response_format"] = response_format
+        if stop:
+            params["stop"] = list(stop)
         key = cache_key(model, messages, params, sample_index, self._endpoint(model))
         hit = self._cached(key)
         if hit is not None:

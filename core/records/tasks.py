@@ -3,6 +3,8 @@ difficult customer conversations)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -10,6 +12,7 @@ from sqlmodel import Session
 
 from core.domain.personas import Persona
 from core.domain.rewards import pattern_problem
+from core.domain.sandbox import jail_status
 from core.errors import NotFound
 from core.records.datasets import (
     DatasetError,
@@ -29,11 +32,16 @@ from storage.db import session_scope
 from storage.models import AuditEvent, Sample, Task
 from storage.models import Persona as PersonaRow
 
+log = logging.getLogger(__name__)
+
 DEMO_TASK = "arithmetic word problems"
 DEMO_INSTRUCTIONS = (
     "You are a careful math tutor. Solve the word problem step by step, checking each calculation."
 )
 DEMO_ANSWER_FORMAT = "End with the final numeric answer in \\boxed{}, for example \\boxed{42}."
+DEMO_DESCRIPTION = "Grade-school arithmetic word problems from SVAMP and MAWPS MultiArith (MIT)."
+DEMO_PYTHON_NOTE = "Agent mode python: the agent may run Python, and its code runs in the bubblewrap jail."
+DEMO_DIRECT_NOTE = "Agent mode direct, not python: the code jail does not work on the machine that created this task"
 
 SUPPORT_TASK = "customer support replies"
 SUPPORT_INSTRUCTIONS = """\
@@ -175,15 +183,28 @@ CONVERSATION_SETTINGS = {
 }
 
 
+def choose_demo_mode(task: Task) -> None:
+    """The arithmetic demo's agent mode, chosen when it is created: `python` (the paper's math agent runs code)
+    wherever the code jail works here, else `direct`; the description and a warning in the log say which and
+    why, so a machine without bubblewrap gets a demo that runs rather than one whose every run is refused."""
+    jail = jail_status()
+    if jail.available:
+        task.agent_mode, note = "python", DEMO_PYTHON_NOTE
+    else:
+        task.agent_mode, note = "direct", f"{DEMO_DIRECT_NOTE} ({jail.message})."
+        log.warning("the demo task %r uses agent mode direct: %s", DEMO_TASK, jail.message)
+    task.description = f"{DEMO_DESCRIPTION} {note}"
+
+
 def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:
-    """Create the demo task with its 100 train and 100 test problems, once."""
+    """Create the demo task with its 100 train and 100 test problems, once (the jail is probed only then)."""
     return _ensure_builtin(engine, Task(
         name=DEMO_TASK,
-        description="Grade-school arithmetic word problems from SVAMP and MAWPS MultiArith (MIT).",
+        description=DEMO_DESCRIPTION,
         instructions=DEMO_INSTRUCTIONS,
         answer_format=DEMO_ANSWER_FORMAT,
         reward_method="math",
-    ), demo_rows(), actor)
+    ), demo_rows(), actor, on_create=choose_demo_mode)
 
 
 def ensure_support_task(engine: Engine, actor: str = "system") -> Task:
@@ -221,20 +242,22 @@ def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
 
 
 def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str,
-                    personas: list[Persona] = ()) -> Task:
-    """Create a built-in task from `template` if no task has its name, then add any missing rows and the
-    default library; an existing task keeps its settings (and personas), which an admin may have changed."""
+                    personas: list[Persona] = (), on_create: Callable[[Task], None] | None = None) -> Task:
+    """Create a built-in task from `template` if no task has its name (`on_create` finishes it then: a choice
+    worth making only once), then add any missing rows and the default library; an existing task keeps its
+    settings (and personas), which an admin may have changed."""
     with session_scope(engine) as session:
         task = queries.task_by_name(session, template.name)
         if task is None:
             model = get_settings().model
             task = template
             task.policy_model = task.learner_model = task.judge_model = model
-            task.agent_mode = "direct"
+            if on_create is not None:
+                on_create(task)
             session.add(task)
             session.flush()
             session.add(AuditEvent(actor=actor, action="task.create", object_type="task", object_id=task.id,
-                                   after={"name": task.name}))
+                                   after={"name": task.name, "agent_mode": task.agent_mode}))
             for persona in personas:
                 session.add(PersonaRow(task_id=task.id, **persona.model_dump()))
         add_samples(session, task, rows)
