@@ -214,8 +214,13 @@ def show_gate(step: Step, can_decide: bool) -> None:
     if not gate:
         st.caption("No validation gate ran for this step (gate off, or the step has not reached it).")
         return
-    shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error}.get(gate.get("decision"), st.info)
+    shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error,
+             GateDecision.UNDECIDED: st.warning}.get(gate.get("decision"), st.info)
+    if gate.get("remeasure"):  # the reviewed library waits for its own measurement by a worker
+        shown = st.info
     shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.engine.gate.gate_line)
+    if gate.get("proposed"):
+        st.caption(plain(f"Before review, all proposed operations together: {gate['proposed'].get('line', '')}"))
     if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)",
                       key=note_key(step.id))

@@ -350,3 +350,27 @@ def test_a_bulk_decision_names_its_step_as_the_step_picker_does(engine):
     click(at, "review_reject_all")
     assert [o.status for o in state(engine, run_id)["ops"]] == ["rejected", "rejected"]
     assert [t.value for t in at.toast] == [f"Every pending operation of run {run_id} · epoch 1 · batch 1 rejected."]
+
+
+def test_a_partly_approved_gated_step_says_it_is_measured_before_it_lands_then_shows_both_measurements(engine):
+    from core.engine.training import execute_run
+    from tests.test_review import TWO_ADDS
+    from tests.ui_support import scripted_gateway
+
+    run_id = seeded_run(engine, "manual", update=TWO_ADDS)
+    first, second = state(engine, run_id)["ops"]
+    at = open_review()
+    click(at, f"review_approve_{first.id}")
+    click(at, f"review_reject_{second.id}")
+    after = state(engine, run_id)
+    assert len(after["versions"]) == 1 and after["run"].status == "queued"
+    at = open_review(**{"review_run": run_id})
+    assert any("measured against the starting library before it lands" in i.value for i in at.info), \
+        [i.value for i in at.info]
+    _model, gateway = scripted_gateway(engine)
+    execute_run(engine, run_id, gateway=gateway)  # the worker measures the approved part, then it lands
+    at = open_review(**{"review_run": run_id})
+    assert any(s.value.startswith("measured again after review") for s in at.success), [s.value for s in at.success]
+    assert any("Before review, all proposed operations together" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+    assert len(state(engine, run_id)["versions"]) == 2
