@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import Session
 
 from core.engine.training import RunSettings, create_run
+from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
@@ -266,7 +267,10 @@ def test_the_quick_trial_preset_fills_the_form_and_a_change_by_hand_makes_it_cus
     assert at.radio(key="train_review_mode").value == "manual"
     assert at.selectbox(key="train_gate").value == "off"
     assert preset_caption(at) == "The settings below are the quick trial."
-    assert estimate_line(at).startswith("**Estimate:** about 27 calls")  # 16 answers, 8 summaries, 2 advantages, 1 update
+    with Session(engine) as session:  # the demo answers in python mode where the code jail works (PYTHON_TURNS calls)
+        per_answer = PYTHON_TURNS if queries.task_by_name(session, DEMO_TASK).agent_mode == "python" else 1
+    calls = int(16 * per_answer) + 8 + 2 + 1  # 16 answers, 8 summaries, 2 advantages, 1 update
+    assert estimate_line(at).startswith(f"**Estimate:** about {calls} calls")
 
     at.number_input(key="train_group_size").set_value(2)
     at.run()
