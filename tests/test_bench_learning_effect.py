@@ -9,7 +9,7 @@ from bench.learning_effect import main, read_records
 from tests.conftest import per_query
 
 TRAIN = [{"question": f"Tom has {n} apples and buys {n + 1} more. How many apples does he have?", "answer": 2 * n + 1}
-         for n in range(1, 7)]
+         for n in range(1, 9)]  # 4 to train on and 4 to validate (a gate needs at least 4)
 TEST = [{"Body": f"A box holds {n} pens.", "Question": f"How many pens are in {n} boxes?", "Answer": float(n * n)}
         for n in range(2, 5)]
 
@@ -43,14 +43,14 @@ def test_four_rows_with_figures_and_gate_decisions(tmp_path, capsys, scripted):
         return gateway
 
     out_json = tmp_path / "result.json"
-    result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "2", "--test-limit",
+    result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4", "--test-limit",
                    "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--json", str(out_json)],
                   gateway_for=gateway_for)
     out = capsys.readouterr().out
 
     rows = {row["name"]: row for row in result["rows"]}
     assert list(rows) == ["empty", "direct", "gate off", "gate no_worse"]
-    assert result["queries"] == {"train": 4, "validation": 2, "test": 3}
+    assert result["queries"] == {"train": 4, "validation": 4, "test": 3}
     for row in rows.values():
         assert row["evaluation_status"] == "completed" and row["n"] == 3
         assert 0 <= row["mean_at_k"] <= 1 and row["wall_s"] >= 0
