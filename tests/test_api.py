@@ -246,3 +246,14 @@ def test_a_real_uvicorn_process_serves_the_library_and_takes_traces(engine, keys
         schema = httpx.get(f"{base}/openapi.json", timeout=10).json()
         assert "TraceIn" in schema["components"]["schemas"] and "/v1/traces" in schema["paths"]
     assert len(stored(engine)) == 3
+
+
+def test_served_entries_carry_their_kind_so_an_agent_can_tell_a_worked_example_from_a_lesson(engine, client):
+    text = ("- Re-read the question.\n\n## Worked examples\n\n"
+            "- Problem: 3 bags of 4 apples. Steps: 3 x 4 = 12. Answer: 12.\n")
+    version = import_library(engine, DEMO_TASK, text, "kinds.md", actor="system")
+    served = client.get(URL, params={"version": version.id}).json()
+    assert [(e["text"][:9], e["kind"]) for e in served["entries"]] == [("Re-read t", "lesson"), ("Problem: ", "example")]
+    assert served["experiences"] == [e["text"] for e in served["entries"]]
+    chosen = client.get(URL + "/select", params={"version": version.id, "query": "apples in bags"}).json()
+    assert {e["kind"] for e in chosen["entries"]} == {"lesson", "example"}

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.domain.draws import stable_fraction
+from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
 from core.errors import InvalidInput, NotFound
 from core.records.people import require_role
@@ -44,6 +45,8 @@ class ServedLibrary:
     # How the library chooses each prompt's entries ({mode, k}): under `top_k` an agent asks the selection
     # route for its query's entries instead of putting `prompt` (the whole library) in its system prompt.
     selection: dict = field(default_factory=lambda: Selection().as_dict())
+    # Each entry with its id and kind (lesson or worked example), in library order; `experiences` is their texts.
+    entries: tuple[dict, ...] = ()
 
     @property
     def etag(self) -> str:
@@ -52,8 +55,8 @@ class ServedLibrary:
 
     def as_dict(self) -> dict:
         return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
-                "label": self.label, "experiences": self.experiences, "prompt": self.prompt, "arm": self.arm,
-                "selection": self.selection}
+                "label": self.label, "experiences": self.experiences, "entries": list(self.entries),
+                "prompt": self.prompt, "arm": self.arm, "selection": self.selection}
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
     found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
     selection = selection_of(found.library)
     chosen = scored_entries(found.version.experiences or [], query, selection)
-    entries = [{"id": str(entry.get("id")), "text": entry["text"],
+    entries = [{"id": str(entry.get("id")), "text": entry["text"], "kind": kind_of(entry),
                 "score": None if score is None else round(score, 6)} for entry, score in chosen]
     return ServedSelection(task=found.task.name, library=found.library.name, version_id=found.version.id,
                            number=found.version.number, label=found.label, query=query,
@@ -192,7 +195,9 @@ def _served(task_name: str, library: Library, version: LibraryVersion, label: st
     return ServedLibrary(task=task_name, library=library.name, version_id=version.id, number=version.number,
                          label=label, experiences=[e["text"] for e in experiences],
                          prompt=export_version(experiences, "prompt"), arm=arm,
-                         selection=selection_of(library).as_dict())
+                         selection=selection_of(library).as_dict(),
+                         entries=tuple({"id": str(e.get("id")), "text": e["text"], "kind": kind_of(e)}
+                                       for e in experiences))
 
 
 def api_status(port: int, host: str = "127.0.0.1", timeout_s: float = 0.3) -> str:
