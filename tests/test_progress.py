@@ -298,3 +298,15 @@ def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_em
     assert local.cost == 0 and "cost" not in estimate_words(local)
     unpriced = estimate_run(SMALL.model_copy(update={"learner_model": "openai/no-such-model"}), 200, {})
     assert unpriced.cost is None and "learner openai/no-such-model price unknown" in estimate_words(unpriced)
+
+
+def test_a_run_with_worked_examples_plans_one_compression_per_mixed_group():
+    from core.engine.run_settings import RunSettings
+    from core.records.progress import Shape, planned_calls
+
+    shape = Shape(steps=2, groups=8, validation=0)
+    without = planned_calls(RunSettings(gate="off"), shape)
+    with_examples = planned_calls(RunSettings(gate="off", examples=True), shape)
+    assert without["example"] == 0
+    assert with_examples["example"] == with_examples["advantage"] == 4  # 8 groups, half of them mixed
+    assert {k: v for k, v in with_examples.items() if k != "example"} == {k: v for k, v in without.items() if k != "example"}

@@ -45,7 +45,7 @@ from storage import queries
 from storage.models import Evaluation, Run, Step, Task
 from storage.statuses import GateRule, JobStatus, RunKind, StepStatus
 
-STAGES = ("rollout", "judge", "summary", "advantage", "update", "gate", "direct")
+STAGES = ("rollout", "judge", "summary", "advantage", "example", "update", "gate", "direct")
 POLICY_STAGES = ("rollout", "gate")  # the agent's own calls; the judge has its own model, the rest are the learner's
 MIN_MEASURED = 3  # fewer calls of a stage than this are too few to say its speed
 DEFAULT_MIXED = 0.5  # the share of groups whose rewards differ (and so are summarised), until the run shows its own
@@ -73,7 +73,7 @@ class Speed:
 # Assumed tokens in and out of one call of each stage, for a model with no measured calls yet (the demo
 # tasks on the embedded model are near these; a real task's prompts may be longer).
 DEFAULT_TOKENS = {"rollout": (300, 200), "gate": (300, 200), "judge": (500, 60), "summary": (700, 150),
-                  "advantage": (1000, 250), "update": (1200, 350), "direct": (1500, 400)}
+                  "advantage": (1000, 250), "example": (900, 250), "update": (1200, 350), "direct": (1500, 400)}
 # Assumed speed, tokens per second (prompt read, reply written): the embedded Qwen2.5-Coder-0.5B measured
 # about 18 tokens/s writing on 2 cores (DESIGN.md); a hosted model is taken as much faster, plus overhead.
 DEFAULT_SPEEDS = {"local": (150.0, 18.0, 0.0), "hosted": (2000.0, 60.0, 0.5)}
@@ -218,13 +218,15 @@ def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, 
                   mixed: float = DEFAULT_MIXED, judge_calls: float = 1.0) -> dict[str, float]:
     """The model calls of a whole training run, per stage: G answers of `turns` calls per group; summaries
     and an advantage for the `mixed` share of groups; one update per step; the gate's candidate (and the
-    first step's starting library) on its validation queries x gate_k; `judge_calls` per answer if judged."""
+    first step's starting library) on its validation queries x gate_k; `judge_calls` per answer if judged;
+    with worked examples on, one compression per mixed group (core.engine.worked_examples)."""
     rollouts = shape.groups * settings.group_size
     gate_answers = 0
     if settings.gate != GateRule.OFF and shape.validation:
         gate_answers = (shape.steps + 1) * shape.validation * settings.gate_k
     return {"rollout": rollouts * turns, "judge": float(rollouts + gate_answers) * judge_calls if judged else 0.0,
             "summary": shape.groups * mixed * settings.group_size, "advantage": shape.groups * mixed,
+            "example": shape.groups * mixed if getattr(settings, "examples", False) else 0.0,
             "update": float(shape.steps) if mixed > 0 else 0.0, "gate": gate_answers * turns}
 
 
@@ -239,6 +241,7 @@ def widths(settings: RunSettings) -> dict[str, int]:
     answers = settings.batch_size * settings.group_size
     return {"rollout": min(settings.concurrency, answers), "judge": min(settings.concurrency, answers),
             "summary": min(settings.concurrency, answers), "advantage": min(settings.concurrency, settings.batch_size),
+            "example": min(settings.concurrency, settings.batch_size),
             "gate": settings.concurrency, "update": 1, "direct": 1}
 
 
