@@ -52,7 +52,7 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
-from pages._display import show_long, show_turns, tab_stop, table
+from pages._display import show_code_runs, show_long, show_turns, tab_stop, table
 from storage import queries
 from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 from storage.statuses import (
@@ -277,6 +277,7 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
                 show_long(rollout.summary, f"{key}_summary", empty="(no summary)")
                 if rollout.error:
                     show_long(rollout.error, f"{key}_error")
+                show_code_runs(rollout.messages or [], key)  # the code it ran and the output it really got
                 with st.expander(f"Trajectory · output {rollout.group_index}"):
                     show_turns(rollout.messages or [], key)
 
@@ -387,6 +388,7 @@ def show_example_source(op: Operation, view: StepView, key: str) -> None:
             return
         st.caption(f"Compressed from output {rollout.group_index} · reward {reward_text(rollout.reward)}")
         show_long(outcome(rollout, view.conversation), f"{key}_example_final", empty="(no final answer)")
+        show_code_runs(rollout.messages or [], f"{key}_example_source_runs")
         with st.expander(f"Trajectory · output {rollout.group_index}"):
             show_turns(rollout.messages or [], f"{key}_example_source")
 

@@ -374,3 +374,18 @@ def test_a_partly_approved_gated_step_says_it_is_measured_before_it_lands_then_s
     assert any("Before review, all proposed operations together" in c.value for c in at.caption), \
         [c.value for c in at.caption]
     assert len(state(engine, run_id)["versions"]) == 2
+
+
+def test_the_evidence_shows_the_code_an_output_ran_and_its_real_output(engine, jail):
+    def reply(messages):
+        if messages[-1]["content"].startswith("```output"):
+            return "It printed 42: \\boxed{42}"
+        return "Let me run it.\n```python\nprint(6 * 7)\n```\n```output\n999 invented\n```"
+
+    seeded_run(engine, "manual", rollout=reply)
+    at = open_review()
+    captions = [c.value for c in at.caption]
+    codes = [c.value for c in at.code]
+    assert any(c.startswith("Code run 1 · exit 0 · ") for c in captions), captions
+    assert "print(6 * 7)" in codes and "42" in codes
+    assert not any("999 invented" in text for text in codes)
