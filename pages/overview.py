@@ -129,6 +129,7 @@ def load_overview() -> dict:
         eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
                       "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
                       "k": ev.k, "n": ev.n, "Mean@k": ev.mean_at_k, "Pass@k": ev.pass_at_k,
+                      "errors": (ev.metrics or {}).get("errors", 0),  # rollouts without a reward, left out of both
                       "status": job_health(ev.status, ev.heartbeat_at)}
                      for ev in queries.evaluations(session)]
 

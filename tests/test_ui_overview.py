@@ -105,6 +105,7 @@ def test_no_runs_hint_then_runs_and_evaluations_tables(engine):
     assert evaluations["id"].tolist() == [eval_id]
     assert evaluations.iloc[0]["version"] == "empty"
     assert evaluations.iloc[0]["k"] == 2
+    assert evaluations.iloc[0]["errors"] == 0  # rollouts without a reward stand beside the figures
 
 
 def test_runs_awaiting_review_or_failed_need_a_person(engine):
