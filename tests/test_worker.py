@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -188,6 +189,7 @@ from storage.db import make_engine
 
 class Stuck:  # an embedded-model call that cannot be interrupted, like llama.cpp generating
     def handle_chat_completions(self, body):
+        print("STUCK CALL STARTED", flush=True)
         time.sleep(120)
         return {}
 
@@ -206,17 +208,28 @@ def test_a_stop_signal_abandons_a_model_call_that_will_not_end_and_queues_the_jo
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TFGRPO_STOP_GRACE_S": "1"}
     proc = subprocess.Popen([sys.executable, "-c", STUCK_WORKER, url_with_password(engine)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "STUCK CALL STARTED" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while get_run(engine, run_id).status != "running" and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # SIGTERM once the call is really in flight (a fixed sleep raced a busy machine: the signal came first)
+        assert started.wait(timeout=120), "".join(lines)
         assert get_run(engine, run_id).status == "running"
-        time.sleep(1.5)  # the rollout's call is in its thread now
         proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=60)[0]  # the call alone would take 120 s
+        proc.wait(timeout=60)  # the call alone would take 120 s
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
+    output = "".join(lines)
     assert proc.returncode == 0, output
     assert "abandoned it" in output, output
     assert get_run(engine, run_id).status == "queued"
