@@ -4,6 +4,11 @@ The end-to-end test trains on the embedded model (Qwen2.5-Coder-0.5B) in manual 
 Train page, watches the counters move without a click, approves the proposed operations on the
 Review page, finds the new version and its diff on the Library page, and evaluates it on the
 Evaluate page. Screenshots of each page land in tests/artifacts/ (ignored by git).
+
+The agent's answers, the validation gate and the evaluation are the embedded model's; the learner is the
+scripted OpenAI-compatible stub of bench/stub_server.py, which always proposes one valid ADD. The 0.5B
+learner may propose nothing, or only operations that are invalid on the empty library, and then the run
+completes with nothing to review: what the Review and Library pages show would be the model's luck.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import re
 
 import pytest
 
+from bench.stub_server import StubServer
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 
 pytestmark = pytest.mark.browser
@@ -80,21 +86,70 @@ def wait_for_text(page, text: str, timeout_s: float) -> None:
     page.get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
 
 
+STUB_LEARNER = "openai/stub"
+EMBEDDED = "local/qwen2.5-coder-0.5b"
+
+
+def stub_learner_env(url: str) -> dict[str, str]:
+    """What the app and the worker need to call openai/ models on the stub: litellm's endpoint, and a key (the
+    Train page refuses a provider whose key is not set)."""
+    return {"OPENAI_API_BASE": url, "OPENAI_API_KEY": "sk-stub-not-a-key"}
+
+
+def learner_on_the_stub(database_url: str) -> None:
+    """The demo task's learner model (the Train form's default) is the stub."""
+    from sqlmodel import select
+
+    from core.records.tasks import DEMO_TASK
+    from storage.db import make_engine, session_scope
+    from storage.models import Task
+
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as session:
+            task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
+            task.learner_model = STUB_LEARNER
+            session.add(task)
+    finally:
+        engine.dispose()
+
+
+def models_by_stage(database_url: str) -> dict[str, set[str]]:
+    """The models the first run's calls went to, by stage."""
+    from sqlmodel import Session, select
+
+    from storage.db import make_engine
+    from storage.models import LLMCall
+
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            calls = session.exec(select(LLMCall).where(LLMCall.run_id == 1)).all()
+    finally:
+        engine.dispose()
+    found: dict[str, set[str]] = {}
+    for call in calls:
+        found.setdefault(call.stage, set()).add(call.model)
+    return found
+
+
 @pytest.mark.model
 def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
-    with studio(tmp_path) as app, browser_page() as page:
+    with StubServer() as stub, studio(tmp_path, extra_env=stub_learner_env(stub.url)) as app, browser_page() as page:
+        learner_on_the_stub(app.database_url)
         page.goto(app.url)
         wait_for_app(page)
         screenshot(page, "overview")
 
-        # Train: a manual-review run of 2 queries x G=2 without ground truth (as tests/test_model_e2e.py)
+        # Train: a manual-review run of 2 queries x G=2 without ground truth (as tests/test_model_e2e.py),
+        # the learner the stub (the form's default: the task's learner model)
         page.goto(f"{app.url}/train")
         wait_for_app(page)
         fill_number(page, "Epochs", 1)
         fill_number(page, "Batch size", 2)
         fill_number(page, "Group size (G)", 2)
         fill_number(page, "Training queries limit (0 = all)", 2)
-        fill_number(page, "Validation queries", 2)  # a small gate: 2 held-out queries x 1 sample
+        fill_number(page, "Validation queries", 4)  # the smallest gate: 4 held-out queries x 1 sample
         fill_number(page, "Gate samples per query", 1)
         page.get_by_text("Ground truth", exact=True).click()
         page.get_by_role("radiogroup").get_by_text("manual", exact=True).click()
@@ -119,6 +174,9 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         assert len(seen) >= 2, f"the Rollouts counter never changed: {seen}"
         assert seen[-1] == "4 / 4", seen
         assert page.get_by_text("awaiting_review").count(), "the run never reached awaiting_review"
+        models = models_by_stage(app.database_url)  # the answers and the gate on the model, the learner scripted
+        assert models["rollout"] == models["gate"] == {EMBEDDED}, models
+        assert models["summary"] == models["advantage"] == models["update"] == {STUB_LEARNER}, models
         page.locator(".js-plotly-plot").first.wait_for()
         page.get_by_text("Time left").first.wait_for()
         page.wait_for_timeout(500)
@@ -131,7 +189,7 @@ def test_train_review_library_evaluate_on_the_embedded_model(tmp_path):
         # Review: approve everything the learner proposed; the step is applied as a new version
         page.goto(f"{app.url}/review")
         wait_for_app(page)
-        page.get_by_text(re.compile(r"validation(, 2 queries x 1:| gate skipped)")).first.wait_for()
+        page.get_by_text(re.compile(r"validation, 4 queries x 1:")).first.wait_for()  # the stub's ADD measured
         screenshot(page, "review")
         note = page.get_by_label("Note for approving against the failed gate (required to approve or edit)")
         if note.count():  # a tiny model's candidate may fail its gate: approving anyway needs a note
