@@ -23,11 +23,11 @@ from core.engine.run_settings import RunSettings
 from core.errors import InvalidInput
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
-from core.records.review import check_step_operations, next_library
+from core.records.review import library_after
 from storage import queries
 from storage.db import session_scope
 from storage.models import LibraryVersion, Run, Step, Task
-from storage.statuses import EvaluationPurpose, GateDecision, GateRule, OperationStatus
+from storage.statuses import TO_APPLY, EvaluationPurpose, GateDecision, GateRule, OperationStatus
 
 VALIDATION_SPLIT = "validation"
 MAX_HELD_OUT = 50
@@ -97,12 +97,6 @@ def check_validation_size(size: int) -> None:
                            f"{MIN_GATE_QUERIES} or more, or turn the gate off")
 
 
-def candidate_experiences(session: Session, step: Step, ops: list) -> list[dict]:
-    """The library the step would make if `ops` (Operation rows) were applied, with the ids it would get."""
-    before, checked = check_step_operations(session, step, ops)
-    return next_library(session, before, [item.op for _op, item in checked if item.valid])
-
-
 async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int, *,
                      decided_only: bool = False) -> dict | None:
     """Evaluate the step's candidate (its pending or approved operations applied) against its starting
@@ -120,12 +114,11 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
         first = {key: value for key, value in (step.gate or {}).items() if key not in ("remeasure", "proposed")}
         sample_ids = list(run.validation_ids or [])
         split = (run.progress or {}).get("validation_split", VALIDATION_SPLIT)
-        wanted = (OperationStatus.APPROVED, OperationStatus.EDITED) if decided_only else (
-            OperationStatus.PENDING, OperationStatus.APPROVED, OperationStatus.EDITED)
+        wanted = TO_APPLY if decided_only else (OperationStatus.PENDING, *TO_APPLY)
         ops = [o for o in queries.step_operations(session, step_id) if o.status in wanted]
         before = session.get(LibraryVersion, step.version_before_id)
         task = session.get(Task, run.task_id)
-        after = candidate_experiences(session, step, ops) if ops else before.experiences
+        after = library_after(session, step, ops) if ops else before.experiences
     method = METHODS.get(task.reward_method)
     if not sample_ids:
         gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate, "reason": "no validation queries"}

@@ -34,7 +34,7 @@ from core.records.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
-from storage.statuses import GateDecision, JobStatus, OperationStatus, OpKind, StepStatus
+from storage.statuses import TO_APPLY, GateDecision, JobStatus, OperationStatus, OpKind, StepStatus
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -216,11 +216,16 @@ def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> Library
     return apply_step_operations(engine, step_id, actor=actor)
 
 
-def decided_library(session: Session, step: Step) -> list[dict]:
-    """The experiences the step's approved and edited operations would make."""
-    ops = [o for o in queries.step_operations(session, step.id) if o.status in (OperationStatus.APPROVED, OperationStatus.EDITED)]
+def library_after(session: Session, step: Step, ops: list[Operation]) -> list[dict]:
+    """The library the step would make if `ops` were applied, with the ids it would get (the gate's candidate,
+    and what a reviewer's decisions would land)."""
     before, checked = check_step_operations(session, step, ops)
     return next_library(session, before, [item.op for _op, item in checked if item.valid])
+
+
+def decided_library(session: Session, step: Step) -> list[dict]:
+    """The experiences the step's approved and edited operations would make."""
+    return library_after(session, step, [o for o in queries.step_operations(session, step.id) if o.status in TO_APPLY])
 
 
 def decided_library_unmeasured(session: Session, step: Step) -> bool:
@@ -258,7 +263,7 @@ def reopen_after_gate(engine: Engine, step_id: int, gate: dict) -> int:
     with session_scope(engine) as session:
         reopened = 0
         for op in queries.step_operations(session, step_id):
-            if op.status in (OperationStatus.APPROVED, OperationStatus.EDITED):
+            if op.status in TO_APPLY:
                 before = _snapshot(op)
                 op.status, op.reviewer, op.decided_at = OperationStatus.PENDING, None, None
                 session.add(op)
