@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
@@ -208,9 +207,9 @@ def evaluation_metrics(rollouts: list[Rollout]) -> dict:
     """Mean@k and Pass@k over the answered rollouts only, with the errors counted beside them: `errors`
     (rollouts without a reward to count), `answered`, `rollouts`, and `unanswered_queries` (queries none of
     whose samples was answered, left out of n)."""
-    by_query: dict[int, list[float]] = defaultdict(list)
+    by_query: dict[int, list[float]] = {}
     for r in rollouts:
-        by_query.setdefault(r.sample_id, [])
+        by_query.setdefault(r.sample_id, [])  # every query, so one without an answer is counted apart
         if is_answered(r):
             by_query[r.sample_id].append(r.reward)
     metrics = score_groups({q: rewards for q, rewards in by_query.items() if rewards})
