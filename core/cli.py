@@ -319,6 +319,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
                  "examples": True if args.examples else None, "max_examples": args.max_examples,
+                 "reference_when_all_fail": True if args.reference_when_all_fail else None,
+                 "lessons": False if args.no_lessons else None,
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
@@ -872,6 +874,11 @@ def build_parser() -> Parser:
                    "a group where others failed, compressed by the learner and proposed only if its own answer "
                    "scores as right against the reference (tasks whose reward is computed from the answer)")
     p.add_argument("--max-examples", type=int, help=_default("max_examples"))
+    p.add_argument("--no-lessons", action="store_true", help="learn worked examples only (with --examples): no "
+                   "lesson is asked for from the groups")
+    p.add_argument("--reference-when-all-fail", action="store_true", help="a group in which every attempt failed "
+                   "goes to the learner with the reference answer as the successful side, instead of being skipped "
+                   "(off by default, as in the paper)")
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))
     p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
     p.add_argument("--validation-size", type=int, help=_default("validation_size"))

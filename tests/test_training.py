@@ -11,7 +11,7 @@ from core.engine.training import RunSettings, create_run, execute_run, plan_batc
 from core.records.review import apply_step_operations, decide_all, decide_operation
 from core.records.tasks import DEMO_TASK
 from storage import queries
-from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run
+from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample
 from tests.conftest import mixed_rollouts
 
 
@@ -63,6 +63,48 @@ def test_equal_rewards_skip_the_group_when_ground_truth_is_used(engine, demo_tas
     with Session(engine) as s:
         assert {a.status for a in s.exec(select(Advantage))} == {"skipped"}
         assert s.get(LibraryVersion, run.current_version_id).number == 1
+
+
+def test_an_all_failed_group_reaches_the_learner_with_the_reference_only_when_the_option_is_on(
+        engine, demo_task, scripted):
+    """Every rollout answers 0 (all wrong): off, the groups are skipped (the paper); on, each goes to the learner,
+    whose prompt shows the reference as the successful side, and the advantage says so first."""
+    model, gateway = scripted(engine)
+    run = run_once(engine, gateway)
+    assert model.count("advantage") == 0
+    with Session(engine) as s:
+        assert {a.status for a in s.exec(select(Advantage))} == {"skipped"}
+
+    model, gateway = scripted(engine)
+    run = run_once(engine, gateway, reference_when_all_fail=True, seed=1)
+    assert run.status == "completed", run.error
+    assert model.count("advantage") == 2 and model.count("update") == 1
+    with Session(engine) as s:
+        step = queries.steps(s, run.id)[0]
+        assert [bool(r.summary) for r in queries.step_rollouts(s, step.id)] == [True] * 4
+        advantages = s.exec(select(Advantage).where(Advantage.step_id == step.id)).all()
+        samples = {a.sample_id: s.get(Sample, a.sample_id) for a in advantages}
+        assert [a.status for a in advantages] == ["ok", "ok"]
+        for advantage in advantages:
+            assert advantage.text.startswith("Every attempt failed (2 attempts, reward 0); the reference answer was "
+                                             "the successful side.")
+        assert step.stats["from_reference"] == 2
+        assert s.get(LibraryVersion, run.current_version_id).number == 2
+    prompts = [messages[-1]["content"] for stage, messages in model.calls if stage == "advantage"]
+    for sample in samples.values():
+        prompt = next(p for p in prompts if sample.query in p)
+        assert f"Reference answer (the successful side; written by a person, not an attempt):\n{sample.reference}" \
+            in prompt
+        assert "Every attempt failed." in prompt and "Attempt 1 (reward 0)" in prompt
+
+
+def test_the_reference_option_needs_ground_truth():
+    import pytest
+
+    from core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="needs ground truth"):
+        RunSettings.build(reference_when_all_fail=True, ground_truth=False)
 
 
 def test_malformed_advantage_json_fails_that_group_only(engine, demo_task, scripted):

@@ -173,6 +173,21 @@ def test_an_example_that_scores_is_proposed_lands_and_is_shown_to_the_agent(engi
     assert later.index(LESSON_TEXT) < later.index(EXAMPLES_HEADER) < later.index(f"[W0]. {example['text']}")
 
 
+def test_with_lessons_off_a_run_learns_worked_examples_only(engine, demo_task, scripted):
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), example=example_reply(right=True))
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False)), gateway=gateway)
+    assert run.status == "completed", run.error
+    assert model.count("summary") == model.count("advantage") == model.count("update") == 0
+    assert model.count("example") == 1
+    with Session(engine) as s:
+        ops = s.exec(select(Operation)).all()
+        step = s.exec(select(Step)).one()
+        assert [(o.op, operation_kind(step, o)) for o in ops] == [("ADD", EXAMPLE)]
+        assert s.exec(select(Advantage)).one().text.startswith("Lessons are off in this run")
+    with pytest.raises(InvalidInput, match="turn examples on"):
+        RunSettings.build(lessons=False)
+
+
 def test_a_reviewer_edits_an_example_within_the_example_limit(engine, demo_task, scripted):
     model, gateway = scripted(engine, rollout=mixed_rollouts(), example=example_reply(right=True))
     run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, review_mode="manual")), gateway=gateway)

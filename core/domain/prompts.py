@@ -108,27 +108,40 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
 
 
 def advantage_messages(query: str, reference: str | None, attempts: list[tuple[float | None, str]],
-                       experiences: list[dict], ground_truth: bool, conversation: bool = False) -> list[dict]:
-    """Step 3b: compare the group's summaries and write the semantic advantage as lessons."""
+                       experiences: list[dict], ground_truth: bool, conversation: bool = False,
+                       reference_side: bool = False) -> list[dict]:
+    """Step 3b: compare the group's summaries and write the semantic advantage as lessons.
+
+    `reference_side`: every attempt failed, so the reference answer is the successful side of the comparison;
+    what it states that the attempts lacked may be knowledge the agent could not have (a policy, a format, a
+    name), which is then worth a lesson even though it is a fact of the domain."""
     lines = []
     for i, (reward, summary) in enumerate(attempts, 1):
         label = f" (reward {reward:g})" if ground_truth and reward is not None else ""
         lines.append(f"Attempt {i}{label}:\n{summary}")
-    if len(attempts) == 1:
-        task = "Critique this single attempt"
-    elif ground_truth:
-        task = "Compare the attempts: what did the better ones do that the worse ones did not"
+    if reference_side and reference:
+        lines.append(f"Reference answer (the successful side; written by a person, not an attempt):\n{reference}")
+        task = ("Every attempt failed. What does the reference answer state or do that the attempts did not, and "
+                "which of it is knowledge the agent could not have known (a rule, a policy, a format, a name)")
+        scope = ("general, reusable lessons for similar tasks; a rule, policy, format or name of this domain that "
+                 "the reference shows is welcome, stated so it applies to other tasks (not a number that belongs "
+                 "only to this one)")
     else:
-        task = "Compare the attempts and judge which reasoning is most reliable and why"
+        if len(attempts) == 1:
+            task = "Critique this single attempt"
+        elif ground_truth:
+            task = "Compare the attempts: what did the better ones do that the worse ones did not"
+        else:
+            task = "Compare the attempts and judge which reasoning is most reliable and why"
+        scope = "general, reusable lessons for similar tasks (not facts about this task's numbers or names)"
     content = (
         f"Task:\n{query}\n\n"
-        + (f"Reference answer: {reference}\n\n" if ground_truth and reference else "")
+        + (f"Reference answer: {reference}\n\n" if ground_truth and reference and not reference_side else "")
         + f"Current experiences:\n{render_for_learner(experiences)}\n\n"
         + "\n\n".join(lines)
         + f"\n\n{task}?"
         + (" These attempts are conversations: say which turn made the difference." if conversation else "")
-        + f" Then write at most {MAX_PROPOSALS} new experiences: general, reusable lessons for similar "
-        "tasks (not facts about this task's numbers or names), each one sentence of at most 32 words. "
+        + f" Then write at most {MAX_PROPOSALS} new experiences: {scope}, each one sentence of at most 32 words. "
         'Reply with JSON only: {"analysis": "...", "experiences": ["...", "..."]}'
     )
     return _chat("You turn an agent's successes and failures into short, general lessons.", content)

@@ -98,6 +98,13 @@ class RunSettings(JobSettings):
                            "succeeded and others failed, the learner compresses a successful attempt, and the "
                            "example is proposed only if its own answer scores as right (needs ground truth)")
     max_examples: int = Field(MAX_EXAMPLES, ge=1, description="the most worked examples a library may hold")
+    lessons: bool = Field(True, description="propose lessons from each group's semantic advantage (the paper); "
+                          "off: the run learns worked examples only (needs examples on)")
+    reference_when_all_fail: bool = Field(False, description="a group in which every attempt failed (rewards "
+                                          "equal and below 1) goes to the learner with the sample's reference "
+                                          "answer as the successful side, instead of being skipped (needs ground "
+                                          "truth and a reference): knowledge the agent cannot have is learned "
+                                          "only this way")
     start_label: str | None = Field(None, description="start from the version this label points at (e.g. "
                                     "production) instead of the library's latest")
     old_share: float | None = Field(None, ge=0.0, le=1.0, description="an update from production: train on the "
@@ -124,6 +131,21 @@ class RunSettings(JobSettings):
         if self.examples and not self.ground_truth:
             raise ValueError("worked examples are checked against the reference answer: keep ground truth on, "
                              "or turn examples off")
+        return self
+
+    @model_validator(mode="after")
+    def _learns_something(self) -> RunSettings:
+        if not (self.lessons or self.examples):
+            raise ValueError("a run with lessons off learns worked examples only: turn examples on, or lessons on")
+        return self
+
+    @model_validator(mode="after")
+    def _reference_needs_ground_truth(self) -> RunSettings:
+        """Without ground truth the learner sees neither rewards nor the reference, so there is no failed group
+        and no successful side to show it."""
+        if self.reference_when_all_fail and not self.ground_truth:
+            raise ValueError("learning from the reference when every attempt failed needs ground truth: keep ground "
+                             "truth on, or turn the option off")
         return self
 
     def gateway_limits(self) -> dict:

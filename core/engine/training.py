@@ -423,7 +423,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         row.reward_mean = statistics.fmean(rewards) if rewards else None
         row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
         row.stats = {**(row.stats or {}), "groups": len(samples), **{k: sum(1 for a in advantages if a.status == k)
-                                                 for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)}}
+                                                 for k in (GroupStatus.OK, GroupStatus.SKIPPED, GroupStatus.FAILED)},
+                     "from_reference": sum(1 for a in advantages if learned_from_reference(a))}
         session.add(row)
         has_ops = bool(queries.step_operations(session, step.id))
     failed = [a for a in advantages if a.status == GroupStatus.FAILED]
@@ -451,6 +452,23 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
     await _apply_or_wait(ctx, step.id, actor="auto")
 
 
+REFERENCE_SIDE_NOTE = ("Every attempt failed ({n} attempts, reward {reward:g}); the reference answer was the "
+                       "successful side.")
+
+
+def learns_from_reference(settings: RunSettings, rewards: list[float], reference: str | None) -> bool:
+    """Whether a group of equal rewards goes to the learner with the reference as the successful side: only
+    with the run's option on, when every attempt failed (below full reward) and the sample has a reference.
+    The paper skips such groups; with knowledge the agent cannot have, every group is one of them."""
+    return (settings.reference_when_all_fail and bool(reference and reference.strip())
+            and max(rewards) < 1.0)
+
+
+def learned_from_reference(advantage: Advantage) -> bool:
+    """Whether this group's advantage compared failed attempts with the reference (its analysis says so first)."""
+    return advantage.status == GroupStatus.OK and (advantage.text or "").startswith(REFERENCE_SIDE_NOTE.split(" (")[0])
+
+
 async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
     """Rollouts, rewards, summaries and the semantic advantage of one query's group."""
     with Session(ctx.engine) as session:
@@ -475,22 +493,31 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                    text=f"only 1 of {len(rollouts)} attempts has a reward ({errors} failed calls): "
                                         "nothing to compare it with")
         rewards = [r.reward for r in valid]
-        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
-            left_out = f"; {errors} failed calls left out" if errors else ""
-            return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
-                                   text=f"all {len(valid)} rewards equal ({rewards[0]:g}){left_out}: no group advantage")
-        summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
-        gt = ctx.settings.ground_truth
         query, reference = _task_for_learner(ctx, sample)
+        from_reference = False
+        if ctx.settings.ground_truth and len(valid) > 1 and len(set(rewards)) == 1:
+            from_reference = learns_from_reference(ctx.settings, rewards, reference)
+            if not from_reference:
+                left_out = f"; {errors} failed calls left out" if errors else ""
+                return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
+                                       text=f"all {len(valid)} rewards equal ({rewards[0]:g}){left_out}: "
+                                            "no group advantage")
+        if not ctx.settings.lessons:  # worked examples only: the group is kept for them, no lesson is asked for
+            return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK,
+                                   text="Lessons are off in this run: the group is used for worked examples only.")
+        summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         messages = advantage_messages(query, reference,
                                       [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
-                                      experiences, gt, conversation=is_conversation(ctx.task))
+                                      experiences, ctx.settings.ground_truth, conversation=is_conversation(ctx.task),
+                                      reference_side=from_reference)
         parsed, call, refused = await _ask_learner(
             ctx, "advantage", messages, AdvantageReply,
             lambda reply, call: _unusable_texts([], [ProposedOp("ADD", [], text) for text in reply.experiences], call))
         kept = [text for i, text in enumerate(parsed.experiences) if i not in refused]
         note = "; ".join(f'proposed experience refused: "{parsed.experiences[i]}" ({why})' for i, why in refused.items())
-        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=parsed.analysis,
+        analysis = f"{REFERENCE_SIDE_NOTE.format(n=len(valid), reward=rewards[0])} {parsed.analysis}" \
+            if from_reference else parsed.analysis
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=analysis,
                                proposals=kept, raw=call.text, error=note or None)
     except _Stop:
         raise
