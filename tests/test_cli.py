@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 
 from core.cli import main
 from core.records.people import check_password
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine
 from storage.models import AuditEvent, Sample, User
@@ -36,7 +36,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 
 def test_demo_is_idempotent_and_prints_both_tasks(db, capsys):
     code, out, _ = run(capsys, "--db", db, "demo")
-    assert code == 0 and out.splitlines() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
+    assert code == 0 and out.splitlines() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     for task in (DEMO_TASK, SUPPORT_TASK):
         code, out, _ = run(capsys, "--db", db, "versions", "--task", task)
         assert code == 0 and out.count("initial") == 1

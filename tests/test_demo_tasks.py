@@ -13,10 +13,12 @@ from core.records.datasets import DEMO_DIR, formula_like, support_rows
 from core.records.tasks import (
     CONVERSATION_TASK,
     DEMO_TASK,
+    POLICY_TASK,
     SUPPORT_TASK,
     ensure_conversation_task,
     ensure_demo_task,
     ensure_demo_tasks,
+    ensure_policy_task,
     ensure_support_task,
 )
 from core.settings import get_settings
@@ -31,19 +33,22 @@ def count(engine, model) -> int:
 
 def test_the_demo_tasks_are_created_once(engine):
     first = ensure_demo_tasks(engine)
-    assert [task.name for task in first] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
+    assert [task.name for task in first] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     totals = {model: count(engine, model) for model in (Task, Sample, Library, LibraryVersion, AuditEvent, Persona)}
-    assert totals[Task] == 3 and totals[Sample] == 240 + 36 and totals[Library] == 3 and totals[LibraryVersion] == 3
+    assert totals[Task] == 4 and totals[Sample] == 240 + 36 + 44 and totals[Library] == 4
+    assert totals[LibraryVersion] == 4
     assert totals[Persona] == 12
     again = ensure_demo_tasks(engine)
     ensure_demo_task(engine)
     ensure_support_task(engine)
     ensure_conversation_task(engine)
+    ensure_policy_task(engine)
     assert [task.id for task in again] == [task.id for task in first]
     assert {model: count(engine, model) for model in totals} == totals
     with Session(engine) as session:
         creations = session.exec(select(AuditEvent).where(AuditEvent.action == "task.create")).all()
-    assert sorted(event.after["name"] for event in creations) == sorted([DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK])
+    assert sorted(event.after["name"] for event in creations) == sorted([DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK,
+                                                                          POLICY_TASK])
 
 
 def test_support_samples_have_a_30_10_split_and_a_rubric_each(engine):

@@ -92,8 +92,8 @@ def test_the_flags_say_who_scores():
     who = {name: (m.scored_by_function, m.uses_judge, m.uses_people) for name, m in METHODS.items()}
     assert who == {"math": (True, False, False), "exact": (True, False, False), "contains": (True, False, False),
                    "numeric": (True, False, False), "regex": (True, False, False), "contains_all": (True, False, False),
-                   "judge": (False, True, False), "human": (False, False, True), "judge_human": (False, True, True),
-                   "rubric": (False, True, True)}
+                   "facts": (True, False, False), "judge": (False, True, False), "human": (False, False, True),
+                   "judge_human": (False, True, True), "rubric": (False, True, True)}
 
 
 def test_the_methods_that_run_patterns_or_parsers_are_isolated():
@@ -111,7 +111,7 @@ def test_rewards_starts_no_scoring_process_on_import():
 def test_an_unknown_name_is_refused_naming_the_known_methods():
     with pytest.raises(InvalidInput, match="unknown reward method 'vibes'; use one of math, exact, .*judge_human"):
         get_method("vibes")
-    with pytest.raises(InvalidInput, match="unknown reward method 'vibes'.*contains_all, exact, math"):
+    with pytest.raises(InvalidInput, match="unknown reward method 'vibes'.*contains_all, exact, facts, math"):
         score("vibes", "x", "y")
     with pytest.raises(InvalidInput, match="'judge' is scored by the judge model, not by a function"):
         score("judge", "x", "y")

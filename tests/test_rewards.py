@@ -18,7 +18,7 @@ from storage.models import Task
 
 def test_registry_lists_methods():
     assert {name for name, m in METHODS.items() if m.scored_by_function} == {"math", "exact", "contains", "numeric",
-                                                                           "regex", "contains_all"}
+                                                                           "regex", "contains_all", "facts"}
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_numeric_non_numeric_answer():
 
 
 def test_unknown_method_names_known_methods():
-    with pytest.raises(ValueError, match="unknown reward method 'llm'.*exact, math, numeric"):
+    with pytest.raises(ValueError, match="unknown reward method 'llm'.*exact, facts, math, numeric"):
         score("llm", "x", "y")
 
 

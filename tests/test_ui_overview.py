@@ -12,7 +12,7 @@ from core.domain.library import ProposedOp
 from core.domain.sandbox import jail_status
 from core.engine.evaluation import create_evaluation
 from core.engine.training import RunSettings, create_run, store_operations
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, SUPPORT_TASK, get_task
+from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library
 from storage import db, queries
 from storage.db import describe_url
@@ -39,8 +39,8 @@ def test_app_creates_the_demo_task_in_an_empty_database(app_db):
     at = run_app()
 
     with db.session_scope(app_db) as session:
-        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
-    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK]
+        assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
+    assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
 
 

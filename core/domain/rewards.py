@@ -37,9 +37,9 @@ from core.domain.answers import extract_final_answer, normalize_answer
 from core.domain.rubric import Criterion, Rule
 from core.errors import InvalidInput
 
-__all__ = ["METHODS", "Method", "MethodSettings", "RewardConfig", "RewardMethod", "RewardResult", "cannot_try",
-           "check_settings", "get_method", "majority_rewards", "pattern_problem", "score", "score_or_error",
-           "setting_keys", "try_reward", "warm_up"]
+__all__ = ["METHODS", "Fact", "Method", "MethodSettings", "RewardConfig", "RewardMethod", "RewardResult",
+           "cannot_try", "check_settings", "get_method", "majority_rewards", "parse_facts", "pattern_problem", "score",
+           "score_or_error", "setting_keys", "try_reward", "warm_up"]
 
 _DETAIL_LIMIT = 200
 
@@ -104,6 +104,10 @@ class ContainsAllSettings(MethodSettings):
     phrases: str | list[str] | None = Field(None, description="a list of text phrases (or one phrase)")
     partial: bool = Field(False, description=_TRUE_OR_FALSE)
     ignore_case: bool = Field(True, description=_TRUE_OR_FALSE)
+
+
+class FactsSettings(MethodSettings):
+    partial: bool = Field(False, description=_TRUE_OR_FALSE)
 
 
 class JudgeSettings(MethodSettings):
@@ -524,6 +528,64 @@ def _contains_reward(response: str, reference: str, settings: dict[str, Any]) ->
     return RewardResult(0.0, "verifier", f"{_short(phrase, 80)!r} not found as whole words{inside}")
 
 
+@dataclass(frozen=True)
+class Fact:
+    """One fact a `facts` reference requires: an optional label (for people and the learner, never matched) and
+    the wordings that each count as stating it."""
+
+    label: str
+    wordings: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.label or self.wordings[0]
+
+
+def parse_facts(reference: str) -> list[Fact]:
+    """The facts of a `facts` reference: separated by `;` (or new lines), each `label: wording | wording`.
+
+    The label ends at the first ": " only, so a wording like 8:00 stays whole; a wording without words
+    (punctuation only) is dropped, and a labelled fact left with no wording is a configuration error rather
+    than a fact that can never be found.
+    """
+    facts = []
+    for part in re.split(r"[;\n]", reference):
+        label, colon, rest = part.partition(": ")
+        if not colon:
+            label, rest = "", part
+        label = label.strip()
+        wordings = tuple(wording.strip() for wording in rest.split("|") if _words(wording))
+        if wordings:
+            facts.append(Fact(label, wordings))
+        elif label:
+            raise InvalidInput(f"reward method 'facts': the fact {_short(label, 80)!r} has no wording after its "
+                               "label (write label: wording | other wording)")
+    return facts
+
+
+def _facts_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
+    """1.0 when every fact of the reference is stated in the response, in any of its wordings, as whole words
+    compared like `contains`; with `partial: true` the share of facts found.
+
+    For answers whose correctness is a few concrete facts (a policy's number, a name, a reference format) that a
+    reply may phrase in several ways: whole words keep "54 days" from passing for "45 days" and "PC-482130" for
+    "PC-48213".
+    """
+    facts = parse_facts(reference)
+    if not facts:
+        raise InvalidInput("reward method 'facts' needs a reference that lists facts, separated by ; (each an "
+                           f"optional label and ': ', then wordings separated by |), got {_short(reference, 80)!r}")
+    words = _words(response)
+    missing = [fact.name for fact in facts
+               if not any(_has_run(words, _words(wording)) for wording in fact.wordings)]
+    found = len(facts) - len(missing)
+    value = found / len(facts) if _setting(settings, FactsSettings, "partial") else float(not missing)
+    detail = f"{found} of {len(facts)} facts found"
+    if missing:
+        detail += "; missing: " + _short(", ".join(missing), 150)
+    return RewardResult(value, "verifier", detail)
+
+
 # ---- the registry --------------------------------------------------------------------------------------
 
 
@@ -624,6 +686,10 @@ METHODS: dict[str, RewardMethod] = {method.name: method for method in (
     Method("contains_all", "The response contains every phrase (the phrases setting, else the reference split at "
            "; or new lines), anywhere, also inside words; case and spacing are ignored unless ignore_case is off.",
            ContainsAllSettings, scorer=_contains_all_reward, needs_reference=True, reference_setting="phrases"),
+    Method("facts", "The response states every fact of the reference (facts separated by ;, each an optional "
+           "label and \": \" then its accepted wordings separated by |) in one of its wordings, as whole words "
+           "compared like contains; the label is never matched, and partial gives the share of facts found.",
+           FactsSettings, scorer=_facts_reward, needs_reference=True),
     Method("judge", "An LLM judge scores the response against the criteria (scale binary or 1-5).", JudgeSettings,
            uses_judge=True, reads="The whole response, as the judge model reads it."),
     Method("human", "People label every rollout in the labeling queue.", HumanSettings, uses_people=True,

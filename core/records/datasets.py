@@ -400,6 +400,12 @@ def support_rows() -> list[SampleRow]:
     return read_dataset(DEMO_DIR / "support_messages.jsonl")
 
 
+def policy_rows() -> list[SampleRow]:
+    """The shop-policies demo set (44 messages written for this project, each with the policy facts its answer
+    must state), split given per line."""
+    return read_dataset(DEMO_DIR / "policy_messages.jsonl")
+
+
 def formula_like(text: str) -> bool:
     """True for a cell a spreadsheet would treat as a formula (CSV injection); `-5` and `+3.2` are numbers."""
     if text[:1] in ("\t", "\r"):

@@ -1,5 +1,5 @@
-"""Tasks and their samples, including the three built-in demo tasks (arithmetic, customer support replies,
-difficult customer conversations)."""
+"""Tasks and their samples, including the four built-in demo tasks (arithmetic, customer support replies,
+difficult customer conversations, shop policy answers)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from core.records.datasets import (
     conversation_demo,
     demo_rows,
     parse_dataset_file,
+    policy_rows,
     split_counts,
     support_rows,
 )
@@ -183,6 +184,24 @@ CONVERSATION_SETTINGS = {
 }
 
 
+POLICY_TASK = "shop policy answers"
+POLICY_INSTRUCTIONS = """\
+You are the customer support agent of Pinecrest Outfitters, an online shop for outdoor gear. Answer the \
+customer's message and state the concrete Pinecrest policy that applies to it: the exact numbers, names and \
+formats, not a general promise to look into it."""
+POLICY_ANSWER_FORMAT = "Reply to the customer in 2 to 4 sentences, as the message you would send."
+POLICY_DESCRIPTION = (
+    "Answers to 44 customer messages (28 train, 16 test) for Pinecrest Outfitters, a fictional outdoor-gear shop, "
+    "checked by a verifier for the policy facts each answer must state (return window, refund time, ticket "
+    "reference format, team and programme names); written for this project. The instructions leave out the shop's "
+    "policies, so the empty library scores near 0: what a library can add here is knowledge the model cannot have, "
+    "which train and test share; it does not show gains in reasoning. Train with \"Learn from the reference when "
+    "every attempt failed\": before anything is learned nearly every group has no success, and the paper's filter "
+    "skips those."
+)
+POLICY_SETTINGS = {"partial": False}
+
+
 def choose_demo_mode(task: Task) -> None:
     """The arithmetic demo's agent mode, chosen when it is created: `python` (the paper's math agent runs code)
     wherever the code jail works here, else `direct`; the description and a warning in the log say which and
@@ -236,9 +255,25 @@ def ensure_conversation_task(engine: Engine, actor: str = "system") -> Task:
     ), rows, actor, personas=personas)
 
 
+def ensure_policy_task(engine: Engine, actor: str = "system") -> Task:
+    """Create the shop-policies demo, once: the agent must state policies its instructions leave out, scored by
+    the `facts` verifier, so a run shows what a library can teach the embedded model (knowledge it cannot have)
+    without a judge."""
+    return _ensure_builtin(engine, Task(
+        name=POLICY_TASK,
+        description=POLICY_DESCRIPTION,
+        instructions=POLICY_INSTRUCTIONS,
+        answer_format=POLICY_ANSWER_FORMAT,
+        agent_mode="direct",
+        reward_method="facts",
+        reward_settings=dict(POLICY_SETTINGS),
+    ), policy_rows(), actor)
+
+
 def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
     """The built-in tasks (arithmetic first), each created once."""
-    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor), ensure_conversation_task(engine, actor)]
+    return [ensure_demo_task(engine, actor), ensure_support_task(engine, actor), ensure_conversation_task(engine, actor),
+            ensure_policy_task(engine, actor)]
 
 
 def _ensure_builtin(engine: Engine, template: Task, rows: list[SampleRow], actor: str,

@@ -1,0 +1,204 @@
+"""The shop-policies demo (issue 27): the `facts` verifier, its data file, and the task built from them.
+
+The agent's instructions leave out the shop's policies, so only a library can supply them; these tests check
+offline that the verifier reads a policy stated in other words, refuses a wrong or missing one, and that a
+reply stating no policy scores 0 on every held-out message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+from sqlmodel import Session
+
+from core.domain.rewards import METHODS, parse_facts, score
+from core.errors import InvalidInput
+from core.records.datasets import DEMO_DIR, formula_like, parse_dataset_file, policy_rows
+from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
+from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
+from storage import queries
+
+POLICY_FILE = DEMO_DIR / "policy_messages.jsonl"
+TICKET = "ticket reference (PC- and the order number)"
+RETURNS = "return window: 45 days | 45-day | forty-five days | forty-five-day"
+
+
+def records() -> list[dict]:
+    return [json.loads(line) for line in POLICY_FILE.read_text(encoding="utf-8").splitlines()]
+
+
+def facts_score(reply: str, reference: str, **settings) -> tuple[float, str]:
+    result = score("facts", reply, reference, settings)
+    assert result.source == "verifier"
+    return result.value, result.detail
+
+
+# ---- the facts verifier -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reply", [
+    "You can return them within 45 days of delivery, and your ticket reference is PC-48213.",
+    "We accept returns for forty-five days. Please quote pc 48213 when you write.",
+    "Our 45-day window still applies to your boots; reference PC48213.",
+    "RETURNS ARE OPEN FOR FORTY FIVE DAYS after delivery (ticket: Pc-48213).",
+])
+def test_facts_stated_in_other_words_pass(reply):
+    value, detail = facts_score(reply, f"{RETURNS}; {TICKET}: PC-48213 | PC48213")
+    assert value == 1.0 and detail == "2 of 2 facts found"
+
+
+@pytest.mark.parametrize(("reply", "missing"), [
+    ("You can return them within 45 days of delivery.", TICKET),
+    ("Returns are accepted within 54 days; your reference is PC-48213.", "return window"),
+    ("Returns are accepted within 45 days; your reference is PC-482130.", TICKET),
+    ("Returns are accepted within 145 days; your reference is PC-48213.", "return window"),
+    ("I will look into it for you.", f"return window, {TICKET}"),
+])
+def test_a_missing_or_wrong_fact_fails_and_is_named(reply, missing):
+    value, detail = facts_score(reply, f"{RETURNS}; {TICKET}: PC-48213 | PC48213")
+    assert value == 0.0 and detail.endswith(f"missing: {missing}")
+
+
+def test_a_fact_only_inside_another_word_is_not_found():
+    assert facts_score("Send it to our QualityDesk team.", "Quality Desk")[0] == 0.0
+    assert facts_score("Send it to the Quality Deskworks.", "Quality Desk")[0] == 0.0
+    assert facts_score("Send it to the quality desk, please.", "Quality Desk")[0] == 1.0
+
+
+def test_the_label_is_never_matched_and_ends_at_the_first_colon_and_space():
+    reference = "support hours: 8:00 | eight o'clock"
+    [fact] = parse_facts(reference)
+    assert fact.label == "support hours" and fact.wordings == ("8:00", "eight o'clock")
+    assert facts_score("We open at 8:00 every day.", reference)[0] == 1.0
+    value, detail = facts_score("Our support hours are long.", reference)
+    assert value == 0.0 and detail == "0 of 1 facts found; missing: support hours"
+    assert parse_facts("8:00")[0].wordings == ("8:00",)  # no ": ", no label
+    [unlabelled] = parse_facts("Quality Desk | quality team")
+    assert unlabelled.label == "" and unlabelled.name == "Quality Desk"
+    assert facts_score("Ask the team.", "Quality Desk | quality team")[1].endswith("missing: Quality Desk")
+    assert parse_facts("note: time: 9:30")[0].wordings == ("time: 9:30",)
+
+
+def test_partial_gives_the_share_found():
+    reference = "a: alpha; b: bravo; c: charlie; d: delta"
+    assert facts_score("alpha and charlie", reference)[0] == 0.0
+    value, detail = facts_score("alpha and charlie", reference, partial=True)
+    assert value == 0.5 and detail == "2 of 4 facts found; missing: b, d"
+    assert facts_score("alpha bravo charlie delta", reference, partial=True)[0] == 1.0
+
+
+def test_a_reference_without_facts_is_a_configuration_error():
+    with pytest.raises(InvalidInput, match="reward method 'facts' needs a reference that lists facts"):
+        score("facts", "anything", " ; | ;")
+    with pytest.raises(InvalidInput, match="the fact 'refund time' has no wording after its label"):
+        score("facts", "anything", "refund time: ; Quality Desk")
+    with pytest.raises(ValueError, match="needs a reference answer"):
+        score("facts", "anything", "  ")
+
+
+def test_facts_is_a_registered_verifier_with_a_partial_setting():
+    method = METHODS["facts"]
+    assert method.scored_by_function and method.needs_reference and not method.isolated
+    assert list(method.settings_model.model_fields) == ["partial"]
+    with pytest.raises(InvalidInput, match="partial must be true or false"):
+        TaskSettings(name="t", instructions="i", policy_model="p", learner_model="l", judge_model="j",
+                     reward_method="facts", reward_settings={"partial": "yes"}).validate()
+
+
+# ---- the data file ----------------------------------------------------------------------------------------
+
+
+def test_the_file_is_clean_json_lines_with_an_id_query_reference_and_split_each():
+    rows = records()
+    assert [r["id"] for r in rows] == [f"p{n:02d}" for n in range(1, len(rows) + 1)]
+    assert all(set(r) == {"id", "query", "reference", "split"} for r in rows)
+    assert Counter(r["split"] for r in rows) == {"train": 28, "test": 16}
+    assert not any(formula_like(r["query"]) or formula_like(r["reference"]) for r in rows)
+    for row in rows:
+        assert 15 <= len(row["query"].split()) <= 60, row["id"]
+
+
+def test_every_reference_parses_and_every_policy_is_in_both_splits():
+    labels: dict[str, set[str]] = {"train": set(), "test": set()}
+    wordings: dict[str, set[tuple[str, ...]]] = {}
+    for row in records():
+        facts = parse_facts(row["reference"])
+        assert 1 <= len(facts) <= 2 and all(fact.label for fact in facts), row["id"]
+        for fact in facts:
+            labels[row["split"]].add(fact.label)
+            if fact.label != TICKET:
+                wordings.setdefault(fact.label, set()).add(fact.wordings)
+        orders = re.findall(r"\b\d{5}\b", row["query"])
+        ticket = [fact for fact in facts if fact.label == TICKET]
+        assert [f.wordings[0] for f in ticket] == [f"PC-{order}" for order in orders], row["id"]
+    assert labels["train"] == labels["test"] and len(labels["train"]) >= 7
+    assert all(len(variants) == 1 for variants in wordings.values())  # one policy, the same wordings everywhere
+
+
+def test_train_and_test_messages_differ():
+    rows = records()
+    train = {r["query"] for r in rows if r["split"] == "train"}
+    test = {r["query"] for r in rows if r["split"] == "test"}
+    assert len(train) == 28 and len(test) == 16 and not train & test
+    orders = {split: {o for r in rows if r["split"] == split for o in re.findall(r"\b\d{5}\b", r["query"])}
+              for split in ("train", "test")}
+    assert orders["train"] and orders["test"] and not orders["train"] & orders["test"]
+
+
+def test_the_file_parses_as_a_dataset_like_any_uploaded_file():
+    dataset = parse_dataset_file(POLICY_FILE.read_bytes(), POLICY_FILE.name)
+    assert not dataset.repeats and len(dataset.rows) == 44
+    assert [(r.external_id, r.query, r.reference, r.split) for r in dataset.rows] == [
+        (r["id"], r["query"], r["reference"], r["split"]) for r in records()]
+    assert policy_rows() == dataset.rows
+
+
+# ---- the task ---------------------------------------------------------------------------------------------
+
+
+def test_the_task_is_checked_by_the_facts_verifier_and_its_instructions_hold_no_policy(engine):
+    task = ensure_policy_task(engine)
+    assert task.reward_method == "facts" and task.agent_mode == "direct" and task.kind == "single"
+    assert TaskSettings.from_task(task).validate().reward_settings == {"partial": False}
+    assert "Pinecrest Outfitters" in POLICY_INSTRUCTIONS
+    for fact in ("45", "Quality Desk", "PC-", "Basecamp", "60", "business days", "warrant"):
+        assert fact not in task.instructions and fact not in task.answer_format, fact
+    assert "near 0" in task.description and "reasoning" in task.description
+    with Session(engine) as session:
+        samples = queries.samples(session, task.id)
+    assert Counter(s.split for s in samples) == {"train": 28, "test": 16}
+    assert all(parse_facts(s.reference) for s in samples)
+
+
+def test_the_task_survives_an_export_and_import(engine):
+    ensure_policy_task(engine)
+    with Session(engine) as session:
+        task = queries.task_by_name(session, POLICY_TASK)
+        data = export_task(session, task)
+        text = export_task_json(session, task)
+    assert len(data["samples"]) == 44
+    import_task(engine, text.encode("utf-8"), "ann", rename="policy copy")
+    with Session(engine) as session:
+        copy = export_task(session, queries.task_by_name(session, "policy copy"))
+    assert copy["task"] == {**data["task"], "name": "policy copy"}
+    assert copy["samples"] == data["samples"]
+
+
+def test_the_empty_library_scores_0_and_the_policies_score_1_on_every_test_message():
+    """Offline stand-ins for the agent: a reply without the shop's policies (what the empty library can say)
+    and one that states them all (what a library that learned them can say)."""
+    policies = ("Returns are accepted within 45 days of delivery. Refunds reach your original payment method "
+                "within 7 business days. Damaged or unsafe items go to our Quality Desk. Shipping is free on "
+                "orders over 60 euros. Tents carry a 3-year warranty. We match prices within 10 days of "
+                "purchase. Our loyalty programme is the Basecamp Club.")
+    test = [row for row in policy_rows() if row.split == "test"]
+    assert len(test) == 16
+    for row in test:
+        assert score("facts", "Thank you for your message. I will look into it for you.", row.reference).value == 0.0
+        orders = re.findall(r"\b\d{5}\b", row.query)
+        ticket = f" Your ticket reference is PC-{orders[0]}." if orders else ""
+        result = score("facts", policies + ticket, row.reference)
+        assert result.value == 1.0, (row.external_id, result.detail)
