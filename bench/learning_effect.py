@@ -1,24 +1,39 @@
-"""Does learning help? Train twice (gate off, gate no_worse), write the direct baseline, evaluate all on a test file.
+"""Which part of learning helps? Train one arm per part with the validation gate on, evaluate every arm on the
+same held-out queries, and compare each with the empty library of the same agent mode, query by query.
 
-On a fresh SQLite file this creates one task (the arithmetic demo's instructions, reward `math`) from a
-train file and a test file (JSONL, `query`/`answer`, common alternatives mapped), then:
+Two data sets (`--dataset`):
 
-1. evaluates the empty library on the test queries (k samples each);
-2. runs the directly-generated baseline (a `direct` run: experiences asked for without rollouts);
-3. trains with the validation gate off (every step's operations land);
-4. trains with the gate `no_worse` (a step lands only when the validation queries do not get worse);
-5. evaluates each of the three final libraries on the same test queries with the same k,
+- `arithmetic` (default): a train file and a test file (JSONL, `query`/`answer`, common alternatives mapped;
+  by default SVAMP to train, MAWPS MultiArith to test), the arithmetic demo's instructions, reward `math`.
+  Reasoning on unseen problems: what the embedded 0.5B agent has not been seen to learn.
+- `policy`: the shop-policies demo (data/demo/policy_messages.jsonl; its train and test messages), reward
+  `facts`. Knowledge the agent cannot have (the shop's policies are not in its instructions), which a small
+  model can use once a lesson supplies it.
 
-each arm in a library of its own and in its own copy of the database (taken after step 1), so every arm
+On a fresh SQLite file this creates one task, its train queries, `validation` queries (the train rows after
+the training rows: the gate measures on them) and test queries, then:
+
+1. evaluates the empty library on the test queries in each mode of `--modes` (`direct`, `python`: the agent
+   runs its code in the jail), k samples each;
+2. trains each arm of `--arms`, every one with the gate (`--gate`, default no_worse), in the mode `--train-mode`:
+   - `lessons`: the paper: lessons from groups whose attempts differ; groups where every attempt failed skipped;
+   - `lessons+reference`: the same, and a group where every attempt failed learns from the reference answer
+     as the successful side (RunSettings.reference_when_all_fail);
+   - `examples`: worked examples only (no lessons), each prompt shown its top_k most similar entries;
+   - `both`: lessons (with the reference option) and worked examples, top_k;
+   - `direct` (not by default): experiences asked for directly, without rollouts (the paper's baseline);
+3. evaluates each arm's final library on the same test queries with the same k and seeds.
+
+Each arm runs in its own copy of the database taken after the empty libraries' evaluations, so every arm
 starts from the empty library and its calls, tokens and seconds are its own. The evaluations share common
 random numbers (the same seed per query and sample index), so each library is compared with the empty
-library query by query (core.records.comparison: paired bootstrap interval, sign test). Both trained arms train on
-the same train queries: the gate's validation queries are the train file's next rows, stored as the task's
-`validation` split, which the gate-off arm never sees.
+library of its mode query by query (core.records.comparison: paired bootstrap interval, sign test, and the
+smallest difference these queries could detect).
 
-Prints one table (experiences, Mean@k, Pass@k, difference to the empty library with its 95% interval and
-sign-test p, model calls, tokens, wall time), a line per trained arm with its gate decisions, and the
-command line; `--json PATH` writes the same figures.
+Prints one table (entries, Mean@k, Pass@k, difference to the empty library of the same mode with its 95%
+interval, sign-test p, smallest detectable difference, model calls, tokens, wall time), a line per trained arm
+with its gate decisions and groups, whether the goal is met, and the command line; `--json PATH` writes the
+same figures. Loads the embedded model: run it alone, under `flock /tmp/model.lock` when others may load one.
 """
 
 from __future__ import annotations
@@ -45,12 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 TASK = "learning effect benchmark"
-LIBRARIES = ("direct", "gate_off", "gate_no_worse")  # one library, and one copy of the database, per arm
 VALIDATION = "validation"  # core.engine.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
-
-# Defaults sized for about 30 minutes on 2 CPU cores with the embedded 0.5B model (see bench/README.md).
-DEFAULTS = {"train_limit": 12, "test_limit": 30, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
-            "validation_size": 8, "gate_k": 2}
+GOAL = 0.05  # the goal in bench/README.md: a gated library beats the empty library of its mode by 5 points, p < 0.05
+MODES = ("direct", "python")
 
 # Field names accepted for the query and the answer, first match wins (case-insensitive). SVAMP's query is
 # its Body and Question joined with a space.
@@ -58,23 +70,51 @@ QUERY_FIELDS = ("query", "problem", "question", "input")
 ANSWER_FIELDS = ("answer", "reference", "target")
 
 
+@dataclass(frozen=True)
+class ArmPlan:
+    """What one trained arm changes in RunSettings, and the library's entry selection."""
+
+    lessons: bool = True
+    reference: bool = False  # RunSettings.reference_when_all_fail
+    examples: bool = False
+    top_k: bool = False
+    direct: bool = False  # a `direct` run: experiences asked for without rollouts
+
+
+ARMS = {"lessons": ArmPlan(), "lessons+reference": ArmPlan(reference=True),
+        "examples": ArmPlan(lessons=False, examples=True, top_k=True),
+        "both": ArmPlan(reference=True, examples=True, top_k=True), "direct": ArmPlan(direct=True)}
+DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
+
+# Sizes per data set, for about 45 minutes for both on 2 CPU cores with the embedded 0.5B model (bench/README.md).
+DEFAULTS = {
+    "arithmetic": {"train_limit": 8, "test_limit": 20, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
+                   "validation_size": 4, "gate_k": 2, "modes": "direct,python"},
+    "policy": {"train_limit": 8, "test_limit": 0, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
+               "validation_size": 8, "gate_k": 1, "modes": "direct"},
+}
+
+
 @dataclass
 class Arm:
-    """One row of the table: a library (or the empty one), how it was made and how it scored on the test set."""
+    """One row of the table: a library (or an empty one), how it was made and how it scored on the test set."""
 
     name: str
+    mode: str = "direct"  # the agent mode of the task in this arm's database
     library: str | None = None  # None: the empty library, no run
     database: str | None = None  # the SQLite file the arm ran in (its own copy)
-    kind: str | None = None  # RunKind of its run
+    plan: dict | None = None  # ArmPlan as a dict
     gate: str | None = None  # GateRule of its run
     run_id: int | None = None
     run_status: str | None = None
     run_error: str | None = None
     version_id: int | None = None
     experiences: int = 0
+    examples: int = 0  # of the experiences, worked examples
     steps: int = 0
     operations_proposed: int = 0
     operations_applied: int = 0
+    groups: dict = field(default_factory=dict)  # ok / skipped / failed / from_reference -> groups, over the steps
     gate_decisions: dict = field(default_factory=dict)  # decision -> steps
     gate_lines: list = field(default_factory=list)  # one line per step that had a gate
     evaluation_id: int | None = None
@@ -84,7 +124,8 @@ class Arm:
     mean_at_k: float | None = None
     pass_at_k: float | None = None
     rollout_errors: int = 0
-    comparison: dict | None = None  # core.records.comparison.Paired as a dict (B = this arm, A = the empty library)
+    reference: str | None = None  # the empty arm this one is compared with
+    comparison: dict | None = None  # core.records.comparison.Paired as a dict (B = this arm, A = its reference)
     train_calls: dict = field(default_factory=dict)  # storage.queries.call_totals of the run
     eval_calls: dict = field(default_factory=dict)  # ... of the test-set evaluation
     train_s: float = 0.0
@@ -163,27 +204,54 @@ def sample_rows(records: list[dict], prefix: str, split: str) -> list:
     return parse_dataset("\n".join(lines).encode(), f"{prefix}.jsonl", default_split=split)
 
 
+def policy_records() -> tuple[list[dict], list[dict], list[str]]:
+    """The shop-policies demo's train and test messages as {"query", "answer"} (the answer: its facts)."""
+    from core.records.datasets import policy_rows
+
+    rows = policy_rows()
+    train = [{"query": r.query, "answer": r.reference} for r in rows if r.split == "train"]
+    test = [{"query": r.query, "answer": r.reference} for r in rows if r.split == "test"]
+    return train, test, [f"policy_messages.jsonl: {len(train)} train and {len(test)} test messages"]
+
+
+def task_settings(options: argparse.Namespace):
+    """The benchmark task's instructions and reward: the arithmetic demo's, or the shop-policies demo's."""
+    from core.records.task_io import TaskSettings
+    from core.records.tasks import (
+        DEMO_ANSWER_FORMAT,
+        DEMO_INSTRUCTIONS,
+        POLICY_ANSWER_FORMAT,
+        POLICY_INSTRUCTIONS,
+    )
+
+    common = {"name": TASK, "agent_mode": "direct", "policy_model": options.model,
+              "learner_model": options.learner_model, "judge_model": options.learner_model}
+    if options.dataset == "policy":
+        return TaskSettings(description="The shop-policies demo's messages, for bench/learning_effect.py.",
+                            instructions=POLICY_INSTRUCTIONS, answer_format=POLICY_ANSWER_FORMAT,
+                            reward_method="facts", **common)
+    return TaskSettings(description="Train and test files of bench/learning_effect.py.", instructions=DEMO_INSTRUCTIONS,
+                        answer_format=DEMO_ANSWER_FORMAT, reward_method="math", **common)
+
+
 def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict]) -> dict:
     """The benchmark's task with its train, validation and test queries; returns the query counts per split."""
-    from core.records.task_io import TaskSettings, save_task
-    from core.records.tasks import DEMO_ANSWER_FORMAT, DEMO_INSTRUCTIONS, add_samples, get_task
+    from core.records.task_io import save_task
+    from core.records.tasks import add_samples, get_task
     from storage.db import session_scope
 
     n_train = len(train) - options.validation_size if options.train_limit is None else options.train_limit
     if n_train < 1:
-        raise SystemExit(f"{options.train} has {len(train)} rows: not enough for training and "
+        raise SystemExit(f"{options.dataset}: {len(train)} train rows: not enough for training and "
                          f"{options.validation_size} validation queries")
     train_part = train[:n_train]
     validation_part = train[n_train : n_train + options.validation_size]
     if len(validation_part) < options.validation_size:
-        raise SystemExit(f"{options.train} has {len(train)} rows: not enough for {n_train} training and "
+        raise SystemExit(f"{options.dataset}: {len(train)} train rows: not enough for {n_train} training and "
                          f"{options.validation_size} validation queries")
     rows = (sample_rows(train_part, "train", "train") + sample_rows(validation_part, "validation", VALIDATION)
             + sample_rows(test[: options.test_limit], "test", "test"))
-    save_task(engine, TaskSettings(
-        name=TASK, description="Train and test files of bench/learning_effect.py.", instructions=DEMO_INSTRUCTIONS,
-        answer_format=DEMO_ANSWER_FORMAT, agent_mode="direct", reward_method="math", policy_model=options.model,
-        learner_model=options.learner_model, judge_model=options.learner_model), actor="cli")
+    save_task(engine, task_settings(options), actor="cli")
     with session_scope(engine) as session:
         add_samples(session, get_task(session, TASK), rows)
     return dict(Counter(row.split for row in rows))
@@ -196,6 +264,31 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def set_mode(engine, mode: str) -> None:
+    """The task's agent mode in this arm's own database (each arm has its copy)."""
+    from core.records.tasks import get_task
+    from storage.db import session_scope
+
+    with session_scope(engine) as session:
+        task = get_task(session, TASK)
+        task.agent_mode = mode
+        session.add(task)
+
+
+def prepare_library(engine, arm: Arm) -> None:
+    """The arm's library, with the top_k entry selection where its plan asks for it."""
+    from core.domain.selection import SelectionMode
+    from core.records.selection import set_selection
+    from core.records.tasks import get_task
+    from core.records.versions import ensure_library
+    from storage.db import session_scope
+
+    with session_scope(engine) as session:
+        ensure_library(session, get_task(session, TASK), arm.library)
+    if arm.plan and arm.plan["top_k"]:
+        set_selection(engine, TASK, arm.library, SelectionMode.TOP_K, None, actor="cli")
+
+
 async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     """The arm's library (or the empty one) on the test queries, k samples each."""
     from sqlmodel import Session
@@ -205,8 +298,8 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
 
     ref = "empty" if arm.version_id is None else str(arm.version_id)
     arm.evaluation_id = create_evaluation(engine, TASK, ref, split="test", k=options.k, model=options.model)
-    progress(f"{arm.name}: evaluating {arm.experiences} experiences on the test queries (evaluation "
-             f"{arm.evaluation_id})")
+    progress(f"{arm.name}: evaluating {arm.experiences} entries on the test queries in {arm.mode} mode "
+             f"(evaluation {arm.evaluation_id})")
     started = time.perf_counter()
     ev = await execute_evaluation_async(engine, arm.evaluation_id, gateway=gateway)
     arm.eval_s = time.perf_counter() - started
@@ -218,21 +311,31 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     progress(f"{arm.name}: evaluation {ev.status} in {arm.eval_s:.0f} s")
 
 
+def run_settings(arm: Arm, options: argparse.Namespace):
+    from core.engine.run_settings import RunSettings
+
+    plan = ArmPlan(**arm.plan)
+    return RunSettings.build(
+        epochs=options.epochs, batch_size=options.batch_size, group_size=options.group_size, seed=options.seed,
+        gate=arm.gate, validation_size=options.validation_size, gate_k=options.gate_k,
+        policy_model=options.model, learner_model=options.learner_model, direct_count=options.direct_count,
+        lessons=plan.lessons, examples=plan.examples, reference_when_all_fail=plan.reference,
+        hold_flagged=False)  # unattended: the gate alone decides what lands
+
+
 async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
-    """The arm's run (direct, or training with its gate) in a library of its own, from the empty library."""
+    """The arm's run in a library of its own, from the empty library, with the gate."""
     from sqlmodel import Session
 
-    from core.engine.run_settings import RunSettings
+    from core.domain.library import EXAMPLE, kind_of
     from core.engine.training import create_run, execute_run_async, run_counters
     from storage import queries
     from storage.models import LibraryVersion, Run
+    from storage.statuses import RunKind
 
-    settings = RunSettings.build(
-        epochs=options.epochs, batch_size=options.batch_size, group_size=options.group_size, seed=options.seed,
-        gate=arm.gate or "off", validation_size=options.validation_size, gate_k=options.gate_k,
-        policy_model=options.model, learner_model=options.learner_model, direct_count=options.direct_count,
-        hold_flagged=False)  # unattended: the gate alone decides what lands, as before quality flags existed
-    arm.run_id = create_run(engine, TASK, settings, library_name=arm.library, kind=arm.kind)
+    prepare_library(engine, arm)
+    kind = RunKind.DIRECT if arm.plan["direct"] else RunKind.TRAIN
+    arm.run_id = create_run(engine, TASK, run_settings(arm, options), library_name=arm.library, kind=kind)
     progress(f"{arm.name}: run {arm.run_id} started")
     started = time.perf_counter()
     run = await execute_run_async(engine, arm.run_id, gateway=gateway)
@@ -241,30 +344,35 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
         run = session.get(Run, arm.run_id)
         arm.run_status, arm.run_error, arm.version_id = run.status, run.error, run.current_version_id
         version = session.get(LibraryVersion, run.current_version_id)
-        arm.experiences = len(version.experiences) if version else 0
+        entries = version.experiences if version else []
+        arm.experiences, arm.examples = len(entries), sum(1 for e in entries if kind_of(e) == EXAMPLE)
         counters = run_counters(session, run)
         arm.operations_proposed, arm.operations_applied = counters["operations"], counters["operations_applied"]
         arm.train_calls = queries.call_totals(session, run_id=arm.run_id)
         steps = queries.steps(session, arm.run_id)
         arm.steps = len(steps)
         for step in steps:
+            for key in ("ok", "skipped", "failed", "from_reference"):
+                arm.groups[key] = arm.groups.get(key, 0) + (step.stats or {}).get(key, 0)
             if step.gate:
                 arm.gate_decisions[step.gate["decision"]] = arm.gate_decisions.get(step.gate["decision"], 0) + 1
                 arm.gate_lines.append(f"epoch {step.epoch + 1} batch {step.batch_index + 1}: {step.gate['line']}")
-    progress(f"{arm.name}: run {run.status} in {arm.train_s:.0f} s, {arm.experiences} experiences")
+    progress(f"{arm.name}: run {run.status} in {arm.train_s:.0f} s, {arm.experiences} entries")
 
 
 def compare(engine, empty: Arm, arm: Arm, seed: int) -> None:
     from core.records.comparison import compare_evaluations
     from storage.statuses import JobStatus
 
+    arm.reference = empty.name
     if JobStatus.COMPLETED == empty.evaluation_status == arm.evaluation_status:
         arm.comparison = compare_evaluations(engine, empty.evaluation_id, arm.evaluation_id, seed=seed).stats.as_dict()
 
 
 def arm_database(base: Path, library: str) -> Path:
-    """Where an arm's copy of the database lives: `bench.db` -> `bench.gate_off.db`."""
-    return base.with_name(f"{base.stem}.{library}{base.suffix or '.db'}")
+    """Where an arm's copy of the database lives: `bench.db` -> `bench.lessons.db`."""
+    safe = library.replace("+", "_")
+    return base.with_name(f"{base.stem}.{safe}{base.suffix or '.db'}")
 
 
 def copy_database(source: Path, target: Path) -> None:
@@ -273,32 +381,52 @@ def copy_database(source: Path, target: Path) -> None:
         src.backup(dst)
 
 
-async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callable | None = None) -> list[Arm]:
-    """The empty library first (the reference), then the direct baseline, gate off and gate no_worse.
+def empty_name(mode: str) -> str:
+    return f"empty ({mode})"
 
-    Each arm runs in its own copy of the database taken after the empty library's evaluation: it starts from
-    the same task, queries and reference evaluation, and its calls, tokens and wall time are its own (two arms
-    in one database would share the ledger's response cache: with the same seed, the gate-off run's first
-    step would answer the no_worse run's from the cache).
+
+def plan_arms(base: Path, options: argparse.Namespace) -> list[Arm]:
+    """The empty library in each mode, then the trained arms; each but the first in its own database file."""
+    from storage.statuses import GateRule
+
+    arms = [Arm(empty_name(mode), mode=mode, database=str(base if i == 0 else arm_database(base, f"empty_{mode}")))
+            for i, mode in enumerate(options.modes)]
+    for name in options.arms:
+        arms.append(Arm(name, mode=options.train_mode, library=name, plan=asdict(ARMS[name]),
+                        gate=GateRule(options.gate).value, database=str(arm_database(base, name))))
+    return arms
+
+
+async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callable | None = None) -> list[Arm]:
+    """The empty libraries first (the references), then every trained arm.
+
+    Each empty library after the first is evaluated in a copy of the first's database (its agent mode set);
+    each trained arm runs in a copy of the empty library's database of its mode, so it starts from the same
+    task, queries and reference evaluation, and its calls, tokens and wall time are its own (two arms in one
+    database would share the ledger's response cache: with the same seed, one arm's first step would answer
+    another's from the cache).
     """
     from storage.db import make_engine
-    from storage.statuses import GateRule, RunKind
 
-    arms = [Arm("empty", database=str(base)),
-            Arm("direct", library="direct", kind=RunKind.DIRECT),
-            Arm("gate off", library="gate_off", kind=RunKind.TRAIN, gate=GateRule.OFF),
-            Arm("gate no_worse", library="gate_no_worse", kind=RunKind.TRAIN, gate=GateRule.NO_WORSE)]
+    arms = plan_arms(base, options)
+    empties = {arm.mode: arm for arm in arms if arm.library is None}
     for arm in arms:
-        if arm.library is not None:
-            arm.database = str(arm_database(base, arm.library))
-            copy_database(base, Path(arm.database))
+        if arm.database != str(base):
+            source = base if arm.library is None else Path(empties[arm.mode].database)
+            copy_database(source, Path(arm.database))
         engine = make_engine(f"sqlite:///{arm.database}", migrate=False)
+        set_mode(engine, arm.mode)
         gateway = gateway_for(engine) if gateway_for else None
-        if arm.kind is not None:
+        if arm.library is not None:
             await train(engine, arm, options, gateway)
         await evaluate(engine, arm, options, gateway)
         if arm.library is not None:
-            compare(engine, arms[0], arm, options.seed)
+            compare(engine, empties[arm.mode], arm, options.seed)
+        engine.dispose()
+    direct, python = empties.get("direct"), empties.get("python")
+    if direct and python:  # the python mode's empty library against the direct one's, in python's database
+        engine = make_engine(f"sqlite:///{python.database}", migrate=False)
+        compare(engine, direct, python, options.seed)
         engine.dispose()
     return arms
 
@@ -322,22 +450,27 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def entries(arm: Arm) -> str:
+    return f"{arm.experiences}" + (f" ({arm.examples} ex.)" if arm.examples else "")
+
+
 def table(arms: list[Arm], k: int) -> str:
-    header = ["", "experiences", f"Mean@{k}", f"Pass@{k}", "Δ vs empty [95% CI]", "p (sign test)", "calls",
-              "cached", "tokens", "wall s"]
+    header = ["", "mode", "entries", f"Mean@{k}", f"Pass@{k}", "Δ vs empty [95% CI]", "p (sign test)", "detectable",
+              "calls", "cached", "tokens", "wall s"]
     lines = [header]
     for arm in arms:
         c = arm.comparison
-        if arm.library is None:
-            delta, p = "(reference)", "-"
+        if arm.reference is None:
+            delta, p, detectable = "(reference)", "-", "-"
         elif c is None:
-            delta, p = f"- (evaluation {arm.evaluation_status})", "-"
+            delta, p, detectable = f"- (evaluation {arm.evaluation_status})", "-", "-"
         else:
-            delta, p = f"{c['delta']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]", f"{c['p_value']:.3g}"
+            delta = f"{c['delta']:+.3f} [{_signed(c['ci_low'])}, {_signed(c['ci_high'])}]"
+            p, detectable = f"{c['p_value']:.3g}", _num(c["detectable"])
         failed = arm.evaluation_status != "completed"
-        lines.append([arm.name, str(arm.experiences), "failed" if failed else _num(arm.mean_at_k),
-                      "failed" if failed else _num(arm.pass_at_k), delta, p, f"{arm.calls:,}", f"{arm.cached:,}",
-                      f"{arm.tokens:,}", f"{arm.wall_s:.0f}"])
+        lines.append([arm.name, arm.mode, entries(arm), "failed" if failed else _num(arm.mean_at_k),
+                      "failed" if failed else _num(arm.pass_at_k), delta, p, detectable, f"{arm.calls:,}",
+                      f"{arm.cached:,}", f"{arm.tokens:,}", f"{arm.wall_s:.0f}"])
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     out = []
     for number, row in enumerate(lines):
@@ -348,30 +481,47 @@ def table(arms: list[Arm], k: int) -> str:
     return "\n".join(out)
 
 
+def _signed(value: float | None) -> str:
+    return "-inf" if value is None else f"{value:+.3f}"
+
+
 def arm_lines(arm: Arm) -> list[str]:
-    """What the run did: status, steps, operations, gate decisions (one indented line per gated step)."""
+    """What the run did: status, steps, groups, operations, gate decisions (one indented line per gated step)."""
     if arm.library is None:
         return []
     status = arm.run_status + (f" ({arm.run_error})" if arm.run_error else "")
-    head = (f"{arm.name}: run {arm.run_id} {status}; version {arm.version_id}, {arm.experiences} experiences; "
+    head = (f"{arm.name}: run {arm.run_id} {status}; version {arm.version_id}, {entries(arm)} entries; "
             f"training {arm.train_s:.0f} s, test evaluation {arm.eval_s:.0f} s")
-    if arm.kind == "direct":
+    if arm.plan["direct"]:
         return [head + "; no rollouts (experiences asked for directly)"]
-    head += f"; {arm.steps} steps, operations applied {arm.operations_applied} of {arm.operations_proposed}"
-    if arm.gate == "off":
-        return [head + "; gate off: every step's valid operations applied"]
-    decisions = ", ".join(f"{decision} {arm.gate_decisions.get(decision, 0)}" for decision in ("passed", "failed", "skipped"))
+    g = arm.groups
+    head += (f"; {arm.steps} steps; groups: {g.get('ok', 0)} to the learner ({g.get('from_reference', 0)} of them "
+             f"all failed, with the reference), {g.get('skipped', 0)} skipped, {g.get('failed', 0)} failed; "
+             f"operations applied {arm.operations_applied} of {arm.operations_proposed}")
+    decisions = ", ".join(f"{decision} {arm.gate_decisions.get(decision, 0)}"
+                          for decision in ("passed", "failed", "skipped", "undecided"))
     return [head + f"; gate {arm.gate}: {decisions}", *(f"    {line}" for line in arm.gate_lines)]
 
 
+def goal_line(arms: list[Arm]) -> str:
+    """Whether a gated library beat the empty library of its mode by GOAL with p < 0.05 (bench/README.md)."""
+    met = [a.name for a in arms if a.library and a.comparison and a.comparison["delta"] >= GOAL
+           and a.comparison["p_value"] < 0.05 and (a.comparison["ci_low"] or -1) > 0]
+    if met:
+        return f"goal (Δ ≥ +{GOAL:.2f}, p < 0.05, interval above 0): met by {', '.join(met)}"
+    return f"goal (Δ ≥ +{GOAL:.2f}, p < 0.05, interval above 0): not met by any arm"
+
+
 def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: list[str]) -> str:
-    errors = [f"{a.name}: {a.rollout_errors} test rollouts failed" for a in arms if a.rollout_errors]
+    errors = [f"{a.name}: {a.rollout_errors} test rollouts failed (left out of the figures)"
+              for a in arms if a.rollout_errors]
     failed = [f"{a.name}: evaluation {a.evaluation_status}: {a.evaluation_error}" for a in arms
               if a.evaluation_status != "completed"]
     n = arms[0].n
-    lines = [f"{n} test queries x k={options.k}; policy {options.model}, learner {options.learner_model}; "
-             f"Δ = Mean@{options.k} minus the empty library's, paired per query (bootstrap 95% interval, sign test)",
-             "", table(arms, options.k), "",
+    lines = [f"{options.dataset}: {n} test queries x k={options.k}; policy {options.model}, learner "
+             f"{options.learner_model}; Δ = Mean@{options.k} minus the empty library's of the same mode, paired per "
+             "query (bootstrap 95% interval, sign test); detectable: the smallest Δ these queries detect (80% power)",
+             "", table(arms, options.k), "", goal_line(arms),
              *(line for arm in arms for line in arm_lines(arm)), *errors, *failed,
              "calls: model calls made (cached: answered from the ledger, no cost); tokens: in + out; "
              "wall s: training + test evaluation",
@@ -387,41 +537,59 @@ def to_json(arms: list[Arm], options: argparse.Namespace, command: str, splits: 
         row.update(calls=arm.calls, cached=arm.cached, tokens=arm.tokens, wall_s=arm.wall_s)
         rows.append(row)
     return {"command": command, "options": vars(options), "queries": splits, "data": notes, "k": options.k,
-            "rows": rows}
+            "goal": goal_line(arms), "rows": rows}
 
 
 # ---------------------------------------------------------------- command line
+
+
+def _names(text: str, allowed, what: str, parser: argparse.ArgumentParser) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in allowed]
+    if unknown or len(set(names)) != len(names):
+        parser.error(f"--{what}: {', '.join(unknown) or 'a name given twice'}; choose from {', '.join(allowed)}")
+    return names
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from core.settings import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", default=str(DATA / "svamp.jsonl"), help="train file, JSONL (default: %(default)s)")
+    parser.add_argument("--dataset", choices=list(DEFAULTS), default="arithmetic", help="default: %(default)s")
+    parser.add_argument("--train", default=str(DATA / "svamp.jsonl"),
+                        help="arithmetic: train file, JSONL (default: %(default)s)")
     parser.add_argument("--test", default=str(DATA / "mawps_multiarith.jsonl"),
-                        help="test file, JSONL (default: %(default)s)")
+                        help="arithmetic: test file, JSONL (default: %(default)s)")
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help=f"trained arms, comma-separated, from {', '.join(ARMS)} (default: %(default)s)")
+    parser.add_argument("--modes", default=None, help="agent modes of the empty libraries (default: direct,python "
+                        "for arithmetic, direct for policy)")
+    parser.add_argument("--train-mode", choices=MODES, default="direct",
+                        help="agent mode of the trained arms (default: %(default)s)")
+    parser.add_argument("--gate", default="no_worse", help="the trained arms' gate (default: %(default)s)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="policy model (default: %(default)s)")
     parser.add_argument("--learner-model", default=None, help="learner model (default: the policy model)")
-    parser.add_argument("--epochs", type=int, default=DEFAULTS["epochs"], help="default: %(default)s")
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="default: %(default)s")
-    parser.add_argument("--group-size", type=int, default=DEFAULTS["group_size"], help="G (default: %(default)s)")
-    parser.add_argument("--k", type=int, default=DEFAULTS["k"], help="samples per test query (default: %(default)s)")
-    parser.add_argument("--train-limit", type=int, default=DEFAULTS["train_limit"],
-                        help="first N rows of the train file to train on (default: %(default)s; 0 = all but the "
-                             "validation rows)")
-    parser.add_argument("--test-limit", type=int, default=DEFAULTS["test_limit"],
-                        help="first N rows of the test file (default: %(default)s; 0 = all)")
-    parser.add_argument("--validation-size", type=int, default=DEFAULTS["validation_size"],
-                        help="rows after the training rows used as the gate's validation queries (default: "
-                             "%(default)s; 0 = the gate has nothing to compare and skips)")
-    parser.add_argument("--gate-k", type=int, default=DEFAULTS["gate_k"],
-                        help="samples per validation query for the gate (default: %(default)s)")
+    for name, help_text in (("epochs", ""), ("batch-size", ""), ("group-size", "G; "),
+                            ("k", "samples per test query; "),
+                            ("train-limit", "first N train rows to train on (0 = all but the validation rows); "),
+                            ("test-limit", "first N test rows (0 = all); "),
+                            ("validation-size", "train rows after the training rows that the gate measures on; "),
+                            ("gate-k", "samples per validation query for the gate; ")):
+        parser.add_argument(f"--{name}", type=int, default=None, help=f"{help_text}default: per data set, see "
+                            "bench/README.md")
     parser.add_argument("--direct-count", type=int, default=8,
-                        help="experiences the direct baseline asks for (default: %(default)s)")
+                        help="experiences the `direct` arm asks for (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
     parser.add_argument("--db", default=None, help="new SQLite file to keep (default: a temporary one)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     options = parser.parse_args(argv)
+    for name, value in DEFAULTS[options.dataset].items():
+        if getattr(options, name) is None:
+            setattr(options, name, value)
+    options.arms = _names(options.arms, ARMS, "arms", parser)
+    options.modes = _names(options.modes, MODES, "modes", parser)
+    if options.train_mode not in options.modes:
+        options.modes.append(options.train_mode)
     options.learner_model = options.learner_model or options.model
     options.train_limit = options.train_limit or None
     options.test_limit = options.test_limit or None
@@ -431,7 +599,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if options.validation_size < 0:
         parser.error("--validation-size must be 0 or more")
     if options.db:
-        paths = [Path(options.db), *(arm_database(Path(options.db), name) for name in LIBRARIES)]
+        paths = [Path(options.db), *(Path(arm.database) for arm in plan_arms(Path(options.db), options))]
         if any(path.exists() for path in paths):
             parser.error(f"--db: {', '.join(str(p) for p in paths if p.exists())} already there; the benchmark "
                          "needs new files (every arm from scratch)")
@@ -452,21 +620,25 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
     from storage.db import make_engine
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice, once per thread
-    (train, train_note), (test, test_note) = read_records(Path(options.train)), read_records(Path(options.test))
-    notes = [train_note, test_note]
+    if options.dataset == "policy":
+        train, test, notes = policy_records()
+    else:
+        (train, train_note), (test, test_note) = read_records(Path(options.train)), read_records(Path(options.test))
+        notes = [train_note, test_note]
     with tempfile.TemporaryDirectory() as folder:
         base = Path(options.db) if options.db else Path(folder) / "learning_effect.db"
         engine = make_engine(f"sqlite:///{base}")
         splits = create_task(engine, options, train, test)
         engine.dispose()
-        progress(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  database "
-                 f"{base if options.db else 'temporary (--db PATH keeps it)'}  queries {splits}")
+        progress(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  load {os.getloadavg()[0]:.2f}  "
+                 f"database {base if options.db else 'temporary (--db PATH keeps it)'}  queries {splits}")
         if gateway_for is None:
             load_models(options)
         arms = asyncio.run(run_arms(base, options, gateway_for))
     result = to_json(arms, options, command, splits, notes)
     print(report(arms, options, command,
-                 [f"data: {note}" for note in notes] + [f"queries per split: {splits}"]))
+                 [f"data: {note}" for note in notes] + [f"queries per split: {splits}",
+                                                         f"load average at the end: {os.getloadavg()[0]:.2f}"]))
     if options.json:
         Path(options.json).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     return result

@@ -24,6 +24,8 @@ from sqlmodel import Session
 from core.jobs.run_control import resume_run
 from core.jobs.worker import job_health
 from core.records import labeling
+from core.records.tasks import quick_trial_task
+from core.settings import get_settings
 from pages._common import (
     DATETIME,
     LABEL_TAB_KEY,
@@ -210,13 +212,18 @@ def resume(run_id: int) -> None:
 
 
 def quick_trial() -> None:
-    """Step 1: Train with the quick-trial preset selected (a small run whose changes a person reviews)."""
+    """Step 1 (a button's callback): Train with the quick-trial preset selected (a small run whose changes a
+    person reviews), on the task core.records.tasks.quick_trial_task chooses for the default model (the
+    shop-policies demo on the embedded model, where a library visibly helps), else the sidebar's task."""
     st.session_state[PRESET_REQUEST] = "quick"
-    st.switch_page("pages/train.py")
+    ctx = context()
+    task = quick_trial_task(engine(), get_settings().model) or ctx.task
+    open_in_context("pages/train.py", task, ctx.library if task == ctx.task else "default")
 
 
 STEPS = (
-    ("1 · Try it", "4 queries, 4 attempts each, one step on the chosen task; a few minutes on the embedded model.",
+    ("1 · Try it", "4 queries, 4 attempts each, one step; a few minutes on the embedded model, which trains on the "
+     "shop-policies demo (where a library visibly helps), another model on the chosen task.",
      "Quick trial", None, ":material/model_training:"),
     ("2 · Review", "Approve, edit or reject each change the learner proposed; approved ones make a new version.",
      "Review", "pages/review.py", ":material/rate_review:"),
@@ -234,10 +241,9 @@ def first_steps() -> None:
             st.markdown(f"**{title}**")
             st.caption(caption)
             pressed = st.button(label, key=f"overview_step_{label.split()[0].lower()}", icon=icon,
-                                type="primary" if target is None else "secondary")
-            if pressed and target is None:
-                quick_trial()
-            elif pressed:
+                                type="primary" if target is None else "secondary",
+                                on_click=quick_trial if target is None else None)
+            if pressed and target is not None:
                 st.switch_page(target)
 
 
@@ -295,8 +301,7 @@ def page() -> None:
         table(data["runs"], column_config={"created": DATETIME}, key="runs_table")
     else:
         st.info("No runs yet: start a quick trial, or set a run of your own on the Train page.")
-        if st.button("Start a quick trial", key="overview_runs_quick_trial"):
-            quick_trial()
+        st.button("Start a quick trial", key="overview_runs_quick_trial", on_click=quick_trial)
         st.caption(f"From a terminal in the project folder: `{TRAIN_COMMAND}`")
 
     st.header("Evaluations")

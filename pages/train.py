@@ -76,9 +76,11 @@ DEFAULTS = RunSettings()
 # A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
 # proposes and decides it. The validation gate is off: the few queries a trial can hold out measure noise,
 # not effect, and the gate's two evaluations would cost more calls than the trial itself; Evaluate measures
-# the result on held-out queries afterwards.
+# the result on held-out queries afterwards. A group where every attempt failed learns from the reference, so a
+# task the agent fails completely (the shop-policies demo before it knows the policies) still shows proposals.
 QUICK_TRIAL = {"train_limit": 4, "train_batch_size": 4, "train_group_size": 4, "train_epochs": 1,
-               "train_review_mode": "manual", "train_gate": GateRule.OFF.value}
+               "train_review_mode": "manual", "train_gate": GateRule.OFF.value,
+               "train_reference_when_all_fail": True}
 PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)"}
 PRESET_NAMES = {"quick": "the quick trial", "full": "the defaults of a full run"}
 
@@ -367,7 +369,8 @@ def form_settings() -> RunSettings:
         max_operations=optional_int(state.get("train_max_operations")),
         max_experiences=int(state["train_max_experiences"]), hold_flagged=bool(state["train_hold_flagged"]),
         examples=bool(state.get("train_examples", DEFAULTS.examples)),
-        max_examples=int(state.get("train_max_examples", DEFAULTS.max_examples)))
+        max_examples=int(state.get("train_max_examples", DEFAULTS.max_examples)),
+        reference_when_all_fail=bool(state.get("train_reference_when_all_fail", DEFAULTS.reference_when_all_fail)))
 
 
 def optional_int(value) -> int | None:
@@ -385,7 +388,8 @@ def form_defaults(task) -> dict:
             "train_budget": 0.0, "train_gate": DEFAULTS.gate.value, "train_validation_size": None,
             "train_gate_k": DEFAULTS.gate_k, "train_max_operations": None,
             "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged,
-            "train_examples": DEFAULTS.examples, "train_max_examples": DEFAULTS.max_examples}
+            "train_examples": DEFAULTS.examples, "train_max_examples": DEFAULTS.max_examples,
+            "train_reference_when_all_fail": DEFAULTS.reference_when_all_fail}
 
 
 def preset_values(task, preset: str) -> dict:
@@ -487,11 +491,15 @@ def settings_widgets(task) -> None:
                     placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
     g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences",
                     help=RunSettings.model_fields["max_experiences"].description)
-    w1, w2, _w3 = st.columns(3)
+    w1, w2, w3 = st.columns(3)
     w1.checkbox("Worked examples", key="train_examples", help=RunSettings.model_fields["examples"].description
                 + ". A small agent learns from worked examples where abstract lessons do not move it.")
     w2.number_input("Max worked examples", min_value=1, step=1, key="train_max_examples",
                     help=RunSettings.model_fields["max_examples"].description)
+    w3.checkbox("Learn from the reference when every attempt failed", key="train_reference_when_all_fail",
+                help=RunSettings.model_fields["reference_when_all_fail"].description
+                + ". The paper skips such groups; turn this on when the agent lacks knowledge (a company's "
+                  "policies, formats, names) that only the reference answers hold.")
 
 
 def use_learner(model: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from bench.learning_effect import main, read_records
@@ -30,7 +31,16 @@ def test_alternative_field_names_are_mapped(tmp_path):
     assert "query = Body + ' ' + Question, answer = Answer (3)" in note
 
 
-def test_four_rows_with_figures_and_gate_decisions(tmp_path, capsys, scripted):
+def example_reply(references: dict[str, str]):
+    """The learner's compression of a successful attempt: its problem, two steps and the right answer."""
+    def reply(messages: list[dict]) -> str:
+        query = re.search(r"Problem:\n(.*?)\n\nThe agent's solution", messages[-1]["content"], re.S).group(1)
+        return json.dumps({"problem": query, "steps": ["Add the two amounts", "Check the sum"],
+                           "answer": references[query]})
+    return reply
+
+
+def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, capsys, scripted):
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
     test = write_jsonl(tmp_path / "test.jsonl", TEST)
     references = {row["question"]: str(row["answer"]) for row in TRAIN}
@@ -38,42 +48,58 @@ def test_four_rows_with_figures_and_gate_decisions(tmp_path, capsys, scripted):
     models = []
 
     def gateway_for(engine):
-        model, gateway = scripted(engine, rollout=alternating(references))
+        model, gateway = scripted(engine, rollout=alternating(references), example=example_reply(references))
         models.append(model)
         return gateway
 
     out_json = tmp_path / "result.json"
     result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4", "--test-limit",
-                   "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--json", str(out_json)],
+                   "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--modes", "direct",
+                   "--arms", "lessons,lessons+reference,examples,both,direct", "--json", str(out_json)],
                   gateway_for=gateway_for)
     out = capsys.readouterr().out
 
     rows = {row["name"]: row for row in result["rows"]}
-    assert list(rows) == ["empty", "direct", "gate off", "gate no_worse"]
+    assert list(rows) == ["empty (direct)", "lessons", "lessons+reference", "examples", "both", "direct"]
     assert result["queries"] == {"train": 4, "validation": 4, "test": 3}
     for row in rows.values():
-        assert row["evaluation_status"] == "completed" and row["n"] == 3
+        assert row["evaluation_status"] == "completed" and row["n"] == 3 and row["mode"] == "direct"
         assert 0 <= row["mean_at_k"] <= 1 and row["wall_s"] >= 0
-    assert rows["empty"]["experiences"] == 0 and rows["empty"]["comparison"] is None
+    assert rows["empty (direct)"]["experiences"] == 0 and rows["empty (direct)"]["comparison"] is None
     assert rows["direct"]["experiences"] == 2  # the scripted direct reply has two
-    assert rows["gate off"]["experiences"] >= 1 and rows["gate off"]["gate_decisions"] == {}
-    for name in ("direct", "gate off", "gate no_worse"):
-        assert rows[name]["run_status"] == "completed"
+    for name in ("lessons", "lessons+reference", "examples", "both", "direct"):
+        assert rows[name]["run_status"] == "completed" and rows[name]["reference"] == "empty (direct)"
         c = rows[name]["comparison"]
         assert c["n"] == 3 and c["ci_low"] <= c["delta"] <= c["ci_high"] and 0 <= c["p_value"] <= 1
+        assert c["detectable"] > 0
         assert rows[name]["calls"] + rows[name]["cached"] > 0
-    no_worse = rows["gate no_worse"]
-    assert sum(no_worse["gate_decisions"].values()) == no_worse["steps"] == 2
-    assert len(models) == 4  # a gateway per database: the empty library's, then one copy per arm
-    assert models[0].count("gate") == models[2].count("gate") == 0 < models[3].count("gate")  # only no_worse gates
-    assert rows["gate no_worse"]["cached"] == 0  # its own copy: nothing answered from the gate-off run's calls
-    assert json.loads(out_json.read_text())["rows"][3]["name"] == "gate no_worse"
+    for name in ("lessons", "lessons+reference", "examples", "both"):  # every trained arm gated, step by step
+        assert sum(rows[name]["gate_decisions"].values()) == rows[name]["steps"] == 2, name
+        assert rows[name]["groups"]["ok"] == 4 and rows[name]["groups"]["from_reference"] == 0  # every group mixed
+    assert rows["lessons"]["examples"] == 0
+    assert len(models) == 6  # a gateway per database: the empty library's, then one copy per arm
+    by_arm = dict(zip(rows, models, strict=True))
+    assert by_arm["examples"].count("advantage") == 0 < by_arm["examples"].count("example")  # examples only
+    assert by_arm["lessons"].count("example") == 0 < by_arm["lessons"].count("advantage")
+    assert by_arm["both"].count("example") > 0 and by_arm["both"].count("advantage") > 0
+    assert all(by_arm[name].count("gate") > 0 for name in ("lessons", "examples", "both"))
+    assert rows["both"]["cached"] == 0  # its own copy: nothing answered from another arm's calls
+    assert json.loads(out_json.read_text())["rows"][4]["name"] == "both"
+    assert result["goal"].startswith("goal (Δ ≥ +0.05, p < 0.05, interval above 0): ")
 
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if "Δ vs empty [95% CI]" in line)
-    assert "Mean@2" in lines[header] and "Pass@2" in lines[header] and "wall s" in lines[header]
-    table = lines[header + 2 : header + 6]
-    assert [line.split("  ")[0].strip() for line in table] == ["empty", "direct", "gate off", "gate no_worse"]
+    assert "Mean@2" in lines[header] and "detectable" in lines[header] and "wall s" in lines[header]
+    table = lines[header + 2 : header + 8]
+    assert [line.split("  ")[0].strip() for line in table] == list(rows)
     assert "(reference)" in table[0] and all("[" in line for line in table[1:])
-    assert any(line.startswith("gate no_worse: run") and "passed" in line for line in lines)
+    assert any(line.startswith("lessons: run") and "gate no_worse: passed" in line for line in lines)
     assert lines[-1].startswith("command: PYTHONPATH=. .venv/bin/python bench/learning_effect.py --train")
+
+
+def test_an_unknown_arm_is_refused_with_the_choices(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["--arms", "lessons,everything"])
+    assert "--arms: everything; choose from lessons, lessons+reference, examples, both, direct" in capsys.readouterr().err

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
+from core.records.tasks import POLICY_TASK
 from storage.db import make_engine
-from storage.models import Run
+from storage.models import Run, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 
 pytestmark = pytest.mark.browser
@@ -32,18 +33,24 @@ def queued_runs(database_url: str) -> list[Run]:
         engine.dispose()
 
 
+def task_name(database_url: str, task_id: int) -> str:
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            return session.get(Task, task_id).name
+    finally:
+        engine.dispose()
+
+
 def number_box(page, label: str):
     return page.get_by_label(label, exact=True)
 
 
 def quick_trial_calls() -> int:
-    """The quick trial's calls on the demo: 16 answers (PYTHON_TURNS calls each where the code jail works and the
-    demo answers in python mode), 8 summaries, 2 advantages, 1 update."""
-    from core.domain.sandbox import jail_status
-    from core.records.progress import PYTHON_TURNS
-
-    per_answer = PYTHON_TURNS if jail_status().available else 1
-    return round(16 * per_answer + 8 + 2 + 1)
+    """The quick trial's calls on the shop-policies demo (the embedded model's quick trial): 16 answers (direct
+    mode), and with groups where every attempt failed learning from the reference every group reaches the
+    learner until the run shows otherwise: 16 summaries, 4 advantages, 1 update."""
+    return 16 + 16 + 4 + 1
 
 
 def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
@@ -76,6 +83,8 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
 
     (run,) = queued_runs(app.database_url)
     assert run.status == "queued"
+    assert task_name(app.database_url, run.task_id) == POLICY_TASK  # the embedded model's quick trial task
     settings = run.settings
+    assert settings["reference_when_all_fail"] is True
     assert (settings["limit"], settings["group_size"], settings["epochs"]) == (4, 4, 1)
     assert (settings["batch_size"], settings["review_mode"], settings["gate"]) == (4, "manual", "off")

@@ -364,3 +364,47 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     assert len(scored) == 2 and all(r.error is None and r.reward is not None for r in scored)
     assert all(r.reward_source == ("human" if r.judge_unsure or r.suggested_reward is None else "judge") for r in scored)
     assert ev.n == 2 and ev.metrics["segments"] and sum(r["n"] for r in ev.metrics["segments"].values()) == 2
+
+
+# ---- the shop-policies demo: knowledge the agent cannot have, learned from the reference ------------------
+
+
+def test_a_policy_run_learns_from_the_reference_where_every_attempt_failed(engine):
+    """One short step of the shop-policies demo (2 messages, G=2) with groups where every attempt failed sent
+    to the learner with the reference. The agent's instructions leave the policies out, so its attempts mostly
+    fail; what the studio guarantees is checked: each reward is the verifier's, each group is decided by its
+    rewards (an all-failed one reaches the learner with the reference and says so, or is recorded with its
+    reason), and a new version exists exactly when operations were applied."""
+    from core.engine.training import REFERENCE_SIDE_NOTE, learned_from_reference
+    from core.records.tasks import POLICY_TASK
+
+    ensure_demo_tasks(engine)
+    settings = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, review_mode="auto", max_tokens=160,
+                           hold_flagged=False, learner_max_tokens=600, max_operations=2, gate="off",
+                           reference_when_all_fail=True)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, settings))
+    assert run.status == "completed", run.error
+    with Session(engine) as s:
+        step = s.exec(select(Step).where(Step.run_id == run.id)).one()
+        rollouts = s.exec(select(Rollout).where(Rollout.step_id == step.id)).all()
+        assert len(rollouts) == 4 and all(r.reward_source == "verifier" for r in rollouts if r.error is None)
+        advantages = s.exec(select(Advantage).where(Advantage.step_id == step.id)).all()
+        assert len(advantages) == 2
+        for advantage in advantages:
+            rewards = [r.reward for r in rollouts if r.sample_id == advantage.sample_id and r.error is None]
+            print(f"\nsample {advantage.sample_id}: rewards {rewards}, {advantage.status}: "
+                  f"{(advantage.text or advantage.error or '')[:300]}")
+            if advantage.status == "failed":
+                assert advantage.error
+            elif len(rewards) == 2 and max(rewards) < 1 and len(set(rewards)) == 1:
+                assert advantage.status == "ok" and learned_from_reference(advantage)
+                assert advantage.text.startswith(REFERENCE_SIDE_NOTE.split(" (")[0])
+            elif len(set(rewards)) == 2:
+                assert advantage.status == "ok" and not learned_from_reference(advantage)
+            else:
+                assert advantage.status == "skipped"
+        assert step.stats["from_reference"] == sum(1 for a in advantages if learned_from_reference(a))
+        applied = [o for o in s.exec(select(Operation).where(Operation.step_id == step.id)) if o.status == "applied"]
+        version = s.get(LibraryVersion, run.current_version_id)
+        assert (version.number > 1) == bool(applied)
+        print("library:", [e["text"] for e in version.experiences])

@@ -310,3 +310,16 @@ def test_a_run_with_worked_examples_plans_one_compression_per_mixed_group():
     assert without["example"] == 0
     assert with_examples["example"] == with_examples["advantage"] == 4  # 8 groups, half of them mixed
     assert {k: v for k, v in with_examples.items() if k != "example"} == {k: v for k, v in without.items() if k != "example"}
+
+
+def test_learning_from_the_reference_plans_every_group_and_lessons_off_plans_no_lesson_calls():
+    from core.records.progress import Shape, mixed_share, planned_calls
+
+    paper, with_reference = RunSettings(gate="off"), RunSettings(gate="off", reference_when_all_fail=True)
+    assert mixed_share(paper, {}) == 0.5 and mixed_share(with_reference, {}) == 1.0
+    seen = {"advantages": 3, "groups_skipped": 1}  # once the run shows its own share, that share counts
+    assert mixed_share(with_reference, seen) == mixed_share(paper, seen) == 0.75
+    shape = Shape(steps=2, groups=8, validation=0)
+    examples_only = planned_calls(RunSettings(gate="off", examples=True, lessons=False), shape)
+    assert examples_only["summary"] == examples_only["advantage"] == examples_only["update"] == 0
+    assert examples_only["example"] == 4 and examples_only["rollout"] == 8 * 5

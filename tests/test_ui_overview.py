@@ -219,6 +219,23 @@ def test_quick_trial_opens_train_with_the_quick_preset_filled(engine):
     assert "The settings below are the quick trial." in [c.value for c in at.caption]
     assert [at.number_input(key=key).value for key in ("train_limit", "train_group_size", "train_epochs")] == [4, 4, 1]
     assert at.radio(key="train_review_mode").value == "manual"
+    assert at.checkbox(key="train_reference_when_all_fail").value is True
+    assert at.session_state["task"] == POLICY_TASK  # the default model is the embedded one: the policies demo
+
+
+def test_on_another_default_model_the_quick_trial_keeps_the_chosen_task(engine, monkeypatch):
+    from core.settings import get_settings
+
+    monkeypatch.setenv("TFGRPO_MODEL", "openai/gpt-4o-mini")
+    get_settings.cache_clear()
+    try:
+        at = run_app(session_state={"task": SUPPORT_TASK})
+        at.button(key="overview_step_quick").click()
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert [t.value for t in at.title] == ["Train"] and at.session_state["task"] == SUPPORT_TASK
+    finally:
+        get_settings.cache_clear()
 
 
 @pytest.mark.parametrize(("button", "title"), [("overview_step_review", "Review"),

@@ -206,12 +206,14 @@ def shape_from_progress(settings: RunSettings, progress: dict) -> Shape | None:
 
 def mixed_share(settings: RunSettings, progress: dict) -> float:
     """The share of groups the learner summarises: all of them without ground truth or with G = 1 (nothing
-    is filtered); else the share of this run's decided groups that were not skipped, or DEFAULT_MIXED."""
+    is filtered); else the share of this run's decided groups that were not skipped, or DEFAULT_MIXED (all of
+    them when groups where every attempt failed learn from the reference: an upper bound until the run shows)."""
     if not settings.ground_truth or settings.group_size == 1:
         return 1.0
+    kept_all = 1.0 if settings.reference_when_all_fail else DEFAULT_MIXED  # only all-right groups are skipped
     kept = int(progress.get("advantages") or 0) + int(progress.get("groups_failed") or 0)
     decided = kept + int(progress.get("groups_skipped") or 0)
-    return kept / decided if decided else DEFAULT_MIXED
+    return kept / decided if decided else kept_all
 
 
 def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, turns: float = 1.0,
@@ -219,15 +221,18 @@ def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, 
     """The model calls of a whole training run, per stage: G answers of `turns` calls per group; summaries
     and an advantage for the `mixed` share of groups; one update per step; the gate's candidate (and the
     first step's starting library) on its validation queries x gate_k; `judge_calls` per answer if judged;
-    with worked examples on, one compression per mixed group (core.engine.worked_examples)."""
+    with worked examples on, one compression per mixed group (core.engine.worked_examples); with lessons off, no
+    summary, advantage or update."""
     rollouts = shape.groups * settings.group_size
     gate_answers = 0
     if settings.gate != GateRule.OFF and shape.validation:
         gate_answers = (shape.steps + 1) * shape.validation * settings.gate_k
+    lessons = 1.0 if getattr(settings, "lessons", True) else 0.0  # off: worked examples only, no lesson calls
     return {"rollout": rollouts * turns, "judge": float(rollouts + gate_answers) * judge_calls if judged else 0.0,
-            "summary": shape.groups * mixed * settings.group_size, "advantage": shape.groups * mixed,
+            "summary": shape.groups * mixed * settings.group_size * lessons,
+            "advantage": shape.groups * mixed * lessons,
             "example": shape.groups * mixed if getattr(settings, "examples", False) else 0.0,
-            "update": float(shape.steps) if mixed > 0 else 0.0, "gate": gate_answers * turns}
+            "update": float(shape.steps) * lessons if mixed > 0 else 0.0, "gate": gate_answers * turns}
 
 
 def calls_left(planned: dict[str, float], done: dict[str, int]) -> dict[str, float]:

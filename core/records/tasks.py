@@ -14,6 +14,7 @@ from core.domain.personas import Persona
 from core.domain.rewards import pattern_problem
 from core.domain.sandbox import jail_status
 from core.errors import NotFound
+from core.models.model_choice import LOCAL_PREFIX
 from core.records.datasets import (
     DatasetError,
     SampleRow,
@@ -268,6 +269,16 @@ def ensure_policy_task(engine: Engine, actor: str = "system") -> Task:
         reward_method="facts",
         reward_settings=dict(POLICY_SETTINGS),
     ), policy_rows(), actor)
+
+
+def quick_trial_task(engine: Engine, model: str) -> str | None:
+    """The task a quick trial trains on when `model` is the studio's default: on the embedded model the
+    shop-policies demo, where a library measurably helps (knowledge the model cannot have; on reasoning the
+    0.5B agent gains nothing), if it exists; None means the person's chosen task."""
+    if not model.startswith(LOCAL_PREFIX):
+        return None
+    with Session(engine) as session:
+        return POLICY_TASK if queries.task_by_name(session, POLICY_TASK) is not None else None
 
 
 def ensure_demo_tasks(engine: Engine, actor: str = "system") -> list[Task]:
