@@ -19,7 +19,8 @@ the training rows: the gate measures on them) and test queries, then:
    - `lessons`: the paper: lessons from groups whose attempts differ; groups where every attempt failed skipped;
    - `lessons+reference`: the same, and a group where every attempt failed learns from the reference answer
      as the successful side (RunSettings.reference_when_all_fail);
-   - `examples`: worked examples only (no lessons), each prompt shown its top_k most similar entries;
+   - `examples`: worked examples only (no lessons), each prompt shown its top_k most similar entries; a group
+     where every attempt failed gives its reference answer as the example (the reference option);
    - `both`: lessons (with the reference option) and worked examples, top_k;
    - `direct` (not by default): experiences asked for directly, without rollouts (the paper's baseline);
 3. evaluates each arm's final library on the same test queries with the same k and seeds.
@@ -82,7 +83,7 @@ class ArmPlan:
 
 
 ARMS = {"lessons": ArmPlan(), "lessons+reference": ArmPlan(reference=True),
-        "examples": ArmPlan(lessons=False, examples=True, top_k=True),
+        "examples": ArmPlan(lessons=False, reference=True, examples=True, top_k=True),
         "both": ArmPlan(reference=True, examples=True, top_k=True), "direct": ArmPlan(direct=True)}
 DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
 
@@ -90,7 +91,7 @@ DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
 DEFAULTS = {
     "arithmetic": {"train_limit": 8, "test_limit": 20, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
                    "validation_size": 4, "gate_k": 2, "modes": "direct,python"},
-    "policy": {"train_limit": 8, "test_limit": 0, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
+    "policy": {"train_limit": 8, "test_limit": 0, "epochs": 1, "batch_size": 8, "group_size": 4, "k": 2,
                "validation_size": 8, "gate_k": 1, "modes": "direct"},
 }
 

@@ -383,6 +383,9 @@ def show_example_source(op: Operation, view: StepView, key: str) -> None:
         st.caption("Worked example")
         show_long(op.text, f"{key}_example", empty="(no text)")
     with right:
+        if source["rollout_id"] is None:
+            st.caption("Made from the sample's reference answer: every attempt of its group failed.")
+            return
         if rollout is None:
             st.caption(f"Compressed from rollout #{source['rollout_id']}, not found in this step.")
             return

@@ -375,7 +375,7 @@ def test_a_policy_run_learns_from_the_reference_where_every_attempt_failed(engin
     fail; what the studio guarantees is checked: each reward is the verifier's, each group is decided by its
     rewards (an all-failed one reaches the learner with the reference and says so, or is recorded with its
     reason), and a new version exists exactly when operations were applied."""
-    from core.engine.training import REFERENCE_SIDE_NOTE, learned_from_reference
+    from core.engine.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
     from core.records.tasks import POLICY_TASK
 
     ensure_demo_tasks(engine)

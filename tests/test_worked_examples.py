@@ -209,3 +209,34 @@ def test_examples_need_a_reward_computed_from_the_answer(engine, demo_task):
         create_run(engine, SUPPORT_TASK, settings())
     with pytest.raises(InvalidInput, match="keep ground truth on"):
         RunSettings.build(examples=True, ground_truth=False)
+
+
+def test_a_group_where_every_attempt_failed_gives_its_reference_as_the_example(engine, demo_task, scripted):
+    """With the reference option and examples on, an all-failed group (every rollout answers 0) has no
+    successful rollout to compress: its reference answer is the example, checked by the task's reward,
+    linked to no rollout; without the option the group gives none."""
+    model, gateway = scripted(engine)
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False, hold_flagged=False,
+                                                                     reference_when_all_fail=True)), gateway=gateway)
+    assert run.status == "completed", run.error
+    assert model.count("example") == 0  # nothing to compress: no learner call
+    with Session(engine) as s:
+        step = s.exec(select(Step)).one()
+        [op] = s.exec(select(Operation)).all()
+        sample = s.get(Sample, s.exec(select(Advantage)).one().sample_id)
+        assert op.text == f"Problem: {sample.query} Answer: {sample.reference}" and op.status == "applied"
+        assert example_sources(step)[op.position]["rollout_id"] is None
+        assert "proposed from the reference answer" in s.exec(select(Advantage)).one().text
+
+    model, gateway = scripted(engine)
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False, seed=3)), gateway=gateway)
+    with Session(engine) as s:
+        assert not queries.step_operations(s, queries.steps(s, run.id)[0].id)
+
+
+def test_a_facts_reference_reads_as_an_answer():
+    from core.domain.rewards import reference_as_answer
+
+    reference = "return window: 45 days | forty-five days; ticket reference: PC-48213 | PC48213"
+    assert reference_as_answer("facts", reference) == "return window: 45 days; ticket reference: PC-48213"
+    assert reference_as_answer("math", " 18 ") == "18"

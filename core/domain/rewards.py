@@ -563,6 +563,16 @@ def parse_facts(reference: str) -> list[Fact]:
     return facts
 
 
+def reference_as_answer(method: str, reference: str) -> str:
+    """A sample's reference written as an answer a person or an agent reads (a worked example made from it):
+    for `facts`, each fact's label and first wording ("return window: 45 days"), not the verifier's list of
+    alternatives; for every other method the reference as it is."""
+    if method != "facts":
+        return reference.strip()
+    return "; ".join(f"{fact.label}: {fact.wordings[0]}" if fact.label else fact.wordings[0]
+                     for fact in parse_facts(reference))
+
+
 def _facts_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:
     """1.0 when every fact of the reference is stated in the response, in any of its wordings, as whole words
     compared like `contains`; with `partial: true` the share of facts found.

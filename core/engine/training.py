@@ -41,6 +41,7 @@ from core.domain.rewards import METHODS, majority_rewards
 from core.domain.selection import Selection
 from core.engine import gate
 from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
+from core.engine.reference_side import learned_from_reference, learns_from_reference, reference_note
 from core.engine.rollouts import stored_rollout
 from core.engine.run_settings import RunSettings
 from core.engine.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
@@ -452,23 +453,6 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
     await _apply_or_wait(ctx, step.id, actor="auto")
 
 
-REFERENCE_SIDE_NOTE = ("Every attempt failed ({n} attempts, reward {reward:g}); the reference answer was the "
-                       "successful side.")
-
-
-def learns_from_reference(settings: RunSettings, rewards: list[float], reference: str | None) -> bool:
-    """Whether a group of equal rewards goes to the learner with the reference as the successful side: only
-    with the run's option on, when every attempt failed (below full reward) and the sample has a reference.
-    The paper skips such groups; with knowledge the agent cannot have, every group is one of them."""
-    return (settings.reference_when_all_fail and bool(reference and reference.strip())
-            and max(rewards) < 1.0)
-
-
-def learned_from_reference(advantage: Advantage) -> bool:
-    """Whether this group's advantage compared failed attempts with the reference (its analysis says so first)."""
-    return advantage.status == GroupStatus.OK and (advantage.text or "").startswith(REFERENCE_SIDE_NOTE.split(" (")[0])
-
-
 async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
     """Rollouts, rewards, summaries and the semantic advantage of one query's group."""
     with Session(ctx.engine) as session:
@@ -503,8 +487,10 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                        text=f"all {len(valid)} rewards equal ({rewards[0]:g}){left_out}: "
                                             "no group advantage")
         if not ctx.settings.lessons:  # worked examples only: the group is kept for them, no lesson is asked for
+            note = f"{reference_note(len(valid), rewards[0])} " if from_reference else ""
             return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK,
-                                   text="Lessons are off in this run: the group is used for worked examples only.")
+                                   text=f"{note}Lessons are off in this run: the group is used for worked examples "
+                                        "only.")
         summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         messages = advantage_messages(query, reference,
                                       [(r.reward, text) for r, text in zip(valid, summaries, strict=True)],
@@ -515,8 +501,8 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
             lambda reply, call: _unusable_texts([], [ProposedOp("ADD", [], text) for text in reply.experiences], call))
         kept = [text for i, text in enumerate(parsed.experiences) if i not in refused]
         note = "; ".join(f'proposed experience refused: "{parsed.experiences[i]}" ({why})' for i, why in refused.items())
-        analysis = f"{REFERENCE_SIDE_NOTE.format(n=len(valid), reward=rewards[0])} {parsed.analysis}" \
-            if from_reference else parsed.analysis
+        analysis = f"{reference_note(len(valid), rewards[0])} {parsed.analysis}" if from_reference \
+            else parsed.analysis
         return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=analysis,
                                proposals=kept, raw=call.text, error=note or None)
     except _Stop:

@@ -28,7 +28,8 @@ from core.domain.library import EXAMPLE, ProposedOp, validate_ops
 from core.domain.metrics import is_answered
 from core.domain.prompts import example_messages, trajectory_text
 from core.domain.replies import ExampleReply
-from core.domain.rewards import METHODS, score_or_error
+from core.domain.rewards import METHODS, reference_as_answer, score_or_error
+from core.engine.reference_side import learned_from_reference
 from core.errors import ModelCallError, StructuredOutputError
 from core.models.gateway import Gateway, Scope
 from core.records.review import proposed_op, record_examples
@@ -51,7 +52,7 @@ class WorkedExample:
     and to the rollout it was compressed from."""
 
     advantage_id: int
-    rollout_id: int
+    rollout_id: int | None  # None: made from the reference answer (core.engine.reference_side)
     text: str
     rationale: str
 
@@ -109,6 +110,8 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
         sample = session.get(Sample, advantage.sample_id)
     source = source_rollout(rollouts)
     if source is None:
+        if learned_from_reference(advantage):
+            return True, await _reference_example(engine, task, sample, advantage)
         return False, None
     answered = [r for r in rollouts if is_answered(r)]
     failed = sum(1 for r in answered if r.reward < RIGHT)
@@ -133,6 +136,22 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
     return True, WorkedExample(advantage.id, source.id, reply.entry_text(),
                                f"A worked example compressed from {where} of the query's group; its own answer "
                                f"({answer}) scores {check.value:g} against the reference.")
+
+
+async def _reference_example(engine: Engine, task: Task, sample: Sample, advantage: Advantage) -> WorkedExample | None:
+    """A group where every attempt failed has no successful rollout; with the run's reference option its
+    reference answer is the successful side, so the example is the problem and the reference as an answer
+    (core.domain.rewards.reference_as_answer), checked with the task's reward like any example."""
+    answer = reference_as_answer(task.reward_method, sample.reference or "")
+    check = await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
+                                    task.reward_settings)
+    if check.value < RIGHT:
+        _note(engine, advantage.id, f"dropped, from the reference answer: it scores {check.value:g} against itself "
+                                    f"({check.detail}).")
+        return None
+    _note(engine, advantage.id, "proposed from the reference answer: every attempt failed.")
+    return WorkedExample(advantage.id, None, f"Problem: {sample.query} Answer: {answer}",
+                         "A worked example from the reference answer of a group where every attempt failed.")
 
 
 def _note(engine: Engine, advantage_id: int, note: str) -> None:
