@@ -61,11 +61,13 @@ bench: install
 	PYTHONPATH=. $(PY) bench/local_throughput.py
 	PYTHONPATH=. $(PY) bench/judge.py --n 10
 
-# Learning effect on the embedded model: empty library, direct baseline, gate off, gate no_worse on one test set.
-# 48 minutes on 2 cores with these sizes (bench/README.md); override, e.g. make bench-learning BENCH_LEARNING="--test-limit 60".
-BENCH_LEARNING ?= --train-limit 8 --validation-size 6 --test-limit 20 --epochs 1 --batch-size 4 --group-size 4 --k 2
+# Which part of learning helps, on the embedded model: the empty library per agent mode against gated arms (lessons,
+# lessons+reference, examples top_k, both), on the shop-policies demo and on the arithmetic data (bench/README.md
+# has the sizes, the measured minutes and a larger size); options for both, e.g. BENCH_LEARNING="--k 1".
+BENCH_LEARNING ?=
 bench-learning: install
-	PYTHONPATH=. $(PY) bench/learning_effect.py $(BENCH_LEARNING)
+	PYTHONPATH=. $(PY) bench/learning_effect.py --dataset policy $(BENCH_LEARNING)
+	PYTHONPATH=. $(PY) bench/learning_effect.py --dataset arithmetic $(BENCH_LEARNING)
 
 # What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
 bench-isolation: install

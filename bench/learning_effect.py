@@ -89,8 +89,8 @@ DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
 
 # Sizes per data set, for about 45 minutes for both on 2 CPU cores with the embedded 0.5B model (bench/README.md).
 DEFAULTS = {
-    "arithmetic": {"train_limit": 8, "test_limit": 20, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
-                   "validation_size": 4, "gate_k": 2, "modes": "direct,python"},
+    "arithmetic": {"train_limit": 4, "test_limit": 12, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
+                   "validation_size": 4, "gate_k": 1, "modes": "direct,python"},
     "policy": {"train_limit": 8, "test_limit": 0, "epochs": 1, "batch_size": 8, "group_size": 4, "k": 2,
                "validation_size": 8, "gate_k": 1, "modes": "direct"},
 }
