@@ -481,12 +481,16 @@ def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]
     fold = (lambda t: " ".join(t.lower().split())) if ignore_case else (lambda t: " ".join(t.split()))
     text = fold(response)
     missing = [p for p in phrases if fold(p) not in text]
-    found = len(phrases) - len(missing)
-    value = found / len(phrases) if _setting(settings, ContainsAllSettings, "partial") else float(not missing)
-    detail = f"{found} of {len(phrases)} phrases found"
+    return _all_or_share(len(phrases), missing, "phrases", "; ", _setting(settings, ContainsAllSettings, "partial"))
+
+
+def _all_or_share(total: int, missing: list[str], what: str, joiner: str, partial: bool) -> RewardResult:
+    """1.0 when nothing is missing, else 0.0, or with `partial` the share found; the detail names what is missing."""
+    found = total - len(missing)
+    detail = f"{found} of {total} {what} found"
     if missing:
-        detail += "; missing: " + _short("; ".join(missing), 150)
-    return RewardResult(value, "verifier", detail)
+        detail += "; missing: " + _short(joiner.join(missing), 150)
+    return RewardResult(found / total if partial else float(not missing), "verifier", detail)
 
 
 _ARTICLES = frozenset({"a", "an", "the"})
@@ -588,12 +592,7 @@ def _facts_reward(response: str, reference: str, settings: dict[str, Any]) -> Re
     words = _words(response)
     missing = [fact.name for fact in facts
                if not any(_has_run(words, _words(wording)) for wording in fact.wordings)]
-    found = len(facts) - len(missing)
-    value = found / len(facts) if _setting(settings, FactsSettings, "partial") else float(not missing)
-    detail = f"{found} of {len(facts)} facts found"
-    if missing:
-        detail += "; missing: " + _short(", ".join(missing), 150)
-    return RewardResult(value, "verifier", detail)
+    return _all_or_share(len(facts), missing, "facts", ", ", _setting(settings, FactsSettings, "partial"))
 
 
 # ---- the registry --------------------------------------------------------------------------------------
