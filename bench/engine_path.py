@@ -120,7 +120,7 @@ def prepare(db_url: str):
 
 def settings_for(args: argparse.Namespace, stub_url: str, concurrency: int):
     """RunSettings for a run on the stub; fields the checkout does not know are left out."""
-    from core.engine.run_settings import RunSettings
+    from core.records.run_settings import RunSettings
 
     values = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
               "limit": args.queries, "concurrency": concurrency, "policy_model": STUB_MODEL,

@@ -313,7 +313,7 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
 
 
 def run_settings(arm: Arm, options: argparse.Namespace):
-    from core.engine.run_settings import RunSettings
+    from core.records.run_settings import RunSettings
 
     plan = ArmPlan(**arm.plan)
     return RunSettings.build(

@@ -33,9 +33,10 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from core.domain.library import EXAMPLE, kind_of
 from core.errors import PermissionDenied, StudioError
-from core.jobs.worker import ensure_worker, job_health
+from core.jobs.worker import ensure_worker
 from core.records.labeling import Labelled
 from core.records.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
+from core.records.workers import job_health
 from core.settings import engine as settings_engine
 from core.settings import get_settings
 from storage import queries

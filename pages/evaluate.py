@@ -24,12 +24,12 @@ from sqlmodel import Session
 from core.engine.evaluation import create_evaluation
 from core.errors import StudioError
 from core.jobs.run_control import resume_evaluation
-from core.jobs.worker import job_health
 from core.models.model_choice import check_model, known_models
 from core.records.comparison import compare_evaluations
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
 from core.records.versions import EMPTY, PRODUCTION
+from core.records.workers import job_health
 from pages._common import (
     SCORE,
     Flash,

@@ -37,10 +37,10 @@ from core.domain.selection import MAX_K, Selection, SelectionMode
 from core.engine import attribution
 from core.errors import StudioError
 from core.jobs.run_control import cancel_run, resume_run
-from core.jobs.worker import job_health
 from core.records import versions as core_versions
 from core.records.selection import selection_of, set_selection
 from core.records.serving import served_selection
+from core.records.workers import job_health
 from pages._common import (
     DATETIME,
     Context,

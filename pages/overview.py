@@ -22,9 +22,9 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.jobs.run_control import resume_run
-from core.jobs.worker import job_health
 from core.records import labeling
 from core.records.tasks import quick_trial_task
+from core.records.workers import job_health
 from core.settings import get_settings
 from pages._common import (
     DATETIME,

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run
+from core.records.run_settings import RunSettings
 from core.records.traces import (
     arm_comparison,
     daily_summary,

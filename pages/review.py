@@ -31,8 +31,8 @@ from sqlmodel import Session
 from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
 from core.engine.attribution import effects_for_library as experience_effects
-from core.engine.run_settings import RunSettings
 from core.records import review
+from core.records.run_settings import RunSettings
 from core.records.scenarios import is_conversation
 from pages._common import (
     DATETIME,

@@ -26,6 +26,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.agent_modes import AGENT_MODES
 from core.domain.personas import (
     LIST_SEPARATOR,
     TASK_KINDS,
@@ -49,7 +50,6 @@ from core.domain.rewards import (
 from core.domain.rubric import DEFAULT_RUBRIC
 from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
-from core.engine.agent import AGENT_MODES
 from core.errors import InvalidInput
 from core.records.datasets import SPLITS, mapping_note, parse_dataset_file, resolve_columns, split_summary
 from core.records.scenarios import is_conversation, persona_splits, split_by_persona

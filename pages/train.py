@@ -24,11 +24,9 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run
 from core.errors import InvalidInput
 from core.jobs.run_control import cancel_run, pause_run, resume_run
-from core.jobs.worker import job_health
 from core.models.model_choice import check_model, known_models
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
@@ -39,6 +37,8 @@ from core.records.progress import (
     run_estimate,
     status_words,
 )
+from core.records.run_settings import RunSettings
+from core.records.workers import job_health
 from pages._common import (
     LIBRARY_KEY,
     Flash,

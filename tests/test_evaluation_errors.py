@@ -13,11 +13,11 @@ import core.engine.evaluation as evaluation_module
 from bench.stub_server import StubServer
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.engine.gate import check_validation_size, passes
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run, execute_run
 from core.jobs.run_control import resume_evaluation
 from core.models.gateway import Gateway
 from core.records.comparison import compare_evaluations, paired
+from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
 from storage.db import session_scope, url_with_password

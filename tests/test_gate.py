@@ -7,11 +7,11 @@ import pytest
 from sqlmodel import Session, select
 
 from core.engine.gate import choose_validation, gate_line, held_out_size, passes
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run, execute_run
 from core.errors import InvalidInput
 from core.records.comparison import paired
 from core.records.review import decide_operation, decide_step
+from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, demo_rows
 from storage import queries
 from storage.db import url_with_password

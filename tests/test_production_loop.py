@@ -11,11 +11,11 @@ import pytest
 from sqlmodel import Session, select
 
 from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.api_keys import create_key
 from core.records.comparison import compare_evaluations
+from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.records.traces import harvest
 from core.records.versions import import_library, set_label

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run
 from core.records.progress import (
     DEFAULT_MIXED,
@@ -26,6 +25,7 @@ from core.records.progress import (
     shape_from_counts,
     status_words,
 )
+from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, ensure_demo_task
 from storage import db
 from storage.models import LLMCall, Run, Step, Worker, utcnow
@@ -301,8 +301,8 @@ def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_em
 
 
 def test_a_run_with_worked_examples_plans_one_compression_per_mixed_group():
-    from core.engine.run_settings import RunSettings
     from core.records.progress import Shape, planned_calls
+    from core.records.run_settings import RunSettings
 
     shape = Shape(steps=2, groups=8, validation=0)
     without = planned_calls(RunSettings(gate="off"), shape)

@@ -10,7 +10,6 @@ import pytest
 from sqlmodel import Session, select
 
 from core import cli
-from core.engine.run_settings import RunSettings
 from core.engine.training import create_run, execute_run
 from core.errors import (
     AlreadyDecided,
@@ -21,6 +20,7 @@ from core.errors import (
     PermissionDenied,
     exit_code,
 )
+from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
 from storage.db import url_with_password

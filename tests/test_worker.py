@@ -17,8 +17,9 @@ from sqlmodel import Session, select
 from core.engine.evaluation import create_evaluation
 from core.engine.training import RunSettings, create_run
 from core.jobs.run_control import cancel_run, pause_run, resume_evaluation, resume_run
-from core.jobs.worker import alive_workers, beat, claim, claim_next, heartbeat, is_stale, job_health, serve
+from core.jobs.worker import beat, claim, claim_next, heartbeat, serve
 from core.records.tasks import DEMO_TASK
+from core.records.workers import alive_workers, is_stale, job_health
 from storage.db import session_scope, url_with_password
 from storage.fencing import Lease
 from storage.models import Evaluation, Run, Worker, utcnow

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from core.domain.agent_modes import AGENT_MODES
 from core.domain.answers import extract_final_answer
 from core.domain.code_runs import (
     STOP_SEQUENCES,
@@ -36,8 +37,6 @@ from core.domain.prompts import agent_messages
 from core.domain.sandbox import arun_python, require_jail
 from core.errors import InvalidInput, ModelCallError
 from core.models.gateway import Gateway, Scope
-
-AGENT_MODES = ("direct", "python")
 
 
 def check_agent_mode(task_name: str, mode: str) -> None:

@@ -31,11 +31,11 @@ from sqlmodel import Session, col, select
 from core.domain.library import ProposedOp
 from core.domain.rewards import METHODS
 from core.engine.evaluation import run_fixed_evaluation
-from core.engine.run_settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations
 from core.records.people import require_role
+from core.records.run_settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
 from core.records.selection import frozen
 from core.records.tasks import get_task
 from core.records.versions import edit_library, resolve_version

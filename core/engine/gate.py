@@ -16,30 +16,19 @@ import random
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.domain.held_out import MIN_GATE_QUERIES, VALIDATION_SPLIT, held_out_size
 from core.domain.library import experience_texts
 from core.domain.rewards import METHODS
 from core.engine.evaluation import run_fixed_evaluation
-from core.engine.run_settings import RunSettings
 from core.errors import InvalidInput
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
 from core.records.review import library_after
+from core.records.run_settings import RunSettings
 from storage import queries
 from storage.db import session_scope
 from storage.models import LibraryVersion, Run, Step, Task
 from storage.statuses import TO_APPLY, EvaluationPurpose, GateDecision, GateRule, OperationStatus
-
-VALIDATION_SPLIT = "validation"
-MAX_HELD_OUT = 50
-MIN_HELD_OUT = 8
-MIN_GATE_QUERIES = 4  # with fewer, neither the interval nor the sign test can say anything
-
-
-def held_out_size(n_train: int, setting: int | None) -> int:
-    """How many train queries to hold out: the setting, else 20% within 8 to 50, never more than half."""
-    if setting is not None:
-        return min(setting, max(n_train - 1, 0))
-    return min(MAX_HELD_OUT, max(round(0.2 * n_train), min(MIN_HELD_OUT, n_train // 2)))
 
 
 def choose_validation(session: Session, task: Task, settings: RunSettings,

@@ -43,7 +43,6 @@ from core.engine import gate
 from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
 from core.engine.reference_side import learned_from_reference, learns_from_reference, reference_note
 from core.engine.rollouts import stored_rollout
-from core.engine.run_settings import RunSettings
 from core.engine.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.models.conversation_judge import rubric_settings
@@ -59,6 +58,7 @@ from core.records.review import (
     gate_undecided,
     reopen_after_gate,
 )
+from core.records.run_settings import RunSettings
 from core.records.scenarios import (
     check_task_kind,
     is_conversation,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 
 from core.errors import Conflict, NotFound
-from core.jobs.worker import job_health
 from core.records.people import require_role
+from core.records.workers import job_health
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Run, utcnow
 from storage.statuses import (

@@ -32,6 +32,7 @@ from sqlmodel import Session, col, select
 
 from core.domain.sandbox import harden_process
 from core.errors import Conflict, NotFound, TakenOver
+from core.records.workers import alive_workers, stall_after
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
 from storage.fencing import Lease, LeaseLost, holding
@@ -46,25 +47,6 @@ TABLES = {"run": Run, "evaluation": Evaluation}
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def stall_after() -> float:
-    """Seconds without a heartbeat after which a running job counts as stalled (TFGRPO_STALL_AFTER_S)."""
-    return get_settings().stall_after_s
-
-
-def is_stale(heartbeat_at: datetime | None, now: datetime | None = None) -> bool:
-    """True when a heartbeat is missing or older than the stall window."""
-    if heartbeat_at is None:
-        return True
-    return (now or utcnow()) - as_utc(heartbeat_at) > timedelta(seconds=stall_after())
-
-
-def job_health(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
-    """The status a person should see: `running` turns into `stalled` when its worker stopped beating."""
-    if status == JobStatus.RUNNING and is_stale(heartbeat_at, now):
-        return JobStatus.STALLED
-    return status
 
 
 def holder_is_dead(worker_id: str) -> bool:
@@ -223,11 +205,6 @@ def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Call
             except LeaseLost:
                 pass
             raise
-
-
-def alive_workers(session: Session) -> list[WorkerRow]:
-    rows = session.exec(select(WorkerRow).where(WorkerRow.status == WorkerStatus.RUNNING)).all()
-    return [w for w in rows if not is_stale(w.heartbeat_at)]
 
 
 def worker_summary(session: Session, now: datetime | None = None) -> str:

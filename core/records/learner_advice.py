@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from core.engine.run_settings import RunSettings
 from core.errors import InvalidInput
 from core.models.model_choice import LOCAL_PREFIX, PROVIDERS, check_model, known_models
 from core.records.progress import form_estimate, money, price_per_token
+from core.records.run_settings import RunSettings
 from core.settings import get_settings
 from storage.models import Task
 

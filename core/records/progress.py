@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 import litellm
 from sqlmodel import Session
 
+from core.domain.held_out import VALIDATION_SPLIT, held_out_size
 from core.domain.rewards import METHODS, parsed_settings
-from core.engine.gate import VALIDATION_SPLIT, held_out_size
-from core.engine.run_settings import RunSettings
 from core.errors import InvalidInput
-from core.jobs.worker import alive_workers, job_health
+from core.records.run_settings import RunSettings
+from core.records.workers import alive_workers, job_health
 from core.settings import get_settings
 from storage import queries
 from storage.models import Evaluation, Run, Step, Task

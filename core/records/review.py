@@ -26,10 +26,10 @@ from core.domain.library import (
     validate_ops,
 )
 from core.domain.quality import Flag, quality_flags
-from core.engine.run_settings import RunSettings
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
 from core.records.people import require_role
+from core.records.run_settings import RunSettings
 from core.records.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope

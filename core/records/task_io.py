@@ -31,9 +31,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, delete, select
 
 from core.domain import json_input
+from core.domain.agent_modes import AGENT_MODES
 from core.domain.personas import TASK_KINDS, Persona, persona_dicts, personas_from_objects
 from core.domain.rewards import check_settings, get_method
-from core.engine.agent import AGENT_MODES
 from core.errors import InvalidInput
 from core.records import datasets
 from core.records.datasets import SPLITS, SampleRow
