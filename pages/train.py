@@ -30,6 +30,8 @@ from core.jobs.run_control import cancel_run, pause_run, resume_run
 from core.models.model_choice import check_model, known_models
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
+    compact,
+    duration,
     estimate_words,
     form_estimate,
     queue_position,
@@ -83,24 +85,6 @@ QUICK_TRIAL = {"train_limit": 4, "train_batch_size": 4, "train_group_size": 4, "
                "train_reference_when_all_fail": True}
 PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)"}
 PRESET_NAMES = {"quick": "the quick trial", "full": "the defaults of a full run"}
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
-
-
-def compact(n: int) -> str:
-    """Token counts in a metric: 950, 12.3k, 4.1M."""
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M"
-    if n >= 1_000:
-        return f"{n / 1_000:.1f}k"
-    return str(n)
 
 
 def fraction(done: int, total: int) -> str:

@@ -330,6 +330,17 @@ def rough_duration(seconds: float) -> str:
     return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
+def duration(seconds: float | None) -> str:
+    """A time measured so far, as a clock reads it: "45s", "3m 05s", "1h 02m" ("–" for none); an estimate
+    ahead of time reads as rough_duration."""
+    if seconds is None:
+        return "–"
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
 def compact(n: float) -> str:
     """A count as a person reads it: 950, 12k, 4.1M."""
     if n >= 1_000_000:
