@@ -23,15 +23,17 @@ from core.records.api_keys import KeyUse, check_key
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, ingest_traces, parse_batch
 
-STATUS = {"NotFound": 404, "InvalidInput": 422, "PermissionDenied": 403, "Conflict": 409, "Unauthorized": 401}
-
 
 class TooLarge(StudioError):
     """A request body over the API's cap."""
 
+    http_status = 413
+
 
 class TooMany(StudioError):
     """A key over its rate; `retry_after` says when it may call again."""
+
+    http_status = 429
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
@@ -50,12 +52,10 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
 
     @app.exception_handler(StudioError)
     async def studio_error(_request: Request, exc: StudioError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         if isinstance(exc, TooMany):
-            return JSONResponse({"error": str(exc)}, status_code=429,
-                                headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
-        status = 413 if isinstance(exc, TooLarge) else STATUS.get(type(exc).__name__, 400)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse({"error": str(exc)}, status_code=status, headers=headers)
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return JSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,7 +1,8 @@
 """Every error the studio raises on purpose: one base, shown as a one-line message by the CLI and pages.
 
 The builtin base of each class (LookupError, ValueError, PermissionError, RuntimeError) is kept so that
-code written against the builtins still catches them; `exit_code` is what the CLI returns.
+code written against the builtins still catches them; `exit_code` is what the CLI returns and `http_status`
+what the HTTP API answers (a subclass inherits both, so a new error needs no entry anywhere else).
 """
 
 from __future__ import annotations
@@ -11,18 +12,25 @@ class StudioError(Exception):
     """A failure the user can act on; its message says what and why, in one line."""
 
     exit_code = 2
+    http_status = 400
 
 
 class NotFound(StudioError, LookupError):
     """A named thing (task, library, version, run, operation, user) does not exist; the message names it."""
 
+    http_status = 404
+
 
 class InvalidInput(StudioError, ValueError):
     """A setting, file, reference or request that cannot be used as given; the message says which and why."""
 
+    http_status = 422
+
 
 class Conflict(StudioError, ValueError):
     """The state changed under the request (decided by someone else, already applied, wrong status)."""
+
+    http_status = 409
 
 
 class AlreadyDecided(Conflict):
@@ -42,9 +50,13 @@ class StaleVersion(Conflict):
 class PermissionDenied(StudioError, PermissionError):
     """The acting person's role does not allow this change."""
 
+    http_status = 403
+
 
 class Unauthorized(StudioError, PermissionError):
     """A request came without a usable credential (no API key, an unknown or a revoked one)."""
+
+    http_status = 401
 
 
 class SignInLocked(PermissionDenied):
