@@ -60,7 +60,7 @@ PAGES = [
 
 @st.cache_resource(show_spinner="Preparing the database…")
 def prepare_database(url: str) -> int:
-    """Migrate the database and create the two demo tasks, once per process and database URL."""
+    """Migrate the database and create the built-in demo tasks, once per process and database URL."""
     return len(ensure_demo_tasks(engine()))
 
 

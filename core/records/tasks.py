@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.domain.personas import Persona
-from core.domain.rewards import pattern_problem
+from core.domain.regex_safety import pattern_problem
 from core.domain.sandbox import jail_status
 from core.errors import NotFound
 from core.models.model_choice import LOCAL_PREFIX
