@@ -91,7 +91,7 @@ DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
 DEFAULTS = {
     "arithmetic": {"train_limit": 4, "test_limit": 12, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
                    "validation_size": 4, "gate_k": 1, "modes": "direct,python"},
-    "policy": {"train_limit": 8, "test_limit": 0, "epochs": 1, "batch_size": 8, "group_size": 4, "k": 2,
+    "policy": {"train_limit": 4, "test_limit": 0, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
                "validation_size": 8, "gate_k": 1, "modes": "direct"},
 }
 
@@ -196,7 +196,7 @@ def read_records(path: Path) -> tuple[list[dict], str]:
 def sample_rows(records: list[dict], prefix: str, split: str) -> list:
     """Rows checked by the studio's own dataset reader (sizes, spreadsheet formulas), with ids unique
     across both files (`train-1`, `test-1`, ...) and the given split."""
-    from core.records.datasets import parse_dataset
+    from core.domain.datasets import parse_dataset
 
     if not records:
         return []
@@ -207,7 +207,7 @@ def sample_rows(records: list[dict], prefix: str, split: str) -> list:
 
 def policy_records() -> tuple[list[dict], list[dict], list[str]]:
     """The shop-policies demo's train and test messages as {"query", "answer"} (the answer: its facts)."""
-    from core.records.datasets import policy_rows
+    from core.records.demo_data import policy_rows
 
     rows = policy_rows()
     train = [{"query": r.query, "answer": r.reference} for r in rows if r.split == "train"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from sqlmodel import Session
 
 from core import cli_production
+from core.domain.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.domain.library_io import check_file_size, decode_library
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
@@ -31,7 +32,6 @@ from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
 from core.models.gateway import Gateway
 from core.records import labeling
 from core.records.comparison import compare_evaluations
-from core.records.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.records.learner_advice import learner_advice
 from core.records.people import ROLES, add_user, update_user
 from core.records.promotion import preview_promotion

@@ -20,7 +20,7 @@ import streamlit as st
 
 from core.domain.code_runs import code_runs, is_code_run
 from core.domain.conversation import SPEAKERS
-from core.records.datasets import spreadsheet_safe
+from core.domain.datasets import spreadsheet_safe
 
 SHOWN_CHARS = 4_000
 ELLIPSIS = "…"

@@ -6,8 +6,8 @@ again, so a renamed, created or imported task can become the sidebar's task at o
 kept in session state and shown once beside the section that caused it: our message in an alert, any
 text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
 references, rubrics and instructions appear only in tables or as code (pages._display). Which column
-feeds which field is core's rule (core.records.datasets.resolve_columns), the same as the CLI's; so is the
-hold-out of rows for test and validation (core.records.datasets.hold_out). *Test the reward* scores a pasted
+feeds which field is core's rule (core.domain.datasets.resolve_columns), the same as the CLI's; so is the
+hold-out of rows for test and validation (core.domain.datasets.hold_out). *Test the reward* scores a pasted
 answer through core.domain.rewards.try_reward, the engine's own scoring call, and writes nothing.
 
 A conversation task has a *Personas* tab: its personas with the splits their scenarios are in, an editor, a
@@ -27,6 +27,7 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.agent_modes import AGENT_MODES
+from core.domain.datasets import SPLITS, mapping_note, parse_dataset_file, resolve_columns, split_summary
 from core.domain.personas import (
     LIST_SEPARATOR,
     TASK_KINDS,
@@ -51,7 +52,6 @@ from core.domain.rubric import DEFAULT_RUBRIC
 from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
 from core.errors import InvalidInput
-from core.records.datasets import SPLITS, mapping_note, parse_dataset_file, resolve_columns, split_summary
 from core.records.scenarios import is_conversation, persona_splits, split_by_persona
 from core.records.task_io import (
     TaskSettings,

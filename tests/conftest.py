@@ -17,7 +17,7 @@ import pytest
 import streamlit as st
 
 from core.models.gateway import Gateway
-from core.records.datasets import demo_rows
+from core.records.demo_data import demo_rows
 from core.records.tasks import ensure_demo_task
 from core.settings import engine as settings_engine
 from storage import db

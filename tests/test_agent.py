@@ -20,7 +20,7 @@ from core.engine.agent import AgentSettings, run_agent
 from core.engine.training import RunSettings, create_run, execute_run
 from core.models import local_model, openai_http
 from core.models.gateway import Gateway, Scope
-from core.records.datasets import demo_rows
+from core.records.demo_data import demo_rows
 from core.records.tasks import DEMO_TASK
 from storage.models import LLMCall, Rollout
 from tests.conftest import ScriptedModel

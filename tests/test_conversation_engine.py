@@ -14,7 +14,7 @@ from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.engine.rollouts import stored_rollout
 from core.engine.training import RunSettings, create_run, execute_run
 from core.models.gateway import Scope
-from core.records.datasets import conversation_demo
+from core.records.demo_data import conversation_demo
 from core.records.scenarios import personas_by_name, segment_of
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library

@@ -14,8 +14,8 @@ import pytest
 from sqlmodel import Session, func, select
 
 from core.cli import main
-from core.records import datasets
-from core.records.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
+from core.domain import datasets
+from core.domain.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
 from core.records.tasks import DEMO_TASK, add_dataset
 from storage.models import AuditEvent, Sample
 

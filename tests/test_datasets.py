@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from core.records.datasets import (
+from core.domain.datasets import (
     MAX_FIELD_CHARS,
     DatasetError,
     SampleRow,
-    demo_rows,
     formula_like,
     parse_dataset,
     parse_mapping,
     read_dataset,
     sample_id,
 )
+from core.records.demo_data import demo_rows
 
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 REPO = Path(__file__).resolve().parent.parent
@@ -433,7 +433,7 @@ def test_usual_column_names_are_mapped_without_asking(tmp_path, csv_text, query,
 
 
 def test_the_mapping_is_said_only_for_renamed_columns():
-    from core.records.datasets import mapping_note, resolve_columns
+    from core.domain.datasets import mapping_note, resolve_columns
 
     resolved = resolve_columns(["ID", "question", "answer", "criteria", "split"])
     assert resolved == {"id": "ID", "query": "question", "reference": "answer", "rubric": "criteria",
@@ -454,7 +454,7 @@ def numbered_csv(n: int, split_column: dict[int, str] | None = None) -> bytes:
 
 
 def test_a_test_share_holds_out_that_share_of_the_rows():
-    from core.records.datasets import split_counts, split_summary
+    from core.domain.datasets import split_counts, split_summary
 
     rows = parse_dataset(numbered_csv(100), "d.csv", test_share=0.2)
     assert split_counts(rows) == {"train": 80, "test": 20}
@@ -472,7 +472,7 @@ def test_the_same_file_gives_the_same_split_in_any_row_order_and_another_seed_an
                                                                 validation_share=0.1)}
     assert first == again == reordered
     assert sorted(first.values()).count("test") == 10 and sorted(first.values()).count("validation") == 4
-    from core.records.datasets import hold_out
+    from core.domain.datasets import hold_out
 
     rows = parse_dataset(data, "d.csv")
     other = {r.external_id: r.split for r in hold_out(rows, 0.25, 0.1, seed=7)}
@@ -495,7 +495,7 @@ def test_the_rest_goes_to_the_default_split_and_no_share_changes_nothing():
 
 
 def test_shares_round_half_up_and_never_hold_out_more_than_the_rows():
-    from core.records.datasets import split_counts
+    from core.domain.datasets import split_counts
 
     assert split_counts(parse_dataset(numbered_csv(4), "d.csv", test_share=0.25)) == {"train": 3, "test": 1}
     assert split_counts(parse_dataset(numbered_csv(2), "d.csv", test_share=0.25)) == {"train": 1, "test": 1}

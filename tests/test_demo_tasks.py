@@ -7,9 +7,10 @@ from collections import Counter
 
 from sqlmodel import Session, func, select
 
+from core.domain.datasets import formula_like
 from core.domain.rewards import METHODS
 from core.models.judge import scale_of
-from core.records.datasets import DEMO_DIR, formula_like, support_rows
+from core.records.demo_data import DEMO_DIR, support_rows
 from core.records.tasks import (
     CONVERSATION_TASK,
     DEMO_TASK,

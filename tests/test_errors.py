@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from core.domain.datasets import DatasetError
 from core.errors import (
     AlreadyDecided,
     Conflict,
@@ -19,7 +20,6 @@ from core.errors import (
     Unauthorized,
     exit_code,
 )
-from core.records.datasets import DatasetError
 
 
 def test_every_class_declares_or_inherits_its_status():

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from core.domain import json_input
+from core.domain.datasets import DatasetError, parse_dataset, spreadsheet_safe
 from core.domain.library_io import LibraryFormatError, parse_library_text
 from core.errors import InvalidInput
-from core.records.datasets import DatasetError, parse_dataset, spreadsheet_safe
 from core.records.task_io import columns_of, read_task_file
 from pages._display import SHOWN_CHARS, csv_text, safe_frame
 

@@ -17,7 +17,7 @@ from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, PermissionDenied
 from core.models.gateway import Scope
 from core.models.judge import GENERIC_ANCHORS
-from core.records.datasets import conversation_demo
+from core.records.demo_data import conversation_demo
 from core.records.labeling import (
     ACCEPTED,
     accept_suggestion,

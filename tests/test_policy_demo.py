@@ -14,9 +14,10 @@ from collections import Counter
 import pytest
 from sqlmodel import Session
 
+from core.domain.datasets import formula_like, parse_dataset_file
 from core.domain.rewards import METHODS, parse_facts, score
 from core.errors import InvalidInput
-from core.records.datasets import DEMO_DIR, formula_like, parse_dataset_file, policy_rows
+from core.records.demo_data import DEMO_DIR, policy_rows
 from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
 from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
 from storage import queries

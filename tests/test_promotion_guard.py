@@ -12,7 +12,7 @@ from core.cli import main
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.errors import Conflict, InvalidInput
 from core.models.gateway import Gateway
-from core.records.datasets import demo_rows
+from core.records.demo_data import demo_rows
 from core.records.promotion import preview_promotion
 from core.records.tasks import DEMO_TASK
 from core.records.versions import PRODUCTION, _move_label, import_library, promote, set_label

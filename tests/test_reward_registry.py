@@ -17,7 +17,7 @@ import pytest
 from pydantic import Field
 from sqlmodel import Session
 
-from core.domain import rewards
+from core.domain import datasets, rewards
 from core.domain.rewards import (
     METHODS,
     Method,
@@ -32,7 +32,6 @@ from core.domain.rewards import (
 from core.engine.rollouts import _assign_reward
 from core.errors import InvalidInput
 from core.models import judge
-from core.records import datasets
 from core.records.labeling import is_person_method, needs_person
 from core.records.task_io import TaskSettings
 from core.records.tasks import DEMO_TASK

@@ -276,7 +276,7 @@ def test_a_task_file_with_a_formula_cell_is_refused(engine, demo_task):
 
 
 def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_exponential_time(engine):
-    from core.records.datasets import DatasetError
+    from core.domain.datasets import DatasetError
     from core.records.tasks import add_dataset
 
     save_task(engine, settings(name="codes", reward_method="regex", reward_settings={}), "cli")
@@ -287,7 +287,7 @@ def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_expon
 
 
 def test_adding_a_file_with_a_test_share_holds_rows_out_and_the_audit_keeps_the_shares(engine, demo_task):
-    from core.records.datasets import DatasetError
+    from core.domain.datasets import DatasetError
     from core.records.tasks import add_dataset
 
     data = ("id,query\n" + "".join(f"h{i},Question {i}?\n" for i in range(8))).encode()

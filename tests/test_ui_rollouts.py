@@ -217,7 +217,7 @@ def conversation_replies() -> dict:
     """Scripted replies for a conversation group of two: the first conversation of a scenario is careful (it
     asks for the order number), the second careless (it asks for the card number, which the task's regex rule
     forbids, and never asks for the order: the scenario's must-rule fails with no turn to point at)."""
-    from core.records.datasets import conversation_demo
+    from core.records.demo_data import conversation_demo
 
     forbidden = {text for row in conversation_demo()[1] for text in row.meta["must_not"]}
     started: dict[str, int] = {}

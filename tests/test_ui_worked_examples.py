@@ -8,7 +8,7 @@ import re
 import pytest
 from sqlmodel import Session
 
-from core.records.datasets import demo_rows
+from core.records.demo_data import demo_rows
 from core.records.review import example_sources
 from pages._common import REVIEWER_KEY
 from storage import queries

@@ -57,7 +57,7 @@ def _short(text: object, limit: int = _DETAIL_LIMIT) -> str:
 
 # ---- settings: what each method reads, its constraints declared on the fields ----------------------------
 
-MAX_CRITERIA_CHARS = 20_000  # as every text field of a task (core.records.datasets.MAX_FIELD_CHARS; a test keeps them equal)
+MAX_CRITERIA_CHARS = 20_000  # as every text field of a task (core.domain.datasets.MAX_FIELD_CHARS; a test keeps them equal)
 MAX_LABELS_PER_ROLLOUT = 5
 Scale = Literal["binary", "1-5"]  # the judge's and the labellers' scales (core.models.judge.SCALES; a test keeps them equal)
 SCALE_NAMES: tuple[str, ...] = get_args(Scale)

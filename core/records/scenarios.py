@@ -13,9 +13,9 @@ from collections import defaultdict
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.domain.datasets import SPLITS, scenario_rows
 from core.domain.personas import Persona, Scenario, parse_scenarios
 from core.errors import InvalidInput
-from core.records.datasets import SPLITS, scenario_rows
 from core.records.people import require_role
 from core.records.task_io import task_personas
 from core.records.tasks import add_samples, get_task

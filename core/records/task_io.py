@@ -30,13 +30,12 @@ from pydantic_core import ErrorDetails
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, delete, select
 
-from core.domain import json_input
+from core.domain import datasets, json_input
 from core.domain.agent_modes import AGENT_MODES
+from core.domain.datasets import SPLITS, SampleRow
 from core.domain.personas import TASK_KINDS, Persona, persona_dicts, personas_from_objects
 from core.domain.rewards import check_settings, get_method
 from core.errors import InvalidInput
-from core.records import datasets
-from core.records.datasets import SPLITS, SampleRow
 from core.records.people import require_role
 from core.records.tasks import add_samples, get_task
 from core.records.versions import ensure_library

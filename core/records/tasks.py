@@ -10,22 +10,19 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from core.domain.datasets import (
+    DatasetError,
+    SampleRow,
+    compare_with_stored,
+    parse_dataset_file,
+    split_counts,
+)
 from core.domain.personas import Persona
 from core.domain.regex_safety import pattern_problem
 from core.domain.sandbox import jail_status
 from core.errors import NotFound
 from core.models.model_choice import LOCAL_PREFIX
-from core.records.datasets import (
-    DatasetError,
-    SampleRow,
-    compare_with_stored,
-    conversation_demo,
-    demo_rows,
-    parse_dataset_file,
-    policy_rows,
-    split_counts,
-    support_rows,
-)
+from core.records.demo_data import conversation_demo, demo_rows, policy_rows, support_rows
 from core.records.people import require_role
 from core.records.versions import ensure_library
 from core.settings import get_settings
@@ -124,7 +121,7 @@ def add_dataset_file(engine: Engine, task_name: str, data: bytes, filename: str,
     content, raises DatasetError naming the row and the problem before anything is written; only an admin
     may change a task's data. A row without an id is known by its content (datasets.sample_id), so only a
     real duplicate is left out. The shares hold rows without a split out for test and validation
-    (core.records.datasets.hold_out); the audit event keeps them.
+    (core.domain.datasets.hold_out); the audit event keeps them.
     """
     dataset = parse_dataset_file(data, filename, mapping, default_split, test_share=test_share,
                                  validation_share=validation_share)

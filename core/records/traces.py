@@ -23,11 +23,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
 from core.domain.metrics import Z95, mean_interval
 from core.errors import InvalidInput, NotFound, describe_validation
 from core.records.api_keys import KeyUse
-from core.records.datasets import SampleRow
 from core.records.people import require_role
 from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task

@@ -26,14 +26,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.domain import json_input
-from core.domain.personas import Persona, Scenario, parse_personas, parse_scenarios
+from core.domain.personas import Persona, Scenario
 from core.errors import InvalidInput
-from core.settings import PROJECT_DIR
 
 TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
 ALIASES = {"criteria": "rubric"}
 SPLITS = ("train", "validation", "test")  # validation: the gate's queries (core/engine/gate.py)
-DEMO_DIR = PROJECT_DIR / "data" / "demo"
 MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000
@@ -347,13 +345,6 @@ def _split_given(record: dict[str, Any], resolved: dict[str, str]) -> bool:
     return cell is not None and bool(_as_text(cell).strip())
 
 
-def demo_rows() -> list[SampleRow]:
-    """The shipped arithmetic demo set (SVAMP + MAWPS MultiArith), train rows first, then test rows."""
-    return read_dataset(DEMO_DIR / "arithmetic_train.jsonl", default_split="train") + read_dataset(
-        DEMO_DIR / "arithmetic_test.jsonl", default_split="test"
-    )
-
-
 def scenario_rows(scenarios: Sequence[Scenario], *, test_personas: frozenset[str] = frozenset(),
                   default_split: str = "train") -> list[SampleRow]:
     """A conversation task's scenarios as sample rows: `query` is the opening, `reference` the goal, `meta`
@@ -370,16 +361,6 @@ def scenario_rows(scenarios: Sequence[Scenario], *, test_personas: frozenset[str
     return rows
 
 
-def conversation_demo() -> tuple[list[Persona], list[SampleRow]]:
-    """The conversation demo's 12 personas and 36 scenarios (written for this project); one persona of each
-    segment is held out for test (held_out_personas)."""
-    personas_file = DEMO_DIR / "conversation_personas.json"
-    personas = parse_personas(personas_file.read_bytes(), personas_file.name)
-    scenarios_file = DEMO_DIR / "conversation_scenarios.json"
-    scenarios = parse_scenarios(scenarios_file.read_bytes(), scenarios_file.name, personas)
-    return personas, scenario_rows(scenarios, test_personas=held_out_personas(personas))
-
-
 def held_out_personas(personas: Sequence[Persona]) -> frozenset[str]:
     """The last persona of each segment that has two or more: never trained on, so a test score says how a
     library does with people it has not seen."""
@@ -393,17 +374,6 @@ def check_size(size: int, filename: str) -> None:
     """Refuse a file over MAX_FILE_BYTES; callers holding only a path check before reading it."""
     if size > MAX_FILE_BYTES:
         raise DatasetError(f"{filename}: file is {_megabytes(size)} MB; the limit is {MAX_FILE_BYTES / MB:g} MB")
-
-
-def support_rows() -> list[SampleRow]:
-    """The customer-support demo set (40 messages written for this project), split given per line."""
-    return read_dataset(DEMO_DIR / "support_messages.jsonl")
-
-
-def policy_rows() -> list[SampleRow]:
-    """The shop-policies demo set (44 messages written for this project, each with the policy facts its answer
-    must state), split given per line."""
-    return read_dataset(DEMO_DIR / "policy_messages.jsonl")
 
 
 def formula_like(text: str) -> bool:
