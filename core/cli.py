@@ -35,6 +35,7 @@ from core.records.comparison import compare_evaluations
 from core.records.learner_advice import learner_advice
 from core.records.people import ROLES, add_user, update_user
 from core.records.promotion import preview_promotion
+from core.records.run_settings import run_settings
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
 from core.records.segments import bind_library, paired_by_segment, routed_export
 from core.records.selection import library_selection, set_selection
@@ -273,7 +274,7 @@ def _report_run(engine, run_id: int) -> int:
           f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
     print(f"structured replies repaired {counters['replies_repaired']}, malformed {counters['replies_malformed']}")
     if gates:
-        print(f"validation gate ({RunSettings.from_dict(run.settings).gate}, "
+        print(f"validation gate ({run_settings(run).gate}, "
               f"{run.progress.get('validation_queries', 0)} {run.progress.get('validation_split', '')} queries):")
         for line in gates:
             print(line)
@@ -298,7 +299,7 @@ def _say_learner_advice(engine, task_name: str, run_id: int) -> None:
     a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
     with Session(engine) as session:
         advice = learner_advice(session, get_task(session, task_name),
-                                RunSettings.from_dict(session.get(Run, run_id).settings))
+                                run_settings(session.get(Run, run_id)))
     if advice is not None:
         use = f" Use it with --learner-model {advice.hosted}." if advice.hosted else ""
         print(f"note: {advice.text}{use}", file=sys.stderr)

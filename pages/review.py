@@ -32,7 +32,7 @@ from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
 from core.engine.attribution import effects_for_library as experience_effects
 from core.records import review
-from core.records.run_settings import RunSettings
+from core.records.run_settings import run_settings
 from core.records.scenarios import is_conversation
 from pages._common import (
     DATETIME,
@@ -606,7 +606,7 @@ def page() -> None:
                                on_click=decide_all, args=(step_id, OperationStatus.REJECTED, run_id, step_name(step)))
         else:
             role_note("reviewer", "deciding operations")
-        settings = RunSettings.from_dict(run.settings)
+        settings = run_settings(run)
         groups = {advantage.id: Group(index, sample_id, samples[sample_id].query if sample_id in samples else None,
                                       advantage, rollouts.get(sample_id, []))
                   for index, sample_id in enumerate(sample_ids, start=1)

@@ -39,7 +39,7 @@ from core.records.progress import (
     run_estimate,
     status_words,
 )
-from core.records.run_settings import RunSettings
+from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
 from pages._common import (
     LIBRARY_KEY,
@@ -294,7 +294,7 @@ def live_progress(run_id: int) -> None:
     run = view["run"]
     shown = job_health(run.status, run.heartbeat_at)
     progress = run.progress or {}
-    settings = RunSettings.from_dict(run.settings or {})
+    settings = run_settings(run)
 
     words = status_words(run, view["steps"], view["numbers"], shown, view["pending"])
     st.markdown(f"**Status:** {plain(words)}")

@@ -24,7 +24,7 @@ from core.errors import InvalidInput
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
 from core.records.review import library_after
-from core.records.run_settings import RunSettings
+from core.records.run_settings import RunSettings, run_settings
 from storage import queries
 from storage.db import session_scope
 from storage.models import LibraryVersion, Run, Step, Task
@@ -95,7 +95,7 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
     measurement under `proposed`."""
     with Session(engine) as session:
         run, step = session.get(Run, run_id), session.get(Step, step_id)
-        settings = RunSettings.from_dict(run.settings)
+        settings = run_settings(run)
         if settings.gate == GateRule.OFF:
             return None
         if step.gate is not None and not decided_only:

@@ -58,7 +58,7 @@ from core.records.review import (
     gate_undecided,
     reopen_after_gate,
 )
-from core.records.run_settings import RunSettings
+from core.records.run_settings import RunSettings, run_settings
 from core.records.scenarios import (
     check_task_kind,
     is_conversation,
@@ -202,7 +202,7 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
                             on_progress: ProgressCallback | None = None) -> Run:
     with session_scope(engine) as session:
         run = check_resumable(session, run_id)
-        settings = RunSettings.from_dict(run.settings)
+        settings = run_settings(run)
         task = session.get(Task, run.task_id)
         library = session.get(Library, run.library_id)
         run.status, run.error, run.heartbeat_at = JobStatus.RUNNING, None, now()

@@ -38,7 +38,7 @@ from sqlmodel import Session
 from core.domain.held_out import VALIDATION_SPLIT, held_out_size
 from core.domain.rewards import METHODS, parsed_settings
 from core.errors import InvalidInput
-from core.records.run_settings import RunSettings
+from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import alive_workers, job_health
 from core.settings import get_settings
 from storage import queries
@@ -401,7 +401,7 @@ def status_words(run: Run, steps: list[Step], numbers: dict[int, int], shown: st
     "queued, 0/1 steps". `steps` in plan order, `numbers` version id -> number, `shown` the status a person
     sees (stalled for a running job whose worker stopped), `pending` its operations waiting for review."""
     shown = shown or run.status
-    settings = RunSettings.from_dict(run.settings or {})
+    settings = run_settings(run)
     total = int((run.progress or {}).get("steps_total") or 0) or len(steps)
     finished = [i for i, s in enumerate(steps) if s.status == StepStatus.COMPLETED]
     manual = settings.review_mode == "manual"
@@ -511,7 +511,7 @@ def run_estimate(session: Session, run: Run) -> Estimate | None:
     task = session.get(Task, run.task_id)
     if task is None or run.kind not in (RunKind.TRAIN, RunKind.DIRECT):
         return None
-    settings = RunSettings.from_dict(run.settings or {})
+    settings = run_settings(run)
     facts = task_facts(session, task)
     progress = run.progress or {}
     shape = shape_from_progress(settings, progress) or shape_from_counts(settings, facts["train"],

@@ -29,7 +29,7 @@ from core.domain.quality import Flag, quality_flags
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
 from core.records.people import require_role
-from core.records.run_settings import RunSettings
+from core.records.run_settings import run_settings
 from core.records.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
@@ -107,7 +107,7 @@ def edit_operation(engine: Engine, op_id: int, text: str | None, target_ids: lis
         op = _operation(session, op_id)
         step = session.get(Step, op.step_id)
         before = session.get(LibraryVersion, step.version_before_id)
-        settings = RunSettings.from_dict(session.get(Run, step.run_id).settings)
+        settings = run_settings(session.get(Run, step.run_id))
         kind = operation_kind(step, op)
     text = clean_text(text or "") or None
     ids = [str(i).strip() for i in target_ids if str(i).strip()]
@@ -338,7 +338,7 @@ def check_step_operations(session: Session, step: Step, ops: list[Operation]) ->
     """The step's starting version, and each operation that changes the library (not KEEP) with its check
     against that version: what applying `ops` would do. The gate's candidate is built the same way."""
     before = session.get(LibraryVersion, step.version_before_id)
-    settings = RunSettings.from_dict(session.get(Run, step.run_id).settings)
+    settings = run_settings(session.get(Run, step.run_id))
     changing = [o for o in ops if o.op != OpKind.KEEP]
     checked = validate_ops(before.experiences, [proposed_op(step, o) for o in changing],
                            max_size=settings.max_experiences, max_examples=settings.max_examples)

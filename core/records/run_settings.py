@@ -14,6 +14,7 @@ from core.domain.library import MAX_EXAMPLES, MAX_EXPERIENCES
 from core.errors import InvalidInput, describe_validation
 from core.secrets import mask_url
 from core.settings import get_settings
+from storage.models import Run
 from storage.statuses import GateRule
 
 
@@ -161,3 +162,9 @@ class RunSettings(JobSettings):
     def validate(self) -> RunSettings:  # type: ignore[override]
         """Check the settings again (after assignment of fields); raise InvalidInput naming the first problem."""
         return RunSettings.build(**self.model_dump())
+
+
+def run_settings(run: Run) -> RunSettings:
+    """A run's settings as frozen when it was created, typed: the one way every reader gets them (a stored run
+    from before a setting existed reads that setting's default)."""
+    return RunSettings.from_dict(run.settings or {})
