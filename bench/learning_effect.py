@@ -330,6 +330,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
     from core.domain.library import EXAMPLE, kind_of
     from core.engine.training import create_run, execute_run_async, run_counters
+    from core.records.gate_verdict import GateVerdict
     from storage import queries
     from storage.models import LibraryVersion, Run
     from storage.statuses import RunKind
@@ -355,9 +356,9 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
         for step in steps:
             for key in ("ok", "skipped", "failed", "from_reference"):
                 arm.groups[key] = arm.groups.get(key, 0) + (step.stats or {}).get(key, 0)
-            if step.gate:
-                arm.gate_decisions[step.gate["decision"]] = arm.gate_decisions.get(step.gate["decision"], 0) + 1
-                arm.gate_lines.append(f"epoch {step.epoch + 1} batch {step.batch_index + 1}: {step.gate['line']}")
+            if gate := GateVerdict.of(step):
+                arm.gate_decisions[gate.decision] = arm.gate_decisions.get(gate.decision, 0) + 1
+                arm.gate_lines.append(f"epoch {step.epoch + 1} batch {step.batch_index + 1}: {gate.line}")
     progress(f"{arm.name}: run {run.status} in {arm.train_s:.0f} s, {arm.experiences} entries")
 
 

@@ -32,6 +32,7 @@ from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
 from core.models.gateway import Gateway
 from core.records import labeling
 from core.records.comparison import compare_evaluations
+from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.people import ROLES, add_user, update_user
 from core.records.promotion import preview_promotion
@@ -256,8 +257,8 @@ def _report_run(engine, run_id: int) -> int:
         problems, gates = [], []
         for step in queries.steps(session, run.id):
             where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
-            if step.gate:
-                gates.append(f"  {where}: {step.gate.get('line', '')}")
+            if gate := GateVerdict.of(step):
+                gates.append(f"  {where}: {gate.line}")
             if step.error:
                 problems.append(f"{where}: {step.error}")
             unscored = [r for r in queries.step_rollouts(session, step.id) if r.reward_source == "error"]

@@ -32,6 +32,7 @@ from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
 from core.engine.attribution import effects_for_library as experience_effects
 from core.records import review
+from core.records.gate_verdict import GateVerdict
 from core.records.run_settings import run_settings
 from core.records.scenarios import is_conversation
 from pages._common import (
@@ -210,25 +211,25 @@ def apply_decisions(step_id: int, run_id: int, name: str) -> None:
 
 def show_gate(step: Step, can_decide: bool) -> None:
     """The validation gate's figures above the operations: what the candidate did on held-out queries."""
-    gate = step.gate
-    if not gate:
+    gate = GateVerdict.of(step)
+    if gate is None:
         st.caption("No validation gate ran for this step (gate off, or the step has not reached it).")
         return
     shown = {GateDecision.PASSED: st.success, GateDecision.FAILED: st.error,
-             GateDecision.UNDECIDED: st.warning}.get(gate.get("decision"), st.info)
-    if gate.get("remeasure"):  # the reviewed library waits for its own measurement by a worker
+             GateDecision.UNDECIDED: st.warning}.get(gate.decision, st.info)
+    if gate.remeasure:  # the reviewed library waits for its own measurement by a worker
         shown = st.info
-    shown(gate.get("line", ""), icon=None)  # core's own words and figures (core.engine.gate.gate_line)
-    if gate.get("proposed"):
-        st.caption(plain(f"Before review, all proposed operations together: {gate['proposed'].get('line', '')}"))
-    if gate.get("decision") == GateDecision.FAILED and step.status == StepStatus.AWAITING_REVIEW and can_decide:
+    shown(gate.line, icon=None)  # core's own words and figures (core.engine.gate.gate_line)
+    if gate.proposed:
+        st.caption(plain(f"Before review, all proposed operations together: {gate.proposed.line}"))
+    if gate.failed and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)",
                       key=note_key(step.id))
         tab_stop("Why a note", "The candidate did worse than the starting library on held-out queries; an approval "
                  "or edit against that is recorded with this note.", key="review_note_stop")
-    if gate.get("evaluation_before"):
-        st.caption(f"Gate evaluations: {gate['evaluation_before']} (starting library) and "
-                   f"{gate['evaluation_after']} (candidate); their queries side by side are on the Rollouts page.")
+    if gate.evaluation_before:
+        st.caption(f"Gate evaluations: {gate.evaluation_before} (starting library) and "
+                   f"{gate.evaluation_after} (candidate); their queries side by side are on the Rollouts page.")
 
 
 def operation_diff(op: Operation, before: list[dict], before_number: int | None) -> str:

@@ -28,6 +28,7 @@ from core.engine.training import create_run
 from core.errors import InvalidInput
 from core.jobs.run_control import cancel_run, pause_run, resume_run
 from core.models.model_choice import check_model, known_models
+from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
     compact,
@@ -136,8 +137,8 @@ def load_run_view(run_id: int) -> dict | None:
         library = next((lib.name for lib in queries.libraries(session, run.task_id) if lib.id == run.library_id), None)
         place = queue_position(session, run)
     gates = [{"step": i + 1, "epoch": s.epoch + 1, "batch": s.batch_index + 1,
-              "decision": s.gate.get("decision", ""), "gate": s.gate.get("line", "")}
-             for i, s in enumerate(steps) if s.gate]
+              "decision": gate.decision or "", "gate": gate.line}
+             for i, s in enumerate(steps) if (gate := GateVerdict.of(s))]
     return {"run": run, "rewards": rewards, "sizes": sorted(set(sizes)), "gates": gates,
             "validation": validation_by_version(steps, numbers), "steps": steps, "numbers": numbers,
             "pending": pending, "library": library, "place": place}
@@ -148,13 +149,13 @@ def validation_by_version(steps, numbers: dict[int, int]) -> list[tuple[int, flo
     candidate that landed), in version order."""
     means: dict[int, float] = {}
     for step in steps:
-        gate = step.gate or {}
-        if "mean_before" not in gate:
+        gate = GateVerdict.of(step)
+        if gate is None or not gate.measured:
             continue
         if step.version_before_id in numbers:
-            means.setdefault(numbers[step.version_before_id], gate["mean_before"])
+            means.setdefault(numbers[step.version_before_id], gate.mean_before)
         if step.version_after_id in numbers and step.version_after_id != step.version_before_id:
-            means.setdefault(numbers[step.version_after_id], gate["mean_after"])
+            means.setdefault(numbers[step.version_after_id], gate.mean_after)
     return sorted(means.items())
 
 

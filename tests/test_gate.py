@@ -10,6 +10,7 @@ from core.engine.gate import choose_validation, gate_line, held_out_size, passes
 from core.engine.training import create_run, execute_run
 from core.errors import InvalidInput
 from core.records.comparison import paired
+from core.records.gate_verdict import GateVerdict
 from core.records.review import decide_operation, decide_step
 from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, demo_rows
@@ -195,9 +196,9 @@ def test_passes_follows_the_rule():
 
 
 def test_the_gate_line_reads_like_the_issue():
-    line = gate_line({"decision": "passed", "rule": "no_worse", "n": 20, "k": 2, "mean_before": 0.55,
-                      "mean_after": 0.62, "delta": 0.07, "ci_low": -0.02, "ci_high": 0.16, "p_value": 0.21,
-                      "finding": "no detectable difference"})
+    line = gate_line(GateVerdict.model_validate({
+        "decision": "passed", "rule": "no_worse", "n": 20, "k": 2, "mean_before": 0.55, "mean_after": 0.62,
+        "delta": 0.07, "ci_low": -0.02, "ci_high": 0.16, "p_value": 0.21, "finding": "no detectable difference"}))
     assert line.startswith("validation, 20 queries x 2: 0.55 -> 0.62, +0.07 [-0.02, +0.16], sign test p = 0.21: "
                            "no detectable difference")
 

@@ -23,6 +23,7 @@ from core.engine.evaluation import run_fixed_evaluation
 from core.errors import InvalidInput
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
+from core.records.gate_verdict import GateVerdict
 from core.records.review import library_after
 from core.records.run_settings import RunSettings, run_settings
 from storage import queries
@@ -56,18 +57,18 @@ def passes(rule: str, stats: Paired) -> bool:
     return stats.mean_b >= stats.mean_a and not (stats.decided and stats.delta < 0)
 
 
-def gate_line(gate: dict) -> str:
+def gate_line(gate: GateVerdict) -> str:
     """The gate in one line, as the Review and Train pages and the CLI print it."""
-    if gate.get("decision") == GateDecision.SKIPPED:
-        return f"validation gate skipped: {gate.get('reason', '')}"
-    if gate.get("decision") == GateDecision.UNDECIDED:
-        return f"validation gate undecided, the step waits for a person: {gate.get('reason', '')}"
-    low, high = (f"{v:+.2f}" if v is not None else "n/a" for v in (gate.get("ci_low"), gate.get("ci_high")))
-    summary = (f"validation, {gate['n']} queries x {gate['k']}: {gate['mean_before']:.2f} -> {gate['mean_after']:.2f}, "
-               f"{gate['delta']:+.2f} [{low}, {high}], sign test p = {gate['p_value']:.2f}: {gate['finding']}")
-    if gate.get("missing"):
-        summary += f" ({gate['missing']} queries left out: model-call errors)"
-    return f"{summary} - gate {gate['rule']} {gate['decision']}"
+    if gate.decision == GateDecision.SKIPPED:
+        return f"validation gate skipped: {gate.reason}"
+    if gate.decision == GateDecision.UNDECIDED:
+        return f"validation gate undecided, the step waits for a person: {gate.reason}"
+    low, high = (f"{v:+.2f}" if v is not None else "n/a" for v in (gate.ci_low, gate.ci_high))
+    summary = (f"validation, {gate.n} queries x {gate.k}: {gate.mean_before:.2f} -> {gate.mean_after:.2f}, "
+               f"{gate.delta:+.2f} [{low}, {high}], sign test p = {gate.p_value:.2f}: {gate.finding}")
+    if gate.missing:
+        summary += f" ({gate.missing} queries left out: model-call errors)"
+    return f"{summary} - gate {gate.rule} {gate.decision}"
 
 
 def finding(stats: Paired) -> str:
@@ -87,7 +88,7 @@ def check_validation_size(size: int) -> None:
 
 
 async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int, *,
-                     decided_only: bool = False) -> dict | None:
+                     decided_only: bool = False) -> GateVerdict | None:
     """Evaluate the step's candidate (its pending or approved operations applied) against its starting
     library on the validation queries; store and return the figures and the decision on Step.gate.
     None when the gate is off; `skipped` when there is nothing to compare. `decided_only` measures again
@@ -99,7 +100,7 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
         if settings.gate == GateRule.OFF:
             return None
         if step.gate is not None and not decided_only:
-            return step.gate
+            return GateVerdict.of(step)
         first = {key: value for key, value in (step.gate or {}).items() if key not in ("remeasure", "proposed")}
         sample_ids = list(run.validation_ids or [])
         split = (run.progress or {}).get("validation_split", VALIDATION_SPLIT)
@@ -110,12 +111,12 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
         after = library_after(session, step, ops) if ops else before.experiences
     method = METHODS.get(task.reward_method)
     if not sample_ids:
-        gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate, "reason": "no validation queries"}
+        gate = GateVerdict(decision=GateDecision.SKIPPED, rule=settings.gate, reason="no validation queries")
     elif method is not None and method.uses_people and not method.uses_judge:
-        gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate,
-                "reason": "rewards come from people only; evaluate versions on the Evaluate page instead"}
+        gate = GateVerdict(decision=GateDecision.SKIPPED, rule=settings.gate,
+                           reason="rewards come from people only; evaluate versions on the Evaluate page instead")
     elif experience_texts(after) == experience_texts(before.experiences):
-        gate = {"decision": GateDecision.SKIPPED, "rule": settings.gate, "reason": "the library would not change"}
+        gate = GateVerdict(decision=GateDecision.SKIPPED, rule=settings.gate, reason="the library would not change")
     else:
         common = {"purpose": EvaluationPurpose.GATE, "split": split, "sample_ids": sample_ids, "k": settings.gate_k,
                   "model": settings.policy_model, "temperature": settings.temperature, "step_id": step_id,
@@ -129,20 +130,20 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
         measured = {"rule": settings.gate, "k": settings.gate_k, "missing": comparison.missing,
                     "evaluation_before": before_id, "evaluation_after": after_id}
         if stats.undecided:
-            gate = {"decision": GateDecision.UNDECIDED, "reason": stats.undecided, **measured}
+            gate = GateVerdict(decision=GateDecision.UNDECIDED, reason=stats.undecided, **measured)
         else:
             ok = passes(settings.gate, stats)
-            gate = {"decision": GateDecision.PASSED if ok else GateDecision.FAILED, "n": stats.n,
-                    "mean_before": stats.mean_a, "mean_after": stats.mean_b, "delta": stats.delta,
-                    "ci_low": finite(stats.ci_low), "ci_high": finite(stats.ci_high), "p_value": stats.p_value,
-                    "wins": stats.wins, "losses": stats.losses, "ties": stats.ties, "finding": finding(stats),
-                    "verdict": stats.verdict, **measured}
-    gate["line"] = gate_line(gate)
+            gate = GateVerdict(decision=GateDecision.PASSED if ok else GateDecision.FAILED, n=stats.n,
+                               mean_before=stats.mean_a, mean_after=stats.mean_b, delta=stats.delta,
+                               ci_low=finite(stats.ci_low), ci_high=finite(stats.ci_high), p_value=stats.p_value,
+                               wins=stats.wins, losses=stats.losses, ties=stats.ties, finding=finding(stats),
+                               verdict=stats.verdict, **measured)
+    gate.line = gate_line(gate)
     if decided_only:
-        gate["line"] = f"measured again after review (the approved and edited operations only): {gate['line']}"
-        gate["proposed"] = first
+        gate.line = f"measured again after review (the approved and edited operations only): {gate.line}"
+        gate.proposed = GateVerdict.model_validate(first)
     with session_scope(engine) as session:
         row = session.get(Step, step_id)
-        row.gate = gate
+        row.gate = gate.stored()
         session.add(row)
     return gate

@@ -54,8 +54,6 @@ from core.records.review import (
     decide_all,
     decided_library_unmeasured,
     flagged_pending,
-    gate_failed,
-    gate_undecided,
     reopen_after_gate,
 )
 from core.records.run_settings import RunSettings, run_settings
@@ -371,7 +369,7 @@ async def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
                       and decided_library_unmeasured(session, step))
     if unmeasured:
         verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step_id, decided_only=True)
-        if gate_failed(verdict) or gate_undecided(verdict):
+        if verdict is not None and (verdict.failed or verdict.undecided):
             reopen_after_gate(ctx.engine, step_id, verdict)
     with session_scope(ctx.engine) as session:
         pending = any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
@@ -442,9 +440,9 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
                        max_examples=ctx.settings.max_examples)
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
     _tick(ctx)
-    if ctx.settings.review_mode == "auto" and not gate_undecided(verdict):  # undecided: a person decides
-        if gate_failed(verdict):
-            decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict["line"],
+    if ctx.settings.review_mode == "auto" and not (verdict and verdict.undecided):  # undecided: a person decides
+        if verdict is not None and verdict.failed:
+            decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict.line,
                        reason="validation")
         else:  # flagged operations were refused before the gate (store_operations); one still flagged here (a
             # step stored before that rule, or judged against another operation afterwards) waits for a person

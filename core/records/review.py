@@ -28,13 +28,14 @@ from core.domain.library import (
 from core.domain.quality import Flag, quality_flags
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
+from core.records.gate_verdict import GateVerdict
 from core.records.people import require_role
 from core.records.run_settings import run_settings
 from core.records.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
 from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
-from storage.statuses import TO_APPLY, GateDecision, JobStatus, OperationStatus, OpKind, StepStatus
+from storage.statuses import TO_APPLY, JobStatus, OperationStatus, OpKind, StepStatus
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -73,19 +74,10 @@ def _check_gate(engine: Engine, step_id: int | None, decision: str, comment: str
     if decision == OperationStatus.REJECTED or step_id is None or (comment or "").strip():
         return
     with Session(engine) as session:
-        step = session.get(Step, step_id)
-    if step is not None and gate_failed(step.gate):
-        raise InvalidInput(f"the validation gate failed for this step ({step.gate.get('line', '')}); "
+        gate = GateVerdict.of(session.get(Step, step_id))
+    if gate is not None and gate.failed:
+        raise InvalidInput(f"the validation gate failed for this step ({gate.line}); "
                            "approving against it needs a note saying why")
-
-
-def gate_failed(gate: dict | None) -> bool:
-    return bool(gate) and gate.get("decision") == GateDecision.FAILED
-
-
-def gate_undecided(gate: dict | None) -> bool:
-    """The gate could not decide (too many validation queries without answers): a person decides the step."""
-    return bool(gate) and gate.get("decision") == GateDecision.UNDECIDED
 
 
 def decide_operation(engine: Engine, op_id: int, decision: str, actor: str, comment: str | None = None) -> Operation:
@@ -231,7 +223,8 @@ def decided_library(session: Session, step: Step) -> list[dict]:
 def decided_library_unmeasured(session: Session, step: Step) -> bool:
     """Whether the gate measured a step and what its decisions would land is another library, which no gate
     measured (a library that would not change needs no measurement)."""
-    measured = session.get(Evaluation, (step.gate or {}).get("evaluation_after") or -1)
+    gate = GateVerdict.of(step)
+    measured = session.get(Evaluation, gate.evaluation_after or -1) if gate else None
     if measured is None:
         return False
     after = experience_texts(decided_library(session, step))
@@ -247,7 +240,9 @@ def _queue_remeasure(engine: Engine, step_id: int, actor: str) -> None:
     """Mark the step for a new gate measurement of its decided library and queue its run for a worker."""
     with session_scope(engine) as session:
         step = session.get(Step, step_id)
-        step.gate = {**(step.gate or {}), "remeasure": True, "line": REMEASURE_LINE}
+        gate = GateVerdict.of(step) or GateVerdict()
+        gate.remeasure, gate.line = True, REMEASURE_LINE
+        step.gate = gate.stored()
         session.add(step)
         run = session.get(Run, step.run_id)
         if run.status == JobStatus.AWAITING_REVIEW:
@@ -257,7 +252,7 @@ def _queue_remeasure(engine: Engine, step_id: int, actor: str) -> None:
                                after={"reason": REMEASURE_LINE}))
 
 
-def reopen_after_gate(engine: Engine, step_id: int, gate: dict) -> int:
+def reopen_after_gate(engine: Engine, step_id: int, gate: GateVerdict) -> int:
     """The decided library failed its measurement: its approved and edited operations wait for a person
     again (the gate's line says why; approving against it needs a note). Returns how many were reopened."""
     with session_scope(engine) as session:
@@ -268,7 +263,7 @@ def reopen_after_gate(engine: Engine, step_id: int, gate: dict) -> int:
                 op.status, op.reviewer, op.decided_at = OperationStatus.PENDING, None, None
                 session.add(op)
                 session.add(AuditEvent(actor="gate", action="operation.reopen", object_type="operation",
-                                       object_id=op.id, before=before, after={**_snapshot(op), "reason": gate.get("line")}))
+                                       object_id=op.id, before=before, after={**_snapshot(op), "reason": gate.line}))
                 reopened += 1
         return reopened
 
@@ -326,8 +321,8 @@ def apply_step_operations(engine: Engine, step_id: int, actor: str) -> LibraryVe
 def _link_gate_evaluation(session: Session, step: Step, version: LibraryVersion) -> None:
     """The gate's evaluation of the candidate is the landed version's evaluation when their texts agree
     (a reviewer may have approved only some operations), so later steps and pages find it by version."""
-    ev_id = (step.gate or {}).get("evaluation_after")
-    ev = session.get(Evaluation, ev_id) if ev_id else None
+    gate = GateVerdict.of(step)
+    ev = session.get(Evaluation, gate.evaluation_after) if gate and gate.evaluation_after else None
     if ev is not None and ev.version_id is None and (
             experience_texts(ev.experiences) == experience_texts(version.experiences)):
         ev.version_id = version.id
