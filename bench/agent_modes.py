@@ -34,7 +34,7 @@ from core.engine.evaluation import create_evaluation, execute_evaluation  # noqa
 from core.records.comparison import compare_evaluations  # noqa: E402
 from core.records.tasks import DEMO_TASK, ensure_demo_task  # noqa: E402
 from storage.db import make_engine, session_scope  # noqa: E402
-from storage.models import LLMCall, Rollout, Task  # noqa: E402
+from storage.tables import LLMCall, Rollout, Task  # noqa: E402
 
 MODES = ("direct", "python")
 

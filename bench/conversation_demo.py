@@ -41,8 +41,8 @@ def main() -> int:
     from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
     from core.settings import engine as settings_engine
     from storage.db import session_scope
-    from storage.models import LLMCall, Rollout, Run
     from storage.statuses import JobStatus, LabelStatus
+    from storage.tables import LLMCall, Rollout, Run
 
     engine = settings_engine()
     ensure_conversation_task(engine)

@@ -60,7 +60,7 @@ async def measure(db_url: str, calls: int, concurrency: int) -> tuple[float, flo
 
     from core.models.gateway import Gateway
     from storage.db import make_engine
-    from storage.models import LLMCall
+    from storage.tables import LLMCall
 
     engine = make_engine(db_url)
     gateway = Gateway(engine, concurrency=concurrency, mock=lambda stage, messages: "ok")

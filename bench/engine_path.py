@@ -198,7 +198,7 @@ def execute_in_process(engine) -> None:
 def run_row(engine, run_id: int):
     from sqlmodel import Session
 
-    from storage.models import Run
+    from storage.tables import Run
 
     with Session(engine) as session:
         return session.get(Run, run_id)
@@ -208,7 +208,7 @@ def ledger(engine, run_id: int) -> list:
     """The run's ledger rows (its own calls and those of its gate evaluations)."""
     from sqlmodel import Session, select
 
-    from storage.models import Evaluation, LLMCall
+    from storage.tables import Evaluation, LLMCall
 
     with Session(engine) as session:
         rows = list(session.exec(select(LLMCall).where(LLMCall.run_id == run_id)))
@@ -225,7 +225,7 @@ def step_profile(engine, run_id: int) -> list[dict]:
     """Per step: the calls at each sequential level and the depth (levels that made calls)."""
     from sqlmodel import Session, select
 
-    from storage.models import Advantage, Evaluation, Operation, Rollout, Step
+    from storage.tables import Advantage, Evaluation, Operation, Rollout, Step
 
     out = []
     with Session(engine) as session:
@@ -410,7 +410,7 @@ def duplicates(engine, run_id: int) -> dict[str, int]:
     from sqlalchemy import func
     from sqlmodel import Session, select
 
-    from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
+    from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 
     def extra(session, *columns, where) -> int:
         counts = session.exec(select(*columns, func.count()).where(*where).group_by(*columns)).all()

@@ -94,7 +94,7 @@ def calls_since(engine, last_id: int) -> list[tuple[int, int]]:
     """(id, completion tokens) of the judge's ledger rows after `last_id`."""
     from sqlmodel import Session, select
 
-    from storage.models import LLMCall
+    from storage.tables import LLMCall
 
     with Session(engine) as session:
         rows = session.exec(select(LLMCall.id, LLMCall.tokens_out).where(LLMCall.stage == "judge", LLMCall.id > last_id)
@@ -166,7 +166,7 @@ def main() -> None:
     from core.records.tasks import SUPPORT_TASK, ensure_demo_tasks, get_task
     from core.settings import get_settings
     from storage.db import make_engine
-    from storage.models import Sample
+    from storage.tables import Sample
 
     model = args.model or get_settings().model
     with tempfile.TemporaryDirectory() as folder:

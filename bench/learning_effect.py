@@ -332,8 +332,8 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     from core.engine.training import create_run, execute_run_async, run_counters
     from core.records.gate_verdict import GateVerdict
     from storage import queries
-    from storage.models import LibraryVersion, Run
     from storage.statuses import RunKind
+    from storage.tables import LibraryVersion, Run
 
     prepare_library(engine, arm)
     kind = RunKind.DIRECT if arm.plan["direct"] else RunKind.TRAIN

@@ -43,7 +43,7 @@ def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
     from core.records.versions import create_version, ensure_library
     from storage import queries
     from storage.db import make_engine, session_scope
-    from storage.models import Advantage, Evaluation, LLMCall, Operation, Rollout, Run, Step
+    from storage.tables import Advantage, Evaluation, LLMCall, Operation, Rollout, Run, Step
 
     engine = make_engine(url)
     task = ensure_demo_task(engine)
@@ -206,7 +206,7 @@ def start_busy_worker(url: str, threads: int | None, timeout: float = 600) -> tu
     from core.engine.training import RunSettings, create_run
     from core.records.tasks import DEMO_TASK
     from storage.db import make_engine
-    from storage.models import LLMCall
+    from storage.tables import LLMCall
 
     engine = make_engine(url)
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=5, batch_size=4, group_size=4, limit=8, gate="off",

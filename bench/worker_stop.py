@@ -40,7 +40,7 @@ def calls_of(url: str, run_id: int) -> int:
     from sqlmodel import Session, func, select
 
     from storage.db import make_engine
-    from storage.models import LLMCall
+    from storage.tables import LLMCall
 
     with Session(make_engine(url)) as session:
         return session.exec(select(func.count()).select_from(LLMCall).where(
@@ -51,7 +51,7 @@ def states(url: str, run_id: int) -> tuple[str, list[str]]:
     from sqlmodel import Session, select
 
     from storage.db import make_engine
-    from storage.models import Run, Worker
+    from storage.tables import Run, Worker
 
     with Session(make_engine(url)) as session:
         return session.get(Run, run_id).status, [w.status for w in session.exec(select(Worker)).all()]

@@ -56,7 +56,6 @@ from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
 from storage import queries
 from storage.db import describe_url, get_engine
-from storage.models import Evaluation, LibraryVersion, Run
 from storage.statuses import (
     EVALUATION_HAS_FIGURES,
     WORKER_MAY_CONTINUE,
@@ -66,6 +65,7 @@ from storage.statuses import (
     OperationStatus,
     RunKind,
 )
+from storage.tables import Evaluation, LibraryVersion, Run
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 

@@ -28,7 +28,7 @@ def seed_labels(database_url: str) -> None:
     from core.engine.training import RunSettings, create_run, execute_run
     from core.records.tasks import SUPPORT_TASK
     from storage.db import make_engine, session_scope
-    from storage.models import Task
+    from storage.tables import Task
     from tests.ui_support import scripted_gateway
 
     engine = make_engine(database_url)

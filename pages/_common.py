@@ -40,7 +40,7 @@ from core.records.workers import job_health
 from core.settings import engine as settings_engine
 from core.settings import get_settings
 from storage import queries
-from storage.models import Task
+from storage.tables import Task
 
 # The task and library selectboxes are bound to the URL under these keys (?task=...&library=...), so a reload
 # or a shared link opens the same context.

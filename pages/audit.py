@@ -18,7 +18,7 @@ from sqlmodel import Session
 from pages._common import DATETIME, engine, run_page
 from pages._display import csv_download, show_long, table
 from storage import queries
-from storage.models import AuditEvent
+from storage.tables import AuditEvent
 
 ACTOR_KEY, GROUP_KEY, ACTION_KEY, TYPE_KEY = "audit_actor", "audit_group", "audit_action", "audit_type"
 OBJECT_KEY, DATES_KEY, CONTAINS_KEY, LIMIT_KEY = "audit_object_id", "audit_dates", "audit_contains", "audit_limit"

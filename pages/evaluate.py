@@ -51,8 +51,8 @@ from pages._common import (
 from pages._display import show_long, table
 from pages._promote import PromoteDialog
 from storage import queries
-from storage.models import Task
 from storage.statuses import EVALUATION_HAS_FIGURES, JobStatus
+from storage.tables import Task
 
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate

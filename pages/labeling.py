@@ -72,7 +72,7 @@ from pages._common import (
 )
 from pages._display import clip, show_long, tab_stop, table
 from storage import queries
-from storage.models import RewardLabel, Rollout, Sample, Task
+from storage.tables import RewardLabel, Rollout, Sample, Task
 
 FLASH = Flash("label_flash")
 SKIPPED_KEY, WARN_KEY = "label_skipped", "label_warn"

@@ -43,8 +43,8 @@ from pages._common import (
 )
 from pages._display import show_long, table
 from storage import queries
-from storage.models import Run, Step
 from storage.statuses import LEARNING_KINDS, JobStatus
+from storage.tables import Run, Step
 
 FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'

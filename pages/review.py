@@ -55,7 +55,6 @@ from pages._common import (
 )
 from pages._display import show_code_runs, show_long, show_turns, tab_stop, table
 from storage import queries
-from storage.models import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 from storage.statuses import (
     DECIDED,
     LEARNING_KINDS,
@@ -65,6 +64,7 @@ from storage.statuses import (
     OpKind,
     StepStatus,
 )
+from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"

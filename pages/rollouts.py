@@ -40,8 +40,8 @@ from pages._common import (
 )
 from pages._display import chat_turns, clip, show_chat, show_code_runs, show_long, show_turns, table
 from storage import queries
-from storage.models import Rollout, Sample, Task
 from storage.statuses import EvaluationPurpose, LabelStatus
+from storage.tables import Rollout, Sample, Task
 
 FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")

@@ -83,7 +83,7 @@ from pages._common import (
 )
 from pages._display import show_long, table
 from storage import queries
-from storage.models import Task
+from storage.tables import Task
 
 FLASH = Flash("tasks_flash")
 NEW_KEY = "tasks_new"

@@ -59,7 +59,6 @@ from pages._common import (
     status_label,
 )
 from storage import queries
-from storage.models import as_utc
 from storage.statuses import (
     LEARNING_KINDS,
     PERSON_MAY_CANCEL,
@@ -68,6 +67,7 @@ from storage.statuses import (
     GateRule,
     JobStatus,
 )
+from storage.tables import as_utc
 
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"

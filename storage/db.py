@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from storage import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 

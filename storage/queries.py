@@ -8,7 +8,8 @@ from datetime import datetime
 from sqlalchemy import case, func, or_
 from sqlmodel import Session, col, select
 
-from storage.models import (
+from storage.statuses import EvaluationPurpose, LabelStatus, OperationStatus, StepStatus
+from storage.tables import (
     Advantage,
     AuditEvent,
     Evaluation,
@@ -26,7 +27,6 @@ from storage.models import (
     Trace,
     User,
 )
-from storage.statuses import EvaluationPurpose, LabelStatus, OperationStatus, StepStatus
 
 
 def task_by_name(session: Session, name: str) -> Task | None:

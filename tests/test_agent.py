@@ -22,7 +22,7 @@ from core.models import local_model, openai_http
 from core.models.gateway import Gateway, Scope
 from core.records.demo_data import demo_rows
 from core.records.tasks import DEMO_TASK
-from storage.models import LLMCall, Rollout
+from storage.tables import LLMCall, Rollout
 from tests.conftest import ScriptedModel
 
 HOSTED = "openai/gpt-4o-mini"

@@ -17,7 +17,7 @@ from core.records.api_keys import create_key, revoke_key
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.versions import import_library, set_label
-from storage.models import ApiKey, AuditEvent, Trace
+from storage.tables import ApiKey, AuditEvent, Trace
 
 URL = "/v1/tasks/arithmetic word problems/libraries/default"
 

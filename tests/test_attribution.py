@@ -26,8 +26,8 @@ from core.records.tasks import DEMO_TASK, demo_rows, get_task
 from core.records.versions import import_library
 from storage import queries
 from storage.db import url_with_password
-from storage.models import AuditEvent, Evaluation, LibraryVersion, LLMCall, Rollout, Run, Sample
 from storage.statuses import EvaluationPurpose, JobStatus, RunKind
+from storage.tables import AuditEvent, Evaluation, LibraryVersion, LLMCall, Rollout, Run, Sample
 
 HELPFUL = "Re-read the question to find which quantity it asks for."
 HARMFUL = "Always subtract the smaller number from the larger one."

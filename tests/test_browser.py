@@ -56,7 +56,7 @@ def run_ended(database_url: str) -> str | None:
     from sqlmodel import Session, select
 
     from storage.db import make_engine
-    from storage.models import Run, Step
+    from storage.tables import Run, Step
 
     engine = make_engine(database_url)
     try:
@@ -102,7 +102,7 @@ def learner_on_the_stub(database_url: str) -> None:
 
     from core.records.tasks import DEMO_TASK
     from storage.db import make_engine, session_scope
-    from storage.models import Task
+    from storage.tables import Task
 
     engine = make_engine(database_url)
     try:
@@ -119,7 +119,7 @@ def models_by_stage(database_url: str) -> dict[str, set[str]]:
     from sqlmodel import Session, select
 
     from storage.db import make_engine
-    from storage.models import LLMCall
+    from storage.tables import LLMCall
 
     engine = make_engine(database_url)
     try:

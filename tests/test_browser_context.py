@@ -18,7 +18,7 @@ from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from core.records.versions import PRODUCTION, import_library, set_label
 from storage import queries
 from storage.db import make_engine
-from storage.models import Evaluation, Task
+from storage.tables import Evaluation, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 from tests.ui_support import scripted_gateway
 

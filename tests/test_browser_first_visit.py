@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 
 from core.records.tasks import POLICY_TASK
 from storage.db import make_engine
-from storage.models import Run, Task
+from storage.tables import Run, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 
 pytestmark = pytest.mark.browser

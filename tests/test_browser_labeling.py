@@ -20,7 +20,7 @@ from core.records.labeling import ACCEPTED
 from core.records.people import add_user
 from core.records.tasks import DEMO_TASK
 from storage.db import make_engine, session_scope
-from storage.models import RewardLabel, Rollout, Run, Task
+from storage.tables import RewardLabel, Rollout, Run, Task
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 from tests.ui_support import scripted_gateway
 

@@ -16,7 +16,7 @@ from core.domain.library import ProposedOp
 from core.engine.training import RunSettings, create_run, store_operations
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from storage.db import make_engine, session_scope
-from storage.models import Run, Step
+from storage.tables import Run, Step
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 from tests.test_browser_labeling import disputed_rollouts
 

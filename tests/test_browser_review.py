@@ -16,7 +16,7 @@ from core.engine.training import RunSettings, create_run, execute_run
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import make_engine
-from storage.models import Run
+from storage.tables import Run
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
 from tests.ui_support import scripted_gateway
 

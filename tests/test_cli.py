@@ -14,7 +14,7 @@ from core.records.people import check_password
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine
-from storage.models import AuditEvent, Sample, User
+from storage.tables import AuditEvent, Sample, User
 
 PASSWORD = "correct horse battery"
 

@@ -12,7 +12,7 @@ from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
 from storage import queries
 from storage.db import get_engine
-from storage.models import Run
+from storage.tables import Run
 from tests.test_cli import db, run  # noqa: F401  (the fixture)
 
 

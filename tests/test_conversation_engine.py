@@ -19,8 +19,8 @@ from core.records.scenarios import personas_by_name, segment_of
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library
 from storage import queries
-from storage.models import ConversationTurn, Evaluation, LLMCall, Rollout, Sample
 from storage.statuses import JobStatus
+from storage.tables import ConversationTurn, Evaluation, LLMCall, Rollout, Sample
 
 LESSON = "Ask for the order number before promising anything."
 

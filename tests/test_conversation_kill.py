@@ -16,7 +16,7 @@ from bench.stub_server import StubServer
 from core.engine.training import RunSettings, create_run
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from storage.db import session_scope, url_with_password
-from storage.models import ConversationTurn, LLMCall, Run
+from storage.tables import ConversationTurn, LLMCall, Run
 from tests.ui_support import ROOT
 
 MODEL = "openai/stub"

@@ -17,7 +17,7 @@ from core.cli import main
 from core.domain import datasets
 from core.domain.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
 from core.records.tasks import DEMO_TASK, add_dataset
-from storage.models import AuditEvent, Sample
+from storage.tables import AuditEvent, Sample
 
 CORPUS = Path(__file__).resolve().parent / "data" / "malformed"
 NOT_CASES = {"expected.json", ".gitattributes"}

@@ -578,7 +578,7 @@ def test_an_id_stored_with_other_content_is_refused_naming_both_texts_and_nothin
     from sqlmodel import Session, func, select
 
     from core.records.tasks import DEMO_TASK, add_dataset
-    from storage.models import AuditEvent
+    from storage.tables import AuditEvent
 
     assert add_dataset(engine, DEMO_TASK, jsonl({"id": "n1", "query": "What is 2+2?", "answer": 4}).encode(),
                        "a.jsonl") == (1, 0)
@@ -600,7 +600,7 @@ def test_an_id_stored_with_other_content_is_refused_naming_both_texts_and_nothin
 def test_samples_stored_with_row_numbers_as_ids_are_still_recognised(engine, demo_task):
     from core.records.tasks import DEMO_TASK, add_dataset_file
     from storage.db import session_scope
-    from storage.models import Sample
+    from storage.tables import Sample
 
     with session_scope(engine) as session:  # as adding this file stored it before ids came from content
         session.add(Sample(task_id=demo_task.id, external_id="row-1", query="What is 2+2?", reference="4",

@@ -24,7 +24,7 @@ from core.records.tasks import (
 )
 from core.settings import get_settings
 from storage import queries
-from storage.models import AuditEvent, Library, LibraryVersion, Persona, Sample, Task
+from storage.tables import AuditEvent, Library, LibraryVersion, Persona, Sample, Task
 
 
 def count(engine, model) -> int:

@@ -21,7 +21,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
 from storage.db import session_scope, url_with_password
-from storage.models import Evaluation, LLMCall, Operation, Rollout, Run, Step
+from storage.tables import Evaluation, LLMCall, Operation, Rollout, Run, Step
 
 MODEL = "openai/stub"
 
@@ -218,7 +218,7 @@ def test_training_never_reads_a_failed_call_as_a_failed_answer(engine, demo_task
     execute_run(engine, run_id, gateway=gateway)
     assert model.count("summary") == 0
     with Session(engine) as session:
-        from storage.models import Advantage
+        from storage.tables import Advantage
 
         (adv,) = session.exec(select(Advantage).join(Step).where(Step.run_id == run_id)).all()
         calls = session.exec(select(LLMCall).where(LLMCall.run_id == run_id, LLMCall.error.is_not(None))).all()

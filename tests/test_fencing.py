@@ -21,7 +21,7 @@ from core.records.tasks import DEMO_TASK
 from core.records.versions import edit_library, import_library
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
-from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Step, utcnow
+from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Step, utcnow
 from storage.writes import insert_or_skip
 from tests.conftest import mixed_rollouts
 

@@ -16,7 +16,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, demo_rows
 from storage import queries
 from storage.db import url_with_password
-from storage.models import (
+from storage.tables import (
     AuditEvent,
     Evaluation,
     LibraryVersion,

@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 from core.domain.replies import AdvantageReply
 from core.errors import ModelCallError, StructuredOutputError
 from core.models.gateway import Gateway, clean_text, extract_json, redact
-from storage.models import LLMCall
+from storage.tables import LLMCall
 from tests.conftest import ScriptedModel
 
 MSG = [{"role": "user", "content": "What is 2+2?"}]

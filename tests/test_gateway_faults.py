@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 from bench.stub_server import StubServer
 from core.errors import ModelCallError
 from core.models.gateway import Gateway
-from storage.models import LLMCall
+from storage.tables import LLMCall
 
 MODEL = "openai/stub"
 

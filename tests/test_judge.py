@@ -26,7 +26,7 @@ from core.models.judge import (
 )
 from core.records.tasks import DEMO_TASK
 from storage.db import session_scope
-from storage.models import Rollout, Sample, Task
+from storage.tables import Rollout, Sample, Task
 from tests.conftest import ScriptedModel
 from tests.ui_support import seeded_run
 

@@ -7,7 +7,7 @@ import pytest
 
 from core.domain.rubric import normalise, scale_point
 from core.records.labeling import label_score
-from storage.models import Task
+from storage.tables import Task
 
 
 @pytest.mark.parametrize(("scale", "points"), [("1-5", range(1, 6)), ("binary", range(0, 2))])

@@ -26,8 +26,8 @@ from core.records.labeling import (
 from core.records.people import add_user
 from core.records.tasks import DEMO_TASK
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, RewardLabel, Rollout, Run, Task
 from storage.queries import label_history
+from storage.tables import AuditEvent, Evaluation, LibraryVersion, RewardLabel, Rollout, Run, Task
 from tests.ui_support import scripted_gateway, seeded_run
 
 

@@ -34,7 +34,7 @@ from core.records.people import add_user
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Sample, Task
+from storage.tables import AuditEvent, Evaluation, RewardLabel, Rollout, Sample, Task
 from tests.ui_support import seeded_run
 
 SCORES = {"empathy": 5, "discovery": 1, "resolution": 3}

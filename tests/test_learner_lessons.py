@@ -26,7 +26,7 @@ from core.engine.training import create_run, execute_run
 from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, demo_rows
 from storage import queries
-from storage.models import Advantage, Evaluation, LibraryVersion, Operation, Step
+from storage.tables import Advantage, Evaluation, LibraryVersion, Operation, Step
 from tests.conftest import mixed_rollouts
 
 ID = re.compile(r"\bE\d+\b")

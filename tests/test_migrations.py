@@ -1,4 +1,4 @@
-"""The Alembic migrations build exactly the schema that storage/models.py declares.
+"""The Alembic migrations build exactly the schema that storage/tables.py declares.
 
 compare_metadata reports what `alembic revision --autogenerate` would write: tables, columns, types
 (compare_type, on by default since Alembic 1.12), nullability, indexes, unique constraints and foreign
@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, Column, Integer, MetaData
 from sqlmodel import Session, SQLModel
 
-from storage import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from storage import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from storage.db import MIGRATIONS_DIR, make_engine, migrate
 
 
@@ -126,7 +126,7 @@ def test_0008_folds_duplicate_rows_that_unfenced_workers_left_and_keeps_their_la
     operation of each natural key, moves a label on a dropped rollout to the kept one, then adds the keys."""
     from sqlalchemy import insert
 
-    from storage.models import (
+    from storage.tables import (
         Advantage,
         Library,
         LibraryVersion,
@@ -192,7 +192,7 @@ def test_0012_reads_existing_libraries_as_all_and_old_rollouts_as_unrecorded(tmp
 
     from core.domain.selection import Selection
     from core.records.selection import selection_of
-    from storage.models import Library
+    from storage.tables import Library
 
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}", migrate=False)
     upgrade_to(engine, "0011")

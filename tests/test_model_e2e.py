@@ -28,7 +28,7 @@ from core.models.judge import judge_response, to_value
 from core.records.labeling import submit_label
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
 from storage.db import make_engine, session_scope
-from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample, Step, Task
+from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample, Step, Task
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,7 +281,7 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     unsure of or cannot give go to a person, labelled here."""
     from core.engine.evaluation import create_evaluation, execute_evaluation
     from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task
-    from storage.models import ConversationTurn, Evaluation
+    from storage.tables import ConversationTurn, Evaluation
 
     def spot_check(share: float) -> None:
         with session_scope(engine) as s:

@@ -20,7 +20,7 @@ from core.domain.code_runs import OUTPUT_FENCE, code_runs
 from core.domain.sandbox import run_python
 from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, add_dataset, ensure_demo_task
-from storage.models import LLMCall, Rollout
+from storage.tables import LLMCall, Rollout
 
 pytestmark = pytest.mark.model
 QUERY = ("Write a Python program that prints the sum of the squares of the integers from 1 to 250, run it, and give "

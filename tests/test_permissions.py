@@ -21,7 +21,7 @@ from core.records.review import decide_operation, decide_step
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, set_label
 from storage.db import session_scope
-from storage.models import AuditEvent, LibraryLabel, Operation, User
+from storage.tables import AuditEvent, LibraryLabel, Operation, User
 from tests.ui_support import run_app, seeded_run
 
 

@@ -17,7 +17,7 @@ from core.records.task_io import save_personas, task_personas
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import url_with_password
-from storage.models import AuditEvent
+from storage.tables import AuditEvent
 
 CORPUS = Path(__file__).parent / "data" / "personas"
 ANN = Persona(name="Ann", description="Short answers; wants her money back.", segment="resistant",

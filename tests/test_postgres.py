@@ -30,7 +30,7 @@ from storage.db import (
     scrub_url,
     url_with_password,
 )
-from storage.models import Sample, Task
+from storage.tables import Sample, Task
 
 ROOT = Path(__file__).resolve().parent.parent
 ESCAPED = "@%/:"
@@ -149,7 +149,7 @@ def test_0008_folds_duplicate_rows_on_postgres(empty_database):
     from sqlalchemy import insert
     from sqlalchemy.exc import IntegrityError
 
-    from storage.models import (
+    from storage.tables import (
         Advantage,
         Library,
         LibraryVersion,

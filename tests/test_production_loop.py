@@ -19,7 +19,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.records.traces import harvest
 from core.records.versions import import_library, set_label
-from storage.models import Rollout, Run, Sample, Trace
+from storage.tables import Rollout, Run, Sample, Trace
 from tests.api_support import api_server
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts, per_query
 from tests.ui_support import ROOT

@@ -28,7 +28,7 @@ from core.records.progress import (
 from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, ensure_demo_task
 from storage import db
-from storage.models import LLMCall, Run, Step, Worker, utcnow
+from storage.tables import LLMCall, Run, Step, Worker, utcnow
 
 MODEL = "local/qwen2.5-coder-0.5b"
 # One step of 4 queries x G=4 without a gate, one call in flight: the seconds are plain sums.

@@ -19,7 +19,7 @@ from core.records.versions import PRODUCTION, _move_label, import_library, promo
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope, url_with_password
-from storage.models import AuditEvent, LibraryVersion
+from storage.tables import AuditEvent, LibraryVersion
 from tests.conftest import ScriptedModel, default_replies
 
 GOOD, GUESS = "Re-read the question.", "Guess the answer quickly."
@@ -129,7 +129,7 @@ def test_a_comparison_that_cannot_decide_needs_a_reason():
 
     from core.records.comparison import EvaluationComparison, paired
     from core.records.promotion import PromotionPreview
-    from storage.models import Evaluation
+    from storage.tables import Evaluation
 
     stats = replace(paired({1: [1.0], 2: [0.0]}, {1: [1.0], 2: [0.0]}), undecided="3 of 6 queries lack answers")
     comparison = EvaluationComparison(a=Evaluation(id=7, split="test", k=1), b=Evaluation(id=8, split="test", k=1),

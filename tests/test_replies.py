@@ -16,7 +16,7 @@ from core.errors import StructuredOutputError
 from core.models.gateway import Gateway
 from core.records.tasks import DEMO_TASK
 from storage import queries
-from storage.models import LLMCall, Run
+from storage.tables import LLMCall, Run
 from tests.conftest import ScriptedModel, mixed_rollouts
 
 MSG = [{"role": "user", "content": "Compare the attempts."}]

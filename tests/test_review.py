@@ -16,7 +16,7 @@ from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, revert_to
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, LibraryVersion, Operation, Run, Step
+from storage.tables import AuditEvent, Evaluation, LibraryVersion, Operation, Run, Step
 from tests.ui_support import scripted_gateway, seeded_run
 
 TWO_ADDS = json.dumps({"operations": [

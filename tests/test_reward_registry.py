@@ -37,7 +37,7 @@ from core.records.task_io import TaskSettings
 from core.records.tasks import DEMO_TASK
 from pages._common import REVIEWER_KEY
 from storage import queries
-from storage.models import Rollout, Sample, Task
+from storage.tables import Rollout, Sample, Task
 from tests.ui_support import run_app
 
 

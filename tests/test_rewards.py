@@ -13,7 +13,7 @@ from core.domain.rewards import (
 )
 from core.errors import InvalidInput
 from core.records.task_io import TaskSettings
-from storage.models import Task
+from storage.tables import Task
 
 
 def test_registry_lists_methods():

@@ -16,7 +16,7 @@ from core.models.gateway import Gateway
 from core.records.run_settings import RunSettings
 from core.secrets import API_BASE_ENV, has_credentials, mask_url, resolve_api_base
 from storage.db import describe_url, scrub_url
-from storage.models import Run
+from storage.tables import Run
 from tests.conftest import ScriptedModel
 from tests.ui_support import ROOT
 

@@ -27,8 +27,8 @@ from core.records.selection import library_selection, set_selection
 from core.records.tasks import DEMO_TASK
 from core.records.versions import import_library, set_label
 from storage.db import url_with_password
-from storage.models import AuditEvent, Evaluation, Rollout, Sample, Step
 from storage.statuses import EvaluationPurpose, JobStatus
+from storage.tables import AuditEvent, Evaluation, Rollout, Sample, Step
 from tests.conftest import mixed_rollouts
 
 HOURS = "Convert hours to minutes before adding the durations of trips."

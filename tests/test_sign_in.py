@@ -24,7 +24,7 @@ from core.errors import PermissionDenied, SignInLocked
 from core.records import people
 from core.records.people import add_user, authenticate, check_password, hash_password, page_actor, update_user
 from pages._common import AUTH_KEY, REVIEWER_KEY
-from storage.models import Operation, SignInAttempt, User
+from storage.tables import Operation, SignInAttempt, User
 from tests.ui_support import run_app, seeded_run
 
 PASSWORD = "a-long-secret-1"
@@ -304,7 +304,7 @@ def test_the_sign_in_form_counts_this_tab_and_clears_the_password(app_engine, ch
 
 def test_a_failed_sign_in_is_not_recorded_as_acted_by_the_name_typed(engine, cheap):
     from core.records.people import FAILED_SIGN_IN_ACTOR
-    from storage.models import AuditEvent
+    from storage.tables import AuditEvent
 
     add_user(engine, "ann", "admin", PASSWORD)
     assert authenticate(engine, "cli", "guess-1234") is None

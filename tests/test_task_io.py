@@ -21,7 +21,7 @@ from core.records.task_io import (
 )
 from core.records.tasks import DEMO_TASK
 from storage import queries
-from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task
+from storage.tables import AuditEvent, Library, LibraryVersion, Sample, Task
 
 
 def settings(**overrides) -> TaskSettings:

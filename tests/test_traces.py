@@ -22,7 +22,7 @@ from core.records.traces import (
 )
 from core.records.versions import import_library, set_label
 from storage import queries
-from storage.models import Sample, Trace
+from storage.tables import Sample, Trace
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_harvest_adds_failures_once_and_keeps_their_source(engine, production):
 def test_an_update_from_production_starts_at_production_on_the_harvest_and_a_share_of_the_old(engine, production):
     from core.engine.training import _train_sample_ids, create_run
     from core.records.run_settings import RunSettings
-    from storage.models import Run
+    from storage.tables import Run
 
     later = import_library(engine, DEMO_TASK, "- A later draft.", "b.md", actor="system")  # latest, not production
     post(engine, production.id, [("a production failure", 0.0), ("another one", 0.1)])

@@ -11,7 +11,7 @@ from core.engine.training import RunSettings, create_run, execute_run, plan_batc
 from core.records.review import apply_step_operations, decide_all, decide_operation
 from core.records.tasks import DEMO_TASK
 from storage import queries
-from storage.models import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample
+from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample
 from tests.conftest import mixed_rollouts
 
 
@@ -269,7 +269,7 @@ def test_invalid_settings_are_refused(engine, demo_task):
 def test_a_sample_without_reference_is_scored_zero_with_the_reason_and_the_run_goes_on(engine, demo_task, scripted,
                                                                                        capsys):
     from core.cli import _report_run
-    from storage.models import Sample
+    from storage.tables import Sample
 
     with Session(engine) as s:
         first_id = queries.samples(s, demo_task.id, "train", limit=1)[0].id

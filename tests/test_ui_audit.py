@@ -17,7 +17,7 @@ from core.records.versions import set_label
 from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, User
+from storage.tables import AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
 
 PAGE = "pages/audit.py"

@@ -11,7 +11,7 @@ from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries
-from storage.models import AuditEvent, Evaluation
+from storage.tables import AuditEvent, Evaluation
 from tests.ui_support import run_app, scripted_gateway, table_with
 
 PAGE = "pages/evaluate.py"

@@ -13,7 +13,7 @@ from core.records.segments import bind_library
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library
 from storage import queries
-from storage.models import Evaluation
+from storage.tables import Evaluation
 from tests.test_conversation_engine import conversation_replies
 from tests.test_segments import AT_RISK_LESSON, agent_following_lessons, segment_judge
 from tests.ui_support import run_app, scripted_gateway, table_with

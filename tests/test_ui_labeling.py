@@ -15,7 +15,7 @@ from core.records.people import add_user
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 from storage import db, queries
-from storage.models import Evaluation, RewardLabel, Rollout, Run
+from storage.tables import Evaluation, RewardLabel, Rollout, Run
 from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
 
 PAGE = "pages/labeling.py"

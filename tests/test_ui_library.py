@@ -258,7 +258,7 @@ def production_of(engine) -> int | None:
 def last_move(engine) -> dict:
     from sqlmodel import col, select
 
-    from storage.models import AuditEvent
+    from storage.tables import AuditEvent
 
     with db.session_scope(engine) as session:
         return session.exec(select(AuditEvent).where(AuditEvent.action == "label.move")
@@ -447,7 +447,7 @@ def test_import_button_on_the_page(engine, name, data, ok):
 def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(engine, scripted):
     from sqlmodel import select
 
-    from storage.models import AuditEvent
+    from storage.tables import AuditEvent
     from tests.test_attribution import HARMFUL, HELPFUL, NEUTRAL, measured
 
     version_id, run_id = measured(engine, scripted, HELPFUL, HARMFUL, NEUTRAL)
@@ -522,7 +522,7 @@ def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(
 
 def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
     from core.engine.attribution import attribution_runs, create_attribution
-    from storage.models import Run
+    from storage.tables import Run
 
     version_id = import_texts(engine, UNITS, ESTIMATE)
     run_id = create_attribution(engine, DEMO_TASK, version_id, k=1, limit=2)

@@ -16,7 +16,7 @@ from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPOR
 from core.records.versions import import_library
 from storage import db, queries
 from storage.db import describe_url
-from storage.models import Run, Step
+from storage.tables import Run, Step
 from tests.ui_support import markdown_texts, run_app, table_with
 
 TRAIN_HINT = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'

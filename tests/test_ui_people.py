@@ -8,7 +8,7 @@ from sqlmodel import Session, select
 
 from core.records.people import add_user, check_password
 from pages._common import AUTH_KEY, REVIEWER_KEY
-from storage.models import AuditEvent, User
+from storage.tables import AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
 
 PAGE = "pages/people.py"
@@ -168,7 +168,7 @@ def test_admin_changes_role_active_and_password(engine):
 def test_an_admin_creates_an_api_key_sees_it_once_and_revokes_it(engine):
     from core.errors import Unauthorized
     from core.records.api_keys import check_key
-    from storage.models import ApiKey
+    from storage.tables import ApiKey
 
     at = open_people()
     at.text_input(key="people_key_name").input("support bot")

@@ -10,7 +10,7 @@ from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
-from storage.models import Run, Sample, Task
+from storage.tables import Run, Sample, Task
 from tests.ui_support import markdown_texts, run_app, table_with
 
 PAGE = "pages/production.py"
@@ -114,7 +114,7 @@ def test_a_trace_the_rules_send_to_people_is_labelled_on_the_page(engine, versio
     at.button(key="production_save_label").click()
     at.run()
     with Session(engine) as session:
-        from storage.models import Trace
+        from storage.tables import Trace
 
         labelled = session.exec(select(Trace).where(Trace.client_id == "p0")).one()
     assert (labelled.label_status, labelled.label_value) == ("done", 0.75) and labelled.labelled_by

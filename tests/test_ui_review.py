@@ -11,7 +11,7 @@ from core.records import review
 from core.records.review import decide_all
 from pages._common import REVIEWER_KEY
 from storage import queries
-from storage.models import AuditEvent, Run
+from storage.tables import AuditEvent, Run
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
 
 PAGE = "pages/review.py"

@@ -13,7 +13,7 @@ from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import session_scope
-from storage.models import Rollout
+from storage.tables import Rollout
 from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
 
 PAGE = "pages/rollouts.py"

@@ -17,7 +17,7 @@ from core.records.task_io import TaskSettings, export_task_json, save_task
 from core.records.tasks import DEMO_TASK
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY, plain
 from storage import queries
-from storage.models import AuditEvent, Sample, Task
+from storage.tables import AuditEvent, Sample, Task
 from tests.ui_support import markdown_texts, run_app, table_with
 
 PAGE = "pages/tasks.py"

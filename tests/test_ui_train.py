@@ -15,7 +15,7 @@ from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
-from storage.models import Run, Worker, utcnow
+from storage.tables import Run, Worker, utcnow
 from tests.ui_support import run_app, seeded_run
 
 PAGE = "pages/train.py"

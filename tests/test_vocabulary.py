@@ -24,8 +24,8 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
 from storage.db import url_with_password
-from storage.models import AuditEvent, Operation, Run
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, StepStatus, WorkerStatus
+from storage.tables import AuditEvent, Operation, Run
 from tests.conftest import mixed_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent

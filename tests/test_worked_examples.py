@@ -30,7 +30,7 @@ from core.records.review import edit_operation, example_sources, operation_kind,
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_support_task
 from core.records.versions import export_version, import_library
 from storage import queries
-from storage.models import Advantage, LibraryVersion, Operation, Rollout, Sample, Step
+from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Sample, Step
 from tests.conftest import mixed_rollouts
 
 LESSON_TEXT = "Re-read the question to find which quantity it asks for."

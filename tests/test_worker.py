@@ -22,7 +22,7 @@ from core.records.tasks import DEMO_TASK
 from core.records.workers import alive_workers, is_stale, job_health
 from storage.db import session_scope, url_with_password
 from storage.fencing import Lease
-from storage.models import Evaluation, Run, Worker, utcnow
+from storage.tables import Evaluation, Run, Worker, utcnow
 from tests.ui_support import ROOT, scripted_gateway
 
 SMALL = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2)

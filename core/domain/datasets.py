@@ -69,7 +69,7 @@ class SampleRow:
 
 
 class StoredSample(Protocol):
-    """What compare_with_stored reads of a task's sample (storage.models.Sample has it)."""
+    """What compare_with_stored reads of a task's sample (storage.tables.Sample has it)."""
 
     external_id: str
     query: str

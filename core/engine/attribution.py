@@ -42,7 +42,8 @@ from core.records.versions import edit_library, resolve_version
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import (
+from storage.statuses import UNFINISHED, EvaluationPurpose, JobStatus, OpKind, RunKind
+from storage.tables import (
     AuditEvent,
     Evaluation,
     Library,
@@ -53,7 +54,6 @@ from storage.models import (
     Sample,
     Task,
 )
-from storage.statuses import UNFINISHED, EvaluationPurpose, JobStatus, OpKind, RunKind
 
 VALIDATION_SPLIT = "validation"
 FALLBACK_SPLIT = "test"

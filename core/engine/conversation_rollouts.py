@@ -22,7 +22,7 @@ from core.errors import InvalidInput, ModelCallError
 from core.models.gateway import Gateway, Scope
 from core.records.scenarios import scenario_of
 from storage.db import session_scope
-from storage.models import ConversationTurn, Sample, Task
+from storage.tables import ConversationTurn, Sample, Task
 from storage.writes import insert_or_skip
 
 SIMULATOR_STAGE = "simulator"

@@ -26,9 +26,9 @@ from core.records.versions import resolve_version
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Task
-from storage.models import utcnow as now
 from storage.statuses import EVALUATION_HAS_FIGURES, EvaluationPurpose, JobStatus
+from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Task
+from storage.tables import utcnow as now
 
 log = logging.getLogger(__name__)
 # The ledger stage of an evaluation's agent calls: a gate's or an attribution's cost shows apart from training's.

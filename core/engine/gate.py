@@ -28,8 +28,8 @@ from core.records.review import library_after
 from core.records.run_settings import RunSettings, run_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import LibraryVersion, Run, Step, Task
 from storage.statuses import TO_APPLY, EvaluationPurpose, GateDecision, GateRule, OperationStatus
+from storage.tables import LibraryVersion, Run, Step, Task
 
 
 def choose_validation(session: Session, task: Task, settings: RunSettings,

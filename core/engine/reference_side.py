@@ -11,8 +11,8 @@ advantage_messages), and with worked examples on, the reference itself becomes t
 from __future__ import annotations
 
 from core.records.run_settings import RunSettings
-from storage.models import Advantage
 from storage.statuses import GroupStatus
+from storage.tables import Advantage
 
 REFERENCE_SIDE_NOTE = ("Every attempt failed ({n} attempts, reward {reward:g}); the reference answer was the "
                        "successful side.")

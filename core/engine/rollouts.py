@@ -24,8 +24,8 @@ from core.models.judge import judge_response
 from core.records.labeling import labels_per_rollout, needs_person
 from core.records.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
 from storage.db import session_scope
-from storage.models import Rollout, Sample, Task
 from storage.statuses import LabelStatus
+from storage.tables import Rollout, Sample, Task
 from storage.writes import insert_or_skip, stored
 
 ALL_ENTRIES = Selection()  # the paper's behaviour: every entry of the library in every prompt

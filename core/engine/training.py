@@ -71,7 +71,16 @@ from core.records.versions import create_version, ensure_library, new_experience
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import (
+from storage.statuses import (
+    WORKER_MAY_CONTINUE,
+    GroupStatus,
+    JobStatus,
+    LabelStatus,
+    OperationStatus,
+    RunKind,
+    StepStatus,
+)
+from storage.tables import (
     Advantage,
     AuditEvent,
     Library,
@@ -83,16 +92,7 @@ from storage.models import (
     Step,
     Task,
 )
-from storage.models import utcnow as now
-from storage.statuses import (
-    WORKER_MAY_CONTINUE,
-    GroupStatus,
-    JobStatus,
-    LabelStatus,
-    OperationStatus,
-    RunKind,
-    StepStatus,
-)
+from storage.tables import utcnow as now
 from storage.writes import insert_or_skip, stored
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,8 @@ from core.records.review import proposed_op, record_examples
 from core.records.scenarios import is_conversation
 from storage import queries
 from storage.db import session_scope
-from storage.models import Advantage, Operation, Rollout, Sample, Step, Task
 from storage.statuses import GroupStatus, OperationStatus
+from storage.tables import Advantage, Operation, Rollout, Sample, Step, Task
 from storage.writes import insert_or_skip
 
 log = logging.getLogger(__name__)

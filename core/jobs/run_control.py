@@ -13,7 +13,6 @@ from core.errors import Conflict, NotFound
 from core.records.people import require_role
 from core.records.workers import job_health
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, Run, utcnow
 from storage.statuses import (
     EVALUATION_MAY_RESUME,
     PERSON_MAY_CANCEL,
@@ -21,6 +20,7 @@ from storage.statuses import (
     PERSON_MAY_RESUME,
     JobStatus,
 )
+from storage.tables import AuditEvent, Evaluation, Run, utcnow
 
 
 def _change(engine: Engine, table, job_id: int, actor: str, allowed: tuple[str, ...], new_status: str,

@@ -36,9 +36,9 @@ from core.records.workers import alive_workers, stall_after
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
 from storage.fencing import Lease, LeaseLost, holding
-from storage.models import Evaluation, Run, as_utc, utcnow
-from storage.models import Worker as WorkerRow
 from storage.statuses import JobStatus, WorkerStatus
+from storage.tables import Evaluation, Run, as_utc, utcnow
+from storage.tables import Worker as WorkerRow
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 3.0

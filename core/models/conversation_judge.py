@@ -34,7 +34,7 @@ from core.domain.rubric import (
 )
 from core.errors import InvalidInput, StructuredOutputError
 from core.models.gateway import Gateway, Scope
-from storage.models import Task
+from storage.tables import Task
 
 RULE_TEXT_CHARS = 80
 

@@ -39,7 +39,7 @@ from core.models import local_model, openai_http
 from core.secrets import mask_url, resolve_api_base
 from core.settings import get_settings
 from storage.fencing import raise_if_lost
-from storage.models import LLMCall
+from storage.tables import LLMCall
 
 R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from core.domain.replies import JudgeReply
 from core.domain.rubric import SCALES
 from core.errors import InvalidInput, StructuredOutputError
 from core.models.gateway import Gateway, Scope
-from storage.models import Sample, Task
+from storage.tables import Sample, Task
 
 DEFAULT_SCALE = "binary"
 GENERIC_ANCHORS = {

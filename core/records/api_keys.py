@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
 from core.records.people import require_role
 from storage.db import session_scope
-from storage.models import ApiKey, AuditEvent, as_utc, utcnow
+from storage.tables import ApiKey, AuditEvent, as_utc, utcnow
 
 API_ROLES = {"read": "fetch libraries", "ingest": "fetch libraries and post production traces"}
 RANK = {"read": 0, "ingest": 1}

@@ -22,7 +22,7 @@ from core.domain.metrics import SUCCESS
 from core.errors import InvalidInput, NotFound
 from core.settings import get_settings
 from storage import queries
-from storage.models import Evaluation
+from storage.tables import Evaluation
 
 RESAMPLES = 10_000
 ALPHA = 0.05  # the sign test's level; a difference is real when it and the bootstrap interval both say so

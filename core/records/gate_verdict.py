@@ -8,8 +8,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict
 
-from storage.models import Step
 from storage.statuses import GateDecision
+from storage.tables import Step
 
 
 class GateVerdict(BaseModel):

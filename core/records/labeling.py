@@ -46,8 +46,8 @@ from core.records.people import require_role
 from core.records.scenarios import is_conversation, scenario_of
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
 from storage.statuses import JobStatus, LabelStatus, StepStatus
+from storage.tables import AuditEvent, Evaluation, RewardLabel, Rollout, Run, Sample, Step, Task
 
 WAITING = JobStatus.AWAITING_LABELS
 ACCEPTED = "accepted the judge's suggestion"

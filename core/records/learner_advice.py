@@ -20,7 +20,7 @@ from core.models.model_choice import LOCAL_PREFIX, PROVIDERS, check_model, known
 from core.records.progress import form_estimate, money, price_per_token
 from core.records.run_settings import RunSettings
 from core.settings import get_settings
-from storage.models import Task
+from storage.tables import Task
 
 EMBEDDED_LEARNER = (
     "The learner is the embedded model {model}: it rarely writes a usable lesson. Measured in this studio: in one "

@@ -30,8 +30,8 @@ from sqlmodel import Session, func, select
 from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, SignInAttempt, User, as_utc, utcnow
 from storage.statuses import SignInOutcome
+from storage.tables import AuditEvent, SignInAttempt, User, as_utc, utcnow
 
 ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}

@@ -1,7 +1,7 @@
 """How long a run still takes, what a run will cost before it starts, where a queued job stands in line,
 and a run's state in words.
 
-Every figure comes from the ledger (storage.models.LLMCall): the mean latency and tokens of the calls each
+Every figure comes from the ledger (storage.tables.LLMCall): the mean latency and tokens of the calls each
 stage really made (rollout, judge, summary, advantage, update, gate), of this run first, else of earlier
 calls of the same model, else an assumed default speed (DEFAULT_SPEEDS), times the calls still to come per
 stage, which follow from the run's settings and its progress counters. The arithmetic is in pure functions
@@ -42,8 +42,8 @@ from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import alive_workers, job_health
 from core.settings import get_settings
 from storage import queries
-from storage.models import Evaluation, Run, Step, Task
 from storage.statuses import GateRule, JobStatus, RunKind, StepStatus
+from storage.tables import Evaluation, Run, Step, Task
 
 STAGES = ("rollout", "judge", "summary", "advantage", "example", "update", "gate", "direct")
 POLICY_STAGES = ("rollout", "gate")  # the agent's own calls; the judge has its own model, the rest are the learner's

@@ -25,8 +25,8 @@ from core.errors import InvalidInput, NotFound
 from core.records.comparison import EvaluationComparison, compare_evaluations
 from core.settings import get_settings
 from storage import queries
-from storage.models import Evaluation, Library, Task
 from storage.statuses import EvaluationPurpose, JobStatus
+from storage.tables import Evaluation, Library, Task
 
 PRODUCTION = "production"  # the label a live agent reads (core.records.versions re-exports it)
 MAX_REASON = 2000

@@ -34,8 +34,8 @@ from core.records.run_settings import run_settings
 from core.records.versions import all_ids, create_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
 from storage.statuses import TO_APPLY, JobStatus, OperationStatus, OpKind, StepStatus
+from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 

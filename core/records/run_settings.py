@@ -14,8 +14,8 @@ from core.domain.library import MAX_EXAMPLES, MAX_EXPERIENCES
 from core.errors import InvalidInput, describe_validation
 from core.secrets import mask_url
 from core.settings import get_settings
-from storage.models import Run
 from storage.statuses import GateRule
+from storage.tables import Run
 
 
 def _temperature_in_range(value: float) -> float:

@@ -21,7 +21,7 @@ from core.records.task_io import task_personas
 from core.records.tasks import add_samples, get_task
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Sample, Task
+from storage.tables import AuditEvent, Sample, Task
 
 CONVERSATION = "conversation"
 

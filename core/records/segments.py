@@ -27,7 +27,7 @@ from core.records.tasks import get_task
 from core.records.versions import ensure_library, export_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import (
+from storage.tables import (
     AuditEvent,
     Evaluation,
     Library,

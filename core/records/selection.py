@@ -19,7 +19,7 @@ from core.records.scenarios import personas_by_name, segment_of
 from core.records.tasks import get_task
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Sample, Step, Task
+from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Sample, Step, Task
 
 
 def selection_of(library: Library | None) -> Selection:

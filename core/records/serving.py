@@ -26,7 +26,7 @@ from core.records.tasks import get_task
 from core.records.versions import PRODUCTION, export_version
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Library, LibraryVersion, Task
+from storage.tables import AuditEvent, Library, LibraryVersion, Task
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from core.records.versions import ensure_library
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Sample, Task
-from storage.models import Persona as PersonaRow
+from storage.tables import AuditEvent, Sample, Task
+from storage.tables import Persona as PersonaRow
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from core.records.tasks import add_samples, get_task
 from core.records.versions import PRODUCTION
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Library, LibraryVersion, Sample, Task, Trace, as_utc
 from storage.statuses import LabelStatus
+from storage.tables import AuditEvent, Library, LibraryVersion, Sample, Task, Trace, as_utc
 
 MAX_BATCH = 100
 MAX_TEXT = 100_000

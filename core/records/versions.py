@@ -17,7 +17,7 @@ from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
 from storage import queries
 from storage.db import session_scope
-from storage.models import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
+from storage.tables import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
 
 EMPTY = "empty"
 

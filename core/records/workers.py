@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from core.settings import get_settings
-from storage.models import Worker as WorkerRow
-from storage.models import as_utc, utcnow
 from storage.statuses import JobStatus, WorkerStatus
+from storage.tables import Worker as WorkerRow
+from storage.tables import as_utc, utcnow
 
 
 def stall_after() -> float:

@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlmodel import SQLModel
 
-from storage import models  # noqa: F401
+from storage import tables  # noqa: F401
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -1,6 +1,6 @@
 """schema agrees with models
 
-JSON columns with a default ({} or []) become NOT NULL, as storage/models.py declares them (its
+JSON columns with a default ({} or []) become NOT NULL, as storage/tables.py declares them (its
 `_json` helper used to say the opposite, and 0001 was generated from it); NULLs, if any, get the
 default first. The two JSON columns without a default, auditevent.before and .after (`dict | None`),
 become nullable. tests/test_migrations.py checks that the models and the migrations agree.
