@@ -754,12 +754,8 @@ def _default(name: str) -> str:
     return help_text.replace("%", "%%")  # argparse formats help with %
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="python -m core", description="Training-Free GRPO studio engine")
-    parser.add_argument("--db", help="SQLAlchemy URL (default: DATABASE_URL or the studio.db SQLite file)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and retries")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
+def _task_parsers(sub: argparse._SubParsersAction) -> None:
+    """The task commands: demo tasks, dataset files, task files, and a library's segment and entry selection."""
     sub.add_parser("demo", help="ensure the demo tasks exist and print their names").set_defaults(func=cmd_demo)
 
     dataset = sub.add_parser("dataset", help="add a dataset file to a task, or show a task's data")
@@ -831,6 +827,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_library_select)
 
+
+def _people_parsers(sub: argparse._SubParsersAction) -> None:
+    """The people commands: the labeling queue and the users who may sign in."""
     p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
     p.add_argument("--task", required=True)
     p.set_defaults(func=cmd_queue)
@@ -852,6 +851,9 @@ def build_parser() -> Parser:
     p.add_argument("--password-env", metavar="VAR", help="set the password from this environment variable")
     p.set_defaults(func=cmd_user_set)
 
+
+def _job_parsers(sub: argparse._SubParsersAction) -> None:
+    """The job commands: train, evaluate, compare, measure experiences, and the worker."""
     p = sub.add_parser("train", help="learn an experience library (or resume a run)")
     p.add_argument("--task")
     p.add_argument("--library", default="default")
@@ -946,6 +948,9 @@ def build_parser() -> Parser:
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at an empty queue")
     p.set_defaults(func=cmd_worker)
 
+
+def _version_parsers(sub: argparse._SubParsersAction) -> None:
+    """The version commands: export, import, list runs and versions, label and promote."""
     p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
     p.add_argument("--task", required=True)
     p.add_argument("--version", required=True, help="version id, label, latest, or empty")
@@ -994,6 +999,18 @@ def build_parser() -> Parser:
     p.add_argument("--dry-run", action="store_true", help="only show the diff and the comparison; move nothing")
     p.set_defaults(func=cmd_promote)
 
+
+def build_parser() -> Parser:
+    """The command line: global options, then each command group's parsers."""
+    parser = Parser(prog="python -m core", description="Training-Free GRPO studio engine")
+    parser.add_argument("--db", help="SQLAlchemy URL (default: DATABASE_URL or the studio.db SQLite file)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and retries")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    _task_parsers(sub)
+    _people_parsers(sub)
+    _job_parsers(sub)
+    _version_parsers(sub)
     cli_production.add_parsers(sub, Parser, lambda command: lambda args: command(args, _engine(args)))
     return parser
 
