@@ -13,11 +13,11 @@ import urllib.parse
 import streamlit as st
 from sqlmodel import Session
 
+from core.api_probe import api_status
 from core.domain.sandbox import harden_process
 from core.errors import PermissionDenied, SignInLocked
 from core.jobs.worker import worker_summary
 from core.records.people import authenticate, role_of, sign_in_required
-from core.records.serving import api_status
 from core.records.tasks import ensure_demo_tasks
 from core.settings import configure_scoring, engine, get_settings
 from pages._common import (

@@ -198,16 +198,3 @@ def _served(task_name: str, library: Library, version: LibraryVersion, label: st
                          selection=selection_of(library).as_dict(),
                          entries=tuple({"id": str(e.get("id")), "text": e["text"], "kind": kind_of(e)}
                                        for e in experiences))
-
-
-def api_status(port: int, host: str = "127.0.0.1", timeout_s: float = 0.3) -> str:
-    """The API's address and whether it answers, in words, for the sidebar and `make run`'s users."""
-    import urllib.request
-
-    url = f"http://{host}:{port}"
-    try:
-        with urllib.request.urlopen(f"{url}/v1/health", timeout=timeout_s) as response:
-            up = response.status == 200
-    except OSError:
-        up = False
-    return f"{url}/v1 (docs at /docs)" if up else f"not running on port {port}: python -m core serve"
