@@ -45,3 +45,19 @@ def test_the_card_of_a_worked_example_shows_the_rollout_it_came_from(engine):
     code = [block.value for block in at.code]
     assert all(rollout.final_answer in code for rollout in rollouts)
     assert any(text.startswith("ADD · worked example") for text in code)
+
+
+def test_the_card_of_an_example_made_from_the_reference_says_so(engine):
+    """Every attempt answers 0 (all wrong): with the reference option the group's example is its reference
+    answer, and the card says where it came from instead of pointing at a rollout."""
+    run_id = seeded_run(engine, "manual", settings={"examples": True, "lessons": False, "gate": "off",
+                                                    "reference_when_all_fail": True},
+                        rollout="I add the numbers. \\boxed{0}")
+    with Session(engine) as session:
+        step = queries.steps(session, run_id)[0]
+        sources = example_sources(step)
+    assert sources and all(source["rollout_id"] is None for source in sources.values())
+    at = run_app(page="pages/review.py", session_state={REVIEWER_KEY: "alice"})
+    captions = markdown_texts(at)
+    assert "Made from the sample's reference answer: every attempt of its group failed." in captions
+    assert not any(text.startswith("Compressed from") for text in captions)
