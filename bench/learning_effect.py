@@ -312,7 +312,8 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     progress(f"{arm.name}: evaluation {ev.status} in {arm.eval_s:.0f} s")
 
 
-def run_settings(arm: Arm, options: argparse.Namespace):
+def arm_settings(arm: Arm, options: argparse.Namespace):
+    """The RunSettings of an arm's run: the options' sizes and the arm's plan, the gate on."""
     from core.records.run_settings import RunSettings
 
     plan = ArmPlan(**arm.plan)
@@ -337,7 +338,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
     prepare_library(engine, arm)
     kind = RunKind.DIRECT if arm.plan["direct"] else RunKind.TRAIN
-    arm.run_id = create_run(engine, TASK, run_settings(arm, options), library_name=arm.library, kind=kind)
+    arm.run_id = create_run(engine, TASK, arm_settings(arm, options), library_name=arm.library, kind=kind)
     progress(f"{arm.name}: run {arm.run_id} started")
     started = time.perf_counter()
     run = await execute_run_async(engine, arm.run_id, gateway=gateway)

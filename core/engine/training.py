@@ -484,10 +484,10 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                 return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
                                        text=f"all {len(valid)} rewards equal ({rewards[0]:g}){left_out}: "
                                             "no group advantage")
+        opening = f"{reference_note(len(valid), rewards[0])} " if from_reference else ""  # first, so it can be told apart
         if not ctx.settings.lessons:  # worked examples only: the group is kept for them, no lesson is asked for
-            note = f"{reference_note(len(valid), rewards[0])} " if from_reference else ""
             return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK,
-                                   text=f"{note}Lessons are off in this run: the group is used for worked examples "
+                                   text=f"{opening}Lessons are off in this run: the group is used for worked examples "
                                         "only.")
         summaries = await asyncio.gather(*(_summarise(ctx, sample, r, experiences) for r in valid))
         messages = advantage_messages(query, reference,
@@ -499,9 +499,7 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
             lambda reply, call: _unusable_texts([], [ProposedOp("ADD", [], text) for text in reply.experiences], call))
         kept = [text for i, text in enumerate(parsed.experiences) if i not in refused]
         note = "; ".join(f'proposed experience refused: "{parsed.experiences[i]}" ({why})' for i, why in refused.items())
-        analysis = f"{reference_note(len(valid), rewards[0])} {parsed.analysis}" if from_reference \
-            else parsed.analysis
-        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=analysis,
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.OK, text=f"{opening}{parsed.analysis}",
                                proposals=kept, raw=call.text, error=note or None)
     except _Stop:
         raise

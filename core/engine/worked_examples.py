@@ -28,7 +28,7 @@ from core.domain.library import EXAMPLE, ProposedOp, validate_ops
 from core.domain.metrics import is_answered
 from core.domain.prompts import example_messages, trajectory_text
 from core.domain.replies import ExampleReply
-from core.domain.rewards import METHODS, reference_as_answer, score_or_error
+from core.domain.rewards import METHODS, RewardResult, reference_as_answer, score_or_error
 from core.engine.reference_side import learned_from_reference
 from core.errors import ModelCallError, StructuredOutputError
 from core.models.gateway import Gateway, Scope
@@ -124,8 +124,7 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
         _note(engine, advantage.id, f"none from {where}: the learner's reply failed ({exc}).")
         return True, None
     answer = reply.answer
-    check = await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
-                                    task.reward_settings)
+    check = await _answer_check(task, sample, answer)
     if check.value < RIGHT:
         reason = f": {check.detail}" if check.detail else ""
         _note(engine, advantage.id, f"dropped, compressed from {where}: its own answer {answer!r} scores "
@@ -138,13 +137,19 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
                                f"({answer}) scores {check.value:g} against the reference.")
 
 
+async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult:
+    """An example's final answer scored with the task's own reward against the sample's reference (boxed, so
+    every method finds it as the final answer), in a thread: a scorer may run in its scoring process."""
+    return await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
+                                   task.reward_settings)
+
+
 async def _reference_example(engine: Engine, task: Task, sample: Sample, advantage: Advantage) -> WorkedExample | None:
     """A group where every attempt failed has no successful rollout; with the run's reference option its
     reference answer is the successful side, so the example is the problem and the reference as an answer
     (core.domain.rewards.reference_as_answer), checked with the task's reward like any example."""
     answer = reference_as_answer(task.reward_method, sample.reference or "")
-    check = await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
-                                    task.reward_settings)
+    check = await _answer_check(task, sample, answer)
     if check.value < RIGHT:
         _note(engine, advantage.id, f"dropped, from the reference answer: it scores {check.value:g} against itself "
                                     f"({check.detail}).")

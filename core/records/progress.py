@@ -227,11 +227,11 @@ def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, 
     gate_answers = 0
     if settings.gate != GateRule.OFF and shape.validation:
         gate_answers = (shape.steps + 1) * shape.validation * settings.gate_k
-    lessons = 1.0 if getattr(settings, "lessons", True) else 0.0  # off: worked examples only, no lesson calls
+    lessons = 1.0 if settings.lessons else 0.0  # off: worked examples only, no lesson calls
     return {"rollout": rollouts * turns, "judge": float(rollouts + gate_answers) * judge_calls if judged else 0.0,
             "summary": shape.groups * mixed * settings.group_size * lessons,
             "advantage": shape.groups * mixed * lessons,
-            "example": shape.groups * mixed if getattr(settings, "examples", False) else 0.0,
+            "example": shape.groups * mixed if settings.examples else 0.0,
             "update": float(shape.steps) * lessons if mixed > 0 else 0.0, "gate": gate_answers * turns}
 
 
