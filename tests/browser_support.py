@@ -116,12 +116,15 @@ def wait_for_app(page) -> None:
 
     The app's own run state (`data-test-script-state` on stApp) turns to `rerunRequested` as soon as a
     widget changes, before the status widget shows anything, so a check right after a click cannot pass
-    on the old page: on a busy machine the status widget alone let tests read a page not yet redrawn."""
+    on the old page: on a busy machine the status widget alone let tests read a page not yet redrawn.
+    Elements of the previous run stay in the page, marked stale, until the new run has drawn past them; a
+    widget that moved (a form below a table that grew) is then there twice, so stale elements must be gone."""
     page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
     page.wait_for_function(
         "() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
         " const state = app && app.getAttribute('data-test-script-state');"
         " if (['running', 'rerunRequested', 'stopRequested'].includes(state)) return false;"
+        " if (document.querySelector('[data-testid=\"stElementContainer\"][data-stale=\"true\"]')) return false;"
         " const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
         " return !w || !(w.innerText.includes('Running') || w.innerText.includes('Stop')); }",
         timeout=60_000)
