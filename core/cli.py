@@ -54,8 +54,9 @@ from core.records.versions import (
 )
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
+from core.settings import secret
 from storage import queries
-from storage.db import describe_url, get_engine
+from storage.db import describe_url
 from storage.statuses import (
     EVALUATION_HAS_FIGURES,
     WORKER_MAY_CONTINUE,
@@ -131,7 +132,7 @@ class StageProgress(StatusLine):
 
 
 def _engine(args: argparse.Namespace):
-    return get_engine(args.db) if args.db else settings_engine()
+    return settings_engine(args.db)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -198,7 +199,7 @@ def cmd_dataset_show(args: argparse.Namespace) -> int:
 def _password(args: argparse.Namespace) -> str:
     """From the named environment variable, else one line of piped stdin, else typed twice (not echoed)."""
     if args.password_env:
-        password = os.environ.get(args.password_env)
+        password = secret(args.password_env)
         if not password:
             raise UsageError(f"environment variable {args.password_env} is not set or empty")
         return password

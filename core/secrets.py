@@ -7,7 +7,6 @@ call it reads the full URL from STUDIO_API_BASE, which stays in the environment 
 
 from __future__ import annotations
 
-import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from core.errors import InvalidInput
@@ -46,11 +45,11 @@ def has_credentials(url: str | None) -> bool:
     return bool(url) and mask_url(url) != url.strip()
 
 
-def resolve_api_base(stored: str | None) -> str | None:
-    """The URL to call for a stored (perhaps masked) api_base: itself, or STUDIO_API_BASE when that masks to it."""
+def resolve_api_base(stored: str | None, full: str = "") -> str | None:
+    """The URL to call for a stored (perhaps masked) api_base: itself, or `full` (the value of STUDIO_API_BASE,
+    which the caller reads through core.settings.secret) when that masks to it."""
     if not stored or MASK not in stored:
         return stored
-    full = os.environ.get(API_BASE_ENV, "")
     if full and mask_url(full) == stored:
         return full
     raise InvalidInput(f"the run's api_base {stored} had credentials, which are never stored; set {API_BASE_ENV} "

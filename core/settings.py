@@ -1,19 +1,24 @@
 """The studio's configuration: one object read from the environment once per process.
 
-Only names, numbers and paths live here. Provider API keys stay in the provider's usual environment
-variables (OPENAI_API_KEY, DEEPSEEK_API_KEY, ...), read by litellm alone, and never enter this object.
+Only names, numbers and paths live in `Settings`. Provider API keys stay in the provider's usual
+environment variables (OPENAI_API_KEY, DEEPSEEK_API_KEY, ...): litellm reads them itself, and the studio's
+own code reads a key or credential only through `secret()` here, at the call that needs it, so no key enters
+this object, the database, a log or a page. No other module of core, storage, api or pages reads the
+environment (tests/test_settings_reads.py keeps it so); a child process is given a copy of it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import Engine
 
+from core.errors import InvalidInput
 from storage.db import get_engine
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -33,6 +38,11 @@ class Settings(BaseSettings):
 
     database_url: str = Field(default=f"sqlite:///{PROJECT_DIR / 'studio.db'}",
                               validation_alias=AliasChoices("DATABASE_URL", "TFGRPO_DATABASE_URL"))
+    db_pool_size: int = Field(default=5, ge=1, description="connections a server database's pool keeps open")
+    db_max_overflow: int = Field(default=10, ge=0, description="connections the pool opens beyond its size "
+                                 "under load")
+    db_pool_recycle_s: int = Field(default=1800, ge=0, description="seconds before a pooled connection is "
+                                   "replaced, before a proxy or firewall drops it (0: never)")
     model: str = Field(default=DEFAULT_MODEL, min_length=1, description="default model of every role")
     concurrency: int = Field(default=4, ge=1, le=1024, description="model calls in flight per model")
     local_slots: int = Field(default=4, ge=1, le=64, description="parallel sequences of the embedded model")
@@ -67,13 +77,46 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The settings of this process (tests that change the environment call `get_settings.cache_clear()`)."""
-    return Settings()
+    """The settings of this process (tests that change the environment call `get_settings.cache_clear()`);
+    a value that cannot be used is an InvalidInput naming its environment variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise InvalidInput("the environment has a setting that cannot be used: " + "; ".join(
+            f"{variable_of(error['loc'])} {error['msg'].lower()} (got {error.get('input')!r})"
+            for error in exc.errors())) from None
 
 
-def engine() -> Engine:
-    """The configured database's engine (one per URL per process, migrated on first use)."""
-    return get_engine(get_settings().database_url)
+def variable_of(loc: tuple) -> str:
+    """The environment variable of a Settings field, as a person sets it."""
+    field = str(loc[0]) if loc else ""
+    return "DATABASE_URL" if field in ("database_url", "DATABASE_URL") else f"TFGRPO_{field.upper()}"
+
+
+def engine(url: str | None = None) -> Engine:
+    """The engine of the configured database, or of `url` (the CLI's --db), with the configured connection
+    pool: one per URL per process, migrated on first use."""
+    return get_engine(url or get_settings().database_url, **database_pool())
+
+
+def database_pool() -> dict[str, int]:
+    """The configured connection pool of a server database, as storage.db's engine arguments."""
+    settings = get_settings()
+    return {"pool_size": settings.db_pool_size, "max_overflow": settings.db_max_overflow,
+            "pool_recycle": settings.db_pool_recycle_s}
+
+
+def secret(name: str) -> str:
+    """The value of the environment variable `name` that holds a key or a credential, '' when unset: read at
+    the call that needs it and never kept."""
+    return os.environ.get(name, "").strip()
+
+
+def secrets_in_environment() -> dict[str, str]:
+    """Every environment variable whose name says it holds a secret (KEY, TOKEN, SECRET, PASSWORD), so that
+    an error message a provider echoed can be scrubbed of them."""
+    return {name: value for name, value in os.environ.items()
+            if value and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name)}
 
 
 def configure_scoring() -> None:

@@ -3,14 +3,14 @@
 SQLite is tuned for one worker writing while the UI reads (WAL, busy timeout, foreign keys), and
 the schema is brought up to date with Alembic whenever an engine is opened. On a server database
 (PostgreSQL through psycopg 3: `postgresql+psycopg://user:password@host:5432/name`, with `@ % / :` in
-the password URL-escaped) each engine keeps a pool of TFGRPO_DB_POOL_SIZE connections (default 5),
-opens at most TFGRPO_DB_MAX_OVERFLOW more under load (default 10), and replaces a connection older than
-TFGRPO_DB_POOL_RECYCLE_S seconds (default 1800; 0 keeps them) before a proxy or firewall drops it.
+the password URL-escaped) each engine keeps a pool of connections (default 5), opens at most a few more
+under load (default 10), and replaces a connection older than a limit (default 1800 s; 0 keeps them)
+before a proxy or firewall drops it. The sizes are arguments: core.settings reads them from the
+environment (TFGRPO_DB_POOL_SIZE, TFGRPO_DB_MAX_OVERFLOW, TFGRPO_DB_POOL_RECYCLE_S) and passes them in.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -26,18 +26,13 @@ from storage import tables  # noqa: F401  (registers the tables on SQLModel.meta
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
-POOL_SIZE_ENV = "TFGRPO_DB_POOL_SIZE"
-MAX_OVERFLOW_ENV = "TFGRPO_DB_MAX_OVERFLOW"
-POOL_RECYCLE_ENV = "TFGRPO_DB_POOL_RECYCLE_S"
 DEFAULT_POOL_SIZE = 5
 DEFAULT_MAX_OVERFLOW = 10
 DEFAULT_POOL_RECYCLE_S = 1800
 
 
-def _whole_number(name: str, value: object, default: int, minimum: int) -> int:
-    """`value` (an argument, or else environment variable `name`) as an int of at least `minimum`."""
-    if value is None:
-        value = os.environ.get(name, "").strip() or default
+def _whole_number(name: str, value: object, minimum: int) -> int:
+    """`value` as an int of at least `minimum`; a ValueError naming the argument otherwise."""
     try:
         number = int(value)
         if isinstance(value, float) and number != value:
@@ -49,14 +44,13 @@ def _whole_number(name: str, value: object, default: int, minimum: int) -> int:
     return number
 
 
-def pool_settings(pool_size: int | None = None, max_overflow: int | None = None,
-                  pool_recycle: int | None = None) -> dict[str, int]:
-    """The connection pool of a server database: the arguments, or else TFGRPO_DB_POOL_SIZE (default 5,
-    at least 1), TFGRPO_DB_MAX_OVERFLOW (default 10, at least 0) and TFGRPO_DB_POOL_RECYCLE_S (default 1800,
-    0 for never); a bad value is a ValueError naming it."""
-    recycle = _whole_number(POOL_RECYCLE_ENV, pool_recycle, DEFAULT_POOL_RECYCLE_S, 0)
-    return {"pool_size": _whole_number(POOL_SIZE_ENV, pool_size, DEFAULT_POOL_SIZE, 1),
-            "max_overflow": _whole_number(MAX_OVERFLOW_ENV, max_overflow, DEFAULT_MAX_OVERFLOW, 0),
+def pool_settings(pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW,
+                  pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> dict[str, int]:
+    """The connection pool of a server database: `pool_size` at least 1, `max_overflow` at least 0,
+    `pool_recycle` seconds (0 for never); a bad value is a ValueError naming it."""
+    recycle = _whole_number("pool_recycle", pool_recycle, 0)
+    return {"pool_size": _whole_number("pool_size", pool_size, 1),
+            "max_overflow": _whole_number("max_overflow", max_overflow, 0),
             "pool_recycle": recycle or -1}  # SQLAlchemy's "never" is -1
 
 
@@ -109,8 +103,8 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str, *, migrate: bool = True, pool_size: int | None = None,
-                max_overflow: int | None = None, pool_recycle: int | None = None) -> Engine:
+def make_engine(url: str, *, migrate: bool = True, pool_size: int = DEFAULT_POOL_SIZE,
+                max_overflow: int = DEFAULT_MAX_OVERFLOW, pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> Engine:
     """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
     (for a database known to be at the newest revision, such as the tests' copies of a migrated file).
 
@@ -139,9 +133,10 @@ _migrate = migrate  # make_engine's `migrate` flag hides the function's name ins
 
 
 @lru_cache(maxsize=8)
-def get_engine(url: str) -> Engine:
-    """One engine per URL per process."""
-    return make_engine(url)
+def get_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW,
+               pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> Engine:
+    """One engine per URL (and pool) per process."""
+    return make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_recycle=pool_recycle)
 
 
 @contextmanager

@@ -20,7 +20,9 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, SQLModel, select
 
+from core.errors import InvalidInput
 from core.records.tasks import DEMO_TASK, ensure_demo_task, get_task
+from core.settings import database_pool, get_settings
 from storage.db import (
     MIGRATIONS_DIR,
     describe_url,
@@ -218,22 +220,30 @@ def test_0008_folds_duplicate_rows_on_postgres(empty_database):
 
 # Pool settings: no server needed (an engine does not connect until it is used).
 
+@pytest.fixture
+def fresh_settings():
+    """Settings read anew from the environment the test set, and forgotten after it."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
 PG_URL = "postgresql+psycopg://studio:p%40ss%25w%2Frd%3A1@127.0.0.1:5432/studio"
 
 
-def test_a_server_database_pools_5_plus_10_connections_recycled_after_30_minutes_by_default(monkeypatch):
+def test_a_server_database_pools_5_plus_10_connections_recycled_after_30_minutes_by_default(monkeypatch, fresh_settings):
     for name in ("TFGRPO_DB_POOL_SIZE", "TFGRPO_DB_MAX_OVERFLOW", "TFGRPO_DB_POOL_RECYCLE_S"):
         monkeypatch.delenv(name, raising=False)
-    engine = make_engine(PG_URL, migrate=False)
+    engine = make_engine(PG_URL, migrate=False, **database_pool())
     assert (engine.pool.size(), engine.pool._max_overflow, engine.pool._recycle) == (5, 10, 1800)
     assert engine.url.password == "p@ss%w/rd:1"
 
 
-def test_pool_settings_come_from_the_environment_or_the_arguments(monkeypatch):
+def test_pool_settings_come_from_the_environment_or_the_arguments(monkeypatch, fresh_settings):
     monkeypatch.setenv("TFGRPO_DB_POOL_SIZE", "3")
     monkeypatch.setenv("TFGRPO_DB_MAX_OVERFLOW", " 0 ")
     monkeypatch.setenv("TFGRPO_DB_POOL_RECYCLE_S", "0")  # never
-    engine = make_engine(PG_URL, migrate=False)
+    engine = make_engine(PG_URL, migrate=False, **database_pool())
     assert (engine.pool.size(), engine.pool._max_overflow, engine.pool._recycle) == (3, 0, -1)
     assert pool_settings(pool_size=7, max_overflow=2, pool_recycle=60) == {"pool_size": 7, "max_overflow": 2,
                                                                            "pool_recycle": 60}
@@ -242,14 +252,19 @@ def test_pool_settings_come_from_the_environment_or_the_arguments(monkeypatch):
 @pytest.mark.parametrize(("name", "value"), [("TFGRPO_DB_POOL_SIZE", "abc"), ("TFGRPO_DB_POOL_SIZE", "0"),
                                              ("TFGRPO_DB_POOL_SIZE", "2.5"), ("TFGRPO_DB_MAX_OVERFLOW", "-1"),
                                              ("TFGRPO_DB_POOL_RECYCLE_S", "-1"), ("TFGRPO_DB_POOL_RECYCLE_S", "1h")])
-def test_a_bad_pool_setting_is_refused_by_name(monkeypatch, name, value):
+def test_a_bad_pool_setting_is_refused_by_name(monkeypatch, fresh_settings, name, value):
     monkeypatch.setenv(name, value)
-    with pytest.raises(ValueError, match=f"{name} must be a whole number of at least"):
-        make_engine(PG_URL, migrate=False)
+    with pytest.raises(InvalidInput, match=name):
+        database_pool()
 
 
-def test_sqlite_ignores_the_pool_settings(monkeypatch, tmp_path):
-    monkeypatch.setenv("TFGRPO_DB_POOL_SIZE", "abc")
-    monkeypatch.setenv("TFGRPO_DB_POOL_RECYCLE_S", "soon")
-    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}", migrate=False)
+@pytest.mark.parametrize(("argument", "value"), [("pool_size", 0), ("pool_size", 2.5), ("max_overflow", -1),
+                                                 ("pool_recycle", "1h")])
+def test_a_bad_pool_argument_is_refused_by_name(argument, value):
+    with pytest.raises(ValueError, match=f"{argument} must be a whole number of at least"):
+        make_engine(PG_URL, migrate=False, **{argument: value})
+
+
+def test_sqlite_ignores_the_pool_settings(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}", migrate=False, pool_size=0, pool_recycle="soon")
     engine.dispose()

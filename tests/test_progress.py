@@ -275,7 +275,8 @@ def test_a_conversation_tasks_estimate_counts_every_turn_and_each_judge_rule(eng
 
 
 def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_embedded_models():
-    from core.records.progress import DEFAULT_TOKENS, price_per_token
+    from core.models.prices import price_per_token
+    from core.records.progress import DEFAULT_TOKENS
 
     hosted = "openai/gpt-4o-mini"
     prompt_price, completion_price = price_per_token(hosted)  # litellm's local price map

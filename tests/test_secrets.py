@@ -43,16 +43,13 @@ def test_a_run_stores_its_api_base_masked(engine, demo_task):
     assert "hunter2" not in json.dumps(stored) and "sk-secret" not in json.dumps(stored)
 
 
-def test_a_masked_api_base_is_called_with_the_full_url_from_the_environment(monkeypatch):
+def test_a_masked_api_base_is_called_with_the_full_url_from_the_environment():
     masked = mask_url(WITH_CREDENTIALS)
-    monkeypatch.delenv(API_BASE_ENV, raising=False)
     with pytest.raises(InvalidInput, match=API_BASE_ENV):
-        resolve_api_base(masked)
-    monkeypatch.setenv(API_BASE_ENV, "https://bob:other@elsewhere.example.com/v1")
+        resolve_api_base(masked, "")  # STUDIO_API_BASE unset
     with pytest.raises(InvalidInput):
-        resolve_api_base(masked)  # a full URL for another endpoint is not taken for this one
-    monkeypatch.setenv(API_BASE_ENV, WITH_CREDENTIALS)
-    assert resolve_api_base(masked) == WITH_CREDENTIALS
+        resolve_api_base(masked, "https://bob:other@elsewhere.example.com/v1")  # another endpoint's full URL
+    assert resolve_api_base(masked, WITH_CREDENTIALS) == WITH_CREDENTIALS
     assert resolve_api_base("http://localhost:8000/v1") == "http://localhost:8000/v1"
 
 

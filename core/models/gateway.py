@@ -17,7 +17,6 @@ import email.utils
 import hashlib
 import json
 import logging
-import os
 import random
 import re
 import time
@@ -36,8 +35,9 @@ from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
 from core.models import local_model, openai_http
-from core.secrets import mask_url, resolve_api_base
-from core.settings import get_settings
+from core.models.prices import price_per_token, token_cost
+from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
+from core.settings import get_settings, secret, secrets_in_environment
 from storage.fencing import raise_if_lost
 from storage.tables import LLMCall
 
@@ -85,8 +85,8 @@ class Scope:
 
 def redact(text: str) -> str:
     """Remove any secret from the environment that a provider echoed into an error message."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name):
+    for name, value in secrets_in_environment().items():
+        if len(value) >= 8:
             text = text.replace(value, f"<{name}>")
     return text
 
@@ -148,7 +148,7 @@ class Gateway:
     _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.api_base = resolve_api_base(self.api_base)
+        self.api_base = resolve_api_base(self.api_base, secret(API_BASE_ENV))
 
     def _endpoint(self, model: str) -> str | None:
         """The api_base this model is called on (the embedded model has none)."""
@@ -304,7 +304,7 @@ class Gateway:
             raise ModelCallError(f"{model} ({stage}): {message}") from error
         latency = (time.perf_counter() - started) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
-        cost = _token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
+        cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                        cache_key=key, request=request, response=text, tokens_in=tokens_in,
                                        tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts))
@@ -414,25 +414,10 @@ def json_text(text: str) -> str:
     raise InvalidInput(f"no JSON found in reply: {text[:120]!r}")
 
 
-_UNPRICED: set[str] = set()
-
-
-def _token_cost(model: str, tokens_in: int, tokens_out: int) -> float:
-    """The price of a direct call from litellm's price table; a model it does not know is free."""
-    if model in _UNPRICED:
-        return 0.0
-    try:
-        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=tokens_in,
-                                                     completion_tokens=tokens_out)
-        return float(prompt + completion)
-    except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
-        _UNPRICED.add(model)
-        return 0.0
-
-
 def _cost(response: Any, model: str) -> float:
-    """The call's price; a model litellm has no price for is remembered as free (asking costs ~2 ms a call)."""
-    if model.startswith("local/") or model in _UNPRICED:
+    """The call's price: litellm's own figure for the response when it has one; a model litellm has no price
+    for is free (core.models.prices remembers which, as asking costs ~2 ms a call)."""
+    if price_per_token(model) in (None, (0.0, 0.0)):
         return 0.0
     hidden = getattr(response, "_hidden_params", {}) or {}
     if hidden.get("response_cost") is not None:
@@ -440,5 +425,4 @@ def _cost(response: Any, model: str) -> float:
     try:
         return float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
-        _UNPRICED.add(model)
         return 0.0

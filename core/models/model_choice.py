@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 
 import litellm
 
 from core.errors import InvalidInput
 from core.models.local_model import MODELS
 from core.secrets import API_BASE_ENV
-from core.settings import get_settings
+from core.settings import get_settings, secret
 
 LOCAL_PREFIX = "local/"
 # Providers this studio offers by name when their key is set: (key variable, a few of their models).
@@ -41,7 +40,7 @@ def local_models() -> list[str]:
 
 
 def key_is_set(variable: str) -> bool:
-    return bool(os.environ.get(variable, "").strip())
+    return bool(secret(variable))
 
 
 def known_models() -> list[str]:

@@ -10,12 +10,13 @@ the gateway's; this module makes exactly one HTTP request per call.
 from __future__ import annotations
 
 import asyncio
-import os
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+
+from core.settings import secret
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -73,7 +74,7 @@ def endpoint_url(api_base: str) -> str:
 async def chat(api_base: str, payload: dict, timeout_s: float) -> Reply:
     """One POST of `payload` to the endpoint's chat completions; raises Transient- or PermanentHTTPError."""
     headers = {"Content-Type": "application/json"}
-    key = os.environ.get("OPENAI_API_KEY")
+    key = secret("OPENAI_API_KEY")
     if key:
         headers["Authorization"] = f"Bearer {key}"
     session = await _session()

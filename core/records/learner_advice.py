@@ -17,7 +17,8 @@ from sqlmodel import Session
 
 from core.errors import InvalidInput
 from core.models.model_choice import LOCAL_PREFIX, PROVIDERS, check_model, known_models
-from core.records.progress import form_estimate, money, price_per_token
+from core.models.prices import price_per_token
+from core.records.progress import form_estimate, money
 from core.records.run_settings import RunSettings
 from core.settings import get_settings
 from storage.tables import Task

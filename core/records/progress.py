@@ -25,19 +25,16 @@ estimate says it only when a hosted model takes part, so a person choosing a hos
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import litellm
 from sqlmodel import Session
 
 from core.domain.held_out import VALIDATION_SPLIT, held_out_size
 from core.domain.rewards import METHODS, parsed_settings
 from core.errors import InvalidInput
+from core.models.prices import price_per_token
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import alive_workers, job_health
 from core.settings import get_settings
@@ -117,21 +114,6 @@ class QueuePlace:
 
 
 # ---- the arithmetic (pure) --------------------------------------------------------------------------------
-
-
-@functools.cache
-def price_per_token(model: str) -> tuple[float, float] | None:
-    """USD per prompt token and per completion token of a model, from litellm's price map; the embedded models
-    cost nothing; None when litellm knows no price (it prints a provider list on a failure: swallowed)."""
-    if model.startswith("local/"):
-        return 0.0, 0.0
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000,
-                                                         completion_tokens=1_000_000)
-    except Exception:  # noqa: BLE001  (litellm raises its own errors for unknown models and providers)
-        return None
-    return prompt / 1_000_000, completion / 1_000_000
 
 
 def role_of(stage: str) -> str:
