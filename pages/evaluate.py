@@ -24,7 +24,7 @@ from sqlmodel import Session
 from core.engine.evaluation import create_evaluation
 from core.errors import StudioError
 from core.jobs.run_control import resume_evaluation
-from core.models.model_choice import check_model, known_models
+from core.models.model_choice import known_models
 from core.records.comparison import compare_evaluations
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
@@ -134,12 +134,6 @@ def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: 
             f"k={k}), model {model}.")
 
 
-def checked_evaluation(engine, task: str, version: str, *, model: str, **settings) -> int:
-    """The model is checked before anything is queued (core.models.model_choice), as on Train."""
-    check_model(model)
-    return create_evaluation(engine, task, version, model=model, **settings)
-
-
 def start_evaluation(scope: FormScope) -> None:
     """Queue an evaluation of the form's choices (the Start evaluation button's callback) for a worker."""
     state, keys = st.session_state, scope.keys
@@ -152,7 +146,7 @@ def start_evaluation(scope: FormScope) -> None:
     model = str(state[keys["model"]] or "").strip() or scope.default_model
     size = min(limit or scope.split_sizes.get(split, 0), scope.split_sizes.get(split, 0))
     evaluation_id = run_action(
-        FLASH, "new", checked_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
+        FLASH, "new", create_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
         model=model, temperature=float(state[keys["temperature"]]), route_segments=routed,
         created_by=context().reviewer,
         report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version)

@@ -27,7 +27,7 @@ from sqlmodel import Session
 from core.engine.training import create_run
 from core.errors import InvalidInput
 from core.jobs.run_control import cancel_run, pause_run, resume_run
-from core.models.model_choice import check_model, known_models
+from core.models.model_choice import known_models
 from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
@@ -405,13 +405,9 @@ def prepare_form(task) -> None:
 
 
 def queue_run(task_name: str, library: str, actor: str) -> int:
-    """Queue the form's run once its models are usable here: a model that cannot be called would otherwise
-    fail only in the worker, at the run's first call. Empty model fields mean the task's models."""
-    settings = form_settings()
-    for name in (settings.policy_model, settings.learner_model):
-        if name:
-            check_model(name)
-    return create_run(engine(), task_name, settings, library_name=library, created_by=actor)
+    """Queue the form's run (create_run refuses a model that cannot be called here). Empty model fields mean
+    the task's models."""
+    return create_run(engine(), task_name, form_settings(), library_name=library, created_by=actor)
 
 
 def start_run(task_name: str) -> None:

@@ -245,6 +245,23 @@ def engine(database_url):
 
 
 @pytest.fixture
+def unreachable_model(monkeypatch) -> tuple[str, str]:
+    """A model that passes the model check and whose every call fails at once: `openai/m` at a closed loopback
+    port, with no retries (TFGRPO_MAX_RETRIES=0 here and in child processes started from this environment)."""
+    import socket
+
+    from core.settings import get_settings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("TFGRPO_MAX_RETRIES", "0")
+    get_settings.cache_clear()
+    yield "openai/m", f"http://127.0.0.1:{port}/v1"
+    get_settings.cache_clear()
+
+
+@pytest.fixture
 def demo_task(engine):
     return ensure_demo_task(engine)
 

@@ -14,7 +14,7 @@ from core.records.people import check_password
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine
-from storage.tables import AuditEvent, Sample, User
+from storage.tables import AuditEvent, Evaluation, Run, Sample, User
 
 PASSWORD = "correct horse battery"
 
@@ -408,10 +408,11 @@ def test_an_oversized_library_import_exits_2_and_writes_nothing(db, capsys, tmp_
     assert versions_of(db, DEMO_TASK) == before
 
 
-def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resumed(db, capsys):
-    """An unknown provider fails every call: the run must not end `completed` with an unchanged library."""
-    code, out, _ = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--model", "nosuchprovider/m",
-                       "--learner-model", "nosuchprovider/m", "--epochs", "1", "--batch-size", "1",
+def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resumed(db, capsys, unreachable_model):
+    """A server that is down fails every call: the run must not end `completed` with an unchanged library."""
+    model, api_base = unreachable_model
+    code, out, _ = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--model", model, "--learner-model", model,
+                       "--api-base", api_base, "--epochs", "1", "--batch-size", "1",
                        "--group-size", "1", "--limit", "1", "--gate", "off")
     assert code == 1
     assert "failed (StepFailed: epoch 1 batch 1 failed: every group failed (1 of 1)" in out
@@ -419,6 +420,17 @@ def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resum
     run_id = int(out.split()[1].rstrip(":"))
     code, out, _ = run(capsys, "--db", db, "train", "--resume", str(run_id))
     assert code == 1 and f"run {run_id}: failed" in out  # resumable: it ran again (and failed the same way)
+
+
+def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(db, capsys):
+    """The model check sits where runs and evaluations are created, so the CLI meets it as the pages do."""
+    code, out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--model", "nosuchprovider/m", "--queue")
+    assert code == 2 and out == "" and "no known provider 'nosuchprovider'" in err
+    code, out, err = run(capsys, "--db", db, "eval", "--task", DEMO_TASK, "--version", "empty",
+                         "--model", "nosuchprovider/m", "--queue")
+    assert code == 2 and "no known provider 'nosuchprovider'" in err
+    with Session(get_engine(db)) as session:
+        assert session.exec(select(Run)).all() == [] and session.exec(select(Evaluation)).all() == []
 
 
 @pytest.fixture

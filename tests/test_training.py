@@ -249,7 +249,8 @@ def test_manual_review_waits_then_continues_after_approval(engine, demo_task, sc
     assert run.status == "completed" and run.current_version_id == version.id
 
 
-def test_budget_pauses_the_run(engine, demo_task, scripted):
+def test_budget_pauses_the_run(engine, demo_task, scripted, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-sent")  # a priced model passes the model check; replies are scripted
     model, gateway = scripted(engine, rollout=mixed_rollouts())
     run_id = create_run(engine, DEMO_TASK, small(epochs=3, policy_model="openai/gpt-4o-mini",
                                                 learner_model="openai/gpt-4o-mini", budget_usd=0.00001))

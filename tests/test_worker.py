@@ -140,13 +140,14 @@ def test_resume_a_failed_evaluation(engine, demo_task):
     assert resume_evaluation(engine, eval_id, "ann") == "queued"
 
 
-def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_path, engine, demo_task):
+def test_a_worker_process_claims_queued_work_and_stops_cleanly_on_sigterm(tmp_path, engine, demo_task,
+                                                                           unreachable_model):
     """A real `python -m core worker` process: it registers, executes a queued run (its calls fail fast on
-    an unknown provider, so every group of the only step fails, and the run fails with the reason rather than
+    a server that is down, so every group of the only step fails, and the run fails with the reason rather than
     ending `completed` with nothing learned), goes on serving, and unregisters on SIGTERM."""
+    model, api_base = unreachable_model
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1,
-                                                       policy_model="nosuchprovider/model",
-                                                       learner_model="nosuchprovider/model"))
+                                                       policy_model=model, learner_model=model, api_base=api_base))
     env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.2"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

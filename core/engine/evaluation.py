@@ -16,6 +16,7 @@ from core.engine.agent import agent_settings, check_agent_mode
 from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, NotFound
 from core.models.gateway import Gateway, Scope
+from core.models.model_choice import check_model
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.scenarios import check_task_kind, personas_by_name
@@ -54,6 +55,8 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         check_task_kind(session, task)
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
+        model = model or task.policy_model or get_settings().model
+        check_model(model)  # before anything is queued: the worker would meet it only at the first call
         routes = None
         if route_segments:
             routes = route_versions(session, task)
@@ -61,7 +64,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                 raise InvalidInput(f"task {task.name!r} has no library bound to a segment; bind one first "
                                    "(`python -m core library bind`, or the Library page)")
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
-                         model=model or task.policy_model or get_settings().model, temperature=temperature,
+                         model=model, temperature=temperature,
                          routes=routes, selection=evaluation_frozen(session, version, routes), created_by=created_by)
         session.add(row)
         session.flush()

@@ -47,6 +47,7 @@ from core.engine.worked_examples import can_verify, examples_recorded, propose_e
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
+from core.models.model_choice import check_model
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.review import (
@@ -120,6 +121,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         task = get_task(session, task_name)
         settings.policy_model = settings.policy_model or task.policy_model or get_settings().model
         settings.learner_model = settings.learner_model or task.learner_model or get_settings().model
+        for name in {settings.policy_model, settings.learner_model}:
+            check_model(name, settings.api_base)  # here, so the browser, the CLI and production updates meet it
         method = METHODS.get(task.reward_method)
         if not settings.ground_truth and method is not None and not method.scored_by_function:
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "

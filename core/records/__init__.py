@@ -1,1 +1,8 @@
-"""What is stored and the operations on it: each function owns its transaction and its audit event."""
+"""What is stored and the operations on it, each with its audit event.
+
+The first argument says who owns the transaction. A function that changes what is stored takes the
+engine and owns its transaction: it opens it, commits it and writes its audit event, so a page, the CLI
+and the API call it alone. A function that takes a Session never commits: it reads (a page draws several
+reads from one session), or it is one step of the transaction its caller owns. tests/test_records_arguments.py
+keeps the rule.
+"""
