@@ -3,7 +3,7 @@
 On a fresh SQLite file this creates the arithmetic demo task and evaluates its empty library twice on the
 first `--limit` test problems with the same k, temperature and seeds (the agent seeds each call from its query,
 sample index and turn): once in `direct` mode, once in `python` mode (the code jail must work here). Each
-evaluation runs through the engine's own path (core.engine.evaluation), so the python arm stops at "```output",
+evaluation runs through the engine's own path (core.grpo.evaluation), so the python arm stops at "```output",
 runs the code in the jail and stores each run on its rollout. The two are compared query by query
 (core.records.comparison: paired interval and sign test).
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlmodel import Session, select  # noqa: E402
 
 from core.domain.code_runs import code_runs, pending_code  # noqa: E402
-from core.engine.evaluation import create_evaluation, execute_evaluation  # noqa: E402
+from core.grpo.evaluation import create_evaluation, execute_evaluation  # noqa: E402
 from core.records.comparison import compare_evaluations  # noqa: E402
 from core.records.tasks import DEMO_TASK, ensure_demo_task  # noqa: E402
 from storage.db import make_engine, session_scope  # noqa: E402

@@ -34,8 +34,8 @@ def main() -> int:
     os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.db"
     from sqlmodel import Session, select
 
-    from core.engine.evaluation import create_evaluation, execute_evaluation
-    from core.engine.training import RunSettings, create_run, execute_run
+    from core.grpo.evaluation import create_evaluation, execute_evaluation
+    from core.grpo.training import RunSettings, create_run, execute_run
     from core.records.comparison import compare_evaluations
     from core.records.segments import paired_by_segment
     from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task

@@ -300,7 +300,7 @@ def measured_run(args: argparse.Namespace, *, concurrency: int, latency: float, 
         url = db_url or temp_db_url(workdir, f"run_c{concurrency}_{int(time.time() * 1000)}.db")
         _environment(stub.url, url)
         engine, task = prepare(url)
-        from core.engine.training import create_run
+        from core.grpo.training import create_run
 
         if args.warmup:  # first calls import lazily and the scoring processes start: not per-call cost
             warm = settings_for(args, stub.url, concurrency)
@@ -538,7 +538,7 @@ def cmd_soak(args: argparse.Namespace) -> dict:
         _environment(stub.url, db_url)
         os.environ["TFGRPO_STALL_AFTER_S"] = f"{args.stall_after:g}"
         engine, task = prepare(db_url)
-        from core.engine.training import create_run
+        from core.grpo.training import create_run
 
         run_id = create_run(engine, task, settings_for(args, stub.url, args.concurrency[0]))
         soak = _Soak(engine, run_id, _worker_env(db_url, stub.url, args.stall_after), log_file, args)

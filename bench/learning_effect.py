@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 TASK = "learning effect benchmark"
-VALIDATION = "validation"  # core.engine.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
+VALIDATION = "validation"  # core.grpo.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
 GOAL = 0.05  # the goal in bench/README.md: a gated library beats the empty library of its mode by 5 points, p < 0.05
 MODES = ("direct", "python")
 
@@ -294,7 +294,7 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     """The arm's library (or the empty one) on the test queries, k samples each."""
     from sqlmodel import Session
 
-    from core.engine.evaluation import create_evaluation, execute_evaluation_async
+    from core.grpo.evaluation import create_evaluation, execute_evaluation_async
     from storage import queries
 
     ref = "empty" if arm.version_id is None else str(arm.version_id)
@@ -330,7 +330,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     from sqlmodel import Session
 
     from core.domain.library import EXAMPLE, kind_of
-    from core.engine.training import create_run, execute_run_async, run_counters
+    from core.grpo.training import create_run, execute_run_async, run_counters
     from core.records.gate_verdict import GateVerdict
     from storage import queries
     from storage.statuses import RunKind

@@ -95,7 +95,7 @@ def _text(content: object) -> str:
 
 
 def _agent_seed(query: str, sample_index: int, turn: int) -> int:
-    """The seed core.engine.agent sends for (query, sample index, turn) (core.models.gateway._seed of a sha256)."""
+    """The seed core.grpo.agent sends for (query, sample index, turn) (core.models.gateway._seed of a sha256)."""
     digest = hashlib.sha256(f"{query}\x00{sample_index}\x00{turn}".encode()).hexdigest()
     return int(digest[:8], 16) % (2**31 - 1)
 

@@ -23,10 +23,10 @@ from core.domain.library_io import check_file_size, decode_library
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
 from core.domain.selection import SelectionMode
-from core.engine import attribution
-from core.engine.evaluation import create_evaluation, evaluation_of
-from core.engine.training import RunSettings, check_resumable, create_run, run_counters
 from core.errors import InvalidInput, NotFound, StudioError, exit_code
+from core.grpo import attribution
+from core.grpo.evaluation import create_evaluation, evaluation_of
+from core.grpo.training import RunSettings, check_resumable, create_run, run_counters
 from core.jobs.run_control import resume_evaluation
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
 from core.models.gateway import Gateway

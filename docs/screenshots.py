@@ -25,7 +25,7 @@ def seed_labels(database_url: str) -> None:
     """Support replies scored by people on a 1-5 scale, two queries x G=2, waiting for labels."""
     from sqlmodel import select
 
-    from core.engine.training import RunSettings, create_run, execute_run
+    from core.grpo.training import RunSettings, create_run, execute_run
     from core.records.tasks import SUPPORT_TASK
     from storage.db import make_engine, session_scope
     from storage.tables import Task

@@ -6,7 +6,7 @@ task's version and split while queuing another's; the queued message echoes what
 compared evaluations are in the URL (?a=&b=). Promote first shows what changes against production and
 the paired comparison's verdict (core.records.promotion), then asks for a confirmation.
 
-The worker executes queued evaluations; this page queues them (`core.engine.evaluation.create_evaluation`),
+The worker executes queued evaluations; this page queues them (`core.grpo.evaluation.create_evaluation`),
 resumes failed or stalled ones (`core.jobs.run_control.resume_evaluation`) and moves the label
 (`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
 Model output and names are shown as text or in tables through pages._display, never as Markdown.
@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
-from core.engine.evaluation import create_evaluation
 from core.errors import StudioError
+from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import resume_evaluation
 from core.models.model_choice import known_models
 from core.records.comparison import compare_evaluations

@@ -11,7 +11,7 @@ pages._display (long texts clipped with a "Show all" toggle, table cells spreads
 each query by BM25) and previews the entries a typed query would be shown, through the function the HTTP API's
 selection route uses.
 
-"Measure experiences" queues a run of kind `attribute` (core.engine.attribution) for the worker and follows its
+"Measure experiences" queues a run of kind `attribute` (core.grpo.attribution) for the worker and follows its
 progress; once measured, each experience's effect (version minus version-without-it, with its interval and
 helps / hurts / unclear) shows beside it, and the experiences that hurt can be removed as a new version
 through the same edit path as manual edits.
@@ -34,8 +34,8 @@ from core.domain.library import EXAMPLE, EXAMPLE_MAX_WORDS, LESSON, MAX_WORDS, P
 from core.domain.library import diff as library_diff
 from core.domain.library_io import LibraryFormatError, decode_library
 from core.domain.selection import MAX_K, Selection, SelectionMode
-from core.engine import attribution
 from core.errors import StudioError
+from core.grpo import attribution
 from core.jobs.run_control import cancel_run, resume_run
 from core.records import versions as core_versions
 from core.records.selection import selection_of, set_selection
@@ -330,7 +330,7 @@ def effect_rows(experiences: list[dict], effects: dict) -> list[dict]:
 
 
 def measure_settings() -> dict:
-    """The measurement form's choices as core.engine.attribution takes them."""
+    """The measurement form's choices as core.grpo.attribution takes them."""
     state = st.session_state
     split = state.get("lib_measure_split") or AUTO_SPLIT
     return {"split": None if split == AUTO_SPLIT else split, "k": int(state.get("lib_measure_k") or 2),

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
-from core.engine.training import create_run
+from core.grpo.training import create_run
 from core.records.run_settings import RunSettings
 from core.records.traces import (
     arm_comparison,

@@ -30,7 +30,7 @@ from sqlmodel import Session
 
 from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
-from core.engine.attribution import effects_for_library as experience_effects
+from core.grpo.attribution import effects_for_library as experience_effects
 from core.records import review
 from core.records.gate_verdict import GateVerdict
 from core.records.run_settings import run_settings
@@ -219,7 +219,7 @@ def show_gate(step: Step, can_decide: bool) -> None:
              GateDecision.UNDECIDED: st.warning}.get(gate.decision, st.info)
     if gate.remeasure:  # the reviewed library waits for its own measurement by a worker
         shown = st.info
-    shown(gate.line, icon=None)  # core's own words and figures (core.engine.gate.gate_line)
+    shown(gate.line, icon=None)  # core's own words and figures (core.grpo.gate.gate_line)
     if gate.proposed:
         st.caption(plain(f"Before review, all proposed operations together: {gate.proposed.line}"))
     if gate.failed and step.status == StepStatus.AWAITING_REVIEW and can_decide:

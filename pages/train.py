@@ -1,7 +1,7 @@
 """Train: start a run with its settings, follow it live (per-stage counters, reward per step, library
 size, tokens and cost, time left) and pause, resume or cancel it.
 
-Runs are executed by the worker; this page only queues them (`core.engine.training.create_run`) and writes
+Runs are executed by the worker; this page only queues them (`core.grpo.training.create_run`) and writes
 a person's requests (`core.jobs.run_control`). Counters come from `run.progress`, which the worker keeps
 up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
 before Start, a queued run's place in line and the status in words come from `core.records.progress`; the model
@@ -24,8 +24,8 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
-from core.engine.training import create_run
 from core.errors import InvalidInput
+from core.grpo.training import create_run
 from core.jobs.run_control import cancel_run, pause_run, resume_run
 from core.models.model_choice import known_models
 from core.records.gate_verdict import GateVerdict

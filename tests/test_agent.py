@@ -16,8 +16,8 @@ from core.domain.code_runs import (
     cut_at_stop,
     pending_code,
 )
-from core.engine.agent import AgentSettings, run_agent
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.agent import AgentSettings, run_agent
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.models import local_model, openai_http
 from core.models.gateway import Gateway, Scope
 from core.records.demo_data import demo_rows

@@ -9,8 +9,9 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.engine import attribution
-from core.engine.attribution import (
+from core.errors import Conflict, InvalidInput, NotFound
+from core.grpo import attribution
+from core.grpo.attribution import (
     Verdict,
     create_attribution,
     effects_for_library,
@@ -20,8 +21,7 @@ from core.engine.attribution import (
     remove_hurting,
     run_effects,
 )
-from core.engine.training import execute_run
-from core.errors import Conflict, InvalidInput, NotFound
+from core.grpo.training import execute_run
 from core.records.tasks import DEMO_TASK, demo_rows, get_task
 from core.records.versions import import_library
 from storage import queries
@@ -268,7 +268,7 @@ def test_effects_for_library_keeps_the_newest_measurement_of_each_id(engine, dem
 
 
 def test_cli_attribute_prints_the_estimate_then_the_effects(engine, demo_task, scripted, capsys, monkeypatch):
-    import core.engine.training as training
+    import core.grpo.training as training
     from core.cli import main
 
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)

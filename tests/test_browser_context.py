@@ -13,7 +13,7 @@ import re
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from core.records.versions import PRODUCTION, import_library, set_label
 from storage import queries

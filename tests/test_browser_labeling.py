@@ -15,7 +15,7 @@ import time
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.labeling import ACCEPTED
 from core.records.people import add_user
 from core.records.tasks import DEMO_TASK

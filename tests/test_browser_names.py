@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.task_io import TaskSettings, save_task
 from core.records.tasks import add_dataset

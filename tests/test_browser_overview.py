@@ -13,7 +13,7 @@ import urllib.parse
 import pytest
 
 from core.domain.library import ProposedOp
-from core.engine.training import RunSettings, create_run, store_operations
+from core.grpo.training import RunSettings, create_run, store_operations
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from storage.db import make_engine, session_scope
 from storage.tables import Run, Step

@@ -12,7 +12,7 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import make_engine

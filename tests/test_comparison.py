@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.errors import InvalidInput
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.comparison import bootstrap_interval, compare_evaluations, mcnemar_exact, paired, sign_test
 from core.records.tasks import DEMO_TASK
 from storage.db import url_with_password

@@ -9,10 +9,10 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.agent import agent_settings
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.rollouts import stored_rollout
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.agent import agent_settings
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.rollouts import stored_rollout
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Scope
 from core.records.demo_data import conversation_demo
 from core.records.scenarios import personas_by_name, segment_of

@@ -13,7 +13,7 @@ from collections import Counter
 from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
-from core.engine.training import RunSettings, create_run
+from core.grpo.training import RunSettings, create_run
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from storage.db import session_scope, url_with_password
 from storage.tables import ConversationTurn, LLMCall, Run

@@ -9,11 +9,11 @@ import math
 import pytest
 from sqlmodel import Session, select
 
-import core.engine.evaluation as evaluation_module
+import core.grpo.evaluation as evaluation_module
 from bench.stub_server import StubServer
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.gate import check_validation_size, passes
-from core.engine.training import create_run, execute_run
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.gate import check_validation_size, passes
+from core.grpo.training import create_run, execute_run
 from core.jobs.run_control import resume_evaluation
 from core.models.gateway import Gateway
 from core.records.comparison import compare_evaluations, paired

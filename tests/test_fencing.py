@@ -12,8 +12,8 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from core.domain.library import ProposedOp
-from core.engine.training import RunSettings, create_run
 from core.errors import StaleVersion, TakenOver
+from core.grpo.training import RunSettings, create_run
 from core.jobs import worker as worker_module
 from core.jobs.run_control import resume_run
 from core.jobs.worker import claim, claim_next, execute_job, serve
@@ -190,7 +190,7 @@ def test_two_edits_from_one_parent_give_one_version_and_tell_the_other_who_won(e
 def test_an_evaluation_that_a_run_executes_is_never_taken_over_on_its_own(engine, demo_task):
     """A gate's or an attribution's evaluation is `running` while its run executes it; when the run dies it
     is the run that is taken over, never the evaluation by itself."""
-    from core.engine.evaluation import create_fixed_evaluation
+    from core.grpo.evaluation import create_fixed_evaluation
 
     run_id = create_run(engine, DEMO_TASK, SETTINGS)
     with Session(engine) as session:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.gate import choose_validation, gate_line, held_out_size, passes
-from core.engine.training import create_run, execute_run
 from core.errors import InvalidInput
+from core.grpo.gate import choose_validation, gate_line, held_out_size, passes
+from core.grpo.training import create_run, execute_run
 from core.records.comparison import paired
 from core.records.gate_verdict import GateVerdict
 from core.records.review import decide_operation, decide_step

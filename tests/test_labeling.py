@@ -8,9 +8,9 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.training import execute_run
 from core.errors import InvalidInput, PermissionDenied
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.training import execute_run
 from core.records.labeling import (
     ACCEPTED,
     accept_suggestion,

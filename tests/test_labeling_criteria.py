@@ -11,10 +11,10 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.agent import agent_settings
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, PermissionDenied
+from core.grpo.agent import agent_settings
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.rollouts import stored_rollout
 from core.models.gateway import Scope
 from core.models.judge import GENERIC_ANCHORS
 from core.records.demo_data import conversation_demo

@@ -22,7 +22,7 @@ from core.domain.prompts import (
 )
 from core.domain.quality import screen_ops
 from core.domain.replies import AdvantageReply, UpdateReply
-from core.engine.training import create_run, execute_run
+from core.grpo.training import create_run, execute_run
 from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK, demo_rows
 from storage import queries

@@ -22,7 +22,7 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from core.domain.replies import clean_text
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway, Scope
 from core.models.judge import judge_response, to_value
 from core.records.labeling import submit_label
@@ -279,7 +279,7 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     summarised by the learner on the model; the second is labelled 0.5 twice, so it is skipped with the reason
     and costs the learner nothing. The evaluation keeps the judge's verdicts as rewards; the ones the judge is
     unsure of or cannot give go to a person, labelled here."""
-    from core.engine.evaluation import create_evaluation, execute_evaluation
+    from core.grpo.evaluation import create_evaluation, execute_evaluation
     from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task
     from storage.tables import ConversationTurn, Evaluation
 
@@ -375,7 +375,7 @@ def test_a_policy_run_learns_from_the_reference_where_every_attempt_failed(engin
     fail; what the studio guarantees is checked: each reward is the verifier's, each group is decided by its
     rewards (an all-failed one reaches the learner with the reference and says so, or is recorded with its
     reason), and a new version exists exactly when operations were applied."""
-    from core.engine.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
+    from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
     from core.records.tasks import POLICY_TASK
 
     ensure_demo_tasks(engine)

@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 
 from core.domain.code_runs import OUTPUT_FENCE, code_runs
 from core.domain.sandbox import run_python
-from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, add_dataset, ensure_demo_task
 from storage.tables import LLMCall, Rollout
 

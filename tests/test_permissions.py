@@ -6,7 +6,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.library import ProposedOp
-from core.engine.training import RunSettings, create_run
+from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import pause_run
 from core.records.people import (
     PermissionDenied,

@@ -10,8 +10,8 @@ import sys
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.training import create_run, execute_run
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.training import create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.api_keys import create_key
 from core.records.comparison import compare_evaluations

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from core.engine.training import create_run
+from core.grpo.training import create_run
 from core.records.progress import (
     DEFAULT_MIXED,
     Shape,
@@ -230,7 +230,7 @@ def test_speeds_come_from_this_run_then_earlier_calls_of_the_model_then_the_defa
 
 
 def test_the_queue_is_in_the_order_the_worker_claims_and_sums_what_is_before(engine):
-    from core.engine.evaluation import create_evaluation
+    from core.grpo.evaluation import create_evaluation
 
     ensure_demo_task(engine)
     first = create_run(engine, DEMO_TASK, SMALL, created_by="cli")

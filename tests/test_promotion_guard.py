@@ -9,8 +9,8 @@ import pytest
 from sqlmodel import Session, col, select
 
 from core.cli import main
-from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.errors import Conflict, InvalidInput
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.models.gateway import Gateway
 from core.records.demo_data import demo_rows
 from core.records.promotion import preview_promotion

@@ -11,8 +11,8 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.replies import AdvantageReply, DirectReply, JudgeReply, UpdateReply
-from core.engine.training import RunSettings, create_run, execute_run, run_counters
 from core.errors import StructuredOutputError
+from core.grpo.training import RunSettings, create_run, execute_run, run_counters
 from core.models.gateway import Gateway
 from core.records.tasks import DEMO_TASK
 from storage import queries

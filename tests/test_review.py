@@ -9,8 +9,8 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.library import ProposedOp
-from core.engine.training import execute_run
 from core.errors import AlreadyDecided
+from core.grpo.training import execute_run
 from core.records.review import decide_operation, decide_step, edit_operation, reopen_operation
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, revert_to

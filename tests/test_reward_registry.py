@@ -29,8 +29,8 @@ from core.domain.rewards import (
     score,
     setting_keys,
 )
-from core.engine.rollouts import _assign_reward
 from core.errors import InvalidInput
+from core.grpo.rollouts import _assign_reward
 from core.models import judge
 from core.records.labeling import is_person_method, needs_person
 from core.records.task_io import TaskSettings

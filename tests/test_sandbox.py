@@ -431,7 +431,7 @@ def test_refusal_names_the_sysctl_when_user_namespaces_are_disabled(tmp_path, mo
 
 
 def test_python_mode_agent_refuses_before_calling_the_model(engine, tmp_path, monkeypatch):
-    from core.engine.agent import AgentSettings, run_agent
+    from core.grpo.agent import AgentSettings, run_agent
     from core.models.gateway import Gateway, Scope
     from tests.conftest import ScriptedModel
 

@@ -115,7 +115,7 @@ def test_costly_scores_time_out_while_everything_else_goes_on():
 
 
 def test_a_rollout_of_a_costly_pattern_stores_the_timeout_and_the_others_are_scored(limits):
-    from core.engine.rollouts import _assign_reward
+    from core.grpo.rollouts import _assign_reward
     from storage.tables import Rollout, Sample, Task
 
     costly = Task(id=1, name="t", reward_method="regex", reward_settings={"pattern": "(a+)+$"})  # as stored

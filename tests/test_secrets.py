@@ -10,8 +10,8 @@ import sys
 import pytest
 from sqlmodel import Session
 
-from core.engine.training import create_run
 from core.errors import InvalidInput
+from core.grpo.training import create_run
 from core.models.gateway import Gateway
 from core.records.run_settings import RunSettings
 from core.secrets import API_BASE_ENV, has_credentials, mask_url, resolve_api_base

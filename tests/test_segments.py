@@ -8,8 +8,8 @@ import pytest
 from sqlmodel import Session
 
 from core import cli
-from core.engine.evaluation import create_evaluation, execute_evaluation
 from core.errors import InvalidInput
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.scenarios import personas_by_name, segment_of, split_by_persona
 from core.records.segments import bind_library, paired_by_segment
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task

@@ -17,10 +17,10 @@ from sqlmodel import Session, select
 from api.app import create_app
 from core import cli
 from core.domain.selection import Selection, scored_entries, select_entries
-from core.engine.attribution import create_attribution, experience_effects
-from core.engine.evaluation import create_evaluation, evaluation_of, execute_evaluation
-from core.engine.training import create_run, execute_run
 from core.errors import InvalidInput
+from core.grpo.attribution import create_attribution, experience_effects
+from core.grpo.evaluation import create_evaluation, evaluation_of, execute_evaluation
+from core.grpo.training import create_run, execute_run
 from core.records.api_keys import create_key
 from core.records.run_settings import RunSettings
 from core.records.selection import library_selection, set_selection

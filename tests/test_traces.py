@@ -90,7 +90,7 @@ def test_harvest_adds_failures_once_and_keeps_their_source(engine, production):
 
 
 def test_an_update_from_production_starts_at_production_on_the_harvest_and_a_share_of_the_old(engine, production):
-    from core.engine.training import _train_sample_ids, create_run
+    from core.grpo.training import _train_sample_ids, create_run
     from core.records.run_settings import RunSettings
     from storage.tables import Run
 

@@ -7,7 +7,7 @@ import json
 import litellm
 from sqlmodel import Session, select
 
-from core.engine.training import RunSettings, create_run, execute_run, plan_batches
+from core.grpo.training import RunSettings, create_run, execute_run, plan_batches
 from core.records.review import apply_step_operations, decide_all, decide_operation
 from core.records.tasks import DEMO_TASK
 from storage import queries

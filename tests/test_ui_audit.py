@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, col, select
 
-from core.engine.training import RunSettings, create_run
+from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import pause_run
 from core.records.people import add_user, update_user
 from core.records.tasks import DEMO_TASK, get_task

@@ -7,7 +7,7 @@ import json
 import pytest
 from sqlmodel import Session, col, select
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries

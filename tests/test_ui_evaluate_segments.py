@@ -8,7 +8,7 @@ import json
 import pytest
 from sqlmodel import Session
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.segments import bind_library
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library

@@ -9,8 +9,8 @@ import re
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.evaluation import create_evaluation, execute_evaluation
-from core.engine.training import execute_run
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.grpo.training import execute_run
 from core.records.people import add_user
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
 from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY

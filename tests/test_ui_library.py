@@ -318,7 +318,7 @@ def test_moving_another_label_needs_no_dialog(engine):
 
 
 def test_with_a_comparison_the_dialog_moves_production_and_records_the_verdict(engine):
-    from core.engine.evaluation import create_evaluation, execute_evaluation
+    from core.grpo.evaluation import create_evaluation, execute_evaluation
     from tests.ui_support import scripted_gateway
 
     current, candidate = production_and_candidate(engine)
@@ -441,7 +441,7 @@ def test_import_button_on_the_page(engine, name, data, ok):
         assert not at.success
 
 
-# ---- Measure experiences (core.engine.attribution): the effect beside each experience ---------------------------
+# ---- Measure experiences (core.grpo.attribution): the effect beside each experience ---------------------------
 
 
 def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(engine, scripted):
@@ -492,7 +492,7 @@ def test_an_older_measured_version_shows_its_effects_without_the_remove_button(e
 
 
 def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(engine):
-    from core.engine.attribution import attribution_runs
+    from core.grpo.attribution import attribution_runs
 
     version_id = import_texts(engine, UNITS, ESTIMATE)
     at = open_page()
@@ -521,7 +521,7 @@ def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(
 
 
 def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
-    from core.engine.attribution import attribution_runs, create_attribution
+    from core.grpo.attribution import attribution_runs, create_attribution
     from storage.tables import Run
 
     version_id = import_texts(engine, UNITS, ESTIMATE)

@@ -10,8 +10,8 @@ import pytest
 
 from core.domain.library import ProposedOp
 from core.domain.sandbox import jail_status
-from core.engine.evaluation import create_evaluation
-from core.engine.training import RunSettings, create_run, store_operations
+from core.grpo.evaluation import create_evaluation
+from core.grpo.training import RunSettings, create_run, store_operations
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library
 from storage import db, queries

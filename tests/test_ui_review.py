@@ -353,7 +353,7 @@ def test_a_bulk_decision_names_its_step_as_the_step_picker_does(engine):
 
 
 def test_a_partly_approved_gated_step_says_it_is_measured_before_it_lands_then_shows_both_measurements(engine):
-    from core.engine.training import execute_run
+    from core.grpo.training import execute_run
     from tests.test_review import TWO_ADDS
     from tests.ui_support import scripted_gateway
 

@@ -9,7 +9,7 @@ from sqlmodel import Session
 
 from core.domain.code_runs import code_runs
 from core.domain.prompts import SIMULATOR_CUE
-from core.engine.evaluation import create_evaluation, execute_evaluation
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import session_scope

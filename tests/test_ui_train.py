@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session
 
-from core.engine.training import RunSettings, create_run
+from core.grpo.training import RunSettings, create_run
 from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
 from core.records.tasks import DEMO_TASK

@@ -10,7 +10,6 @@ import pytest
 from sqlmodel import Session, select
 
 from core import cli
-from core.engine.training import create_run, execute_run
 from core.errors import (
     AlreadyDecided,
     Conflict,
@@ -20,6 +19,7 @@ from core.errors import (
     PermissionDenied,
     exit_code,
 )
+from core.grpo.training import create_run, execute_run
 from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
@@ -53,7 +53,7 @@ def test_concurrency_variable_reaches_the_cli_and_the_gateway_of_the_run(engine,
         run = session.exec(select(Run)).one()
     assert run.settings["concurrency"] == 7
     seen = {}
-    import core.engine.training as training
+    import core.grpo.training as training
 
     real = training.Gateway
 

@@ -23,8 +23,8 @@ from core.domain.library import (
 )
 from core.domain.library_io import LibraryFormatError, parse_library_entries, to_json, to_markdown
 from core.domain.prompts import EXAMPLES_HEADER, EXPERIENCE_HEADER, agent_system_prompt, library_block
-from core.engine.training import RunSettings, create_run, execute_run
 from core.errors import InvalidInput
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.demo_data import demo_rows
 from core.records.review import edit_operation, example_sources, operation_kind, step_flags
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_support_task

@@ -14,8 +14,8 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
-from core.engine.evaluation import create_evaluation
-from core.engine.training import RunSettings, create_run
+from core.grpo.evaluation import create_evaluation
+from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import cancel_run, pause_run, resume_evaluation, resume_run
 from core.jobs.worker import beat, claim, claim_next, heartbeat, serve
 from core.records.tasks import DEMO_TASK

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from core.engine.training import RunSettings, create_run, execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.tasks import DEMO_TASK
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts

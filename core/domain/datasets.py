@@ -31,7 +31,7 @@ from core.errors import InvalidInput
 
 TARGETS = ("id", "query", "reference", "rubric", "split", "meta")
 ALIASES = {"criteria": "rubric"}
-SPLITS = ("train", "validation", "test")  # validation: the gate's queries (core/engine/gate.py)
+SPLITS = ("train", "validation", "test")  # validation: the gate's queries (core/grpo/gate.py)
 MB = 1024 * 1024
 MAX_FILE_BYTES = 20 * MB
 MAX_FIELD_CHARS = 20_000

@@ -12,7 +12,7 @@ samples, so a tiny model cannot loop inside one string until max_tokens and neve
 Hosted strict modes may reject the keyword, and their models close their JSON anyway. The learner's texts
 (analysis, experiences, operation texts and rationales) carry none: llama.cpp stops a string at its
 `maxLength` mid-word ("greenpe", DESIGN §8), and a lesson cut off is worse than none. Their length is asked
-for in the prompt, in words, and checked after the reply (core.engine.training asks again once, then refuses).
+for in the prompt, in words, and checked after the reply (core.grpo.training asks again once, then refuses).
 """
 
 from __future__ import annotations

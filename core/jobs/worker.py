@@ -188,8 +188,8 @@ def claim_or_explain(engine: Engine, kind: str, job_id: int, owner: str, statuse
 def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Callable[[dict], None] | None = None):
     """Execute a claimed job with a heartbeat, every write fenced to its lease; the one path for the
     worker and `core train` / `core eval`. Raises TakenOver when another worker took the job meanwhile."""
-    from core.engine.evaluation import execute_evaluation
-    from core.engine.training import execute_run
+    from core.grpo.evaluation import execute_evaluation
+    from core.grpo.training import execute_run
 
     with holding(lease), heartbeat(engine, lease.owner, lease):
         try:

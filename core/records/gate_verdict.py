@@ -1,5 +1,5 @@
 """The validation gate's verdict on one step, as stored on Step.gate (JSON) and read by every reader: the
-gate itself (core.engine.gate), the review rules (core.records.review), the Review and Train pages, the CLI
+gate itself (core.grpo.gate), the review rules (core.records.review), the Review and Train pages, the CLI
 and the benchmarks, through one typed model instead of string keys."""
 
 from __future__ import annotations

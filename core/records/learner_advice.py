@@ -43,7 +43,7 @@ class LearnerAdvice:
 
 
 def learner_of(task: Task, settings: RunSettings) -> str:
-    """The learner a run with these settings uses: as core.engine.training.create_run resolves it."""
+    """The learner a run with these settings uses: as core.grpo.training.create_run resolves it."""
     return settings.learner_model or task.learner_model or get_settings().model
 
 

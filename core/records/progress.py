@@ -164,7 +164,7 @@ def default_speed(stage: str, model: str, max_tokens: int | None = None) -> Spee
 
 def shape_from_counts(settings: RunSettings, train_count: int, validation_split: int = 0) -> Shape:
     """The shape of a run not started yet, from the task's train (and validation) query counts; the held-out
-    validation queries are chosen as core.engine.gate does."""
+    validation queries are chosen as core.grpo.gate does."""
     validation = 0
     if settings.gate != GateRule.OFF and settings.validation_size != 0:
         validation = validation_split or held_out_size(train_count, settings.validation_size)
@@ -203,7 +203,7 @@ def planned_calls(settings: RunSettings, shape: Shape, *, judged: bool = False, 
     """The model calls of a whole training run, per stage: G answers of `turns` calls per group; summaries
     and an advantage for the `mixed` share of groups; one update per step; the gate's candidate (and the
     first step's starting library) on its validation queries x gate_k; `judge_calls` per answer if judged;
-    with worked examples on, one compression per mixed group (core.engine.worked_examples); with lessons off, no
+    with worked examples on, one compression per mixed group (core.grpo.worked_examples); with lessons off, no
     summary, advantage or update."""
     rollouts = shape.groups * settings.group_size
     gate_answers = 0
@@ -477,7 +477,7 @@ def _judge_rules(task: Task) -> int:
 
 def form_estimate(session: Session, task: Task, settings: RunSettings) -> Estimate:
     """A whole run's calls, tokens and time for a form's settings, before it is queued (empty model fields
-    fall back to the task's models, as core.engine.training.create_run does)."""
+    fall back to the task's models, as core.grpo.training.create_run does)."""
     settings = settings.model_copy(update={"policy_model": settings.policy_model or task.policy_model,
                                            "learner_model": settings.learner_model or task.learner_model})
     facts = task_facts(session, task)

@@ -192,7 +192,7 @@ def apply_if_decided(engine: Engine, step_id: int | None, actor: str) -> Library
     """Apply a step that waits for review once nothing in it is pending; its run is queued again. When the
     validation gate measured another library than the one the decisions would land (a reviewer approved only
     part of the step, or edited an operation), nothing lands yet: the run is queued so its worker measures
-    the decided library first (core.engine.training)."""
+    the decided library first (core.grpo.training)."""
     if step_id is None:
         return None
     with Session(engine) as session:

@@ -145,7 +145,7 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
                      user_id: str | None = None) -> ServedSelection:
     """The entries of the version `resolve_version` finds that the library's selection shows for `query`: the
     same entries, in the same order, as a rollout of that query was shown in a training run or an evaluation
-    made under this selection (core.engine.rollouts.stored_rollout calls the same select function)."""
+    made under this selection (core.grpo.rollouts.stored_rollout calls the same select function)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("give the query to choose entries for (query=...)")
     found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)

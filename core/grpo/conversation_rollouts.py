@@ -17,8 +17,8 @@ from sqlmodel import select
 from core.domain.conversation import Reply, agent_view, check_stored, play, transcript_text
 from core.domain.personas import Persona
 from core.domain.prompts import agent_system_prompt
-from core.engine.agent import AgentResult, AgentSettings
 from core.errors import InvalidInput, ModelCallError
+from core.grpo.agent import AgentResult, AgentSettings
 from core.models.gateway import Gateway, Scope
 from core.records.scenarios import scenario_of
 from storage.db import session_scope

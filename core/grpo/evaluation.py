@@ -12,9 +12,9 @@ from sqlmodel import Session, select
 from core.domain.library import experience_texts
 from core.domain.metrics import is_answered, score_groups
 from core.domain.selection import Selection
-from core.engine.agent import agent_settings, check_agent_mode
-from core.engine.rollouts import stored_rollout
 from core.errors import InvalidInput, NotFound
+from core.grpo.agent import agent_settings, check_agent_mode
+from core.grpo.rollouts import stored_rollout
 from core.models.gateway import Gateway, Scope
 from core.models.model_choice import check_model
 from core.records.labeling import hold_for_labels
@@ -148,7 +148,7 @@ def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway |
 async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
                                    concurrency: int | None = None) -> Evaluation:
     """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused. Each query is
-    shown the entries the evaluation's frozen selection chooses (core.engine.rollouts.stored_rollout)."""
+    shown the entries the evaluation's frozen selection chooses (core.grpo.rollouts.stored_rollout)."""
     with session_scope(engine) as session:
         ev = session.get(Evaluation, evaluation_id)
         if ev is None:
@@ -171,7 +171,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     scope = Scope(run_id=ev.run_id, evaluation_id=evaluation_id)
     stage = STAGES.get(ev.purpose, "rollout")
 
-    slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.engine.training)
+    slots = asyncio.Semaphore(max(1, gateway.concurrency))  # a bounded pool, as a run's (core.grpo.training)
 
     async def one(sample, g: int) -> None:
         entries, selection = library_for(sample, ev.routes, personas, routed, experiences, ev.selection)

@@ -30,8 +30,8 @@ from sqlmodel import Session, col, select
 
 from core.domain.library import ProposedOp
 from core.domain.rewards import METHODS
-from core.engine.evaluation import run_fixed_evaluation
 from core.errors import Conflict, InvalidInput, NotFound
+from core.grpo.evaluation import run_fixed_evaluation
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations
 from core.records.people import require_role

@@ -10,7 +10,7 @@ an example that teaches a wrong answer is worse than none. An example whose answ
 is dropped, and the drop is recorded (on the group's Advantage text, and counted on the step) so the Review
 page can say why a mixed group brought no example.
 
-Kept out of core.engine.training so that the loop only calls `propose_examples` and `store_examples` once the
+Kept out of core.grpo.training so that the loop only calls `propose_examples` and `store_examples` once the
 learner's operations are stored; the examples are operations after them in the same step and go through the
 same review, gate, versions, diff and export as the learner's lessons.
 """
@@ -29,8 +29,8 @@ from core.domain.metrics import is_answered
 from core.domain.prompts import example_messages, trajectory_text
 from core.domain.replies import ExampleReply
 from core.domain.rewards import METHODS, RewardResult, reference_as_answer, score_or_error
-from core.engine.reference_side import learned_from_reference
 from core.errors import ModelCallError, StructuredOutputError
+from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
 from core.records.review import proposed_op, record_examples
 from core.records.scenarios import is_conversation
@@ -52,7 +52,7 @@ class WorkedExample:
     and to the rollout it was compressed from."""
 
     advantage_id: int
-    rollout_id: int | None  # None: made from the reference answer (core.engine.reference_side)
+    rollout_id: int | None  # None: made from the reference answer (core.grpo.reference_side)
     text: str
     rationale: str
 

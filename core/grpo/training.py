@@ -39,12 +39,12 @@ from core.domain.quality import screen_ops
 from core.domain.replies import AdvantageReply, DirectReply, Reply, update_reply
 from core.domain.rewards import METHODS, majority_rewards
 from core.domain.selection import Selection
-from core.engine import gate
-from core.engine.agent import AgentSettings, agent_settings, check_agent_mode
-from core.engine.reference_side import learned_from_reference, learns_from_reference, reference_note
-from core.engine.rollouts import stored_rollout
-from core.engine.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
 from core.errors import Conflict, InvalidInput, ModelCallError, NotFound, StructuredOutputError
+from core.grpo import gate
+from core.grpo.agent import AgentSettings, agent_settings, check_agent_mode
+from core.grpo.reference_side import learned_from_reference, learns_from_reference, reference_note
+from core.grpo.rollouts import stored_rollout
+from core.grpo.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
@@ -218,7 +218,7 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
         if run.kind == RunKind.DIRECT:
             await _direct_experiences(ctx)
         elif run.kind == RunKind.ATTRIBUTE:
-            from core.engine.attribution import (
+            from core.grpo.attribution import (
                 measure_experiences,  # the attribution job reuses this run machinery
             )
 

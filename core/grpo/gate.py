@@ -19,8 +19,8 @@ from sqlmodel import Session
 from core.domain.held_out import MIN_GATE_QUERIES, VALIDATION_SPLIT, held_out_size
 from core.domain.library import experience_texts
 from core.domain.rewards import METHODS
-from core.engine.evaluation import run_fixed_evaluation
 from core.errors import InvalidInput
+from core.grpo.evaluation import run_fixed_evaluation
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
 from core.records.gate_verdict import GateVerdict

@@ -16,8 +16,8 @@ from sqlmodel import Session, select
 from core.domain.personas import Persona
 from core.domain.rewards import METHODS, score_or_error
 from core.domain.selection import Selection, entry_ids, select_entries
-from core.engine.agent import AgentSettings, run_agent
-from core.engine.conversation_rollouts import TurnKey, play_conversation
+from core.grpo.agent import AgentSettings, run_agent
+from core.grpo.conversation_rollouts import TurnKey, play_conversation
 from core.models.conversation_judge import judge_conversation
 from core.models.gateway import Gateway, Scope
 from core.models.judge import judge_response

@@ -1,1 +1,0 @@
-"""The Training-Free GRPO engine: rollouts, training steps, evaluations, the validation gate."""
