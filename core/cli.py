@@ -29,7 +29,9 @@ from core.grpo.evaluation import create_evaluation, evaluation_of
 from core.grpo.training import RunSettings, check_resumable, create_run, run_counters
 from core.jobs.run_control import resume_evaluation
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id, serve
+from core.models import model_server
 from core.models.gateway import Gateway
+from core.models.local_model import MODELS
 from core.records import labeling
 from core.records.comparison import compare_evaluations
 from core.records.gate_verdict import GateVerdict
@@ -54,7 +56,7 @@ from core.records.versions import (
 )
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from core.settings import engine as settings_engine
-from core.settings import secret
+from core.settings import get_settings, secret
 from storage import queries
 from storage.db import describe_url
 from storage.statuses import (
@@ -594,6 +596,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model_server(args: argparse.Namespace) -> int:
+    configured = get_settings().model
+    if not args.model and not configured.startswith(model_server.LOCAL_PREFIX):
+        print(f"the studio's model is {configured}, not an embedded one: no model server needed (--model NAME "
+              "serves one anyway)", flush=True)
+        return 0
+    name = args.model or model_server.default_model()
+    if args.child:
+        return model_server.run_child(name, args.slots or get_settings().local_slots)
+    return model_server.serve(name, args.slots, idle_exit_s=args.idle_exit, stall_s=args.stall)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     with Session(_engine(args)) as session:
         task = get_task(session, args.task)
@@ -948,6 +962,18 @@ def _job_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at an empty queue")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("model-server", help="run the embedded model as a supervised local server that every "
+                       "process of this machine calls (one per model; `make run` starts it)")
+    p.add_argument("--model", default=None, help="embedded model name (default: the studio's model if embedded, "
+                   f"else {next(iter(MODELS))})")
+    p.add_argument("--slots", type=int, help="requests served at once (default TFGRPO_LOCAL_SLOTS)")
+    p.add_argument("--idle-exit", type=float, metavar="S", help="stop after S seconds unused (servers a process "
+                   "started for itself)")
+    p.add_argument("--stall", type=float, metavar="S", help="restart the server after S seconds of waiting "
+                   "requests without a token (default TFGRPO_MODEL_STALL_S)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_model_server)
 
 
 def _version_parsers(sub: argparse._SubParsersAction) -> None:

@@ -49,7 +49,16 @@ class Settings(BaseSettings):
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
     threads: int = Field(default_factory=lambda: default_threads(), ge=1,
                          description="llama.cpp threads (default: cores minus one, so pages stay responsive)")
-    model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled")
+    model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled, "
+                            "and where a running model server records its address")
+    model_stall_s: float = Field(default=90.0, ge=1, description="seconds the embedded model's server may hold "
+                                 "requests without producing a token before its supervisor restarts it")
+    model_idle_s: float = Field(default=900.0, ge=1, description="seconds unused after which a model server that a "
+                                "worker or a CLI command started for itself stops")
+    model_start_s: float = Field(default=180.0, ge=1, description="seconds a process waits for a model server it "
+                                 "started to come up")
+    local_in_process: bool = Field(default=False, description="call the embedded model inside each process, as "
+                                   "before the model server (kept for one release; see README, Configuration)")
     call_timeout_s: float = Field(default=120.0, gt=0, description="seconds one model request may take before "
                                   "it is retried")
     call_deadline_s: float = Field(default=600.0, gt=0, description="seconds one model call may take with all "

@@ -166,6 +166,22 @@ class PostgresDatabases:
         self.admin.dispose()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_servers_of_this_session() -> Iterator[None]:
+    """The model tests share one embedded-model server per model for the whole session (the first call
+    starts it, core.models.model_server; apps and workers the tests start find the same one), and the
+    session stops what it started, so no server outlives the suite."""
+    from core.models import model_server
+    from core.models.local_model import MODELS
+
+    before = {name: model_server.read_record(name) for name in MODELS}
+    yield
+    for name in MODELS:
+        record = model_server.read_record(name)
+        if record is not None and (before[name] is None or before[name].supervisor_pid != record.supervisor_pid):
+            model_server.stop(name)
+
+
 @pytest.fixture(scope="session")
 def postgres_databases() -> Iterator[PostgresDatabases | None]:
     """The PostgreSQL server of TFGRPO_TEST_DATABASE_URL ready to hand out migrated databases, or None."""

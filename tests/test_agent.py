@@ -18,10 +18,11 @@ from core.domain.code_runs import (
 )
 from core.grpo.agent import AgentSettings, run_agent
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.models import local_model, openai_http
+from core.models import local_model, model_server, openai_http
 from core.models.gateway import Gateway, Scope
 from core.records.demo_data import demo_rows
 from core.records.tasks import DEMO_TASK
+from core.settings import get_settings
 from storage.tables import LLMCall, Rollout
 from tests.conftest import ScriptedModel
 
@@ -165,7 +166,29 @@ def test_stop_reaches_the_openai_compatible_request(engine, monkeypatch):
     assert sent[0]["stop"] == ["```output"] and sent[0]["model"] == "qwen"
 
 
-def test_stop_reaches_the_embedded_model(engine, monkeypatch):
+def test_stop_reaches_the_embedded_models_server(engine, monkeypatch):
+    """The embedded model goes through the same HTTP path as every OpenAI-compatible server: its address
+    comes from the model server's record, and the request carries stop, seed and max_tokens."""
+    sent: list[tuple[str, dict]] = []
+
+    async def chat(api_base, payload, timeout_s):
+        sent.append((api_base, payload))
+        return openai_http.Reply(text="```python\nprint(1)\n```", tokens_in=3, tokens_out=4)
+
+    monkeypatch.setattr(model_server, "address", lambda name, start=True: f"http://127.0.0.1:9/{name}")
+    monkeypatch.setattr(openai_http, "chat", chat)
+    call = asyncio.run(Gateway(engine).complete(stage="rollout", model="local/qwen2.5-coder-0.5b",
+                                                messages=[{"role": "user", "content": "hi"}], stop=STOP_SEQUENCES))
+    (api_base, payload), = sent
+    assert api_base == "http://127.0.0.1:9/qwen2.5-coder-0.5b/v1"
+    assert payload["stop"] == ["```output"] and payload["model"] == "qwen2.5-coder-0.5b" and "seed" in payload
+    assert call.text == "```python\nprint(1)\n```" and (call.tokens_in, call.tokens_out) == (3, 4)
+
+
+def test_stop_reaches_the_embedded_model_in_process(engine, monkeypatch):
+    """The in-process provider, kept for one release behind TFGRPO_LOCAL_IN_PROCESS."""
+    monkeypatch.setenv("TFGRPO_LOCAL_IN_PROCESS", "1")
+    get_settings.cache_clear()
     bodies: list[dict] = []
 
     class Server:
@@ -177,8 +200,12 @@ def test_stop_reaches_the_embedded_model(engine, monkeypatch):
                     "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
 
     monkeypatch.setattr(local_model, "get_server", lambda name, slots=None: Server())
-    call = asyncio.run(Gateway(engine).complete(stage="rollout", model="local/qwen2.5-coder-0.5b",
-                                                messages=[{"role": "user", "content": "hi"}], stop=STOP_SEQUENCES))
+    try:
+        call = asyncio.run(Gateway(engine).complete(stage="rollout", model="local/qwen2.5-coder-0.5b",
+                                                    messages=[{"role": "user", "content": "hi"}], stop=STOP_SEQUENCES))
+    finally:
+        monkeypatch.delenv("TFGRPO_LOCAL_IN_PROCESS")
+        get_settings.cache_clear()
     assert bodies[0]["stop"] == ["```output"] and call.text == "```python\nprint(1)\n```"
 
 

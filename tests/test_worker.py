@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 
@@ -184,56 +183,45 @@ def test_a_job_held_by_a_dead_local_process_can_be_resumed_at_once(engine, demo_
 
 
 STUCK_WORKER = """
-import sys, time
-from core.models import local_model
+import sys
+from core.models import model_server
 from core.jobs.worker import serve
 from storage.db import make_engine
 
-class Stuck:  # an embedded-model call that cannot be interrupted, like llama.cpp generating
-    def handle_chat_completions(self, body):
-        print("STUCK CALL STARTED", flush=True)
-        time.sleep(120)
-        return {}
-
-local_model.get_server = lambda name, slots=None: Stuck()
+model_server.address = lambda name, start=True: sys.argv[2]  # a model server that never answers
 serve(make_engine(sys.argv[1]), poll=0.2)
 """
 
 
-def test_a_stop_signal_abandons_a_model_call_that_will_not_end_and_queues_the_job_again(tmp_path, engine,
-                                                                                           demo_task):
-    """SIGTERM during an embedded-model call that runs for two minutes: the worker exits after the grace
-    period instead of waiting for the call, the run is back in the queue (resume pays only for that call)
-    and the worker row says stopped."""
+def test_a_stop_signal_ends_an_embedded_model_call_in_flight_and_queues_the_job_again(tmp_path, engine, demo_task):
+    """SIGTERM while the embedded model's server holds a call for two minutes: the call is an HTTP request,
+    so the worker cancels it, releases the run (back in the queue; resume pays only for that call) and exits
+    within the grace period, without abandoning anything; the worker row says stopped."""
+    from bench.stub_server import StubServer
+
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=1, limit=1, gate="off",
                                                        policy_model="local/qwen2.5-coder-0.5b"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFGRPO_STOP_GRACE_S": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", STUCK_WORKER, url_with_password(engine)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        for line in proc.stdout:
-            lines.append(line)
-            if "STUCK CALL STARTED" in line:
-                started.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        # SIGTERM once the call is really in flight (a fixed sleep raced a busy machine: the signal came first)
-        assert started.wait(timeout=120), "".join(lines)
-        assert get_run(engine, run_id).status == "running"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)  # the call alone would take 120 s
-        reader.join(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = "".join(lines)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFGRPO_STOP_GRACE_S": "10"}
+    with StubServer(script=["timeout"] * 4, hang_s=120) as stub:
+        proc = subprocess.Popen([sys.executable, "-c", STUCK_WORKER, url_with_password(engine),
+                                 stub.url.removesuffix("/v1")], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not stub.requests() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)  # SIGTERM once the call is really in flight (a fixed sleep raced a busy machine)
+            assert stub.requests(), proc.stdout.read() if proc.poll() is not None else "no request in 120 s"
+            assert get_run(engine, run_id).status == "running"
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            output = proc.communicate(timeout=60)[0]  # the call alone would take 120 s
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, output
-    assert "abandoned it" in output, output
+    assert took < 10, (took, output)  # within the grace period: nothing had to be abandoned
+    assert "abandoned it" not in output, output
     assert get_run(engine, run_id).status == "queued"
     with Session(engine) as session:
         assert [w.status for w in session.exec(select(Worker)).all()] == ["stopped"]

@@ -34,12 +34,13 @@ from sqlmodel import Session, col, select
 from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
-from core.models import local_model, openai_http
+from core.models import local_model, model_server, openai_http
+from core.models.model_server import LOCAL_PREFIX, local_name
 from core.models.prices import price_per_token, token_cost
 from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
 from core.settings import get_settings, secret, secrets_in_environment
 from storage.fencing import raise_if_lost
-from storage.tables import LLMCall
+from storage.tables import AuditEvent, LLMCall
 
 R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)
@@ -154,6 +155,27 @@ class Gateway:
         """The api_base this model is called on (the embedded model has none)."""
         return None if model.startswith("local/") else self.api_base
 
+    @staticmethod
+    def _served_locally(model: str) -> bool:
+        """An embedded model goes to its model server (core.models.model_server) unless the in-process
+        provider is chosen (TFGRPO_LOCAL_IN_PROCESS, kept for one release)."""
+        return model.startswith(LOCAL_PREFIX) and not get_settings().local_in_process
+
+    def _note_restart(self, scope: Scope, model: str, restarts_before: int) -> None:
+        """A failed attempt during which the model server was restarted: the run's (or evaluation's) events
+        say so, with the supervisor's reason ("embedded model restarted after 94 s without progress")."""
+        record = model_server.read_record(local_name(model))
+        if record is None or len(record.restarts) <= restarts_before:
+            return
+        owner = ("run", scope.run_id) if scope.run_id else ("evaluation", scope.evaluation_id)
+        if owner[1] is None:
+            return
+        with Session(self.engine) as session:
+            for restart in record.restarts[restarts_before:]:
+                session.add(AuditEvent(actor="system", action="model.restart", object_type=owner[0],
+                                       object_id=owner[1], after={"model": model, **restart}))
+            session.commit()
+
     def _semaphore(self, model: str) -> asyncio.Semaphore:
         if model not in self._semaphores:
             self._semaphores[model] = asyncio.Semaphore(max(1, self.concurrency))
@@ -257,8 +279,9 @@ class Gateway:
         if self._endpoint(model):
             kwargs["api_base"] = self._endpoint(model)
         endpoint = self._endpoint(model)
-        direct = self.mock is None and endpoint is not None and model.startswith("openai/")
-        payload = {"model": model.removeprefix("openai/"), "messages": messages, **params,
+        served = self.mock is None and self._served_locally(model)
+        direct = served or (self.mock is None and endpoint is not None and model.startswith("openai/"))
+        payload = {"model": model.split("/", 1)[-1], "messages": messages, **params,
                    **({"seed": kwargs["seed"]} if "seed" in kwargs else {})}
         attempts = 0
         started = time.perf_counter()
@@ -270,6 +293,9 @@ class Gateway:
             async with self._semaphore(model):
                 try:
                     timeout = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
+                    if served:  # the embedded model's server, found (or started) anew each attempt
+                        restarts = model_server.restart_count(local_name(model))
+                        endpoint = await asyncio.to_thread(model_server.address, local_name(model)) + "/v1"
                     if direct:  # an OpenAI-compatible server: our own request, no translation layer
                         reply = await openai_http.chat(endpoint, payload, timeout)
                         break
@@ -284,6 +310,8 @@ class Gateway:
                     break
                 except TRANSIENT_ERRORS as exc:
                     error, transient = exc, True
+                    if served:
+                        self._note_restart(scope, model, restarts)
                 except Exception as exc:  # noqa: BLE001  (every provider failure is recorded, not raised raw)
                     error = exc
             if transient and attempts <= self.max_retries:

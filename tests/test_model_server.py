@@ -1,0 +1,215 @@
+"""The embedded model's server (core/models/model_server.py): one per machine and model, found by every
+process, and restarted by its supervisor when it stalls or dies.
+
+The supervisor's watch runs here against a scripted /metrics page and a stand-in child (fast); the tests
+marked `model` run the real llama.cpp server with the smallest embedded model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+
+from core.grpo.training import RunSettings, create_run, execute_run
+from core.models import model_server
+from core.models.gateway import Gateway
+from core.records.tasks import DEMO_TASK
+from storage.tables import AuditEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = "smollm2-135m"
+
+
+class ScriptedMetrics:
+    """A /metrics page whose numbers the test sets, or that stops answering (a stopped server)."""
+
+    def __init__(self) -> None:
+        self.values = {"requests_processing": 0, "requests_deferred": 0, "n_decode_total": 0}
+        self.silent = False
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802  (the http.server name)
+                if owner.silent:
+                    time.sleep(2)
+                    return
+                body = "".join(f"llamacpp:{k} {v}\n" for k, v in owner.values.items()).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def metrics():
+    page = ScriptedMetrics()
+    yield page
+    page.close()
+
+
+@pytest.fixture
+def child():
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def watch(child, where, **limits) -> tuple[str | None, float]:
+    started = time.monotonic()
+    reason = model_server._watch(child, where, threading.Event(), poll_s=0.1, **limits)
+    return reason, time.monotonic() - started
+
+
+def test_requests_waiting_without_a_token_restart_the_server(metrics, child):
+    metrics.values.update(requests_processing=1, n_decode_total=40)  # busy, and the counters never move
+    reason, took = watch(child, metrics.url, stall_s=1.0, idle_exit_s=None)
+    assert reason is not None and reason.startswith("embedded model restarted after") and "without progress" in reason
+    assert 1.0 <= took < 5
+
+
+def test_a_server_that_stops_answering_is_a_stall_even_if_it_looked_idle(metrics, child):
+    """Stopped right after a request came in, before the supervisor saw it busy: silence alone counts."""
+
+    def stop_answering():
+        time.sleep(0.5)
+        metrics.silent = True
+
+    threading.Thread(target=stop_answering, daemon=True).start()
+    reason, _ = watch(child, metrics.url, stall_s=1.5, idle_exit_s=None)
+    assert reason is not None and "without progress" in reason
+
+
+def test_tokens_being_produced_are_progress(metrics, child):
+    metrics.values.update(requests_processing=1)
+
+    def produce():
+        for n in range(30):
+            metrics.values["n_decode_total"] = n
+            time.sleep(0.1)
+        metrics.values["requests_processing"] = 0
+
+    threading.Thread(target=produce, daemon=True).start()
+    reason, took = watch(child, metrics.url, stall_s=1.0, idle_exit_s=1.0)
+    assert reason is None and took >= 3  # never restarted while tokens came; stopped once idle
+
+
+def test_a_server_that_died_is_restarted_with_its_exit_code(metrics):
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait()
+    reason, _ = watch(dead, metrics.url, stall_s=10, idle_exit_s=None)
+    assert reason == "embedded model restarted: its server exited with code 3"
+
+
+def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFGRPO_MODEL_DIR", str(tmp_path))
+    from core.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        (tmp_path / f"server-{SMALL}.json").write_text(json.dumps(
+            {"model": SMALL, "address": "http://127.0.0.1:9", "supervisor_pid": gone.pid, "server_pid": gone.pid,
+             "slots": 1, "restarts": []}))
+        assert model_server.read_record(SMALL) is None
+        with pytest.raises(model_server.LocalModelError, match="no model server runs"):
+            model_server.address(SMALL, start=False)
+    finally:
+        get_settings.cache_clear()
+
+
+# ---- the real server --------------------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_two_processes_calling_the_embedded_model_at_once_share_one_server():
+    model_server.stop(SMALL)
+    code = ("import sys; from core.models import model_server as m; a = m.address(sys.argv[1]); "
+            "r = m.read_record(sys.argv[1]); print(a, r.supervisor_pid)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    callers = [subprocess.Popen([sys.executable, "-c", code, SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    try:
+        answers = [caller.communicate(timeout=300)[0].split() for caller in callers]
+        assert all(caller.returncode == 0 for caller in callers), answers
+        assert answers[0] == answers[1]  # the same address and the same supervisor
+        supervisors = subprocess.run(["pgrep", "-f", f"core model-server --model {SMALL}"], capture_output=True,
+                                     text=True).stdout.split()
+        assert answers[0][1] in supervisors and len(supervisors) == 2  # one supervisor and its one server child
+    finally:
+        model_server.stop(SMALL)
+
+
+@pytest.mark.model
+def test_a_stalled_server_is_restarted_the_call_retried_and_the_run_completes(engine, demo_task):
+    """The server is stopped (SIGSTOP) in the middle of the run's only model call: the supervisor sees
+    requests waiting without a token, kills and restarts it, the gateway retries on the new server, the run
+    completes, and its events say the embedded model was restarted and why."""
+    model_server.stop(SMALL)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    supervisor = subprocess.Popen([sys.executable, "-m", "core", "model-server", "--model", SMALL, "--stall", "3"],
+                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert _wait_for_record(), "no model server came up"
+        first = model_server.read_record(SMALL)
+        # worked examples only (no learner call): the 135M model cannot write the learner's JSON
+        run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, gate="off",
+                                                           lessons=False, examples=True,
+                                                           policy_model=f"local/{SMALL}",
+                                                           learner_model=f"local/{SMALL}"))
+        stopper = threading.Thread(target=_stop_when_busy, args=(first,), daemon=True)
+        stopper.start()
+        run = execute_run(engine, run_id, gateway=Gateway(engine, backoff_s=0.5))
+        stopper.join(timeout=5)
+        assert run.status == "completed", run.error
+        record = model_server.read_record(SMALL)
+        assert record.server_pid != first.server_pid and record.restarts
+        with Session(engine) as session:
+            events = session.exec(select(AuditEvent).where(AuditEvent.action == "model.restart",
+                                                           AuditEvent.object_id == run_id)).all()
+        assert events and events[0].object_type == "run"
+        assert events[0].after["reason"].startswith("embedded model restarted after")
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.communicate(timeout=60)
+
+
+def _wait_for_record(timeout_s: float = 180) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = model_server.read_record(SMALL)
+        if record is not None and record.address:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _stop_when_busy(record: model_server.ServerRecord) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        metrics = model_server.server_metrics(record.address, timeout_s=2) or {}
+        if metrics.get("requests_processing", 0) > 0:
+            os.kill(record.server_pid, signal.SIGSTOP)
+            return
+        time.sleep(0.05)
+
