@@ -14,6 +14,7 @@ from collections.abc import Callable
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -45,7 +46,8 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
     """The API over `engine` (or a function that gives it, so the process opens its database once)."""
     get_engine = engine if callable(engine) and not isinstance(engine, Engine) else (lambda: engine)
     limiter = RateLimiter(rate_per_minute)
-    app = FastAPI(title="Training-Free GRPO studio", version="1",
+    # FastAPIOffline serves the docs' scripts and styles from its package: /docs works with no network
+    app = FastAPIOffline(title="Training-Free GRPO studio", version="1",
                   description="Serve the promoted experience library to live agents and take their traces back. "
                               "Send an API key as `Authorization: Bearer <key>` (People page, or "
                               "`python -m core apikey create`).")
