@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from api.limits import RateLimiter
-from core.errors import InvalidInput, StudioError
+from core.errors import BatchRefused, InvalidInput, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, ingest_traces, parse_batch
@@ -41,6 +41,15 @@ class TooMany(StudioError):
         self.retry_after = retry_after
 
 
+def error_body(exc: StudioError) -> dict:
+    """Every error answer has this shape: {"error": one line}; a refused batch adds "problems", each
+    {"position" counted from 1, "id" the sender's, "reason"}, and "stored": 0."""
+    body: dict = {"error": str(exc)}
+    if isinstance(exc, BatchRefused):
+        body.update(problems=exc.problems, stored=0)
+    return body
+
+
 def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2_000_000,
                rate_per_minute: int = 600) -> FastAPI:
     """The API over `engine` (or a function that gives it, so the process opens its database once)."""
@@ -57,7 +66,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         if isinstance(exc, TooMany):
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
-        return JSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=headers)
+        return JSONResponse(error_body(exc), status_code=exc.http_status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

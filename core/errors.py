@@ -27,6 +27,18 @@ class InvalidInput(StudioError, ValueError):
     http_status = 422
 
 
+class BatchRefused(InvalidInput):
+    """A batch refused whole, nothing stored: `problems` names each bad item as {"position" (from 1),
+    "id" (the sender's, when it gave one), "reason"}; the message says the same in one line."""
+
+    def __init__(self, problems: list[dict], *, shown: int = 5) -> None:
+        self.problems = problems
+        parts = [f"trace {p['position']}" + (f" (id {p['id']!r})" if p.get("id") is not None else "")
+                 + f": {p['reason']}" for p in problems[:shown]]
+        more = f"; and {len(problems) - shown} more" if len(problems) > shown else ""
+        super().__init__("; ".join(parts) + more + "; nothing was stored")
+
+
 class Conflict(StudioError, ValueError):
     """The state changed under the request (decided by someone else, already applied, wrong status)."""
 
@@ -99,7 +111,11 @@ _PHRASES = {
 
 def describe_validation(exc: object) -> str:
     """A pydantic ValidationError as one line a person can act on: "group size must be at least 1; ..."."""
-    errors = getattr(exc, "errors", lambda: [])()
+    return describe_errors(getattr(exc, "errors", lambda: [])()) or str(exc)
+
+
+def describe_errors(errors: list[dict]) -> str:
+    """pydantic's error dicts (their `loc` relative to what is described) as one line."""
     parts = []
     for error in errors:
         where = " ".join(str(p) for p in error.get("loc", ()) if p != "__root__").replace("_", " ")
@@ -111,4 +127,4 @@ def describe_validation(exc: object) -> str:
         message = message or str(error.get("msg", "invalid")).removeprefix("Value error, ")
         joined = phrase or message.startswith(("must ", "is "))
         parts.append(f"{where} {message}" if where and joined else f"{where}: {message}" if where else message)
-    return "; ".join(parts) or str(exc)
+    return "; ".join(parts)

@@ -172,6 +172,23 @@ def test_a_trace_naming_another_tasks_version_is_refused(engine, keys, productio
     assert stored(engine) == []
 
 
+def test_every_refused_batch_has_one_error_shape_counted_from_1_with_the_senders_id(engine, keys, production):
+    """A trace the schema refuses and a trace whose version cannot be found are told the same way: position
+    from 1, the sender's id, the reason, and that nothing was stored."""
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    schema = ingest.post("/v1/traces", json={"traces": [trace(1, production.id), {**trace(2, production.id),
+                                                                                 "score": 7}]})
+    unknown = ingest.post("/v1/traces", json={"traces": [trace(1, production.id), {**trace(2, production.id),
+                                                                                  "task": "nope"}]})
+    for response in (schema, unknown):
+        body = response.json()
+        assert response.status_code == 422 and body["stored"] == 0, body
+        assert [(p["position"], p["id"]) for p in body["problems"]] == [(2, "t-2")], body
+        assert body["error"].startswith("trace 2 (id 't-2'): ") and body["error"].endswith("; nothing was stored")
+    assert "score" in schema.json()["problems"][0]["reason"] and "nope" in unknown.json()["problems"][0]["reason"]
+    assert stored(engine) == []
+
+
 def test_size_batch_and_rate_limits(engine, keys, production):
     small = TestClient(create_app(engine, max_body_bytes=4096, rate_per_minute=5), headers=bearer(keys["ingest"]))
     too_big = small.post("/v1/traces", json={"traces": [trace(1, production.id, output="x" * 5000)]})

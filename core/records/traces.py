@@ -26,7 +26,7 @@ from sqlmodel import Session, select
 from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
 from core.domain.metrics import Z95, mean_interval
-from core.errors import InvalidInput, NotFound, describe_validation
+from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
 from core.records.api_keys import KeyUse
 from core.records.people import require_role
 from core.records.serving import resolve_version
@@ -86,7 +86,21 @@ def parse_batch(payload: object) -> list[TraceIn]:
     try:
         return TraceBatch.model_validate(payload).traces
     except ValidationError as exc:
-        raise InvalidInput(describe_validation(exc)) from None
+        by_trace: dict[int, list[dict]] = defaultdict(list)
+        for error in exc.errors():
+            loc = error.get("loc", ())
+            if len(loc) >= 2 and loc[0] == "traces" and isinstance(loc[1], int):
+                by_trace[loc[1]].append({**error, "loc": loc[2:]})
+            else:  # the body as a whole (no "traces" list): no trace to name
+                raise InvalidInput(describe_validation(exc)) from None
+        items = payload["traces"]
+        raise BatchRefused([{"position": index + 1, "id": _sender_id(items[index]), "reason": describe_errors(errors)}
+                            for index, errors in sorted(by_trace.items())]) from None
+
+
+def _sender_id(item: object) -> str | None:
+    value = item.get("id") if isinstance(item, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> tuple[int, int]:
@@ -111,10 +125,9 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
                     cache[where] = _resolve(session, trace)
                 resolved.append((trace, *cache[where]))
             except (NotFound, InvalidInput) as exc:
-                problems.append(f"trace {position} (id {trace.id!r}): {exc}")
+                problems.append({"position": position, "id": trace.id, "reason": str(exc)})
         if problems:
-            raise InvalidInput("; ".join(problems[:5]) + ("" if len(problems) <= 5 else f"; and {len(problems) - 5} more")
-                               + "; nothing was stored")
+            raise BatchRefused(problems)
         seen = _known_ids(session, resolved)
         stored = 0
         for trace, task, library, version, label in resolved:
