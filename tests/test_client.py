@@ -448,15 +448,17 @@ def test_fallback_prompt_matches_the_studio_rendering():
 def test_log_trace_rejects_invalid_fields_at_the_call(make_client):
     client = make_client()
     with pytest.raises(ValueError, match="score"):
-        client.log_trace(task=TASK, input="q", score=1.5)
+        client.log_trace(task=TASK, input="q", score=1.5, version_id=107)
     with pytest.raises(ValueError, match="thumbs"):
-        client.log_trace(task=TASK, input="q", thumbs="meh")
+        client.log_trace(task=TASK, input="q", thumbs="meh", version_id=107)
     with pytest.raises(ValueError, match="turn"):
-        client.log_trace(task=TASK, input="q", turns=[{"role": "bot", "text": "hi"}])
+        client.log_trace(task=TASK, input="q", turns=[{"role": "bot", "text": "hi"}], version_id=107)
     with pytest.raises(ValueError, match="metadata"):
-        client.log_trace(task=TASK, input="q", metadata={"when": object()})
+        client.log_trace(task=TASK, input="q", metadata={"when": object()}, version_id=107)
     with pytest.raises(ValueError, match="not both"):
         client.log_trace(task=TASK, input="q", version_id=1, label="production")
+    with pytest.raises(ValueError, match="give the version the agent used"):
+        client.log_trace(task=TASK, input="q")  # the studio would refuse it later, in the background
     assert client.pending == 0
 
 
@@ -496,7 +498,7 @@ def test_traces_logged_while_down_arrive_in_order_when_the_studio_returns(stub, 
 
 def test_full_batches_go_at_once_and_never_above_batch_size(stub, make_client):
     client = make_client(batch_size=100, flush_interval_s=30)
-    ids = [client.log_trace(task=TASK, input=f"q{i}") for i in range(230)]
+    ids = [client.log_trace(task=TASK, input=f"q{i}", version_id=107) for i in range(230)]
     deadline = time.monotonic() + 5
     while len(stub.stored) < 200 and time.monotonic() < deadline:  # two full batches, no timer needed
         time.sleep(0.02)
@@ -508,7 +510,7 @@ def test_full_batches_go_at_once_and_never_above_batch_size(stub, make_client):
 def test_a_429_is_retried_after_its_retry_after(stub, make_client):
     stub.scripted.append((429, {"Retry-After": "1"}))
     client = make_client(flush_interval_s=10)
-    ids = [client.log_trace(task=TASK, input=f"q{i}") for i in range(3)]
+    ids = [client.log_trace(task=TASK, input=f"q{i}", version_id=107) for i in range(3)]
     assert client.flush(5)
     first, second = stub.posts()
     assert (first["status"], second["status"]) == (429, 200)
@@ -519,12 +521,13 @@ def test_a_429_is_retried_after_its_retry_after(stub, make_client):
 def test_an_invalid_batch_does_not_block_the_traces_after_it(stub, make_client, caplog):
     client = make_client(flush_interval_s=10, batch_size=10)
     with caplog.at_level(logging.ERROR, logger="tfgrpo_client"):
-        ids = [client.log_trace(task=TASK, input=text) for text in ("q0", "q1", "bad q2", "q3", "q4")]
-        assert client.flush(5)
+        ids = [client.log_trace(task=TASK, input=text, version_id=107) for text in ("q0", "q1", "bad q2", "q3", "q4")]
+        result = client.flush(5)
     bad = ids[2]
+    assert not result and result.refused == (bad,) and result.pending == 0  # flush says what it lost
     assert list(stub.stored) == [ids[0], ids[1], ids[3], ids[4]]
     assert f"refused trace {bad}" in caplog.text
-    later = client.log_trace(task=TASK, input="q5")
+    later = client.log_trace(task=TASK, input="q5", version_id=107)
     assert client.flush(5) and later in stub.stored
     assert client.stats()["refused"] == 1 and client.stats()["sent"] == 5
 
@@ -533,7 +536,7 @@ def test_a_refused_key_keeps_traces_queued_until_it_is_accepted(stub, make_clien
     stub.keys.clear()
     client = make_client(flush_interval_s=0.05)
     with caplog.at_level(logging.ERROR, logger="tfgrpo_client"):
-        ids = [client.log_trace(task=TASK, input=f"q{i}") for i in range(2)]
+        ids = [client.log_trace(task=TASK, input=f"q{i}", version_id=107) for i in range(2)]
         assert not client.flush(0.3)
     assert client.pending == 2 and "401" in caplog.text and KEY not in caplog.text
     stub.keys.add(KEY)
@@ -544,8 +547,9 @@ def test_after_max_retries_a_batch_is_spooled_not_retried_forever(stub, make_cli
     stub.fault = 503
     spool = tmp_path / "given-up.jsonl"
     client = make_client(max_retries=2, flush_interval_s=10, max_backoff_s=0.05, spool_path=spool)
-    ids = [client.log_trace(task=TASK, input=f"q{i}") for i in range(3)]
-    assert client.flush(5)  # nothing pending any more: given up
+    ids = [client.log_trace(task=TASK, input=f"q{i}", version_id=107) for i in range(3)]
+    result = client.flush(5)  # nothing pending any more: given up, and said so
+    assert not result and result.given_up == tuple(ids) and result.pending == 0
     assert len(stub.posts()) == 3  # the first try and two retries
     assert client.stats()["given_up"] == 3
     assert [json.loads(line)["id"] for line in spool.read_text().splitlines()] == ids
@@ -555,12 +559,13 @@ def test_a_full_queue_drops_the_oldest(stub, make_client, caplog):
     stub.stop()
     client = make_client(max_queue=5, flush_interval_s=30)  # nothing leaves the queue before the flush
     with caplog.at_level(logging.WARNING, logger="tfgrpo_client"):
-        ids = [client.log_trace(task=TASK, input=f"q{i}") for i in range(8)]
+        ids = [client.log_trace(task=TASK, input=f"q{i}", version_id=107) for i in range(8)]
     assert "queue is full" in caplog.text
     stub.start()
-    assert client.flush(5)
-    assert client.stats()["dropped"] == 3
+    result = client.flush(5)
+    assert not result and result.dropped == tuple(ids[:3]) and client.stats()["dropped"] == 3
     assert set(stub.stored) == set(ids[3:])  # the 3 oldest were dropped
+    assert client.flush(5)  # each loss is reported once: this flush lost nothing
 
 
 def test_nothing_is_lost_at_a_clean_exit(stub):
@@ -568,7 +573,7 @@ def test_nothing_is_lost_at_a_clean_exit(stub):
         "import tfgrpo_client\n"
         "tfgrpo_client.configure(flush_interval_s=60)  # the exit must send the rest, not a timer\n"
         "for i in range(250):\n"
-        "    tfgrpo_client.log_trace(id=f't{i:03d}', task='Bike shop', input=f'q{i}')\n"
+        "    tfgrpo_client.log_trace(id=f't{i:03d}', task='Bike shop', input=f'q{i}', version_id=107)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], env=child_env(stub), capture_output=True, text=True,
                           timeout=60)
@@ -584,7 +589,7 @@ def test_traces_undelivered_at_exit_are_spooled_and_sent_by_the_next_client(stub
         "import tfgrpo_client\n"
         f"tfgrpo_client.configure(spool_path={str(spool)!r}, exit_timeout_s=0.3, flush_interval_s=0.05)\n"
         "for i in range(5):\n"
-        "    tfgrpo_client.log_trace(id=f's{i}', task='Bike shop', input=f'q{i}')\n"
+        "    tfgrpo_client.log_trace(id=f's{i}', task='Bike shop', input=f'q{i}', version_id=107)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], env=child_env(stub), capture_output=True, text=True,
                           timeout=60)
@@ -601,8 +606,8 @@ def test_traces_undelivered_at_exit_are_spooled_and_sent_by_the_next_client(stub
 
 def test_close_flushes_and_a_closed_client_never_raises(stub, make_client, caplog):
     client = make_client(flush_interval_s=10)
-    trace_id = client.log_trace(task=TASK, input="q")
+    trace_id = client.log_trace(task=TASK, input="q", version_id=107)
     assert client.close(timeout_s=5) and trace_id in stub.stored
     with caplog.at_level(logging.WARNING, logger="tfgrpo_client"):
-        client.log_trace(task=TASK, input="after close")
+        client.log_trace(task=TASK, input="after close", version_id=107)
     assert "after the client was closed" in caplog.text

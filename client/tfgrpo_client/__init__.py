@@ -12,8 +12,9 @@ prompt, and send its production traces back. Standard library only; a studio out
 from .client import Client
 from .default import configure, default_client, flush, get_entries, get_library, log_trace
 from .library import Library
+from .traces import FlushResult
 from .transport import ClientError
 
 __version__ = "0.1.0"
-__all__ = ["Client", "ClientError", "Library", "configure", "default_client", "flush", "get_entries",
+__all__ = ["Client", "ClientError", "FlushResult", "Library", "configure", "default_client", "flush", "get_entries",
            "get_library", "log_trace"]

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .library import Fallback, Library, LibraryCache
-from .traces import TraceSender, make_trace
+from .traces import FlushResult, TraceSender, make_trace
 from .transport import Transport
 
 log = logging.getLogger("tfgrpo_client")
@@ -87,8 +87,10 @@ class Client:
         self._traces.put(trace)
         return trace["id"]
 
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        """Block until every queued trace is delivered (True) or `timeout_s` passes (False)."""
+    def flush(self, timeout_s: float = 10.0) -> FlushResult:
+        """Block until every queued trace is delivered or lost, or `timeout_s` passes. The result is true
+        when all were delivered; `.refused`, `.dropped` and `.given_up` name by id the traces lost since the
+        previous flush, and `.pending` counts what is still queued."""
         return self._traces.flush(timeout_s)
 
     def close(self, timeout_s: float | None = None) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .client import Client
 from .library import Fallback, Library
+from .traces import FlushResult
 
 _lock = threading.Lock()
 _default: Client | None = None
@@ -59,6 +60,6 @@ def log_trace(*, id: str | None = None, task: str, input: str, output: str | Non
                                       metadata=metadata, library=library, version_id=version_id, label=label)
 
 
-def flush(timeout_s: float = 10.0) -> bool:
+def flush(timeout_s: float = 10.0) -> FlushResult:
     """`Client.flush` on the default client."""
     return default_client().flush(timeout_s)

@@ -19,6 +19,7 @@ import time
 import uuid
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,6 +55,9 @@ def make_trace(*, id: str | None, task: str, input: str, output: str | None, tur
     _check(version_id is None or (isinstance(version_id, int) and not isinstance(version_id, bool)),
            "version_id must be an int or None")
     _check(version_id is None or label is None, "give the version the agent used as version_id or label, not both")
+    _check(version_id is not None or label is not None,
+           "give the version the agent used: version_id=lib.version_id (or the label it fetched); a reply made "
+           "from the fallback text has no version, and the studio refuses a trace without one")
     if turns is not None:
         _check(isinstance(turns, (list, tuple)), "turns must be a list of {'role', 'text'} or None")
         for turn in turns:
@@ -81,6 +85,21 @@ def make_trace(*, id: str | None, task: str, input: str, output: str | None, tur
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What flush() saw: true only when nothing is left queued and no trace was lost since the previous
+    flush. Lost traces are named by id: refused by the studio as invalid, dropped from a full queue, or
+    given up after the retries (spooled when a spool_path is set)."""
+
+    pending: int = 0
+    refused: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    given_up: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.pending == 0 and not (self.refused or self.dropped or self.given_up)
 
 
 class TraceSender:
@@ -118,6 +137,7 @@ class TraceSender:
         self.dropped = 0  # oldest traces dropped because the queue was full
         self.refused = 0  # traces the server refused as invalid
         self.given_up = 0  # traces abandoned after max_retries
+        self._lost: dict[str, list[str]] = {"refused": [], "dropped": [], "given_up": []}  # ids, until a flush
         self._last_drop_log = -math.inf
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
@@ -144,12 +164,13 @@ class TraceSender:
             return
         self._ensure_thread()
 
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every queued trace is delivered (or refused as invalid): True, or False at the timeout."""
+    def flush(self, timeout_s: float = 10.0) -> FlushResult:
+        """Wait until every queued trace is delivered, refused or given up, or `timeout_s` passes; the result
+        is true when all were delivered and names the traces lost since the previous flush."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             if not self._queue and not self._inflight:
-                return True
+                return self._result()
             self._wakes += 1
             self._flushing += 1
             self._cond.notify_all()
@@ -159,17 +180,24 @@ class TraceSender:
                 while self._queue or self._inflight:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self._closed:
-                        return False
+                        break
                     self._cond.wait(remaining)
-                return True
+                return self._result()
         finally:
             with self._cond:
                 self._flushing -= 1
 
+    def _result(self) -> FlushResult:
+        """(Under the lock.) What is pending, and the traces lost since the last call, forgotten after it."""
+        lost = {kind: tuple(ids) for kind, ids in self._lost.items()}
+        for ids in self._lost.values():
+            ids.clear()
+        return FlushResult(pending=len(self._queue) + len(self._inflight), **lost)
+
     def close(self, timeout_s: float, *, when: str = "at close") -> bool:
         """Flush for at most `timeout_s`, stop the thread, then spool (or count in a warning) what is left.
         True when nothing was left undelivered."""
-        delivered = self.flush(timeout_s)
+        delivered = bool(self.flush(timeout_s))
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -286,11 +314,12 @@ class TraceSender:
 
     def _done(self, count: int, *, delivered: bool) -> None:
         with self._cond:
-            del self._inflight[:count]
             if delivered:
                 self.sent += count
             else:
                 self.refused += count
+                self._lost["refused"] += [trace.get("id") for trace in self._inflight[:count]]
+            del self._inflight[:count]
             self._cond.notify_all()
 
     def _give_up(self, retry: _Retry) -> None:
@@ -304,6 +333,7 @@ class TraceSender:
         with self._cond:
             self._inflight = []
             self.given_up += len(batch)
+            self._lost["given_up"] += [trace.get("id") for trace in batch]
             self._cond.notify_all()
 
     # --- the queue and the spool ---------------------------------------------------------------------
@@ -311,7 +341,7 @@ class TraceSender:
     def _append(self, trace: dict) -> None:
         """Queue one trace (under the lock), dropping the oldest when the queue is full."""
         if len(self._queue) >= self.max_queue:
-            self._queue.popleft()
+            self._lost["dropped"].append(self._queue.popleft().get("id"))
             self.dropped += 1
             now = time.monotonic()
             if now - self._last_drop_log >= 5.0:
