@@ -22,7 +22,7 @@ from api.limits import RateLimiter
 from core.errors import BatchRefused, InvalidInput, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.serving import served_library, served_selection
-from core.records.traces import MAX_BATCH, ingest_traces, parse_batch
+from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
 
 
 class TooLarge(StudioError):
@@ -144,6 +144,12 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
             raise InvalidInput("the body is not JSON; send {\"traces\": [...]}") from None
         stored, duplicates = ingest_traces(get_engine(), parse_batch(payload), key)
         return {"stored": stored, "duplicates": duplicates}
+
+    @app.patch("/v1/traces/{trace_id}")
+    def update(trace_id: str, update: TraceUpdate,
+               key: KeyUse = Depends(caller("ingest", "updating traces"))) -> dict:
+        """Feedback that came after the trace: score, thumbs or comment, by the sender's id (idempotent)."""
+        return {"id": trace_id, "changed": update_trace(get_engine(), trace_id, update, key)}
 
     _schema_with_trace(app)
     return app

@@ -274,3 +274,44 @@ def test_served_entries_carry_their_kind_so_an_agent_can_tell_a_worked_example_f
     assert served["experiences"] == [e["text"] for e in served["entries"]]
     chosen = client.get(URL + "/select", params={"version": version.id, "query": "apples in bags"}).json()
     assert {e["kind"] for e in chosen["entries"]} == {"lesson", "example"}
+
+
+# --- feedback that comes after the trace ----------------------------------------------------------------
+
+
+def test_a_late_thumbs_down_updates_the_trace_once_audited_and_seen_by_the_rules_and_harvest(engine, keys,
+                                                                                            production):
+    from core.records.traces import harvest, set_rules
+
+    set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    assert ingest.post("/v1/traces", json={"traces": [trace(1, production.id)]}).status_code == 200
+    assert stored(engine)[0].label_status is None  # no score yet: the rule has nothing to go on
+
+    update = {"task": DEMO_TASK, "thumbs": "down", "comment": "Wrong answer."}
+    first = ingest.patch("/v1/traces/t-1", json=update)
+    again = ingest.patch("/v1/traces/t-1", json=update)
+    assert first.json() == {"id": "t-1", "changed": True} and again.json() == {"id": "t-1", "changed": False}
+    row = stored(engine)[0]
+    assert (row.thumbs, row.comment, row.score) == (-1, "Wrong answer.", None)  # score left as it was
+    assert row.label_status == "needed"  # thumbs down reads as score 0, under the rule's 0.5
+    with Session(engine) as session:
+        events = session.exec(select(AuditEvent).where(AuditEvent.action == "trace.update")).all()
+    assert len(events) == 1 and events[0].actor == "(api key agent-ingest)"  # the repeat wrote nothing
+    assert events[0].before == {"thumbs": None, "comment": None} and events[0].after["thumbs"] == -1
+    assert harvest(engine, DEMO_TASK, "cli", max_score=0.4) == (1, 0)  # harvest sees the late score
+
+    cleared = ingest.patch("/v1/traces/t-1", json={"task": DEMO_TASK, "thumbs": None})
+    assert cleared.json()["changed"] and stored(engine)[0].thumbs is None
+
+
+def test_an_update_is_refused_with_the_error_shape_and_changes_nothing(engine, keys, production):
+    ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
+    reader = TestClient(create_app(engine), headers=bearer(keys["read"]))
+    ingest.post("/v1/traces", json={"traces": [trace(1, production.id, score=0.9)]})
+    missing = ingest.patch("/v1/traces/t-404", json={"task": DEMO_TASK, "score": 0.1})
+    assert missing.status_code == 404 and "no trace 't-404'" in missing.json()["error"]
+    bad = ingest.patch("/v1/traces/t-1", json={"task": DEMO_TASK, "score": 3})
+    assert bad.status_code == 422 and "score" in bad.json()["error"]
+    assert reader.patch("/v1/traces/t-1", json={"task": DEMO_TASK, "score": 0.1}).status_code == 403
+    assert stored(engine)[0].score == 0.9

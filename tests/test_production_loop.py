@@ -96,3 +96,30 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     assert comparison.stats.n == 6 and not comparison.note  # the same six queries under both
     assert comparison.stats.ci_low <= comparison.stats.delta <= comparison.stats.ci_high
     assert comparison.stats.verdict  # said in words, as the Evaluate page and `compare` show it
+
+
+def test_feedback_that_comes_later_reaches_the_trace_whether_it_was_sent_or_not(engine, demo_task):
+    """A thumbs-down a minute after the answer: still queued, the trace takes it before it leaves; already
+    stored, the client asks the real API to update it. A trace the studio does not have is reported, not
+    raised."""
+    production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    secret = create_key(engine, "bike-shop agent", "ingest", "cli").secret
+    with api_server(engine) as base:
+        agent = Client(base_url=base, api_key=secret, flush_interval_s=60)  # nothing leaves before a flush
+        try:
+            queued = agent.log_trace(task=DEMO_TASK, input="What is 7 + 8?", output="15", version_id=production.id)
+            assert agent.update_trace(queued, task=DEMO_TASK, thumbs="up")  # amended in the queue
+            assert agent.flush(timeout_s=30)
+            sent = agent.log_trace(task=DEMO_TASK, input="What is 12 times 3?", output="34", version_id=production.id)
+            assert agent.flush(timeout_s=30)
+            assert agent.update_trace(sent, task=DEMO_TASK, thumbs="down", comment="12 x 3 is 36.")
+            assert agent.update_trace(sent, task=DEMO_TASK, thumbs="down", comment="12 x 3 is 36.")  # idempotent
+            assert not agent.update_trace("never-sent", task=DEMO_TASK, score=0.0)
+            with pytest.raises(ValueError, match="at least one"):
+                agent.update_trace(sent, task=DEMO_TASK)
+        finally:
+            agent.close()
+    with Session(engine) as session:
+        rows = {row.client_id: row for row in session.exec(select(Trace))}
+    assert rows[queued].thumbs == 1
+    assert (rows[sent].thumbs, rows[sent].comment) == (-1, "12 x 3 is 36.")

@@ -10,11 +10,11 @@ prompt, and send its production traces back. Standard library only; a studio out
 """
 
 from .client import Client
-from .default import configure, default_client, flush, get_entries, get_library, log_trace
+from .default import configure, default_client, flush, get_entries, get_library, log_trace, update_trace
 from .library import Library
 from .traces import FlushResult
 from .transport import ClientError
 
 __version__ = "0.1.0"
 __all__ = ["Client", "ClientError", "FlushResult", "Library", "configure", "default_client", "flush", "get_entries",
-           "get_library", "log_trace"]
+           "get_library", "log_trace", "update_trace"]

@@ -10,10 +10,11 @@ import atexit
 import logging
 import os
 from typing import Any
+from urllib.parse import quote
 
 from .library import Fallback, Library, LibraryCache
-from .traces import FlushResult, TraceSender, make_trace
-from .transport import Transport
+from .traces import UNSET, FlushResult, TraceSender, make_trace, make_update
+from .transport import Transport, Unreachable
 
 log = logging.getLogger("tfgrpo_client")
 
@@ -86,6 +87,28 @@ class Client:
                            library=library, version_id=version_id, label=label)
         self._traces.put(trace)
         return trace["id"]
+
+    def update_trace(self, id: str, *, task: str, score: float | None = UNSET, thumbs: str | None = UNSET,
+                     comment: str | None = UNSET) -> bool:
+        """Feedback that came after the trace (a thumbs-down a minute later): set score, thumbs or comment of
+        trace `id` (None clears one; a field left out stays). A trace still queued here takes the update
+        before it is sent; otherwise the studio is asked (`PATCH /v1/traces/{id}`, idempotent) once the
+        traces queued before it are delivered. True when the studio has it; False, with a logged reason, when
+        it could not be delivered (never raises for the studio being down). ValueError for an invalid field."""
+        update = make_update(score=score, thumbs=thumbs, comment=comment)
+        if self._traces.amend(id, task, update):
+            return True
+        self._traces.flush(self._transport.timeout_s)  # a post of this trace under way lands first
+        try:
+            response = self._transport.request("PATCH", f"/v1/traces/{quote(id, safe='')}",
+                                               body={"task": task, **update})
+        except Unreachable as error:
+            log.warning("could not update trace %s: %s", id, error)
+            return False
+        if not response.ok:
+            log.error("the studio refused the update of trace %s (%s)", id, response.message)
+            return False
+        return True
 
     def flush(self, timeout_s: float = 10.0) -> FlushResult:
         """Block until every queued trace is delivered or lost, or `timeout_s` passes. The result is true

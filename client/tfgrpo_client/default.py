@@ -11,7 +11,7 @@ from typing import Any
 
 from .client import Client
 from .library import Fallback, Library
-from .traces import FlushResult
+from .traces import UNSET, FlushResult
 
 _lock = threading.Lock()
 _default: Client | None = None
@@ -58,6 +58,12 @@ def log_trace(*, id: str | None = None, task: str, input: str, output: str | Non
     return default_client().log_trace(id=id, task=task, input=input, output=output, turns=turns, score=score,
                                       thumbs=thumbs, comment=comment, segment=segment, user_id=user_id,
                                       metadata=metadata, library=library, version_id=version_id, label=label)
+
+
+def update_trace(id: str, *, task: str, score: float | None = UNSET, thumbs: str | None = UNSET,
+                 comment: str | None = UNSET) -> bool:
+    """`Client.update_trace` on the default client."""
+    return default_client().update_trace(id, task=task, score=score, thumbs=thumbs, comment=comment)
 
 
 def flush(timeout_s: float = 10.0) -> FlushResult:

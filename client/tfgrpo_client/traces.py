@@ -82,6 +82,24 @@ def make_trace(*, id: str | None, task: str, input: str, output: str | None, tur
     return trace
 
 
+UNSET: Any = object()  # a field update_trace leaves as it is (None clears it)
+
+
+def make_update(*, score: Any, thumbs: Any, comment: Any) -> dict[str, Any]:
+    """The fields an update sets, checked as make_trace checks them; ValueError when none is given."""
+    update = {name: value for name, value in (("score", score), ("thumbs", thumbs), ("comment", comment))
+              if value is not UNSET}
+    _check(bool(update), "give at least one of score, thumbs or comment to update")
+    if update.get("score") is not None:
+        value = update["score"]
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), "score must be a number")
+        _check(math.isfinite(value) and 0.0 <= value <= 1.0, f"score must be in [0, 1], not {value!r}")
+        update["score"] = float(value)
+    _check(update.get("thumbs") in (None, "up", "down"), f'thumbs must be "up", "down" or None, not {thumbs!r}')
+    _check(update.get("comment") is None or isinstance(update["comment"], str), "comment must be a string or None")
+    return update
+
+
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
@@ -163,6 +181,16 @@ class TraceSender:
             self._spool_or_warn([trace], "after the client was closed")
             return
         self._ensure_thread()
+
+    def amend(self, trace_id: str, task: str, update: dict[str, Any]) -> bool:
+        """Apply an update to a trace still waiting in the queue (it then goes with the trace); False when
+        it is not there (sent, or being sent)."""
+        with self._cond:
+            for trace in self._queue:
+                if trace.get("id") == trace_id and trace.get("task") == task:
+                    trace.update(update)
+                    return True
+        return False
 
     def flush(self, timeout_s: float = 10.0) -> FlushResult:
         """Wait until every queued trace is delivered, refused or given up, or `timeout_s` passes; the result

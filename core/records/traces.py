@@ -75,6 +75,24 @@ class TraceIn(BaseModel):
         return self
 
 
+class TraceUpdate(BaseModel):
+    """Feedback that arrives after its trace (a thumbs-down a minute later): the fields given replace the
+    stored ones (null clears one); the fields left out stay."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(min_length=1, max_length=200)
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
+    thumbs: str | None = Field(default=None, pattern="^(up|down)$")
+    comment: str | None = Field(default=None, max_length=5000)
+
+    def changes(self) -> dict:
+        """The stored fields this update sets, as stored (thumbs as 1 or -1)."""
+        given = self.model_dump(exclude_unset=True, exclude={"task"})
+        if "thumbs" in given:
+            given["thumbs"] = THUMBS.get(given["thumbs"] or "")
+        return given
+
+
 class TraceBatch(BaseModel):
     traces: list[TraceIn] = Field(min_length=1, max_length=MAX_BATCH)
 
@@ -169,6 +187,30 @@ def _row(trace: TraceIn, task: Task, library: Library, version: LibraryVersion, 
         row.created_at = trace.created_at if trace.created_at.tzinfo else trace.created_at.replace(tzinfo=UTC)
     row.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, row) else None
     return row
+
+
+def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUse | None = None) -> bool:
+    """Add or change a stored trace's score, thumbs or comment, by the sender's id; True when something
+    changed. Idempotent: the same update again changes nothing and writes nothing. A change is audited,
+    and the task's labelling rules are applied again (a trace now scored under `below` goes to people);
+    harvest reads the score as it is when it runs."""
+    changes = update.changes()
+    with session_scope(engine) as session:
+        task = get_task(session, update.task)
+        trace = session.exec(select(Trace).where(Trace.task_id == task.id, Trace.client_id == client_id)).first()
+        if trace is None:
+            raise NotFound(f"task {task.name!r} has no trace {client_id!r} (post it before updating it)")
+        before = {name: getattr(trace, name) for name in changes}
+        if before == changes:
+            return False
+        for name, value in changes.items():
+            setattr(trace, name, value)
+        if trace.label_status != LabelStatus.DONE:
+            trace.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, trace) else None
+        session.add(trace)
+        session.add(AuditEvent(actor=f"(api key {key.name})" if key is not None else "system", action="trace.update",
+                               object_type="trace", object_id=trace.id, before=before, after=changes))
+        return True
 
 
 # --- the task's rules: which traces go to people ------------------------------------------------------
