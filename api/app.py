@@ -18,9 +18,9 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from api.limits import RateLimiter
 from core.errors import BatchRefused, InvalidInput, StudioError
 from core.records.api_keys import KeyUse, check_key
+from core.records.api_limits import take_request
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
 
@@ -54,7 +54,6 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                rate_per_minute: int = 600) -> FastAPI:
     """The API over `engine` (or a function that gives it, so the process opens its database once)."""
     get_engine = engine if callable(engine) and not isinstance(engine, Engine) else (lambda: engine)
-    limiter = RateLimiter(rate_per_minute)
     # FastAPIOffline serves the docs' scripts and styles from its package: /docs works with no network
     app = FastAPIOffline(title="Training-Free GRPO studio", version="1",
                   description="Serve the promoted experience library to live agents and take their traces back. "
@@ -80,8 +79,9 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                   x_api_key: str | None = Header(None)) -> KeyUse:
             secret = x_api_key or (authorization[7:].strip() if authorization and
                                    authorization.lower().startswith("bearer ") else None)
-            key = check_key(get_engine(), secret, role, doing, f"{request.method} {request.url.path}")
-            wait = limiter.take(key.id)
+            key = check_key(get_engine(), secret, role, doing, f"{request.method} {request.url.path}",
+                            address=request.client.host if request.client else "unknown")
+            wait = take_request(get_engine(), key.id, rate_per_minute)
             if wait is not None:
                 raise TooMany(f"API key {key.name!r} is over its limit of {rate_per_minute} requests a minute; "
                               f"retry in {math.ceil(wait)} s", wait)

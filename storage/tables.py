@@ -469,3 +469,13 @@ class Trace(SQLModel, table=True):
     label_value: float | None = None  # a person's score in [0, 1]
     labelled_by: str | None = None
     sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into
+
+
+class ApiCounter(SQLModel, table=True):
+    """A count every API process shares, so N processes allow the configured rate in total: a key's request
+    allowance (`key:<id>`, a token bucket: `value` tokens left at `updated_at`), or the unknown-key refusals
+    from one client address not yet audited (`refused:<address>`, `updated_at` when they last were)."""
+
+    name: str = Field(primary_key=True, max_length=300)
+    value: float = 0.0
+    updated_at: float = 0.0  # seconds since the epoch (time.time()), comparable across processes

@@ -110,8 +110,26 @@ def test_missing_unknown_revoked_and_wrong_role_keys_are_refused_and_audited(eng
 
     with Session(engine) as session:
         denied = [e.after["reason"] for e in session.exec(select(AuditEvent).where(AuditEvent.action == "api.denied"))]
-    assert len(denied) == 5 and any("revoked" in reason for reason in denied)
+    # the three refusals without a known key, from one address within a minute, are one row (the first);
+    # the refusals naming a key (wrong role, revoked) are one row each
+    assert len(denied) == 3 and denied[0].startswith("no API key") and any("revoked" in reason for reason in denied)
     assert any("read key" in reason for reason in denied)
+
+
+def test_a_flood_of_made_up_keys_is_audited_once_a_minute_per_address_with_its_count(engine, demo_task):
+    from core.records.api_limits import audit_refusal
+
+    bare = TestClient(create_app(engine))
+    assert {bare.get(URL, headers=bearer(f"tfg_guess-{i}")).status_code for i in range(30)} == {401}
+    start = 1_000_000.0
+    assert audit_refusal(engine, "10.0.0.9", "unknown API key", "GET /x", now=start)  # another address: its own row
+    assert not audit_refusal(engine, "10.0.0.9", "unknown API key", "GET /x", now=start + 30)
+    assert not audit_refusal(engine, "10.0.0.9", "unknown API key", "GET /x", now=start + 59)
+    assert audit_refusal(engine, "10.0.0.9", "unknown API key", "GET /x", now=start + 61)
+    with Session(engine) as session:
+        rows = session.exec(select(AuditEvent).where(AuditEvent.action == "api.denied").order_by(AuditEvent.id)).all()
+    assert [(row.after["address"], row.after["refusals"]) for row in rows] == [
+        ("testclient", 1), ("10.0.0.9", 1), ("10.0.0.9", 3)]  # 30 requests from the test client: one row so far
 
 
 def test_keys_are_stored_hashed_and_only_an_admin_makes_them(engine, keys):
@@ -198,7 +216,9 @@ def test_size_batch_and_rate_limits(engine, keys, production):
     assert chunked.status_code == 413  # no Content-Length: counted while read
     over = small.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
     assert over.status_code in (413, 422)
-    roomy = TestClient(create_app(engine, rate_per_minute=1000), headers=bearer(keys["ingest"]))
+    # the allowance is the key's, wherever it is spent: another key for the batch checks below
+    other_key = create_key(engine, "agent-ingest-2", "ingest", "cli").secret
+    roomy = TestClient(create_app(engine, rate_per_minute=1000), headers=bearer(other_key))
     batch = roomy.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
     assert batch.status_code == 422 and "at most 100 traces" in batch.json()["error"]
     not_json = roomy.post("/v1/traces", content=b"{oops", headers={"Content-Type": "application/json"})
@@ -315,3 +335,23 @@ def test_an_update_is_refused_with_the_error_shape_and_changes_nothing(engine, k
     assert bad.status_code == 422 and "score" in bad.json()["error"]
     assert reader.patch("/v1/traces/t-1", json={"task": DEMO_TASK, "score": 0.1}).status_code == 403
     assert stored(engine)[0].score == 0.9
+
+
+def test_two_api_processes_on_one_database_allow_the_configured_rate_in_total(engine, keys, production):
+    """The allowance lives in the database: two processes of `python -m core serve` with a limit of 10 a
+    minute let one key make 10 requests between them, not 10 each."""
+    import time
+
+    import httpx
+
+    from tests.api_support import api_server
+
+    limit = {"TFGRPO_API_RATE_PER_MINUTE": "10"}
+    with api_server(engine, extra_env=limit) as first, api_server(engine, extra_env=limit) as second:
+        started = time.monotonic()
+        statuses = [httpx.get(f"{base}{URL}", headers=bearer(keys["read"]), timeout=10).status_code
+                    for _ in range(10) for base in (first, second)]
+        elapsed = time.monotonic() - started
+    refill = int(elapsed * 10 / 60)  # the bucket refills 10 a minute meanwhile
+    assert set(statuses) == {200, 429}
+    assert 10 <= statuses.count(200) <= 10 + refill, (statuses, elapsed)

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
+from core.records.api_limits import API_ACTOR, audit_refusal
 from core.records.people import require_role
 from storage.db import session_scope
 from storage.tables import ApiKey, AuditEvent, as_utc, utcnow
@@ -24,7 +25,6 @@ from storage.tables import ApiKey, AuditEvent, as_utc, utcnow
 API_ROLES = {"read": "fetch libraries", "ingest": "fetch libraries and post production traces"}
 RANK = {"read": 0, "ingest": 1}
 KEY_PREFIX = "tfg_"
-API_ACTOR = "(api)"  # the audit actor of a request turned away before any key was known
 LAST_USED_EVERY = timedelta(seconds=60)  # a key's last-used time is written at most this often
 
 
@@ -88,9 +88,12 @@ def list_keys(session: Session) -> list[ApiKey]:
     return list(session.exec(select(ApiKey).order_by(ApiKey.id)))
 
 
-def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: str = "") -> KeyUse:
-    """The key behind `secret` if it may do what `role` allows; else an audit event and Unauthorized (no,
-    unknown or revoked key) or PermissionDenied (a read key asked to ingest). `where` names the request."""
+def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: str = "",
+              address: str = "unknown") -> KeyUse:
+    """The key behind `secret` if it may do what `role` allows; else Unauthorized (no, unknown or revoked
+    key) or PermissionDenied (a read key asked to ingest). A refusal naming a key is audited each time;
+    one without a known key is counted per client `address` and audited at most once a minute with the
+    count, so a flood of made-up keys cannot fill the audit log. `where` names the request."""
     found = None
     if secret:
         with Session(engine) as session:
@@ -100,7 +103,10 @@ def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: 
               else f"API key {found.name!r} was revoked" if found.revoked_at is not None
               else None)
     if reason is not None:
-        _denied(engine, found, reason, where)
+        if found is None:  # nobody to name: counted per address, audited once a minute
+            audit_refusal(engine, address, reason, where)
+        else:
+            _denied(engine, found, reason, where)
         raise Unauthorized(reason)
     if RANK[found.role] < RANK[role]:
         reason = f"API key {found.name!r} is a {found.role} key; {doing} needs an {role} key"

@@ -1,0 +1,72 @@
+"""The HTTP API's shared limits, kept in the database so every API process counts against one allowance.
+
+A key's request rate is a token bucket (`per_minute` requests, refilled evenly, so a short burst up to the
+whole minute's allowance passes and a steady flood is held to the rate), spent by one conditional UPDATE:
+the row lock (PostgreSQL) or the write lock (SQLite) makes two processes' requests take turns, so N
+processes allow the rate in total. Refusals of requests without a usable key are counted per client
+address and audited at most once a minute with their count, so a flood of bad keys cannot fill the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import case, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from storage.db import session_scope
+from storage.tables import ApiCounter, AuditEvent
+
+AUDIT_EVERY_S = 60.0
+API_ACTOR = "(api)"  # the audit actor of a request turned away before any key was known
+
+
+def take_request(engine: Engine, key_id: int, per_minute: int, now: float | None = None) -> float | None:
+    """Spend one request of the key's allowance: None when allowed, else the seconds until one is free."""
+    now = time.time() if now is None else now
+    rate = per_minute / 60.0
+    name = f"key:{key_id}"
+    refilled = ApiCounter.value + (now - ApiCounter.updated_at) * rate
+    refilled = case((refilled > per_minute, float(per_minute)), else_=refilled)
+    try:
+        with session_scope(engine) as session:
+            spent = session.exec(update(ApiCounter).where(ApiCounter.name == name, refilled >= 1.0)
+                                 .values(value=refilled - 1.0, updated_at=now)).rowcount
+            if spent == 1:
+                return None
+            row = session.get(ApiCounter, name)
+            if row is None:  # the key's first request: a full bucket, less this one
+                session.add(ApiCounter(name=name, value=per_minute - 1.0, updated_at=now))
+                return None
+            tokens = min(float(per_minute), row.value + (now - row.updated_at) * rate)
+            return max(0.0, 1.0 - tokens) / rate
+    except IntegrityError:  # another process created the bucket at the same moment: spend from it
+        return take_request(engine, key_id, per_minute, now)
+
+
+def audit_refusal(engine: Engine, address: str, reason: str, where: str, now: float | None = None) -> bool:
+    """Count a refused request from `address`; once a minute per address, write one audit row with the
+    refusals counted since the last one. True when this call wrote it."""
+    now = time.time() if now is None else now
+    name = f"refused:{address}"
+    try:
+        with session_scope(engine) as session:
+            session.exec(update(ApiCounter).where(ApiCounter.name == name).values(value=ApiCounter.value + 1))
+            row = session.get(ApiCounter, name)
+            if row is None:
+                session.add(ApiCounter(name=name, value=0.0, updated_at=now))
+                count = 1
+            else:
+                count = int(row.value)  # read before the claim below changes it (and this object with it)
+                claimed = session.exec(update(ApiCounter).where(ApiCounter.name == name,
+                                                                ApiCounter.updated_at <= now - AUDIT_EVERY_S)
+                                       .values(value=ApiCounter.value - count, updated_at=now)).rowcount
+                if claimed != 1:
+                    return False
+            session.add(AuditEvent(actor=API_ACTOR, action="api.denied", object_type="address", object_id=None,
+                                   after={"reason": reason, "request": where, "address": address,
+                                          "refusals": count, "since_s": AUDIT_EVERY_S}))
+            return True
+    except IntegrityError:
+        return audit_refusal(engine, address, reason, where, now)
