@@ -20,12 +20,14 @@ from core.records.run_settings import RunSettings
 from core.records.traces import (
     arm_comparison,
     daily_summary,
+    find_trace,
     harvest,
     label_trace,
     lowest_scored,
     set_rules,
     task_traces,
     trace_output,
+    trace_rows,
     trace_score,
 )
 from core.records.versions import PRODUCTION
@@ -46,6 +48,7 @@ from storage.statuses import LabelStatus
 
 FLASH = Flash("production_flash")
 LOWEST = 10
+LISTED = 200
 OLD_SHARE = 0.3
 
 
@@ -95,7 +98,7 @@ def save_label(trace_id: int) -> None:
         FLASH.set("labels", Outcome(False, "Choose a score from 1 to 5 first."))
         return
     run_action(FLASH, "labels", label_trace, engine(), trace_id, SCALE[point], context().reviewer,
-               success=f"Trace {trace_id} labelled {point}.")
+               success=f"Trace labelled {point}.")
 
 
 def labelling_section(traces: list) -> None:
@@ -110,7 +113,7 @@ def labelling_section(traces: list) -> None:
         role_note("labeler", "labelling production traces")
         return
     trace = waiting[-1]  # the oldest first
-    st.caption(f"Trace {trace.id} · sent score {trace.score if trace.score is not None else '-'} · "
+    st.caption(f"Trace {trace.client_id} · sent score {trace.score if trace.score is not None else '-'} · "
                f"{trace.segment or 'no segment'}")
     show_long(trace.input, f"production_label_in_{trace.id}")
     show_long(trace_output(trace), f"production_label_out_{trace.id}")
@@ -132,7 +135,35 @@ def filters(task_id: int, versions: dict[int, int]) -> dict:
     max_score = far.number_input("Score at most", min_value=0.0, max_value=1.0, value=None, step=0.1,
                                  key="production_max_score", placeholder="any")
     since = datetime.combine(datetime.now(UTC).date() - timedelta(days=int(days) - 1), time.min, tzinfo=UTC)
-    return {"version_id": version, "segment": segment, "since": since, "max_score": max_score}
+    sender, user, thumbs, comment = st.columns(4)
+    found = {"sender_id": sender.text_input("Sender id", key="production_sender", placeholder="any"),
+             "user_id": user.text_input("User", key="production_user", placeholder="any"),
+             "thumbs": thumbs.selectbox("Thumbs", [None, "up", "down", "none"], key="production_thumbs",
+                                        format_func=lambda t: "any" if t is None else t),
+             "comment": comment.text_input("Comment contains", key="production_comment", placeholder="any")}
+    return {"version_id": version, "segment": segment, "since": since, "max_score": max_score,
+            **{name: value for name, value in found.items() if value}}
+
+
+def opened_trace(task_name: str, versions: dict[int, int]) -> None:
+    """The trace named by `?trace=<sender id>` (a link an engineer shares, or the box here), in full."""
+    sender_id = st.text_input("Open a trace by its sender id", value=st.query_params.get("trace", ""),
+                              key="production_open", placeholder="the id your agent gave the trace")
+    if not sender_id:
+        st.query_params.pop("trace", None)
+        return
+    st.query_params["trace"] = sender_id
+    with Session(engine()) as session:
+        trace = find_trace(session, task_name, sender_id.strip())
+    if trace is None:
+        st.warning("This task has no trace with that sender id.")
+        return
+    [row] = trace_rows([trace], versions)
+    table([row], key="production_opened_table")
+    st.caption("Input")
+    show_long(trace.input, f"production_open_in_{trace.id}")
+    st.caption("Output")
+    show_long(trace_output(trace), f"production_open_out_{trace.id}")
 
 
 def arms_section(library) -> None:
@@ -161,6 +192,7 @@ def page() -> None:
         st.info("No trace yet. Create an ingest key on the People page, start the API with `python -m core serve` "
                 "(`make run` starts it too), and log traces from your agent with the client (client/README.md).")
         return
+    opened_trace(task.name, versions)
     chosen = filters(task.id, versions)
     with Session(engine()) as session:
         traces = task_traces(session, task.name, **chosen)
@@ -175,11 +207,16 @@ def page() -> None:
         st.plotly_chart(score_chart(rows), key="production_chart")
         table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],
               key="production_daily_table")
+    if traces:
+        st.subheader("Traces", anchor=False)
+        st.caption(f"The newest {min(len(traces), LISTED)} of {len(traces)}, by what their sender gave; open one by "
+                   "its sender id above (or link to it: this page's address with ?trace=<sender id>).")
+        table(trace_rows(traces[:LISTED], versions), key="production_traces_table")
     lowest = lowest_scored(traces, LOWEST)
     if lowest:
         st.subheader("Lowest scored", anchor=False)
         for trace in lowest:
-            with st.expander(f"{trace_score(trace):.2f} · trace {trace.id} · version #{versions.get(trace.version_id)}"
+            with st.expander(f"{trace_score(trace):.2f} · {trace.client_id} · version #{versions.get(trace.version_id)}"
                              f" · {trace.segment or 'no segment'}"):
                 st.caption("Input")
                 show_long(trace.input, f"production_in_{trace.id}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 from sqlmodel import Session, select
+from streamlit.testing.v1 import AppTest
 
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
 from storage.tables import Run, Sample, Task
-from tests.ui_support import markdown_texts, run_app, table_with
+from tests.ui_support import APP, markdown_texts, run_app, table_with
 
 PAGE = "pages/production.py"
 
@@ -59,7 +60,7 @@ def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine,
     assert sorted(daily["traces"].tolist()) == [30, 30]
     assert all(daily["low"] <= daily["mean score"]) and all(daily["mean score"] <= daily["high"])
     lowest = [e.label for e in at.expander]
-    assert lowest[0].startswith("0.00 · trace") and len(lowest) == 10
+    assert lowest[0].startswith("0.00 · p") and len(lowest) == 10  # named by the sender's id
     codes = [c.value for c in at.code]
     assert "<b>p question 0</b>" in codes and "**42**" in codes  # as text, never rendered
     words = " ".join(markdown_texts(at))
@@ -119,3 +120,41 @@ def test_a_trace_the_rules_send_to_people_is_labelled_on_the_page(engine, versio
         labelled = session.exec(select(Trace).where(Trace.client_id == "p0")).one()
     assert (labelled.label_status, labelled.label_value) == ("done", 0.75) and labelled.labelled_by
     assert any(s.value == "Waiting for a person (0)" for s in at.subheader)
+
+
+def test_traces_are_listed_filtered_and_opened_by_what_their_sender_gave(engine, versions):
+    """An engineer finds their own trace: by its sender id (in the box, or from a link with ?trace=), by
+    user, thumbs or a piece of the comment; the list shows what the sender gave."""
+    production, _ = versions
+    ingest_traces(engine, [
+        TraceIn(id="req-7f3a", task=DEMO_TASK, version_id=production.id, input="Is the frame steel?",
+                output="Yes.", user_id="ana", segment="web", thumbs="down", comment="It is aluminium."),
+        TraceIn(id="req-9b1c", task=DEMO_TASK, version_id=production.id, input="Do you ship abroad?",
+                output="No.", user_id="ben", thumbs="up", score=0.9),
+        TraceIn(id="req-0000", task=DEMO_TASK, version_id=production.id, input="Hello?", output="Hi.")])
+    at = open_page()
+    listed = table_with(at, "sender id")
+    assert set(listed["sender id"]) == {"req-7f3a", "req-9b1c", "req-0000"}
+    row = listed[listed["sender id"] == "req-7f3a"].iloc[0]
+    assert (row["user"], row["thumbs"], row["comment"], row["segment"]) == ("ana", "down", "It is aluminium.", "web")
+
+    at.text_input(key="production_user").set_value("ben").run()
+    assert table_with(at, "sender id")["sender id"].tolist() == ["req-9b1c"]
+    at.text_input(key="production_user").set_value("").run()
+    at.selectbox(key="production_thumbs").set_value("down").run()
+    assert table_with(at, "sender id")["sender id"].tolist() == ["req-7f3a"]
+    at.selectbox(key="production_thumbs").set_value(None).run()
+    at.text_input(key="production_comment").set_value("ALUMIN").run()
+    assert table_with(at, "sender id")["sender id"].tolist() == ["req-7f3a"]
+
+    linked = AppTest.from_file(str(APP), default_timeout=60)  # a shared link: the page with ?trace=
+    linked.run()
+    linked.switch_page(PAGE)
+    linked.query_params["trace"] = "req-9b1c"
+    linked.run()
+    assert not linked.exception, [e.value for e in linked.exception]
+    codes = [c.value for c in linked.code]
+    assert "Do you ship abroad?" in codes and "No." in codes
+    assert linked.dataframe[0].value["sender id"].tolist() == ["req-9b1c"]  # the opened trace, above the list
+    at.text_input(key="production_open").set_value("req-nope").run()
+    assert any("no trace with that sender id" in w.value for w in at.warning)

@@ -19,6 +19,7 @@ from datetime import UTC, date, datetime
 from statistics import mean, stdev
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
@@ -293,14 +294,24 @@ def trace_output(trace: Trace) -> str:
 
 def task_traces(session: Session, task_name: str, *, version_id: int | None = None, segment: str | None = None,
                 since: datetime | None = None, max_score: float | None = None, labelled_only: bool = False,
-                limit: int | None = None) -> list[Trace]:
-    """A task's traces, newest first, filtered as the Production page and `harvest` ask."""
+                sender_id: str | None = None, user_id: str | None = None, thumbs: str | None = None,
+                comment: str | None = None, limit: int | None = None) -> list[Trace]:
+    """A task's traces, newest first, filtered as the Production page and `harvest` ask: `sender_id` and
+    `user_id` match exactly, `thumbs` is up, down or none, `comment` is a piece of the comment (any case)."""
     task = get_task(session, task_name)
     query = select(Trace).where(Trace.task_id == task.id)
     if version_id is not None:
         query = query.where(Trace.version_id == version_id)
     if segment:
         query = query.where(Trace.segment == segment)
+    if sender_id:
+        query = query.where(Trace.client_id == sender_id.strip())
+    if user_id:
+        query = query.where(Trace.user_id == user_id.strip())
+    if thumbs:
+        query = query.where(Trace.thumbs.is_(None) if thumbs == "none" else Trace.thumbs == THUMBS[thumbs])
+    if comment:
+        query = query.where(func.lower(Trace.comment).contains(comment.strip().lower()))
     if since is not None:
         query = query.where(Trace.created_at >= since)
     if labelled_only:
@@ -309,6 +320,25 @@ def task_traces(session: Session, task_name: str, *, version_id: int | None = No
     if max_score is not None:
         rows = [row for row in rows if (score := trace_score(row)) is not None and score <= max_score]
     return rows[:limit] if limit is not None else rows
+
+
+def find_trace(session: Session, task_name: str, sender_id: str) -> Trace | None:
+    """A task's trace by the id its sender gave it (what an engineer has in their own logs)."""
+    task = get_task(session, task_name)
+    return session.exec(select(Trace).where(Trace.task_id == task.id, Trace.client_id == sender_id)).first()
+
+
+def thumbs_word(trace: Trace) -> str | None:
+    return None if trace.thumbs is None else ("up" if trace.thumbs > 0 else "down")
+
+
+def trace_rows(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
+    """One row per trace as the Production page lists them: what the sender gave (its id, user, segment,
+    thumbs, score, comment, time) beside the version, the score that counts and the labelling status."""
+    return [{"sender id": t.client_id, "time": as_utc(t.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+             "user": t.user_id, "segment": t.segment, "thumbs": thumbs_word(t), "sent score": t.score,
+             "score": trace_score(t), "comment": t.comment, "version": f"#{numbers.get(t.version_id, '?')}",
+             "label": t.label_status} for t in traces]
 
 
 def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
