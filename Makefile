@@ -21,14 +21,16 @@ $(STAMP): requirements.txt requirements-model.txt | $(PY)
 install: $(STAMP)
 
 # The embedded model's server (when the studio's model is embedded), one worker and the HTTP API (port
-# API_PORT) beside the app; they stop with the app (Ctrl-C). The app starts
+# API_PORT, passed to all of them as TFGRPO_API_PORT so the app's sidebar asks the port `serve` listens on)
+# beside the app; they stop with the app (Ctrl-C). The app starts
 # another worker if this one dies. The API listens on loopback unless sign-in is on (README, HTTP API).
 API_PORT ?= 8502
+run: export TFGRPO_API_PORT = $(API_PORT)
 run: install
 	$(PY) -m core demo
 	$(PY) -m core model-server >> model-server.log 2>&1 & MODEL=$$!; \
 	$(PY) -m core worker >> worker.log 2>&1 & WORKER=$$!; \
-	$(PY) -m core serve --port $(API_PORT) >> api.log 2>&1 & API=$$!; \
+	$(PY) -m core serve >> api.log 2>&1 & API=$$!; \
 	trap 'kill $$WORKER $$API $$MODEL 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/streamlit run streamlit_app.py --server.port $(PORT) --server.address $(ADDRESS)
 

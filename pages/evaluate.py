@@ -56,6 +56,7 @@ from storage.tables import Task
 
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate
+MODEL_HANDOFF_KEY = "eval_model"  # ... and the model that version was learned with
 PROMOTE = PromoteDialog("eval", FLASH, "promote")  # the guarded dialog, shared with the Library page's Labels
 COST = st.column_config.NumberColumn(format="$%.4f")
 DRAWN_KEY = "eval_drawn_with_figures"  # the evaluations the whole page was drawn with; the live table reruns it
@@ -123,9 +124,10 @@ class FormScope:
     routed_key: str | None = None
 
 
-def model_options(current: str) -> list[str]:
-    """The task's model first, then every model known to work here (core.models.model_choice)."""
-    return list(dict.fromkeys([current, *known_models()]))
+def model_options(current: str, chosen: str | None = None) -> list[str]:
+    """The task's model first, then every model known to work here (core.models.model_choice), and the one
+    already chosen (handed over with a run's version) if it is none of those."""
+    return list(dict.fromkeys([current, *known_models(), *([chosen] if chosen else [])]))
 
 
 def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: int, model: str) -> str:
@@ -168,11 +170,14 @@ def evaluation_form(setup: dict) -> None:
     handed = st.session_state.pop(HANDOFF_KEY, None)  # "Evaluate this version" on Train or Library
     if handed is not None and str(handed) in options:
         st.session_state[version_key] = str(handed)
+    handed_model = st.session_state.pop(MODEL_HANDOFF_KEY, None)  # the model the run learned with
+    if handed_model:
+        st.session_state[form_key("model", setup)] = handed_model
     for key, offered in ((version_key, options), (split_key, splits)):
         keep_valid_choice(key, offered)
     if splits:
         st.session_state.setdefault(split_key, "test" if "test" in splits else splits[0])
-    models = model_options(task.policy_model)
+    models = model_options(task.policy_model, st.session_state.get(form_key("model", setup)))
     with st.form(f"eval_form_{task.id}"):
         c1, c2, c3 = st.columns(3)
         c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key=version_key)

@@ -42,6 +42,7 @@ from core.records.progress import (
 )
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
+from core.settings import get_settings
 from pages._common import (
     LIBRARY_KEY,
     Flash,
@@ -74,6 +75,7 @@ RUN_KEY = "train_run"
 CONFIRM_KEY = "train_confirm"  # (action, run id) a control button asked to confirm
 GOTO_KEY = "train_goto"  # a page to switch to, set by a button's callback (switching needs the script)
 EVAL_HANDOFF_KEY = "eval_version"  # the Evaluate page selects the version id it finds here
+EVAL_MODEL_HANDOFF_KEY = "eval_model"  # ... and the model the run learned with
 PRESET_REQUEST = "train_preset_request"  # another page (Overview's Quick trial) asks for a preset here
 DEFAULTS = RunSettings()
 # A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
@@ -240,10 +242,12 @@ def confirm(action: str, run_id: int) -> None:
     right.button(back, key="train_confirm_no", on_click=keep_running)
 
 
-def go_evaluate(version_id: int, library: str | None) -> None:
-    """The Evaluate this version button's callback: the Evaluate page picks the version up from its handoff
-    key, in the run's library; the switch itself happens in the script (next_steps)."""
+def go_evaluate(version_id: int, library: str | None, model: str) -> None:
+    """The Evaluate this version button's callback: the Evaluate page picks the version and the model the run
+    learned with up from its handoff keys, in the run's library; the switch itself happens in the script
+    (next_steps)."""
     st.session_state[EVAL_HANDOFF_KEY] = str(version_id)
+    st.session_state[EVAL_MODEL_HANDOFF_KEY] = model
     if library:
         st.session_state[LIBRARY_KEY] = library
     st.session_state[GOTO_KEY] = "pages/evaluate.py"
@@ -256,7 +260,8 @@ def next_steps(view: dict) -> None:
     left, right, _ = st.columns([1, 1, 3])
     if run.current_version_id is not None:
         left.button("Evaluate this version", key="train_evaluate", type="primary", icon=":material/leaderboard:",
-                    on_click=go_evaluate, args=(run.current_version_id, view["library"]))
+                    on_click=go_evaluate, args=(run.current_version_id, view["library"],
+                                                run_settings(run).policy_model))
     right.page_link("pages/library.py", label="Open in Library", icon=":material/library_books:")
     target = st.session_state.pop(GOTO_KEY, None)
     if target:
@@ -379,7 +384,10 @@ def form_defaults(task) -> dict:
 
 def preset_values(task, preset: str) -> dict:
     """Every form widget's value under a preset: the defaults, with the quick trial's changes for "quick"."""
-    return {**form_defaults(task), **(QUICK_TRIAL if preset == "quick" else {})}
+    if preset != "quick":
+        return form_defaults(task)
+    default = get_settings().model  # the sidebar's "Default model": what a quick trial runs on
+    return {**form_defaults(task), **QUICK_TRIAL, "train_policy_model": default, "train_learner_model": default}
 
 
 def apply_preset(task, preset: str) -> None:

@@ -234,6 +234,10 @@ def test_on_another_default_model_the_quick_trial_keeps_the_chosen_task(engine, 
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         assert [t.value for t in at.title] == ["Train"] and at.session_state["task"] == SUPPORT_TASK
+        # the sidebar's default model, which the quick trial runs on, even where the task names another
+        assert at.session_state["train_policy_model"] == at.session_state["train_learner_model"] == \
+            "openai/gpt-4o-mini"
+        assert "openai/gpt-4o-mini" in [c.value for c in at.sidebar.code]
     finally:
         get_settings.cache_clear()
 

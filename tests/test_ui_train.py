@@ -362,7 +362,7 @@ def test_a_step_applied_after_review_and_queued_again_says_so(engine):
 
 
 def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
-    run_id = seeded_run(engine, review_mode="auto")
+    run_id = seeded_run(engine, review_mode="auto", settings={"policy_model": "local/smollm2-135m"})
     with Session(engine) as session:
         version_id = queries.run_by_id(session, run_id).current_version_id
     at = run_app(page=PAGE)
@@ -375,6 +375,8 @@ def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
     assert [t.value for t in at.title] == ["Evaluate"]
     [version] = [box for box in at.selectbox if box.label == "Version"]
     assert version.value == str(version_id)
+    [model] = [box for box in at.selectbox if box.label == "Model"]
+    assert model.value == "local/smollm2-135m"  # the model the run learned with, not the task's
 
 
 @pytest.fixture
