@@ -34,6 +34,13 @@ from core.models.gateway import Gateway
 from core.models.local_model import MODELS
 from core.records import labeling
 from core.records.comparison import compare_evaluations
+from core.records.connections import (
+    add_connection,
+    describe,
+    list_connections,
+    remove_connection,
+    try_connection,
+)
 from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.people import ROLES, add_user, update_user
@@ -608,6 +615,44 @@ def cmd_model_server(args: argparse.Namespace) -> int:
     return model_server.serve(name, args.slots, idle_exit_s=args.idle_exit, stall_s=args.stall)
 
 
+def cmd_models_add(args: argparse.Namespace) -> int:
+    try:
+        params = json.loads(args.params) if args.params else None
+    except ValueError:
+        raise UsageError(f"--params is not JSON: {args.params!r}") from None
+    kind = "litellm" if args.provider else "openai"
+    add_connection(_engine(args), args.name, kind, actor="cli", base_url=args.base_url, provider=args.provider,
+                   key_env=args.key_env, params=params)
+    print(f"connection {args.name} added: models are {args.name}/<model>")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    with Session(_engine(args)) as session:
+        rows = [describe(row) for row in list_connections(session)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        key = {True: "set", False: "NOT SET", None: "no key"}[row["key set here"]]
+        print(f"{row['name']:<16} {row['kind']:<8} {row['where']}  key {row['key variable']} ({key})")
+    if not rows:
+        print("no model connections (python -m core models add NAME --base-url URL)")
+    return 0
+
+
+def cmd_models_test(args: argparse.Namespace) -> int:
+    result = try_connection(_engine(args), args.name, args.model, timeout_s=args.timeout)
+    print(result.words())
+    return 0 if result.ok else 1
+
+
+def cmd_models_remove(args: argparse.Namespace) -> int:
+    remove_connection(_engine(args), args.name, "cli")
+    print(f"connection {args.name} removed")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     with Session(_engine(args)) as session:
         task = get_task(session, args.task)
@@ -843,6 +888,31 @@ def _task_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_library_select)
 
 
+def _model_parsers(sub: argparse._SubParsersAction) -> None:
+    """The model connections: where models are served (`<connection>/<model>` then names one)."""
+    models = sub.add_parser("models", help="add, list, test or remove model connections (an OpenAI-compatible "
+                            "server or a litellm provider; a model is then <connection>/<model>)")
+    msub = models.add_subparsers(dest="models_command", required=True, parser_class=Parser)
+    p = msub.add_parser("add", help="add a connection")
+    p.add_argument("name", help="lower-case, e.g. my-vllm; models are then my-vllm/<model>")
+    p.add_argument("--base-url", help="an OpenAI-compatible server's address, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--provider", help="instead of --base-url: a litellm provider (openai, anthropic, deepseek, ...)")
+    p.add_argument("--key-env", metavar="VAR", help="the environment variable that holds the key (never the key)")
+    p.add_argument("--params", help='default request parameters as JSON, e.g. \'{"temperature": 0.2}\'')
+    p.set_defaults(func=cmd_models_add)
+    p = msub.add_parser("list", help="the connections, with whether each key variable is set here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models_list)
+    p = msub.add_parser("test", help="one short call through a connection: the latency and the reply, or the error")
+    p.add_argument("name")
+    p.add_argument("--model", required=True, help="the model name the server or provider knows")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.set_defaults(func=cmd_models_test)
+    p = msub.add_parser("remove", help="remove a connection")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_models_remove)
+
+
 def _people_parsers(sub: argparse._SubParsersAction) -> None:
     """The people commands: the labeling queue and the users who may sign in."""
     p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
@@ -1036,6 +1106,7 @@ def build_parser() -> Parser:
 
     _task_parsers(sub)
     _people_parsers(sub)
+    _model_parsers(sub)
     _job_parsers(sub)
     _version_parsers(sub)
     cli_production.add_parsers(sub, Parser, lambda command: lambda args: command(args, _engine(args)))

@@ -375,6 +375,7 @@ class LLMCall(SQLModel, table=True):
     # How a structured reply was read: parsed | repaired (json-repair mended it) | malformed; None when no JSON was asked
     reply_status: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    connection: str | None = None  # the model connection the call went through (core/records/connections.py)
 
 
 class AuditEvent(SQLModel, table=True):
@@ -479,3 +480,20 @@ class ApiCounter(SQLModel, table=True):
     name: str = Field(primary_key=True, max_length=300)
     value: float = 0.0
     updated_at: float = 0.0  # seconds since the epoch (time.time()), comparable across processes
+
+
+class ModelConnection(SQLModel, table=True):
+    """Where a model is served and how it is reached, named once: a model is then `<name>/<model>`.
+    `kind` openai: an OpenAI-compatible server at `base_url` (vLLM, SGLang, Ollama, llama.cpp, LM Studio, a
+    gateway); litellm: a provider litellm knows (`provider`). `key_env` names the environment variable that
+    holds the API key: the key itself is never stored or shown."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=60)
+    kind: str  # openai | litellm
+    base_url: str | None = None
+    provider: str | None = None
+    key_env: str | None = None
+    params: dict = _json(dict)
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)

@@ -155,7 +155,7 @@ def test_stop_is_part_of_the_cache_key(engine):
 def test_stop_reaches_the_openai_compatible_request(engine, monkeypatch):
     sent: list[dict] = []
 
-    async def chat(api_base, payload, timeout_s):
+    async def chat(api_base, payload, timeout_s, api_key=None):
         sent.append(payload)
         return openai_http.Reply(text="ok", tokens_in=1, tokens_out=1)
 
@@ -171,7 +171,7 @@ def test_stop_reaches_the_embedded_models_server(engine, monkeypatch):
     comes from the model server's record, and the request carries stop, seed and max_tokens."""
     sent: list[tuple[str, dict]] = []
 
-    async def chat(api_base, payload, timeout_s):
+    async def chat(api_base, payload, timeout_s, api_key=None):
         sent.append((api_base, payload))
         return openai_http.Reply(text="```python\nprint(1)\n```", tokens_in=3, tokens_out=4)
 

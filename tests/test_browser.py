@@ -23,7 +23,7 @@ from tests.browser_support import browser_page, require_chromium, screenshot, st
 pytestmark = pytest.mark.browser
 PAGES = {"overview": "", "train": "train", "rollouts": "rollouts", "review": "review", "library": "library",
          "evaluate": "evaluate", "labeling": "labeling", "production": "production", "tasks": "tasks",
-         "people": "people", "audit": "audit"}
+         "people": "people", "models": "models", "audit": "audit"}
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from tests.browser_support import browser_page, require_chromium, studio, wait_f
 from tests.ui_support import APP
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
-              "People", "Audit"]
+              "People", "Models", "Audit"]
 
 
 def test_plain_keeps_markdown_and_html_from_core_messages_inert():

@@ -56,7 +56,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         if not queries.samples(session, task.id, split, limit=1):
             raise InvalidInput(f"task {task.name!r} has no {split!r} samples")
         model = model or task.policy_model or get_settings().model
-        check_model(model)  # before anything is queued: the worker would meet it only at the first call
+        check_model(model, engine=engine)  # before anything is queued: the worker would meet it only at the first call
         routes = None
         if route_segments:
             routes = route_versions(session, task)

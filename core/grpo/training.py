@@ -122,7 +122,7 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         settings.policy_model = settings.policy_model or task.policy_model or get_settings().model
         settings.learner_model = settings.learner_model or task.learner_model or get_settings().model
         for name in {settings.policy_model, settings.learner_model}:
-            check_model(name, settings.api_base)  # here, so the browser, the CLI and production updates meet it
+            check_model(name, settings.api_base, engine)  # here, so the browser, the CLI and production updates meet it
         method = METHODS.get(task.reward_method)
         if not settings.ground_truth and method is not None and not method.scored_by_function:
             raise InvalidInput(f"task {task.name!r} is scored by {task.reward_method}; the no-ground-truth mode "

@@ -35,6 +35,8 @@ from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
 from core.models import local_model, model_server, openai_http
+from core.models.connections import Endpoint
+from core.models.connections import resolve as resolve_connection
 from core.models.model_server import LOCAL_PREFIX, local_name
 from core.models.prices import price_per_token, token_cost
 from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
@@ -147,6 +149,7 @@ class Gateway:
     mock: Mock | None = None
     _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
     _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
+    _connections: dict[str, Endpoint | None] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.api_base = resolve_api_base(self.api_base, secret(API_BASE_ENV))
@@ -154,6 +157,14 @@ class Gateway:
     def _endpoint(self, model: str) -> str | None:
         """The api_base this model is called on (the embedded model has none)."""
         return None if model.startswith("local/") else self.api_base
+
+    def _connection(self, model: str) -> Endpoint | None:
+        """The model connection a `<connection>/<model>` string names (looked up once per gateway), else None."""
+        if model.startswith(LOCAL_PREFIX):
+            return None
+        if model not in self._connections:
+            self._connections[model] = resolve_connection(self.engine, model)
+        return self._connections[model]
 
     @staticmethod
     def _served_locally(model: str) -> bool:
@@ -279,10 +290,24 @@ class Gateway:
         if self._endpoint(model):
             kwargs["api_base"] = self._endpoint(model)
         endpoint = self._endpoint(model)
+        connection = self._connection(model)
+        api_key = None  # None: OPENAI_API_KEY, if set, as before connections
+        if connection is not None:  # `<connection>/<model>`: its address, its key, its default parameters
+            params = {**connection.params, **params}
+            kwargs.update(params, model=connection.model if connection.kind == "litellm" else f"openai/{connection.model}")
+            api_key = secret(connection.key_env) if connection.key_env else ""
+            if api_key:
+                kwargs["api_key"] = api_key
+            endpoint = connection.base_url
+            if endpoint:
+                kwargs["api_base"] = endpoint
         served = self.mock is None and self._served_locally(model)
-        direct = served or (self.mock is None and endpoint is not None and model.startswith("openai/"))
-        payload = {"model": model.split("/", 1)[-1], "messages": messages, **params,
-                   **({"seed": kwargs["seed"]} if "seed" in kwargs else {})}
+        direct = served or (self.mock is None and endpoint is not None
+                            and (model.startswith("openai/") or (connection is not None and connection.kind == "openai")))
+        payload = {"model": connection.model if connection is not None else model.split("/", 1)[-1],
+                   "messages": messages, **params, **({"seed": kwargs["seed"]} if "seed" in kwargs else {})}
+        where = f" at {connection.where}" if connection is not None else f" at {mask_url(endpoint)}" if endpoint else ""
+        named = connection.connection if connection is not None else None
         attempts = 0
         started = time.perf_counter()
         deadline = time.monotonic() + self.deadline_s
@@ -297,7 +322,7 @@ class Gateway:
                         restarts = model_server.restart_count(local_name(model))
                         endpoint = await asyncio.to_thread(model_server.address, local_name(model)) + "/v1"
                     if direct:  # an OpenAI-compatible server: our own request, no translation layer
-                        reply = await openai_http.chat(endpoint, payload, timeout)
+                        reply = await openai_http.chat(endpoint, payload, timeout, api_key=api_key)
                         break
                     if self.mock is not None:
                         kwargs["mock_response"] = self.mock(stage, messages)
@@ -328,14 +353,15 @@ class Gateway:
                 message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
             self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                  cache_key=key, request=request, latency_ms=latency, attempts=attempts,
-                                 error=message))
-            raise ModelCallError(f"{model} ({stage}): {message}") from error
+                                 error=message, connection=named))
+            raise ModelCallError(f"{model} ({stage}){where}: {message}") from error
         latency = (time.perf_counter() - started) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                        cache_key=key, request=request, response=text, tokens_in=tokens_in,
-                                       tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts))
+                                       tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts,
+                                       connection=named))
         return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
                           call_id=call_id)
 

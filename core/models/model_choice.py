@@ -13,8 +13,10 @@ import contextlib
 import io
 
 import litellm
+from sqlalchemy.engine import Engine
 
 from core.errors import InvalidInput
+from core.models.connections import resolve as resolve_connection
 from core.models.local_model import MODELS
 from core.secrets import API_BASE_ENV
 from core.settings import get_settings, secret
@@ -68,13 +70,19 @@ def provider_of(name: str) -> str:
                            "openai/gpt-4o-mini or ollama/llama3") from exc
 
 
-def check_model(name: str, api_base: str | None = None) -> None:
+def check_model(name: str, api_base: str | None = None, engine: Engine | None = None) -> None:
     """Refuse a model this studio cannot call, with a sentence saying why: empty, an unknown embedded model,
-    an unknown provider, or a provider whose API key is not set (`api_base` or STUDIO_API_BASE serve any
-    openai/ name without one)."""
+    an unknown provider or model connection, or a key that is not set (`api_base` or STUDIO_API_BASE serve
+    any openai/ name without one). With `engine`, `<connection>/<model>` names one of its model connections."""
     name = (name or "").strip()
     if not name:
         raise InvalidInput("the model is empty: choose one, e.g. " + local_models()[0])
+    connection = resolve_connection(engine, name) if engine is not None else None
+    if connection is not None:
+        if connection.key_env and not key_is_set(connection.key_env):
+            raise InvalidInput(f"model {name!r} goes through the connection {connection.connection!r}, whose key "
+                               f"variable {connection.key_env} is not set in the environment of the app and the worker")
+        return
     if name.startswith(LOCAL_PREFIX):
         if name.removeprefix(LOCAL_PREFIX) not in MODELS:
             raise InvalidInput(f"model {name!r} is not an embedded model; the embedded ones are "

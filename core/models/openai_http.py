@@ -71,10 +71,11 @@ def endpoint_url(api_base: str) -> str:
     return api_base.rstrip("/") + "/chat/completions"
 
 
-async def chat(api_base: str, payload: dict, timeout_s: float) -> Reply:
-    """One POST of `payload` to the endpoint's chat completions; raises Transient- or PermanentHTTPError."""
+async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | None = None) -> Reply:
+    """One POST of `payload` to the endpoint's chat completions; raises Transient- or PermanentHTTPError.
+    `api_key` is sent as the bearer token ("" for none); None sends OPENAI_API_KEY when it is set."""
     headers = {"Content-Type": "application/json"}
-    key = secret("OPENAI_API_KEY")
+    key = secret("OPENAI_API_KEY") if api_key is None else api_key
     if key:
         headers["Authorization"] = f"Bearer {key}"
     session = await _session()
