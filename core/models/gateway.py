@@ -155,8 +155,12 @@ class Gateway:
         self.api_base = resolve_api_base(self.api_base, secret(API_BASE_ENV))
 
     def _endpoint(self, model: str) -> str | None:
-        """The api_base this model is called on (the embedded model has none)."""
-        return None if model.startswith("local/") else self.api_base
+        """The api_base this model is called on: its connection's, else the run's (the embedded model has
+        none). It is part of the response cache's key, so a reply never answers for another server."""
+        if model.startswith(LOCAL_PREFIX):
+            return None
+        connection = self._connection(model)
+        return connection.base_url if connection is not None else self.api_base
 
     def _connection(self, model: str) -> Endpoint | None:
         """The model connection a `<connection>/<model>` string names (looked up once per gateway), else None."""
@@ -298,9 +302,6 @@ class Gateway:
             api_key = secret(connection.key_env) if connection.key_env else ""
             if api_key:
                 kwargs["api_key"] = api_key
-            endpoint = connection.base_url
-            if endpoint:
-                kwargs["api_base"] = endpoint
         served = self.mock is None and self._served_locally(model)
         direct = served or (self.mock is None and endpoint is not None
                             and (model.startswith("openai/") or (connection is not None and connection.kind == "openai")))
