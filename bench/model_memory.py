@@ -30,18 +30,12 @@ def peak_mb(command: list[str], env: dict[str, str]) -> tuple[float, float, int]
     return usage.ru_maxrss / 1024, time.perf_counter() - started, os.waitstatus_to_exitcode(status)
 
 
-def resident_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--limit", type=int, default=2)
     args = parser.parse_args()
+    from bench.local_throughput import resident_mb
     from core.models import model_server
     from core.records.tasks import DEMO_TASK
 
