@@ -45,7 +45,9 @@ class Settings(BaseSettings):
                                    "replaced, before a proxy or firewall drops it (0: never)")
     model: str = Field(default=DEFAULT_MODEL, min_length=1, description="default model of every role")
     concurrency: int = Field(default=4, ge=1, le=1024, description="model calls in flight per model")
-    local_slots: int = Field(default=4, ge=1, le=64, description="parallel sequences of the embedded model")
+    local_slots: int = Field(default=1, ge=1, le=64, description="requests the embedded model's server works on "
+                             "at once (more batch them, but a seeded run's answers then depend on what ran beside "
+                             "them; bench/README.md)")
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
     threads: int = Field(default_factory=lambda: default_threads(), ge=1,
                          description="llama.cpp threads (default: cores minus one, so pages stay responsive)")

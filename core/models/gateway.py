@@ -192,8 +192,11 @@ class Gateway:
             session.commit()
 
     def _semaphore(self, model: str) -> asyncio.Semaphore:
+        """Calls in flight per model; for the embedded model's server, as many as it has slots, so a call
+        waits here, untimed, rather than in the server's queue against its per-attempt deadline."""
         if model not in self._semaphores:
-            self._semaphores[model] = asyncio.Semaphore(max(1, self.concurrency))
+            size = get_settings().local_slots if self._served_locally(model) else self.concurrency
+            self._semaphores[model] = asyncio.Semaphore(max(1, size))
         return self._semaphores[model]
 
     def _cached(self, key: str) -> LLMCall | None:
