@@ -147,7 +147,8 @@ class Gateway:
     deadline_s: float = field(default_factory=lambda: get_settings().call_deadline_s)
     api_base: str | None = None
     mock: Mock | None = None
-    _semaphores: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+    _semaphores: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = field(default_factory=dict,
+                                                                                         init=False, repr=False)
     _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
     _connections: dict[str, Endpoint | None] = field(default_factory=dict, init=False, repr=False)
 
@@ -192,12 +193,16 @@ class Gateway:
             session.commit()
 
     def _semaphore(self, model: str) -> asyncio.Semaphore:
-        """Calls in flight per model; for the embedded model's server, as many as it has slots, so a call
-        waits here, untimed, rather than in the server's queue against its per-attempt deadline."""
-        if model not in self._semaphores:
-            size = get_settings().local_slots if self._served_locally(model) else self.concurrency
-            self._semaphores[model] = asyncio.Semaphore(max(1, size))
-        return self._semaphores[model]
+        """Calls in flight per model and event loop (a gateway outlives the loop of one run when the CLI runs
+        jobs one after another); for the embedded model's server, as many as it has slots, so a call waits
+        here, untimed, rather than in the server's queue against its per-attempt deadline."""
+        loop = asyncio.get_running_loop()
+        held = self._semaphores.get(model)
+        if held is None or held[0] is not loop:
+            served = self.mock is None and self._served_locally(model)
+            size = get_settings().local_slots if served else self.concurrency
+            held = self._semaphores[model] = (loop, asyncio.Semaphore(max(1, size)))
+        return held[1]
 
     def _cached(self, key: str) -> LLMCall | None:
         """A successful, paid call with this key; a reply that failed validation is never one."""
