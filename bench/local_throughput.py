@@ -79,7 +79,8 @@ async def measure(path: str, call, concurrency: int, bodies: list[dict]) -> Sett
     async def one(body: dict) -> None:
         async with slots:
             started = time.perf_counter()
-            result.tokens += await call(body)
+            tokens = await call(body)  # not `result.tokens += await ...`: that reads the total before awaiting
+            result.tokens += tokens
             result.latencies.append(time.perf_counter() - started)
             result.requests += 1
 

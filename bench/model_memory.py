@@ -40,10 +40,17 @@ def main() -> None:
     from core.records.tasks import DEMO_TASK
 
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite:///{Path(folder) / 'memory.db'}"
-        base_env = {**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url, "TFGRPO_NO_AUTOWORKER": "1"}
-        subprocess.run([sys.executable, "-m", "core", "demo"], cwd=ROOT, env=base_env, check=True,
-                       stdout=subprocess.DEVNULL)
+        counter = iter(range(100))
+
+        def fresh(env: dict[str, str]) -> dict[str, str]:
+            """A new database for each measurement: the ledger would answer a repeated call from its cache."""
+            url = f"sqlite:///{Path(folder) / f'memory{next(counter)}.db'}"
+            env = {**env, "DATABASE_URL": url}
+            subprocess.run([sys.executable, "-m", "core", "demo"], cwd=ROOT, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            return env
+
+        base_env = {**os.environ, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1"}
         evaluate = [sys.executable, "-m", "core", "eval", "--task", DEMO_TASK, "--version", "empty", "--limit",
                     str(args.limit), "--model", f"local/{args.model}"]
         queue = evaluate + ["--queue"]
@@ -51,14 +58,14 @@ def main() -> None:
         rows = []
         print(f"model {args.model}  limit {args.limit}  load {os.getloadavg()[0]:.2f}")
         for path, env in (("in-process", {**base_env, "TFGRPO_LOCAL_IN_PROCESS": "1"}), ("model server", base_env)):
-            server_mb = supervisor_mb = 0.0
             if path == "model server":
                 model_server.stop(args.model)
                 model_server.start_detached(args.model)
                 model_server.address(args.model)  # waits until it is up
-            rows.append((path, "CLI eval", *peak_mb(evaluate, env)))
-            subprocess.run(queue, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-            rows.append((path, "worker (one evaluation)", *peak_mb(worker, env)))
+            rows.append((path, "CLI eval", *peak_mb(evaluate, fresh(env))))
+            queued = fresh(env)
+            subprocess.run(queue, cwd=ROOT, env=queued, check=True, stdout=subprocess.DEVNULL)
+            rows.append((path, "worker (one evaluation)", *peak_mb(worker, queued)))
             if path == "model server":
                 record = model_server.read_record(args.model)
                 server_mb, supervisor_mb = resident_mb(record.server_pid), resident_mb(record.supervisor_pid)
