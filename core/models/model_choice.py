@@ -17,11 +17,10 @@ from sqlalchemy.engine import Engine
 
 from core.errors import InvalidInput
 from core.models.connections import resolve as resolve_connection
-from core.models.local_model import MODELS
+from core.models.local_model import LOCAL_PREFIX, MODELS
 from core.secrets import API_BASE_ENV
 from core.settings import get_settings, secret
 
-LOCAL_PREFIX = "local/"
 # Providers this studio offers by name when their key is set: (key variable, a few of their models).
 PROVIDERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "openai": ("OPENAI_API_KEY", ("openai/gpt-4o-mini", "openai/gpt-4.1-mini", "openai/gpt-4o")),

@@ -26,10 +26,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core.models.local_model import MODELS, LocalModelError, model_path
+from core.models.local_model import LOCAL_PREFIX, MODELS, LocalModelError, model_path
 from core.settings import PROJECT_DIR, get_settings
 
-LOCAL_PREFIX = "local/"
 READY = "listening "  # the child's first line of output: READY + its address
 
 
