@@ -121,16 +121,25 @@ def get_server(name: str, slots: int | None = None) -> Any:
         if server is None:
             import xllamacpp
 
-            params = xllamacpp.CommonParams()
-            params.model.path = str(model_path(name))
-            params.n_parallel = slots
-            params.n_ctx = slots * get_settings().local_ctx
-            params.cpuparams.n_threads = get_settings().threads
-            params.cpuparams_batch.n_threads = get_settings().threads
-            params.verbosity = -1
-            server = xllamacpp.Server(params)
+            server = xllamacpp.Server(server_params(name, slots))
             _servers[(name, slots)] = server
         return server
+
+
+def server_params(name: str, slots: int) -> Any:
+    """llama.cpp's parameters for a model with `slots` parallel sequences, as the settings say; the model
+    server (core/models/model_server.py) adds its port."""
+    import xllamacpp
+
+    settings = get_settings()
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model_path(name))
+    params.n_parallel = slots
+    params.n_ctx = slots * settings.local_ctx
+    params.cpuparams.n_threads = settings.threads
+    params.cpuparams_batch.n_threads = settings.threads
+    params.verbosity = -1
+    return params
 
 
 _PASSTHROUGH = ("temperature", "max_tokens", "top_p", "seed", "stop", "response_format")

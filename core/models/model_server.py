@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from core.models.local_model import LOCAL_PREFIX, MODELS, LocalModelError, model_path
+from core.models.local_model import LOCAL_PREFIX, MODELS, LocalModelError, model_path, server_params
 from core.settings import PROJECT_DIR, get_settings
 
 READY = "listening "  # the child's first line of output: READY + its address
@@ -142,14 +142,7 @@ def run_child(name: str, slots: int) -> int:
     (the supervisor ends, or is killed)."""
     import xllamacpp
 
-    settings = get_settings()
-    params = xllamacpp.CommonParams()
-    params.model.path = str(model_path(name))
-    params.n_parallel = slots
-    params.n_ctx = slots * settings.local_ctx
-    params.cpuparams.n_threads = settings.threads
-    params.cpuparams_batch.n_threads = settings.threads
-    params.verbosity = -1
+    params = server_params(name, slots)
     params.port = 0
     params.hostnames = ["127.0.0.1"]
     params.endpoint_metrics = True
