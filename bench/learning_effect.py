@@ -435,15 +435,19 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
 
 
 def load_models(options: argparse.Namespace) -> None:
-    """Load the embedded model(s) before any timing, so the first phase does not pay for it."""
-    from core.models import gateway  # noqa: F401  (importing the gateway registers local/...)
-    from core.models.local_model import get_server
+    """Load the embedded model(s) before any timing, so the first phase does not pay for it: where the calls go,
+    the machine's model server (started if none runs), or this process with TFGRPO_LOCAL_IN_PROCESS."""
+    from core.models import gateway, model_server  # noqa: F401  (importing the gateway registers local/...)
+    from core.models.local_model import LOCAL_PREFIX, get_server
+    from core.settings import get_settings
 
     for model in dict.fromkeys((options.model, options.learner_model)):
-        if model.startswith("local/"):
+        if model.startswith(LOCAL_PREFIX):
             started = time.perf_counter()
-            get_server(model.removeprefix("local/"))
-            progress(f"{model} loaded in {time.perf_counter() - started:.1f} s")
+            name = model.removeprefix(LOCAL_PREFIX)
+            where = get_server(name) if get_settings().local_in_process else model_server.address(name)
+            where = where if isinstance(where, str) else "in this process"
+            progress(f"{model} loaded in {time.perf_counter() - started:.1f} s ({where})")
 
 
 # ---------------------------------------------------------------- report
