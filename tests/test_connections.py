@@ -4,6 +4,7 @@ environment; every call's ledger row names the connection; a failure names the m
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -13,6 +14,7 @@ from bench.stub_server import StubServer
 from core.cli import main
 from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.models.gateway import Gateway
 from core.models.model_choice import check_model
 from core.records.connections import add_connection, remove_connection, try_connection
 from core.records.tasks import DEMO_TASK
@@ -108,3 +110,22 @@ def test_an_evaluation_through_a_connection_calls_it_and_the_ledger_names_it(eng
     with Session(engine) as session:
         rows = session.exec(select(LLMCall).where(LLMCall.evaluation_id == evaluation_id)).all()
     assert rows and {row.connection for row in rows} == {"stubby"} and all(row.error is None for row in rows)
+
+
+def test_a_connections_changed_default_parameters_are_not_answered_from_the_cache(engine, demo_task):
+    """The connection's defaults are part of what is sent, so a call under new defaults is a new call."""
+    async def ask() -> bool:
+        gateway = Gateway(engine)
+        result = await gateway.complete(stage="rollout", model="stubby/stub",
+                                        messages=[{"role": "user", "content": "2+2?"}], temperature=0.0,
+                                        max_tokens=8)
+        return result.cache_hit
+
+    with StubServer() as stub:
+        add_connection(engine, "stubby", "openai", base_url=stub.url, params={"top_p": 0.5}, actor="cli")
+        assert asyncio.run(ask()) is False
+        assert asyncio.run(ask()) is True  # the same defaults: the cache answers
+        remove_connection(engine, "stubby", actor="cli")
+        add_connection(engine, "stubby", "openai", base_url=stub.url, params={"top_p": 0.9}, actor="cli")
+        assert asyncio.run(ask()) is False
+        assert len(stub.requests()) == 2

@@ -171,6 +171,12 @@ class Gateway:
             self._connections[model] = resolve_connection(self.engine, model)
         return self._connections[model]
 
+    def _sent_params(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters a call is made with: its connection's defaults under the call's own. They are part of
+        the cache key, so a connection's changed default (top_p, a penalty) is never answered from the cache."""
+        connection = self._connection(model)
+        return {**connection.params, **params} if connection is not None else params
+
     @staticmethod
     def _served_locally(model: str) -> bool:
         """An embedded model goes to its model server (core.models.model_server) unless the in-process
@@ -261,7 +267,7 @@ class Gateway:
             params["response_format"] = response_format
         if stop:
             params["stop"] = list(stop)
-        key = cache_key(model, messages, params, sample_index, self._endpoint(model))
+        key = cache_key(model, messages, self._sent_params(model, params), sample_index, self._endpoint(model))
         hit = self._cached(key)
         if hit is not None:
             return self._reuse(scope, stage, model, key, hit.id, hit.response or "")
@@ -305,7 +311,7 @@ class Gateway:
         connection = self._connection(model)
         api_key = None  # None: OPENAI_API_KEY, if set, as before connections
         if connection is not None:  # `<connection>/<model>`: its address, its key, its default parameters
-            params = {**connection.params, **params}
+            params = self._sent_params(model, params)
             kwargs.update(params, model=connection.model if connection.kind == "litellm" else f"openai/{connection.model}")
             api_key = secret(connection.key_env) if connection.key_env else ""
             if api_key:
