@@ -62,9 +62,9 @@ class Settings(BaseSettings):
     local_in_process: bool = Field(default=False, description="call the embedded model inside each process, as "
                                    "before the model server (kept for one release; see README, Configuration)")
     call_timeout_s: float = Field(default=120.0, gt=0, description="seconds one model request may take before "
-                                  "it is retried")
+                                  "it is retried (the embedded model's server: the call's deadline)")
     call_deadline_s: float = Field(default=600.0, gt=0, description="seconds one model call may take with all "
-                                   "its retries")
+                                   "its retries, from when it first holds a slot")
     max_retries: int = Field(default=3, ge=0, le=20, description="retries of a model call after a transient error")
     stop_grace_s: float = Field(default=3.0, ge=0, description="seconds a stopping worker waits for the model "
                                 "call in flight before it abandons it (the job is queued again; resume covers it)")

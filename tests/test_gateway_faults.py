@@ -114,3 +114,31 @@ def test_a_reset_connection_and_a_body_that_is_not_json_are_retried(engine):
         result = asyncio.run(ask(gateway))
         assert [r["outcome"] for r in stub.requests()] == ["reset", "bad_body", "ok"]
     assert "ref" in result.text and ledger(engine)[0].attempts == 3
+
+
+def test_time_waiting_for_a_slot_does_not_count_against_the_deadline(engine):
+    """Concurrency 1, three calls of 0.6 s each and a deadline of 1 s: the last waits 1.2 s in our own queue, then
+    takes 0.6 s at the model, and is answered (counting the wait, it would have given up unasked)."""
+    with StubServer(latency_s=0.6) as stub:
+        gateway = Gateway(engine, api_base=stub.url, concurrency=1, max_retries=0, deadline_s=1.0)
+
+        async def three():
+            return await asyncio.gather(*(ask(gateway, f"What is {n} + {n}?") for n in range(3)))
+
+        asyncio.run(three())
+        assert len(stub.requests()) == 3
+    assert [(c.attempts, c.error) for c in ledger(engine)] == [(1, None)] * 3
+
+
+def test_the_embedded_models_server_gets_the_whole_deadline_per_attempt(engine, monkeypatch):
+    """A served local call slower than timeout_s is working, not lost: it is answered by its first request,
+    never cut and sent again (the same seed would only redo the same work)."""
+    from core.models import model_server
+
+    with StubServer(latency_s=0.8) as stub:
+        monkeypatch.setattr(model_server, "address", lambda name, start=True: stub.url.removesuffix("/v1"))
+        gateway = Gateway(engine, timeout_s=0.3, backoff_s=0.01, deadline_s=30)
+        result = asyncio.run(gateway.complete(stage="rollout", model="local/qwen2.5-coder-0.5b",
+                                              messages=[{"role": "user", "content": "hi"}], max_tokens=16))
+        assert len(stub.requests()) == 1
+    assert "ref" in result.text and [(c.attempts, c.error) for c in ledger(engine)] == [(1, None)]

@@ -137,7 +137,8 @@ class Gateway:
     It is the only retry layer: litellm's and the OpenAI SDK's own retries are off, so the ledger's
     `attempts` counts the HTTP requests really made. Each attempt holds a concurrency slot only while its
     request is out (a backing-off call frees its slot), waits `timeout_s` at most, honours a provider's
-    Retry-After, and the whole call gives up at `deadline_s`."""
+    Retry-After, and the whole call gives up at `deadline_s`, counted from when it first holds a slot (time
+    spent waiting for one is our own queue, not the model's slowness)."""
 
     engine: Engine
     concurrency: int = field(default_factory=lambda: get_settings().concurrency)
@@ -170,6 +171,13 @@ class Gateway:
         if model not in self._connections:
             self._connections[model] = resolve_connection(self.engine, model)
         return self._connections[model]
+
+    def _attempt_timeout(self, served: bool, deadline: float) -> float:
+        """Seconds one attempt may take: timeout_s, within the call's deadline. The embedded model's server gets
+        the whole deadline: a slow attempt there is working, not lost (its supervisor restarts a server that
+        makes no progress, which fails the attempt), and a retry with the same seed would only redo the work."""
+        left = deadline - time.monotonic()
+        return left if served else min(self.timeout_s, left)
 
     def _sent_params(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
         """The parameters a call is made with: its connection's defaults under the call's own. They are part of
@@ -325,14 +333,15 @@ class Gateway:
         named = connection.connection if connection is not None else None
         attempts = 0
         started = time.perf_counter()
-        deadline = time.monotonic() + self.deadline_s
+        deadline = None  # set when the call first holds a slot: waiting in our own queue is not the model's time
         while True:
             raise_if_lost()  # a worker whose job was taken over spends nothing more
             attempts += 1
             transient = False
             async with self._semaphore(model):
+                deadline = deadline or time.monotonic() + self.deadline_s
                 try:
-                    timeout = max(0.001, min(self.timeout_s, deadline - time.monotonic()))
+                    timeout = max(0.001, self._attempt_timeout(served, deadline))
                     if served:  # the embedded model's server, found (or started) anew each attempt
                         restarts = model_server.restart_count(local_name(model))
                         endpoint = await asyncio.to_thread(model_server.address, local_name(model)) + "/v1"
