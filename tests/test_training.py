@@ -53,6 +53,9 @@ def test_mixed_groups_go_through_every_stage_and_make_a_new_version(engine, demo
         assert [(o.op, o.status) for o in ops] == [("ADD", "applied")]
         stages = {c.stage for c in queries.calls(s, run_id=run.id)}
         assert stages == {"rollout", "summary", "advantage", "update"}
+        limits = {(c.stage, c.request["params"]["max_tokens"]) for c in queries.calls(s, run_id=run.id)}
+        # a summary is asked for 120 words and may take SUMMARY_TOKENS, not the learner's whole 768
+        assert limits == {("rollout", 1024), ("summary", 320), ("advantage", 768), ("update", 768)}
 
 
 def test_equal_rewards_skip_the_group_when_ground_truth_is_used(engine, demo_task, scripted):

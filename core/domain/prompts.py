@@ -91,6 +91,13 @@ CONVERSATION_NOTE = (" The attempt is a conversation: name the turn (Turn N) whe
                      "the agent's words changed what the user did next.")
 
 
+# What a summary is asked for, and the tokens it may take: about twice the words. A small learner that loops
+# (5 of 12 summaries of the embedded model ran to the learner's 768-token limit in one run) stops there, so the
+# advantage prompt that carries four summaries stays short and a loop costs seconds, not a minute.
+SUMMARY_WORDS = 120
+SUMMARY_TOKENS = 2 * SUMMARY_WORDS + 80
+
+
 def summary_messages(query: str, reference: str | None, reward: float | None, experiences: list[dict],
                      trajectory: str, ground_truth: bool, conversation: bool = False) -> list[dict]:
     """Step 3a of the paper: summarise one attempt, which experiences it used and where it went wrong."""
@@ -99,7 +106,7 @@ def summary_messages(query: str, reference: str | None, reward: float | None, ex
         f"{_reference_block(reference, reward, ground_truth)}"
         f"Experiences the agent was given:\n{render_for_learner(experiences)}\n\n"
         f"The agent's attempt:\n{trajectory}\n\n"
-        "Summarise the attempt step by step in at most 120 words: the approach it took, which of the "
+        f"Summarise the attempt step by step in at most {SUMMARY_WORDS} words: the approach it took, which of the "
         "experiences (by id) it used or ignored, and"
         + (" where and why it went wrong, if it did." if ground_truth else " any step that looks doubtful.")
         + (CONVERSATION_NOTE if conversation else "")

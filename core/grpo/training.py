@@ -27,6 +27,7 @@ from core.domain.library import ProposedOp, validate_ops
 from core.domain.metrics import is_answered
 from core.domain.prompts import (
     REJECTED_SHOWN,
+    SUMMARY_TOKENS,
     advantage_messages,
     direct_messages,
     retry_messages,
@@ -578,7 +579,8 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
                                 ctx.settings.ground_truth, conversation=is_conversation(ctx.task))
     async with ctx.slots:
         call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
-                                          scope=ctx.scope, max_tokens=ctx.settings.learner_max_tokens)
+                                          scope=ctx.scope,
+                                          max_tokens=min(SUMMARY_TOKENS, ctx.settings.learner_max_tokens))
     with session_scope(ctx.engine) as session:
         row = session.get(Rollout, rollout.id)
         row.summary = call.text.strip()
