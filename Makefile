@@ -67,11 +67,14 @@ bench: install
 
 # Which part of learning helps, on the embedded model: the empty library per agent mode against gated arms (lessons,
 # lessons+reference, examples top_k, both), on the shop-policies demo and on the arithmetic data (bench/README.md
-# has the sizes, the measured minutes and a larger size); options for both, e.g. BENCH_LEARNING="--k 1".
+# has the sizes, the measured minutes and a larger size); options for both, e.g. BENCH_LEARNING="--k 1". It runs
+# alone, so the model server it starts gets every core (the studio's default leaves one to the pages); a model
+# server already running keeps its own threads: stop it first (`python -m core model-server --stop`).
 BENCH_LEARNING ?=
+BENCH_THREADS ?= $(shell nproc 2>/dev/null || echo 2)
 bench-learning: install
-	PYTHONPATH=. $(PY) bench/learning_effect.py --dataset policy $(BENCH_LEARNING)
-	PYTHONPATH=. $(PY) bench/learning_effect.py --dataset arithmetic $(BENCH_LEARNING)
+	TFGRPO_THREADS=$(BENCH_THREADS) PYTHONPATH=. $(PY) bench/learning_effect.py --dataset policy $(BENCH_LEARNING)
+	TFGRPO_THREADS=$(BENCH_THREADS) PYTHONPATH=. $(PY) bench/learning_effect.py --dataset arithmetic $(BENCH_LEARNING)
 
 # What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
 bench-isolation: install

@@ -610,6 +610,10 @@ def cmd_model_server(args: argparse.Namespace) -> int:
               "serves one anyway)", flush=True)
         return 0
     name = args.model or model_server.default_model()
+    if args.stop:
+        print(f"model server for {name} stopped" if model_server.stop(name) else f"no model server runs for {name}",
+              flush=True)
+        return 0
     if args.child:
         return model_server.run_child(name, args.slots or get_settings().local_slots)
     return model_server.serve(name, args.slots, idle_exit_s=args.idle_exit, stall_s=args.stall)
@@ -1042,6 +1046,8 @@ def _job_parsers(sub: argparse._SubParsersAction) -> None:
                    "started for itself)")
     p.add_argument("--stall", type=float, metavar="S", help="restart the server after S seconds of waiting "
                    "requests without a token (default TFGRPO_MODEL_STALL_S)")
+    p.add_argument("--stop", action="store_true", help="stop the model's running server (for instance to start "
+                   "it again with other TFGRPO_THREADS or slots)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_model_server)
 

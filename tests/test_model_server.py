@@ -138,6 +138,28 @@ def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatc
         get_settings.cache_clear()
 
 
+def test_model_server_stop_ends_the_running_supervisor(tmp_path, monkeypatch, capsys):
+    """`python -m core model-server --stop`: the way to start the server again with other threads or slots."""
+    from core.cli import main
+    from core.settings import get_settings
+
+    monkeypatch.setenv("TFGRPO_MODEL_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (tmp_path / f"server-{SMALL}.json").write_text(json.dumps(
+            {"model": SMALL, "address": "http://127.0.0.1:9", "supervisor_pid": supervisor.pid,
+             "server_pid": supervisor.pid, "slots": 1, "restarts": []}))
+        assert main(["model-server", "--model", SMALL, "--stop"]) == 0
+        assert supervisor.wait(timeout=10) == -signal.SIGTERM
+        assert capsys.readouterr().out.strip() == f"model server for {SMALL} stopped"
+        assert main(["model-server", "--model", SMALL, "--stop"]) == 0
+        assert capsys.readouterr().out.strip() == f"no model server runs for {SMALL}"
+    finally:
+        supervisor.kill()
+        get_settings.cache_clear()
+
+
 # ---- the real server --------------------------------------------------------------------------------------
 
 
