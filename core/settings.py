@@ -49,6 +49,9 @@ class Settings(BaseSettings):
                              "at once (more batch them, but a seeded run's answers then depend on what ran beside "
                              "them; bench/README.md)")
     local_ctx: int = Field(default=4096, ge=512, description="context tokens per slot of the embedded model")
+    local_cache_mib: int = Field(default=512, ge=0, description="MiB of earlier prompts' state the embedded "
+                                 "model's server keeps to reuse (llama.cpp's default, 8192, let it grow past 2 GB "
+                                 "in one benchmark; 0: none)")
     threads: int = Field(default_factory=lambda: default_threads(), ge=1,
                          description="llama.cpp threads (default: cores minus one, so pages stay responsive)")
     model_dir: Path = Field(default=PROJECT_DIR / ".models", description="where the embedded GGUF is assembled, "

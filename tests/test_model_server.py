@@ -138,6 +138,23 @@ def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatc
         get_settings.cache_clear()
 
 
+def test_the_servers_prompt_cache_is_bounded_by_the_setting(monkeypatch, tmp_path):
+    """llama.cpp keeps up to 8 GiB of earlier prompts by default; the studio's server keeps what the setting says."""
+    from core.models import local_model
+    from core.settings import get_settings
+
+    monkeypatch.setattr(local_model, "model_path", lambda name: tmp_path / "model.gguf")
+    monkeypatch.setenv("TFGRPO_LOCAL_CACHE_MIB", "64")
+    get_settings.cache_clear()
+    try:
+        assert local_model.server_params(SMALL, 1).cache_ram_mib == 64
+        monkeypatch.delenv("TFGRPO_LOCAL_CACHE_MIB")
+        get_settings.cache_clear()
+        assert local_model.server_params(SMALL, 2).cache_ram_mib == 512
+    finally:
+        get_settings.cache_clear()
+
+
 def test_model_server_stop_ends_the_running_supervisor(tmp_path, monkeypatch, capsys):
     """`python -m core model-server --stop`: the way to start the server again with other threads or slots."""
     from core.cli import main

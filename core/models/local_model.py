@@ -136,6 +136,7 @@ def server_params(name: str, slots: int) -> Any:
     params.model.path = str(model_path(name))
     params.n_parallel = slots
     params.n_ctx = slots * settings.local_ctx
+    params.cache_ram_mib = settings.local_cache_mib
     params.cpuparams.n_threads = settings.threads
     params.cpuparams_batch.n_threads = settings.threads
     params.verbosity = -1
