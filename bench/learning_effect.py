@@ -445,8 +445,11 @@ def load_models(options: argparse.Namespace) -> None:
         if model.startswith(LOCAL_PREFIX):
             started = time.perf_counter()
             name = model.removeprefix(LOCAL_PREFIX)
-            where = get_server(name) if get_settings().local_in_process else model_server.address(name)
-            where = where if isinstance(where, str) else "in this process"
+            if get_settings().local_in_process:
+                get_server(name)
+                where = "in this process"
+            else:
+                where = model_server.address(name)
             progress(f"{model} loaded in {time.perf_counter() - started:.1f} s ({where})")
 
 

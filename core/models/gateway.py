@@ -311,7 +311,7 @@ class Gateway:
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_retries": 0, "num_retries": 0, **params}
         if seed_key is not None:
             kwargs["seed"] = _seed(hashlib.sha256(seed_key.encode()).hexdigest())
-        elif model.startswith("local/"):
+        elif model.startswith(LOCAL_PREFIX):
             kwargs["seed"] = _seed(key)
         endpoint = self._endpoint(model)
         if endpoint:
@@ -411,7 +411,7 @@ class Gateway:
         A malformed reply (even after repair) is asked again (a different sample, so not from the cache),
         then raised as StructuredOutputError carrying the raw text.
         """
-        schema = schema or reply.prompt_schema(local=model.startswith("local/"))
+        schema = schema or reply.prompt_schema(local=model.startswith(LOCAL_PREFIX))
         response_format = {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
         last_error = ""
         result = CallResult(text="")
