@@ -37,6 +37,11 @@ TRAIN = ["train", "--task", DEMO_TASK, "--limit", "2", "--group-size", "2", "--e
          "--hold-flagged", "off"]  # the small model's text is often flagged; this test is about the path to completed
 
 
+# A learner's request is made at most twice (training._ask_learner: again when its texts are cut off or over the
+# limit), each at most twice (Gateway.complete_json: again when the reply is not the JSON asked for).
+LEARNER_CALLS_PER_REQUEST = 2 * 2
+
+
 # Limits against a hang, not speed checks: on a busy 2-core machine the 0.5B model is several times slower than
 # alone (a run's 4 rollouts of up to 1024 tokens took over 600 s there).
 HANG_S = 1800
@@ -84,10 +89,10 @@ def test_train_and_eval_on_the_embedded_model(url):
     # every group reaches the learner: each rollout summarised, each group given an advantage or a failure's reason
     assert by_stage["summary"] == 4 and all(r.summary is not None for r in rollouts)
     assert len(advantages) == 2 and all(a.status == "ok" or (a.status == "failed" and a.error) for a in advantages)
-    assert 2 <= by_stage["advantage"] <= 4  # one call per group, a second when the first reply was unusable
+    assert 2 <= by_stage["advantage"] <= 2 * LEARNER_CALLS_PER_REQUEST  # one request per group
     proposals = [p for a in advantages if a.status == "ok" for p in a.proposals]
     if proposals:  # one learner call per batch folds the proposals into operations
-        assert 1 <= by_stage["update"] <= 2 and ops
+        assert 1 <= by_stage["update"] <= LEARNER_CALLS_PER_REQUEST and ops
     else:
         assert "update" not in by_stage and not ops
     # the gate measures a changed library on the 4 held-out queries x 1 sample (the fewest it accepts), for the
@@ -342,7 +347,7 @@ def test_a_conversation_run_and_evaluation_on_the_embedded_model(engine):
     assert advantages[tied].status == "skipped", advantages[tied]
     assert advantages[tied].text == "all 2 rewards equal (0.5): no group advantage"
     assert all((r.summary is not None) == (r.sample_id == mixed) for r in rollouts)
-    assert by_stage["summary"] == 2 and 1 <= by_stage["advantage"] <= 2
+    assert by_stage["summary"] == 2 and 1 <= by_stage["advantage"] <= LEARNER_CALLS_PER_REQUEST
     assert {"rollout", "simulator", "judge", "summary", "advantage"} <= set(by_stage)
 
     # the evaluation: the judge's verdicts are the rewards, a person gives the ones it was unsure of or had none for
