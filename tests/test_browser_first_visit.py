@@ -9,6 +9,7 @@ database; no model is loaded.
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import Session, select
 
 from core.records.tasks import POLICY_TASK
@@ -71,9 +72,11 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
                   for label in ("Training queries limit (0 = all)", "Group size (G)", "Epochs", "Batch size")}
         assert values == {"Training queries limit (0 = all)": "4", "Group size (G)": "4", "Epochs": "1",
                           "Batch size": "4"}, values
-        estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:").first
-        estimate.wait_for()
-        assert f"about {quick_trial_calls()} calls" in estimate.inner_text(), estimate.inner_text()
+        # waited for, not read once: a rerun still under way can show the estimate of a half-applied preset
+        # (the limit already 4, the batch size not yet: 2 updates, 38 calls)
+        estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:")
+        expect(estimate).to_have_count(1)
+        expect(estimate).to_contain_text(f"about {quick_trial_calls()} calls")
         screenshot(page, "first_visit")
 
         page.get_by_role("button", name="Start run").click()
