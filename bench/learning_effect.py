@@ -26,7 +26,11 @@ the training rows: the gate measures on them) and test queries, then:
 3. evaluates each arm's final library on the same test queries with the same k and seeds.
 
 Each arm runs in its own copy of the database taken after the empty libraries' evaluations, so every arm
-starts from the empty library and its calls, tokens and seconds are its own. The evaluations share common
+starts from the empty library and its runs, libraries and figures are its own. The earlier arms' calls come
+with it as response cache (`--share-cache`, the default): a request an earlier arm already made, such as the
+first step's answers from the same empty library with the same seeds, is answered as it was and counted in
+`cached`, not `calls`, which keeps the default size within about 45 minutes; `--no-share-cache` makes every
+arm pay for all its calls, so that its wall time is what it costs alone. The evaluations share common
 random numbers (the same seed per query and sample index), so each library is compared with the empty
 library of its mode query by query (core.records.comparison: paired bootstrap interval, sign test, and the
 smallest difference these queries could detect).
@@ -384,6 +388,27 @@ def copy_database(source: Path, target: Path) -> None:
         src.backup(dst)
 
 
+def share_calls(target: Path, earlier: list[Path]) -> int:
+    """Put the earlier arms' paid calls into this arm's ledger as response cache only (no run, no evaluation), so
+    a request an earlier arm already made (the same messages, model, parameters and seed: its first step's
+    answers, their summaries, the gate's measure of the empty library) is answered as it was, not paid again.
+    Returns how many rows came in. The arm's own figures still count only its run's and evaluation's calls, its
+    cache hits in the `cached` column."""
+    added = 0
+    with closing(sqlite3.connect(target)) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(llmcall)") if row[1] != "id"]
+        picked = ", ".join("NULL" if name in ("run_id", "evaluation_id") else name for name in columns)
+        for source in earlier:
+            db.execute("ATTACH DATABASE ? AS earlier", (str(source),))
+            added += db.execute(
+                f"INSERT INTO llmcall ({', '.join(columns)}) SELECT {picked} FROM earlier.llmcall AS c "
+                "WHERE c.cache_hit = 0 AND c.error IS NULL AND coalesce(c.reply_status, '') != 'malformed' "
+                "AND c.cache_key NOT IN (SELECT cache_key FROM main.llmcall)").rowcount
+            db.commit()
+            db.execute("DETACH DATABASE earlier")
+    return added
+
+
 def empty_name(mode: str) -> str:
     return f"empty ({mode})"
 
@@ -405,18 +430,20 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
 
     Each empty library after the first is evaluated in a copy of the first's database (its agent mode set);
     each trained arm runs in a copy of the empty library's database of its mode, so it starts from the same
-    task, queries and reference evaluation, and its calls, tokens and wall time are its own (two arms in one
-    database would share the ledger's response cache: with the same seed, one arm's first step would answer
-    another's from the cache).
+    task, queries and reference evaluation, and no other arm's run or library. With `share_cache` the earlier
+    trained arms' paid calls are added to its ledger as cache only (share_calls).
     """
     from storage.db import make_engine
 
     arms = plan_arms(base, options)
     empties = {arm.mode: arm for arm in arms if arm.library is None}
-    for arm in arms:
+    for index, arm in enumerate(arms):
         if arm.database != str(base):
             source = base if arm.library is None else Path(empties[arm.mode].database)
             copy_database(source, Path(arm.database))
+            if options.share_cache and arm.library is not None:
+                earlier = [Path(a.database) for a in arms[:index] if a.library is not None]
+                progress(f"{arm.name}: {share_calls(Path(arm.database), earlier)} calls of earlier arms shared")
         engine = make_engine(f"sqlite:///{arm.database}", migrate=False)
         set_mode(engine, arm.mode)
         gateway = gateway_for(engine) if gateway_for else None
@@ -533,8 +560,9 @@ def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: li
              "query (bootstrap 95% interval, sign test); detectable: the smallest Δ these queries detect (80% power)",
              "", table(arms, options.k), "", goal_line(arms),
              *(line for arm in arms for line in arm_lines(arm)), *errors, *failed,
-             "calls: model calls made (cached: answered from the ledger, no cost); tokens: in + out; "
-             "wall s: training + test evaluation",
+             "calls: model calls made (cached: answered from the ledger, no cost; "
+             + ("earlier arms' calls shared" if options.share_cache else "each arm's own calls only")
+             + "); tokens: in + out; wall s: training + test evaluation",
              *notes, *([f"databases: {', '.join(str(a.database) for a in arms)}"] if options.db else []),
              f"command: {command}"]
     return "\n".join(lines)
@@ -589,6 +617,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             "bench/README.md")
     parser.add_argument("--direct-count", type=int, default=8,
                         help="experiences the `direct` arm asks for (default: %(default)s)")
+    parser.add_argument("--share-cache", action=argparse.BooleanOptionalAction, default=True,
+                        help="answer a request an earlier arm already made from its reply, as the studio's cache "
+                             "would (--no-share-cache: every arm pays for all its calls, its wall time its own "
+                             "alone; default: share)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
     parser.add_argument("--db", default=None, help="new SQLite file to keep (default: a temporary one)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from bench.learning_effect import main, read_records
@@ -55,7 +57,8 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     out_json = tmp_path / "result.json"
     result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4", "--test-limit",
                    "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--modes", "direct",
-                   "--arms", "lessons,lessons+reference,examples,both,direct", "--json", str(out_json)],
+                   "--arms", "lessons,lessons+reference,examples,both,direct", "--json", str(out_json),
+                   "--no-share-cache"],
                   gateway_for=gateway_for)
     out = capsys.readouterr().out
 
@@ -83,7 +86,7 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     assert by_arm["lessons"].count("example") == 0 < by_arm["lessons"].count("advantage")
     assert by_arm["both"].count("example") > 0 and by_arm["both"].count("advantage") > 0
     assert all(by_arm[name].count("gate") > 0 for name in ("lessons", "examples", "both"))
-    assert rows["both"]["cached"] == 0  # its own copy: nothing answered from another arm's calls
+    assert rows["both"]["cached"] == 0  # --no-share-cache: nothing answered from another arm's calls
     assert json.loads(out_json.read_text())["rows"][4]["name"] == "both"
     assert result["goal"].startswith("goal (Δ ≥ +0.05, p < 0.05, interval above 0): ")
 
@@ -95,6 +98,42 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     assert "(reference)" in table[0] and all("[" in line for line in table[1:])
     assert any(line.startswith("lessons: run") and "gate no_worse: passed" in line for line in lines)
     assert lines[-1].startswith("command: PYTHONPATH=. .venv/bin/python bench/learning_effect.py --train")
+
+
+def test_a_later_arm_answers_what_an_earlier_arm_asked_from_its_calls_unless_told_not_to(tmp_path, scripted):
+    """Both arms start from the same empty library with the same seeds, so `both` asks for the first step's
+    answers `lessons` already paid for: shared, they come from the cache; not shared, they are paid again."""
+    train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
+    test = write_jsonl(tmp_path / "test.jsonl", TEST)
+    references = {row["question"]: str(row["answer"]) for row in TRAIN}
+    references |= {f"{row['Body']} {row['Question']}": str(int(row["Answer"])) for row in TEST}
+
+    def run(folder: str, *extra: str) -> tuple[dict, dict]:
+        models = []
+
+        def gateway_for(engine):
+            model, gateway = scripted(engine, rollout=alternating(references), example=example_reply(references))
+            models.append(model)
+            return gateway
+
+        (tmp_path / folder).mkdir()
+        result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4",
+                       "--test-limit", "3", "--batch-size", "4", "--group-size", "2", "--modes", "direct",
+                       "--arms", "lessons,both", "--db", str(tmp_path / folder / "b.db"), *extra],
+                      gateway_for=gateway_for)
+        rows = {row["name"]: row for row in result["rows"]}
+        return rows, dict(zip(rows, models, strict=True))
+
+    shared, shared_models = run("shared")
+    alone, alone_models = run("alone", "--no-share-cache")
+    assert shared["lessons"]["calls"] == alone["lessons"]["calls"] > 0  # the first trained arm has nothing to share
+    assert shared["both"]["cached"] > alone["both"]["cached"]
+    assert shared["both"]["calls"] < alone["both"]["calls"]
+    assert shared_models["both"].count("rollout") < alone_models["both"].count("rollout")
+    assert shared["both"]["run_status"] == alone["both"]["run_status"] == "completed"
+    with closing(sqlite3.connect(tmp_path / "shared" / "b.both.db")) as db:  # the shared rows belong to no run
+        assert db.execute("SELECT count(*) FROM llmcall WHERE run_id IS NULL AND evaluation_id IS NULL "
+                          "AND cache_hit = 0").fetchone()[0] > 0
 
 
 def test_an_unknown_arm_is_refused_with_the_choices(capsys):
