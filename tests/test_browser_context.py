@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import Session, select
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
@@ -123,8 +124,12 @@ def test_evaluate_queues_what_it_shows_after_a_task_switch_and_promote_asks_firs
             page.get_by_role("option", name=re.compile(r"^train ")).click()
             sidebar_select(page, "Task", SUPPORT_TASK)
 
-            shown_split = form.get_by_role("combobox", name="Split").input_value().split(" ")[0]
-            assert shown_split == "test"  # the other task's choice did not carry over
+            # the other task's choice did not carry over; waited for, not read once: the task switch's rerun can
+            # still be under way when the app first looks idle on a busy machine
+            split_box = form.get_by_role("combobox", name="Split")
+            expect(split_box).to_have_value(re.compile(r"^test\b"), timeout=30_000)
+            shown_split = split_box.input_value().split(" ")[0]
+            assert shown_split == "test"
             page.get_by_role("button", name="Start evaluation").click()
             wait_for_app(page)
             message = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()

@@ -75,8 +75,8 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
         # waited for, not read once: a rerun still under way can show the estimate of a half-applied preset
         # (the limit already 4, the batch size not yet: 2 updates, 38 calls)
         estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:")
-        expect(estimate).to_have_count(1)
-        expect(estimate).to_contain_text(f"about {quick_trial_calls()} calls")
+        expect(estimate).to_have_count(1, timeout=30_000)
+        expect(estimate).to_contain_text(f"about {quick_trial_calls()} calls", timeout=30_000)
         screenshot(page, "first_visit")
 
         page.get_by_role("button", name="Start run").click()
