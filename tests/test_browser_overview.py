@@ -8,9 +8,11 @@ live studio, Streamlit and Chromium (no worker needed, no sign-in: a reload keep
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 import pytest
+from playwright.sync_api import expect
 
 from core.domain.library import ProposedOp
 from core.grpo.training import RunSettings, create_run, store_operations
@@ -49,8 +51,12 @@ def sidebar_task(page) -> str:
     return page.locator("[data-testid='stSidebar']").get_by_role("combobox", name="Task").input_value()
 
 
+def main_box(page, name: str):
+    return page.locator("[data-testid='stMain']").get_by_role("combobox", name=name)
+
+
 def picked(page, name: str) -> str:
-    return page.locator("[data-testid='stMain']").get_by_role("combobox", name=name).input_value()
+    return main_box(page, name).input_value()
 
 
 def address(page) -> dict[str, str]:
@@ -70,9 +76,13 @@ def test_each_to_do_row_opens_its_own_task_run_and_step(tmp_path):
 
             page.get_by_role("button", name=f"Review run {run_id} · {SUPPORT_TASK} · epoch 1 · batch 2").click()
             wait_for_title(page, "Review")
-            page.wait_for_function("() => location.search.includes('step=')")
+            # waited for, not read once: on a busy machine the page can first draw with the sidebar's old task
+            # (its run 1 in the address) before the row's choice has landed
+            page.wait_for_function(f"() => {{ const q = new URLSearchParams(location.search); "
+                                   f"return q.get('run') === '{run_id}' && q.has('step'); }}", timeout=30_000)
+            expect(main_box(page, "Run")).to_have_value(re.compile(rf"^Run {run_id} · awaiting_review"),
+                                                        timeout=30_000)
             assert sidebar_task(page) == SUPPORT_TASK
-            assert picked(page, "Run").startswith(f"Run {run_id} · awaiting_review")
             assert picked(page, "Step").startswith("epoch 1 · batch 2 · awaiting_review · 2 pending")
             assert address(page) == {"task": SUPPORT_TASK, "run": str(run_id), "step": str(step_id)}
             page.reload()  # the address it opened is the view: a reload (or the link, pasted) opens it again
