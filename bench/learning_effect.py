@@ -29,11 +29,11 @@ Each arm runs in its own copy of the database taken after the empty libraries' e
 starts from the empty library and its runs, libraries and figures are its own. The earlier arms' calls come
 with it as response cache (`--share-cache`, the default): a request an earlier arm already made, such as the
 first step's answers from the same empty library with the same seeds, is answered as it was and counted in
-`cached`, not `calls` (the default size of both data sets: 42 minutes on 2 cores, 62 without sharing); `--no-share-cache` makes every
-arm pay for all its calls, so that its wall time is what it costs alone. The evaluations share common
-random numbers (the same seed per query and sample index), so each library is compared with the empty
-library of its mode query by query (core.records.comparison: paired bootstrap interval, sign test, and the
-smallest difference these queries could detect).
+`cached`, not `calls` (the default size of both data sets: 42 minutes on 2 cores, 62 without sharing);
+`--no-share-cache` makes every arm pay for all its calls, so that its wall time is what it costs alone. The
+evaluations share common random numbers (the same seed per query and sample index), so each library is
+compared with the empty library of its mode query by query (core.records.comparison: paired bootstrap
+interval, sign test, and the smallest difference these queries could detect).
 
 Prints one table (entries, Mean@k, Pass@k, difference to the empty library of the same mode with its 95%
 interval, sign-test p, smallest detectable difference, model calls, tokens, wall time), a line per trained arm

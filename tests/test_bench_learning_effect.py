@@ -42,18 +42,25 @@ def example_reply(references: dict[str, str]):
     return reply
 
 
+REFERENCES = ({row["question"]: str(row["answer"]) for row in TRAIN}
+              | {f"{row['Body']} {row['Question']}": str(int(row["Answer"])) for row in TEST})
+
+
+def scripted_gateways(scripted, models: list):
+    """The benchmark's `gateway_for`: a gateway per database with scripted replies (mixed groups, worked
+    examples), each database's model kept in `models` in the order the arms ran."""
+    def gateway_for(engine):
+        model, gateway = scripted(engine, rollout=alternating(REFERENCES), example=example_reply(REFERENCES))
+        models.append(model)
+        return gateway
+    return gateway_for
+
+
 def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, capsys, scripted):
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
     test = write_jsonl(tmp_path / "test.jsonl", TEST)
-    references = {row["question"]: str(row["answer"]) for row in TRAIN}
-    references |= {f"{row['Body']} {row['Question']}": str(int(row["Answer"])) for row in TEST}
     models = []
-
-    def gateway_for(engine):
-        model, gateway = scripted(engine, rollout=alternating(references), example=example_reply(references))
-        models.append(model)
-        return gateway
-
+    gateway_for = scripted_gateways(scripted, models)
     out_json = tmp_path / "result.json"
     result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4", "--test-limit",
                    "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--modes", "direct",
@@ -105,17 +112,10 @@ def test_a_later_arm_answers_what_an_earlier_arm_asked_from_its_calls_unless_tol
     answers `lessons` already paid for: shared, they come from the cache; not shared, they are paid again."""
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
     test = write_jsonl(tmp_path / "test.jsonl", TEST)
-    references = {row["question"]: str(row["answer"]) for row in TRAIN}
-    references |= {f"{row['Body']} {row['Question']}": str(int(row["Answer"])) for row in TEST}
 
     def run(folder: str, *extra: str) -> tuple[dict, dict]:
         models = []
-
-        def gateway_for(engine):
-            model, gateway = scripted(engine, rollout=alternating(references), example=example_reply(references))
-            models.append(model)
-            return gateway
-
+        gateway_for = scripted_gateways(scripted, models)
         (tmp_path / folder).mkdir()
         result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4",
                        "--test-limit", "3", "--batch-size", "4", "--group-size", "2", "--modes", "direct",
