@@ -43,19 +43,21 @@ lint: install
 
 # The whole suite on SQLite, then the fast suite on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a server
 # (a role with CREATEDB; each test gets its own database cloned from one migrated template). .ci/run sets it.
+# The PostgreSQL run keeps only the tests a backend can change (tests/conftest.py: those given a database).
 test: lint test-sqlite
 	@if [ -n "$$TFGRPO_TEST_DATABASE_URL" ] || [ -n "$$CI" ]; then $(MAKE) --no-print-directory test-postgres; \
 	else echo "make test: TFGRPO_TEST_DATABASE_URL is not set, PostgreSQL not tested (README, Team set-up)"; fi
 
-# Tests marked `postgres` need the server: they run in test-postgres.
+# Tests marked `postgres` need the server: they run in test-postgres. Each prints its slowest tests, so a CI log
+# shows where the time went (CI has a time limit).
 test-sqlite: install
-	env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q -m "not postgres"
+	env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q -m "not postgres" --durations=25
 
 test-postgres: install
 	@if [ -z "$$TFGRPO_TEST_DATABASE_URL" ]; then \
 	  echo "test-postgres: TFGRPO_TEST_DATABASE_URL is not set (postgresql+psycopg://user:pw@127.0.0.1:5432/postgres," \
 	    "a role with CREATEDB; .ci/run starts PostgreSQL and sets it)" >&2; exit 1; fi
-	$(VENV)/bin/pytest -q -m "not model and not browser"
+	$(VENV)/bin/pytest -q -m "not model and not browser" --durations=10
 
 bench: install
 	PYTHONPATH=. $(PY) bench/page_render.py --browser

@@ -120,14 +120,23 @@ def test_a_server_that_died_is_restarted_with_its_exit_code(metrics):
     assert reason == "embedded model restarted: its server exited with code 3"
 
 
-def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatch):
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatch, reaped):
+    """Gone also when the supervisor exited unreaped: a process that started one and still holds it keeps a
+    zombie, which answers signal 0."""
     monkeypatch.setenv("TFGRPO_MODEL_DIR", str(tmp_path))
     from core.settings import get_settings
 
     get_settings.cache_clear()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        gone = subprocess.Popen([sys.executable, "-c", "pass"])
-        gone.wait()
+        if reaped:
+            gone.wait()
+        else:
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                assert time.monotonic() < deadline, "the child did not exit"
+                time.sleep(0.05)
         (tmp_path / f"server-{SMALL}.json").write_text(json.dumps(
             {"model": SMALL, "address": "http://127.0.0.1:9", "supervisor_pid": gone.pid, "server_pid": gone.pid,
              "slots": 1, "restarts": []}))
@@ -135,6 +144,7 @@ def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatc
         with pytest.raises(model_server.LocalModelError, match="no model server runs"):
             model_server.address(SMALL, start=False)
     finally:
+        gone.wait()
         get_settings.cache_clear()
 
 

@@ -74,13 +74,19 @@ def restart_count(name: str) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """A process that exited but whose parent has not reaped it yet (a zombie, e.g. an idle-exited supervisor
+    the starting process still holds) still answers signal 0: it counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): signal 0 is all there is
+    return state != "Z"
 
 
 def address(name: str, *, start: bool = True) -> str:
