@@ -179,13 +179,17 @@ class PostgresDatabases:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def model_servers_of_this_session() -> Iterator[None]:
+def model_servers_of_this_session(request) -> Iterator[None]:
     """The model tests share one embedded-model server per model for the whole session (the first call
     starts it, core.models.model_server; apps and workers the tests start find the same one), and the
-    session stops what it started, so no server outlives the suite."""
+    session stops what it started, so no server outlives the suite. A session without model tests stops
+    nothing: `make test` runs the model tests in a session beside it, and their server is not its own."""
     from core.models import model_server
     from core.models.local_model import MODELS
 
+    if not any(item.get_closest_marker("model") for item in request.session.items):
+        yield
+        return
     before = {name: model_server.read_record(name) for name in MODELS}
     yield
     for name in MODELS:
