@@ -392,20 +392,31 @@ def share_calls(target: Path, earlier: list[Path]) -> int:
     """Put the earlier arms' paid calls into this arm's ledger as response cache only (no run, no evaluation), so
     a request an earlier arm already made (the same messages, model, parameters and seed: its first step's
     answers, their summaries, the gate's measure of the empty library) is answered as it was, not paid again.
-    Returns how many rows came in. The arm's own figures still count only its run's and evaluation's calls, its
+    Only the rows the gateway answers from (`reusable_calls`) come in, each cache key once. Returns how many
+    rows came in. The arm's own figures still count only its run's and evaluation's calls, its
     cache hits in the `cached` column."""
+    from sqlmodel import Session, select
+
+    from core.models.gateway import reusable_calls
+    from storage.db import make_engine
+    from storage.tables import LLMCall
+
     added = 0
-    with closing(sqlite3.connect(target)) as db:
-        columns = [row[1] for row in db.execute("PRAGMA table_info(llmcall)") if row[1] != "id"]
-        picked = ", ".join("NULL" if name in ("run_id", "evaluation_id") else name for name in columns)
+    engine = make_engine(f"sqlite:///{target}", migrate=False)
+    with Session(engine) as session:
+        known = set(session.exec(select(LLMCall.cache_key)).all())
         for source in earlier:
-            db.execute("ATTACH DATABASE ? AS earlier", (str(source),))
-            added += db.execute(
-                f"INSERT INTO llmcall ({', '.join(columns)}) SELECT {picked} FROM earlier.llmcall AS c "
-                "WHERE c.cache_hit = 0 AND c.error IS NULL AND coalesce(c.reply_status, '') != 'malformed' "
-                "AND c.cache_key NOT IN (SELECT cache_key FROM main.llmcall)").rowcount
-            db.commit()
-            db.execute("DETACH DATABASE earlier")
+            source_engine = make_engine(f"sqlite:///{source}", migrate=False)
+            with Session(source_engine) as earlier_session:
+                rows = earlier_session.exec(select(LLMCall).where(*reusable_calls())).all()
+            source_engine.dispose()
+            for row in rows:
+                if row.cache_key not in known:
+                    known.add(row.cache_key)
+                    session.add(LLMCall(**row.model_dump(exclude={"id", "run_id", "evaluation_id"})))
+                    added += 1
+        session.commit()
+    engine.dispose()
     return added
 
 

@@ -130,6 +130,13 @@ def retry_after(error: BaseException) -> float | None:
     return max(0.0, moment.timestamp() - time.time())
 
 
+def reusable_calls() -> tuple:
+    """The ledger rows a request with the same cache key may be answered from: successful and paid (not
+    themselves cache hits), and never a reply that failed validation."""
+    return (LLMCall.error.is_(None), LLMCall.cache_hit.is_(False),
+            or_(col(LLMCall.reply_status).is_(None), LLMCall.reply_status != MALFORMED))
+
+
 @dataclass
 class Gateway:
     """Owns the per-model semaphores and the calls in flight; one per process (or per run) is enough.
@@ -219,12 +226,8 @@ class Gateway:
         return held[1]
 
     def _cached(self, key: str) -> LLMCall | None:
-        """A successful, paid call with this key; a reply that failed validation is never one."""
         with Session(self.engine) as session:
-            return session.exec(
-                select(LLMCall).where(LLMCall.cache_key == key, LLMCall.error.is_(None), LLMCall.cache_hit.is_(False),
-                                      or_(col(LLMCall.reply_status).is_(None), LLMCall.reply_status != MALFORMED))
-            ).first()
+            return session.exec(select(LLMCall).where(LLMCall.cache_key == key, *reusable_calls())).first()
 
     def _record(self, row: LLMCall) -> int | None:
         with Session(self.engine, expire_on_commit=False) as session:
