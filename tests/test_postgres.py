@@ -4,7 +4,8 @@ there too and 0008 folds duplicates there; and the pool settings of a server dat
 
 The server tests (marked `postgres`) need TFGRPO_TEST_DATABASE_URL (a PostgreSQL URL whose role may CREATE
 DATABASE). Outside CI they skip without it; in CI (CI=1, where .ci/run starts PostgreSQL and sets it) its
-absence is a failure. `make test-sqlite` deselects them; the pool tests need no server and run in both."""
+absence is a failure. `make test-sqlite` deselects them; the pool tests need no server and run with the
+SQLite suite."""
 
 from __future__ import annotations
 
