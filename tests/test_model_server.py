@@ -134,7 +134,7 @@ def test_a_record_of_a_supervisor_that_is_gone_is_no_server(tmp_path, monkeypatc
             gone.wait()
         else:
             deadline = time.monotonic() + 30
-            while Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            while model_server.process_state(gone.pid) != "Z":
                 assert time.monotonic() < deadline, "the child did not exit"
                 time.sleep(0.05)
         (tmp_path / f"server-{SMALL}.json").write_text(json.dumps(

@@ -73,6 +73,14 @@ def restart_count(name: str) -> int:
     return len(record.restarts) if record else 0
 
 
+def process_state(pid: int) -> str | None:
+    """The process's state letter from /proc (`Z` for a zombie), or None where there is no /proc to read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     """A process that exited but whose parent has not reaped it yet (a zombie, e.g. an idle-exited supervisor
     the starting process still holds) still answers signal 0: it counts as gone."""
@@ -82,11 +90,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc (not Linux): signal 0 is all there is
-    return state != "Z"
+    return process_state(pid) != "Z"  # without /proc (not Linux) signal 0 is all there is
 
 
 def address(name: str, *, start: bool = True) -> str:
