@@ -41,25 +41,14 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-# `make test`: ruff and the layer contracts, then every test on SQLite and the database tests on PostgreSQL when
-# TFGRPO_TEST_DATABASE_URL names a server (a role with CREATEDB; each test gets its own database cloned from one
-# migrated template; .ci/run sets it). The model tests run in a session of their own beside the fast suite (the
-# embedded model's server leaves one core to the rest), their output shown when they end (and kept in
-# .test-logs/model.log); the browser tests run last and alone, as they wait on what a page shows. Every session
-# prints its slowest tests, so a CI log shows where the time went (CI has a time limit).
+# `make test`: ruff and the layer contracts, then the pytest sessions of scripts/test_sessions.py: the model tests
+# beside the fast suite on SQLite and then its database tests on PostgreSQL (when TFGRPO_TEST_DATABASE_URL names a
+# server: a role with CREATEDB; .ci/run sets it), then the browser tests alone. It ends with one line per session
+# and the total wall time (CI has a time limit); every session prints its slowest tests.
 TEST_LOGS := .test-logs
 SQLITE_PYTEST := env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q
 test: lint
-	@mkdir -p $(TEST_LOGS); status=0; \
-	$(SQLITE_PYTEST) -m "model and not browser and not postgres" --durations=15 > $(TEST_LOGS)/model.log 2>&1 & \
-	MODEL=$$!; trap 'kill $$MODEL 2>/dev/null' EXIT INT TERM; \
-	echo "make test: the model tests run beside the fast suite (log: $(TEST_LOGS)/model.log)"; \
-	$(SQLITE_PYTEST) -m "not model and not browser and not postgres" --durations=15 || status=1; \
-	if [ -n "$$TFGRPO_TEST_DATABASE_URL" ] || [ -n "$$CI" ]; then $(MAKE) --no-print-directory test-postgres || status=1; \
-	else echo "make test: TFGRPO_TEST_DATABASE_URL is not set, PostgreSQL not tested (README, Team set-up)"; fi; \
-	echo "make test: waiting for the model tests"; wait $$MODEL || status=1; cat $(TEST_LOGS)/model.log; \
-	$(SQLITE_PYTEST) -m "browser and not postgres" --durations=10 || status=1; \
-	exit $$status
+	$(PY) scripts/test_sessions.py --pytest $(VENV)/bin/pytest --logs $(TEST_LOGS)
 
 # The whole suite on SQLite in one session (tests marked `postgres` need the server: they run in test-postgres).
 test-sqlite: install

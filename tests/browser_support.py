@@ -7,10 +7,14 @@ by .ci/run) a missing browser is a failure, because `.ci/run` installs it.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -64,14 +68,34 @@ class Studio:
     logs: Path
 
 
+@functools.cache
+def demo_database() -> Path:
+    """A SQLite file migrated and holding the demo tasks, as `python -m core demo` leaves it (the same core
+    function), made once per test process: each studio starts from a copy instead of a 15 s subprocess.
+    tests/test_cli.py checks the `demo` command itself."""
+    from core.records.tasks import ensure_demo_tasks
+    from storage.db import make_engine
+
+    folder = tempfile.mkdtemp(prefix="tfgrpo-demo-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / "demo.db"
+    engine = make_engine(f"sqlite:///{path}")
+    ensure_demo_tasks(engine)
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    engine.dispose()
+    return path
+
+
 @contextmanager
 def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None) -> Iterator[Studio]:
-    """Streamlit (and a worker) on a fresh SQLite file; both stopped afterwards, their logs kept in tmp_path."""
+    """Streamlit (and a worker) on a copy of the demo database; both stopped afterwards, their logs kept in
+    tmp_path."""
+    shutil.copyfile(demo_database(), tmp_path / "studio.db")
     database_url = f"sqlite:///{tmp_path / 'studio.db'}"
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1",
            "TFGRPO_WORKER_LOG": str(tmp_path / "worker.log"), **(extra_env or {})}
-    subprocess.run([sys.executable, "-m", "core", "demo"], cwd=ROOT, env=env, check=True, capture_output=True)
     procs = []
     logs = tmp_path
     with open(tmp_path / "streamlit.log", "w") as app_log, open(tmp_path / "worker.log", "w") as worker_log:

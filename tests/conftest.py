@@ -18,7 +18,7 @@ import streamlit as st
 
 from core.models.gateway import Gateway
 from core.records.demo_data import demo_rows
-from core.records.tasks import ensure_demo_task
+from core.records.tasks import ensure_demo_task, ensure_demo_tasks
 from core.settings import engine as settings_engine
 from storage import db
 from storage.db import make_engine
@@ -31,20 +31,34 @@ def pytest_configure(config):
                                        f"skipped when {TEST_DATABASE_ENV} puts the suite on PostgreSQL")
     config.addinivalue_line("markers", f"postgres: the test needs the PostgreSQL server of {TEST_DATABASE_ENV} "
                                        "(skipped without it, a failure in CI; `make test-sqlite` deselects it)")
+    config.addinivalue_line("markers", "every_backend: a page test (AppTest) that also runs on PostgreSQL; the "
+                                       "other page tests run on SQLite only (a page reaches the database only "
+                                       "through core, whose database tests run on both)")
+
+
+def runs_on_postgres(item) -> bool:
+    """Whether a backend can change this test's outcome: it is given a database by the fixtures here
+    (`postgres_databases` is in its closure) or is marked `postgres`. A page test (AppTest, the `app_db`
+    fixture) counts only when marked `every_backend`: one test draws every page over seeded data on PostgreSQL,
+    the others prove what a page shows, which the database under core does not change."""
+    if item.get_closest_marker("postgres") is not None:
+        return True
+    fixtures = getattr(item, "fixturenames", ())
+    if "app_db" in fixtures or "empty_app_db" in fixtures:
+        return item.get_closest_marker("every_backend") is not None
+    return "postgres_databases" in fixtures
 
 
 def pytest_collection_modifyitems(config, items):
-    """On PostgreSQL, run only the tests a database backend can change: those given a database by the
-    fixtures here (`postgres_databases` is in their closure) and those marked `postgres`. The rest ran
-    unchanged in the SQLite suite (about half the items, a tenth of its time): running them twice only cost CI time."""
+    """On PostgreSQL, run only the tests a database backend can change (`runs_on_postgres`). The rest ran
+    unchanged in the SQLite suite just before: running them twice only cost CI time."""
     if not os.environ.get(TEST_DATABASE_ENV, "").strip():
         return
     skip = pytest.mark.skip(reason=f"sqlite_only: needs SQLite by design; runs in the SQLite suite, not with "
                                    f"{TEST_DATABASE_ENV}")
     kept, backend_free = [], []
     for item in items:
-        uses_database = "postgres_databases" in getattr(item, "fixturenames", ())
-        if not uses_database and item.get_closest_marker("postgres") is None:
+        if not runs_on_postgres(item):
             backend_free.append(item)
             continue
         if item.get_closest_marker("sqlite_only") is not None:
@@ -261,6 +275,21 @@ def migrated_db(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def demo_db(migrated_db, tmp_path_factory) -> Path:
+    """The migrated SQLite template with the built-in demo tasks in it, made once per session for the page
+    tests: the app creates them at its start, which each AppTest would otherwise pay again."""
+    path = tmp_path_factory.mktemp("template") / "demo.db"
+    shutil.copyfile(migrated_db, path)
+    template = make_engine(f"sqlite:///{path}", migrate=False)
+    ensure_demo_tasks(template)
+    with template.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    template.dispose()
+    assert not Path(f"{path}-wal").exists(), "the template must be one complete file to copy"
+    return path
+
+
 def copy_of_migrated_db(template: Path, path: Path) -> str:
     """Copy the migrated template to `path`; returns its SQLAlchemy URL."""
     shutil.copyfile(template, path)
@@ -298,17 +327,16 @@ def demo_task(engine):
     return ensure_demo_task(engine)
 
 
-@pytest.fixture
-def app_db(postgres_databases, migrated_db, tmp_path, monkeypatch):
-    """DATABASE_URL on a fresh database for the Streamlit app (a SQLite file, or a PostgreSQL database
-    with TFGRPO_TEST_DATABASE_URL), with its per-process caches cleared."""
+def _app_database(postgres_databases, template: Path, tmp_path: Path, monkeypatch) -> Iterator:
+    """DATABASE_URL on a fresh database for the Streamlit app (a copy of the SQLite `template`, or a PostgreSQL
+    database with TFGRPO_TEST_DATABASE_URL), with its per-process caches cleared."""
     from core.settings import get_settings
     from tests.ui_support import ROOT
 
     monkeypatch.chdir(ROOT)
     name = None
     if postgres_databases is None:
-        url = copy_of_migrated_db(migrated_db, tmp_path / "ui.db")
+        url = copy_of_migrated_db(template, tmp_path / "ui.db")
     else:
         name = postgres_databases.create()
         url = postgres_databases.url(name)
@@ -325,6 +353,18 @@ def app_db(postgres_databases, migrated_db, tmp_path, monkeypatch):
     st.cache_resource.clear()
     if name is not None:
         postgres_databases.drop(name)
+
+
+@pytest.fixture
+def app_db(postgres_databases, demo_db, tmp_path, monkeypatch):
+    """The app's database, on SQLite already holding the demo tasks the app creates at its start."""
+    yield from _app_database(postgres_databases, demo_db, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def empty_app_db(postgres_databases, migrated_db, tmp_path, monkeypatch):
+    """The app's database with no task at all, for what the app does on its first start."""
+    yield from _app_database(postgres_databases, migrated_db, tmp_path, monkeypatch)
 
 
 @pytest.fixture

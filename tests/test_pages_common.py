@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.records.tasks import SUPPORT_TASK
+from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK
+from core.records.versions import import_library
 from pages._common import Outcome, failed, plain
 from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
-from tests.ui_support import APP
+from tests.ui_support import APP, run_app, scripted_gateway, seeded_run
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
               "People", "Models", "Audit"]
@@ -26,6 +28,31 @@ def test_a_failure_shows_core_text_alone_or_verbatim_under_our_message():
     assert failed(LookupError("row 3: no query"), "Not saved; nothing was written.") == Outcome(
         False, "Not saved; nothing was written.", "row 3: no query")
     assert failed(RuntimeError("database is locked")).message == "RuntimeError: database is locked"
+
+
+PAGE_TITLES = {"overview": "Overview", "train": "Train", "rollouts": "Rollouts", "review": "Review",
+               "library": "Library", "evaluate": "Evaluate", "labeling": "Labeling", "production": "Production",
+               "tasks": "Tasks", "people": "People", "models": "Models", "audit": "Audit log"}
+
+
+@pytest.fixture
+def seeded_studio(app_engine):
+    """The demo tasks with a run awaiting review (rollouts, advantages, pending operations) and an evaluation."""
+    seeded_run(app_engine, review_mode="manual")
+    version = import_library(app_engine, DEMO_TASK, "- Re-read the question.", "lib.md").id
+    evaluation_id = create_evaluation(app_engine, DEMO_TASK, str(version), k=1, limit=2, created_by="test")
+    assert execute_evaluation(app_engine, evaluation_id, gateway=scripted_gateway(app_engine)[1]).status == "completed"
+    return app_engine
+
+
+@pytest.mark.every_backend
+@pytest.mark.parametrize("page", PAGE_TITLES)
+def test_every_page_draws_a_seeded_studio(seeded_studio, page):
+    """Every page over a run, its operations and an evaluation, on each database backend (the PostgreSQL run
+    keeps this test of the page tests: the others show what a page does, which the backend under core does not
+    change)."""
+    at = run_app(f"pages/{page}.py")
+    assert [t.value for t in at.title] == [PAGE_TITLES[page]]
 
 
 def test_a_page_opened_first_is_drawn_inside_the_studio(app_engine):

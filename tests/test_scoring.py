@@ -197,3 +197,25 @@ def test_a_scorer_the_process_cannot_import_is_refused():
 
     with pytest.raises(TypeError, match="module-level function"):
         scoring.score_in_child(local, "x", "y", {})
+
+
+def _children_pids() -> set[int]:
+    pool = scoring._current_pool()
+    return {child.proc.pid for child in [*pool._idle, *pool._busy]}
+
+
+def test_the_same_limits_keep_the_scoring_processes_and_new_limits_replace_them():
+    """The app configures scoring on every start of its cached resources (each AppTest): unchanged limits
+    must not kill the warm children, which a new score would pay 1 to 1.5 s to start again."""
+    before = scoring.configure(time_limit_s=LIMIT_S, processes=1)
+    try:
+        scoring.start()
+        warm = _children_pids()
+        assert len(warm) == 1
+        scoring.configure(time_limit_s=LIMIT_S, processes=1)
+        assert _children_pids() == warm
+        scoring.configure(time_limit_s=LIMIT_S + 1, processes=1)
+        scoring.start()
+        assert _children_pids().isdisjoint(warm) and len(_children_pids()) == 1
+    finally:
+        scoring.configure(time_limit_s=before.time_s, memory_limit_mb=before.memory_mb, processes=before.processes)

@@ -33,12 +33,12 @@ def import_text(engine, text: str) -> int:
     return import_library(engine, DEMO_TASK, text, "lib.md").id
 
 
-def test_app_creates_the_demo_task_in_an_empty_database(app_db):
-    with db.session_scope(app_db) as session:
+def test_app_creates_the_demo_task_in_an_empty_database(empty_app_db):
+    with db.session_scope(empty_app_db) as session:
         assert queries.list_tasks(session) == []
     at = run_app()
 
-    with db.session_scope(app_db) as session:
+    with db.session_scope(empty_app_db) as session:
         assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))

@@ -277,8 +277,9 @@ def limits() -> Limits:
 
 def configure(*, time_limit_s: float | None = None, memory_limit_mb: int | None = None,
               processes: int | None = None) -> Limits:
-    """Change the limits (None keeps one as it is); the current children are replaced. For a worker's
-    start-up and for tests; returns the limits before the change, so a test can put them back."""
+    """Change the limits (None keeps one as it is); the current children are replaced when the limits change
+    and kept when they do not (a child costs a new Python that imports math-verify and sympy, 1 to 1.5 s).
+    For a worker's start-up and for tests; returns the limits before the change, so a test can put them back."""
     global _pool
     with _pool_lock:
         old = _pool.limits if _pool is not None else Limits()
@@ -287,6 +288,8 @@ def configure(*, time_limit_s: float | None = None, memory_limit_mb: int | None 
                      processes=old.processes if processes is None else int(processes))
         if new.time_s <= 0 or new.memory_mb < 128 or new.processes < 1:
             raise InvalidInput("scoring limits must be more than 0 s, at least 128 MB and at least 1 process")
+        if _pool is not None and new == old:
+            return old
         previous, _pool = _pool, _Pool(new)
     if previous is not None:
         previous.close(busy_too=False)
