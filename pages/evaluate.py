@@ -7,7 +7,8 @@ compared evaluations are in the URL (?a=&b=). Promote first shows what changes a
 the paired comparison's verdict (core.records.promotion), then asks for a confirmation.
 
 The worker executes queued evaluations; this page queues them (`core.grpo.evaluation.create_evaluation`),
-resumes failed or stalled ones (`core.jobs.run_control.resume_evaluation`) and moves the label
+cancels queued or running ones (`core.jobs.run_control.cancel_evaluation`: the worker stops within seconds and
+keeps every answered rollout), resumes failed, stalled or cancelled ones (`resume_evaluation`) and moves the label
 (`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
 Model output and names are shown as text or in tables through pages._display, never as Markdown.
 """
@@ -23,7 +24,7 @@ from sqlmodel import Session
 
 from core.errors import StudioError
 from core.grpo.evaluation import create_evaluation
-from core.jobs.run_control import resume_evaluation
+from core.jobs.run_control import cancel_evaluation, resume_evaluation
 from core.models.model_choice import known_models
 from core.records.comparison import compare_evaluations
 from core.records.scenarios import is_conversation
@@ -51,7 +52,7 @@ from pages._common import (
 from pages._display import show_long, table
 from pages._promote import PromoteDialog
 from storage import queries
-from storage.statuses import EVALUATION_HAS_FIGURES, JobStatus
+from storage.statuses import EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
 from storage.tables import Task
 
 FLASH = Flash("eval_flash")
@@ -223,15 +224,56 @@ def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
 
 
 def resume(evaluation_id: int) -> None:
-    """Queue a failed or stalled evaluation again (a button's callback) and make sure a worker takes it."""
+    """Queue a failed, stalled or cancelled evaluation again (a button's callback) and make sure a worker takes it."""
     if run_action(FLASH, "evaluations", resume_evaluation, engine(), evaluation_id, context().reviewer,
                   success=f"Evaluation #{evaluation_id} queued again") is not None:
         start_worker_if_needed()
 
 
+def cancel(evaluation_id: int) -> None:
+    """Stop a queued or running evaluation (a button's callback); its worker stops within seconds."""
+    run_action(FLASH, "evaluations", cancel_evaluation, engine(), evaluation_id, context().reviewer,
+               success=f"Evaluation #{evaluation_id} cancelled; its answered rollouts are kept (Resume continues it)")
+
+
+def job_buttons(e) -> None:
+    """Below the table, for each evaluation that needs it: Cancel while it is queued or running, Retry or Resume
+    when it is incomplete, failed, stalled or cancelled, each with a line saying why."""
+    shown = job_health(e.status, e.heartbeat_at)
+    progress = e.progress or {}
+    if shown in EVALUATION_MAY_CANCEL:
+        if allowed("reviewer"):
+            st.button(f"Cancel evaluation #{e.id}", key=f"eval_cancel_{e.id}", icon=":material/stop:",
+                      on_click=cancel, args=(e.id,),
+                      help="The worker stops within seconds; answered rollouts are kept and Resume continues it.")
+        if shown != JobStatus.STALLED:
+            return
+    if shown == JobStatus.INCOMPLETE:
+        st.warning(plain(f"Evaluation #{e.id} is incomplete: {e.error}"))
+        st.button(f"Retry the failed rollouts of evaluation #{e.id}", key=f"eval_retry_{e.id}",
+                  icon=":material/replay:", on_click=resume, args=(e.id,),
+                  help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
+        return
+    if shown == JobStatus.CANCELLED:
+        st.caption(f"Evaluation #{e.id} was cancelled with {progress.get('rollouts_done', 0)} of "
+                   f"{progress.get('rollouts_total', '?')} rollouts stored; Resume continues it and pays only for "
+                   "the rollouts without an answer.")
+    elif shown in (JobStatus.FAILED, JobStatus.STALLED):
+        st.caption(f"Evaluation #{e.id} is {shown}"
+                   + (": its worker stopped beating; an idle worker takes it over, or resume it here."
+                      if shown == JobStatus.STALLED else ". Error:"))
+        if e.error:
+            show_long(e.error, f"eval_error_{e.id}")
+    else:
+        return
+    st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
+              on_click=resume, args=(e.id,))
+
+
 @st.fragment(run_every=2)
 def evaluations_view(task_id: int) -> None:
-    """The task's evaluations with live progress, resume for failed or stalled ones, and the scores chart."""
+    """The task's evaluations with live progress, cancel for queued or running ones, resume for failed, stalled
+    or cancelled ones, and the scores chart."""
     FLASH.show("evaluations")
     evaluations, numbers = load_evaluations(task_id)
     if not evaluations:
@@ -253,22 +295,7 @@ def evaluations_view(task_id: int) -> None:
                          "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
 
     for e in evaluations:
-        shown = job_health(e.status, e.heartbeat_at)
-        if shown == JobStatus.INCOMPLETE:
-            st.warning(plain(f"Evaluation #{e.id} is incomplete: {e.error}"))
-            st.button(f"Retry the failed rollouts of evaluation #{e.id}", key=f"eval_retry_{e.id}",
-                      icon=":material/replay:", on_click=resume, args=(e.id,),
-                      help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
-            continue
-        if shown not in (JobStatus.FAILED, JobStatus.STALLED):
-            continue
-        st.caption(f"Evaluation #{e.id} is {shown}"
-                   + (": its worker stopped beating; an idle worker takes it over, or resume it here."
-                      if shown == JobStatus.STALLED else ". Error:"))
-        if e.error:
-            show_long(e.error, f"eval_error_{e.id}")
-        st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
-                  on_click=resume, args=(e.id,))
+        job_buttons(e)
 
     completed = [e for e in reversed(evaluations) if e.status in EVALUATION_HAS_FIGURES]
     if completed:

@@ -36,7 +36,7 @@ from core.domain.library_io import LibraryFormatError, decode_library
 from core.domain.selection import MAX_K, Selection, SelectionMode
 from core.errors import StudioError
 from core.grpo import attribution
-from core.jobs.run_control import cancel_run, resume_run
+from core.jobs.run_control import cancel_attribution, resume_run
 from core.records import versions as core_versions
 from core.records.selection import selection_of, set_selection
 from core.records.serving import served_selection
@@ -460,7 +460,7 @@ def measure_progress(version_id: int, run_id: int) -> None:
         return
     offered = [(label, key, icon, change, done) for label, key, icon, change, done, statuses in (
         ("Resume", "lib_measure_resume", ":material/play_arrow:", resume_run, "queued again", PERSON_MAY_RESUME),
-        ("Cancel", "lib_measure_cancel", ":material/stop:", cancel_run, "cancelled", PERSON_MAY_CANCEL))
+        ("Cancel", "lib_measure_cancel", ":material/stop:", cancel_attribution, "cancelled", PERSON_MAY_CANCEL))
         if shown in statuses]
     for column, (label, key, icon, change, done) in zip(st.columns([1, 1, 4])[:len(offered)], offered, strict=True):
         column.button(label, key=key, icon=icon, on_click=_on_measure_request, args=(change, run_id, f"Run #{run_id} {done}"))

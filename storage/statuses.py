@@ -127,7 +127,10 @@ WORKER_MAY_CONTINUE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, Jo
 PERSON_MAY_PAUSE = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STALLED)
 PERSON_MAY_RESUME = (JobStatus.PAUSED, JobStatus.FAILED, JobStatus.STALLED)
 PERSON_MAY_CANCEL = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED, JobStatus.AWAITING_REVIEW, JobStatus.AWAITING_LABELS, JobStatus.FAILED, JobStatus.STALLED)
-EVALUATION_MAY_RESUME = (JobStatus.FAILED, JobStatus.STALLED, JobStatus.INCOMPLETE)
+# A cancelled evaluation resumes like an incomplete one: its answered rollouts are kept and reused.
+EVALUATION_MAY_RESUME = (JobStatus.FAILED, JobStatus.STALLED, JobStatus.INCOMPLETE, JobStatus.CANCELLED)
+# What a person may press Cancel on for an evaluation (as shown, so `stalled` counts).
+EVALUATION_MAY_CANCEL = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STALLED, JobStatus.AWAITING_LABELS)
 # An evaluation with figures: complete, or incomplete (model-call errors, its figures count answered rollouts).
 EVALUATION_HAS_FIGURES = (JobStatus.COMPLETED, JobStatus.INCOMPLETE)
 # A job that is not over: it holds or waits for a worker or a person.

@@ -286,8 +286,10 @@ def _run_evaluations(session: Session, run_id: int) -> list[Evaluation]:
 
 
 async def evaluate_variant(engine: Engine, gateway: Gateway, run_id: int, left_out: str | None,
-                           experiences: list[dict]) -> int:
-    """A completed evaluation of one variant on the run's queries (reused or finished when the run made it)."""
+                           experiences: list[dict], check: Callable[[], None] | None = None) -> int:
+    """A completed evaluation of one variant on the run's queries (reused or finished when the run made it);
+    `check` (the run's stop check) is called every second while it runs, so a pause or a cancel stops the
+    variant in the middle."""
     with Session(engine) as session:
         run = session.get(Run, run_id)
         settings = AttributionSettings.from_dict(run.settings)
@@ -295,7 +297,8 @@ async def evaluate_variant(engine: Engine, gateway: Gateway, run_id: int, left_o
     return await run_fixed_evaluation(engine, gateway, run_id, purpose=EvaluationPurpose.ATTRIBUTION,
                                       split=settings.split, sample_ids=settings.sample_ids, experiences=experiences,
                                       k=settings.k, model=settings.policy_model, temperature=settings.temperature,
-                                      version_id=version_id, left_out=left_out, selection=settings.selection)
+                                      version_id=version_id, left_out=left_out, selection=settings.selection,
+                                      check=check)
 
 
 def _set_progress(engine: Engine, run_id: int, **values) -> None:
@@ -308,7 +311,8 @@ def _set_progress(engine: Engine, run_id: int, **values) -> None:
 async def measure_experiences(engine: Engine, run_id: int, gateway: Gateway, check: Callable[[], None]) -> None:
     """Evaluate the run's version and each leave-one-out variant on the same queries, then store every
     experience's effect on the run (progress["effects"]). `check` heartbeats and stops the run when a person
-    paused or cancelled it or the budget is spent; it is called before each variant and after it."""
+    paused or cancelled it or the budget is spent; it is called before each variant, after it, and every second
+    while a variant's rollouts run (a cancel stops the measurement within seconds, core.jobs.run_control)."""
     with Session(engine) as session:
         run = session.get(Run, run_id)
         version = session.get(LibraryVersion, run.start_version_id)
@@ -318,7 +322,7 @@ async def measure_experiences(engine: Engine, run_id: int, gateway: Gateway, che
     check()
     for done, (left_out, chosen) in enumerate(variants):
         _set_progress(engine, run_id, variants_done=done, variants_total=len(variants), current=left_out or FULL)
-        ids[left_out] = await evaluate_variant(engine, gateway, run_id, left_out, chosen)
+        ids[left_out] = await evaluate_variant(engine, gateway, run_id, left_out, chosen, check)
         _set_progress(engine, run_id, variants_done=done + 1)
         check()
     with Session(engine) as session:

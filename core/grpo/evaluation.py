@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
@@ -27,6 +28,7 @@ from core.records.versions import resolve_version
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
+from storage.fencing import LeaseLost
 from storage.statuses import EVALUATION_HAS_FIGURES, EvaluationPurpose, JobStatus
 from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Task
 from storage.tables import utcnow as now
@@ -34,6 +36,7 @@ from storage.tables import utcnow as now
 log = logging.getLogger(__name__)
 # The ledger stage of an evaluation's agent calls: a gate's or an attribution's cost shows apart from training's.
 STAGES = {EvaluationPurpose.GATE: "gate", EvaluationPurpose.ATTRIBUTION: "attribution"}
+STOP_CHECK_EVERY = 1.0  # seconds between two reads of whether a person stopped the evaluation (or its run)
 
 
 def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
@@ -94,7 +97,8 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
 async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
                                sample_ids: list[int], experiences: list[dict], k: int, model: str,
                                temperature: float, version_id: int | None = None, step_id: int | None = None,
-                               left_out: str | None = None, selection: dict | None = None) -> int:
+                               left_out: str | None = None, selection: dict | None = None,
+                               check: Callable[[], None] | None = None) -> int:
     """A completed evaluation of `experiences` on exactly `sample_ids`, for a run's gate or measurement, each
     query shown the entries the run's `selection` chooses.
 
@@ -102,7 +106,9 @@ async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *,
     after a kill with its stored rollouts kept (an incomplete one retries its failed rollouts); otherwise a
     new one is executed. An evaluation that ends incomplete is returned: the paired comparison leaves out
     the queries without k answers and refuses to decide when too many are missing. Raises when it cannot
-    run at all, so the run records why."""
+    run at all, so the run records why. `check` (the run's: it raises when the run was paused or cancelled)
+    is called every STOP_CHECK_EVERY seconds while the evaluation runs; what it raises ends the evaluation
+    at once and goes to the run."""
     with session_scope(engine) as session:
         found = next((ev for ev in session.exec(select(Evaluation).where(
             Evaluation.run_id == run_id, Evaluation.purpose == purpose).order_by(Evaluation.id))
@@ -117,7 +123,7 @@ async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *,
                                             left_out=left_out, selection=selection, created_by=purpose)
         evaluation_id, done = found.id, found.status == JobStatus.COMPLETED
     if not done:
-        ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway)
+        ev = await execute_evaluation_async(engine, evaluation_id, gateway=gateway, check=check)
         if ev.status not in EVALUATION_HAS_FIGURES:
             raise RuntimeError(f"{purpose} evaluation {evaluation_id} ended {ev.status}: {ev.error or ''}")
     return evaluation_id
@@ -145,22 +151,95 @@ def execute_evaluation(engine: Engine, evaluation_id: int, *, gateway: Gateway |
     return asyncio.run(execute_evaluation_async(engine, evaluation_id, gateway=gateway, concurrency=concurrency))
 
 
+class _Cancelled(Exception):  # noqa: N818  (a request, not an error)
+    """A person cancelled the evaluation while it ran (core.jobs.run_control.cancel_evaluation)."""
+
+
+class _Stopped(Exception):  # noqa: N818
+    """The evaluation's stop check raised `cause`: its rollouts in flight were abandoned."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def cancel_check(engine: Engine, evaluation_id: int) -> Callable[[], None]:
+    """A stop check for an evaluation a person asked for: raises once its status reads `cancelled`."""
+
+    def check() -> None:
+        with Session(engine) as session:
+            status = session.exec(select(Evaluation.status).where(Evaluation.id == evaluation_id)).one()
+        if status == JobStatus.CANCELLED:
+            raise _Cancelled(f"evaluation {evaluation_id} was cancelled")
+
+    return check
+
+
+async def until_stopped(work: Awaitable, check: Callable[[], None] | None, every: float | None = None):
+    """`work`'s result, calling `check` every `every` seconds (STOP_CHECK_EVERY) while it runs. When `check`
+    raises, the work is cancelled at once (model calls in flight are abandoned; every answered rollout is
+    already stored) and _Stopped(what it raised) is raised."""
+    task = asyncio.ensure_future(work)
+    if check is None:
+        return await task
+    try:
+        while True:
+            done, _waiting = await asyncio.wait({task}, timeout=every or STOP_CHECK_EVERY)
+            if done:
+                return task.result()
+            try:
+                check()
+            except BaseException as exc:  # noqa: BLE001  (whatever stops it is handed on as the cause)
+                raise _Stopped(exc) from exc
+    except BaseException:
+        task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: an error of an abandoned rollout must not warn at exit
+        raise
+
+
+def _record_stop(engine: Engine, evaluation_id: int, total: int) -> None:
+    """What a stopped evaluation shows: how many rollouts are stored of the total, and for one that its run
+    executes, the run's status (paused or cancelled) instead of `running`."""
+    with session_scope(engine) as session:
+        ev = session.get(Evaluation, evaluation_id)
+        run = session.get(Run, ev.run_id) if ev.run_id else None
+        if run is not None and run.status in (JobStatus.PAUSED, JobStatus.CANCELLED):
+            ev.status = run.status
+        ev.progress = {"rollouts_done": len(queries.evaluation_rollouts(session, evaluation_id)),
+                       "rollouts_total": total}
+        session.add(ev)
+
+
 async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gateway: Gateway | None = None,
-                                   concurrency: int | None = None) -> Evaluation:
+                                   concurrency: int | None = None,
+                                   check: Callable[[], None] | None = None) -> Evaluation:
     """Sample k answers per query, score them, store Mean@k / Pass@k; stored rollouts are reused. Each query is
-    shown the entries the evaluation's frozen selection chooses (core.grpo.rollouts.stored_rollout)."""
+    shown the entries the evaluation's frozen selection chooses (core.grpo.rollouts.stored_rollout).
+
+    Every STOP_CHECK_EVERY seconds `check` is called (by default, for an evaluation a person asked for: whether
+    it was cancelled); when it raises, the rollouts in flight are abandoned. A cancelled evaluation keeps its
+    answered rollouts and its status; whatever else `check` raised (a run's pause or cancel) is raised on."""
     with session_scope(engine) as session:
         ev = session.get(Evaluation, evaluation_id)
         if ev is None:
             raise NotFound(f"no evaluation {evaluation_id}")
+        cancelled = ev.status == JobStatus.CANCELLED  # between its claim and here
         task = session.get(Task, ev.task_id)
         version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
         samples = (queries.samples_by_ids(session, ev.sample_ids) if ev.sample_ids is not None
                    else queries.samples(session, task.id, ev.split, limit=ev.limit))
-        ev.status, ev.error, ev.heartbeat_at = JobStatus.RUNNING, None, now()
-        ev.started_at = ev.started_at or now()
-        ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
-        session.add(ev)
+        if not cancelled:
+            ev.status, ev.error, ev.heartbeat_at = JobStatus.RUNNING, None, now()
+            ev.started_at = ev.started_at or now()
+            ev.progress = {"rollouts_done": 0, "rollouts_total": len(samples) * ev.k}
+            session.add(ev)
+    if cancelled:
+        with Session(engine) as session:
+            return session.get(Evaluation, evaluation_id)
+    if check is None and ev.run_id is None:
+        check = cancel_check(engine, evaluation_id)
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
     agent = agent_settings(task, model=ev.model, temperature=ev.temperature)
     experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
@@ -181,7 +260,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         progress.advance()
 
     try:
-        await asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k)))
+        await until_stopped(asyncio.gather(*(one(sample, g) for sample in samples for g in range(ev.k))), check)
         if hold_for_labels(engine, evaluation_id=evaluation_id):
             with Session(engine) as session:
                 return session.get(Evaluation, evaluation_id)
@@ -190,12 +269,21 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             metrics = evaluation_metrics(rollouts)
             metrics |= breakdown(session, task, [r for r in rollouts if is_answered(r)], {s.id: s for s in samples})
             ev = session.get(Evaluation, evaluation_id)
-            ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"], metrics
-            ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
-            ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
-            ev.error = incomplete_reason(metrics) if metrics["errors"] else None
             ev.progress = {"rollouts_done": len(rollouts), "rollouts_total": progress.total}
+            if ev.status != JobStatus.CANCELLED:  # cancelled after its last answer came: it stays cancelled
+                ev.n, ev.mean_at_k, ev.pass_at_k, ev.metrics = (metrics["n"], metrics["mean_at_k"], metrics["pass_at_k"],
+                                                                metrics)
+                ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
+                ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
+                ev.error = incomplete_reason(metrics) if metrics["errors"] else None
             session.add(ev)
+    except _Stopped as stopped:
+        if isinstance(stopped.cause, LeaseLost):
+            raise stopped.cause from None
+        _record_stop(engine, evaluation_id, progress.total)
+        if not isinstance(stopped.cause, _Cancelled):
+            raise stopped.cause from None
+        log.info("evaluation %s cancelled; its answered rollouts are kept", evaluation_id)
     except Exception as exc:  # noqa: BLE001  (recorded on the row; the caller shows it)
         log.exception("evaluation %s failed", evaluation_id)
         with session_scope(engine) as session:
