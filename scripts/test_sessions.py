@@ -1,11 +1,10 @@
-"""`make test`'s pytest sessions, run in the order and side by side the way two cores fit them, ending with one
-line per session and the total wall time (CI has a time limit; the README's Tests section states the figure).
+"""`make test`'s pytest sessions in two lanes side by side, the way two cores fit them, ending with one line per
+session and the total wall time (CI has a time limit; the README's Tests section states the measured figure).
 
-The model tests run in a session of their own beside the fast suite (the embedded model's server takes one
-core, the fast suite the other; their output is kept in `.test-logs/model.log` and printed when they end); the
-fast suite runs on SQLite, then its database tests on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a server;
-the browser tests run last and alone, as they wait on what a page shows. The exit status is 1 if any session
-failed.
+Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a
+server; its output is shown as it goes. Lane 2: the model tests (the embedded model's server takes one core),
+then the browser tests; its output is kept in `.test-logs/` and printed when the lane ends. The exit status is
+1 if any session failed.
 
     python scripts/test_sessions.py [--pytest .venv/bin/pytest] [--logs .test-logs]
 """
@@ -17,11 +16,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 POSTGRES_ENV = "TFGRPO_TEST_DATABASE_URL"
+RUNNING: list[subprocess.Popen] = []  # stopped if make test is interrupted, so no session outlives it
 
 
 @dataclass
@@ -72,18 +73,28 @@ def last_summary(text: str) -> str:
     return re.sub(r"\s+in [\d.]+s.*$", "", lines[-1]) if lines else "no pytest summary"
 
 
-def run(pytest: str, session: Session, log: Path) -> Outcome:
-    """One session in the foreground, its output shown as it goes and kept in `log`."""
+def run(pytest: str, session: Session, log: Path, *, show: bool) -> Outcome:
+    """One session, its output kept in `log` and, with `show`, shown as it goes."""
     started = time.monotonic()
     with open(log, "w") as kept:
         proc = subprocess.Popen(command(pytest, session), env=environment(session), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
+        RUNNING.append(proc)
         for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if show:
+                sys.stdout.write(line)
+                sys.stdout.flush()
             kept.write(line)
         proc.wait()
     return Outcome(session, proc.returncode, time.monotonic() - started, last_summary(log.read_text()))
+
+
+def lane(pytest: str, sessions: list[Session], logs: Path, outcomes: list[Outcome], *, show: bool) -> None:
+    for session in sessions:
+        log = logs / f"{session.name.split()[0]}-{'postgres' if session.on_postgres else 'sqlite'}.log"
+        outcomes.append(run(pytest, session, log, show=show))
+        if not show:
+            print(f"\nmake test: {session.name} ended; its output ({log}):\n{log.read_text()}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,33 +108,27 @@ def main(argv: list[str] | None = None) -> int:
     if not postgres and os.environ.get("CI"):
         print(f"make test: {POSTGRES_ENV} is not set in CI: .ci/run should have started PostgreSQL", flush=True)
         return 1
-
-    model_log = args.logs / "model.log"
-    print(f"make test: the model tests run beside the fast suite (log: {model_log})", flush=True)
-    model_started = time.monotonic()
-    with open(model_log, "w") as kept:
-        model = subprocess.Popen(command(args.pytest, MODEL), env=environment(MODEL), stdout=kept,
-                                 stderr=subprocess.STDOUT)
+    if not postgres:
+        print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (README, Team set-up)", flush=True)
+    first, second = [FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER]
+    print(f"make test: {' then '.join(s.name for s in second)} run beside this (logs in {args.logs}/)", flush=True)
+    outcomes: dict[str, list[Outcome]] = {"first": [], "second": []}
+    beside = threading.Thread(target=lane, args=(args.pytest, second, args.logs, outcomes["second"]),
+                              kwargs={"show": False})
+    beside.start()
     try:
-        outcomes = [run(args.pytest, FAST, args.logs / "fast.log")]
-        if postgres:
-            outcomes.append(run(args.pytest, POSTGRES, args.logs / "postgres.log"))
-        else:
-            print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (README, Team set-up)", flush=True)
-        print("make test: waiting for the model tests", flush=True)
-        model.wait()
+        lane(args.pytest, first, args.logs, outcomes["first"], show=True)
+        beside.join()
     finally:
-        if model.poll() is None:
-            model.kill()
-    model_text = model_log.read_text()
-    print(model_text, flush=True)
-    outcomes.insert(0, Outcome(MODEL, model.returncode, time.monotonic() - model_started, last_summary(model_text)))
-    outcomes.append(run(args.pytest, BROWSER, args.logs / "browser.log"))
+        for proc in RUNNING:
+            if proc.poll() is None:
+                proc.terminate()
 
-    print("\nmake test: sessions (wall time; the model session ran beside the fast ones)")
-    for outcome in outcomes:
+    print("\nmake test: sessions (wall time; the two lanes ran side by side)")
+    ended = outcomes["first"] + outcomes["second"]
+    for outcome in ended:
         print("  " + outcome.line())
-    failed = any(o.returncode != 0 for o in outcomes)
+    failed = any(o.returncode != 0 for o in ended) or len(ended) < len(first) + len(second)
     print(f"make test: {'FAILED' if failed else 'passed'} in {minutes(time.monotonic() - started)} "
           f"(wall, {os.cpu_count()} cores)")
     return 1 if failed else 0
