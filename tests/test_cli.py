@@ -20,18 +20,34 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-def db(request, tmp_path, postgres_databases):
-    """A new SQLite file the CLI migrates itself, or with TFGRPO_TEST_DATABASE_URL a PostgreSQL database
-    (its URL holds the escaped password: the CLI gets it as a user would type it)."""
-    url = request.getfixturevalue("database_url") if postgres_databases else f"sqlite:///{tmp_path / 'cli.db'}"
-    assert main(["--db", url, "demo"]) == 0
-    return url
+def db(database_url):
+    """A migrated database of this test's own with the demo tasks the CLI loads: a copy of the session's
+    migrated SQLite file, or with TFGRPO_TEST_DATABASE_URL a PostgreSQL clone (its URL holds the escaped
+    password: the CLI gets it as a user would type it). Migrating a new file is the test below's alone."""
+    assert main(["--db", database_url, "demo"]) == 0
+    return database_url
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def test_a_new_database_file_is_created_and_migrated_by_the_cli(tmp_path, capsys):
+    """A person's first command names a file that does not exist yet: the CLI creates it at the newest
+    revision before it writes."""
+    from alembic.script import ScriptDirectory
+
+    from storage.db import MIGRATIONS_DIR
+
+    path = tmp_path / "first.db"
+    assert not path.exists()
+    code, out, _ = run(capsys, "--db", f"sqlite:///{path}", "demo")
+    assert code == 0 and out.splitlines() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
+    with get_engine(f"sqlite:///{path}").connect() as connection:
+        revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    assert revision == ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 
 
 def test_demo_is_idempotent_and_prints_both_tasks(db, capsys):
@@ -290,14 +306,14 @@ def test_queue_shows_what_waits_and_the_agreement(db, capsys):
 def test_a_status_line_held_back_by_the_two_second_rule_is_shown_later(monkeypatch):
     import io
 
-    from core.cli import StatusLine
+    from core.cli.progress import StatusLine
 
     class Count(StatusLine):
         def line(self, counters: dict) -> str:
             return f"done {counters['n']}"
 
     clock = {"now": 100.0}
-    monkeypatch.setattr("core.cli.time.monotonic", lambda: clock["now"])
+    monkeypatch.setattr("core.cli.progress.time.monotonic", lambda: clock["now"])
     out = io.StringIO()
     status = Count(out)
     status({"n": 1})

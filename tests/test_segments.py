@@ -15,6 +15,7 @@ from core.records.segments import bind_library, paired_by_segment
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library
 from storage import queries
+from storage.db import url_with_password
 from storage.statuses import JobStatus
 from tests.test_conversation_engine import conversation_replies, rubric_reply, rule_answer
 
@@ -113,9 +114,8 @@ def test_split_by_persona_holds_whole_personas_out(engine, conversation_task):
 
 def test_cli_eval_json_has_segments_and_criteria(engine, conversation_task, scripted, monkeypatch, capsys):
     _, gateway = scripted(engine, **conversation_replies(judge=segment_judge))
-    monkeypatch.setattr(cli, "_engine", lambda args: engine)
-    monkeypatch.setattr(cli, "Gateway", lambda engine, concurrency=None: gateway)
-    code = cli.main(["eval", "--task", CONVERSATION_TASK, "--version", "empty", "--limit", "6", "--json",
+    monkeypatch.setattr("core.models.gateway.Gateway", lambda engine, concurrency=None: gateway)
+    code = cli.main(["--db", url_with_password(engine), "eval", "--task", CONVERSATION_TASK, "--version", "empty", "--limit", "6", "--json",
                      "--concurrency", "2"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["n"] == 6
@@ -129,8 +129,7 @@ def test_cli_export_routes_each_segment_to_its_library(engine, conversation_task
     bind_library(engine, CONVERSATION_TASK, "at risk", "at_risk", actor="system")
     import_library(engine, CONVERSATION_TASK, json.dumps([AT_RISK_LESSON]), "r.json", library_name="at risk",
                    actor="system")
-    monkeypatch.setattr(cli, "_engine", lambda args: engine)
-    code = cli.main(["export", "--task", CONVERSATION_TASK, "--version", "latest", "--format", "prompt",
+    code = cli.main(["--db", url_with_password(engine), "export", "--task", CONVERSATION_TASK, "--version", "latest", "--format", "prompt",
                      "--route-segments"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["route_by"] == "segment"

@@ -272,7 +272,7 @@ def test_invalid_settings_are_refused(engine, demo_task):
 
 def test_a_sample_without_reference_is_scored_zero_with_the_reason_and_the_run_goes_on(engine, demo_task, scripted,
                                                                                        capsys):
-    from core.cli import _report_run
+    from core.cli.report import report_run
     from storage.tables import Sample
 
     with Session(engine) as s:
@@ -288,7 +288,7 @@ def test_a_sample_without_reference_is_scored_zero_with_the_reason_and_the_run_g
         bad = [r for r in s.exec(select(Rollout)) if r.sample_id == first_id]
         assert {(r.reward, r.reward_source) for r in bad} == {(0.0, "error")}
         assert "needs a reference answer" in bad[0].reward_detail
-    _report_run(engine, run.id)
+    report_run(engine, run.id)
     assert "2 rollouts could not be scored" in capsys.readouterr().out
 
 

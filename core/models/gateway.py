@@ -34,7 +34,7 @@ from sqlmodel import Session, col, select
 from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
-from core.models import local_model, model_server, openai_http
+from core.models import local_provider, model_server, openai_http
 from core.models.connections import Endpoint
 from core.models.connections import resolve as resolve_connection
 from core.models.model_server import LOCAL_PREFIX, local_name
@@ -48,7 +48,7 @@ R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)
 litellm.drop_params = True
 litellm.suppress_debug_info = True
-local_model.register()
+local_provider.register()
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     openai_http.TransientHTTPError,

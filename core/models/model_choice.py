@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 
-import litellm
 from sqlalchemy.engine import Engine
 
 from core.errors import InvalidInput
@@ -60,6 +59,8 @@ def known_models() -> list[str]:
 def provider_of(name: str) -> str:
     """The provider litellm would send `name` to; InvalidInput when it knows none. litellm prints its
     provider list on a failure, which would land in the app's log, so its output is swallowed."""
+    import litellm  # here, not at the top: a studio on the embedded model never asks litellm (~5 s to import)
+
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             return litellm.get_llm_provider(name)[1]
@@ -101,6 +102,8 @@ def check_model(name: str, api_base: str | None = None, engine: Engine | None = 
 def missing_key(name: str) -> str | None:
     """The API key variable litellm says a model of another provider needs and is not set, if any; credentials
     that may come from files instead (AWS, Google Cloud) are left for the first call to check."""
+    import litellm
+
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             missing = litellm.validate_environment(model=name).get("missing_keys") or []

@@ -10,8 +10,6 @@ import contextlib
 import functools
 import io
 
-import litellm
-
 from core.models.model_choice import LOCAL_PREFIX
 
 
@@ -21,6 +19,8 @@ def price_per_token(model: str) -> tuple[float, float] | None:
     provider list on a failure, which would land in the app's log: swallowed)."""
     if model.startswith(LOCAL_PREFIX):
         return 0.0, 0.0
+    import litellm  # here, not at the top: the embedded models' prices need no litellm (~5 s to import)
+
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000,

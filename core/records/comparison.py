@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.stats import binomtest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -85,12 +84,20 @@ def bootstrap_interval(diffs: np.ndarray, *, seed: int = 0, resamples: int = RES
 
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact sign test on per-query wins and losses (ties dropped); 1.0 with no untied query."""
-    return float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return _binomial_p(wins, wins + losses) if wins + losses else 1.0
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Exact McNemar test: queries passed under exactly one of A and B, two-sided; 1.0 when there are none."""
-    return float(binomtest(only_b, only_a + only_b, 0.5).pvalue) if only_a + only_b else 1.0
+    return _binomial_p(only_b, only_a + only_b) if only_a + only_b else 1.0
+
+
+def _binomial_p(successes: int, trials: int) -> float:
+    """Two-sided exact binomial test against one half. scipy.stats is imported here, at the first
+    comparison: importing it costs about 2 s, which every command and page that never compares would pay."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(successes, trials, 0.5).pvalue)
 
 
 def detectable_difference(diffs: np.ndarray, pooled_mean: float, k: int) -> float:

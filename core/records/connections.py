@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import litellm
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -39,6 +38,8 @@ TEST_PROMPT = [{"role": "user", "content": "Reply with the single word OK."}]
 def check_connection(name: str, kind: str, base_url: str | None, provider: str | None, key_env: str | None,
                      params: dict | None) -> dict:
     """The connection's fields as stored, or InvalidInput saying which one cannot be used and why."""
+    import litellm  # not at the top, where it ran before core.models set LITELLM_LOCAL_MODEL_COST_MAP
+
     if not NAME.match(name or ""):
         raise InvalidInput(f"connection name {name!r}: lower-case letters, digits, - and _, starting with a letter")
     reserved = {LOCAL_PREFIX.rstrip("/"), *litellm.provider_list}

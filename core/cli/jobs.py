@@ -1,0 +1,402 @@
+"""The job commands: train, evaluate, compare, measure experiences, and the worker. A job given here runs in
+the foreground (claimed as a worker claims it) unless --queue leaves it to a worker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of
+from core.cli.progress import StageProgress, VariantProgress
+from core.cli.report import report_run
+from core.errors import InvalidInput, NotFound
+from core.records.run_settings import RunSettings, run_settings
+from core.secrets import API_BASE_ENV, has_credentials, mask_url
+from storage.db import describe_url
+from storage.fencing import Lease
+from storage.statuses import EVALUATION_HAS_FIGURES, WORKER_MAY_CONTINUE, GateRule, JobStatus, RunKind
+from storage.tables import Evaluation, Run
+
+
+def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
+    """An --api-base with credentials is stored masked; this process calls it with the full URL, which
+    stays in its environment (core.secrets), and a queued run tells what its worker needs."""
+    if not has_credentials(api_base):
+        return
+    os.environ[API_BASE_ENV] = api_base
+    where = f"the worker needs {API_BASE_ENV} set to the full URL" if queued else "it is used by this process only"
+    print(f"--api-base holds credentials: stored as {mask_url(api_base)}; {where}", file=sys.stderr)
+
+
+def _claim(engine: Engine, kind: str, job_id: int, *, resuming: bool = False) -> Lease:
+    """This process's claim on a job it executes in the foreground, as a worker claims one: a queued job, or
+    (resuming) one a worker may continue."""
+    from core.jobs.worker import claim_or_explain, new_worker_id
+
+    return claim_or_explain(engine, kind, job_id, new_worker_id(),
+                            WORKER_MAY_CONTINUE if resuming else (JobStatus.QUEUED,))
+
+
+def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
+    """Before a run on the embedded learner starts, say plainly that it rarely writes a usable lesson, and name
+    a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
+    from core.records.learner_advice import learner_advice
+    from core.records.tasks import get_task
+
+    with Session(engine) as session:
+        advice = learner_advice(session, get_task(session, task_name),
+                                run_settings(session.get(Run, run_id)))
+    if advice is not None:
+        use = f" Use it with --learner-model {advice.hosted}." if advice.hosted else ""
+        print(f"note: {advice.text}{use}", file=sys.stderr)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from core.grpo.training import check_resumable, create_run
+    from core.jobs.worker import execute_job
+
+    engine = engine_of(args)
+    if args.resume is not None:
+        run_id = args.resume
+        with Session(engine) as session:
+            check_resumable(session, run_id)
+    else:
+        if not args.task:
+            raise UsageError("train: --task is required (or --resume RUN)")
+        _keep_api_base_secret(args.api_base, queued=args.queue)
+        given = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
+                 "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
+                 "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
+                 "concurrency": args.concurrency, "max_experiences": args.max_experiences,
+                 "examples": True if args.examples else None, "max_examples": args.max_examples,
+                 "reference_when_all_fail": True if args.reference_when_all_fail else None,
+                 "lessons": False if args.no_lessons else None,
+                 "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
+                 "validation_size": args.validation_size, "gate_k": args.gate_k,
+                 "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
+                 "call_deadline_s": args.deadline, "max_turns": args.max_turns,
+                 "start_label": "production" if args.from_production else args.start_label,
+                 "old_share": (0.3 if args.old_share is None else args.old_share) if args.from_production
+                 else args.old_share,
+                 "hold_flagged": None if args.hold_flagged is None else args.hold_flagged == "on"}
+        settings = RunSettings.build(ground_truth=not args.no_ground_truth,
+                                     **{name: value for name, value in given.items() if value is not None})
+        run_id = create_run(engine, args.task, settings, library_name=args.library,
+                            kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
+        _say_learner_advice(engine, args.task, run_id)
+    if args.queue:
+        print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
+        return 0
+    lease = _claim(engine, "run", run_id, resuming=args.resume is not None)
+    print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
+    progress = StageProgress()
+    try:
+        execute_job(engine, lease, on_progress=progress)
+    finally:
+        progress.close()
+    return report_run(engine, run_id)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a version, or (`--retry N`) run again only the rollouts of evaluation N that have no reward.
+    Exits 1 while an evaluation has errors: its figures count the answered rollouts only."""
+    from core.grpo.evaluation import create_evaluation
+    from core.jobs.run_control import resume_evaluation
+    from core.jobs.worker import execute_job
+    from core.models.gateway import Gateway
+
+    engine = engine_of(args)
+    if args.retry is not None:
+        with Session(engine) as session:
+            queued = getattr(session.get(Evaluation, args.retry), "status", None) == JobStatus.QUEUED
+        if not queued:
+            resume_evaluation(engine, args.retry, "cli")
+        eval_id = args.retry
+    else:
+        if not (args.task and args.version):
+            raise InvalidInput("give --task and --version (or --retry ID to retry an evaluation's failed rollouts)")
+        eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
+                                    model=args.model, temperature=args.temperature, route_segments=args.route_segments)
+    if args.queue:
+        print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
+        return 0
+    lease = _claim(engine, "evaluation", eval_id)
+    gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
+    ev = execute_job(engine, lease, gateway=gateway)
+    m = ev.metrics or {}
+    if args.json:
+        print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
+                          "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
+                          "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
+                          "errors": m.get("errors"), "answered": m.get("answered"), "rollouts": m.get("rollouts"),
+                          "unanswered_queries": m.get("unanswered_queries"), "cost": ev.cost, "model": ev.model,
+                          "error": ev.error, **({"routes": ev.routes} if ev.routes else {}),
+                          **{key: m[key] for key in ("segments", "personas", "criteria") if key in m}}))
+    elif ev.status in EVALUATION_HAS_FIGURES:
+        print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
+        print(figures_line(ev) + f"  cost ${ev.cost:.4f}")
+        for line in breakdown_lines(m, ev.k):
+            print(line)
+        if ev.status == JobStatus.INCOMPLETE:
+            print(f"evaluation {ev.id} is incomplete: {ev.error}\nretry: python -m core eval --retry {ev.id}",
+                  file=sys.stderr)
+    else:
+        print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
+    return 0 if ev.status == JobStatus.COMPLETED else 1
+
+
+def figures_line(ev: Evaluation) -> str:
+    """Mean@k and Pass@k with their intervals and, beside them, the rollouts without a reward they leave out."""
+    m = ev.metrics or {}
+    lo, hi = m.get("mean_at_k_ci") or (0.0, 0.0)
+    plo, phi = m.get("pass_at_k_ci") or (0.0, 0.0)
+    errors = m.get("errors", 0)
+    counted = f" (of {m['answered']} answered rollouts)" if errors and "answered" in m else ""
+    return (f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
+            f"{counted}  rollout errors {errors}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare B with A on the same queries; evaluations that are missing are run first (exit 0 either way)."""
+    from core.grpo.evaluation import evaluation_of
+    from core.jobs.worker import execute_job
+    from core.records.comparison import compare_evaluations
+    from core.records.segments import paired_by_segment
+
+    engine = engine_of(args)
+    ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit) for ref in (args.a, args.b)]
+    for eval_id in ids:
+        with Session(engine) as session:
+            ev = session.get(Evaluation, eval_id)
+            if ev is None:
+                raise NotFound(f"no evaluation {eval_id}")
+            status = ev.status
+        if status == JobStatus.QUEUED:
+            print(f"running evaluation {eval_id} ...", file=sys.stderr)
+            ev = execute_job(engine, _claim(engine, "evaluation", eval_id))
+            if ev.status not in EVALUATION_HAS_FIGURES:
+                print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
+                return 1
+    result = compare_evaluations(engine, *ids)
+    by_segment = paired_by_segment(engine, *ids)
+    s = result.stats
+    if args.json:
+        figures = s.as_dict()
+        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "n_queries": s.n, "k": result.a.k,
+                          **{key: figures[key] for key in ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value",
+                                                           "wins", "losses", "ties", "pass_a", "pass_b", "mcnemar_p",
+                                                           "detectable", "verdict")},
+                          "decided": s.decided, "left_out_for_errors": result.missing, "note": result.note,
+                          **({"segments": {name: stats.as_dict() for name, stats in by_segment.items()}}
+                             if by_segment else {})}))
+        return 0
+    print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
+    print(f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] "
+          f"(paired bootstrap 95%; a difference is real when this interval excludes 0 and the sign test agrees)")
+    print(f"per query: B wins {s.wins}, loses {s.losses}, ties {s.ties}; sign test p = {s.p_value:.3g}")
+    print(f"Pass@k  A {s.pass_a:.3f}  B {s.pass_b:.3f}; McNemar p = {s.mcnemar_p:.3g}")
+    if result.note:
+        print(result.note)
+    print(s.verdict)
+    for name, stats in by_segment.items():
+        print(f"  segment {name}: {stats.verdict}")
+    return 0
+
+
+def breakdown_lines(metrics: dict, k: int) -> list[str]:
+    """An evaluation's scores per segment and per criterion (conversation tasks), one line each."""
+    lines = []
+    for name, row in (metrics.get("segments") or {}).items():
+        lo, hi = row["mean_at_k_ci"]
+        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} [{lo:.3f}, {hi:.3f}]")
+    for name, row in (metrics.get("criteria") or {}).items():
+        lines.append(f"  criterion {name:<12} mean {row['mean']:.3f} over {row['n']} conversations")
+    return lines
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    """Measure each experience of a version (leave-one-out): the estimate first, then the measurement in the
+    foreground (unless --queue), then each experience's effect."""
+    from core.grpo import attribution
+    from core.grpo.training import check_resumable
+    from core.jobs.worker import execute_job
+
+    engine = engine_of(args)
+    say = sys.stderr if args.json else sys.stdout
+    if args.resume is not None:
+        run_id = args.resume
+        with Session(engine) as session:
+            run = check_resumable(session, run_id)
+            if run.kind != RunKind.ATTRIBUTE:
+                raise InvalidInput(f"run {run_id} is a {run.kind} run, not a measurement; resume it with train --resume")
+    else:
+        if not (args.task and args.version):
+            raise UsageError("attribute: --task and --version are required (or --resume RUN)")
+        est = attribution.estimate(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
+                                   library_name=args.library)
+        print(f"estimate: {attribution.estimate_line(est)}", file=say)
+        if est["note"]:
+            print(f"note: {est['note']}", file=say)
+        run_id = attribution.create_attribution(engine, args.task, args.version, split=args.split, k=args.k,
+                                                limit=args.limit, library_name=args.library,
+                                                concurrency=args.concurrency, budget_usd=args.budget)
+    if args.queue:
+        print(f"measurement run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) "
+              "executes it", file=say)
+        if args.json:
+            print(json.dumps({"run_id": run_id, "status": JobStatus.QUEUED}))
+        return 0
+    lease = _claim(engine, "run", run_id, resuming=args.resume is not None)
+    print(f"measurement run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
+    progress = VariantProgress(engine, run_id)
+    try:
+        run = execute_job(engine, lease, on_progress=progress)
+    finally:
+        progress.close()
+    if run.status != JobStatus.COMPLETED:
+        print(f"measurement run {run_id} is {run.status}" + (f": {run.error}" if run.error else "")
+              + (f"; continue it with: python -m core attribute --resume {run_id}" if run.status != JobStatus.CANCELLED
+                 else ""), file=sys.stderr)
+        return 0 if run.status == JobStatus.PAUSED else 1
+    effects = list(attribution.run_effects(engine, run_id).values())
+    if args.json:
+        print(json.dumps([e.as_dict() for e in effects]))
+        return 0
+    first = effects[0] if effects else None
+    if first is not None:
+        print(f"run {run_id}: version #{first.version_number} (id {first.version_id}), {first.n} {first.split} "
+              f"queries x k={first.k}; effect = mean reward with the experience minus without it")
+    print(f"{'id':<6}{'effect':>8}  {'95% interval':<18}{'p':>7}  {'verdict':<9}{'shown':<20}text")
+    for e in effects:
+        print(f"{e.experience_id:<6}{e.delta:>+8.3f}  {e.interval:<18}{e.p_value:>7.3g}  {e.verdict:<9}"
+              f"{e.shown_line:<20}{e.text}")
+    hurting = [e.experience_id for e in effects if e.verdict == attribution.Verdict.HURTS]
+    if hurting:
+        print(f"{len(hurting)} hurt ({', '.join(hurting)}); the Library page removes "
+              f"{'it' if len(hurting) == 1 else 'them'} as a new version")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from core.jobs.worker import serve
+
+    logging.getLogger().setLevel(logging.INFO)
+    for noisy in ("LiteLLM", "litellm", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    engine = engine_of(args)
+    print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
+    done = serve(engine, poll=args.poll, once=args.once)
+    print(f"worker stopped after {done} job(s)", file=sys.stderr)
+    return 0
+
+
+def _default(name: str) -> str:
+    """A train option's help: the RunSettings field's description and default, so the two never disagree."""
+    field = RunSettings.model_fields[name]
+    default = field.get_default(call_default_factory=True)
+    text = field.description or name.replace("_", " ")
+    help_text = f"{text} (default {default})" if default not in (None, "") else text
+    return help_text.replace("%", "%%")  # argparse formats help with %
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The job commands: train, evaluate, compare, measure experiences, and the worker."""
+    p = sub.add_parser("train", help="learn an experience library (or resume a run)")
+    p.add_argument("--task")
+    p.add_argument("--library", default="default")
+    p.add_argument("--epochs", type=int, help=_default("epochs"))
+    p.add_argument("--batch-size", type=int, help=_default("batch_size"))
+    p.add_argument("--group-size", type=int, help=_default("group_size"))
+    p.add_argument("--temperature", type=float, help=_default("temperature"))
+    p.add_argument("--limit", type=int, help=_default("limit"))
+    p.add_argument("--model", help="policy model (litellm string); default: the task's")
+    p.add_argument("--learner-model", help="learner model for summaries, advantages, updates")
+    p.add_argument("--no-ground-truth", action="store_true", help="learner sees no reward or reference")
+    p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
+    p.add_argument("--review", choices=["auto", "manual"], help=_default("review_mode"))
+    p.add_argument("--hold-flagged", choices=["on", "off"], help="in auto review, operations with a quality flag "
+                   "(cut off, near-duplicate, a query's numbers, too long) are refused before the validation gate "
+                   "(invalid, the flag as the reason); off: measured and approved like the others; default: on")
+    p.add_argument("--seed", type=int, help=_default("seed"))
+    p.add_argument("--max-turns", type=int, help=_default("max_turns"))
+    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
+    p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
+    p.add_argument("--examples", action="store_true", help="also propose worked examples: a successful attempt of "
+                   "a group where others failed, compressed by the learner and proposed only if its own answer "
+                   "scores as right against the reference (tasks whose reward is computed from the answer)")
+    p.add_argument("--max-examples", type=int, help=_default("max_examples"))
+    p.add_argument("--no-lessons", action="store_true", help="learn worked examples only (with --examples): no "
+                   "lesson is asked for from the groups")
+    p.add_argument("--reference-when-all-fail", action="store_true", help="a group in which every attempt failed "
+                   "goes to the learner with the reference answer as the successful side, instead of being skipped "
+                   "(off by default, as in the paper)")
+    p.add_argument("--max-operations", type=int, help=_default("max_operations"))
+    p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
+    p.add_argument("--validation-size", type=int, help=_default("validation_size"))
+    p.add_argument("--gate-k", type=int, help=_default("gate_k"))
+    p.add_argument("--budget", type=float, help=_default("budget_usd"))
+    p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
+    p.add_argument("--call-timeout", type=float, metavar="S", help=_default("call_timeout_s"))
+    p.add_argument("--deadline", type=float, metavar="S", help=_default("call_deadline_s"))
+    p.add_argument("--start-label", help=_default("start_label"))
+    p.add_argument("--old-share", type=float, help=_default("old_share"))
+    p.add_argument("--from-production", action="store_true", help="an update from production: start at the "
+                   "production version, train on the harvested traces plus --old-share (default 0.3) of the old "
+                   "train split")
+    p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
+    p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a library version on a split (exit 1 while rollouts have errors)")
+    p.add_argument("--task")
+    p.add_argument("--version", help="version id, label, latest, or empty")
+    p.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
+                   "no reward (failed model calls); answered ones are not paid again")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=1)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--model")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--queue", action="store_true", help="only queue the evaluation; a worker executes it")
+    p.add_argument("--route-segments", action="store_true", help="conversation tasks: play each scenario with the "
+                   "library bound to its persona's segment (its production version, else its newest), the given "
+                   "version for the rest")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="is B better than A? a paired comparison on the same queries")
+    p.add_argument("--task", required=True)
+    p.add_argument("a", help="version id, label, latest, empty, or an evaluation as e12")
+    p.add_argument("b", help="the same kinds of reference as A")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=1)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("attribute", help="measure each experience of a version: the version against it without "
+                       "each one, on the same queries")
+    p.add_argument("--task")
+    p.add_argument("--version", help="version id, label or latest")
+    p.add_argument("--library", default="default")
+    p.add_argument("--split", help="split of the queries (default: validation if the task has one, else test)")
+    p.add_argument("--k", type=int, default=2, help="samples per query for every variant (default 2)")
+    p.add_argument("--limit", type=int, help="use only the first N queries of the split")
+    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
+    p.add_argument("--budget", type=float, help=_default("budget_usd"))
+    p.add_argument("--resume", type=int, metavar="RUN", help="continue a stopped measurement")
+    p.add_argument("--queue", action="store_true", help="only queue the measurement; a worker executes it")
+    p.add_argument("--json", action="store_true", help="print the effects as a JSON list")
+    p.set_defaults(func=cmd_attribute)
+
+    p = sub.add_parser("worker", help="execute queued runs and evaluations until stopped (Ctrl-C, SIGTERM)")
+    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at an empty queue")
+    p.set_defaults(func=cmd_worker)

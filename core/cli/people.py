@@ -1,0 +1,103 @@
+"""The people commands: the labeling queue of a task and the users who may sign in."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+
+from sqlmodel import Session
+
+from core.cli.base import Parser, UsageError, engine_of
+from core.records.people import ROLES, add_user, update_user
+from core.settings import secret
+from storage import queries
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    """What waits in the labeling queue of a task, and the agreement between its labellers."""
+    from core.records import labeling
+    from core.records.tasks import get_task
+
+    with Session(engine_of(args)) as session:
+        task = get_task(session, args.task)
+        counts = labeling.progress(session, task)
+        found = labeling.agreement(session, task)
+    print(f"{task.name}: {counts.needed} waiting, {counts.done} done, {counts.disputed} disputed")
+    if found.fleiss is not None:
+        print(f"Fleiss' kappa {found.fleiss:.2f} over {found.items} rollouts with {found.raters_per_item} labels each")
+    for (a, b), (kappa, n) in sorted(found.cohen.items()):
+        print(f"Cohen's kappa {a} / {b}: {'-' if kappa is None else f'{kappa:.2f}'} over {n} rollouts")
+    for row in found.disagreements:
+        labels = ", ".join(f"{who} {value}" for who, value in row["labels"].items())
+        print(f"disputed: rollout {row['rollout']} ({labels})")
+    return 0
+
+
+def _password(args: argparse.Namespace) -> str:
+    """From the named environment variable, else one line of piped stdin, else typed twice (not echoed)."""
+    if args.password_env:
+        password = secret(args.password_env)
+        if not password:
+            raise UsageError(f"environment variable {args.password_env} is not set or empty")
+        return password
+    if not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise UsageError("no password: pipe one line to stdin or use --password-env VAR")
+        return password
+    password = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != password:
+        raise UsageError("the two passwords differ")
+    return password
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    user = add_user(engine_of(args), args.name, args.role, _password(args), actor="cli")
+    print(f"added user {user.name} ({user.role}); sign-in is now required")
+    return 0
+
+
+def cmd_user_list(args: argparse.Namespace) -> int:
+    with Session(engine_of(args)) as session:
+        users = queries.list_users(session)
+    print(f"{'name':<24}{'role':<10}active")
+    for user in users:
+        print(f"{user.name:<24}{user.role:<10}{'yes' if user.active else 'no'}")
+    return 0
+
+
+def cmd_user_set(args: argparse.Namespace) -> int:
+    password = _password(args) if args.password_env else None
+    if args.role is None and args.active is None and password is None:
+        raise UsageError("user set: nothing to change; give --role, --active or --password-env")
+    active = None if args.active is None else args.active == "yes"
+    user = update_user(engine_of(args), args.name, "cli", role=args.role, active=active, password=password)
+    changed = ", ".join(part for part, given in (("role", args.role), ("active", args.active),
+                                                   ("password", password)) if given is not None)
+    print(f"updated user {user.name}: {changed} (role {user.role}, active {'yes' if user.active else 'no'})")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The people commands: the labeling queue and the users who may sign in."""
+    p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
+    p.add_argument("--task", required=True)
+    p.set_defaults(func=cmd_queue)
+
+    user = sub.add_parser("user", help="add, list or change the people who may sign in")
+    usub = user.add_subparsers(dest="user_command", required=True, parser_class=Parser)
+    password_help = ("take the password from this environment variable; without it `user add` reads one line "
+                     "from piped stdin, or asks twice on a terminal")
+    p = usub.add_parser("add", help="add a user (the first one switches sign-in on)")
+    p.add_argument("name")
+    p.add_argument("--role", choices=ROLES, required=True)
+    p.add_argument("--password-env", metavar="VAR", help=password_help)
+    p.set_defaults(func=cmd_user_add)
+    usub.add_parser("list", help="list users: name, role, active").set_defaults(func=cmd_user_list)
+    p = usub.add_parser("set", help="change a user's role, switch them on or off, or set a new password")
+    p.add_argument("name")
+    p.add_argument("--role", choices=ROLES)
+    p.add_argument("--active", choices=["yes", "no"])
+    p.add_argument("--password-env", metavar="VAR", help="set the password from this environment variable")
+    p.set_defaults(func=cmd_user_set)

@@ -1,0 +1,174 @@
+"""The version commands: export and import a library version, list runs and versions, label and promote."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of, read_file, write_output
+from core.cli.report import print_version, report_run
+from core.domain.library_io import check_file_size, decode_library
+from core.errors import NotFound
+from storage import queries
+from storage.tables import Run
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from core.records.segments import routed_export
+    from core.records.tasks import get_task
+    from core.records.versions import export_version, resolve_version, version_json_meta
+
+    with Session(engine_of(args)) as session:
+        task = get_task(session, args.task)
+        version = resolve_version(session, task, args.version, args.library)
+        if args.route_segments:
+            if args.format == "json":
+                raise UsageError("export --route-segments writes JSON around md or prompt text: use --format md "
+                                 "or prompt")
+            text = routed_export(session, task, version, args.format)
+        else:
+            text = export_version(version.experiences if version else [], args.format,
+                                  version_json_meta(task, version))
+    write_output(args.output, text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from core.records.versions import import_library
+
+    path = Path(args.file)
+    text = decode_library(read_file(path, check_file_size), path.name)
+    print_version(import_library(engine_of(args), args.task, text, path.name, library_name=args.library))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from core.records.tasks import get_task
+
+    with Session(engine_of(args)) as session:
+        task_id = get_task(session, args.task).id if args.task else None
+        rows = queries.runs(session, task_id)
+        tasks = {t.id: t.name for t in queries.list_tasks(session)}
+        print(f"{'id':>4}  {'status':<16}{'kind':<7}{'task':<28}{'steps':>7}  {'version':>7}  created")
+        for run in rows:
+            steps = f"{run.progress.get('steps_done', 0)}/{run.progress.get('steps_total', 0)}"
+            print(f"{run.id:>4}  {run.status:<16}{run.kind:<7}{tasks.get(run.task_id, '?')[:27]:<28}{steps:>7}  "
+                  f"{run.current_version_id or '-':>7}  {run.created_at:%Y-%m-%d %H:%M}"
+                  + (f"  error: {run.error}" if run.error else ""))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
+    with Session(engine) as session:
+        if session.get(Run, args.run_id) is None:
+            raise NotFound(f"no run {args.run_id}")
+    return report_run(engine, args.run_id)
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from core.records.tasks import get_task
+
+    with Session(engine_of(args)) as session:
+        task = get_task(session, args.task)
+        for lib in queries.libraries(session, task.id):
+            if args.library and lib.name != args.library:
+                continue
+            names = {}
+            for label in queries.labels(session, lib.id):
+                names.setdefault(label.version_id, []).append(label.name)
+            print(f"library {lib.name!r}")
+            for v in queries.versions(session, lib.id):
+                tags = f" [{', '.join(names[v.id])}]" if v.id in names else ""
+                parent = f" parent {v.parent_id}" if v.parent_id else ""
+                print(f"  {v.id:>5}  #{v.number:<4}{v.source:<8}{len(v.experiences):>3} experiences{parent}"
+                      f"  {v.created_at:%Y-%m-%d %H:%M}  {v.note}{tags}")
+    return 0
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    """Point a label at a version; `production` moves through the promotion guard (a comparison, or --reason)."""
+    from core.records.versions import set_label
+
+    label = set_label(engine_of(args), args.task, args.version, args.name, "cli", library_name=args.library,
+                      reason=args.reason or "")
+    print(f"{args.name} -> version {label.version_id}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """Show what promoting a version changes and what the comparison with production says, then move
+    `production` (refused, exit 2, without a paired comparison or --reason); --dry-run only shows."""
+    from core.records.promotion import preview_promotion
+    from core.records.versions import promote, version_in_library
+
+    engine = engine_of(args)
+    with Session(engine) as session:
+        version_id = version_in_library(session, args.task, args.version, args.library).id
+    preview = preview_promotion(engine, version_id)
+    current = f"#{preview.production_number} (id {preview.production_id})" if preview.production_id else "none"
+    print(f"promote version #{preview.version_number} (id {preview.version_id}) to production; production now: "
+          f"{current}")
+    print(preview.evidence)
+    if preview.changes:
+        print(preview.diff_lines())
+    if args.dry_run:
+        refusal = preview.refusal(args.reason or "")
+        print("dry run: nothing moved" + (f"; as given, promoting would be refused: {refusal}" if refusal else ""))
+        return 0
+    label = promote(engine, version_id, "cli", reason=args.reason or "")
+    print(f"production -> version {label.version_id}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The version commands: export, import, list runs and versions, label and promote."""
+    p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
+    p.add_argument("--task", required=True)
+    p.add_argument("--version", required=True, help="version id, label, latest, or empty")
+    p.add_argument("--library", default="default")
+    p.add_argument("--format", choices=["md", "json", "prompt"], default="md")
+    p.add_argument("--output", "-o")
+    p.add_argument("--route-segments", action="store_true", help="conversation tasks: one JSON file with this "
+                   "version as the default and, per segment with a bound library, the version that serves it")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="create a new version from a JSON or Markdown file")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("runs", help="list runs")
+    p.add_argument("--task")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("run", help="show one run: counters, failed groups, rejected operations, its version")
+    p.add_argument("run_id", type=int)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("versions", help="list the library versions of a task")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library")
+    p.set_defaults(func=cmd_versions)
+
+    p = sub.add_parser("label", help="point a label (e.g. production) at a version")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--version", required=True)
+    p.add_argument("name")
+    p.add_argument("--reason", help="production only: why it moves without a paired comparison with the current "
+                   "production version (or although the comparison finds it worse); stored in the audit log")
+    p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("promote", help="move production to a version: shows the diff and the paired comparison "
+                       "with production first")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--version", required=True, help="version id, label or latest")
+    p.add_argument("--reason", help="why it moves without a paired comparison (or although the comparison finds "
+                   "it worse); stored in the audit log")
+    p.add_argument("--dry-run", action="store_true", help="only show the diff and the comparison; move nothing")
+    p.set_defaults(func=cmd_promote)
