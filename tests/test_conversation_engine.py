@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 
 import pytest
 from sqlmodel import Session, select
@@ -15,12 +16,14 @@ from core.grpo.rollouts import stored_rollout
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Scope
 from core.records.demo_data import conversation_demo
+from core.records.labeling import submit_label
 from core.records.scenarios import personas_by_name, segment_of
 from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
 from core.records.versions import import_library
 from storage import queries
+from storage.db import session_scope
 from storage.statuses import JobStatus
-from storage.tables import ConversationTurn, Evaluation, LLMCall, Rollout, Sample
+from storage.tables import Advantage, ConversationTurn, Evaluation, LLMCall, Rollout, Run, Sample
 
 LESSON = "Ask for the order number before promising anything."
 
@@ -283,3 +286,111 @@ def test_a_must_not_rule_is_broken_only_with_a_real_quote(engine, conversation_t
     must_not = [r for r in row.scores["rules"] if r["kind"] == "must_not" and r["name"] != "no card details"]
     assert must_not and all(r["passed"] is (not broken) for r in must_not)
     assert (row.reward == 0.0) is broken
+
+
+def test_a_conversation_run_waits_for_labels_that_decide_its_groups_then_its_evaluation_asks_for_the_unsure(
+        engine, conversation_task, scripted):
+    """One short step of the conversation demo (2 scenarios, G=2, 2 agent turns) and an evaluation of the result
+    on 2 held-out scenarios: every conversation stored turn by turn as spoken, and judged.
+
+    The training step sends every rollout to a person with the judge's suggestion (spot checks on all), and the
+    labels decide both cases: the first group is labelled 1 and 0, so it is mixed and summarised by the learner;
+    the second is labelled 0.5 twice, so it is skipped with the reason and costs the learner nothing. The
+    evaluation keeps the judge's verdicts as rewards; the one the judge is unsure of goes to a person.
+
+    Moved off the real model (it was test_model_e2e.py::test_a_conversation_run_and_evaluation_on_the_embedded_model,
+    where which group tied and which verdict was unsure were the small judge's luck): the embedded model's path
+    through a run is tests/test_model_e2e.py::test_train_and_eval_on_the_embedded_model, and its judge under a JSON
+    schema test_model_e2e.py::test_the_embedded_judge_scores_a_support_reply."""
+    def spot_check(share: float) -> None:
+        with session_scope(engine) as s:
+            task = get_task(s, CONVERSATION_TASK)
+            task.reward_settings = {**task.reward_settings, "spot_check_share": share}
+            s.add(task)
+
+    with Session(engine) as s:
+        doubtful = queries.samples(s, conversation_task.id, "test")[0]  # the evaluation's first scenario
+    spoken = iter(range(1, 1000))
+
+    def agent(_messages):  # each turn its own text, so the stored turns can be matched to the calls
+        return f"I am sorry to hear that. Could you give me your order number? ({next(spoken)})"
+
+    def rubric(messages):
+        if "You check one rule" in messages[0]["content"]:
+            return rule_answer(messages)
+        return rubric_reply(unsure=doubtful.query in messages[1]["content"])
+
+    spot_check(1.0)
+    model, gateway = scripted(engine, **conversation_replies(rollout=agent, simulator="It is order NW-48213.",
+                                                             judge=rubric))
+    settings = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, gate="off", hold_flagged=False,
+                           max_tokens=120, learner_max_tokens=400, max_operations=1, max_turns=2)
+    run_id = create_run(engine, CONVERSATION_TASK, settings)
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "awaiting_labels", run.error
+    with Session(engine) as s:
+        waiting = s.exec(select(Rollout).where(Rollout.step_id.is_not(None))
+                         .order_by(Rollout.sample_id, Rollout.group_index)).all()
+    # the judge was asked about every conversation; its verdict waits beside it
+    assert len(waiting) == 4 and all(r.error is None and r.label_status == "needed" and r.reward is None
+                                     and r.suggested_detail for r in waiting)
+    assert model.count("summary") == model.count("advantage") == 0  # nothing learned before the labels
+    mixed, tied = waiting[0].sample_id, waiting[-1].sample_id
+    for rollout in waiting:
+        label = (1.0 if rollout.group_index == 0 else 0.0) if rollout.sample_id == mixed else 0.5
+        submit_label(engine, rollout.id, label, "cli")
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as s:
+        rollouts = s.exec(select(Rollout).where(Rollout.step_id.is_not(None))).all()
+        advantages = {a.sample_id: a for a in s.exec(select(Advantage)).all()}
+        turns = s.exec(select(ConversationTurn).where(ConversationTurn.step_id.is_not(None))
+                       .order_by(ConversationTurn.sample_id, ConversationTurn.group_index,
+                                 ConversationTurn.position)).all()
+        calls = s.exec(select(LLMCall).where(LLMCall.run_id == run_id)).all()
+    by_stage = Counter(c.stage for c in calls)
+    assert len(rollouts) == 4 and all(r.error is None and r.reward_source == "human" for r in rollouts)
+
+    # every conversation stored turn by turn as spoken: the opening, then the agent and the simulated user in turn
+    # (2 agent turns: opening, agent, user, agent), each turn the text of its model call
+    assert len(turns) == 4 * 4
+    for key in {(t.sample_id, t.group_index) for t in turns}:
+        roles = [t.role for t in turns if (t.sample_id, t.group_index) == key]
+        assert roles == ["user", "assistant", "user", "assistant"], roles
+    assert (Counter(t.text for t in turns if t.role == "assistant")
+            == Counter(c.response for c in calls if c.stage == "rollout"))
+    assert len(set(c.response for c in calls if c.stage == "rollout")) == by_stage["rollout"] == 8
+    assert sum(1 for t in turns if t.role == "user" and t.position > 0) == by_stage["simulator"] == 4
+
+    # the mixed group is summarised by the learner and given an advantage; the tied one is skipped with the
+    # reason, unsummarised
+    assert set(advantages) == {mixed, tied} and mixed != tied
+    assert sorted((r.sample_id, r.reward) for r in rollouts) == sorted([(mixed, 0.0), (mixed, 1.0), (tied, 0.5),
+                                                                       (tied, 0.5)])
+    assert advantages[mixed].status == "ok", advantages[mixed]
+    assert advantages[tied].status == "skipped", advantages[tied]
+    assert advantages[tied].text == "all 2 rewards equal (0.5): no group advantage"
+    assert all((r.summary is not None) == (r.sample_id == mixed) for r in rollouts)
+    assert by_stage["summary"] == 2 and by_stage["advantage"] == 1 and by_stage["update"] == 1
+    assert {"rollout", "simulator", "judge", "summary", "advantage"} <= set(by_stage)
+
+    # the evaluation: the judge's verdicts are the rewards; the one it was unsure of waits for a person
+    spot_check(0.0)
+    with Session(engine) as s:
+        version = s.get(Run, run_id).current_version_id
+    eval_id = create_evaluation(engine, CONVERSATION_TASK, str(version), split="test", k=1, limit=2)
+    ev = execute_evaluation(engine, eval_id, gateway=gateway)
+    assert ev.status == "awaiting_labels", ev.error
+    with Session(engine) as s:
+        [unsure] = s.exec(select(Rollout).where(Rollout.label_status == "needed")).all()
+    assert unsure.evaluation_id == eval_id and unsure.sample_id == doubtful.id and unsure.judge_unsure
+    submit_label(engine, unsure.id, 0.5, "cli")
+    ev = execute_evaluation(engine, eval_id, gateway=gateway)
+    assert ev.status == "completed", ev.error
+    with Session(engine) as s:
+        ev = s.get(Evaluation, eval_id)
+        scored = s.exec(select(Rollout).where(Rollout.evaluation_id == eval_id)).all()
+    assert len(scored) == 2 and all(r.error is None and r.reward is not None for r in scored)
+    assert all(r.reward_source == ("human" if r.judge_unsure or r.suggested_reward is None else "judge") for r in scored)
+    assert sorted(r.reward_source for r in scored) == ["human", "judge"]
+    assert ev.n == 2 and ev.metrics["segments"] and sum(r["n"] for r in ev.metrics["segments"].values()) == 2

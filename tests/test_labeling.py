@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 
 from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.grpo.training import execute_run
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.labeling import (
     ACCEPTED,
     accept_suggestion,
@@ -24,10 +24,21 @@ from core.records.labeling import (
     submit_label,
 )
 from core.records.people import add_user
-from core.records.tasks import DEMO_TASK
+from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks
+from storage import queries
 from storage.db import session_scope
 from storage.queries import label_history
-from storage.tables import AuditEvent, Evaluation, LibraryVersion, RewardLabel, Rollout, Run, Task
+from storage.tables import (
+    Advantage,
+    AuditEvent,
+    Evaluation,
+    LibraryVersion,
+    RewardLabel,
+    Rollout,
+    Run,
+    Step,
+    Task,
+)
 from tests.ui_support import scripted_gateway, seeded_run
 
 
@@ -276,3 +287,52 @@ def test_progress_counts_each_persons_share_and_complete_rollouts(engine, demo_t
     assert (bob.mine_done, bob.mine_waiting, bob.mine_to_do) == (2, 0, 2)
     assert (queue.needed, queue.done, queue.disputed, queue.complete, queue.total) == (2, 1, 1, 2, 4)
     assert (queue.mine_done, queue.mine_waiting, queue.mine_to_do) == (0, 0, 0)
+
+
+def test_a_support_run_waits_for_its_spot_checks_then_continues(engine):
+    """The customer-support demo (judge_human) with every rollout spot-checked: the run waits with the judge's
+    verdicts as suggestions, is released by the last label, and continues from the labels without sampling again.
+
+    Moved off the real model (it was test_model_e2e.py::test_a_support_run_waits_for_spot_checks_then_continues):
+    the embedded judge under a JSON schema is test_model_e2e.py::test_the_embedded_judge_scores_a_support_reply,
+    the embedded model's path through a run test_model_e2e.py::test_train_and_eval_on_the_embedded_model."""
+    ensure_demo_tasks(engine)
+    with session_scope(engine) as session:
+        task = session.exec(select(Task).where(Task.name == SUPPORT_TASK)).one()
+        assert task.reward_method == "judge_human"
+        task.reward_settings = {**task.reward_settings, "spot_check_share": 1.0}
+        session.add(task)
+        sample = queries.samples(session, task.id, "train", limit=1)[0]
+    replies = iter(["I'm sorry about the double charge; it goes back to your card within 3-5 business days.",
+                    "Not our problem. Talk to your bank."])
+    model, gateway = scripted_gateway(engine, rollout=lambda _m: next(replies), judge=judge_reply(4))
+    settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", max_tokens=200,
+                           hold_flagged=False, learner_max_tokens=600, max_operations=1, gate="off")
+    run_id = create_run(engine, SUPPORT_TASK, settings)
+
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_labels"
+    waiting = rollouts(engine)
+    assert len(waiting) == 2 and all(r.sample_id == sample.id and r.response for r in waiting)
+    assert [r.label_status for r in waiting] == ["needed", "needed"]
+    assert all(r.reward is None and r.suggested_reward == 0.75 and r.suggested_detail.startswith("judge 4/5: ")
+               for r in waiting)
+    with Session(engine) as session:
+        assert session.exec(select(Step)).one().status == "awaiting_labels"
+        assert not session.exec(select(Advantage)).all()
+    assert model.count("judge") == 2 and model.count("summary") == 0
+
+    first, second = (r.id for r in waiting)
+    labelled = submit_label(engine, first, 1.0, "cli")
+    assert labelled.rollout.label_status == "done" and not labelled.released
+    assert run_status(engine, run_id) == "awaiting_labels"  # one rollout still open
+    labelled = submit_label(engine, second, 0.25, "cli")
+    assert labelled.rollout.reward == 0.25 and labelled.released
+    assert run_status(engine, run_id) == "queued"
+
+    assert execute_run(engine, run_id, gateway=gateway).status == "completed"
+    assert [(r.reward, r.reward_source, r.label_status) for r in rollouts(engine)] == [(1.0, "human", "done"),
+                                                                                      (0.25, "human", "done")]
+    with Session(engine) as session:
+        assert session.exec(select(Step)).one().status == "completed"
+        assert session.exec(select(Advantage)).one().status == "ok"  # the labels made the group mixed
+    assert model.count("rollout") == 2 and model.count("judge") == 2  # nothing was sampled or judged again

@@ -12,15 +12,18 @@ import re
 from collections import Counter
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.domain.datasets import formula_like, parse_dataset_file
 from core.domain.rewards import METHODS, parse_facts, score
 from core.errors import InvalidInput
+from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
+from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.demo_data import DEMO_DIR, policy_rows
 from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
 from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
 from storage import queries
+from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Step
 
 POLICY_FILE = DEMO_DIR / "policy_messages.jsonl"
 TICKET = "ticket reference (PC- and the order number)"
@@ -203,3 +206,77 @@ def test_the_empty_library_scores_0_and_the_policies_score_1_on_every_test_messa
         ticket = f" Your ticket reference is PC-{orders[0]}." if orders else ""
         result = score("facts", policies + ticket, row.reference)
         assert result.value == 1.0, (row.external_id, result.detail)
+
+
+# ---- a run on the task ------------------------------------------------------------------------------------
+
+POLICIES = ("Returns are accepted within 45 days of delivery. Refunds reach your original payment method within 7 "
+            "business days. Damaged or unsafe items go to our Quality Desk. Shipping is free on orders over 60 euros. "
+            "Tents carry a 3-year warranty. We match prices within 10 days of purchase. Our loyalty programme is the "
+            "Basecamp Club.")
+NO_POLICY = "Thank you for your message. I will look into it for you."
+
+
+def stating_the_policies(query: str) -> str:
+    orders = re.findall(r"\b\d{5}\b", query)
+    return POLICIES + (f" Your ticket reference is PC-{orders[0]}." if orders else "")
+
+
+def test_a_policy_run_learns_from_the_reference_where_every_attempt_failed(engine, scripted):
+    """One step of the shop-policies demo (3 messages, G=2) with groups where every attempt failed sent to the
+    learner with the reference: each reward is the verifier's, and each group is decided by its rewards: the
+    all-failed one reaches the learner with the reference and says so, the mixed one is learned from its own
+    attempts, the all-right one is skipped; a new version exists because operations were applied.
+
+    Moved off the real model, where which groups failed was the small agent's luck; it was
+    test_model_e2e.py::test_a_policy_run_learns_from_the_reference_where_every_attempt_failed. All-failed groups
+    on the arithmetic demo:
+    test_training.py::test_an_all_failed_group_reaches_the_learner_with_the_reference_only_when_the_option_is_on;
+    the embedded model's path through a run: test_model_e2e.py::test_train_and_eval_on_the_embedded_model."""
+    task = ensure_policy_task(engine)
+    with Session(engine) as session:
+        failing, mixed, right = queries.samples(session, task.id, "train", limit=3)
+
+    def answer(messages: list[dict]) -> str:
+        query = messages[1]["content"]
+        if query == failing.query:
+            return NO_POLICY
+        if query == mixed.query:
+            attempts[query] = attempts.get(query, 0) + 1
+            return stating_the_policies(query) if attempts[query] == 1 else NO_POLICY
+        return stating_the_policies(query)
+
+    attempts: dict[str, int] = {}
+    for sample in (failing, mixed, right):  # the verifier agrees with the script
+        assert score("facts", stating_the_policies(sample.query), sample.reference).value == 1.0
+        assert score("facts", NO_POLICY, sample.reference).value == 0.0
+    model, gateway = scripted(engine, rollout=answer)
+    settings = RunSettings(epochs=1, batch_size=3, group_size=2, limit=3, review_mode="auto", max_tokens=160,
+                           hold_flagged=False, learner_max_tokens=600, max_operations=2, gate="off",
+                           reference_when_all_fail=True)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, settings), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as session:
+        step = session.exec(select(Step).where(Step.run_id == run.id)).one()
+        rollouts = session.exec(select(Rollout).where(Rollout.step_id == step.id)).all()
+        advantages = {a.sample_id: a for a in session.exec(select(Advantage).where(Advantage.step_id == step.id))}
+        applied = [o for o in session.exec(select(Operation).where(Operation.step_id == step.id))
+                   if o.status == "applied"]
+        version = session.get(LibraryVersion, run.current_version_id)
+    assert len(rollouts) == 6 and all(r.error is None and r.reward_source == "verifier" for r in rollouts)
+    rewards = {sample.id: sorted(r.reward for r in rollouts if r.sample_id == sample.id)
+               for sample in (failing, mixed, right)}
+    assert rewards == {failing.id: [0.0, 0.0], mixed.id: [0.0, 1.0], right.id: [1.0, 1.0]}
+
+    from_reference = advantages[failing.id]
+    assert from_reference.status == "ok" and learned_from_reference(from_reference)
+    assert from_reference.text.startswith(REFERENCE_SIDE_NOTE.split(" (")[0])
+    assert advantages[mixed.id].status == "ok" and not learned_from_reference(advantages[mixed.id])
+    assert advantages[right.id].status == "skipped"
+    assert step.stats["from_reference"] == 1
+    prompts = [messages[-1]["content"] for stage, messages in model.calls if stage == "advantage"]
+    assert len(prompts) == 2
+    successful_side = "Reference answer (the successful side; written by a person, not an attempt):\n"
+    assert f"{successful_side}{failing.reference}" in next(p for p in prompts if failing.query in p)
+    assert successful_side not in next(p for p in prompts if mixed.query in p)
+    assert applied and version.number == 2 and version.experiences
