@@ -22,8 +22,8 @@ from tests.ui_support import ROOT
 MODEL = "openai/stub"
 
 
-def worker(engine) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT)}
+def worker(engine, **settings: str) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT), **settings}
     return subprocess.Popen([sys.executable, "-m", "core", "worker", "--poll", "0.2"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -64,7 +64,9 @@ def test_a_killed_worker_resumes_conversations_at_their_next_turn(engine):
             calls_before = len(session.exec(select(LLMCall)).all())
         requests_before = len(stub.requests())
 
-        second = worker(engine)
+        # the killed worker's run counts as stalled after TFGRPO_STALL_AFTER_S without a heartbeat (30 s by
+        # default; the takeover's rule is tests/test_fencing.py's): 5 s, above the 3 s heartbeat, keeps the wait short
+        second = worker(engine, TFGRPO_STALL_AFTER_S="5")
         try:
             def settled() -> bool:
                 with Session(engine) as session:
