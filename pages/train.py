@@ -12,6 +12,11 @@ every change. A preset is a button, not a choice that tracks the form: a widget 
 races the browser, which on a busy machine sends back the choice's old value with the next change and so
 re-applies the old preset over everything typed. What the settings match is shown in words instead
 (`preset_matched`). The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
+
+The learning switches (worked examples, lessons, learning from the reference) and the library's entry selection
+start from the defaults core chooses for the run's learner with the measured reason for each
+(`core.records.run_defaults.chosen_defaults`, shown under the settings); the switches follow a change of the
+learner or of ground truth while they still hold the defaults chosen before, and one a person changed stays.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from plotly.subplots import make_subplots
 from sqlmodel import Session
 
 from core.errors import InvalidInput
-from core.grpo.training import create_run
+from core.grpo.training import create_run_with_defaults
 from core.jobs.run_control import cancel_run, pause_run, resume_run
 from core.models.model_choice import known_models
 from core.records.gate_verdict import GateVerdict
@@ -40,6 +45,7 @@ from core.records.progress import (
     run_estimate,
     status_words,
 )
+from core.records.run_defaults import Choice, chosen_defaults
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
 from core.settings import get_settings
@@ -77,15 +83,19 @@ GOTO_KEY = "train_goto"  # a page to switch to, set by a button's callback (swit
 EVAL_HANDOFF_KEY = "eval_version"  # the Evaluate page selects the version id it finds here
 EVAL_MODEL_HANDOFF_KEY = "eval_model"  # ... and the model the run learned with
 PRESET_REQUEST = "train_preset_request"  # another page (Overview's Quick trial) asks for a preset here
-DEFAULTS = RunSettings()
+CHOSEN_KEY = "train_chosen"  # the learning switches' widget values core last chose for the form's learner
+PRESET_SWITCHES_KEY = "train_preset_switches"  # the learning switches the last preset sets itself (not defaults)
+# The settings core chooses a default for (core.records.run_defaults), by the widget that holds each.
+CHOSEN_WIDGETS = {"examples": "train_examples", "lessons": "train_lessons",
+                  "reference_when_all_fail": "train_reference_when_all_fail"}
 # A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
 # proposes and decides it. The validation gate is off: the few queries a trial can hold out measure noise,
 # not effect, and the gate's two evaluations would cost more calls than the trial itself; Evaluate measures
 # the result on held-out queries afterwards. A group where every attempt failed learns from the reference, so a
 # task the agent fails completely (the shop-policies demo before it knows the policies) still shows proposals.
-QUICK_TRIAL = {"train_limit": 4, "train_batch_size": 4, "train_group_size": 4, "train_epochs": 1,
-               "train_review_mode": "manual", "train_gate": GateRule.OFF.value,
-               "train_reference_when_all_fail": True}
+# Everything else is what core chooses for the default model as the learner, as for any run.
+QUICK_TRIAL = {"limit": 4, "batch_size": 4, "group_size": 4, "epochs": 1, "review_mode": "manual",
+               "gate": GateRule.OFF.value, "reference_when_all_fail": True}
 PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)"}
 PRESET_NAMES = {"quick": "the quick trial", "full": "the defaults of a full run"}
 
@@ -358,9 +368,9 @@ def form_settings() -> RunSettings:
         validation_size=optional_int(state.get("train_validation_size")), gate_k=int(state["train_gate_k"]),
         max_operations=optional_int(state.get("train_max_operations")),
         max_experiences=int(state["train_max_experiences"]), hold_flagged=bool(state["train_hold_flagged"]),
-        examples=bool(state.get("train_examples", DEFAULTS.examples)),
-        max_examples=int(state.get("train_max_examples", DEFAULTS.max_examples)),
-        reference_when_all_fail=bool(state.get("train_reference_when_all_fail", DEFAULTS.reference_when_all_fail)))
+        examples=bool(state["train_examples"]), lessons=bool(state["train_lessons"]),
+        max_examples=int(state["train_max_examples"]),
+        reference_when_all_fail=bool(state["train_reference_when_all_fail"]))
 
 
 def optional_int(value) -> int | None:
@@ -368,31 +378,48 @@ def optional_int(value) -> int | None:
     return None if value is None else int(value)
 
 
+def chosen_for(task, given: dict) -> tuple[RunSettings, list[Choice]]:
+    """A new run's settings with the defaults core chooses where `given` sets nothing, and the reasons."""
+    with Session(engine()) as session:
+        return chosen_defaults(session, task, given, library_name=context().library)
+
+
+def widget_values(settings: RunSettings, policy_model: str, learner_model: str) -> dict:
+    """Every form widget's value for these settings (an empty box or 0 is the automatic default)."""
+    return {"train_epochs": settings.epochs, "train_batch_size": settings.batch_size,
+            "train_group_size": settings.group_size, "train_temperature": settings.temperature,
+            "train_concurrency": settings.concurrency, "train_limit": settings.limit or 0, "train_seed": settings.seed,
+            "train_max_tokens": settings.max_tokens, "train_policy_model": policy_model,
+            "train_learner_model": learner_model, "train_ground_truth": settings.ground_truth,
+            "train_review_mode": settings.review_mode, "train_budget": settings.budget_usd or 0.0,
+            "train_gate": settings.gate.value, "train_validation_size": settings.validation_size,
+            "train_gate_k": settings.gate_k, "train_max_operations": settings.max_operations,
+            "train_max_experiences": settings.max_experiences, "train_hold_flagged": settings.hold_flagged,
+            "train_max_examples": settings.max_examples,
+            **{widget: getattr(settings, name) for name, widget in CHOSEN_WIDGETS.items()}}
+
+
 def form_defaults(task) -> dict:
-    """Every form widget's starting value: the run defaults, the task's models."""
-    return {"train_epochs": DEFAULTS.epochs, "train_batch_size": DEFAULTS.batch_size,
-            "train_group_size": DEFAULTS.group_size, "train_temperature": DEFAULTS.temperature,
-            "train_concurrency": DEFAULTS.concurrency, "train_limit": 0, "train_seed": DEFAULTS.seed,
-            "train_max_tokens": DEFAULTS.max_tokens, "train_policy_model": task.policy_model,
-            "train_learner_model": task.learner_model, "train_ground_truth": True, "train_review_mode": "auto",
-            "train_budget": 0.0, "train_gate": DEFAULTS.gate.value, "train_validation_size": None,
-            "train_gate_k": DEFAULTS.gate_k, "train_max_operations": None,
-            "train_max_experiences": DEFAULTS.max_experiences, "train_hold_flagged": DEFAULTS.hold_flagged,
-            "train_examples": DEFAULTS.examples, "train_max_examples": DEFAULTS.max_examples,
-            "train_reference_when_all_fail": DEFAULTS.reference_when_all_fail}
+    """Every form widget's starting value: the defaults core chooses for the task's learner, the task's models."""
+    settings, _choices = chosen_for(task, {"learner_model": task.learner_model})
+    return widget_values(settings, task.policy_model, task.learner_model)
 
 
 def preset_values(task, preset: str) -> dict:
-    """Every form widget's value under a preset: the defaults, with the quick trial's changes for "quick"."""
+    """Every form widget's value under a preset: the defaults, or the quick trial's settings with the defaults
+    core chooses for the default model (the sidebar's "Default model": what a quick trial runs on)."""
     if preset != "quick":
         return form_defaults(task)
-    default = get_settings().model  # the sidebar's "Default model": what a quick trial runs on
-    return {**form_defaults(task), **QUICK_TRIAL, "train_policy_model": default, "train_learner_model": default}
+    default = get_settings().model
+    settings, _choices = chosen_for(task, {**QUICK_TRIAL, "learner_model": default})
+    return widget_values(settings, default, default)
 
 
 def apply_preset(task, preset: str) -> None:
     """A preset button's callback: fill the form with the preset's values."""
     st.session_state.update(preset_values(task, preset))
+    st.session_state[PRESET_SWITCHES_KEY] = {name: value for name, value in QUICK_TRIAL.items()
+                                             if name in CHOSEN_WIDGETS} if preset == "quick" else {}
 
 
 def preset_matched(task) -> str | None:
@@ -403,25 +430,55 @@ def preset_matched(task) -> str | None:
     return None
 
 
-def prepare_form(task) -> None:
-    """Before the widgets: a preset another page asked for, else the defaults for widgets not yet drawn."""
+def prepare_form(task) -> list[Choice]:
+    """Before the widgets: a preset another page asked for, else the defaults for widgets not yet drawn; then
+    the learning switches follow the defaults chosen for the form's learner. Returns those choices."""
     requested = st.session_state.pop(PRESET_REQUEST, None)
     if requested in PRESETS:
         apply_preset(task, requested)
     for key, value in form_defaults(task).items():
         st.session_state.setdefault(key, value)
+    return follow_chosen(task)
+
+
+def follow_chosen(task) -> list[Choice]:
+    """The defaults core chooses for the form's learner and ground truth, with their reasons. When either changed,
+    each switch that still holds the default chosen before takes the new one; a switch a person changed stays
+    (the notice under the settings then says so, with a button to take the defaults)."""
+    state = st.session_state
+    learner = str(state.get("train_learner_model") or "").strip() or task.learner_model
+    given = {"learner_model": learner, "ground_truth": bool(state["train_ground_truth"])}
+    try:  # a preset's own switch (the quick trial learns from the reference) is no default to follow
+        settings, choices = chosen_for(task, {**state.get(PRESET_SWITCHES_KEY, {}), **given})
+    except InvalidInput:  # it does not fit the form any more (ground truth off)
+        settings, choices = chosen_for(task, given)
+    values = {widget: getattr(settings, name) for name, widget in CHOSEN_WIDGETS.items()}
+    before = state.get(CHOSEN_KEY) or values
+    state.update({widget: value for widget, value in values.items()
+                  if value != before[widget] and state.get(widget) == before[widget]})
+    state[CHOSEN_KEY] = values
+    return [choice for choice in choices if choice.field in CHOSEN_WIDGETS]  # the selection follows the form's switches
+
+
+def take_chosen(values: dict) -> None:
+    """The notice's button: put the chosen defaults in the switches."""
+    st.session_state.update(values)
 
 
 def queue_run(task_name: str, library: str, actor: str) -> int:
     """Queue the form's run (create_run refuses a model that cannot be called here). Empty model fields mean
-    the task's models."""
-    return create_run(engine(), task_name, form_settings(), library_name=library, created_by=actor)
+    the task's models; the library's selection takes the default core chooses where it applies."""
+    run_id, _choices = create_run_with_defaults(engine(), task_name, form_settings(), library_name=library,
+                                                created_by=actor)
+    return run_id
 
 
-def start_run(task_name: str) -> None:
-    """Queue a run with the form's settings (the Start run button's callback); a worker takes it."""
+def start_run(task) -> None:
+    """Queue a run with the form's settings (the Start run button's callback); a worker takes it. The switches
+    follow the learner first, as a redraw would have (a change and the click can arrive together)."""
     ctx = context()
-    run_id = run_action(FLASH, "new run", queue_run, task_name, ctx.library, ctx.reviewer, success="Run queued")
+    follow_chosen(task)
+    run_id = run_action(FLASH, "new run", queue_run, task.name, ctx.library, ctx.reviewer, success="Run queued")
     if run_id is not None:
         st.session_state[RUN_KEY] = run_id
         start_worker_if_needed()
@@ -480,15 +537,37 @@ def settings_widgets(task) -> None:
                     placeholder="automatic", help=RunSettings.model_fields["max_operations"].description)
     g5.number_input("Max experiences", min_value=1, step=1, key="train_max_experiences",
                     help=RunSettings.model_fields["max_experiences"].description)
-    w1, w2, w3 = st.columns(3)
+    w1, w2, w3, w4 = st.columns(4)
     w1.checkbox("Worked examples", key="train_examples", help=RunSettings.model_fields["examples"].description
                 + ". A small agent learns from worked examples where abstract lessons do not move it.")
     w2.number_input("Max worked examples", min_value=1, step=1, key="train_max_examples",
                     help=RunSettings.model_fields["max_examples"].description)
-    w3.checkbox("Learn from the reference when every attempt failed", key="train_reference_when_all_fail",
+    w3.checkbox("Lessons", key="train_lessons", help=RunSettings.model_fields["lessons"].description)
+    w4.checkbox("Learn from the reference when every attempt failed", key="train_reference_when_all_fail",
                 help=RunSettings.model_fields["reference_when_all_fail"].description
                 + ". The paper skips such groups; turn this on when the agent lacks knowledge (a company's "
                   "policies, formats, names) that only the reference answers hold.")
+
+
+def chosen_notice(task, choices: list[Choice]) -> None:
+    """The defaults core chose for this run and why (the figure behind each), the library's selection among them
+    where it applies to the form's settings; a switch changed by hand is named, with a button to take them."""
+    state = st.session_state
+    try:
+        with Session(engine()) as session:
+            _settings, selection = chosen_defaults(session, task, form_settings(), library_name=context().library)
+    except InvalidInput:
+        selection = []
+    learner = str(state.get("train_learner_model") or "").strip() or task.learner_model
+    lines = "\n".join(f"- {plain(choice.line())}" for choice in [*choices, *selection])
+    st.info(f"Defaults chosen for the learner {plain(learner)}:\n{lines}", icon=":material/tune:")
+    changed = [choice for choice in choices if state.get(CHOSEN_WIDGETS[choice.field]) != choice.value]
+    if changed:
+        left, right = st.columns([3, 1], vertical_alignment="center")
+        left.caption("Changed here: " + "; ".join(f"{choice.label} {'on' if state.get(CHOSEN_WIDGETS[choice.field]) else 'off'}"
+                                                  f" (default {choice.words()})" for choice in changed) + ".")
+        right.button("Use the defaults", key="train_use_chosen", on_click=take_chosen,
+                     args=({CHOSEN_WIDGETS[choice.field]: choice.value for choice in changed},))
 
 
 def use_learner(model: str) -> None:
@@ -531,7 +610,7 @@ def run_estimate_line(task) -> None:
 
 def settings_form(task) -> None:
     """The preset, the run settings, the estimate; Start run queues the run (or says why it cannot be)."""
-    prepare_form(task)
+    choices = prepare_form(task)
     matched = preset_matched(task)
     buttons = st.columns([1, 1, 3], vertical_alignment="center")
     for column, preset in zip(buttons, PRESETS, strict=False):
@@ -541,9 +620,10 @@ def settings_form(task) -> None:
     buttons[2].caption(f"The settings below are {PRESET_NAMES[matched]}." if matched
                        else "The settings below were changed by hand (custom).")
     settings_widgets(task)
+    chosen_notice(task, choices)
     learner_notice(task)
     run_estimate_line(task)
-    st.button("Start run", key="train_submit", type="primary", on_click=start_run, args=(task.name,))
+    st.button("Start run", key="train_submit", type="primary", on_click=start_run, args=(task,))
     FLASH.show("new run")
 
 

@@ -106,8 +106,8 @@ class GateDecision(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
-    # Too many validation queries lack an answer (model-call errors): the gate neither passes nor rejects,
-    # the step waits for a person.
+    # Too many validation queries lack an answer (model-call errors): the gate neither passes nor rejects; in
+    # manual review the step waits for the reviewer, in auto review the run fails and a resume measures again.
     UNDECIDED = "undecided"
 
 

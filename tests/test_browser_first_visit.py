@@ -49,9 +49,10 @@ def number_box(page, label: str):
 
 def quick_trial_calls() -> int:
     """The quick trial's calls on the shop-policies demo (the embedded model's quick trial): 16 answers (direct
-    mode), and with groups where every attempt failed learning from the reference every group reaches the
-    learner until the run shows otherwise: 16 summaries, 4 advantages, 1 update."""
-    return 16 + 16 + 4 + 1
+    mode), and with groups where every attempt failed learning from the reference every group may give a worked
+    example until the run shows otherwise: 4; the embedded learner's defaults write no lessons (no summary,
+    advantage or update)."""
+    return 16 + 4
 
 
 def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
@@ -89,5 +90,6 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
     assert task_name(app.database_url, run.task_id) == POLICY_TASK  # the embedded model's quick trial task
     settings = run.settings
     assert settings["reference_when_all_fail"] is True
+    assert (settings["examples"], settings["lessons"]) == (True, False)  # the embedded learner's defaults
     assert (settings["limit"], settings["group_size"], settings["epochs"]) == (4, 4, 1)
     assert (settings["batch_size"], settings["review_mode"], settings["gate"]) == (4, "manual", "off")

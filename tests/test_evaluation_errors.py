@@ -21,7 +21,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.settings import get_settings
 from storage.db import session_scope, url_with_password
-from storage.tables import Evaluation, LLMCall, Operation, Rollout, Run, Step
+from storage.tables import Evaluation, LLMCall, Operation, Rollout, Step
 
 MODEL = "openai/stub"
 
@@ -178,27 +178,44 @@ def test_a_validation_set_under_four_queries_is_refused():
     check_validation_size(4)
 
 
-def test_a_gate_whose_validation_calls_failed_waits_for_a_person(engine, demo_task, scripted):
-    """Auto review mode: the candidate's validation answers fail (an outage), so the gate cannot decide;
-    the step's operations wait for a person instead of being rejected."""
+def test_a_gate_whose_validation_calls_failed_fails_an_auto_run_and_a_resume_measures_again(engine, demo_task,
+                                                                                           scripted):
+    """Auto review mode: the candidate's validation answers fail (an outage), so the gate cannot decide; the step's
+    operations are neither approved nor rejected and nobody is waited for: the run fails and says why. Resumed once
+    the model answers, the gate measures again (the failed calls only) and the run completes."""
     from tests.conftest import mixed_rollouts
 
+    outage = True
+
     def gate(messages):
-        if "Re-read the question" in messages[0]["content"]:
+        if outage and "Re-read the question" in messages[0]["content"]:
             return RuntimeError("503 Service Unavailable")
         return "\\boxed{0}"
 
     run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=2,
                                                        review_mode="auto", validation_size=6), created_by="cli")
-    _model, gateway = scripted(engine, rollout=mixed_rollouts(), gate=gate)
+    model, gateway = scripted(engine, rollout=mixed_rollouts(), gate=gate)
     run = execute_run(engine, run_id, gateway=gateway)
     with Session(engine) as session:
         step = session.exec(select(Step).where(Step.run_id == run_id)).one()
         ops = list(session.exec(select(Operation).where(Operation.step_id == step.id)))
-        assert session.get(Run, run_id).status == "awaiting_review", run.error
+    assert run.status == "failed" and "the validation gate could not decide in auto review mode" in run.error
+    assert "resume the run to retry it" in run.error
     assert step.gate["decision"] == "undecided" and step.gate["missing"] == 6
     assert "cannot decide: 6 of the 6 queries" in step.gate["line"]
-    assert {o.status for o in ops} == {"pending"}  # not rejected
+    assert {o.status for o in ops} == {"pending"}  # neither rejected nor approved
+
+    outage = False
+    answered = model.count("gate")
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "completed", run.error
+    # only the candidate's failed validation calls are asked again (6 queries x 2); the start's answers are reused
+    assert model.count("gate") - answered == 12
+    with Session(engine) as session:
+        step = session.exec(select(Step).where(Step.run_id == run_id)).one()
+        assert step.gate["decision"] in ("passed", "failed") and step.status == "completed"
+        assert not [o for o in session.exec(select(Operation).where(Operation.step_id == step.id))
+                    if o.status == "pending"]
 
 
 def test_training_never_reads_a_failed_call_as_a_failed_answer(engine, demo_task, scripted):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.domain.library import MAX_CHARS, MAX_WORDS
+from core.domain.library import EXAMPLE, MAX_CHARS, MAX_WORDS
 from core.domain.quality import NEAR_DUPLICATE, numbers_in, quality_flags, similarity
 
 CLEAN = "Re-read the question to find which quantity it asks for."
@@ -107,3 +107,30 @@ def test_source_groups_are_ranked_by_how_closely_their_lessons_read_like_the_ope
     ranked = rank_sources("Re-read the question to find which quantity it asks for.", lessons)
     assert [gid for gid, _ in ranked] == [3, 7, 9]
     assert ranked[0][1] > 0.8 > ranked[1][1] and ranked[2][1] == 0.0
+
+
+# --- each kind by its own rules (issue 36) -------------------------------------------------------------------------
+
+REFERENCE_EXAMPLE = "Problem: My bike frame cracked, is it covered? Answer: 0800 410 2277;LK-50786"
+
+
+@pytest.mark.parametrize("text", [
+    REFERENCE_EXAMPLE,                                                  # a code: the issue's held example
+    "Problem: How long is a bike frame guaranteed? Answer: 7 years",    # a quantity
+    "Problem: Tom has 48 apples and gives away 12. How many are left? Answer: 36",  # a number, the query's numbers
+])
+def test_a_worked_example_ending_with_its_answer_is_not_cut_off(text):
+    assert quality_flags(text, "ADD", [], [], {}, query_texts=[text], entry_kind=EXAMPLE) == []
+
+
+def test_a_lesson_keeps_the_sentence_rule_and_an_example_still_may_not_end_on_a_dangling_word():
+    assert codes(REFERENCE_EXAMPLE) == ["cut_off"]  # the same text as a lesson: no stop
+    [flag] = quality_flags("Problem: How long do refunds take? Answer: within 7 business days and", "ADD", [], [],
+                           {}, entry_kind=EXAMPLE)
+    assert flag.code == "cut_off" and 'it ends on "and" with no full stop' in flag.message
+
+
+def test_an_example_is_judged_against_its_own_length_limit():
+    text = "Problem: " + " ".join(["word"] * (MAX_WORDS + 10)) + " Answer: 10."
+    assert codes(text) == ["too_long"]
+    assert quality_flags(text, "ADD", [], [], {}, entry_kind=EXAMPLE) == []

@@ -13,6 +13,7 @@ from sqlmodel import Session
 from core.grpo.training import RunSettings, create_run
 from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
+from core.records.selection import library_selection
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
 from storage.tables import Run, Worker, utcnow
@@ -269,9 +270,10 @@ def test_the_quick_trial_preset_fills_the_form_and_a_change_by_hand_makes_it_cus
     assert preset_caption(at) == "The settings below are the quick trial."
     with Session(engine) as session:  # the demo answers in python mode where the code jail works (PYTHON_TURNS calls)
         per_answer = PYTHON_TURNS if queries.task_by_name(session, DEMO_TASK).agent_mode == "python" else 1
-    # 16 answers; with all-failed groups learning from the reference every group may reach the learner (the
-    # estimate's upper bound until the run shows its own share): 16 summaries, 4 advantages, 1 update
-    calls = round(16 * per_answer + 16 + 4 + 1)
+    # 16 answers; with all-failed groups learning from the reference every group may give a worked example (the
+    # estimate's upper bound until the run shows its own share): 4 compressions; the embedded learner's default
+    # is lessons off, so no summary, advantage or update
+    calls = round(16 * per_answer + 4)
     assert estimate_line(at).startswith(f"**Estimate:** about {calls} calls")
 
     at.number_input(key="train_group_size").set_value(2)
@@ -331,20 +333,25 @@ def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engi
         assert all_runs(engine) == []
 
 
+def queue_lines(at) -> list[str]:
+    """The run's info lines (its place in line), not the new run's notice of the defaults chosen."""
+    return [i.value for i in at.info if not i.value.startswith("Defaults chosen")]
+
+
 def test_a_queued_run_says_its_place_in_line_and_when_it_starts(engine):
     first = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
     second = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
     at = run_app(page=PAGE, session_state={"train_run": second})
-    assert [i.value for i in at.info] == ["queued: 2nd in line; no worker is running to take it"]
+    assert queue_lines(at) == ["queued: 2nd in line; no worker is running to take it"]
 
     with db.session_scope(engine) as session:
         session.add(Worker(id="test-worker", status="running", heartbeat_at=utcnow()))
     at.selectbox(key="train_run").set_value(first)
     at.run()
-    assert [i.value for i in at.info] == ["queued: 1st in line, starts in a moment"]
+    assert queue_lines(at) == ["queued: 1st in line, starts in a moment"]
     at.selectbox(key="train_run").set_value(second)
     at.run()
-    [line] = [i.value for i in at.info]
+    [line] = queue_lines(at)
     assert re.fullmatch(r"queued: 2nd in line, starts in about (\d+ min|\d+ h( \d+ min)?)", line), line
     assert shown_status(at) == "queued, not started yet"
 
@@ -412,3 +419,74 @@ def test_a_hosted_learner_is_offered_with_its_cost_and_then_the_notice_goes(engi
     assert at.selectbox(key="train_learner_model").value == "openai/gpt-4o-mini"
     assert learner_notice(at) is None
     assert "API cost" in estimate_line(at) and "learner openai/gpt-4o-mini $" in estimate_line(at)
+
+
+# --- the defaults chosen for the learner (issue 36) ----------------------------------------------------------------
+
+SWITCHES = ("train_examples", "train_lessons", "train_reference_when_all_fail")
+
+
+def switches(at) -> tuple[bool, ...]:
+    return tuple(at.checkbox(key=key).value for key in SWITCHES)
+
+
+def defaults_notice(at) -> str:
+    [notice] = [i.value for i in at.info if i.value.startswith("Defaults chosen")]
+    return notice.replace("\\", "")
+
+
+def test_the_form_starts_from_the_defaults_chosen_for_the_embedded_learner_and_says_why(engine, no_provider_keys):
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    assert switches(at) == (True, False, True)  # worked examples, no lessons, learning from the reference
+    notice = defaults_notice(at)
+    assert notice.startswith("Defaults chosen for the learner local/qwen2.5-coder-0.5b:")
+    assert "- worked examples: on. On: worked examples made from the reference" in notice
+    assert "+0.219 [+0.062, +0.406]" in notice and "- lessons: off. Off:" in notice
+    assert "-0.125 [-0.375, +0.083]" in notice
+    assert "- entries per query: the 3 entries most similar to the query" in notice
+    at.button(key="train_submit").click()
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+
+    (run,) = all_runs(engine)
+    s = run.settings
+    assert (s["examples"], s["lessons"], s["reference_when_all_fail"]) == (True, False, True)
+    assert s["selection"] == {"mode": "top_k", "k": 3}
+    assert library_selection(engine, DEMO_TASK).as_dict() == {"mode": "top_k", "k": 3}
+
+
+def test_the_switches_follow_the_learner_unless_changed_by_hand(engine, no_provider_keys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    at = run_app(page=PAGE)
+    at.checkbox(key="train_lessons").check()  # by hand: lessons on beside the examples
+    at.run()
+    assert "Changed here: lessons on (default off)." in [c.value for c in at.caption]
+
+    at.selectbox(key="train_learner_model").set_value("openai/gpt-4o-mini")
+    at.run()
+    assert switches(at) == (False, True, False)  # the paper's defaults; lessons stayed as set
+    notice = defaults_notice(at)
+    assert notice.startswith("Defaults chosen for the learner openai/gpt-4o-mini:")
+    assert "- lessons: on. On, as in the paper" in notice and "entries per query" not in notice
+    assert not [c.value for c in at.caption if c.value.startswith("Changed here")]
+
+    at.checkbox(key="train_examples").check()  # by hand now, and back to the embedded learner
+    at.selectbox(key="train_learner_model").set_value("local/qwen2.5-coder-0.5b")
+    at.run()
+    assert switches(at) == (True, False, True)  # examples kept, the other two follow the embedded learner again
+    at.checkbox(key="train_examples").uncheck()
+    at.run()
+    assert "Changed here: worked examples off (default on)." in [c.value for c in at.caption]
+    at.button(key="train_use_chosen").click()
+    at.run()
+    assert switches(at) == (True, False, True)
+
+
+def test_the_quick_trial_learns_from_the_reference_whatever_the_learner(engine, no_provider_keys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    at = run_app(page=PAGE, session_state={"train_preset_request": "quick"})
+    assert switches(at) == (True, False, True)
+    at.selectbox(key="train_learner_model").set_value("openai/gpt-4o-mini")
+    at.run()
+    assert switches(at) == (False, True, True)  # the quick trial's own switch stays; the others follow
+    assert "learning from the reference" not in defaults_notice(at)  # the preset's, not a default

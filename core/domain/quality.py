@@ -5,19 +5,26 @@ should not (DESIGN §8, "experiences are general and whole"): a text cut off mid
 of an experience already there or of another operation, a retold problem's numbers, an over-long text.
 Pure: text in, flags out, so the Review page and auto review mode judge an operation the same way.
 
-In auto review mode (with the run's hold_flagged on) a flagged operation is refused before the validation gate
-(`screen_ops`): invalid, its flags as the reason, so the gate never measures it and it never lands; in manual
-mode it waits for the reviewer with its flags shown, as every operation does.
+Each entry kind is judged by its own rules (`quality_flags`' entry_kind). A lesson is a sentence: it must end
+with a stop, stay within a lesson's length and name no number of the step's queries. A worked example keeps its
+problem's numbers by design, has an example's length limit, and ends with its answer, which may be a code, a
+number or a quantity (an example made from the reference reads "Answer: 7 years;LK-50786"): only an ending on
+a word no sentence ends on ("and", "the"), or unbalanced brackets or quotes, mark it cut off.
+
+In auto review mode (with the run's hold_flagged on) a flagged operation of either kind is refused before the
+validation gate (`screen_ops`): invalid, its flags as the reason, so the gate never measures it and it never
+lands; nothing is left for a person who was not asked. In manual mode it waits for the reviewer with its flags
+shown, as every operation does.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from core.domain.library import MAX_CHARS, MAX_WORDS, CheckedOp, ProposedOp, normalize_text, validate_ops
+from core.domain.library import EXAMPLE, LESSON, CheckedOp, ProposedOp, limits, normalize_text, validate_ops
 
 # Two texts at or above this difflib ratio (of their normalize_text forms) say the same thing: one changed
 # word in a 60-character experience still scores about 0.9, two different lessons on one topic about 0.6.
@@ -42,19 +49,25 @@ class Flag:
 
 
 def quality_flags(op_text: str | None, op_kind: str, target_ids: Iterable[str], library_experiences: list[dict],
-                  other_ops_texts: Mapping[str, str], *, max_chars: int = MAX_CHARS, max_words: int = MAX_WORDS,
-                  query_texts: Iterable[str] = ()) -> list[Flag]:
+                  other_ops_texts: Mapping[str, str], *, query_texts: Iterable[str] = (),
+                  entry_kind: str | None = None) -> list[Flag]:
     """The flags of one operation's text, against the library it changes (`library_experiences`), the other
-    operations of its step (`other_ops_texts`, label such as "operation 2" to text) and the step's queries."""
+    operations of its step (`other_ops_texts`, label such as "operation 2" to text) and the step's queries,
+    by the rules of the entry kind it writes (`entry_kind`: `example`, else a lesson's rules)."""
     text = (op_text or "").strip()
     if (op_kind or "").upper() not in TEXT_KINDS or not text:
         return []
-    checks = (_cut_off(text), _near_duplicate(text, op_kind, target_ids, library_experiences, other_ops_texts),
-              _query_numbers(text, query_texts), _too_long(text, max_chars, max_words))
+    example = entry_kind == EXAMPLE
+    max_words, max_chars = limits(EXAMPLE if example else LESSON)
+    checks = (_cut_off(text, ends_with_answer=example),
+              _near_duplicate(text, op_kind, target_ids, library_experiences, other_ops_texts),
+              None if example else _query_numbers(text, query_texts), _too_long(text, max_chars, max_words))
     return [flag for flag in checks if flag is not None]
 
 
-def _cut_off(text: str) -> Flag | None:
+def _cut_off(text: str, *, ends_with_answer: bool = False) -> Flag | None:
+    """Unbalanced brackets or quotes, or an ending no whole sentence has. A text that ends with its answer (a
+    worked example) may end on a code, a number or a quantity with no stop; on a dangling word it is cut off."""
     reasons = []
     for opening, closing in PAIRS:
         if text.count(opening) != text.count(closing):
@@ -63,7 +76,10 @@ def _cut_off(text: str) -> Flag | None:
         reasons.append('its " quotes are unbalanced')
     if not TERMINAL.search(text):
         last = re.sub(r"\W", "", text.split()[-1].lower()) if text.split() else ""
-        reasons.append(f'it ends on "{last}" with no full stop' if last in DANGLING else "it ends with no . ! or ?")
+        if last in DANGLING:
+            reasons.append(f'it ends on "{last}" with no full stop')
+        elif not ends_with_answer:
+            reasons.append("it ends with no . ! or ?")
     if not reasons:
         return None
     return Flag("cut_off", f"The text looks cut off mid-sentence: {'; '.join(reasons)}.")
@@ -131,27 +147,27 @@ def flag_reason(flags: Iterable[Flag]) -> str:
 
 def screen_ops(experiences: list[dict], ops: list[ProposedOp], *, refuse_flagged: bool = False,
                query_texts: Iterable[str] = (), refused: Mapping[int, str] | None = None,
-               **limits: int | None) -> list[CheckedOp]:
+               labels: Sequence[str] | None = None, **validation_limits: int | None) -> list[CheckedOp]:
     """validate_ops, one operation at a time against the library as the operations accepted before it leave it,
     refusing also (invalid, with the reason) the positions in `refused` (texts the learner wrote over the limit
-    twice) and, with `refuse_flagged`, every operation that carries a quality flag: its text against the library,
-    the operations accepted before it and the step's queries. Checking in order means that of two
-    near-duplicates the first stands and the second is refused, not both. `limits` are validate_ops' (max_size);
-without refusals this is validate_ops."""
+    twice) and, with `refuse_flagged`, every operation that carries a quality flag by its kind's rules: its text
+    against the library, the operations accepted before it and the step's queries. Checking in order means that of
+    two near-duplicates the first stands and the second is refused, not both. `labels` name the operations in a
+    flag ("operation 2", the default by position); `validation_limits` are validate_ops' (max_size, max_examples);
+    without refusals this is validate_ops."""
     refused = refused or {}
     query_texts = list(query_texts)
+    labels = list(labels) if labels is not None else [f"operation {i + 1}" for i in range(len(ops))]
     accepted: list[tuple[int, ProposedOp]] = []
     checked: list[CheckedOp] = []
     for position, op in enumerate(ops):
-        item = validate_ops(experiences, [*(o for _, o in accepted), op], **limits)[-1]
+        item = validate_ops(experiences, [*(o for _, o in accepted), op], **validation_limits)[-1]
         if position in refused:  # its reason says more than validation's (asked again, cut off)
             item = CheckedOp(op=item.op, error=refused[position])
         if item.valid and refuse_flagged:
-            earlier = {f"operation {i + 1}": o.text or "" for i, o in accepted}
-            flags = [flag for flag in quality_flags(item.op.text, item.op.op, item.op.target_ids, experiences, earlier,
-                                                    query_texts=query_texts)
-                     # a worked example (an entry kind other than a lesson) keeps its problem's numbers by design
-                     if flag.code != "query_numbers" or getattr(item.op, "kind", None) in (None, "lesson")]
+            earlier = {labels[i]: o.text or "" for i, o in accepted}
+            flags = quality_flags(item.op.text, item.op.op, item.op.target_ids, experiences, earlier,
+                                  query_texts=query_texts, entry_kind=item.op.kind)
             if flags:
                 item = CheckedOp(op=item.op, error=flag_reason(flags))
         if item.valid:

@@ -62,7 +62,7 @@ def gate_line(gate: GateVerdict) -> str:
     if gate.decision == GateDecision.SKIPPED:
         return f"validation gate skipped: {gate.reason}"
     if gate.decision == GateDecision.UNDECIDED:
-        return f"validation gate undecided, the step waits for a person: {gate.reason}"
+        return f"validation gate undecided, nothing of the step is approved or rejected: {gate.reason}"
     low, high = (f"{v:+.2f}" if v is not None else "n/a" for v in (gate.ci_low, gate.ci_high))
     summary = (f"validation, {gate.n} queries x {gate.k}: {gate.mean_before:.2f} -> {gate.mean_after:.2f}, "
                f"{gate.delta:+.2f} [{low}, {high}], sign test p = {gate.p_value:.2f}: {gate.finding}")

@@ -15,8 +15,9 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
@@ -45,19 +46,20 @@ from core.grpo import gate
 from core.grpo.agent import AgentSettings, agent_settings, check_agent_mode
 from core.grpo.reference_side import learned_from_reference, learns_from_reference, reference_note
 from core.grpo.rollouts import stored_rollout
-from core.grpo.worked_examples import can_verify, examples_recorded, propose_examples, store_examples
+from core.grpo.worked_examples import examples_recorded, propose_examples, store_examples
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
+from core.records.gate_verdict import GateVerdict
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.review import (
     apply_step_operations,
     decide_all,
     decided_library_unmeasured,
-    flagged_pending,
     reopen_after_gate,
 )
+from core.records.run_defaults import Choice, can_verify, chosen_defaults, explicit_values
 from core.records.run_settings import RunSettings, run_settings
 from core.records.scenarios import (
     check_task_kind,
@@ -67,7 +69,7 @@ from core.records.scenarios import (
     scenario_of,
     segment_sample_ids,
 )
-from core.records.selection import frozen
+from core.records.selection import adopt_selection, selection_of
 from core.records.tasks import get_task
 from core.records.versions import create_version, ensure_library, new_experiences
 from core.settings import get_settings
@@ -112,10 +114,30 @@ def plan_batches(sample_ids: list[int], epochs: int, batch_size: int, seed: int)
     return plan
 
 
+def create_run_with_defaults(engine: Engine, task_name: str, given: RunSettings | Mapping[str, Any], *,
+                             library_name: str = "default", kind: str = RunKind.TRAIN,
+                             created_by: str = "cli") -> tuple[int, list[Choice]]:
+    """Queue a run whose settings are `given` (a RunSettings' explicitly set fields, or a dict whose None values
+    are left out) and, for a training run, the defaults chosen for its learner where `given` sets nothing
+    (core.records.run_defaults.chosen_defaults): the Train page's and the CLI's way to start a run. Returns the
+    run's id and the defaults chosen, to show with their reasons."""
+    if kind != RunKind.TRAIN:  # a direct or measuring run learns no entries from groups: nothing to choose
+        settings = given if isinstance(given, RunSettings) else RunSettings.build(**explicit_values(given))
+        return create_run(engine, task_name, settings, library_name=library_name, kind=kind,
+                          created_by=created_by), []
+    with Session(engine) as session:
+        settings, choices = chosen_defaults(session, get_task(session, task_name), given, library_name=library_name)
+    return create_run(engine, task_name, settings, library_name=library_name, kind=kind,
+                      created_by=created_by), choices
+
+
 def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library_name: str = "default",
                kind: str = RunKind.TRAIN, created_by: str = "cli") -> int:
-    """Queue a run (validated); `execute_run` or a worker carries it out. The library's entry selection is
-    frozen into its settings: every rollout of the run, and its gate, choose entries the same way."""
+    """Queue a run (validated) with exactly these settings; `execute_run` or a worker carries it out. The
+    library's entry selection is frozen into its settings: every rollout of the run, and its gate, choose entries
+    the same way. A selection the settings carry (a default chosen for worked examples, see
+    create_run_with_defaults) becomes the library's first, audited, so what the run measures is what the library
+    serves afterwards."""
     settings.validate()
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting a run")
@@ -135,7 +157,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         if not queries.samples(session, task.id, "train", limit=1):
             raise InvalidInput(f"task {task.name!r} has no train samples")
         library = ensure_library(session, task, library_name, actor=created_by)
-        settings.selection = frozen(library)
+        wanted = Selection.from_dict(settings.selection) if settings.selection else None
+        settings.selection = (wanted or selection_of(library)).as_dict()
         if kind == RunKind.TRAIN:  # a gate on too few validation queries is refused now, not when a worker starts
             gate.choose_validation(session, task, settings, only=segment_sample_ids(session, task, library.segment))
         start = queries.latest_version(session, library.id)
@@ -150,6 +173,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         session.flush()
         session.add(AuditEvent(actor=created_by, action="run.create", object_type="run", object_id=run.id,
                                after={"task": task.name, "kind": kind, "settings": settings.model_dump()}))
+        if wanted is not None and wanted != selection_of(library):
+            adopt_selection(session, library, wanted, created_by, reason=f"chosen with run {run.id}'s settings")
         return run.id
 
 
@@ -411,6 +436,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         if step.status == StepStatus.FAILED:  # a resumed run redoes the step that failed it
             row = session.get(Step, step.id)
             row.status, row.error = StepStatus.RUNNING, None
+            if (verdict := GateVerdict.of(row)) is not None and verdict.undecided:
+                row.gate = None  # measured again: the evaluations it made are reused, their failed calls retried
             session.add(row)
     experiences = before.experiences
     while True:
@@ -441,18 +468,33 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         found = await propose_examples(ctx.engine, ctx.gateway, ctx.task, step, advantages, scope=ctx.scope,
                                        model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens)
         store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
-                       max_examples=ctx.settings.max_examples)
+                       max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings))
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
     _tick(ctx)
-    if ctx.settings.review_mode == "auto" and not (verdict and verdict.undecided):  # undecided: a person decides
-        if verdict is not None and verdict.failed:
-            decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict.line,
-                       reason="validation")
-        else:  # flagged operations were refused before the gate (store_operations); one still flagged here (a
-            # step stored before that rule, or judged against another operation afterwards) waits for a person
-            held = flagged_pending(ctx.engine, step.id) if ctx.settings.hold_flagged else []
-            decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto", hold=held)
+    if ctx.settings.review_mode == "auto":
+        _decide_unattended(ctx, step, verdict)
     await _apply_or_wait(ctx, step.id, actor="auto")
+
+
+def _refuses_flagged(settings: RunSettings) -> bool:
+    """Whether the step's flagged operations (lessons and worked examples alike) are refused before the gate:
+    in auto review mode with hold_flagged on. Nobody was asked to look at them, so they are never held."""
+    return settings.review_mode == "auto" and settings.hold_flagged
+
+
+def _decide_unattended(ctx: _Ctx, step: Step, verdict: GateVerdict | None) -> None:
+    """Auto review mode decides every pending operation of the step, so the run never waits for a person who
+    was not asked: the gate's failure rejects them (reason `validation`), otherwise they are approved (flagged
+    ones were refused before the gate, store_operations and store_examples). A gate that could not decide
+    (too many validation queries without answers) fails the step with its reason, its operations left pending;
+    resuming the run measures again (_run_step), paying only for the calls that failed."""
+    if verdict is not None and verdict.undecided:
+        _fail_step(ctx, step, f"the validation gate could not decide in auto review mode ({verdict.reason})")
+    if verdict is not None and verdict.failed:
+        decide_all(ctx.engine, step.id, OperationStatus.REJECTED, actor="gate", comment=verdict.line,
+                   reason="validation")
+    else:
+        decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
 
 
 async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
@@ -607,7 +649,7 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
         _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
                      max_size=ctx.settings.max_experiences, refused=refused,
-                     refuse_flagged=ctx.settings.review_mode == "auto" and ctx.settings.hold_flagged)
+                     refuse_flagged=_refuses_flagged(ctx.settings))
 
 
 # How core.domain.library.validate_ops begins the reason of a text over its kind's length limit.

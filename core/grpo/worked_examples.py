@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.domain.library import EXAMPLE, ProposedOp, validate_ops
+from core.domain.library import EXAMPLE, ProposedOp
 from core.domain.metrics import is_answered
 from core.domain.prompts import example_messages, trajectory_text
+from core.domain.quality import screen_ops
 from core.domain.replies import ExampleReply
-from core.domain.rewards import METHODS, RewardResult, reference_as_answer, score_or_error
+from core.domain.rewards import RewardResult, reference_as_answer, score_or_error
 from core.errors import ModelCallError, StructuredOutputError
 from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
 from core.records.review import proposed_op, record_examples
-from core.records.scenarios import is_conversation
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import GroupStatus, OperationStatus
@@ -58,19 +58,6 @@ class WorkedExample:
 
     def op(self) -> ProposedOp:
         return ProposedOp("ADD", [], self.text, self.rationale, EXAMPLE)
-
-
-def can_verify(task: Task) -> str | None:
-    """Why this task's examples could not be verified (None when they can): the check scores the example's
-    answer with the task's reward on the spot, which a judge's or a person's reward cannot do, and a
-    conversation has no single final answer."""
-    if is_conversation(task):
-        return "a conversation task has no final answer to check a worked example against"
-    method = METHODS.get(task.reward_method)
-    if method is None or not method.scored_by_function:
-        return (f"the task's reward ({task.reward_method}) is not computed from the answer, so a worked example "
-                "could not be checked before it is proposed")
-    return None
 
 
 def source_rollout(rollouts: list[Rollout]) -> Rollout | None:
@@ -175,24 +162,31 @@ def examples_recorded(engine: Engine, step_id: int) -> bool:
 
 
 def store_examples(engine: Engine, step_id: int, experiences: list[dict], found: Found, *,
-                   max_size: int | None = None, max_examples: int | None = None) -> list[Operation]:
+                   max_size: int | None = None, max_examples: int | None = None,
+                   refuse_flagged: bool = False) -> list[Operation]:
     """Store the step's examples as ADD operations of kind example after its other operations (pending, or
-    invalid with the reason: over the example's length limit, a duplicate, the library's examples full),
-    each linked to its own group, and record on the step where each came from and how many were dropped,
-    in the same transaction. Validated against the library as the step's earlier valid operations leave it."""
+    invalid with the reason: over the example's length limit, a duplicate, the library's examples full, and with
+    `refuse_flagged` (auto review mode with hold_flagged) a quality flag by an example's rules, as the learner's
+    operations are screened), each linked to its own group, and record on the step where each came from and how
+    many were dropped, in the same transaction. Checked against the library as the step's earlier valid
+    operations leave it."""
     with session_scope(engine) as session:
         step = session.get(Step, step_id)
         earlier = queries.step_operations(session, step_id)
-        valid = [proposed_op(step, op) for op in earlier if op.status != OperationStatus.INVALID]
-        checked = validate_ops(experiences, [*valid, *(example.op() for example in found.examples)],
-                               max_size=max_size, max_examples=max_examples)[len(valid):]
+        valid = [op for op in earlier if op.status != OperationStatus.INVALID]
         first = max((op.position for op in earlier), default=-1) + 1
-        for offset, (example, item) in enumerate(zip(found.examples, checked, strict=True)):
+        positions = [first + offset for offset in range(len(found.examples))]
+        checked = screen_ops(experiences, [*(proposed_op(step, op) for op in valid),
+                                           *(example.op() for example in found.examples)],
+                             refuse_flagged=refuse_flagged, max_size=max_size, max_examples=max_examples,
+                             labels=[f"operation {position + 1}" for position in
+                                     [*(op.position for op in valid), *positions]])[len(valid):]
+        for position, example, item in zip(positions, found.examples, checked, strict=True):
             insert_or_skip(session, Operation(
-                step_id=step_id, run_id=step.run_id, position=first + offset, op=item.op.op, target_ids=[],
+                step_id=step_id, run_id=step.run_id, position=position, op=item.op.op, target_ids=[],
                 text=item.op.text, rationale=item.op.rationale, source_advantage_ids=[example.advantage_id],
                 status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID, validation_error=item.error))
-        step.stats = record_examples(step.stats, [first + offset for offset in range(len(found.examples))],
-                                     [(e.advantage_id, e.rollout_id) for e in found.examples], found.dropped)
+        step.stats = record_examples(step.stats, positions, [(e.advantage_id, e.rollout_id) for e in found.examples],
+                                     found.dropped)
         session.add(step)
         return queries.step_operations(session, step_id)

@@ -57,7 +57,8 @@ class GateVerdict(BaseModel):
 
     @property
     def undecided(self) -> bool:
-        """The gate could not decide (too many validation queries without answers): a person decides the step."""
+        """The gate could not decide (too many validation queries without answers): the reviewer decides the step
+        in manual review; in auto review the run fails, and resuming it measures again."""
         return self.decision == GateDecision.UNDECIDED
 
     @property

@@ -8,8 +8,6 @@ new library version) and its run goes back in the queue, so it continues by itse
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -21,7 +19,6 @@ from core.domain.library import (
     apply_ops,
     experience_texts,
     kind_of,
-    limits,
     next_id_number,
     validate_ops,
 )
@@ -130,11 +127,11 @@ def reopen_operation(engine: Engine, op_id: int, actor: str) -> Operation:
 
 
 def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comment: str | None = None,
-               reason: str | None = None, hold: Collection[int] = ()) -> int:
-    """Approve or reject every pending operation of a step but those in `hold`, each an audit event; returns
-    how many this call decided. The step is not applied here (see decide_step); auto review mode calls this
-    with actor `auto` (holding flagged operations for a person), a failed validation gate with actor `gate`
-    and reason `validation`."""
+               reason: str | None = None) -> int:
+    """Approve or reject every pending operation of a step, each an audit event; returns how many this call
+    decided. The step is not applied here (see decide_step); auto review mode calls this with actor `auto`
+    (every pending operation: flagged ones were refused before the gate), a failed validation gate with actor
+    `gate` and reason `validation`."""
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approved or rejected")
     if actor not in ("auto", "gate"):
@@ -142,7 +139,7 @@ def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comme
     with Session(engine) as session:
         require_role(session, actor, "reviewer", "deciding operations")
         pending = [op.id for op in queries.step_operations(session, step_id)
-                   if op.status == OperationStatus.PENDING and op.id not in hold]
+                   if op.status == OperationStatus.PENDING]
     decided = 0
     for op_id in pending:
         try:
@@ -154,31 +151,19 @@ def decide_all(engine: Engine, step_id: int, decision: str, actor: str, *, comme
 
 
 def step_flags(session: Session, step: Step, ops: list[Operation] | None = None) -> dict[int, list[Flag]]:
-    """Each operation's quality flags (core.domain.quality), judged against the version its step started from and
-    the step's queries; computed on read, so an edited text is judged as it now stands. Invalid operations
-    never land and get none."""
+    """Each operation's quality flags (core.domain.quality), judged by the rules of the entry kind it writes,
+    against the version its step started from and the step's queries; computed on read, so an edited text is
+    judged as it now stands. Invalid operations never land and get none."""
     ops = queries.step_operations(session, step.id) if ops is None else ops
     before = session.get(LibraryVersion, step.version_before_id) if step.version_before_id else None
+    experiences = before.experiences if before else []
     query_texts = [sample.query for sample in queries.samples_by_ids(session, list(step.sample_ids or []))]
     live = [op for op in ops if op.status != OperationStatus.INVALID]
     texts = {op.id: (f"operation {op.position + 1}", op.text or "") for op in live}
-    examples = {op.id for op in live if operation_kind(step, op) == EXAMPLE}
-    # A worked example is judged against its own length limit, and it keeps its problem's numbers by design.
-    return {op.id: quality_flags(op.text, op.op, op.target_ids, before.experiences if before else [],
+    return {op.id: quality_flags(op.text, op.op, op.target_ids, experiences,
                                  {label: text for other, (label, text) in texts.items() if other != op.id},
-                                 query_texts=() if op.id in examples else query_texts,
-                                 **dict(zip(("max_words", "max_chars"), limits(EXAMPLE), strict=True))
-                                 if op.id in examples else {})
+                                 query_texts=query_texts, entry_kind=written_kind(step, op, experiences))
             for op in live}
-
-
-def flagged_pending(engine: Engine, step_id: int) -> list[int]:
-    """The pending operations of a step that carry a quality flag: auto review mode leaves them to a person."""
-    with Session(engine) as session:
-        step = session.get(Step, step_id)
-        ops = queries.step_operations(session, step_id)
-        flags = step_flags(session, step, ops)
-    return [op.id for op in ops if op.status == OperationStatus.PENDING and flags.get(op.id)]
 
 
 def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment: str | None = None) -> int:

@@ -43,18 +43,35 @@ def set_selection(engine: Engine, task_name: str, library_name: str, mode: str |
                   actor: str) -> Selection:
     """Choose how the library picks each prompt's entries: `all`, or `top_k` with k (1 to 30). A reviewer's
     change, as editing the library is: it changes what the agent sees in training, evaluation and production
-    (the API's selection route), from the next run or evaluation on. Audited as `library.selection`."""
+    (the API's selection route), from the next run or evaluation on. Audited as `library.selection`; the first
+    choice is recorded even when it keeps the stored value, so a library whose `all` a person chose is told
+    apart from one that never chose (core.records.run_defaults gives the latter `top_k` for worked examples)."""
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "changing a library's selection")
         library = _library(session, get_task(session, task_name), library_name)
-        before = selection_of(library)
-        after = Selection.build(mode, before.k if k is None else k)
-        if after != before:
-            library.selection, library.selection_k = str(after.mode), after.k
-            session.add(library)
-            session.add(AuditEvent(actor=actor, action="library.selection", object_type="library",
-                                   object_id=library.id, before=before.as_dict(), after=after.as_dict()))
+        after = Selection.build(mode, selection_of(library).k if k is None else k)
+        if after != selection_of(library) or not selection_chosen(session, library):
+            adopt_selection(session, library, after, actor)
         return after
+
+
+def selection_chosen(session: Session, library: Library | None) -> bool:
+    """Whether the library's selection was ever chosen (an audited `library.selection`), by a person or by a
+    run's default; a library that never chose shows `all`, the stored default."""
+    return library is not None and library.id is not None and bool(queries.audit_events(
+        session, action_prefix="library.selection", object_type="library", object_id=library.id, limit=1))
+
+
+def adopt_selection(session: Session, library: Library, selection: Selection, actor: str,
+                    reason: str | None = None) -> None:
+    """Store `selection` on the library with its audit event (`reason`: why a default chose it)."""
+    before = selection_of(library)
+    library.selection, library.selection_k = str(selection.mode), selection.k
+    session.add(library)
+    session.flush()
+    session.add(AuditEvent(actor=actor, action="library.selection", object_type="library", object_id=library.id,
+                           before=before.as_dict(),
+                           after={**selection.as_dict(), **({"reason": reason} if reason else {})}))
 
 
 def _library(session: Session, task: Task, name: str) -> Library:
