@@ -21,6 +21,7 @@ from sqlmodel import Session
 from core.errors import BatchRefused, InvalidInput, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.api_limits import take_request
+from core.records.evaluation_figures import read_evaluation_report
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
 
@@ -124,6 +125,13 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:
             return Response(status_code=304, headers=headers)
         return JSONResponse(served.as_dict(), headers=headers)
+
+    @app.get("/v1/evaluations/{evaluation_id}")
+    def evaluation(evaluation_id: int, _key: KeyUse = Depends(caller("read", "reading an evaluation"))) -> dict:
+        """An evaluation's status and figures (core.records.evaluation_figures.evaluation_report): Mean@k, Pass@k
+        and their intervals are null where no rollout was answered or the evaluation is not finished; `answered`
+        and `errors` say what the figures count."""
+        return read_evaluation_report(get_engine(), evaluation_id)
 
     @app.post("/v1/traces", openapi_extra={"requestBody": {"content": {"application/json": {"schema": {
         "type": "object", "required": ["traces"],

@@ -3,7 +3,8 @@
 Not a page (it is not in streamlit_app.PAGES). Three rules, one place each:
 
 - long text shows its first SHOWN_CHARS characters, and all of it only when asked (`show_long`);
-- tables go through `table`, whose cells are clipped and made safe for a spreadsheet;
+- tables go through `table`, whose cells are clipped and made safe for a spreadsheet, and whose missing values
+  (None, NaN, NaT: st.dataframe draws them as the word None) show as MISSING, "—";
 - our own CSV downloads go through `csv_download`, with the same spreadsheet rule and full cells.
 
 Names and other short user text inside Markdown (headings, expander labels) go through
@@ -24,6 +25,9 @@ from core.domain.datasets import spreadsheet_safe
 
 SHOWN_CHARS = 4_000
 ELLIPSIS = "…"
+MISSING = "—"  # a table cell without a value: never None, nan or NaT
+# A DatetimeColumn's moment.js format tokens, as strftime writes them (the formats the pages use).
+_MOMENT_TOKENS = (("YYYY", "%Y"), ("MM", "%m"), ("DD", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"))
 
 
 def show_long(text: str | None, key: str, *, empty: str = "(empty)", language: str | None = None,
@@ -126,10 +130,57 @@ def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def table(data: pd.DataFrame | list[dict], *, columns: list[str] | None = None, **kwargs: Any) -> None:
-    """st.dataframe (index hidden) of model or user text through safe_frame; kwargs go to st.dataframe."""
+    """st.dataframe (index hidden) of model or user text through safe_frame, missing values shown as MISSING
+    (shown_missing); kwargs go to st.dataframe."""
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data, columns=columns)
     kwargs.setdefault("hide_index", True)
+    frame, kwargs["column_config"] = shown_missing(frame, kwargs.get("column_config"))
     st.dataframe(safe_frame(frame), **kwargs)
+
+
+def shown_missing(frame: pd.DataFrame, column_config: dict | None) -> tuple[pd.DataFrame, dict]:
+    """The frame with MISSING in every cell without a value, and the column configuration to draw it with.
+
+    st.dataframe draws a missing value as the word None, which reads as data. A column with a missing value
+    becomes text: its numbers and times written with the format its NumberColumn or DatetimeColumn gave (a text
+    column cannot take those), the others as they are. Columns without a missing value are not touched."""
+    frame, config = frame.copy(), dict(column_config or {})
+    for column in frame.columns:
+        values = frame[column]
+        missing = values.isna().tolist()
+        if not any(missing):
+            continue
+        given = config.get(column)
+        settings = given if isinstance(given, dict) else {}
+        fmt = (settings.get("type_config") or {}).get("format")
+        write = _writer(values, fmt)
+        frame[column] = [MISSING if gap else write(value) for value, gap in zip(values.tolist(), missing, strict=True)]
+        if write is not _as_it_is:
+            config[column] = st.column_config.TextColumn(settings.get("label") or (given if isinstance(given, str)
+                                                                                   else None),
+                                                         help=settings.get("help"), width=settings.get("width"),
+                                                         alignment="right")
+    return frame, config
+
+
+def _as_it_is(value: Any) -> Any:
+    return value
+
+
+def _writer(values: pd.Series, fmt: str | None) -> Callable[[Any], Any]:
+    """How a column's present values are written once the column is text."""
+    if pd.api.types.is_bool_dtype(values):
+        return _as_it_is
+    if pd.api.types.is_numeric_dtype(values):
+        if fmt and "%" in fmt:
+            return lambda value: fmt % value
+        return lambda value: str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+    if pd.api.types.is_datetime64_any_dtype(values):
+        pattern = fmt or "YYYY-MM-DD HH:mm"
+        for token, directive in _MOMENT_TOKENS:
+            pattern = pattern.replace(token, directive)
+        return lambda value: value.strftime(pattern)
+    return _as_it_is
 
 
 def csv_text(frame: pd.DataFrame) -> str:

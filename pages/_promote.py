@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from core.errors import StudioError
+from core.records.evaluation_figures import NO_FIGURE, figure
 from core.records.promotion import PromotionPreview, preview_promotion
 from core.records.versions import promote
 from pages._common import Flash, context, engine, plain, run_action
@@ -33,8 +34,8 @@ def show_preview(preview: PromotionPreview, key: str) -> None:
     shown(plain(preview.evidence))
     if stats is not None:
         cols = st.columns(3)
-        cols[0].metric("Candidate − production (Mean@k)", f"{stats.delta:+.3f}")
-        cols[1].metric("95% interval", f"[{stats.ci_low:+.3f}, {stats.ci_high:+.3f}]" if stats.n >= 2 else "–")
+        cols[0].metric("Candidate − production (Mean@k)", figure(stats.figure("delta"), "+.3f"))
+        cols[1].metric("95% interval", f"[{stats.ci_low:+.3f}, {stats.ci_high:+.3f}]" if stats.n >= 2 else NO_FIGURE)
         cols[2].metric("Queries compared", stats.n)
     if preview.changes:
         count = len(preview.changes)

@@ -27,6 +27,14 @@ from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
 from core.models.model_choice import known_models
 from core.records.comparison import compare_evaluations
+from core.records.evaluation_figures import (
+    NO_FIGURE,
+    answered_words,
+    figure,
+    interval_text,
+    score,
+    score_text,
+)
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
 from core.records.versions import EMPTY, PRODUCTION
@@ -209,12 +217,15 @@ def evaluation_form(setup: dict) -> None:
 
 
 def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
-    """Mean@k and Pass@k of every completed evaluation, with their 95% intervals as error bars."""
-    names = [f"{evaluated_name(e, numbers)} (eval {e.id}, k={e.k})" for e in completed]
+    """Mean@k and Pass@k of every evaluation with figures, with their 95% intervals as error bars; one whose
+    figures count only some rollouts says "of N answered" under its bar, one with no answer has no bar."""
+    scored = [e for e in completed if score(e, "mean_at_k") is not None]
+    names = [f"{evaluated_name(e, numbers)} (eval {e.id}, k={e.k}" + (f", {answered_words(e)})" if answered_words(e)
+                                                                       else ")") for e in scored]
     fig = go.Figure()
     for title, key in (("Mean@k", "mean_at_k"), ("Pass@k", "pass_at_k")):
-        values = [getattr(e, key) or 0.0 for e in completed]
-        cis = [(e.metrics or {}).get(f"{key}_ci") or [v, v] for e, v in zip(completed, values, strict=True)]
+        values = [score(e, key) for e in scored]
+        cis = [(e.metrics or {}).get(f"{key}_ci") or [v, v] for e, v in zip(scored, values, strict=True)]
         fig.add_trace(go.Bar(name=title, x=names, y=values, error_y={
             "type": "data", "symmetric": False, "array": [max(0.0, hi - v) for (_, hi), v in zip(cis, values, strict=True)],
             "arrayminus": [max(0.0, v - lo) for (lo, _), v in zip(cis, values, strict=True)]}))
@@ -283,16 +294,15 @@ def evaluations_view(task_id: int) -> None:
     for e in evaluations:
         metrics, progress = e.metrics or {}, e.progress or {}
         rows.append({"id": e.id, "version": evaluated_name(e, numbers), "split": e.split, "k": e.k,
-                     "n": e.n, "Mean@k": e.mean_at_k, "Mean@k 95% CI": interval(metrics, "mean_at_k_ci"),
-                     "Pass@k": e.pass_at_k, "Pass@k 95% CI": interval(metrics, "pass_at_k_ci"),
+                     "n": e.n, "Mean@k": score_text(e, "mean_at_k"), "Mean@k 95% CI": interval_text(e, "mean_at_k"),
+                     "Pass@k": score_text(e, "pass_at_k"), "Pass@k 95% CI": interval_text(e, "pass_at_k"),
                      "answered": (f"{metrics['answered']}/{metrics['rollouts']}" if "answered" in metrics else None),
                      "errors": metrics.get("errors", 0), "cost": e.cost,
                      "status": status_label(e.status, e.heartbeat_at),
                      "progress": f"{progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')}",
                      "model": e.model, "created": e.created_at})
     table(rows, key="evaluations_table",
-          column_config={"Mean@k": SCORE, "Pass@k": SCORE, "cost": COST,
-                         "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
+          column_config={"cost": COST, "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
 
     for e in evaluations:
         job_buttons(e)
@@ -352,7 +362,7 @@ def segment_comparison(a_id: int, b_id: int) -> None:
 
 def evaluation_choice(e, numbers: dict[int, int]) -> str:
     return (f"#{e.id} · {evaluated_name(e, numbers)} · {e.split} · k={e.k} · "
-            f"Mean@k {e.mean_at_k or 0:.3f}")
+            f"Mean@k {score_text(e, 'mean_at_k')}")
 
 
 def compare_section(completed: list, numbers: dict[int, int]) -> None:
@@ -386,30 +396,43 @@ def compare_section(completed: list, numbers: dict[int, int]) -> None:
     s = result.stats
     shown = st.warning if s.undecided else st.success if s.decided and s.delta > 0 else st.error if s.decided else st.info
     shown(plain(s.verdict))
-    # Two columns for the figures a decision rests on, so the interval is never cut off.
-    cols = st.columns(2)
-    cols[0].metric("B − A (Mean@k)", f"{s.delta:+.3f}")
-    cols[1].metric("95% interval", f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.n >= 2 else "–")
-    cols = st.columns(2)
-    cols[0].metric("Sign test p", f"{s.p_value:.3g}")
-    cols[1].metric("Pass@k McNemar p", f"{s.mcnemar_p:.3g}")
-    cols = st.columns(5)
-    cols[0].metric("A wins", s.losses)
-    cols[1].metric("B wins", s.wins)
-    cols[2].metric("Ties", s.ties)
-    cols[3].metric("Cost per query A", f"${result.cost_a:.4f}")
-    cols[4].metric("Cost per query B", f"${result.cost_b:.4f}")
-    st.caption(f"{s.n} queries answered k times by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired "
-               f"bootstrap interval over queries, exact sign test on per-query wins and losses; a difference is "
-               f"called real only when the interval excludes 0 and the sign test agrees (p < 0.05). "
-               f"Smallest difference this comparison could detect: about {s.detectable:.2f}."
-               + (f" {plain(result.note.capitalize())}." if result.note else ""))
+    comparison_figures(result)
     frame = pd.DataFrame([{k: v for k, v in row.items() if k != "sample_id"} for row in result.rows])
     table(frame, key="compare_table",
           column_config={"mean reward A": SCORE, "mean reward B": SCORE, "difference": SCORE,
                          "cost A": COST, "cost B": COST})
     segment_comparison(a_id, b_id)
     outputs_side_by_side(result)
+
+
+def comparison_figures(result) -> None:
+    """The figures of B − A that the comparison could compute (Paired.figure): none without a query answered k
+    times under both, no interval and no smallest detectable difference with fewer than two."""
+    s = result.stats
+    note = f" {plain(result.note.capitalize())}." if result.note else ""
+    if s.n == 0:
+        st.caption("No query was answered k times under both A and B, so there is no difference, interval or test "
+                   f"to show; the table below says what each query lacks.{note}")
+        return
+    # Two columns for the figures a decision rests on, so the interval is never cut off.
+    cols = st.columns(2)
+    cols[0].metric("B − A (Mean@k)", figure(s.figure("delta"), "+.3f"))
+    cols[1].metric("95% interval", f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.n >= 2 else NO_FIGURE)
+    cols = st.columns(2)
+    cols[0].metric("Sign test p", figure(s.figure("p_value"), ".3g"))
+    cols[1].metric("Pass@k McNemar p", figure(s.figure("mcnemar_p"), ".3g"))
+    cols = st.columns(5)
+    cols[0].metric("A wins", s.losses)
+    cols[1].metric("B wins", s.wins)
+    cols[2].metric("Ties", s.ties)
+    cols[3].metric("Cost per query A", f"${result.cost_a:.4f}")
+    cols[4].metric("Cost per query B", f"${result.cost_b:.4f}")
+    detectable = s.figure("detectable")
+    st.caption(f"{s.n} queries answered k times by both, Mean@k A {s.mean_a:.3f} and B {s.mean_b:.3f}; paired "
+               f"bootstrap interval over queries, exact sign test on per-query wins and losses; a difference is "
+               f"called real only when the interval excludes 0 and the sign test agrees (p < 0.05)."
+               + (f" Smallest difference this comparison could detect: about {detectable:.2f}."
+                  if detectable is not None else "") + note)
 
 
 def outputs_side_by_side(result) -> None:

@@ -23,13 +23,13 @@ from sqlmodel import Session
 
 from core.jobs.run_control import resume_run
 from core.records import labeling
+from core.records.evaluation_figures import score_text
 from core.records.tasks import quick_trial_task
 from core.records.workers import job_health
 from core.settings import get_settings
 from pages._common import (
     DATETIME,
     LABEL_TAB_KEY,
-    SCORE,
     Flash,
     context,
     engine,
@@ -130,7 +130,7 @@ def load_overview() -> dict:
 
         eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
                       "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
-                      "k": ev.k, "n": ev.n, "Mean@k": ev.mean_at_k, "Pass@k": ev.pass_at_k,
+                      "k": ev.k, "n": ev.n, "Mean@k": score_text(ev, "mean_at_k"), "Pass@k": score_text(ev, "pass_at_k"),
                       "errors": (ev.metrics or {}).get("errors", 0),  # rollouts without a reward, left out of both
                       "status": job_health(ev.status, ev.heartbeat_at)}
                      for ev in queries.evaluations(session)]
@@ -306,7 +306,7 @@ def page() -> None:
 
     st.header("Evaluations")
     if data["evaluations"]:
-        table(data["evaluations"], column_config={"Mean@k": SCORE, "Pass@k": SCORE}, key="evaluations_table")
+        table(data["evaluations"], key="evaluations_table")
     else:
         st.info("No evaluations yet: score a version on the test split on the Evaluate page.")
         st.page_link("pages/evaluate.py", label="Open Evaluate", icon=":material/leaderboard:")

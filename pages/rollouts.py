@@ -276,7 +276,7 @@ def show_entries_shown(shown: ShownEntries) -> None:
     if shown.rows:
         table(shown.rows, key="rollouts_shown_table")
     else:
-        st.caption("None: the library was empty.")
+        st.caption("No entries: the library was empty.")
 
 
 def page() -> None:

@@ -199,7 +199,8 @@ def test_resume_after_a_kill_pays_for_no_completed_call_again(engine, demo_task,
 
 
 def test_a_stop_between_variants_keeps_what_is_done(engine, demo_task, scripted):
-    """`check` is the run machinery's tick: a pause or cancel raises there; the next execution goes on."""
+    """`check` is the run machinery's tick: a pause or cancel raises there; the next execution goes on. It is
+    called before and after each variant, and every second while one runs (core.grpo.evaluation.until_stopped)."""
 
     class Stop(Exception):
         pass
@@ -207,12 +208,11 @@ def test_a_stop_between_variants_keeps_what_is_done(engine, demo_task, scripted)
     version_id = import_texts(engine, HELPFUL, HARMFUL)
     run_id = create_attribution(engine, DEMO_TASK, version_id, k=1, limit=4)
     model, gateway = scripted(engine, rollout=answers(engine))
-    ticks = {"n": 0}
 
     def check() -> None:
-        ticks["n"] += 1
-        if ticks["n"] == 3:  # before, after the full version, after the first variant
-            raise Stop()
+        with Session(engine) as s:
+            if s.get(Run, run_id).progress.get("variants_done") == 2:  # the full version and the first variant
+                raise Stop()
 
     with pytest.raises(Stop):
         asyncio.run(measure_experiences(engine, run_id, gateway, check))

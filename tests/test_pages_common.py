@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.jobs.run_control import cancel_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from core.records.versions import import_library
 from pages._common import Outcome, failed, plain
 from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
-from tests.ui_support import APP, run_app, scripted_gateway, seeded_run
+from tests.ui_support import APP, markdown_texts, run_app, scripted_gateway, seeded_run
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
               "People", "Models", "Audit"]
@@ -53,6 +57,61 @@ def test_every_page_draws_a_seeded_studio(seeded_studio, page):
     change)."""
     at = run_app(f"pages/{page}.py")
     assert [t.value for t in at.title] == [PAGE_TITLES[page]]
+
+
+def unanswered_evaluations(engine) -> tuple[int, int]:
+    """A failed evaluation (every model call failed: 0 answered) and one cancelled during its first call."""
+    version = import_library(engine, DEMO_TASK, "- Check the units of the answer.", "units.md").id
+    failed_id = create_evaluation(engine, DEMO_TASK, str(version), k=2, limit=2, created_by="test")
+    _model, gateway = scripted_gateway(engine, rollout=RuntimeError("503 Service Unavailable"))
+    gateway.max_retries = 0
+    assert execute_evaluation(engine, failed_id, gateway=gateway).metrics["answered"] == 0
+    cancelled_id = create_evaluation(engine, DEMO_TASK, str(version), k=2, limit=2, created_by="test")
+
+    asked = []
+
+    def cancel_then_answer(messages):
+        if not asked:
+            asked.append(cancel_evaluation(engine, cancelled_id, "test"))
+        return "so \\boxed{0}"
+
+    _model, gateway = scripted_gateway(engine, rollout=cancel_then_answer)
+    assert execute_evaluation(engine, cancelled_id, gateway=gateway).status == "cancelled"
+    return failed_id, cancelled_id
+
+
+NO_VALUE = re.compile(r"\b(None|nan|NaN|NaT|inf)\b")
+
+
+def no_value_cells(frame) -> list[tuple[str, object]]:
+    """(column, cell) of every cell that would show a missing value as a word (None, nan, NaT) or an infinity."""
+    found = []
+    for column in frame.columns:
+        for value in frame[column].tolist():
+            missing = value is None or (isinstance(value, float) and not math.isfinite(value))
+            if missing or (isinstance(value, str) and NO_VALUE.search(value)) or str(value) == "NaT":
+                found.append((column, value))
+    return found
+
+
+# pages/train.py's "Settings of this run" writes each value with str() into its own st.dataframe, so an unset
+# setting reads "None"; that page is another change's to make (through pages._display.table, values left as they
+# are). Strict: the mark has to go once it draws "—" there.
+TRAIN_SETTINGS_NONE = pytest.mark.xfail(strict=True, reason="pages/train.py: 'Settings of this run' shows str(None)")
+
+
+@pytest.mark.parametrize("page", [pytest.param(page, marks=TRAIN_SETTINGS_NONE) if page == "train" else page
+                                  for page in PAGE_TITLES])
+def test_no_page_shows_none_or_nan_where_a_figure_is_missing(seeded_studio, page):
+    """Every page over the seeded studio plus a failed evaluation (0 answered) and a cancelled one: no table cell
+    is empty-as-None or NaN, and no text on the page says None, nan or inf."""
+    unanswered_evaluations(seeded_studio)
+    at = run_app(f"pages/{page}.py", session_state={"ctx_reviewer": "alice"})
+    cells = {f"table {index}": no_value_cells(df.value) for index, df in enumerate(at.dataframe)}
+    assert not {name: found for name, found in cells.items() if found}
+    texts = [*markdown_texts(at), *(m.value for m in at.metric), *(m.label for m in at.metric),
+             *(str(option) for box in at.selectbox for option in box.options)]
+    assert not [text for text in texts if NO_VALUE.search(str(text))]
 
 
 def test_a_page_opened_first_is_drawn_inside_the_studio(app_engine):

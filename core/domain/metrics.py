@@ -46,7 +46,8 @@ def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float]:
 
 def score_groups(rewards_by_query: dict[int, list[float]]) -> dict:
     """Mean@k (average reward over all k samples, averaged over queries) and Pass@k (share of
-    queries with at least one success), each with its interval, plus per-query figures."""
+    queries with at least one success), each with its interval, plus per-query figures. With no query
+    answered there is no figure: Mean@k, Pass@k and their intervals are None, never a 0 nobody scored."""
     per_query = {q: {"mean": mean(r) if r else 0.0, "pass": any(x >= SUCCESS for x in r), "n": len(r)}
                  for q, r in rewards_by_query.items()}
     means = [v["mean"] for v in per_query.values()]
@@ -54,9 +55,9 @@ def score_groups(rewards_by_query: dict[int, list[float]]) -> dict:
     n = len(per_query)
     return {
         "n": n,
-        "mean_at_k": mean(means) if means else 0.0,
-        "mean_at_k_ci": list(mean_interval(means)),
-        "pass_at_k": passes / n if n else 0.0,
-        "pass_at_k_ci": list(wilson_interval(passes, n)),
+        "mean_at_k": mean(means) if n else None,
+        "mean_at_k_ci": list(mean_interval(means)) if n else None,
+        "pass_at_k": passes / n if n else None,
+        "pass_at_k_ci": list(wilson_interval(passes, n)) if n else None,
         "per_query": {str(q): v for q, v in per_query.items()},
     }

@@ -185,12 +185,12 @@ async def until_stopped(work: Awaitable, check: Callable[[], None] | None, every
     try:
         while True:
             done, _waiting = await asyncio.wait({task}, timeout=every or STOP_CHECK_EVERY)
-            if done:
-                return task.result()
             try:
-                check()
+                check()  # once more when the work is done: a stop asked during its last second counts
             except BaseException as exc:  # noqa: BLE001  (whatever stops it is handed on as the cause)
                 raise _Stopped(exc) from exc
+            if done:
+                return task.result()
     except BaseException:
         task.cancel()
         await asyncio.wait({task})

@@ -28,6 +28,8 @@ ALPHA = 0.05  # the sign test's level; a difference is real when it and the boot
 # Sum of the two-sided 5% and the 80%-power normal quantiles: a difference this many standard errors
 # away from 0 is found four times in five.
 DETECTABLE_Z = 1.959964 + 0.841621
+# The figures that need at least one query answered k times under both A and B (Paired.figure).
+NEEDS_A_QUERY = ("mean_a", "mean_b", "delta", "pass_a", "pass_b", "p_value", "mcnemar_p")
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,17 @@ class Paired:
         test agrees (p < 0.05). On few queries the two can disagree; then nothing is decided."""
         return not self.undecided and significant(self.n, self.ci_low, self.ci_high, self.p_value)
 
+    def figure(self, name: str):
+        """A field of the comparison, or None where it could not be computed: the means, the difference, the
+        Pass@k shares and the tests' p-values without a query answered k times under both; the interval and the
+        smallest detectable difference (infinite in the fields) with fewer than two."""
+        if self.n == 0 and name in NEEDS_A_QUERY:
+            return None
+        return finite(getattr(self, name))
+
     def as_dict(self) -> dict:
-        """The figures as JSON can hold them: an infinite interval (fewer than 2 queries) becomes None."""
-        return {name: finite(getattr(self, name)) for name in self.__dataclass_fields__}
+        """The figures as JSON can hold them: what could not be computed is None (Paired.figure)."""
+        return {name: self.figure(name) for name in self.__dataclass_fields__}
 
 
 def finite(value):
@@ -101,7 +111,8 @@ def _binomial_p(successes: int, trials: int) -> float:
 
 
 def detectable_difference(diffs: np.ndarray, pooled_mean: float, k: int) -> float:
-    """About the smallest true difference this comparison finds four times in five.
+    """About the smallest true difference this comparison finds four times in five; infinite (no figure: Paired.figure
+    gives None) with fewer than two queries.
 
     From the spread of the per-query differences; when they are all equal (often on few queries) from
     the spread two independent means of k binary rewards would have at the pooled mean instead, so the
@@ -119,6 +130,8 @@ def detectable_difference(diffs: np.ndarray, pooled_mean: float, k: int) -> floa
 
 def verdict(n: int, delta: float, low: float, high: float, detectable: float, p_value: float = 0.0) -> str:
     """The comparison in words a product manager reads right."""
+    if n == 0:
+        return "cannot decide: no query was answered k times under both"
     if n < 2:
         return f"cannot decide: only {n} query in common"
     figures = f"{delta:+.3f} [{low:+.3f}, {high:+.3f}] on {n} queries"
