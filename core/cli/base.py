@@ -21,7 +21,19 @@ class UsageError(InvalidInput):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage mistake on one line with exit code 2."""
+    """argparse that reports a usage mistake on one line with exit code 2. Given `implied`, the name of one of
+    its subcommands, arguments that start with a number or an option mean that subcommand (`review 3` is
+    `review show 3`)."""
+
+    def __init__(self, *args, implied: str | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.implied = implied
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        args = list(sys.argv[1:] if args is None else args)
+        if self.implied and args and (args[0].isdigit() or args[0].startswith("-") and args[0] not in ("-h", "--help")):
+            args = [self.implied, *args]
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")

@@ -112,6 +112,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from core.models.gateway import Gateway
 
     engine = engine_of(args)
+    if args.cancel is not None:
+        from core.jobs.run_control import cancel_evaluation
+
+        status = cancel_evaluation(engine, args.cancel, "cli")
+        print(f"evaluation {args.cancel}: {status}; a worker executing it stops within seconds; its answered "
+              f"rollouts stay, and python -m core eval --retry {args.cancel} continues it")
+        return 0
     if args.retry is not None:
         with Session(engine) as session:
             queued = getattr(session.get(Evaluation, args.retry), "status", None) == JobStatus.QUEUED
@@ -229,6 +236,13 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
     engine = engine_of(args)
     say = sys.stderr if args.json else sys.stdout
+    if args.cancel is not None:
+        from core.jobs.run_control import cancel_attribution
+
+        status = cancel_attribution(engine, args.cancel, "cli")
+        print(f"measurement run {args.cancel}: {status}; a worker executing it stops within seconds; finished "
+              "variants and answered rollouts stay")
+        return 0
     if args.resume is not None:
         run_id = args.resume
         with Session(engine) as session:
@@ -356,8 +370,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a library version on a split (exit 1 while rollouts have errors)")
     p.add_argument("--task")
     p.add_argument("--version", help="version id, label, latest, or empty")
-    p.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
-                   "no reward (failed model calls); answered ones are not paid again")
+    job = p.add_mutually_exclusive_group()
+    job.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
+                     "no reward (failed model calls), or continue a cancelled one; answered ones are not paid again")
+    job.add_argument("--cancel", type=int, metavar="ID", help="stop evaluation ID (queued, running, stalled or "
+                     "waiting for labels): a worker executing it stops within seconds; answered rollouts stay")
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=1)
     p.add_argument("--limit", type=int)
@@ -391,7 +408,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="use only the first N queries of the split")
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--budget", type=float, help=_default("budget_usd"))
-    p.add_argument("--resume", type=int, metavar="RUN", help="continue a stopped measurement")
+    job = p.add_mutually_exclusive_group()
+    job.add_argument("--resume", type=int, metavar="RUN", help="continue a stopped measurement")
+    job.add_argument("--cancel", type=int, metavar="RUN", help="stop measurement run RUN for good: a worker "
+                     "executing it stops within seconds; finished variants stay")
     p.add_argument("--queue", action="store_true", help="only queue the measurement; a worker executes it")
     p.add_argument("--json", action="store_true", help="print the effects as a JSON list")
     p.set_defaults(func=cmd_attribute)

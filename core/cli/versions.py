@@ -8,10 +8,11 @@ from pathlib import Path
 from sqlmodel import Session
 
 from core.cli.base import UsageError, engine_of, read_file, write_output
-from core.cli.report import print_version, report_run
+from core.cli.report import print_version, report_run, worker_or_here
 from core.domain.library_io import check_file_size, decode_library
 from core.errors import NotFound
 from storage import queries
+from storage.statuses import JobStatus
 from storage.tables import Run
 
 
@@ -61,7 +62,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Show a run and what it waits for; with --pause, --resume or --cancel, change its status first
+    (core.jobs.run_control: the Train page's buttons) and print the status it has now."""
     engine = engine_of(args)
+    if args.control:
+        from core.jobs import run_control
+
+        change = {"pause": run_control.pause_run, "resume": run_control.resume_run, "cancel": run_control.cancel_run}
+        status = change[args.control](engine, args.run_id, "cli")
+        with Session(engine) as session:
+            run = session.get(Run, args.run_id)
+        after = {JobStatus.PAUSED: f"a worker executing it stops at its next progress tick; resume it with "
+                                   f"python -m core run {run.id} --resume",
+                 JobStatus.QUEUED: worker_or_here(run),
+                 JobStatus.CANCELLED: "the versions it created stay"}.get(status, "")
+        print(f"run {run.id}: {status}" + (f"; {after}" if after else ""))
+        return 0
     with Session(engine) as session:
         if session.get(Run, args.run_id) is None:
             raise NotFound(f"no run {args.run_id}")
@@ -145,8 +161,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task")
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("run", help="show one run: counters, failed groups, rejected operations, its version")
+    p = sub.add_parser("run", help="show one run: counters, failed groups, rejected operations, its version and "
+                       "what it waits for (with the command that moves it on); or pause, resume or cancel it")
     p.add_argument("run_id", type=int)
+    control = p.add_mutually_exclusive_group()
+    for flag, what in (("pause", "a queued run waits, a running one stops at its next progress tick"),
+                       ("resume", "queue a paused, failed or stalled run again for a worker (train --resume RUN "
+                                  "continues it in this process instead)"),
+                       ("cancel", "end the run for good; the versions it created stay")):
+        control.add_argument(f"--{flag}", dest="control", action="store_const", const=flag, help=what)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("versions", help="list the library versions of a task")
