@@ -14,7 +14,12 @@ with nothing to decide, the page opens the next step of the task that waits for 
 All of the step's groups, with trajectories, are in a collapsed section at the bottom.
 
 Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
-applies it (a new library version) and queues the run again, and this page starts a worker for it.
+applies it (a new library version) and queues the run again, and this page starts a worker for it. When the
+decided library is not the one the validation gate measured (part of the step approved, an operation edited),
+core queues its measurement instead: the page then says how far it is ("measuring the decided library: N of M",
+core.records.review.remeasure_progress, every two seconds) with no Apply button, redraws itself when it ends, and
+shows the gate's line before review and after it. The table's reason column is each decision's reason (a reject's
+reason, a note, the gate's).
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
 Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code,
 long texts clipped with a "Show all" toggle, and tables through pages._display.
@@ -202,8 +207,12 @@ def decide_all(step_id: int, decision: str, run_id: int, name: str) -> None:
 
 
 def apply_decisions(step_id: int, run_id: int, name: str) -> None:
-    act(run_id, review.apply_if_decided, step_id, context().reviewer, success=f"{name[:1].upper()}{name[1:]} applied.",
-        step_id=step_id)
+    """Apply a decided step; when its decided library was never measured, core queues that measurement instead
+    and the toast says so (nothing is applied yet)."""
+    named = f"{name[:1].upper()}{name[1:]}"
+    act(run_id, review.apply_if_decided, step_id, context().reviewer, step_id=step_id,
+        success=lambda version: f"{named} applied." if version is not None
+        else f"{named}: nothing applied yet; the decided library is measured first.")
 
 
 # --- display ----------------------------------------------------------------------------------
@@ -222,6 +231,8 @@ def show_gate(step: Step, can_decide: bool) -> None:
     shown(gate.line, icon=None)  # core's own words and figures (core.grpo.gate.gate_line)
     if gate.proposed:
         st.caption(plain(f"Before review, all proposed operations together: {gate.proposed.line}"))
+    if gate.remeasure and step.status == StepStatus.AWAITING_REVIEW:
+        remeasure_view(step.id)
     if gate.failed and step.status == StepStatus.AWAITING_REVIEW and can_decide:
         st.text_input("Note for approving against the failed gate (required to approve or edit)",
                       key=note_key(step.id))
@@ -230,6 +241,29 @@ def show_gate(step: Step, can_decide: bool) -> None:
     if gate.evaluation_before:
         st.caption(f"Gate evaluations: {gate.evaluation_before} (starting library) and "
                    f"{gate.evaluation_after} (candidate); their queries side by side are on the Rollouts page.")
+
+
+@st.fragment(run_every=2)
+def remeasure_view(step_id: int) -> None:
+    """While a worker measures the step's decided library: how far it is, redrawn every two seconds; when the
+    measurement ends, the whole page is drawn again with its result (both gate lines, the step applied or its
+    operations back for a person)."""
+    with Session(engine()) as session:
+        step = queries.steps_by_ids(session, [step_id]).get(step_id)
+        state = review.remeasure_progress(session, step) if step is not None else None
+    if state is None:
+        st.rerun(scope="app")
+    words = state.words
+    st.info(plain(words[:1].upper() + words[1:]), icon=":material/hourglass_top:")
+    st.progress(min(1.0, state.done / state.total) if state.total else 0.0)
+    st.caption("Nothing is applied until it is measured: the step lands if the decided library passes the gate, "
+               "otherwise its operations wait for a person again. This page follows it by itself.")
+
+
+def decision_reason(op: Operation) -> str:
+    """Why an operation was decided as it was: the reviewer's reason or note, or the engine's reason (the gate's
+    `validation` with its line)."""
+    return ": ".join(part for part in (op.reason, op.comment) if part)
 
 
 def operation_diff(op: Operation, before: list[dict], before_number: int | None) -> str:
@@ -596,7 +630,7 @@ def page() -> None:
     else:
         table([{"#": op.position + 1, "op": op.op, "targets": ", ".join(op.target_ids),
                 "status": op.status, "flags": ", ".join(f.code for f in flags.get(op.id, [])),
-                "reviewer": op.reviewer or "", "reason": op.reason or "", "decided at": op.decided_at,
+                "reviewer": op.reviewer or "", "reason": decision_reason(op), "decided at": op.decided_at,
                 "validation error": op.validation_error or ""} for op in operations],
               column_config={"decided at": DATETIME}, key="review_operations_table")
         if can_decide:
@@ -615,7 +649,8 @@ def page() -> None:
         show_operations(operations, StepView(
             step, before, run_id, can_decide, experience_effects(engine(), run.library_id), flags, groups,
             holds_flagged=settings.review_mode == "auto" and settings.hold_flagged, conversation=conversation))
-    if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide:
+    gate = GateVerdict.of(step)
+    if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide and not (gate and gate.remeasure):
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
                   args=(step_id, run_id, step_name(step)))

@@ -11,7 +11,13 @@ from sqlmodel import Session, select
 from core.domain.library import ProposedOp
 from core.errors import AlreadyDecided
 from core.grpo.training import execute_run
-from core.records.review import decide_operation, decide_step, edit_operation, reopen_operation
+from core.records.review import (
+    decide_operation,
+    decide_step,
+    edit_operation,
+    remeasure_progress,
+    reopen_operation,
+)
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, revert_to
 from storage import queries
@@ -75,13 +81,21 @@ def test_a_partly_approved_gated_step_is_measured_before_it_lands(engine, demo_t
     step = the_step(engine, run_id)
     assert step.status == "awaiting_review" and step.gate["remeasure"]
     assert "measured against the starting library before it lands" in step.gate["line"]
+    first_line = step.gate["proposed"]["line"]  # the first verdict's own line, kept while the step waits
+    assert first_line.startswith("validation, ") and first_line.endswith("gate no_worse passed"), first_line
     with Session(engine) as session:
         assert session.get(Run, run_id).status == "queued"  # for a worker: the measurement needs the model
+        waiting = remeasure_progress(session, step)
+    assert (waiting.done, waiting.status) == (0, "queued") and waiting.total > 0
+    assert waiting.words.startswith(f"measuring the decided library: 0 of {waiting.total} validation answers")
     continue_run(engine, run_id)
     step = the_step(engine, run_id)
     assert step.status == "completed" and step.gate["decision"] == "passed"
     assert step.gate["line"].startswith("measured again after review")
     assert step.gate["proposed"]["evaluation_after"] != step.gate["evaluation_after"]
+    assert step.gate["proposed"]["line"] == first_line  # both lines: before review and after it
+    with Session(engine) as session:
+        assert remeasure_progress(session, step) is None  # the measurement ended
     with Session(engine) as session:
         measured = session.get(Evaluation, step.gate["evaluation_after"])
         assert [e["text"] for e in measured.experiences] == [first.text]  # what lands is what was measured

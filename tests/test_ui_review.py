@@ -9,7 +9,7 @@ from sqlmodel import Session, select
 
 from core.records import review
 from core.records.review import decide_all
-from pages._common import REVIEWER_KEY
+from pages._common import REVIEWER_KEY, plain
 from storage import queries
 from storage.tables import AuditEvent, Run
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
@@ -353,26 +353,60 @@ def test_a_bulk_decision_names_its_step_as_the_step_picker_does(engine):
 
 
 def test_a_partly_approved_gated_step_says_it_is_measured_before_it_lands_then_shows_both_measurements(engine):
+    """While the worker measures the decided library the page says how far it is, offers no Apply, and when the
+    measurement ends it shows the gate's line before review and after it, and the reject's reason."""
+    from core.grpo.evaluation import create_fixed_evaluation
     from core.grpo.training import execute_run
+    from core.records.run_settings import run_settings
+    from storage.db import session_scope
+    from storage.tables import Step, Task, utcnow
     from tests.test_review import TWO_ADDS
     from tests.ui_support import scripted_gateway
 
     run_id = seeded_run(engine, "manual", update=TWO_ADDS)
     first, second = state(engine, run_id)["ops"]
+    first_line = state(engine, run_id)["step"].gate["line"]
     at = open_review()
     click(at, f"review_approve_{first.id}")
+    at.text_input(key=f"review_reason_{second.id}").input("too specific to one problem")
     click(at, f"review_reject_{second.id}")
+    assert [t.value for t in at.toast][-1] == "Operation 2 rejected."
     after = state(engine, run_id)
     assert len(after["versions"]) == 1 and after["run"].status == "queued"
     at = open_review(**{"review_run": run_id})
     assert any("measured against the starting library before it lands" in i.value for i in at.info), \
         [i.value for i in at.info]
+    total = len(after["run"].validation_ids) * run_settings(after["run"]).gate_k
+    assert f"Measuring the decided library: 0 of {total} validation answers (queued: it starts when a worker takes " \
+           "the run)" in [i.value for i in at.info]
+    assert not [b for b in at.button if b.key == "review_apply"]
+    assert not any("not applied yet" in w.value for w in at.warning)
+
+    with session_scope(engine) as session:  # a worker part-way through the decided library's measurement
+        run, step = session.get(Run, run_id), session.get(Step, after["step"].id)
+        settings = run_settings(run)
+        measuring = create_fixed_evaluation(
+            session, session.get(Task, run.task_id), purpose="gate", split=run.progress["validation_split"],
+            sample_ids=run.validation_ids, experiences=review.decided_library(session, step), k=settings.gate_k,
+            model=settings.policy_model, temperature=settings.temperature, run_id=run_id, step_id=step.id,
+            selection=settings.selection)
+        measuring.progress = {"rollouts_done": 3, "rollouts_total": total}
+        run.status, run.heartbeat_at = "running", utcnow()
+    at.run()
+    assert f"Measuring the decided library: 3 of {total} validation answers" in [i.value for i in at.info]
+    assert [p.value for p in at.get("progress")] == [int(100 * 3 / total)]
+    with session_scope(engine) as session:
+        session.get(Run, run_id).status = "queued"
+
     _model, gateway = scripted_gateway(engine)
     execute_run(engine, run_id, gateway=gateway)  # the worker measures the approved part, then it lands
-    at = open_review(**{"review_run": run_id})
+    at.run()  # the page as it stood (its fragment redraws the whole page when the measurement ends)
+    assert not at.exception, [e.value for e in at.exception]
     assert any(s.value.startswith("measured again after review") for s in at.success), [s.value for s in at.success]
-    assert any("Before review, all proposed operations together" in c.value for c in at.caption), \
-        [c.value for c in at.caption]
+    assert plain(f"Before review, all proposed operations together: {first_line}") in [c.value for c in at.caption]
+    assert not any(i.value.startswith("Measuring the decided library") for i in at.info)
+    reasons = table_with(at, "validation error").set_index("#")["reason"]
+    assert reasons[2] == "too specific to one problem"
     assert len(state(engine, run_id)["versions"]) == 2
 
 

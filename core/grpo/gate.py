@@ -93,7 +93,7 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
     library on the validation queries; store and return the figures and the decision on Step.gate.
     None when the gate is off; `skipped` when there is nothing to compare. `decided_only` measures again
     what the reviewers' decisions would land (approved and edited operations only), keeping the first
-    measurement under `proposed`."""
+    measurement (of every proposed operation) under `proposed`, also when the step is measured again twice."""
     with Session(engine) as session:
         run, step = session.get(Run, run_id), session.get(Step, step_id)
         settings = run_settings(run)
@@ -101,7 +101,8 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
             return None
         if step.gate is not None and not decided_only:
             return GateVerdict.of(step)
-        first = {key: value for key, value in (step.gate or {}).items() if key not in ("remeasure", "proposed")}
+        held = step.gate or {}  # after review, the first verdict is kept (core.records.review._queue_remeasure)
+        first = held.get("proposed") or {key: value for key, value in held.items() if key not in ("remeasure", "proposed")}
         sample_ids = list(run.validation_ids or [])
         split = (run.progress or {}).get("validation_split", VALIDATION_SPLIT)
         wanted = TO_APPLY if decided_only else (OperationStatus.PENDING, *TO_APPLY)

@@ -8,9 +8,11 @@ new library version) and its run goes back in the queue, so it continues by itse
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from core.domain.library import (
     EXAMPLE,
@@ -29,9 +31,10 @@ from core.records.gate_verdict import GateVerdict
 from core.records.people import require_role
 from core.records.run_settings import run_settings
 from core.records.versions import all_ids, create_version
+from core.records.workers import job_health
 from storage import queries
 from storage.db import session_scope
-from storage.statuses import TO_APPLY, JobStatus, OperationStatus, OpKind, StepStatus
+from storage.statuses import TO_APPLY, EvaluationPurpose, JobStatus, OperationStatus, OpKind, StepStatus
 from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
@@ -222,10 +225,15 @@ REMEASURE_LINE = ("the reviewed library differs from the one the validation gate
 
 
 def _queue_remeasure(engine: Engine, step_id: int, actor: str) -> None:
-    """Mark the step for a new gate measurement of its decided library and queue its run for a worker."""
+    """Mark the step for a new gate measurement of its decided library and queue its run for a worker. The
+    gate's first verdict, of every proposed operation together, is kept under `proposed` (the line before
+    review) before the step's line says what waits; a later measurement keeps that first one too."""
     with session_scope(engine) as session:
         step = session.get(Step, step_id)
         gate = GateVerdict.of(step) or GateVerdict()
+        if gate.proposed is None and step.gate:
+            gate.proposed = GateVerdict.model_validate(
+                {key: value for key, value in step.gate.items() if key not in ("remeasure", "proposed")})
         gate.remeasure, gate.line = True, REMEASURE_LINE
         step.gate = gate.stored()
         session.add(step)
@@ -235,6 +243,46 @@ def _queue_remeasure(engine: Engine, step_id: int, actor: str) -> None:
             session.add(run)
         session.add(AuditEvent(actor=actor, action="step.remeasure", object_type="step", object_id=step_id,
                                after={"reason": REMEASURE_LINE}))
+
+
+@dataclass(frozen=True)
+class Remeasure:
+    """Where the measurement of a step's decided library stands: answers done of those planned, and the run's
+    status as a person sees it (core.records.workers.job_health), in words."""
+
+    done: int
+    total: int
+    status: str
+
+    @property
+    def words(self) -> str:
+        said = f"measuring the decided library: {self.done} of {self.total} validation answers"
+        if self.status == JobStatus.QUEUED:
+            return f"{said} (queued: it starts when a worker takes the run)"
+        if self.status == JobStatus.STALLED:
+            return f"{said} (its worker stopped beating: an idle worker takes the run over, or resume it on Train)"
+        if self.status in (JobStatus.PAUSED, JobStatus.FAILED, JobStatus.CANCELLED):
+            return f"{said} (the run is {self.status}: resume it on the Train page to finish the measurement)"
+        return said
+
+
+def remeasure_progress(session: Session, step: Step) -> Remeasure | None:
+    """The measurement a reviewer's decisions queued for a step (apply_if_decided), while it has not ended;
+    None for a step that waits for none. Its worker measures the decided library against the starting one,
+    whose evaluation is reused: the figure is the decided library's answers on the validation queries."""
+    gate = GateVerdict.of(step)
+    if gate is None or not gate.remeasure or step.status != StepStatus.AWAITING_REVIEW:
+        return None
+    run = session.get(Run, step.run_id)
+    settings = run_settings(run)
+    total = len(run.validation_ids or []) * settings.gate_k
+    texts = experience_texts(decided_library(session, step))
+    measuring = next((ev for ev in session.exec(select(Evaluation).where(
+        Evaluation.step_id == step.id, Evaluation.purpose == EvaluationPurpose.GATE).order_by(col(Evaluation.id).desc()))
+        if experience_texts(ev.experiences) == texts), None)
+    progress = (measuring.progress or {}) if measuring is not None else {}
+    return Remeasure(done=int(progress.get("rollouts_done") or 0),
+                     total=int(progress.get("rollouts_total") or total), status=job_health(run.status, run.heartbeat_at))
 
 
 def reopen_after_gate(engine: Engine, step_id: int, gate: GateVerdict) -> int:
