@@ -365,16 +365,33 @@ def evaluation_choice(e, numbers: dict[int, int]) -> str:
             f"Mean@k {score_text(e, 'mean_at_k')}")
 
 
-def compare_section(completed: list, numbers: dict[int, int]) -> None:
+def default_pair(evaluations: list, production: int | None) -> tuple[int, int]:
+    """Compare's first choice (A, B), so that "B − A" reads as the change: B is the newest evaluation of the newest
+    version evaluated; A the newest evaluation of production's version when B is not of it, else of the newest
+    older version (the empty library is the oldest), else the evaluation before B. A of B's split and k first."""
+    def age(e) -> int:  # version ids grow as versions are made; the empty library comes before every version
+        return e.version_id if e.version_id is not None else -1
+
+    b = max(evaluations, key=lambda e: (age(e), e.id))
+    others = [e for e in evaluations if e.id != b.id]
+    others = [e for e in others if (e.split, e.k) == (b.split, b.k)] or others
+    chosen = ([e for e in others if production is not None and e.version_id == production != b.version_id]
+              or [e for e in others if age(e) < age(b)] or others)
+    return max(chosen, key=lambda e: (age(e), e.id)).id, b.id
+
+
+def compare_section(completed: list, numbers: dict[int, int], production: int | None = None) -> None:
     """B against A on the same queries (core.records.comparison): the paired difference with its interval, the
-    tests, the verdict in words, and every query sorted by difference with both versions' outputs."""
+    tests, the verdict in words, and every query sorted by difference with both versions' outputs. A is first the
+    older version's (or production's) evaluation and B the newer's (default_pair)."""
     if len(completed) < 2:
         st.info("Two evaluations with figures (complete, or incomplete with their errors left out) are needed "
                 "to compare them.")
         return
     by_id = {e.id: e for e in completed}
     ids = list(by_id)  # newest first
-    for key, param, default in (("eval_compare_a", "a", ids[1]), ("eval_compare_b", "b", ids[0])):
+    first_a, first_b = default_pair(completed, production)
+    for key, param, default in (("eval_compare_a", "a", first_a), ("eval_compare_b", "b", first_b)):
         keep_valid_choice(key, ids)
         url_choice(key, param, ids)
         st.session_state.setdefault(key, default)
@@ -505,7 +522,7 @@ def page() -> None:
         segments_section(measured, numbers)
 
     st.header("Compare two evaluations")
-    compare_section(measured, numbers)
+    compare_section(measured, numbers, setup["production"])
 
     st.header("Promote")
     promote_section([e for e in measured if e.status == JobStatus.COMPLETED], numbers, setup)

@@ -87,8 +87,10 @@ def connection_rows() -> None:
         st.caption("No connection yet: models are the embedded ones (local/...) and litellm providers whose key "
                    "is set. Add one below to reach a server of your own.")
         return
+    # A plain "-" would show as "'-" (a spreadsheet-safe cell: pages._display); a connection without a key
+    # variable needs no key, which the cell says.
     table([{**row, "defaults": json.dumps(row["defaults"]), "key set here": {True: "yes", False: "NO",
-                                                                                 None: "-"}[row["key set here"]]}
+                                                                                 None: "not needed"}[row["key set here"]]}
            for row in rows], key="models_table")
     for row in rows:
         name = row["name"]

@@ -310,3 +310,25 @@ def test_compare_leaves_out_queries_without_answers_and_says_so(engine):
     assert any(w.value.startswith("cannot decide: 1 of the 4 queries both evaluated lack answers") for w in at.warning)
     interval = next(m for m in at.metric if m.label == "95% interval")
     assert interval.value.count(",") == 1 and interval.value.endswith("]")
+
+
+def test_compare_starts_with_the_older_or_production_version_as_a(engine):
+    """B − A reads as the change: A is the older version's evaluation (or production's), B the newer version's,
+    whichever was evaluated last (issue 37: the newest evaluation used to be B, even of the older version)."""
+    older = imported_version(engine)
+    newer = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib2.md").id
+    of_newer = executed_evaluation(engine, str(newer), k=1)
+    of_older = executed_evaluation(engine, str(older), k=1)  # evaluated last
+    executed_evaluation(engine, "empty", k=1)  # the newest evaluation, of the oldest library
+    at = run_app(page=PAGE)
+    assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
+        of_older.id, of_newer.id)
+
+    with Session(engine) as session:
+        library = queries.library_by_name(session, task_id(engine), "default")
+        first = queries.versions(session, library.id)[0]
+    set_label(engine, DEMO_TASK, first.id, "production", "test")
+    of_production = executed_evaluation(engine, str(first.id), k=1)
+    at = run_app(page=PAGE)
+    assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
+        of_production.id, of_newer.id)

@@ -80,3 +80,14 @@ def test_a_reviewer_sees_the_connections_but_cannot_change_them(engine):
     assert table_with(at, "key variable")["name"].tolist() == ["gpu"]
     assert not [b for b in at.button if b.key == "models_remove_gpu"]
     assert any("admin" in element.value for element in [*at.info, *at.caption, *at.markdown])
+
+
+def test_a_connection_without_a_key_variable_says_no_key_is_needed(engine):
+    """Its key cell read `'-` (a dash made spreadsheet-safe): it says what it means instead."""
+    from core.records.connections import add_connection
+
+    add_connection(engine, "open-server", "openai", actor="cli", base_url="http://127.0.0.1:9/v1")
+    at = run_app(page=PAGE)
+    listed = table_with(at, "key variable")
+    assert listed["key set here"].tolist() == ["not needed"]
+    assert not [cell for row in listed.astype(str).values.tolist() for cell in row if cell.startswith("'")]

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -184,6 +185,7 @@ def test_a_job_held_by_a_dead_local_process_can_be_resumed_at_once(engine, demo_
 
 STUCK_WORKER = """
 import sys
+import threading
 from core.models import model_server
 from core.jobs.worker import serve
 from storage.db import make_engine
@@ -225,3 +227,35 @@ def test_a_stop_signal_ends_an_embedded_model_call_in_flight_and_queues_the_job_
     assert get_run(engine, run_id).status == "queued"
     with Session(engine) as session:
         assert [w.status for w in session.exec(select(Worker)).all()] == ["stopped"]
+
+
+def test_the_worker_line_names_the_job_while_it_runs_never_idle(engine, demo_task, monkeypatch):
+    """The serving loop's own heartbeat used to write the worker as idle between the job's beats, so the sidebar's
+    worker line flickered to "idle" while a run or an evaluation was running (issue 37)."""
+    from core.jobs import worker as worker_module
+    from core.jobs.worker import worker_summary
+
+    monkeypatch.setattr(worker_module, "HEARTBEAT_EVERY", 0.02)
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", k=1, limit=1)
+    started, release = threading.Event(), threading.Event()
+
+    def held_reply(messages):
+        started.set()
+        release.wait(30)
+        return "so \\boxed{0}"
+
+    _model, gateway = scripted_gateway(engine, rollout=held_reply)
+    thread = threading.Thread(target=serve, kwargs={"engine": engine, "once": True, "owner": "w-line",
+                                                    "gateway": gateway})
+    thread.start()
+    try:
+        assert started.wait(30)
+        lines = []
+        for _ in range(20):  # many beats of both heartbeats
+            with Session(engine) as session:
+                lines.append(worker_summary(session))
+            time.sleep(0.02)
+    finally:
+        release.set()
+        thread.join(30)
+    assert all(f"evaluating, evaluation {eval_id}" in line for line in lines), set(lines)

@@ -142,14 +142,18 @@ def beat(engine: Engine, owner: str, lease: Lease | None) -> None:
 
 
 @contextmanager
-def heartbeat(engine: Engine, owner: str, lease: Lease | None = None, every: float = HEARTBEAT_EVERY):
-    """Beat in a background thread while the block runs (model calls can take longer than the stall window)."""
+def heartbeat(engine: Engine, owner: str, lease: Lease | Callable[[], Lease | None] | None = None,
+              every: float | None = None):
+    """Beat in a background thread while the block runs (model calls can take longer than the stall window),
+    every `every` seconds (HEARTBEAT_EVERY). `lease` is the job held, or a function that says which job is held
+    at each beat (the serving loop's, so its beat names the job instead of calling the worker idle)."""
     stop = threading.Event()
+    held = lease if callable(lease) else (lambda: lease)
 
     def loop() -> None:
-        while not stop.wait(every):
+        while not stop.wait(every or HEARTBEAT_EVERY):
             try:
-                beat(engine, owner, lease)
+                beat(engine, owner, held())
             except Exception:  # noqa: BLE001  (a locked database must not kill the job; the next beat retries)
                 log.warning("heartbeat failed", exc_info=True)
 
@@ -159,7 +163,7 @@ def heartbeat(engine: Engine, owner: str, lease: Lease | None = None, every: flo
         yield
     finally:
         stop.set()
-        thread.join(timeout=every + 1)
+        thread.join(timeout=(every or HEARTBEAT_EVERY) + 1)
 
 
 def release(engine: Engine, lease: Lease) -> None:
@@ -305,7 +309,7 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
         previous = {signum: signal.signal(signum, stop.on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     log.info("worker %s started", owner)
     try:
-        with heartbeat(engine, owner):
+        with heartbeat(engine, owner, lambda: stop.lease):  # names the job held, never "idle" while one runs
             while True:
                 lease = claim_next(engine, owner)
                 if lease is None:
