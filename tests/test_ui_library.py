@@ -352,7 +352,7 @@ def test_export_in_three_formats(engine):
 
     at.radio(key="lib_export_format").set_value("md")
     rerun(at)
-    assert f"# Experience library\n\n- [G0] {UNITS}\n- [G1] {REREAD}" in codes(at)  # st.code drops the final newline
+    assert f"# Experience library\n\n- [E1] {UNITS}\n- [E2] {REREAD}" in codes(at)  # st.code drops the final newline
 
     at.radio(key="lib_export_format").set_value("json")
     rerun(at)
@@ -369,7 +369,7 @@ def test_export_in_three_formats(engine):
 
     at.radio(key="lib_export_format").set_value("prompt")
     rerun(at)
-    assert f"{EXPERIENCE_HEADER}\n[G0]. {UNITS}\n[G1]. {REREAD}" in codes(at)
+    assert f"{EXPERIENCE_HEADER}\n[E1]. {UNITS}\n[E2]. {REREAD}" in codes(at)
     assert page.export_file_name(DEMO_TASK, "default", 2, "prompt") == "arithmetic-word-problems-default-v2.txt"
 
 

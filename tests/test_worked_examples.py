@@ -54,7 +54,7 @@ def test_a_library_from_an_earlier_version_reads_as_all_lessons_and_stays_as_it_
     assert [c.error for c in checked] == [None, None] and [c.op.kind for c in checked] == [LESSON, LESSON]
     after = apply_ops(OLD_LIBRARY, [c.op for c in checked], first_new_id=3)
     assert all("kind" not in e for e in after)  # stored exactly as before kinds existed
-    assert library_block(OLD_LIBRARY) == f"{EXPERIENCE_HEADER}\n[G0]. {LESSON_TEXT}\n[G1]. Check the units of the final answer."
+    assert library_block(OLD_LIBRARY) == f"{EXPERIENCE_HEADER}\n[E1]. {LESSON_TEXT}\n[E2]. Check the units of the final answer."
 
 
 def test_an_example_has_its_own_limit_and_one_over_it_is_refused():
@@ -86,8 +86,8 @@ def test_an_entry_keeps_its_kind_and_examples_have_their_own_cap():
 def test_the_agent_reads_examples_apart_from_the_lessons_and_the_learner_only_the_lessons():
     prompt = agent_system_prompt("Solve it.", "Box the answer.", MIXED, python_tool=False)
     lessons_part, examples_part = prompt.split(EXAMPLES_HEADER)
-    assert f"{EXPERIENCE_HEADER}\n[G0]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
-    assert examples_part == f"\n[W0]. {EXAMPLE_TEXT}"
+    assert f"{EXPERIENCE_HEADER}\n[E1]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
+    assert examples_part == f"\n[E2]. {EXAMPLE_TEXT}"  # by its id, as the pages and the learner name it
     assert render_for_learner(MIXED) == f"[E1] {LESSON_TEXT}"
 
 
@@ -102,7 +102,9 @@ def test_every_format_keeps_the_kinds(export):
 def test_files_from_earlier_versions_read_as_lessons_and_a_bad_kind_is_refused():
     old_json = json.dumps({"experiences": [{"id": "E1", "text": LESSON_TEXT}]})
     assert parse_library_entries(old_json) == [{"text": LESSON_TEXT, "kind": LESSON}]
-    assert parse_library_entries(f"# Experience library\n\n- [G0] {LESSON_TEXT}\n") == [
+    assert parse_library_entries(f"# Experience library\n\n- [G0] {LESSON_TEXT}\n- [W1] {LESSON_TEXT}\n") == [
+        {"text": LESSON_TEXT, "kind": LESSON}, {"text": LESSON_TEXT, "kind": LESSON}]  # the paper's numbers, read
+    assert parse_library_entries(f"# Experience library\n\n- [E1] {LESSON_TEXT}\n") == [
         {"text": LESSON_TEXT, "kind": LESSON}]
     assert json.loads(to_json(OLD_LIBRARY))["experiences"] == OLD_LIBRARY  # no kind key for lessons
     with pytest.raises(LibraryFormatError, match="kind 'rule'"):
@@ -170,7 +172,7 @@ def test_an_example_that_scores_is_proposed_lands_and_is_shown_to_the_agent(engi
                                    f"Subtract the rest. Answer: {s.get(Sample, source.sample_id).reference}.")
     # the next step's agent reads the example under its own header, after the lessons
     later = [messages[0]["content"] for stage, messages in model.calls if stage == "rollout"][-1]
-    assert later.index(LESSON_TEXT) < later.index(EXAMPLES_HEADER) < later.index(f"[W0]. {example['text']}")
+    assert later.index(LESSON_TEXT) < later.index(EXAMPLES_HEADER) < later.index(f"[{example['id']}]. {example['text']}")
 
 
 def test_with_lessons_off_a_run_learns_worked_examples_only(engine, demo_task, scripted):

@@ -62,10 +62,11 @@ Key = tuple[str, str, Optional[str], Optional[str], Optional[str]]
 
 
 def render_prompt(experiences: Sequence[str]) -> str:
-    """The prompt block the studio would serve for these experiences ("" for none)."""
+    """The prompt block the studio would serve for these experiences ("" for none): one a line by id, the ids
+    E1, E2, ... by position (texts carry none; a new library numbers its entries so)."""
     if not experiences:
         return ""
-    lines = "\n".join(f"[G{i}]. {' '.join(str(text).split())}" for i, text in enumerate(experiences))
+    lines = "\n".join(f"[E{i}]. {' '.join(str(text).split())}" for i, text in enumerate(experiences, start=1))
     return f"{EXPERIENCE_HEADER}\n{lines}\n"
 
 

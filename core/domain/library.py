@@ -2,7 +2,8 @@
 
 Pure functions over lists of {"id": "E3", "text": "...", "kind": "example"}; storing versions is
 core.records.versions' job. Ids are stable across versions so that a reviewer, a diff and the learner all
-talk about the same experience; the agent sees them renumbered as [G0], [G1], ... as in the paper.
+talk about the same experience; the agent sees them by the same ids (`[E3]. text`), where the paper renumbers
+them [G0], [G1], ... (core.domain.library_io.to_prompt_block).
 
 An entry has a kind: a `lesson` (the paper's experience: a short general rule) or an `example` (a worked
 example: a problem in brief and the steps that reached its right answer, verified by the task's reward

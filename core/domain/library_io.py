@@ -32,10 +32,11 @@ from core.domain.library import (
 )
 from core.errors import InvalidInput
 
-_ITEM_MARKER = re.compile(r"^(?:(?P<id>\[[GW]?\d+\]\.?)|[-*+]|\d+[.)])(?:\s+|$)", re.IGNORECASE)
-_ID_PREFIX = re.compile(r"^\[[GW]?\d+\]\.?(?:\s+|$)", re.IGNORECASE)
-_NUMBERED_KEY = re.compile(r"^\[?G?(\d+)\]?$", re.IGNORECASE)
-_BRACKET_ITEM = re.compile(r"^\[[GW]?\d+\]", re.IGNORECASE)
+# An item's marker: the studio's `[E3].` and `- [E3]`, the paper's `[G0].` (and `[W0].` of earlier exports), or a list mark.
+_ITEM_MARKER = re.compile(r"^(?:(?P<id>\[[EGW]?\d+\]\.?)|[-*+]|\d+[.)])(?:\s+|$)", re.IGNORECASE)
+_ID_PREFIX = re.compile(r"^\[[EGW]?\d+\]\.?(?:\s+|$)", re.IGNORECASE)
+_NUMBERED_KEY = re.compile(r"^\[?[EG]?(\d+)\]?$", re.IGNORECASE)
+_BRACKET_ITEM = re.compile(r"^\[[EGW]?\d+\]", re.IGNORECASE)
 _HEADING_OR_FENCE = re.compile(r"^(?:#{1,6}(?:\s|$)|```)")
 # The line that opens the worked examples in Markdown ("## Worked examples") and in the prompt block
 # (core.domain.prompts.EXAMPLES_HEADER starts with these words): the items after it are examples.
@@ -102,7 +103,7 @@ def parse_library_entries(text: str, filename: str = "") -> list[dict]:
     if not entries:
         raise LibraryFormatError(
             f"{name}: no experiences found; expected a JSON list or object, or a list with one "
-            "experience per line ('- ', '* ', '1. ' or '[G0]. ')"
+            "experience per line ('- ', '* ', '1. ' or '[E1]. ')"
         )
     _check_limits(entries, name)
     return entries
@@ -126,13 +127,13 @@ def _check_limits(entries: list[dict], name: str) -> None:
 
 
 def to_markdown(experiences: list[dict], title: str = "Experience library") -> str:
-    """A heading and one `- [G<n>] text` line per lesson, numbered as the agent sees them; worked examples
-    after them under a `## Worked examples` heading, `- [W<n>] text`."""
+    """A heading and one `- [E3] text` line per lesson, by the entry's id as the agent sees it; worked examples
+    after them under a `## Worked examples` heading, `- [E7] text`."""
     lines = [f"# {title}", ""]
-    lines += [f"- [G{i}] {_one_line(e['text'])}" for i, e in enumerate(lessons(experiences))]
+    lines += [f"- [{entry_label(e, i)}] {_one_line(e['text'])}" for i, e in enumerate(lessons(experiences))]
     if examples(experiences):
         lines += ["", f"## {EXAMPLES_TITLE}", ""]
-        lines += [f"- [W{i}] {_one_line(e['text'])}" for i, e in enumerate(examples(experiences))]
+        lines += [f"- [{entry_label(e, i)}] {_one_line(e['text'])}" for i, e in enumerate(examples(experiences))]
     return "\n".join(lines) + "\n"
 
 
@@ -149,11 +150,17 @@ def to_json(experiences: list[dict], meta: dict | None = None) -> str:
 
 
 def to_prompt_block(experiences: list[dict]) -> str:
-    """The numbered list put into the agent's system prompt, as in the paper: `[G0]. text`, one per line.
-    Given entries of one kind (core.domain.prompts.library_block puts lessons and examples apart), so worked
-    examples are numbered `[W0]. text` and lessons `[G0]. text`."""
-    prefix = "W" if experiences and all(kind_of(e) == EXAMPLE for e in experiences) else "G"
-    return "\n".join(f"[{prefix}{i}]. {_one_line(e['text'])}" for i, e in enumerate(experiences))
+    """The list put into the agent's system prompt, one entry a line as in the paper (`[G0]. text` there), each
+    by its stable id: `[E3]. text`. The id is what the pages, the learner's prompts, a review, the HTTP API's
+    `entries` and a trace's feedback call the entry, so the agent's "I used E3" names the same one; the paper's
+    renumbering G0, G1, ... would name a different entry under another version or another query's selection."""
+    return "\n".join(f"[{entry_label(e, i)}]. {_one_line(e['text'])}" for i, e in enumerate(experiences))
+
+
+def entry_label(entry: dict, position: int) -> str:
+    """An entry's id as the prompt and the exports show it; entries without one (texts given without ids) are
+    numbered E1, E2, ... by position, as a new library numbers them."""
+    return str(entry.get("id") or f"E{position + 1}")
 
 
 def _one_line(text: str) -> str:

@@ -38,9 +38,10 @@ EXAMPLES_HEADER = "Worked examples of similar problems, solved correctly (follow
 
 
 def library_block(experiences: list[dict]) -> str:
-    """The library as the agent reads it ("" when empty): the header, the lessons as the paper's numbered list
-    `[G0]. ...`, then the worked examples apart under their own header, `[W0]. ...`. The agent prompt, the
-    `prompt` export and the HTTP API all render a library with this."""
+    """The library as the agent reads it ("" when empty): the header, the lessons one a line by id, `[E1]. ...`
+    (the paper numbers them `[G0]. ...`; library_io.to_prompt_block says why ids), then the worked examples apart
+    under their own header, `[E5]. ...`. The agent prompt, the `prompt` export and the HTTP API all render a
+    library with this."""
     if not experiences:
         return ""
     parts = [to_prompt_block(lessons(experiences))] if lessons(experiences) else []
