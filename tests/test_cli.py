@@ -473,4 +473,4 @@ def test_train_says_plainly_that_the_embedded_learner_rarely_writes_a_usable_les
 
     code, _out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue",
                           "--learner-model", "openai/gpt-4o-mini")
-    assert code == 0 and "embedded model" not in err and "note:" not in err
+    assert code == 0 and "The learner is the embedded model" not in err and "note:" not in err

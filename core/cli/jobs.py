@@ -57,8 +57,26 @@ def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
         print(f"note: {advice.text}{use}", file=sys.stderr)
 
 
+def _say_chosen_defaults(choices: list) -> None:
+    """The defaults this run got from the studio's measurements (core.records.run_defaults), each with its reason
+    and the flag that overrides it, as the Train page shows them; on stderr, beside the learner's note, so a
+    script reading stdout still gets only the run's outcome."""
+    if choices:
+        print("defaults chosen for this run (override with the flag named):", file=sys.stderr)
+        for choice in choices:
+            print(f"  {choice.line()} [{_override(choice.field, choice.value)}]", file=sys.stderr)
+
+
+def _override(field: str, value) -> str:
+    """The command-line words that set `field` otherwise than the chosen `value`."""
+    if field == "selection":
+        return "before a run: python -m core library selection --task T --mode all"
+    flag = "--" + field.replace("_", "-")
+    return flag.replace("--", "--no-", 1) if value is True else flag if isinstance(value, bool) else f"{flag} N"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from core.grpo.training import check_resumable, create_run
+    from core.grpo.training import check_resumable, create_run_with_defaults
     from core.jobs.worker import execute_job
 
     engine = engine_of(args)
@@ -74,9 +92,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
                  "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
-                 "examples": True if args.examples else None, "max_examples": args.max_examples,
-                 "reference_when_all_fail": True if args.reference_when_all_fail else None,
-                 "lessons": False if args.no_lessons else None,
+                 "examples": args.examples, "max_examples": args.max_examples,
+                 "reference_when_all_fail": args.reference_when_all_fail, "lessons": args.lessons,
+                 "max_tokens": args.max_tokens, "learner_max_tokens": args.learner_max_tokens,
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,
                  "max_operations": args.max_operations, "call_timeout_s": args.call_timeout,
@@ -85,10 +103,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "old_share": (0.3 if args.old_share is None else args.old_share) if args.from_production
                  else args.old_share,
                  "hold_flagged": None if args.hold_flagged is None else args.hold_flagged == "on"}
-        settings = RunSettings.build(ground_truth=not args.no_ground_truth,
-                                     **{name: value for name, value in given.items() if value is not None})
-        run_id = create_run(engine, args.task, settings, library_name=args.library,
-                            kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
+        run_id, choices = create_run_with_defaults(
+            engine, args.task, {**given, "ground_truth": not args.no_ground_truth}, library_name=args.library,
+            kind=RunKind.DIRECT if args.direct else RunKind.TRAIN)
+        _say_chosen_defaults(choices)
         _say_learner_advice(engine, args.task, run_id)
     if args.queue:
         print(f"run {run_id} queued on {describe_url(str(engine.url))}; a worker (python -m core worker) executes it")
@@ -341,15 +359,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-turns", type=int, help=_default("max_turns"))
     p.add_argument("--concurrency", type=int, help=_default("concurrency"))
     p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
-    p.add_argument("--examples", action="store_true", help="also propose worked examples: a successful attempt of "
-                   "a group where others failed, compressed by the learner and proposed only if its own answer "
-                   "scores as right against the reference (tasks whose reward is computed from the answer)")
+    chosen = ("; default: chosen for the learner (on for the embedded one, off for others, as measured: "
+              "`train` prints what it chose and why)")
+    p.add_argument("--examples", action=argparse.BooleanOptionalAction, help="propose worked examples: a "
+                   "successful attempt of a group where others failed (or the reference where all failed), "
+                   "compressed by the learner and proposed only if its own answer scores as right against the "
+                   "reference (tasks whose reward is computed from the answer)" + chosen)
     p.add_argument("--max-examples", type=int, help=_default("max_examples"))
-    p.add_argument("--no-lessons", action="store_true", help="learn worked examples only (with --examples): no "
-                   "lesson is asked for from the groups")
-    p.add_argument("--reference-when-all-fail", action="store_true", help="a group in which every attempt failed "
-                   "goes to the learner with the reference answer as the successful side, instead of being skipped "
-                   "(off by default, as in the paper)")
+    p.add_argument("--lessons", action=argparse.BooleanOptionalAction, help="propose lessons from each group's "
+                   "semantic advantage (the paper); --no-lessons learns worked examples only" +
+                   chosen.replace("on for the embedded one, off for others", "off for the embedded one, on for others"))
+    p.add_argument("--reference-when-all-fail", action=argparse.BooleanOptionalAction, help="a group in which "
+                   "every attempt failed goes to the learner with the reference answer as the successful side, "
+                   "instead of being skipped (the paper skips it)" + chosen)
+    p.add_argument("--max-tokens", type=int, help=_default("max_tokens") + ": the agent's reply")
+    p.add_argument("--learner-max-tokens", type=int, help=_default("learner_max_tokens"))
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))
     p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
     p.add_argument("--validation-size", type=int, help=_default("validation_size"))
