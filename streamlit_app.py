@@ -183,7 +183,7 @@ def sidebar(url: str, required: bool) -> None:
         st.code(api_line(get_settings().api_port), language=None, wrap_lines=True)
         st.caption("Database")
         st.code(describe_url(url), language=None, wrap_lines=True)
-        st.caption("Default model (new tasks, the quick trial)")
+        st.caption("Default model (of new tasks)")
         st.code(get_settings().model, language=None, wrap_lines=True)
         if row is not None and {row.policy_model, row.learner_model} != {get_settings().model}:
             st.caption(f"This task's models (its runs' defaults): policy {row.policy_model}, "

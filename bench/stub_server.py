@@ -2,7 +2,9 @@
 
 It runs in a subprocess of its own (so its CPU never counts toward the engine's), on 127.0.0.1 at a
 free port, and answers `POST /v1/chat/completions` (also `/chat/completions`) after a fixed latency,
-with injected faults on demand and a log of every request as JSON lines.
+with injected faults on demand and a log of every request as JSON lines. `GET /v1/models` (also `/models`)
+lists the model names given as `models` (`--models`), as an OpenAI-compatible server lists what it serves;
+it is not logged and draws no fault. Any model name is answered alike.
 
     with StubServer(latency_s=1.0, fault_rate=0.3) as stub:
         ...  # call it as model "openai/<anything>" with api_base=stub.url
@@ -51,6 +53,7 @@ import weakref
 from pathlib import Path
 
 ALL_FAULTS = ("429", "500", "503", "timeout", "reset", "bad_body", "bad_reply")
+MODELS = ("stub", "stub-large")  # what GET /v1/models lists unless told otherwise
 STATUS = {"ok": 200, "429": 429, "500": 500, "503": 503, "timeout": None, "reset": None, "bad_body": 200,
           "bad_reply": 200}
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
@@ -285,6 +288,7 @@ class _App:
         self.random = random.Random(args.seed)
         self.count = 0
         self.replier = Replier()
+        self.models = [name for name in (args.models or "").split(",") if name]
         self.log = open(args.log, "a", encoding="utf-8")  # noqa: SIM115  (open for the server's lifetime)
 
     def outcome(self) -> str:
@@ -342,6 +346,12 @@ class _App:
                    else self.replier.content(stage, body, key))
         return web.Response(text=json.dumps(completion(body, content)), content_type="application/json")
 
+    async def models_list(self, _request):
+        from aiohttp import web
+
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "stub"} for name in self.models]})
+
     async def health(self, _request):
         from aiohttp import web
 
@@ -385,6 +395,8 @@ def serve(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=64 * 1024**2)
     app.router.add_post("/v1/chat/completions", app_state.chat)
     app.router.add_post("/chat/completions", app_state.chat)
+    app.router.add_get("/v1/models", app_state.models_list)
+    app.router.add_get("/models", app_state.models_list)
     app.router.add_get("/health", app_state.health)
     app.router.add_get("/v1/health", app_state.health)
     app.router.add_post("/_stub/reset_log", app_state.reset_log)
@@ -417,12 +429,13 @@ class StubServer:
 
     def __init__(self, *, latency_s: float = 0.0, fault_rate: float = 0.0, faults: tuple[str, ...] = ALL_FAULTS,
                  script: list[str] | None = None, retry_after_s: float | None = 0.05, hang_s: float = 30.0,
-                 seed: int = 0, log_path: Path | None = None) -> None:
+                 seed: int = 0, log_path: Path | None = None, models: tuple[str, ...] = MODELS) -> None:
         bad = [f for f in faults if f not in ALL_FAULTS] + [s for s in script or [] if s != "ok" and s not in ALL_FAULTS]
         if bad:
             raise ValueError(f"unknown fault(s) {bad}; known: ok, {', '.join(ALL_FAULTS)}")
         self.latency_s, self.fault_rate, self.faults = latency_s, fault_rate, tuple(faults)
         self.script, self.retry_after_s, self.hang_s, self.seed = script, retry_after_s, hang_s, seed
+        self.models = tuple(models)
         self._tmp = tempfile.mkdtemp(prefix="stub_server_")
         weakref.finalize(self, shutil.rmtree, self._tmp, True)
         self.log_path = Path(log_path) if log_path else Path(self._tmp) / "requests.jsonl"
@@ -436,7 +449,8 @@ class StubServer:
         command = [sys.executable, str(Path(__file__).resolve()), "--port", "0", "--latency", str(self.latency_s),
                    "--fault-rate", str(self.fault_rate), "--faults", ",".join(self.faults),
                    "--retry-after", "none" if self.retry_after_s is None else str(self.retry_after_s),
-                   "--hang", str(self.hang_s), "--seed", str(self.seed), "--log", str(self.log_path)]
+                   "--hang", str(self.hang_s), "--seed", str(self.seed), "--log", str(self.log_path),
+                   "--models", ",".join(self.models)]
         if self.script is not None:
             script_file = Path(self._tmp) / "script.json"
             script_file.write_text(json.dumps(list(self.script)))
@@ -523,6 +537,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retry-after", default="0.05", help="Retry-After seconds of a 429, or none")
     parser.add_argument("--hang", type=float, default=30.0, help="seconds a 'timeout' holds its connection")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names GET /v1/models lists")
     parser.add_argument("--log", default=None, help="request log (JSON lines); default: a temp file")
     args = parser.parse_args(argv)
     if args.log is None:

@@ -35,7 +35,9 @@ from core.domain.library import EXAMPLE, kind_of
 from core.errors import PermissionDenied, StudioError
 from core.jobs.worker import ensure_worker
 from core.records.labeling import Labelled
+from core.records.model_options import ModelOption, connection_listings, model_options, option_names
 from core.records.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
+from core.records.task_io import TaskSettings
 from core.records.workers import job_health
 from core.settings import engine as settings_engine
 from core.settings import get_settings
@@ -397,3 +399,71 @@ def follow_open_request() -> None:
     if request is not None:
         page, params = request
         st.switch_page(page, query_params=params)
+
+
+# --- model pickers --------------------------------------------------------------------------------------------
+
+MODEL_MEMORY_KEY = "_models_chosen"  # "<picker key>@<task id>" -> the model last chosen there (kept across pages)
+MODEL_OWNER_KEY = "_models_owner"  # picker key -> the task id its widget's value belongs to
+
+
+def offered_models(task: Task | TaskSettings | None) -> list[ModelOption]:
+    """What every model picker offers, in order, with where each came from (core.records.model_options)."""
+    with Session(engine()) as session:
+        return model_options(session, task)
+
+
+def refresh_models() -> None:
+    """The Refresh button's callback: every connection's server is asked for its models again."""
+    with Session(engine()) as session:
+        connection_listings(session, refresh=True)
+
+
+def restore_model(key: str, task_id: int | None, start: str) -> None:
+    """Before a model picker is drawn (or read): its widget holds what was last chosen on it for this task, else
+    `start`. Streamlit drops a widget's state when its page is left, and the same key kept across a task switch
+    would hold another task's model: neither a page switch nor a finished job puts another model there."""
+    state = st.session_state
+    owners = state.setdefault(MODEL_OWNER_KEY, {})
+    if key not in state or owners.get(key, task_id) != task_id:
+        state[key] = state.get(MODEL_MEMORY_KEY, {}).get(f"{key}@{task_id}") or start
+    owners[key] = task_id
+
+
+def choose_model(key: str, task_id: int | None, model: str) -> None:
+    """Put `model` in a model picker as a person's choice for this task (a hand-over from another page: the
+    model a run learned with), so the picker keeps it as it keeps a choice made on it."""
+    st.session_state[key] = model
+    st.session_state.setdefault(MODEL_OWNER_KEY, {})[key] = task_id
+    st.session_state.setdefault(MODEL_MEMORY_KEY, {})[f"{key}@{task_id}"] = model
+
+
+def model_picker(where, label: str, key: str, options: list[ModelOption], *, task_id: int | None, start: str,
+                 help: str, remember: bool = True, format_func: Callable[[Any], str] = str) -> str:
+    """A model selectbox that lists `options` after its current value and takes a typed name too. It starts from
+    what was last chosen on it for this task (restore_model), else `start`, and remembers its choice; with
+    `remember` off (a form that edits what is stored) from `start` whenever its page is drawn anew."""
+    if remember:
+        restore_model(key, task_id, start)
+    else:
+        st.session_state.setdefault(key, start)
+    value = where.selectbox(label, option_names(options, st.session_state[key]), key=key, accept_new_options=True,
+                            format_func=format_func, help=help)
+    if remember:
+        st.session_state.setdefault(MODEL_MEMORY_KEY, {})[f"{key}@{task_id}"] = value
+    return value
+
+
+def models_note(key: str) -> None:
+    """Under model pickers: where what they offer comes from (each connection's listing, its age or why it has
+    none) and a Refresh button that asks the connections' servers again."""
+    with Session(engine()) as session:
+        listings = connection_listings(session)
+    said = ("Connections' models: " + "; ".join(listing.words() for listing in listings) + ". ") if listings else \
+        "No model connection yet (the Models page adds one: a vLLM, Ollama or llama.cpp server, a provider). "
+    left, right = st.columns([5, 1], vertical_alignment="center")
+    left.caption(plain(f"Offered: the task's models, the studio's default, each connection's models as its "
+                       f"server lists them, the embedded models and providers whose key is set; a name can be typed. "
+                       f"{said}"))
+    right.button("Refresh models", key=key, icon=":material/refresh:", on_click=refresh_models,
+                 disabled=not listings, help="Ask every connection's server for the models it serves now.")

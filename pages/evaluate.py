@@ -10,7 +10,10 @@ The worker executes queued evaluations; this page queues them (`core.grpo.evalua
 cancels queued or running ones (`core.jobs.run_control.cancel_evaluation`: the worker stops within seconds and
 keeps every answered rollout), resumes failed, stalled or cancelled ones (`resume_evaluation`) and moves the label
 (`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
-Model output and names are shown as text or in tables through pages._display, never as Markdown.
+Model output and names are shown as text or in tables through pages._display, never as Markdown. The Model picker
+offers core.records.model_options' models (a connection's as its server lists them) and keeps what was last chosen
+for the task, across page switches and finished evaluations (pages._common.model_picker); a new session starts
+from the model of the task's last evaluation.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from sqlmodel import Session
 from core.errors import StudioError
 from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
-from core.models.model_choice import known_models
 from core.records.comparison import compare_evaluations
 from core.records.evaluation_figures import (
     NO_FIGURE,
@@ -35,6 +37,7 @@ from core.records.evaluation_figures import (
     score,
     score_text,
 )
+from core.records.model_options import last_evaluation_model
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
 from core.records.versions import EMPTY, PRODUCTION
@@ -44,9 +47,13 @@ from pages._common import (
     Flash,
     Outcome,
     allowed,
+    choose_model,
     context,
     engine,
     keep_valid_choice,
+    model_picker,
+    models_note,
+    offered_models,
     plain,
     require_task,
     role_note,
@@ -133,12 +140,6 @@ class FormScope:
     routed_key: str | None = None
 
 
-def model_options(current: str, chosen: str | None = None) -> list[str]:
-    """The task's model first, then every model known to work here (core.models.model_choice), and the one
-    already chosen (handed over with a run's version) if it is none of those."""
-    return list(dict.fromkeys([current, *known_models(), *([chosen] if chosen else [])]))
-
-
 def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: int, model: str) -> str:
     """What was queued, echoed back so the person sees it is what the form showed."""
     return (f"Evaluation #{evaluation_id} queued: version {version} on the {split} split ({queries} queries, "
@@ -179,14 +180,17 @@ def evaluation_form(setup: dict) -> None:
     handed = st.session_state.pop(HANDOFF_KEY, None)  # "Evaluate this version" on Train or Library
     if handed is not None and str(handed) in options:
         st.session_state[version_key] = str(handed)
+    model_key = form_key("model", setup)
     handed_model = st.session_state.pop(MODEL_HANDOFF_KEY, None)  # the model the run learned with
     if handed_model:
-        st.session_state[form_key("model", setup)] = handed_model
+        choose_model(model_key, task.id, handed_model)
+    with Session(engine()) as session:  # a new session starts from the model the task's last evaluation used
+        start = last_evaluation_model(session, task) or task.policy_model
     for key, offered in ((version_key, options), (split_key, splits)):
         keep_valid_choice(key, offered)
     if splits:
         st.session_state.setdefault(split_key, "test" if "test" in splits else splits[0])
-    models = model_options(task.policy_model, st.session_state.get(form_key("model", setup)))
+    models = offered_models(task)
     with st.form(f"eval_form_{task.id}"):
         c1, c2, c3 = st.columns(3)
         c1.selectbox("Version", options, format_func=lambda ref: names.get(ref, ref), key=version_key)
@@ -194,9 +198,11 @@ def evaluation_form(setup: dict) -> None:
                      format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key=split_key)
         c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key=form_key("k", setup))
         c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key=form_key("limit", setup))
-        c2.selectbox("Model", models, index=0, accept_new_options=True, key=form_key("model", setup),
-                     help="The task's policy model, the embedded models and the configured providers; "
-                          "type another litellm model name if you need one.")
+        model_picker(c2, "Model", model_key, models, task_id=task.id, start=start,
+                     help="What was last chosen here for this task (else the model of its last evaluation, else "
+                          "its policy model); offered: the task's models, the studio's default, each model "
+                          "connection's models (as its server lists them), the embedded models and the configured "
+                          "providers; type another name (connection/model or a litellm name) if you need one.")
         c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1, format="%.2f",
                         key=form_key("temperature", setup))
         routed_key = None
@@ -208,11 +214,12 @@ def evaluation_form(setup: dict) -> None:
                              + "; production version, else the newest) and the version above for the rest; "
                              "compare it with an evaluation of the version alone.")
         scope = FormScope(task=task.name, names=names, split_sizes=dict(setup["splits"]),
-                          default_model=task.policy_model, routed_key=routed_key,
+                          default_model=start, routed_key=routed_key,
                           keys={name: form_key(name, setup) for name in ("version", "split", "k", "limit", "model",
                                                                         "temperature")})
         st.form_submit_button("Start evaluation", key="eval_submit", type="primary", on_click=start_evaluation,
                               args=(scope,))
+    models_note("eval_refresh_models")
     FLASH.show("new")
 
 

@@ -4,6 +4,8 @@ A connection is an OpenAI-compatible server's address (vLLM, SGLang, Ollama, lla
 a company gateway) or a litellm provider, with the NAME of the environment variable that holds its key:
 the key itself is never stored or shown. Tasks, runs and evaluations then pick `<connection>/<model>`.
 Test makes one short call and shows the latency and the reply, or the exact error with the masked address.
+Each connection shows the models its server lists (its /models, kept a few minutes: core.models.connections),
+which every model picker offers; Refresh models asks the servers again.
 Admins add and remove connections; everything goes through core.records.connections.
 """
 
@@ -22,7 +24,19 @@ from core.records.connections import (
     remove_connection,
     try_connection,
 )
-from pages._common import Flash, Outcome, allowed, context, engine, role_note, run_action, run_page
+from core.records.model_options import connection_listings
+from pages._common import (
+    Flash,
+    Outcome,
+    allowed,
+    context,
+    engine,
+    plain,
+    refresh_models,
+    role_note,
+    run_action,
+    run_page,
+)
 from pages._display import table
 
 FLASH = Flash("models_flash")
@@ -82,6 +96,7 @@ def add_form() -> None:
 def connection_rows() -> None:
     with Session(engine()) as session:
         rows = [describe(row) for row in list_connections(session)]
+        listings = {listing.connection: listing for listing in connection_listings(session)}
     st.subheader("Connections", anchor=False)
     if not rows:
         st.caption("No connection yet: models are the embedded ones (local/...) and litellm providers whose key "
@@ -92,10 +107,16 @@ def connection_rows() -> None:
     table([{**row, "defaults": json.dumps(row["defaults"]), "key set here": {True: "yes", False: "NO",
                                                                                  None: "not needed"}[row["key set here"]]}
            for row in rows], key="models_table")
+    st.button("Refresh models", key="models_refresh", icon=":material/refresh:", on_click=refresh_models,
+              help="Ask every connection's server for the models it serves now (kept a few minutes otherwise).")
     for row in rows:
         name = row["name"]
         with st.container(border=True):
             st.markdown(f"**{name}**")
+            listing = listings.get(name)
+            if listing is not None:
+                st.caption(plain(f"Models served (every model picker offers them as {name}/<model>): "
+                                 + listing.words().removeprefix(f"{name}: ")))
             FLASH.show(f"test_{name}")
             left, middle, right = st.columns([3, 1, 1], vertical_alignment="bottom")
             left.text_input("Model to try", key=f"models_test_model_{name}", placeholder="the server's model name")

@@ -52,6 +52,7 @@ from core.domain.rubric import DEFAULT_RUBRIC
 from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
 from core.errors import InvalidInput
+from core.records.model_options import ModelOption
 from core.records.scenarios import is_conversation, persona_splits, split_by_persona
 from core.records.task_io import (
     TaskSettings,
@@ -73,6 +74,9 @@ from pages._common import (
     current_task,
     engine,
     keep_valid_choice,
+    model_picker,
+    models_note,
+    offered_models,
     plain,
     reward_text,
     role_note,
@@ -98,6 +102,9 @@ HOLD_OUT_PERCENT = {"test": 20, "validation": 0}  # the page's defaults; core's 
 TRY_KEY = "tasks_try_result"
 NO_SAMPLE = "(none: type a reference below)"
 SAMPLE_CHOICES = 200
+MODELS_HELP = ("Offered: the task's models, the studio's default, each model connection's models (as its server lists "
+               "them), the embedded models and those of providers whose key is set; type any other name "
+               "(connection/model or a litellm name).")
 AGENT_HELP = "direct: the model answers in one reply; python: it may run Python code before answering."
 CONVERSATION_FIELDS = ("simulator_model", "max_turns")  # TaskSettings a conversation task's form shows
 PERSONA_COLUMNS = ("name", "segment", "description", "hidden facts")
@@ -232,11 +239,13 @@ def collect(prefix: str, kept: dict, unshown: dict | None = None) -> TaskSetting
                                           if f"{prefix}{name}" in state}}
     if "max_turns" in conversation:
         conversation["max_turns"] = int(conversation["max_turns"])
+    if "simulator_model" in conversation:
+        conversation["simulator_model"] = conversation["simulator_model"] or ""  # a cleared picker
     return TaskSettings(
         name=state[f"{prefix}name"], description=state[f"{prefix}description"],
         instructions=state[f"{prefix}instructions"], answer_format=state[f"{prefix}answer_format"],
-        agent_mode=state[f"{prefix}agent_mode"], policy_model=state[f"{prefix}policy_model"],
-        learner_model=state[f"{prefix}learner_model"], judge_model=state[f"{prefix}judge_model"],
+        agent_mode=state[f"{prefix}agent_mode"], policy_model=state[f"{prefix}policy_model"] or "",
+        learner_model=state[f"{prefix}learner_model"] or "", judge_model=state[f"{prefix}judge_model"] or "",
         reward_method=method, reward_settings=collect_method_settings(prefix, method, kept), **conversation,
     )
 
@@ -274,19 +283,23 @@ def settings_form(prefix: str, base: TaskSettings, kind: str = "single") -> None
         jail = jail_status()  # a failed probe is not cached: ask once per draw
         if not jail.available:
             st.warning("Runs in python mode will be refused on this machine: " + plain(jail.message))
+    options = offered_models(base)
     policy, learner, judge = st.columns(3)
-    policy.text_input("Policy model", value=base.policy_model, key=f"{prefix}policy_model",
-                      help="Answers the queries (the agent).")
-    learner.text_input("Learner model", value=base.learner_model, key=f"{prefix}learner_model",
-                       help="Summarises rollouts and writes experiences.")
-    judge.text_input("Judge model", value=base.judge_model, key=f"{prefix}judge_model",
-                     help="Scores rollouts for the judge methods.")
+    for column, label, field, role in ((policy, "Policy model", "policy_model", "Answers the queries (the agent)."),
+                                       (learner, "Learner model", "learner_model",
+                                        "Summarises rollouts and writes experiences."),
+                                       (judge, "Judge model", "judge_model", "Scores rollouts for the judge methods.")):
+        model_picker(column, label, f"{prefix}{field}", options, task_id=None, start=getattr(base, field),
+                     help=f"{role} {MODELS_HELP}", remember=False)
     if kind == "conversation":
         simulator, turns = st.columns(2)
-        simulator.text_input("User simulator model (empty: the policy model)", value=base.simulator_model,
-                             key=f"{prefix}simulator_model", help="Plays the persona; it never sees the library.")
+        model_picker(simulator, "User simulator model (empty: the policy model)", f"{prefix}simulator_model",
+                     [ModelOption("", "the policy model"), *options], task_id=None, start=base.simulator_model,
+                     help=f"Plays the persona; it never sees the library. {MODELS_HELP}", remember=False,
+                     format_func=lambda model: model or "(the policy model)")
         turns.number_input("Most agent turns in a conversation", min_value=1, max_value=20, step=1,
                            value=int(base.max_turns), key=f"{prefix}max_turns")
+    models_note(f"{prefix}refresh_models")
     methods = list(METHODS)
     method = st.selectbox("Reward method", methods,
                           index=methods.index(base.reward_method) if base.reward_method in methods else 0,

@@ -5,13 +5,16 @@ Runs are executed by the worker; this page only queues them (`core.grpo.training
 a person's requests (`core.jobs.run_control`). Counters come from `run.progress`, which the worker keeps
 up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
 before Start, a queued run's place in line and the status in words come from `core.records.progress`; the model
-choices from `core.models.model_choice`; the notice about an embedded learner from `core.records.learner_advice`.
+choices from `core.records.model_options` (the task's models, the default, each connection's served models; a
+name can be typed); the notice about an embedded learner from `core.records.learner_advice`.
 
 The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
 every change. A preset is a button, not a choice that tracks the form: a widget that a callback rewrites
 races the browser, which on a busy machine sends back the choice's old value with the next change and so
 re-applies the old preset over everything typed. What the settings match is shown in words instead
 (`preset_matched`). The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
+A preset never touches the Policy and Learner models: they start from the task's models, keep what the person
+chose for this task (also across a page switch, pages._common.restore_model), and a preset sets everything else.
 
 The learning switches (worked examples, lessons, learning from the reference) and the library's entry selection
 start from the defaults core chooses for the run's learner with the measured reason for each
@@ -32,7 +35,6 @@ from sqlmodel import Session
 from core.errors import InvalidInput
 from core.grpo.training import create_run_with_defaults
 from core.jobs.run_control import cancel_run, pause_run, resume_run
-from core.models.model_choice import known_models
 from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
@@ -48,7 +50,6 @@ from core.records.progress import (
 from core.records.run_defaults import Choice, chosen_defaults
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
-from core.settings import get_settings
 from pages._common import (
     LIBRARY_KEY,
     Flash,
@@ -56,8 +57,12 @@ from pages._common import (
     context,
     engine,
     id_select,
+    model_picker,
+    models_note,
+    offered_models,
     plain,
     require_task,
+    restore_model,
     role_note,
     run_action,
     run_page,
@@ -93,7 +98,7 @@ CHOSEN_WIDGETS = {"examples": "train_examples", "lessons": "train_lessons",
 # not effect, and the gate's two evaluations would cost more calls than the trial itself; Evaluate measures
 # the result on held-out queries afterwards. A group where every attempt failed learns from the reference, so a
 # task the agent fails completely (the shop-policies demo before it knows the policies) still shows proposals.
-# Everything else is what core chooses for the default model as the learner, as for any run.
+# Everything else is what core chooses for the form's learner, as for any run; the models stay as chosen.
 QUICK_TRIAL = {"limit": 4, "batch_size": 4, "group_size": 4, "epochs": 1, "review_mode": "manual",
                "gate": GateRule.OFF.value, "reference_when_all_fail": True}
 PRESETS = {"quick": "Quick trial (4 queries, G=4, 1 epoch)", "full": "Full run (defaults)"}
@@ -384,13 +389,13 @@ def chosen_for(task, given: dict) -> tuple[RunSettings, list[Choice]]:
         return chosen_defaults(session, task, given, library_name=context().library)
 
 
-def widget_values(settings: RunSettings, policy_model: str, learner_model: str) -> dict:
-    """Every form widget's value for these settings (an empty box or 0 is the automatic default)."""
+def widget_values(settings: RunSettings) -> dict:
+    """Every form widget's value for these settings (an empty box or 0 is the automatic default), but the models:
+    a preset or a default never replaces the model a person or the task chose."""
     return {"train_epochs": settings.epochs, "train_batch_size": settings.batch_size,
             "train_group_size": settings.group_size, "train_temperature": settings.temperature,
             "train_concurrency": settings.concurrency, "train_limit": settings.limit or 0, "train_seed": settings.seed,
-            "train_max_tokens": settings.max_tokens, "train_policy_model": policy_model,
-            "train_learner_model": learner_model, "train_ground_truth": settings.ground_truth,
+            "train_max_tokens": settings.max_tokens, "train_ground_truth": settings.ground_truth,
             "train_review_mode": settings.review_mode, "train_budget": settings.budget_usd or 0.0,
             "train_gate": settings.gate.value, "train_validation_size": settings.validation_size,
             "train_gate_k": settings.gate_k, "train_max_operations": settings.max_operations,
@@ -399,20 +404,24 @@ def widget_values(settings: RunSettings, policy_model: str, learner_model: str) 
             **{widget: getattr(settings, name) for name, widget in CHOSEN_WIDGETS.items()}}
 
 
+def form_learner(task) -> str:
+    """The learner the form holds (the task's until one is chosen)."""
+    return str(st.session_state.get("train_learner_model") or "").strip() or task.learner_model
+
+
 def form_defaults(task) -> dict:
-    """Every form widget's starting value: the defaults core chooses for the task's learner, the task's models."""
-    settings, _choices = chosen_for(task, {"learner_model": task.learner_model})
-    return widget_values(settings, task.policy_model, task.learner_model)
+    """Every form widget's starting value but the models': the defaults core chooses for the form's learner."""
+    settings, _choices = chosen_for(task, {"learner_model": form_learner(task)})
+    return widget_values(settings)
 
 
 def preset_values(task, preset: str) -> dict:
-    """Every form widget's value under a preset: the defaults, or the quick trial's settings with the defaults
-    core chooses for the default model (the sidebar's "Default model": what a quick trial runs on)."""
+    """Every form widget's value under a preset but the models': the defaults, or the quick trial's settings with
+    the defaults core chooses for the form's learner. The models stay as the person or the task chose them."""
     if preset != "quick":
         return form_defaults(task)
-    default = get_settings().model
-    settings, _choices = chosen_for(task, {**QUICK_TRIAL, "learner_model": default})
-    return widget_values(settings, default, default)
+    settings, _choices = chosen_for(task, {**QUICK_TRIAL, "learner_model": form_learner(task)})
+    return widget_values(settings)
 
 
 def apply_preset(task, preset: str) -> None:
@@ -431,8 +440,11 @@ def preset_matched(task) -> str | None:
 
 
 def prepare_form(task) -> list[Choice]:
-    """Before the widgets: a preset another page asked for, else the defaults for widgets not yet drawn; then
-    the learning switches follow the defaults chosen for the form's learner. Returns those choices."""
+    """Before the widgets: the models last chosen for this task (else the task's), a preset another page asked
+    for, else the defaults for widgets not yet drawn; then the learning switches follow the defaults chosen for
+    the form's learner. Returns those choices."""
+    for key, task_model in (("train_policy_model", task.policy_model), ("train_learner_model", task.learner_model)):
+        restore_model(key, task.id, task_model)
     requested = st.session_state.pop(PRESET_REQUEST, None)
     if requested in PRESETS:
         apply_preset(task, requested)
@@ -446,8 +458,7 @@ def follow_chosen(task) -> list[Choice]:
     each switch that still holds the default chosen before takes the new one; a switch a person changed stays
     (the notice under the settings then says so, with a button to take the defaults)."""
     state = st.session_state
-    learner = str(state.get("train_learner_model") or "").strip() or task.learner_model
-    given = {"learner_model": learner, "ground_truth": bool(state["train_ground_truth"])}
+    given = {"learner_model": form_learner(task), "ground_truth": bool(state["train_ground_truth"])}
     try:  # a preset's own switch (the quick trial learns from the reference) is no default to follow
         settings, choices = chosen_for(task, {**state.get(PRESET_SWITCHES_KEY, {}), **given})
     except InvalidInput:  # it does not fit the form any more (ground truth off)
@@ -484,21 +495,21 @@ def start_run(task) -> None:
         start_worker_if_needed()
 
 
-def model_options(current: str, task_model: str) -> list[str]:
-    """The field's choice first, the task's model, then every model known to work here; free text stays possible."""
-    return list(dict.fromkeys([m for m in (current, task_model) if m] + known_models()))
-
-
 def model_fields(task) -> None:
+    """Policy and Learner: the task's models, the default, each connection's served models and the rest
+    (core.records.model_options); a preset never changes them."""
+    options = offered_models(task)
     m1, m2 = st.columns(2)
     for column, label, key, task_model, role in (
             (m1, "Policy model", "train_policy_model", task.policy_model, "The model that answers the queries."),
             (m2, "Learner model", "train_learner_model", task.learner_model,
              "The model that summarises attempts and proposes experiences.")):
-        column.selectbox(label, model_options(st.session_state.get(key) or "", task_model), key=key,
-                         accept_new_options=True,
-                         help=role + " The embedded models and those of every provider whose API key is set; "
-                                     "type another litellm model name if you need one.")
+        model_picker(column, label, key, options, task_id=task.id, start=task_model,
+                     help=role + " The task's models, the studio's default, each model connection's models (as its "
+                                 "server lists them), the embedded models and those of every provider whose API key "
+                                 "is set; type another name (connection/model or a litellm name) if you need one. "
+                                 "The presets never change it.")
+    models_note("train_refresh_models")
 
 
 def settings_widgets(task) -> None:
@@ -558,7 +569,7 @@ def chosen_notice(task, choices: list[Choice]) -> None:
             _settings, selection = chosen_defaults(session, task, form_settings(), library_name=context().library)
     except InvalidInput:
         selection = []
-    learner = str(state.get("train_learner_model") or "").strip() or task.learner_model
+    learner = form_learner(task)
     lines = "\n".join(f"- {plain(choice.line())}" for choice in [*choices, *selection])
     st.info(f"Defaults chosen for the learner {plain(learner)}:\n{lines}", icon=":material/tune:")
     changed = [choice for choice in choices if state.get(CHOSEN_WIDGETS[choice.field]) != choice.value]
@@ -576,8 +587,9 @@ def use_learner(model: str) -> None:
 
 
 def learner_notice(task) -> None:
-    """With the embedded model as learner, say plainly that it rarely writes a usable lesson (the measured figures)
-    and offer a hosted learner where a provider's key is set (core.records.learner_advice)."""
+    """With the embedded model as learner, say plainly that it rarely writes a usable lesson (the measured figures),
+    name model connections as the way to a capable one and offer a hosted learner where a provider's key is set
+    (core.records.learner_advice)."""
     try:
         settings = form_settings()
     except InvalidInput:

@@ -188,3 +188,13 @@ def test_seeded_fault_rate_draws_every_kind():
 def test_unknown_fault_is_refused():
     with pytest.raises(ValueError):
         StubServer(script=["ok", "teapot"])
+
+
+def test_models_are_listed_unlogged_and_draw_no_fault():
+    from core.models.connections import fetch_models
+
+    with StubServer(models=("alpha", "beta-7b"), script=["500"]) as stub:
+        assert fetch_models(stub.url) == ["alpha", "beta-7b"]
+        assert stub.requests() == []  # a listing is not a model call: no log line, no scripted outcome used
+        [(status, _headers, _text)] = _post_all(stub.url, [_body()])
+    assert status == 500  # the script's first outcome went to the first chat request

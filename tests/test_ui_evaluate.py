@@ -250,12 +250,9 @@ def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
 
 
 def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):
-    from core.models import model_choice
-
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.setattr(model_choice, "known_models", lambda: ["anthropic/claude-sonnet-4-5"])  # as if typed
-    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
-    at.selectbox(key=form_key(engine, "model")).set_value("anthropic/claude-sonnet-4-5")
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice",  # a typed model (AppTest cannot type)
+                                           form_key(engine, "model"): "anthropic/claude-sonnet-4-5"})
     at.button(key="eval_submit").click()
     at.run()
 

@@ -40,6 +40,9 @@ def test_an_admin_adds_tests_and_removes_a_connection(engine, monkeypatch):
         add(at, name="stubby", kind="openai", base_url=stub.url, key_env="STUB_KEY", params='{"temperature": 0.1}')
         listed = table_with(at, "key variable")
         assert listed["name"].tolist() == ["stubby"] and listed["key set here"].tolist() == ["yes"]
+        served = [c.value.replace("\\", "") for c in at.caption if c.value.startswith("Models served")]
+        assert served == ["Models served (every model picker offers them as stubby/<model>): stub, stub-large "
+                          "(listed just now)"], served  # what the server's /v1/models lists
         assert "sk-never-shown" not in str(at)
         at.text_input(key="models_test_model_stubby").set_value("stub")
         at.button(key="models_test_stubby").click().run()

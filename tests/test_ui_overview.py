@@ -234,9 +234,13 @@ def test_on_another_default_model_the_quick_trial_keeps_the_chosen_task(engine, 
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         assert [t.value for t in at.title] == ["Train"] and at.session_state["task"] == SUPPORT_TASK
-        # the sidebar's default model, which the quick trial runs on, even where the task names another
-        assert at.session_state["train_policy_model"] == at.session_state["train_learner_model"] == \
-            "openai/gpt-4o-mini"
+        # the task's own models: a preset never replaces a model the task (or the person) chose (issue 37)
+        with db.session_scope(engine) as session:
+            task = queries.task_by_name(session, SUPPORT_TASK)
+            session.expunge(task)
+        assert task.policy_model != "openai/gpt-4o-mini"
+        assert (at.session_state["train_policy_model"], at.session_state["train_learner_model"]) == \
+            (task.policy_model, task.learner_model)
         assert "openai/gpt-4o-mini" in [c.value for c in at.sidebar.code]
     finally:
         get_settings.cache_clear()

@@ -647,10 +647,9 @@ def test_a_labeller_sees_the_personas_but_cannot_edit_them(engine):
 
 def test_a_conversation_tasks_turn_limit_is_edited_and_a_single_tasks_is_kept(engine):
     task = conversation_task(engine)
-    at = open_tasks(**{TASK_KEY: task.name})
+    at = open_tasks(**{TASK_KEY: task.name, f"task_{task.id}_simulator_model": "local/other"})  # a typed name
     assert any(c.value.startswith("A conversation task:") for c in at.caption)
     at.number_input(key=f"task_{task.id}_max_turns").set_value(6)
-    at.text_input(key=f"task_{task.id}_simulator_model").set_value("local/other")
     click(at, "tasks_save")
     with Session(engine) as session:
         stored = queries.task_by_name(session, task.name)

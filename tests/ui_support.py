@@ -30,6 +30,21 @@ def run_app(page: str | None = None, session_state: dict | None = None) -> AppTe
     return at
 
 
+def click(at: AppTest, key: str) -> AppTest:
+    """Press the button with this key and run the page; fails on any exception."""
+    at.button(key=key).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def switch(at: AppTest, page: str) -> AppTest:
+    """Open another page in the same session (as the sidebar does); fails on any exception."""
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def table_with(at: AppTest, column: str) -> pd.DataFrame:
     """The one dataframe on the page that has this column."""
     found = [df.value for df in at.dataframe if column in df.value.columns]

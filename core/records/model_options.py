@@ -1,0 +1,77 @@
+"""The models a model picker offers (Train's policy and learner, the Quick trial, Evaluate, Tasks), each with
+where it came from, so every picker offers the same ones in the same order:
+
+1. the task's own models (policy, learner, judge, user simulator),
+2. the studio's default model,
+3. each model connection's models, as its server lists them (core.models.connections.served_models: kept for a
+   few minutes, asked again on Refresh; a server that does not answer offers what it listed last, with why),
+4. the embedded models and a few models of every provider whose API key is set (core.models.model_choice).
+
+A typed name stays possible wherever these are offered; whether it can be called is checked when a job is queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from core.models.connections import ServedModels, served_models
+from core.models.model_choice import PROVIDERS, key_is_set, local_models
+from core.records.connections import list_connections
+from core.records.task_io import TaskSettings
+from core.settings import get_settings
+from storage import queries
+from storage.tables import Task
+
+TASK_ROLES = (("policy_model", "policy"), ("learner_model", "learner"), ("judge_model", "judge"),
+              ("simulator_model", "user simulator"))
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    """One model a picker offers and where it came from, in words ("the task's policy model, connection vllm")."""
+
+    name: str
+    source: str
+
+
+def connection_listings(session: Session, *, refresh: bool = False) -> list[ServedModels]:
+    """Each connection's listed models (kept, or asked of its server when stale or `refresh`), by name."""
+    return [served_models(connection, refresh=refresh) for connection in list_connections(session)]
+
+
+def model_options(session: Session, task: Task | TaskSettings | None, *, refresh: bool = False) -> list[ModelOption]:
+    """Every model to offer for `task` (a stored task, or the settings a form edits; None: no task yet), in the
+    order above, each once with all its sources."""
+    found: dict[str, list[str]] = {}
+
+    def offer(name: str | None, source: str) -> None:
+        if name and source not in found.setdefault(name, []):
+            found[name].append(source)
+
+    for field, role in TASK_ROLES if task is not None else ():
+        offer(getattr(task, field, None), f"the task's {role} model")
+    offer(get_settings().model, "the studio's default")
+    for listing in connection_listings(session, refresh=refresh):
+        for model in listing.models:
+            offer(f"{listing.connection}/{model}", f"connection {listing.connection}")
+    for name in local_models():
+        offer(name, "embedded")
+    for provider, (variable, models) in PROVIDERS.items():
+        if key_is_set(variable):
+            for name in models:
+                offer(name, f"{provider} ({variable} is set)")
+    return [ModelOption(name, ", ".join(sources)) for name, sources in found.items()]
+
+
+def option_names(options: list[ModelOption], *first: str | None) -> list[str]:
+    """The names a picker lists: `first` (its current choice, say), then the options, each once."""
+    return list(dict.fromkeys([name for name in first if name] + [option.name for option in options]))
+
+
+def last_evaluation_model(session: Session, task: Task) -> str | None:
+    """The model of the task's newest evaluation a person asked for: what Evaluate offers first when this
+    session chose none yet, so a new session evaluates on the model the last one did."""
+    newest = next(iter(queries.evaluations(session, task.id)), None)
+    return newest.model if newest is not None else None
