@@ -70,6 +70,7 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
+from pages._display import table
 from storage import queries
 from storage.statuses import (
     LEARNING_KINDS,
@@ -661,9 +662,9 @@ def page() -> None:
     live_progress(selected)
     chosen = next(r for r in runs if r.id == selected)
     with st.expander("Settings of this run"):
-        st.dataframe(pd.DataFrame({"setting": list(chosen.settings),
-                                   "value": [str(v) for v in chosen.settings.values()]}),
-                     hide_index=True, key="train_settings_table")
+        table(pd.DataFrame({"setting": list(chosen.settings),
+                            "value": [None if v is None else str(v) for v in chosen.settings.values()]}),
+              key="train_settings_table")
 
 
 run_page(page)

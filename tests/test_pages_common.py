@@ -94,14 +94,7 @@ def no_value_cells(frame) -> list[tuple[str, object]]:
     return found
 
 
-# pages/train.py's "Settings of this run" writes each value with str() into its own st.dataframe, so an unset
-# setting reads "None"; that page is another change's to make (through pages._display.table, values left as they
-# are). Strict: the mark has to go once it draws "—" there.
-TRAIN_SETTINGS_NONE = pytest.mark.xfail(strict=True, reason="pages/train.py: 'Settings of this run' shows str(None)")
-
-
-@pytest.mark.parametrize("page", [pytest.param(page, marks=TRAIN_SETTINGS_NONE) if page == "train" else page
-                                  for page in PAGE_TITLES])
+@pytest.mark.parametrize("page", PAGE_TITLES)
 def test_no_page_shows_none_or_nan_where_a_figure_is_missing(seeded_studio, page):
     """Every page over the seeded studio plus a failed evaluation (0 answered) and a cancelled one: no table cell
     is empty-as-None or NaN, and no text on the page says None, nan or inf."""
