@@ -221,6 +221,7 @@ def policy_records() -> tuple[list[dict], list[dict], list[str]]:
 
 def task_settings(options: argparse.Namespace):
     """The benchmark task's instructions and reward: the arithmetic demo's, or the shop-policies demo's."""
+    from core.domain.prompts import PAPER_WORDING
     from core.records.task_io import TaskSettings
     from core.records.tasks import (
         DEMO_ANSWER_FORMAT,
@@ -236,7 +237,8 @@ def task_settings(options: argparse.Namespace):
                             instructions=POLICY_INSTRUCTIONS, answer_format=POLICY_ANSWER_FORMAT,
                             reward_method="facts", **common)
     return TaskSettings(description="Train and test files of bench/learning_effect.py.", instructions=DEMO_INSTRUCTIONS,
-                        answer_format=DEMO_ANSWER_FORMAT, reward_method="math", **common)
+                        answer_format=DEMO_ANSWER_FORMAT, reward_method="math", library_header=PAPER_WORDING.header,
+                        examples_intro=PAPER_WORDING.examples_intro, **common)  # the arithmetic demo's wording
 
 
 def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict]) -> dict:

@@ -624,7 +624,7 @@ def draw_export(data: PageData, newest_first: list[int], ctx: Context) -> None:
         chosen = data.by_id[version_select("Version to export", "lib_export_version", newest_first, data)]
     # version_json_meta reads only .id and .number, which VersionInfo has (no database object kept).
     text = core_versions.export_version(chosen.experiences, fmt,
-                                        meta=core_versions.version_json_meta(data.task, chosen))
+                                        meta=core_versions.version_json_meta(data.task, chosen), task=data.task)
     show_long(text, f"lib_export_{chosen.id}_{fmt}", empty="(the version is empty: nothing to paste)")
     st.download_button("Download", data=text, file_name=export_file_name(data.task.name, ctx.library,
                                                                           chosen.number, fmt),

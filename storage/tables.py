@@ -65,6 +65,10 @@ class Task(SQLModel, table=True):
     max_turns: int = Field(default=4, sa_column=Column(Integer, nullable=False, server_default="4"))
     # Which production traces go to people (core/records/traces.py): {"below": score, "share": fraction}.
     production_rules: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
+    # The line above the library in the agent's system prompt and the line that opens its worked examples
+    # (core.domain.prompts.LibraryWording); None: the neutral default.
+    library_header: str | None = _text()
+    examples_intro: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)
 
 

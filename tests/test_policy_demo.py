@@ -15,6 +15,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.datasets import formula_like, parse_dataset_file
+from core.domain.reference_answers import reference_parts, template_reply
 from core.domain.rewards import METHODS, parse_facts, score
 from core.errors import InvalidInput
 from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
@@ -280,3 +281,70 @@ def test_a_policy_run_learns_from_the_reference_where_every_attempt_failed(engin
     assert f"{successful_side}{failing.reference}" in next(p for p in prompts if failing.query in p)
     assert successful_side not in next(p for p in prompts if mixed.query in p)
     assert applied and version.number == 2 and version.experiences
+
+
+# ---- worked examples made from the reference (issue 36, item 3) ----------------------------------------------
+
+
+def reference_example_run(engine, scripted, reply: str) -> tuple[Operation, Advantage, str, list]:
+    """One auto-review step on the first train message (every attempt fails), examples only, with the learner's
+    reply from the reference scripted: the example's operation, its group's advantage, the message's reference
+    and the learner's calls."""
+    task = ensure_policy_task(engine)
+    model, gateway = scripted(engine, rollout=NO_POLICY, example=json.dumps({"reply": reply}))
+    settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", gate="off",
+                           examples=True, lessons=False, reference_when_all_fail=True)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, settings), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as session:
+        [op] = session.exec(select(Operation).where(Operation.run_id == run.id)).all()
+        advantage = session.exec(select(Advantage).where(Advantage.step_id == op.step_id)).one()
+        sample = next(s for s in queries.samples(session, task.id, "train") if s.id == advantage.sample_id)
+    assert len(parse_facts(sample.reference)) == 2  # p01: a return window and a ticket reference
+    return op, advantage, sample.reference, [messages for stage, messages in model.calls if stage == "example"]
+
+
+def answer_of(op: Operation) -> str:
+    return op.text.split(" Answer: ", 1)[1]
+
+
+def test_a_reference_example_is_the_reply_a_person_would_send(engine, scripted):
+    """The learner writes the reply from the reference's facts (label and first wording, never the verifier's
+    alternatives); the example states each fact in whole sentences, ends with a stop, scores 1 with the task's
+    reward and lands in auto review with nothing flagged."""
+    reply = ("Yes, you can still send the boots back: our return window is 45 days from delivery. Please quote "
+             "your ticket reference PC-48213 when you write to us.")
+    op, advantage, reference, prompts = reference_example_run(engine, scripted, reply)
+    [prompt] = [messages[-1]["content"] for messages in prompts]
+    facts = prompt.split("The right answer states these facts:\n")[1].split("\n\n")[0]
+    assert facts == f"- return window: 45 days\n- {TICKET}: PC-48213"  # the first wordings, not the alternatives
+    assert op.status == "applied" and answer_of(op) == reply
+    assert op.text.endswith(".") and reference not in op.text and ";" not in answer_of(op)
+    assert all(fact.wordings[0] in op.text for fact in parse_facts(reference))
+    assert score("facts", answer_of(op), reference).value == 1.0
+    assert "written as a reply by the learner" in advantage.text
+
+
+@pytest.mark.parametrize("reply", ["Thank you, I will look into your return for you.",  # scores 0
+                                   "45 days;PC-48213"])  # the raw form: no sentence
+def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine, scripted, reply):
+    op, advantage, reference, _prompts = reference_example_run(engine, scripted, reply)
+    assert op.status == "applied"
+    assert answer_of(op) == f"Return window: 45 days. {TICKET[:1].upper()}{TICKET[1:]}: PC-48213."
+    assert all(fact.wordings[0] in op.text for fact in parse_facts(reference)) and op.text.endswith(".")
+    assert score("facts", answer_of(op), reference).value == 1.0
+    assert "a sentence per part" in advantage.text and "the learner's reply" in advantage.text
+
+
+def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
+    """The fallback is generic: every reference of the demo file, written a sentence per fact, scores 1 with the
+    task's reward; a `contains_all` reference of a code and a quantity reads as the issue's reply."""
+    for row in records():
+        reply = template_reply(reference_parts("facts", row["reference"]))
+        assert reply.endswith(".") and score("facts", reply, row["reference"]).value == 1.0, row["id"]
+    reply = template_reply(reference_parts("contains_all", "7 years;LK-72886"))
+    assert reply == "The answer is 7 years. Your reference is LK-72886."
+    assert score("contains_all", reply, "7 years;LK-72886").value == 1.0
+    phrases = {"phrases": ["Quality Desk", "PC-"]}  # the task's phrases are the parts its reward counts
+    assert template_reply(reference_parts("contains_all", "ignored", phrases)) == (
+        "The answer is Quality Desk. It also includes PC-.")

@@ -135,9 +135,9 @@ def test_a_person_choosing_the_stored_selection_is_recorded_once(engine, demo_ta
 # --- auto review finishes ------------------------------------------------------------------------------------------
 
 def test_an_auto_review_run_on_the_policy_demo_with_the_defaults_completes_with_nothing_pending(engine, scripted):
-    """The issue's stall: every attempt fails, each group's reference becomes a worked example ("... ticket
-    reference: PC-48213", no full stop), and auto review used to hold every one of them for a person, flagged cut
-    off. With the embedded learner's defaults and the gate on, the run completes and its examples land."""
+    """The issue's stall: every attempt fails, each group's reference becomes a worked example (once "... ticket
+    reference: PC-48213", no full stop; now the learner's reply or a sentence per fact), and auto review used to
+    hold every one of them for a person, flagged cut off. With the embedded learner's defaults and the gate on, the run completes and its examples land."""
     ensure_policy_task(engine)
     model, gateway = scripted(engine, rollout=NO_POLICY)
     run_id, _choices = create_run_with_defaults(engine, POLICY_TASK, {
@@ -154,7 +154,7 @@ def test_an_auto_review_run_on_the_policy_demo_with_the_defaults_completes_with_
     assert not [op for op in ops if op.status == "pending"]
     applied = [op for op in ops if op.status == "applied"]
     assert [(op.status, op.validation_error) for op in ops] == [("applied", None)] * 4  # one per group, whole
-    assert any(re.search(r"Answer: .*PC-\d+$", op.text) for op in applied)  # ends with the ticket's code
+    assert any(re.search(r"Answer: .*PC-\d+\.$", op.text) for op in applied)  # the ticket's code, in a sentence
     assert all(flags[op.id] == [] for op in applied)
     assert not [op for op in ops if "cut off" in (op.validation_error or "")]
 

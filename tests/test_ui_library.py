@@ -7,7 +7,7 @@ import json
 import pytest
 
 from core.domain.library import ProposedOp
-from core.domain.prompts import EXPERIENCE_HEADER
+from core.domain.prompts import PAPER_WORDING
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, import_library
 from pages import library as page
@@ -369,7 +369,7 @@ def test_export_in_three_formats(engine):
 
     at.radio(key="lib_export_format").set_value("prompt")
     rerun(at)
-    assert f"{EXPERIENCE_HEADER}\n[E1]. {UNITS}\n[E2]. {REREAD}" in codes(at)
+    assert f"{PAPER_WORDING.header}\n[E1]. {UNITS}\n[E2]. {REREAD}" in codes(at)  # the task's wording
     assert page.export_file_name(DEMO_TASK, "default", 2, "prompt") == "arithmetic-word-problems-default-v2.txt"
 
 

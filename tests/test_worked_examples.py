@@ -22,7 +22,15 @@ from core.domain.library import (
     validate_ops,
 )
 from core.domain.library_io import LibraryFormatError, parse_library_entries, to_json, to_markdown
-from core.domain.prompts import EXAMPLES_HEADER, EXPERIENCE_HEADER, agent_system_prompt, library_block
+from core.domain.prompts import (
+    EXAMPLES_INTRO,
+    LIBRARY_HEADER,
+    PAPER_WORDING,
+    agent_system_prompt,
+    library_block,
+)
+from core.domain.reference_answers import reference_as_answer
+from core.domain.rewards import score
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.demo_data import demo_rows
@@ -54,7 +62,7 @@ def test_a_library_from_an_earlier_version_reads_as_all_lessons_and_stays_as_it_
     assert [c.error for c in checked] == [None, None] and [c.op.kind for c in checked] == [LESSON, LESSON]
     after = apply_ops(OLD_LIBRARY, [c.op for c in checked], first_new_id=3)
     assert all("kind" not in e for e in after)  # stored exactly as before kinds existed
-    assert library_block(OLD_LIBRARY) == f"{EXPERIENCE_HEADER}\n[E1]. {LESSON_TEXT}\n[E2]. Check the units of the final answer."
+    assert library_block(OLD_LIBRARY) == f"{LIBRARY_HEADER}\n[E1]. {LESSON_TEXT}\n[E2]. Check the units of the final answer."
 
 
 def test_an_example_has_its_own_limit_and_one_over_it_is_refused():
@@ -85,8 +93,8 @@ def test_an_entry_keeps_its_kind_and_examples_have_their_own_cap():
 
 def test_the_agent_reads_examples_apart_from_the_lessons_and_the_learner_only_the_lessons():
     prompt = agent_system_prompt("Solve it.", "Box the answer.", MIXED, python_tool=False)
-    lessons_part, examples_part = prompt.split(EXAMPLES_HEADER)
-    assert f"{EXPERIENCE_HEADER}\n[E1]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
+    lessons_part, examples_part = prompt.split(EXAMPLES_INTRO)
+    assert f"{LIBRARY_HEADER}\n[E1]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
     assert examples_part == f"\n[E2]. {EXAMPLE_TEXT}"  # by its id, as the pages and the learner name it
     assert render_for_learner(MIXED) == f"[E1] {LESSON_TEXT}"
 
@@ -172,7 +180,8 @@ def test_an_example_that_scores_is_proposed_lands_and_is_shown_to_the_agent(engi
                                    f"Subtract the rest. Answer: {s.get(Sample, source.sample_id).reference}.")
     # the next step's agent reads the example under its own header, after the lessons
     later = [messages[0]["content"] for stage, messages in model.calls if stage == "rollout"][-1]
-    assert later.index(LESSON_TEXT) < later.index(EXAMPLES_HEADER) < later.index(f"[{example['id']}]. {example['text']}")
+    assert later.index(LESSON_TEXT) < later.index(PAPER_WORDING.examples_intro) < later.index(  # the demo's wording
+        f"[{example['id']}]. {example['text']}")
 
 
 def test_with_lessons_off_a_run_learns_worked_examples_only(engine, demo_task, scripted):
@@ -213,22 +222,36 @@ def test_examples_need_a_reward_computed_from_the_answer(engine, demo_task):
         RunSettings.build(examples=True, ground_truth=False)
 
 
+def reference_reply(reply: str | None):
+    """The learner's reply written from a reference: `reply` with {answer} filled from the facts its prompt
+    lists, or (None) a JSON it cannot read."""
+    def write(messages: list[dict]) -> str:
+        facts = re.search(r"The right answer states these facts:\n(.*?)\n\n", messages[-1]["content"], re.S).group(1)
+        return json.dumps({"reply": reply.format(answer=facts.removeprefix("- "))}) if reply else "no JSON here"
+    return write
+
+
 def test_a_group_where_every_attempt_failed_gives_its_reference_as_the_example(engine, demo_task, scripted):
     """With the reference option and examples on, an all-failed group (every rollout answers 0) has no
-    successful rollout to compress: its reference answer is the example, checked by the task's reward,
-    linked to no rollout; without the option the group gives none."""
-    model, gateway = scripted(engine)
+    successful rollout to compress: the learner writes the reply a person would send from its reference, which
+    the task's reward checks like any example's answer; the example is linked to no rollout; without the option
+    the group gives none."""
+    model, gateway = scripted(engine, example=reference_reply("Katie ends up with {answer} folders."))
     run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False, hold_flagged=False,
                                                                      reference_when_all_fail=True)), gateway=gateway)
     assert run.status == "completed", run.error
-    assert model.count("example") == 0  # nothing to compress: no learner call
+    assert model.count("example") == 1  # one reply written from the reference, no compression
     with Session(engine) as s:
         step = s.exec(select(Step)).one()
         [op] = s.exec(select(Operation)).all()
         sample = s.get(Sample, s.exec(select(Advantage)).one().sample_id)
-        assert op.text == f"Problem: {sample.query} Answer: {sample.reference}" and op.status == "applied"
+        assert op.text == f"Problem: {sample.query} Answer: Katie ends up with {sample.reference} folders."
+        assert op.status == "applied"
         assert example_sources(step)[op.position]["rollout_id"] is None
-        assert "proposed from the reference answer" in s.exec(select(Advantage)).one().text
+        assert "proposed from the reference answer, written as a reply by the learner" in s.exec(
+            select(Advantage)).one().text
+    [(_stage, messages)] = [call for call in model.calls if call[0] == "example"]
+    assert f"- {sample.reference}\n" in messages[-1]["content"] and sample.query in messages[-1]["content"]
 
     model, gateway = scripted(engine)
     run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False, seed=3)), gateway=gateway)
@@ -236,9 +259,24 @@ def test_a_group_where_every_attempt_failed_gives_its_reference_as_the_example(e
         assert not queries.step_operations(s, queries.steps(s, run.id)[0].id)
 
 
-def test_a_facts_reference_reads_as_an_answer():
-    from core.domain.rewards import reference_as_answer
+@pytest.mark.parametrize("reply", [None, "I would need to check {answer}", "The answer is 12345."])
+def test_where_the_learner_cannot_write_the_reply_a_template_states_the_reference(engine, demo_task, scripted, reply):
+    """A reply the learner could not write (no JSON), that is no whole sentence, or that does not score: the
+    example is the template's sentence, which scores as right with the task's reward."""
+    _model, gateway = scripted(engine, example=reference_reply(reply))
+    run = execute_run(engine, create_run(engine, DEMO_TASK, settings(limit=1, lessons=False,
+                                                                     reference_when_all_fail=True)), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as s:
+        [op] = s.exec(select(Operation)).all()
+        advantage = s.exec(select(Advantage)).one()
+        sample = s.get(Sample, advantage.sample_id)
+    assert op.text == f"Problem: {sample.query} Answer: The answer is {sample.reference}." and op.status == "applied"
+    assert "a sentence per part" in advantage.text
+    assert score("math", op.text.split(" Answer: ")[1], sample.reference).value == 1.0
 
+
+def test_a_facts_reference_reads_as_an_answer():
     reference = "return window: 45 days | forty-five days; ticket reference: PC-48213 | PC48213"
     assert reference_as_answer("facts", reference) == "return window: 45 days; ticket reference: PC-48213"
     assert reference_as_answer("math", " 18 ") == "18"

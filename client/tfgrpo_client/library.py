@@ -27,10 +27,11 @@ log = logging.getLogger("tfgrpo_client")
 
 SOURCES = ("server", "cache", "stale", "fallback")
 
-# The studio renders a library into a prompt block this way (core.domain.prompts / library_io.to_prompt_block);
-# repeated here so that a fallback given as a list of experiences reads like the served prompt.
-EXPERIENCE_HEADER = ("When solving problems, you MUST first carefully read and understand the helpful "
-                     "instructions and experiences:")
+# The studio renders a library into a prompt block this way (core.domain.prompts / library_io.to_prompt_block), under
+# the task's header; repeated here, with the studio's default header, so that a fallback given as a list of
+# experiences reads like a served prompt (a task with its own header serves that: prefer a fallback prompt string).
+EXPERIENCE_HEADER = ("Before you answer, read these experiences carefully; they were learned from earlier tasks like "
+                     "this one:")
 
 
 @dataclass(frozen=True)

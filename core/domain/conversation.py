@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from core.domain.personas import Persona, Scenario
-from core.domain.prompts import END_MARKER, agent_system_prompt, simulator_messages
+from core.domain.prompts import (
+    DEFAULT_WORDING,
+    END_MARKER,
+    LibraryWording,
+    agent_system_prompt,
+    simulator_messages,
+)
 from core.errors import InvalidInput
 
 EndedBy = Literal["user", "max_turns"]
@@ -153,12 +159,14 @@ def agent_view(system_prompt: str, turns: Sequence[dict]) -> list[dict]:
 
 async def play(agent: ModelCall, simulator: ModelCall, persona: Persona, scenario: Scenario,
                experiences: list[dict], *, max_turns: int, instructions: str = "",
-               stored: Sequence[dict] | None = None, on_turn: TurnHook | None = None) -> Conversation:
+               stored: Sequence[dict] | None = None, on_turn: TurnHook | None = None,
+               wording: LibraryWording = DEFAULT_WORDING) -> Conversation:
     """Play (or resume) one conversation until the simulator writes the end marker or the agent has had
-    `max_turns` turns. `on_turn(turn)` is called after each new turn, never for replayed ones."""
+    `max_turns` turns. `on_turn(turn)` is called after each new turn, never for replayed ones. The library
+    reads in the task's `wording`."""
     if max_turns < 1:
         raise InvalidInput(f"max_turns must be at least 1, got {max_turns}")
-    system_prompt = agent_system_prompt(instructions, "", experiences, python_tool=False)
+    system_prompt = agent_system_prompt(instructions, "", experiences, python_tool=False, wording=wording)
     turns = check_stored(stored or [], scenario)
     conversation = Conversation(turns=turns, ended_by="max_turns")
 

@@ -39,7 +39,7 @@ _NUMBERED_KEY = re.compile(r"^\[?[EG]?(\d+)\]?$", re.IGNORECASE)
 _BRACKET_ITEM = re.compile(r"^\[[EGW]?\d+\]", re.IGNORECASE)
 _HEADING_OR_FENCE = re.compile(r"^(?:#{1,6}(?:\s|$)|```)")
 # The line that opens the worked examples in Markdown ("## Worked examples") and in the prompt block
-# (core.domain.prompts.EXAMPLES_HEADER starts with these words): the items after it are examples.
+# (core.domain.prompts.EXAMPLES_INTRO starts with these words): the items after it are examples.
 _EXAMPLES_HEADING = re.compile(r"^(?:#{1,6}\s+)?worked examples?\b", re.IGNORECASE)
 EXAMPLES_TITLE = "Worked examples"
 MB = 1024 * 1024
@@ -73,9 +73,10 @@ def parse_library_text(text: str, filename: str = "") -> list[str]:
     return [item["text"] for item in parse_library_entries(text, filename)]
 
 
-def parse_library_entries(text: str, filename: str = "") -> list[dict]:
+def parse_library_entries(text: str, filename: str = "", examples_intro: str | None = None) -> list[dict]:
     """Read entries {"text", "kind"} from JSON (list, {"G0": ...} object, to_json output) or a Markdown/plain
-    list, in the file's order.
+    list, in the file's order. `examples_intro`: a task's own line that opens the worked examples of its prompt
+    block (core.domain.prompts.LibraryWording), read like the "Worked examples" heading.
 
     A plain file with no list markers at all gives one experience per non-empty line. The file size,
     the number of entries of each kind and each one's length are checked (see the module docstring).
@@ -97,7 +98,7 @@ def parse_library_entries(text: str, filename: str = "") -> list[dict]:
             ) from exc
         entries = _entries_from_json(value, name)
     else:
-        entries = _entries_from_list(stripped)
+        entries = _entries_from_list(stripped, examples_intro)
 
     entries = [{"text": t.strip(), "kind": kind} for t, kind in entries if t.strip()]
     if not entries:
@@ -209,15 +210,17 @@ def _entries_from_json(value: Any, name: str) -> list[tuple[str, str]]:
     raise LibraryFormatError(f"{name}: expected a JSON list or object, got {type(value).__name__}")
 
 
-def _entries_from_list(text: str) -> list[tuple[str, str]]:
+def _entries_from_list(text: str, examples_intro: str | None = None) -> list[tuple[str, str]]:
     """Markdown/plain list items with their kind; unmarked lines continue the item above, or stand alone if
-    none is marked. A "Worked examples" heading (Markdown's `## Worked examples`, the prompt block's line)
-    makes the items after it examples; any other Markdown heading makes them lessons again."""
+    none is marked. A "Worked examples" heading (Markdown's `## Worked examples`, the prompt block's line, or the
+    task's own `examples_intro`) makes the items after it examples; any other Markdown heading makes them
+    lessons again."""
     lines: list[tuple[str, str]] = []
     kind = LESSON
+    intro = _one_line(examples_intro or "")
     for raw in text.splitlines():
         line = raw.strip()
-        if _EXAMPLES_HEADING.match(line):
+        if _EXAMPLES_HEADING.match(line) or (intro and _one_line(line) == intro):
             kind = EXAMPLE
         elif line.startswith("#") and _HEADING_OR_FENCE.match(line):
             kind = LESSON

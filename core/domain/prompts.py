@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from core.domain.library import EXAMPLE_MAX_WORDS, examples, lessons, render_for_learner
 from core.domain.library_io import to_prompt_block
 from core.domain.personas import Persona, Scenario
 from core.domain.replies import MAX_PROPOSALS, MAX_UPDATE_OPERATIONS
 
-EXPERIENCE_HEADER = (
-    "When solving problems, you MUST first carefully read and understand the helpful instructions "
-    "and experiences:"
-)
 REJECTED_SHOWN = 10  # the most recent rejections of a run the learner is told about
 REJECTED_CHARS = 240  # each rejected text and each reason, clipped to this many characters
 # The output fence is the one core.domain.code_runs sends back, so the model is told what it will read.
@@ -32,39 +29,69 @@ def _chat(system: str, user: str) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-# Opens the worked examples of a library, after its lessons (core.domain.library_io reads a pasted prompt block
-# back by these first words, so they stay "Worked examples").
-EXAMPLES_HEADER = "Worked examples of similar problems, solved correctly (follow the method, not the numbers):"
+# The line above the library and the line that opens its worked examples are a task's settings (Task.library_header,
+# Task.examples_intro; None is the neutral default below). The paper's wording was written for a math agent: a
+# support agent solves no "problems", and "not the numbers" tells it to ignore exactly what a policy example
+# teaches (issue 36: replies echoed the header, and an agent answered with a number from an example's question).
+PAPER_LIBRARY_HEADER = ("When solving problems, you MUST first carefully read and understand the helpful instructions "
+                        "and experiences:")
+PAPER_EXAMPLES_INTRO = "Worked examples of similar problems, solved correctly (follow the method, not the numbers):"
+LIBRARY_HEADER = "Before you answer, read these experiences carefully; they were learned from earlier tasks like this one:"
+# core.domain.library_io reads a pasted prompt block back by the first words "Worked examples" (or by the task's
+# own intro, given to it), so the default starts with them.
+EXAMPLES_INTRO = "Worked examples of similar tasks, each answered correctly:"
+MAX_WORDING_CHARS = 500  # each of the two lines; one line each, so a pasted prompt block reads back
 
 
-def library_block(experiences: list[dict]) -> str:
-    """The library as the agent reads it ("" when empty): the header, the lessons one a line by id, `[E1]. ...`
-    (the paper numbers them `[G0]. ...`; library_io.to_prompt_block says why ids), then the worked examples apart
-    under their own header, `[E5]. ...`. The agent prompt, the `prompt` export and the HTTP API all render a
-    library with this."""
+@dataclass(frozen=True)
+class LibraryWording:
+    """The two lines of a library block that are a task's to choose: the header above the library and the line
+    that introduces its worked examples. `of(task)` reads a task's (None or blank: the neutral default)."""
+
+    header: str = LIBRARY_HEADER
+    examples_intro: str = EXAMPLES_INTRO
+
+    @classmethod
+    def of(cls, task: object | None) -> LibraryWording:
+        """The wording of a task (any object with `library_header` and `examples_intro`; None: the defaults)."""
+        header = " ".join(str(getattr(task, "library_header", None) or "").split())
+        intro = " ".join(str(getattr(task, "examples_intro", None) or "").split())
+        return cls(header or LIBRARY_HEADER, intro or EXAMPLES_INTRO)
+
+
+DEFAULT_WORDING = LibraryWording()
+PAPER_WORDING = LibraryWording(PAPER_LIBRARY_HEADER, PAPER_EXAMPLES_INTRO)
+
+
+def library_block(experiences: list[dict], wording: LibraryWording = DEFAULT_WORDING) -> str:
+    """The library as the agent reads it ("" when empty): the task's header, the lessons one a line by id,
+    `[E1]. ...` (the paper numbers them `[G0]. ...`; library_io.to_prompt_block says why ids), then the worked
+    examples apart under the task's intro line, `[E5]. ...`. The agent prompt (rollouts, evaluations, the gate,
+    conversations), the `prompt` export and the HTTP API all render a library with this."""
     if not experiences:
         return ""
     parts = [to_prompt_block(lessons(experiences))] if lessons(experiences) else []
     if examples(experiences):
-        parts.append(f"{EXAMPLES_HEADER}\n{to_prompt_block(examples(experiences))}")
-    return f"{EXPERIENCE_HEADER}\n" + "\n\n".join(parts)
+        parts.append(f"{wording.examples_intro}\n{to_prompt_block(examples(experiences))}")
+    return f"{wording.header}\n" + "\n\n".join(parts)
 
 
-def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool) -> str:
-    """The agent's system prompt: the task's instructions, then the library (library_block)."""
+def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool,
+                        wording: LibraryWording = DEFAULT_WORDING) -> str:
+    """The agent's system prompt: the task's instructions, then the library (library_block, in the task's wording)."""
     parts = [instructions.strip()]
     if answer_format.strip():
         parts.append(answer_format.strip())
     if python_tool:
         parts.append(PYTHON_TOOL_NOTE)
     if experiences:
-        parts.append(library_block(experiences))
+        parts.append(library_block(experiences, wording))
     return "\n\n".join(parts)
 
 
 def agent_messages(instructions: str, answer_format: str, experiences: list[dict], query: str,
-                   python_tool: bool) -> list[dict]:
-    return _chat(agent_system_prompt(instructions, answer_format, experiences, python_tool), query)
+                   python_tool: bool, wording: LibraryWording = DEFAULT_WORDING) -> list[dict]:
+    return _chat(agent_system_prompt(instructions, answer_format, experiences, python_tool, wording), query)
 
 
 def trajectory_text(messages: list[dict], limit: int = 6000) -> str:
@@ -254,6 +281,26 @@ def example_messages(query: str, trajectory: str) -> list[dict]:
         'Reply with JSON only: {"problem": "...", "steps": ["...", "..."], "answer": "..."}'
     )
     return _chat("You turn a correct solution into a short worked example.", content)
+
+
+def reference_reply_messages(instructions: str, answer_format: str, query: str, parts: Sequence[str],
+                             max_words: int) -> list[dict]:
+    """A worked example made from a reference answer (a group where every attempt failed, issue 36): the reply a
+    person would send to the query, stating every part of the reference (`parts`, as
+    core.domain.reference_answers.reference_parts writes them) in whole sentences, as the task's instructions
+    and answer format ask. The reply is then scored with the task's reward like any example's answer; the
+    reference's raw form ("7 years;LK-72886") taught the agent nothing it could say."""
+    facts = "\n".join(f"- {part}" for part in parts)
+    rules = "\n".join(text.strip() for text in (instructions, answer_format) if text.strip())
+    content = (
+        f"An agent works with these instructions:\n{rules}\n\nIt was sent this message:\n{query}\n\n"
+        f"The right answer states these facts:\n{facts}\n\n"
+        "Write the reply a person would send to the message, as the instructions ask: whole sentences that state "
+        "every fact above, each number, name and code exactly as written there, and nothing about where the "
+        f"facts came from. At most {max_words} words.\n"
+        'Reply with JSON only: {"reply": "..."}'
+    )
+    return _chat("You write the reply a careful person would send.", content)
 
 
 def direct_messages(instructions: str, queries: list[tuple[str, str | None]], count: int) -> list[dict]:

@@ -211,6 +211,14 @@ class ExampleReply(Reply):
         return f"Problem: {self.problem} Steps: {steps} Answer: {answer}"
 
 
+class ReferenceReply(Reply):
+    """The reply a person would send, written from a reference answer (core.domain.prompts.reference_reply_messages);
+    whether it is usable (whole sentences, every part, within the example's limit) is checked after the reply
+    (core.domain.reference_answers.unusable), and whether it is right by the task's reward."""
+
+    reply: Text
+
+
 def _score(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"score must be an integer, got {value!r}")

@@ -290,7 +290,8 @@ def _regex_reward(response: str, reference: str, settings: dict[str, Any]) -> Re
     return RewardResult(0.0, "verifier", f"no match for /{_short(pattern, 80)}/")
 
 
-def _phrases(reference: str, settings: dict[str, Any]) -> list[str]:
+def required_phrases(reference: str, settings: dict[str, Any]) -> list[str]:
+    """The phrases `contains_all` requires: the task's `phrases` setting, else the reference split at ; or new lines."""
     given = settings.get("phrases")
     if isinstance(given, str):
         given = [given]
@@ -304,7 +305,7 @@ def _contains_all_reward(response: str, reference: str, settings: dict[str, Any]
     Phrases come from the task's `phrases` setting, else from the reference split at `;` or new lines.
     With `partial: true` the reward is the share of phrases found instead of all-or-nothing.
     """
-    phrases = _phrases(reference, settings)
+    phrases = required_phrases(reference, settings)
     if not phrases:
         raise InvalidInput("reward method 'contains_all' needs phrases (task setting `phrases` or the reference)")
     ignore_case = _setting(settings, ContainsAllSettings, "ignore_case")
@@ -395,16 +396,6 @@ def parse_facts(reference: str) -> list[Fact]:
             raise InvalidInput(f"reward method 'facts': the fact {_short(label, 80)!r} has no wording after its "
                                "label (write label: wording | other wording)")
     return facts
-
-
-def reference_as_answer(method: str, reference: str) -> str:
-    """A sample's reference written as an answer a person or an agent reads (a worked example made from it):
-    for `facts`, each fact's label and first wording ("return window: 45 days"), not the verifier's list of
-    alternatives; for every other method the reference as it is."""
-    if method != "facts":
-        return reference.strip()
-    return "; ".join(f"{fact.label}: {fact.wordings[0]}" if fact.label else fact.wordings[0]
-                     for fact in parse_facts(reference))
 
 
 def _facts_reward(response: str, reference: str, settings: dict[str, Any]) -> RewardResult:

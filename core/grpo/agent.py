@@ -33,7 +33,7 @@ from core.domain.code_runs import (
     output_message,
     pending_code,
 )
-from core.domain.prompts import agent_messages
+from core.domain.prompts import DEFAULT_WORDING, LibraryWording, agent_messages
 from core.domain.sandbox import arun_python, require_jail
 from core.errors import InvalidInput, ModelCallError
 from core.models.gateway import Gateway, Scope
@@ -95,15 +95,17 @@ async def run_agent(
     sample_index: int,
     scope: Scope,
     stage: str = "rollout",
+    wording: LibraryWording = DEFAULT_WORDING,
 ) -> AgentResult:
-    """Answer one query; a failed model call ends the rollout with `error` set instead of raising.
+    """Answer one query; a failed model call ends the rollout with `error` set instead of raising. The library
+    reads in the task's `wording` (its header and examples' intro, core.domain.prompts.LibraryWording.of).
 
     Python mode raises InvalidInput before any model call when model-written code cannot be jailed.
     """
     python_tool = settings.mode == "python"
     if python_tool:
         require_jail()
-    messages = agent_messages(instructions, answer_format, experiences, query, python_tool)
+    messages = agent_messages(instructions, answer_format, experiences, query, python_tool, wording)
     result = AgentResult(messages=messages)
     started = time.perf_counter()
     turns = settings.max_turns if python_tool else 1

@@ -16,7 +16,7 @@ from sqlmodel import select
 
 from core.domain.conversation import Reply, agent_view, check_stored, play, transcript_text
 from core.domain.personas import Persona
-from core.domain.prompts import agent_system_prompt
+from core.domain.prompts import LibraryWording, agent_system_prompt
 from core.errors import InvalidInput, ModelCallError
 from core.grpo.agent import AgentResult, AgentSettings
 from core.models.gateway import Gateway, Scope
@@ -100,12 +100,13 @@ async def play_conversation(engine: Engine, gateway: Gateway, agent: AgentSettin
         turns.append(turn)
 
     started = time.perf_counter()
-    system_prompt = agent_system_prompt(task.instructions, "", experiences, python_tool=False)
+    wording = LibraryWording.of(task)
+    system_prompt = agent_system_prompt(task.instructions, "", experiences, python_tool=False, wording=wording)
     error = None
     try:
         conversation = await play(caller(agent.model, stage, "agent"), caller(simulator_model, SIMULATOR_STAGE, "user"),
                                   persona, scenario, experiences, max_turns=agent.max_turns,
-                                  instructions=task.instructions, stored=stored, on_turn=spoken)
+                                  instructions=task.instructions, stored=stored, on_turn=spoken, wording=wording)
         turns = conversation.turns
     except ModelCallError as exc:
         error = str(exc)

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.domain.personas import Persona
+from core.domain.prompts import LibraryWording
 from core.domain.rewards import METHODS, score_or_error
 from core.domain.selection import Selection, entry_ids, select_entries
 from core.grpo.agent import AgentSettings, run_agent
@@ -67,7 +68,8 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
         else:
             result = await run_agent(gateway, agent, instructions=task.instructions,
                                      answer_format=task.answer_format, experiences=experiences, query=sample.query,
-                                     sample_index=sample_index, scope=scope, stage=stage)
+                                     sample_index=sample_index, scope=scope, stage=stage,
+                                     wording=LibraryWording.of(task))
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,

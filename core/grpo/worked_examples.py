@@ -26,10 +26,18 @@ from sqlmodel import Session
 
 from core.domain.library import EXAMPLE, ProposedOp
 from core.domain.metrics import is_answered
-from core.domain.prompts import example_messages, trajectory_text
+from core.domain.prompts import example_messages, reference_reply_messages, trajectory_text
 from core.domain.quality import screen_ops
-from core.domain.replies import ExampleReply
-from core.domain.rewards import RewardResult, reference_as_answer, score_or_error
+from core.domain.reference_answers import (
+    example_text,
+    reference_as_answer,
+    reference_parts,
+    reply_words,
+    template_reply,
+    unusable,
+)
+from core.domain.replies import ExampleReply, ReferenceReply
+from core.domain.rewards import METHODS, RewardResult, score_or_error
 from core.errors import ModelCallError, StructuredOutputError
 from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
@@ -42,7 +50,7 @@ from storage.writes import insert_or_skip
 
 log = logging.getLogger(__name__)
 RIGHT = 0.5  # a reward at or above this is a right answer (Pass@k counts the same way)
-STAGE = "example"  # the ledger's stage for the learner's compression calls
+STAGE = "example"  # the ledger's stage for the learner's calls: compressions, and replies written from a reference
 NOTE_MARK = "\n\nWorked example: "  # starts the note on an Advantage's text (written again, never twice)
 
 
@@ -98,7 +106,8 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
     source = source_rollout(rollouts)
     if source is None:
         if learned_from_reference(advantage):
-            return True, await _reference_example(engine, task, sample, advantage)
+            return True, await _reference_example(engine, gateway, task, sample, advantage, model=model,
+                                                  max_tokens=max_tokens, scope=scope)
         return False, None
     answered = [r for r in rollouts if is_answered(r)]
     failed = sum(1 for r in answered if r.reward < RIGHT)
@@ -131,19 +140,68 @@ async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult
                                    task.reward_settings)
 
 
-async def _reference_example(engine: Engine, task: Task, sample: Sample, advantage: Advantage) -> WorkedExample | None:
+async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sample: Sample, advantage: Advantage, *,
+                             model: str, max_tokens: int, scope: Scope) -> WorkedExample | None:
     """A group where every attempt failed has no successful rollout; with the run's reference option its
-    reference answer is the successful side, so the example is the problem and the reference as an answer
-    (core.domain.rewards.reference_as_answer), checked with the task's reward like any example."""
-    answer = reference_as_answer(task.reward_method, sample.reference or "")
+    reference answer is the successful side, and the example is the problem and the reply a person would send,
+    stating each part of the reference in a sentence (core.domain.reference_answers), never its raw form. The
+    learner writes that reply; where it cannot (its reply is unusable or does not score as right), a template
+    writes a sentence per part. Either is scored with the task's reward as the agent's own reply would be, and
+    only a right one lands; a reference of one value that no sentence of the template carries (an `exact` text
+    answer) stays as it is, checked as before; otherwise the group gives no example."""
+    parts = reference_parts(task.reward_method, sample.reference, task.reward_settings)
+    why = "the task's reward is not computed from the answer"
+    if METHODS.get(task.reward_method) is not None and METHODS[task.reward_method].scored_by_function and parts:
+        reply, why = await _learner_reply(gateway, task, sample, parts, model=model, max_tokens=max_tokens,
+                                          scope=scope)
+        if reply is not None:
+            check = await _reply_check(task, sample, reply)
+            if check.value >= RIGHT:
+                _note(engine, advantage.id, f"proposed from the reference answer, written as a reply by the learner: "
+                                            f"every attempt failed; the reply scores {check.value:g}.")
+                return WorkedExample(advantage.id, None, example_text(sample.query, reply),
+                                     "A worked example from the reference answer of a group where every attempt "
+                                     "failed, written as the reply a person would send; it scores "
+                                     f"{check.value:g} with the task's reward.")
+            why = f"the learner's reply scores {check.value:g} ({check.detail})"
+        template = template_reply(parts)
+        check = await _reply_check(task, sample, template)
+        if check.value >= RIGHT and unusable(template, sample.query, sample.reference, parts) is None:
+            _note(engine, advantage.id, f"proposed from the reference answer, a sentence per part ({why}).")
+            return WorkedExample(advantage.id, None, example_text(sample.query, template),
+                                 "A worked example from the reference answer of a group where every attempt failed, "
+                                 f"a sentence per part of the reference ({why}).")
+        why = f"{why}; the template scores {check.value:g} ({check.detail})"
+    answer = reference_as_answer(task.reward_method, sample.reference, task.reward_settings)
     check = await _answer_check(task, sample, answer)
-    if check.value < RIGHT:
-        _note(engine, advantage.id, f"dropped, from the reference answer: it scores {check.value:g} against itself "
-                                    f"({check.detail}).")
+    if len(parts) > 1 or check.value < RIGHT:
+        _note(engine, advantage.id, f"dropped, from the reference answer: {why}; as it is, it scores "
+                                    f"{check.value:g} ({check.detail}).")
         return None
-    _note(engine, advantage.id, "proposed from the reference answer: every attempt failed.")
-    return WorkedExample(advantage.id, None, f"Problem: {sample.query} Answer: {answer}",
+    _note(engine, advantage.id, f"proposed from the reference answer as it is: every attempt failed ({why}).")
+    return WorkedExample(advantage.id, None, example_text(sample.query, answer),
                          "A worked example from the reference answer of a group where every attempt failed.")
+
+
+async def _learner_reply(gateway: Gateway, task: Task, sample: Sample, parts: list, *, model: str, max_tokens: int,
+                         scope: Scope) -> tuple[str | None, str]:
+    """The learner's reply to the sample's query stating every part of its reference, or None and why not."""
+    messages = reference_reply_messages(task.instructions, task.answer_format, sample.query,
+                                        [str(part) for part in parts], reply_words(sample.query))
+    try:
+        reply, _call = await gateway.complete_json(stage=STAGE, model=model, messages=messages, reply=ReferenceReply,
+                                                   scope=scope, max_tokens=max_tokens)
+    except (StructuredOutputError, ModelCallError) as exc:
+        return None, f"the learner's reply failed ({exc})"
+    problem = unusable(reply.reply, sample.query, sample.reference, parts)
+    if problem is not None:
+        return None, f"the learner's reply was not used: {problem}"
+    return " ".join(reply.reply.split()), ""
+
+
+async def _reply_check(task: Task, sample: Sample, reply: str) -> RewardResult:
+    """A reply scored with the task's reward as the agent's own reply is (not boxed: it is the whole reply)."""
+    return await asyncio.to_thread(score_or_error, task.reward_method, reply, sample.reference, task.reward_settings)
 
 
 def _note(engine: Engine, advantage_id: int, note: str) -> None:

@@ -157,7 +157,8 @@ def routed_export(session: Session, task: Task, default: LibraryVersion | None, 
     def entry(version: LibraryVersion | None) -> dict:
         experiences = version.experiences if version else []
         return {"version_id": version.id if version else None, "number": version.number if version else None,
-                "experiences": [e["text"] for e in experiences], "text": export_version(experiences, fmt)}
+                "experiences": [e["text"] for e in experiences],
+                "text": export_version(experiences, fmt, task=task)}
 
     routes = route_versions(session, task)
     return json.dumps({"task": task.name, "route_by": "segment", "default": entry(default),

@@ -137,7 +137,7 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
                    version_id: int | None = None, user_id: str | None = None) -> ServedLibrary:
     """What an agent fetches of the version `resolve_version` finds."""
     found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
-    return _served(found.task.name, found.library, found.version, found.label, arm=found.arm)
+    return _served(found.task, found.library, found.version, found.label, arm=found.arm)
 
 
 def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
@@ -156,7 +156,8 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
     return ServedSelection(task=found.task.name, library=found.library.name, version_id=found.version.id,
                            number=found.version.number, label=found.label, query=query,
                            selection=selection.as_dict(), entries=entries,
-                           prompt=export_version([entry for entry, _score in chosen], "prompt"), arm=found.arm)
+                           prompt=export_version([entry for entry, _score in chosen], "prompt", task=found.task),
+                           arm=found.arm)
 
 
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:
@@ -189,12 +190,12 @@ def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str |
                                before=before, after={"label": library.ab_label, "share": library.ab_share}))
 
 
-def _served(task_name: str, library: Library, version: LibraryVersion, label: str | None,
+def _served(task: Task, library: Library, version: LibraryVersion, label: str | None,
             arm: str | None = None) -> ServedLibrary:
     experiences = version.experiences or []
-    return ServedLibrary(task=task_name, library=library.name, version_id=version.id, number=version.number,
+    return ServedLibrary(task=task.name, library=library.name, version_id=version.id, number=version.number,
                          label=label, experiences=[e["text"] for e in experiences],
-                         prompt=export_version(experiences, "prompt"), arm=arm,
+                         prompt=export_version(experiences, "prompt", task=task), arm=arm,
                          selection=selection_of(library).as_dict(),
                          entries=tuple({"id": str(e.get("id")), "text": e["text"], "kind": kind_of(e)}
                                        for e in experiences))

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -34,6 +35,7 @@ from core.domain import datasets, json_input
 from core.domain.agent_modes import AGENT_MODES
 from core.domain.datasets import SPLITS, SampleRow
 from core.domain.personas import TASK_KINDS, Persona, persona_dicts, personas_from_objects
+from core.domain.prompts import MAX_WORDING_CHARS
 from core.domain.rewards import check_settings, get_method
 from core.errors import InvalidInput
 from core.records.people import require_role
@@ -55,6 +57,10 @@ Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 ModelName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 Text = Annotated[str, StringConstraints(max_length=MAX_FIELD_CHARS)]
 NonBlankText = Annotated[str, StringConstraints(max_length=MAX_FIELD_CHARS, pattern=r"\S")]  # kept as typed
+# A line of the library block (core.domain.prompts.LibraryWording): spaces and line breaks read as one space,
+# and a blank one is None, the neutral default.
+Wording = Annotated[Annotated[str, StringConstraints(max_length=MAX_WORDING_CHARS)] | None,
+                    BeforeValidator(lambda value: (" ".join(value.split()) or None) if isinstance(value, str) else value)]
 
 
 def _default_model() -> str:
@@ -84,6 +90,10 @@ class TaskSettings(BaseModel):
     max_turns: int = Field(4, ge=1, le=20, title="the most agent turns in a conversation")
     reward_method: str = Field("math", title="reward method")
     reward_settings: dict[str, Any] = Field(default_factory=dict, title="reward settings")
+    library_header: Wording = Field(None, title="the library header",
+                                    description=f"must be at most {MAX_WORDING_CHARS} characters (one line)")
+    examples_intro: Wording = Field(None, title="the worked examples' intro",
+                                    description=f"must be at most {MAX_WORDING_CHARS} characters (one line)")
 
     def __init__(self, /, **data: Any) -> None:
         try:

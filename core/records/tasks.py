@@ -18,6 +18,7 @@ from core.domain.datasets import (
     split_counts,
 )
 from core.domain.personas import Persona
+from core.domain.prompts import PAPER_WORDING
 from core.domain.regex_safety import pattern_problem
 from core.domain.sandbox import jail_status
 from core.errors import NotFound
@@ -221,6 +222,10 @@ def ensure_demo_task(engine: Engine, actor: str = "system") -> Task:
         instructions=DEMO_INSTRUCTIONS,
         answer_format=DEMO_ANSWER_FORMAT,
         reward_method="math",
+        # The paper's math wording fits this task, the paper's own kind: word problems, whose examples teach a
+        # method and whose numbers must not be copied (the other demos keep the neutral default).
+        library_header=PAPER_WORDING.header,
+        examples_intro=PAPER_WORDING.examples_intro,
     ), demo_rows(), actor, on_create=choose_demo_mode)
 
 

@@ -119,26 +119,29 @@ def resolve_version(session: Session, task: Task, ref: str, library_name: str = 
 def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
                    actor: str = "cli") -> LibraryVersion:
     """A new version holding the experiences of an imported file (replacing the current content)."""
-    texts = library_io.parse_library_entries(text, filename)
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "importing a library")
-        lib = ensure_library(session, _task(session, task_name), library_name, actor=actor)
+        task = _task(session, task_name)
+        texts = library_io.parse_library_entries(text, filename, examples_intro=task.examples_intro)
+        lib = ensure_library(session, task, library_name, actor=actor)
         parent = lock_library(session, lib.id)
         return create_version(session, lib, new_experiences(session, lib, texts), expect_latest=parent.id if parent else None,
                               parent_id=parent.id if parent else None, source="import", created_by=actor,
                               note=f"imported from {filename or 'text'}")
 
 
-def export_version(experiences: list[dict], fmt: str, meta: dict | None = None) -> str:
-    """The library as Markdown, JSON, or the block to paste into a system prompt."""
+def export_version(experiences: list[dict], fmt: str, meta: dict | None = None, *, task: object | None = None) -> str:
+    """The library as Markdown, JSON, or the block to paste into a system prompt, in `task`'s wording (its
+    library header and examples' intro, core.domain.prompts.LibraryWording.of; no task: the neutral default),
+    exactly as the agent reads it."""
     if fmt == "md":
         return library_io.to_markdown(experiences)
     if fmt == "json":
         return library_io.to_json(experiences, meta)
     if fmt == "prompt":
-        from core.domain.prompts import library_block
+        from core.domain.prompts import LibraryWording, library_block
 
-        return f"{library_block(experiences)}\n" if experiences else ""
+        return f"{library_block(experiences, LibraryWording.of(task))}\n" if experiences else ""
     raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 

@@ -1,0 +1,109 @@
+"""A reference answer written as the reply a person would send (issue 36, item 3).
+
+Where every attempt of a group failed, the run's reference option makes the sample's reference the group's worked
+example (core.grpo.worked_examples). A reference is written for the verifier ("7 years;LK-72886", or a `facts`
+list of labels and alternative wordings), and an example that reads "Answer: 7 years;LK-72886" teaches the agent
+nothing it can say: measured on a held-out shop's policies, the same six examples written as replies lifted the
+agent from 0.000 to 0.359 against 0.141 for the raw form. So the learner is asked for the reply a person would
+send, stating every part of the reference (core.domain.prompts.reference_reply_messages), and the reward checks
+that reply like any example's answer; where the learner's reply is unusable or does not score, `template_reply`
+writes one sentence per part of the reference, by the reward method's own notion of parts (`reference_parts`).
+
+Pure: no model, no database; the caller scores what these functions write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.domain.library import EXAMPLE, limits
+from core.domain.quality import TERMINAL, quality_flags
+from core.domain.rewards import parse_facts, required_phrases
+from core.errors import InvalidInput
+
+# A code a customer quotes back (a ticket or an order reference: "LK-72886", "PC-48213", "AB12"): capitals, an
+# optional separator, then a digit. "45-day" or "7 years" are not codes.
+_CODE = re.compile(r"[A-Z]{1,6}[-_/]?\d[A-Z0-9-]*")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thing a reference requires: a `facts` fact (its label and first wording), a `contains_all` phrase, or
+    for any other method the whole reference."""
+
+    label: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.text}" if self.label else self.text
+
+
+def reference_parts(method: str, reference: str | None, settings: dict | None = None) -> list[Part]:
+    """The parts of a reference as the task's reward method counts them: `facts` its facts (label and the first
+    accepted wording, never the verifier's list of alternatives), `contains_all` its required phrases (the
+    `phrases` setting, else the reference split at ; or new lines), every other method the reference whole.
+    A `facts` reference the method cannot read is one part, as it is."""
+    reference = (reference or "").strip()
+    if method == "facts":
+        try:
+            return [Part(fact.label, fact.wordings[0]) for fact in parse_facts(reference)]
+        except InvalidInput:
+            pass
+    elif method == "contains_all":
+        return [Part("", phrase) for phrase in required_phrases(reference, settings or {})]
+    return [Part("", reference)] if reference else []
+
+
+def reference_as_answer(method: str, reference: str | None, settings: dict | None = None) -> str:
+    """The reference's parts in one line ("return window: 45 days; ticket reference: PC-48213"): what the learner
+    is shown, and the example's answer where the reference is one value no sentence may wrap (an `exact` text)."""
+    return "; ".join(str(part) for part in reference_parts(method, reference, settings))
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if TERMINAL.search(text) else f"{text}."
+
+
+def template_reply(parts: Sequence[Part]) -> str:
+    """One sentence per part, for any task: a labelled fact as "Return window: 45 days.", a code as "Your
+    reference is LK-72886.", any other part as "The answer is 7 years." (then "It also includes ..."). Each part's
+    words stay exactly as the reference has them, so the reward that counts those parts finds every one."""
+    sentences, answered = [], False
+    for part in parts:
+        if part.label:
+            sentences.append(_sentence(f"{part.label[:1].upper()}{part.label[1:]}: {part.text}"))
+        elif _CODE.fullmatch(part.text):
+            sentences.append(_sentence(f"Your reference is {part.text}"))
+        else:
+            sentences.append(_sentence(f"{'It also includes' if answered else 'The answer is'} {part.text}"))
+            answered = True
+    return " ".join(sentences)
+
+
+def example_text(query: str, answer: str) -> str:
+    """A worked example made from a reference: the problem and the answer, on one line as every entry is shown."""
+    return " ".join(f"Problem: {query} Answer: {answer}".split())
+
+
+def reply_words(query: str) -> int:
+    """The most words a reply may have so that its example stays within an example's limit (at least 20)."""
+    max_words, _chars = limits(EXAMPLE)
+    return max(20, max_words - len(example_text(query, "").split()))
+
+
+def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part]) -> str | None:
+    """Why a reply cannot be an example's answer (None when it can): empty, not ending in a whole sentence, the
+    reference's raw form copied, or an example a quality flag would hold (cut off, over the example's limit)."""
+    text = " ".join((reply or "").split())
+    if not text:
+        return "it is empty"
+    if not TERMINAL.search(text):
+        return "it does not end with a full stop"
+    raw = " ".join((reference or "").split())
+    if len(parts) > 1 and raw and raw in text:
+        return "it copies the reference as it is"
+    flags = quality_flags(example_text(query, text), "ADD", [], [], {}, entry_kind=EXAMPLE)
+    return f"as an example, {flags[0].message[:1].lower()}{flags[0].message[1:].rstrip('.')}" if flags else None
