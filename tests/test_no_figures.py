@@ -157,3 +157,25 @@ def test_missing_values_in_any_table_show_as_a_dash_with_their_column_format():
     assert shown.to_dict("list") == {"p": ["0.0123", "—"], "when": ["2026-01-02 03:04", "—"], "name": ["a", "—"],
                                      "n": [3, 4]}
     assert config["p"]["type_config"]["type"] == "text" and "n" not in config
+
+
+def test_the_command_line_prints_null_and_no_comparison_figure_where_nothing_was_answered(
+        engine, database_url, demo_task, unreachable_model, capsys, monkeypatch):
+    """`eval --json` on a model that answers nothing prints null figures; `compare`'s lines leave out every figure
+    the comparison could not compute (none without a query in common, no interval with one)."""
+    from core.cli import main
+    from core.cli.jobs import comparison_lines
+
+    model, api_base = unreachable_model
+    monkeypatch.setenv("OPENAI_API_BASE", api_base)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    code = main(["--db", database_url, "eval", "--task", DEMO_TASK, "--version", "empty", "--limit", "2", "--k", "2",
+                 "--model", model, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["answered"] == 0 and report["mean_at_k"] is None and report["pass_at_k"] is None
+
+    a = answered(engine, "empty")
+    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").id))
+    assert comparison_lines(compare_evaluations(engine, a.id, b.id).stats) == []
+    one = comparison_lines(paired({1: [1.0]}, {1: [0.0]}))
+    assert one[0] == "Mean@k  A 1.000  B 0.000  B - A -1.000" and not any("inf" in line for line in one)

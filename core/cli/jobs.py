@@ -128,6 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from core.jobs.run_control import resume_evaluation
     from core.jobs.worker import execute_job
     from core.models.gateway import Gateway
+    from core.records.evaluation_figures import evaluation_report, figures_line
 
     engine = engine_of(args)
     if args.cancel is not None:
@@ -154,37 +155,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     lease = _claim(engine, "evaluation", eval_id)
     gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
     ev = execute_job(engine, lease, gateway=gateway)
-    m = ev.metrics or {}
     if args.json:
-        print(json.dumps({"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split,
-                          "k": ev.k, "n": ev.n, "mean_at_k": ev.mean_at_k, "pass_at_k": ev.pass_at_k,
-                          "mean_at_k_ci": m.get("mean_at_k_ci"), "pass_at_k_ci": m.get("pass_at_k_ci"),
-                          "errors": m.get("errors"), "answered": m.get("answered"), "rollouts": m.get("rollouts"),
-                          "unanswered_queries": m.get("unanswered_queries"), "cost": ev.cost, "model": ev.model,
-                          "error": ev.error, **({"routes": ev.routes} if ev.routes else {}),
-                          **{key: m[key] for key in ("segments", "personas", "criteria") if key in m}}))
+        print(json.dumps(evaluation_report(ev)))
     elif ev.status in EVALUATION_HAS_FIGURES:
         print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
         print(figures_line(ev) + f"  cost ${ev.cost:.4f}")
-        for line in breakdown_lines(m, ev.k):
+        for line in breakdown_lines(ev.metrics or {}, ev.k):
             print(line)
         if ev.status == JobStatus.INCOMPLETE:
             print(f"evaluation {ev.id} is incomplete: {ev.error}\nretry: python -m core eval --retry {ev.id}",
                   file=sys.stderr)
+    elif ev.status == JobStatus.CANCELLED:
+        print(f"evaluation {ev.id} was cancelled; its answered rollouts stay, and python -m core eval --retry {ev.id} "
+              "continues it", file=sys.stderr)
     else:
         print(f"evaluation {ev.id} failed: {ev.error}", file=sys.stderr)
     return 0 if ev.status == JobStatus.COMPLETED else 1
-
-
-def figures_line(ev: Evaluation) -> str:
-    """Mean@k and Pass@k with their intervals and, beside them, the rollouts without a reward they leave out."""
-    m = ev.metrics or {}
-    lo, hi = m.get("mean_at_k_ci") or (0.0, 0.0)
-    plo, phi = m.get("pass_at_k_ci") or (0.0, 0.0)
-    errors = m.get("errors", 0)
-    counted = f" (of {m['answered']} answered rollouts)" if errors and "answered" in m else ""
-    return (f"Mean@{ev.k} {ev.mean_at_k:.3f} [{lo:.3f}, {hi:.3f}]  Pass@{ev.k} {ev.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
-            f"{counted}  rollout errors {errors}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -222,16 +208,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
                              if by_segment else {})}))
         return 0
     print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
-    print(f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] "
-          f"(paired bootstrap 95%; a difference is real when this interval excludes 0 and the sign test agrees)")
-    print(f"per query: B wins {s.wins}, loses {s.losses}, ties {s.ties}; sign test p = {s.p_value:.3g}")
-    print(f"Pass@k  A {s.pass_a:.3f}  B {s.pass_b:.3f}; McNemar p = {s.mcnemar_p:.3g}")
+    for line in comparison_lines(s):
+        print(line)
     if result.note:
         print(result.note)
     print(s.verdict)
     for name, stats in by_segment.items():
         print(f"  segment {name}: {stats.verdict}")
     return 0
+
+
+def comparison_lines(s) -> list[str]:
+    """The paired comparison's figures in words, only those it could compute (Paired.figure): none without a
+    query answered under both, no interval with fewer than two."""
+    if s.figure("delta") is None:
+        return []
+    interval = (f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}] (paired bootstrap 95%; a difference is real when this "
+                "interval excludes 0 and the sign test agrees)" if s.figure("ci_low") is not None else "")
+    return [f"Mean@k  A {s.mean_a:.3f}  B {s.mean_b:.3f}  B - A {s.delta:+.3f}{interval}",
+            f"per query: B wins {s.wins}, loses {s.losses}, ties {s.ties}; sign test p = {s.p_value:.3g}",
+            f"Pass@k  A {s.pass_a:.3f}  B {s.pass_b:.3f}; McNemar p = {s.mcnemar_p:.3g}"]
 
 
 def breakdown_lines(metrics: dict, k: int) -> list[str]:
