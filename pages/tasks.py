@@ -36,6 +36,7 @@ from core.domain.personas import (
     persona_dicts,
     personas_from_objects,
 )
+from core.domain.prompts import EXAMPLES_INTRO, LIBRARY_HEADER, MAX_WORDING_CHARS, LibraryWording
 from core.domain.rewards import (
     MAX_LABELS_PER_ROLLOUT,
     METHODS,
@@ -247,6 +248,8 @@ def collect(prefix: str, kept: dict, unshown: dict | None = None) -> TaskSetting
         agent_mode=state[f"{prefix}agent_mode"], policy_model=state[f"{prefix}policy_model"] or "",
         learner_model=state[f"{prefix}learner_model"] or "", judge_model=state[f"{prefix}judge_model"] or "",
         reward_method=method, reward_settings=collect_method_settings(prefix, method, kept), **conversation,
+        library_header=state.get(f"{prefix}library_header") or None,
+        examples_intro=state.get(f"{prefix}examples_intro") or None,
     )
 
 
@@ -276,6 +279,7 @@ def settings_form(prefix: str, base: TaskSettings, kind: str = "single") -> None
                  key=f"{prefix}instructions")
     st.text_area("Answer format", value=base.answer_format, height=80, key=f"{prefix}answer_format",
                  help="Appended to the instructions: how the final answer must be written.")
+    wording_fields(prefix, base)
     modes = list(AGENT_MODES)
     st.selectbox("Agent mode", modes, index=modes.index(base.agent_mode) if base.agent_mode in modes else 0,
                  key=f"{prefix}agent_mode", help=AGENT_HELP)
@@ -313,6 +317,20 @@ def settings_form(prefix: str, base: TaskSettings, kind: str = "single") -> None
         show_long(json.dumps(kept, ensure_ascii=False, indent=2), f"{prefix}kept_settings")
 
 
+def wording_fields(prefix: str, base: TaskSettings) -> None:
+    """The two lines around the library in the agent's prompt (core.domain.prompts.LibraryWording); empty is the
+    neutral default, shown as the placeholder."""
+    custom = bool(getattr(base, "library_header", None) or getattr(base, "examples_intro", None))
+    with st.expander("How the agent's prompt introduces the library", expanded=custom):
+        st.text_input("Library header", value=getattr(base, "library_header", None) or "", max_chars=MAX_WORDING_CHARS,
+                      key=f"{prefix}library_header", placeholder=LIBRARY_HEADER,
+                      help="The line above the library's lessons and examples. Empty: the default shown.")
+        st.text_input("Worked examples' intro", value=getattr(base, "examples_intro", None) or "",
+                      max_chars=MAX_WORDING_CHARS, key=f"{prefix}examples_intro", placeholder=EXAMPLES_INTRO,
+                      help="The line above the worked examples. Empty: the default shown. Say what the agent "
+                           "should take from them: a method, or the facts and numbers themselves.")
+
+
 def show_settings(task: Task) -> None:
     """The settings as a reader sees them: short values in a table, long texts verbatim."""
     rows = [("name", task.name), ("kind", task.kind or "single"), ("description", task.description),
@@ -330,6 +348,11 @@ def show_settings(task: Task) -> None:
     show_long(task.instructions, f"tasks_{task.id}_instructions")
     st.caption("Answer format")
     show_long(task.answer_format, f"tasks_{task.id}_answer_format")
+    wording = LibraryWording.of(task)
+    st.caption("Library header" + ("" if task.library_header else " (the default)"))
+    show_long(wording.header, f"tasks_{task.id}_library_header")
+    st.caption("Worked examples' intro" + ("" if task.examples_intro else " (the default)"))
+    show_long(wording.examples_intro, f"tasks_{task.id}_examples_intro")
     st.caption("Reward settings")
     show_long(json.dumps(task.reward_settings or {}, ensure_ascii=False, indent=2), f"tasks_{task.id}_reward",
               empty="{}")

@@ -666,3 +666,30 @@ def test_a_conversation_tasks_turn_limit_is_edited_and_a_single_tasks_is_kept(en
     at.text_input(key=f"task_{single_id}_description").set_value("changed")
     click(at, "tasks_save")
     assert (demo(engine).description, demo(engine).max_turns) == ("changed", 7)
+
+
+def test_the_library_wording_is_edited_on_the_form_and_an_empty_box_is_the_default(engine):
+    """Issue 36, item 3: the header above the library and the examples' intro are task settings; the arithmetic
+    demo shows the paper's wording, and emptying a box saves None (the neutral default, the box's placeholder)."""
+    from core.domain.prompts import EXAMPLES_INTRO, LIBRARY_HEADER, PAPER_WORDING
+
+    task = demo(engine)
+    prefix = f"task_{task.id}_"
+    at = open_tasks()
+    header, intro = at.text_input(key=f"{prefix}library_header"), at.text_input(key=f"{prefix}examples_intro")
+    assert (header.value, intro.value) == (PAPER_WORDING.header, PAPER_WORDING.examples_intro)
+    assert (header.placeholder, intro.placeholder) == (LIBRARY_HEADER, EXAMPLES_INTRO)
+    header.set_value("Notes from earlier answers:")
+    intro.set_value("")
+    click(at, "tasks_save")
+    stored = demo(engine)
+    assert (stored.library_header, stored.examples_intro) == ("Notes from earlier answers:", None)
+    [event] = events(engine, "task.update")
+    assert event.before["library_header"] == PAPER_WORDING.header
+    assert event.after["library_header"] == "Notes from earlier answers:" and event.after["examples_intro"] is None
+
+    add_user(engine, "boss", "admin", "password1", actor="cli")
+    add_user(engine, "lab", "labeler", "password1", actor="cli")
+    at = open_tasks(**{AUTH_KEY: "lab", REVIEWER_KEY: "lab"})
+    assert "Notes from earlier answers:" in codes(at) and EXAMPLES_INTRO in codes(at)
+    assert "Worked examples' intro (the default)" in [c.value for c in at.caption]
