@@ -11,9 +11,10 @@ import json
 import math
 from collections.abc import Callable
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -24,6 +25,11 @@ from core.records.api_limits import take_request
 from core.records.evaluation_figures import read_evaluation_report
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
+
+# Declared as security schemes (not plain headers) so the OpenAPI document and /docs offer Authorize for the keyed
+# routes; neither refuses by itself (auto_error=False): check_key says what is missing, as JSON.
+BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key, instead of Bearer")
 
 
 class TooLarge(StudioError):
@@ -76,10 +82,9 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                             status_code=422)
 
     def caller(role: str, doing: str) -> Callable[..., KeyUse]:
-        def check(request: Request, authorization: str | None = Header(None),
-                  x_api_key: str | None = Header(None)) -> KeyUse:
-            secret = x_api_key or (authorization[7:].strip() if authorization and
-                                   authorization.lower().startswith("bearer ") else None)
+        def check(request: Request, bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
+                  x_api_key: str | None = Security(API_KEY_HEADER)) -> KeyUse:
+            secret = x_api_key or (bearer.credentials.strip() if bearer else None)
             key = check_key(get_engine(), secret, role, doing, f"{request.method} {request.url.path}",
                             address=request.client.host if request.client else "unknown")
             wait = take_request(get_engine(), key.id, rate_per_minute)

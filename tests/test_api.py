@@ -58,6 +58,24 @@ def test_health_needs_no_key(engine, demo_task):
     assert response.status_code == 200 and response.json() == {"status": "ok", "database": "reachable"}
 
 
+def test_the_openapi_document_declares_the_key_so_docs_offer_authorize(engine, keys, production):
+    """/docs draws its Authorize button from the document's security schemes: every keyed route names both ways
+    of sending the key, the health route none; a key sent through X-API-Key works as Bearer does."""
+    bare = TestClient(create_app(engine))
+    document = bare.get("/openapi.json").json()
+    assert set(document["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
+    assert document["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+    routes = {(path, method): operation for path, methods in document["paths"].items()
+              for method, operation in methods.items()}
+    assert "security" not in routes[("/v1/health", "get")]
+    keyed = [operation for (path, _), operation in routes.items() if path != "/v1/health"]
+    assert keyed and all({"HTTPBearer": []} in op["security"] and {"APIKeyHeader": []} in op["security"]
+                         for op in keyed)
+    path = f"/v1/tasks/{DEMO_TASK}/libraries/default"
+    assert bare.get(path, headers={"X-API-Key": keys["read"]}).status_code == 200
+    assert bare.get(path, headers={"Authorization": "Basic " + keys["read"]}).status_code == 401
+
+
 def test_a_library_by_label_with_etag_and_304(engine, client, production):
     response = client.get(URL, params={"label": "production"})
     body, etag = response.json(), response.headers["etag"]
