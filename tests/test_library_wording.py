@@ -39,7 +39,7 @@ from core.records.tasks import (
 )
 from core.records.versions import export_version, import_library
 from storage import queries
-from storage.db import MIGRATIONS_DIR, make_engine
+from storage.db import MIGRATIONS_DIR, make_engine, url_with_password
 from storage.tables import Task
 from tests.test_conversation_engine import conversation_replies, first_train_samples, play_one
 from tests.test_migrations import upgrade_to
@@ -111,7 +111,7 @@ def test_a_conversation_reads_its_tasks_wording(engine, scripted):
     assert all(prompt.endswith(f"{HEADER}\n[G0]. {LESSON}") for prompt in system_prompts(model, "rollout"))
 
 
-def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_reads_back(engine):
+def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_reads_back(engine, tmp_path):
     task = worded_policy_task(engine)
     with Session(engine) as session:
         version = queries.latest_version(session, queries.library_by_name(session, task.id, "default").id)
@@ -133,6 +133,12 @@ def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_read
     body = TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"}).get(
         f"/v1/tasks/{POLICY_TASK}/libraries/default", params={"version": version.id}).json()
     assert body["prompt"].startswith(f"{HEADER}\n[E")
+
+    from core.cli import main  # the command line's export is the same block
+
+    assert main(["--db", url_with_password(engine), "export", "--task", POLICY_TASK, "--version", str(version.id),
+                 "--format", "prompt", "--output", str(tmp_path / "prompt.txt")]) == 0
+    assert (tmp_path / "prompt.txt").read_text() == block
 
 
 def test_the_wording_travels_with_the_task_file(engine):

@@ -31,7 +31,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             text = routed_export(session, task, version, args.format)
         else:
             text = export_version(version.experiences if version else [], args.format,
-                                  version_json_meta(task, version))
+                                  version_json_meta(task, version), task=task)
     write_output(args.output, text)
     return 0
 
