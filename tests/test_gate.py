@@ -209,7 +209,8 @@ def test_the_cli_takes_the_gate_settings_and_prints_each_steps_gate(engine, demo
     url = url_with_password(engine)
     assert main(["--db", url, "train", "--task", DEMO_TASK, "--limit", "2", "--batch-size", "2", "--group-size", "2",
                  "--epochs", "1", "--gate", "better", "--validation-size", "6", "--gate-k", "1",
-                 "--max-operations", "3", "--queue"]) == 0
+                 "--max-operations", "3", "--lessons", "--no-examples", "--no-reference-when-all-fail",
+                 "--queue"]) == 0  # the paper's lessons, not the embedded learner's defaults (test_run_defaults.py)
     with Session(engine) as s:
         run = s.exec(select(Run)).one()
     assert {k: run.settings[k] for k in ("gate", "validation_size", "gate_k", "max_operations")} == {
