@@ -15,30 +15,41 @@ the training rows: the gate measures on them) and test queries, then:
 
 1. evaluates the empty library on the test queries in each mode of `--modes` (`direct`, `python`: the agent
    runs its code in the jail), k samples each;
-2. trains each arm of `--arms`, every one with the gate (`--gate`, default no_worse), in the mode `--train-mode`:
-   - `lessons`: the paper: lessons from groups whose attempts differ; groups where every attempt failed skipped;
-   - `lessons+reference`: the same, and a group where every attempt failed learns from the reference answer
-     as the successful side (RunSettings.reference_when_all_fail);
-   - `examples`: worked examples only (no lessons), each prompt shown its top_k most similar entries; a group
-     where every attempt failed gives its reference answer as the example (the reference option);
-   - `both`: lessons (with the reference option) and worked examples, top_k;
+2. trains each arm of `--arms` in the mode `--train-mode`, every run created as `python -m core train` creates
+   it (core.grpo.training.create_run_with_defaults): the options' sizes given (epochs, batch size, group size,
+   seed, the gate's validation size and k; the gate rule only with `--gate`), and every learning switch a run
+   of `train` would leave unset chosen by core.records.run_defaults for the task's learner, unless the arm
+   sets it:
+   - `default`: the default path, nothing set beyond the sizes: what a person gets. For the embedded learner:
+     worked examples on, a group where every attempt failed learning from its reference, lessons off,
+     flagged operations refused before the gate (hold_flagged on), the library's selection `top_k` (3);
+   - `default+lessons`: the default path with lessons on (lessons and worked examples);
+   - `default-hold`: the default path with hold_flagged off: flagged operations go to the gate like the others;
+   - `paper`: lessons only, the paper's defaults (examples and the reference option off; the library shows
+     all its entries): the path a capable learner gets, run with this learner;
+   - `lessons+reference` (not by default): the paper's lessons, and a group where every attempt failed learns
+     from its reference answer as the successful side;
    - `direct` (not by default): experiences asked for directly, without rollouts (the paper's baseline);
+   the table says, per row, which switches its run has that the default path's has not;
 3. evaluates each arm's final library on the same test queries with the same k and seeds.
 
 Each arm runs in its own copy of the database taken after the empty libraries' evaluations, so every arm
 starts from the empty library and its runs, libraries and figures are its own. The earlier arms' calls come
 with it as response cache (`--share-cache`, the default): a request an earlier arm already made, such as the
 first step's answers from the same empty library with the same seeds, is answered as it was and counted in
-`cached`, not `calls` (the default size of both data sets: 42 minutes on 2 cores, 62 without sharing);
-`--no-share-cache` makes every arm pay for all its calls, so that its wall time is what it costs alone. The
-evaluations share common random numbers (the same seed per query and sample index), so each library is
-compared with the empty library of its mode query by query (core.records.comparison: paired bootstrap
-interval, sign test, and the smallest difference these queries could detect).
+`cached`, not `calls` (the default size of both data sets, with the arms before the default path: 42 minutes
+on 2 cores, 62 without sharing); `--no-share-cache` makes every arm pay for all its calls, so that its wall
+time is what it costs alone. The evaluations share common random numbers (the same seed per query and sample
+index), so each library is compared with the empty library of its mode query by query
+(core.records.comparison: paired bootstrap interval, sign test, and the smallest difference these queries
+could detect).
 
 Prints one table (entries, Mean@k, Pass@k, difference to the empty library of the same mode with its 95%
-interval, sign-test p, smallest detectable difference, model calls, tokens, wall time), a line per trained arm
-with its gate decisions and groups, whether the goal is met, and the command line; `--json PATH` writes the
-same figures. Loads the embedded model: run it alone, under `flock /tmp/model.lock` when others may load one.
+interval, sign-test p, smallest detectable difference, model calls, tokens, wall time, and what the arm changes
+against the default path), whether the goal is met, the defaults the default path chose with their reasons
+(as `train` prints them), a line per trained arm with its gate decisions and groups, and the command line;
+`--json PATH` writes the same figures. Loads the embedded model: run it alone, under `flock /tmp/model.lock`
+when others may load one.
 """
 
 from __future__ import annotations
@@ -77,19 +88,35 @@ ANSWER_FIELDS = ("answer", "reference", "target")
 
 @dataclass(frozen=True)
 class ArmPlan:
-    """What one trained arm changes in RunSettings, and the library's entry selection."""
+    """What one trained arm sets beyond the sizes; None leaves the switch to the defaults a new run gets for its
+    learner (core.records.run_defaults.chosen_defaults), as `python -m core train` without the switch does."""
 
-    lessons: bool = True
-    reference: bool = False  # RunSettings.reference_when_all_fail
-    examples: bool = False
-    top_k: bool = False
+    lessons: bool | None = None
+    examples: bool | None = None
+    reference: bool | None = None  # RunSettings.reference_when_all_fail
+    hold_flagged: bool | None = None
     direct: bool = False  # a `direct` run: experiences asked for without rollouts
 
+    def given(self) -> dict:
+        """The RunSettings values the arm sets (the CLI's flags it would pass)."""
+        values = {"lessons": self.lessons, "examples": self.examples, "reference_when_all_fail": self.reference,
+                  "hold_flagged": self.hold_flagged}
+        return {name: value for name, value in values.items() if value is not None}
 
-ARMS = {"lessons": ArmPlan(), "lessons+reference": ArmPlan(reference=True),
-        "examples": ArmPlan(lessons=False, reference=True, examples=True, top_k=True),
-        "both": ArmPlan(reference=True, examples=True, top_k=True), "direct": ArmPlan(direct=True)}
-DEFAULT_ARMS = ("lessons", "lessons+reference", "examples", "both")
+
+DEFAULT_PATH = "default"
+ARMS = {
+    DEFAULT_PATH: ArmPlan(),  # the default path: nothing set beyond the sizes
+    "default+lessons": ArmPlan(lessons=True),
+    "default-hold": ArmPlan(hold_flagged=False),
+    "paper": ArmPlan(lessons=True, examples=False, reference=False),  # the paper's defaults: a capable learner's
+    "lessons+reference": ArmPlan(lessons=True, examples=False, reference=True),
+    "direct": ArmPlan(direct=True),
+}
+DEFAULT_ARMS = (DEFAULT_PATH, "default+lessons", "default-hold", "paper")
+# The learning switches a row is compared on with the default path, as the table names them.
+SWITCHES = {"examples": "examples", "lessons": "lessons", "reference_when_all_fail": "reference",
+            "hold_flagged": "hold_flagged", "selection": "selection"}
 
 # Sizes per data set, for about 45 minutes for both on 2 CPU cores with the embedded 0.5B model (bench/README.md).
 DEFAULTS = {
@@ -109,7 +136,10 @@ class Arm:
     library: str | None = None  # None: the empty library, no run
     database: str | None = None  # the SQLite file the arm ran in (its own copy)
     plan: dict | None = None  # ArmPlan as a dict
-    gate: str | None = None  # GateRule of its run
+    gate: str | None = None  # GateRule of its run, as stored with it
+    switches: dict = field(default_factory=dict)  # the run's learning switches as stored (SWITCHES' fields)
+    changes: list = field(default_factory=list)  # "lessons on", ...: its switches unlike the default path's
+    choices: list = field(default_factory=list)  # the defaults chosen for its run, one line each (Choice.line)
     run_id: int | None = None
     run_status: str | None = None
     run_error: str | None = None
@@ -119,6 +149,7 @@ class Arm:
     steps: int = 0
     operations_proposed: int = 0
     operations_applied: int = 0
+    operations_invalid: int = 0  # refused before the gate: invalid, or flagged with hold_flagged on
     groups: dict = field(default_factory=dict)  # ok / skipped / failed / from_reference -> groups, over the steps
     gate_decisions: dict = field(default_factory=dict)  # decision -> steps
     gate_lines: list = field(default_factory=list)  # one line per step that had a gate
@@ -282,20 +313,6 @@ def set_mode(engine, mode: str) -> None:
         session.add(task)
 
 
-def prepare_library(engine, arm: Arm) -> None:
-    """The arm's library, with the top_k entry selection where its plan asks for it."""
-    from core.domain.selection import SelectionMode
-    from core.records.selection import set_selection
-    from core.records.tasks import get_task
-    from core.records.versions import ensure_library
-    from storage.db import session_scope
-
-    with session_scope(engine) as session:
-        ensure_library(session, get_task(session, TASK), arm.library)
-    if arm.plan and arm.plan["top_k"]:
-        set_selection(engine, TASK, arm.library, SelectionMode.TOP_K, None, actor="cli")
-
-
 async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
     """The arm's library (or the empty one) on the test queries, k samples each."""
     from sqlmodel import Session
@@ -318,33 +335,69 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     progress(f"{arm.name}: evaluation {ev.status} in {arm.eval_s:.0f} s")
 
 
-def arm_settings(arm: Arm, options: argparse.Namespace):
-    """The RunSettings of an arm's run: the options' sizes and the arm's plan, the gate on."""
-    from core.records.run_settings import RunSettings
-
+def arm_given(arm: Arm, options: argparse.Namespace) -> dict:
+    """What an arm's run is given, as `python -m core train` would be: the options' sizes (the models are the
+    task's), the gate rule only where `--gate` names one, and the switches the arm's plan sets. Everything else is
+    the defaults chosen for the task's learner (create_run_with_defaults)."""
     plan = ArmPlan(**arm.plan)
-    return RunSettings.build(
-        epochs=options.epochs, batch_size=options.batch_size, group_size=options.group_size, seed=options.seed,
-        gate=arm.gate, validation_size=options.validation_size, gate_k=options.gate_k,
-        policy_model=options.model, learner_model=options.learner_model, direct_count=options.direct_count,
-        lessons=plan.lessons, examples=plan.examples, reference_when_all_fail=plan.reference,
-        hold_flagged=False)  # unattended: the gate alone decides what lands
+    given = {"epochs": options.epochs, "batch_size": options.batch_size, "group_size": options.group_size,
+             "seed": options.seed, "validation_size": options.validation_size, "gate_k": options.gate_k,
+             "gate": options.gate}
+    if plan.direct:
+        given["direct_count"] = options.direct_count
+    return {**{name: value for name, value in given.items() if value is not None}, **plan.given()}
+
+
+def stored_switches(settings: dict) -> dict:
+    """A run's learning switches from its stored settings (the selection as `all` or `top_k N`)."""
+    from core.domain.selection import Selection
+
+    selection = Selection.from_dict(settings.get("selection"))
+    switches = {name: settings.get(name) for name in SWITCHES if name != "selection"}
+    return switches | {"selection": f"top_k {selection.k}" if selection.chooses else str(selection.mode)}
+
+
+def switch_changes(switches: dict, default: dict) -> list[str]:
+    """The switches that differ from the default path's, as the table says them ("lessons on", "selection all")."""
+    words = {True: "on", False: "off"}
+    return [f"{SWITCHES[name]} {words.get(value, value)}" for name, value in switches.items()
+            if name in default and value != default[name]]
+
+
+def default_path(engine, options: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The default path's switches and the lines of the defaults chosen for it, computed (nothing stored) as
+    create_run_with_defaults chooses them for a new library given only the sizes: what each arm is compared
+    with, whether or not the `default` arm runs."""
+    from sqlmodel import Session
+
+    from core.records.run_defaults import chosen_defaults
+    from core.records.tasks import get_task
+
+    given = arm_given(Arm(DEFAULT_PATH, plan=asdict(ARMS[DEFAULT_PATH])), options)
+    with Session(engine) as session:
+        settings, choices = chosen_defaults(session, get_task(session, TASK), given, library_name=DEFAULT_PATH)
+    return stored_switches(settings.model_dump()), [choice.line() for choice in choices]
 
 
 async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
-    """The arm's run in a library of its own, from the empty library, with the gate."""
+    """The arm's run in a library of its own, from the empty library, with the gate: created as `train` creates
+    a run, the defaults for its learner chosen where the arm sets nothing (the library's selection with them)."""
     from sqlmodel import Session
 
     from core.domain.library import EXAMPLE, kind_of
-    from core.grpo.training import create_run, execute_run_async, run_counters
+    from core.grpo.training import create_run_with_defaults, execute_run_async, run_counters
     from core.records.gate_verdict import GateVerdict
     from storage import queries
     from storage.statuses import RunKind
     from storage.tables import LibraryVersion, Run
 
-    prepare_library(engine, arm)
     kind = RunKind.DIRECT if arm.plan["direct"] else RunKind.TRAIN
-    arm.run_id = create_run(engine, TASK, arm_settings(arm, options), library_name=arm.library, kind=kind)
+    arm.run_id, choices = create_run_with_defaults(engine, TASK, arm_given(arm, options), library_name=arm.library,
+                                                   kind=kind)
+    arm.choices = [choice.line() for choice in choices]
+    with Session(engine) as session:
+        stored = session.get(Run, arm.run_id).settings
+    arm.gate, arm.switches = stored.get("gate"), stored_switches(stored)
     progress(f"{arm.name}: run {arm.run_id} started")
     started = time.perf_counter()
     run = await execute_run_async(engine, arm.run_id, gateway=gateway)
@@ -357,6 +410,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
         arm.experiences, arm.examples = len(entries), sum(1 for e in entries if kind_of(e) == EXAMPLE)
         counters = run_counters(session, run)
         arm.operations_proposed, arm.operations_applied = counters["operations"], counters["operations_applied"]
+        arm.operations_invalid = counters["operations_invalid"]
         arm.train_calls = queries.call_totals(session, run_id=arm.run_id)
         steps = queries.steps(session, arm.run_id)
         arm.steps = len(steps)
@@ -427,14 +481,14 @@ def empty_name(mode: str) -> str:
 
 
 def plan_arms(base: Path, options: argparse.Namespace) -> list[Arm]:
-    """The empty library in each mode, then the trained arms; each but the first in its own database file."""
-    from storage.statuses import GateRule
-
+    """The empty library in each mode, then the trained arms; each but the first in its own database file. Each
+    trained arm's library is named as the arm (the default path's is the task's `default` library, as `train`
+    without --library uses)."""
     arms = [Arm(empty_name(mode), mode=mode, database=str(base if i == 0 else arm_database(base, f"empty_{mode}")))
             for i, mode in enumerate(options.modes)]
     for name in options.arms:
         arms.append(Arm(name, mode=options.train_mode, library=name, plan=asdict(ARMS[name]),
-                        gate=GateRule(options.gate).value, database=str(arm_database(base, name))))
+                        database=str(arm_database(base, name))))
     return arms
 
 
@@ -506,7 +560,7 @@ def entries(arm: Arm) -> str:
 
 def table(arms: list[Arm], k: int) -> str:
     header = ["", "mode", "entries", f"Mean@{k}", f"Pass@{k}", "Δ vs empty [95% CI]", "p (sign test)", "detectable",
-              "calls", "cached", "tokens", "wall s"]
+              "calls", "cached", "tokens", "wall s", "against the default path"]
     lines = [header]
     for arm in arms:
         c = arm.comparison
@@ -520,15 +574,34 @@ def table(arms: list[Arm], k: int) -> str:
         failed = arm.evaluation_status != "completed"
         lines.append([arm.name, arm.mode, entries(arm), "failed" if failed else _num(arm.mean_at_k),
                       "failed" if failed else _num(arm.pass_at_k), delta, p, detectable, f"{arm.calls:,}",
-                      f"{arm.cached:,}", f"{arm.tokens:,}", f"{arm.wall_s:.0f}"])
+                      f"{arm.cached:,}", f"{arm.tokens:,}", f"{arm.wall_s:.0f}", against_default(arm)])
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     out = []
     for number, row in enumerate(lines):
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        numbers = zip(row[1:-1], widths[1:-1], strict=True)
+        cells = [row[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in numbers), row[-1].ljust(widths[-1])]
         out.append("  ".join(cells).rstrip())
         if number == 0:
             out.append("  ".join("-" * width for width in widths))
     return "\n".join(out)
+
+
+def against_default(arm: Arm) -> str:
+    """The table's last cell: "-" for an empty library, "the default path" for a run with the default path's
+    switches, else the switches its run changes ("lessons on")."""
+    if arm.library is None:
+        return "-"
+    return ", ".join(arm.changes) or "the default path"
+
+
+def default_lines(arms: list[Arm], options: argparse.Namespace, computed: list[str]) -> list[str]:
+    """What the default path chose, each with its reason (Choice.line, as `train` prints them): the `default`
+    arm's own choices where it ran, else as computed for the task."""
+    ran = next((arm for arm in arms if arm.name == DEFAULT_PATH and arm.run_id is not None), None)
+    where = "its run's" if ran else "not run here; as chosen for this task"
+    return [f"the default path ({where}): a run created as `python -m core train` creates it with only the sizes "
+            f"given chose, for the learner {options.learner_model}:",
+            *(f"    {line}" for line in (ran.choices if ran else computed))]
 
 
 def _signed(value: float | None) -> str:
@@ -547,7 +620,8 @@ def arm_lines(arm: Arm) -> list[str]:
     g = arm.groups
     head += (f"; {arm.steps} steps; groups: {g.get('ok', 0)} to the learner ({g.get('from_reference', 0)} of them "
              f"all failed, with the reference), {g.get('skipped', 0)} skipped, {g.get('failed', 0)} failed; "
-             f"operations applied {arm.operations_applied} of {arm.operations_proposed}")
+             f"operations applied {arm.operations_applied} of {arm.operations_proposed} ({arm.operations_invalid} "
+             f"refused before the gate: invalid{', or flagged' if arm.switches.get('hold_flagged') else ''})")
     decisions = ", ".join(f"{decision} {arm.gate_decisions.get(decision, 0)}"
                           for decision in ("passed", "failed", "skipped", "undecided"))
     return [head + f"; gate {arm.gate}: {decisions}", *(f"    {line}" for line in arm.gate_lines)]
@@ -562,7 +636,8 @@ def goal_line(arms: list[Arm]) -> str:
     return f"goal (Δ ≥ +{GOAL:.2f}, p < 0.05, interval above 0): not met by any arm"
 
 
-def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: list[str]) -> str:
+def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: list[str],
+           defaults: list[str]) -> str:
     errors = [f"{a.name}: {a.rollout_errors} test rollouts failed (left out of the figures)"
               for a in arms if a.rollout_errors]
     failed = [f"{a.name}: evaluation {a.evaluation_status}: {a.evaluation_error}" for a in arms
@@ -571,7 +646,7 @@ def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: li
     lines = [f"{options.dataset}: {n} test queries x k={options.k}; policy {options.model}, learner "
              f"{options.learner_model}; Δ = Mean@{options.k} minus the empty library's of the same mode, paired per "
              "query (bootstrap 95% interval, sign test); detectable: the smallest Δ these queries detect (80% power)",
-             "", table(arms, options.k), "", goal_line(arms),
+             "", table(arms, options.k), "", goal_line(arms), *default_lines(arms, options, defaults),
              *(line for arm in arms for line in arm_lines(arm)), *errors, *failed,
              "calls: model calls made (cached: answered from the ledger, no cost; "
              + ("earlier arms' calls shared" if options.share_cache else "each arm's own calls only")
@@ -581,14 +656,15 @@ def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: li
     return "\n".join(lines)
 
 
-def to_json(arms: list[Arm], options: argparse.Namespace, command: str, splits: dict, notes: list[str]) -> dict:
+def to_json(arms: list[Arm], options: argparse.Namespace, command: str, splits: dict, notes: list[str],
+            defaults: tuple[dict, list[str]]) -> dict:
     rows = []
     for arm in arms:
         row = asdict(arm)
         row.update(calls=arm.calls, cached=arm.cached, tokens=arm.tokens, wall_s=arm.wall_s)
         rows.append(row)
     return {"command": command, "options": vars(options), "queries": splits, "data": notes, "k": options.k,
-            "goal": goal_line(arms), "rows": rows}
+            "goal": goal_line(arms), "default_path": {"switches": defaults[0], "choices": defaults[1]}, "rows": rows}
 
 
 # ---------------------------------------------------------------- command line
@@ -604,6 +680,7 @@ def _names(text: str, allowed, what: str, parser: argparse.ArgumentParser) -> li
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from core.settings import DEFAULT_MODEL
+    from storage.statuses import GateRule
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=list(DEFAULTS), default="arithmetic", help="default: %(default)s")
@@ -617,7 +694,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "for arithmetic, direct for policy)")
     parser.add_argument("--train-mode", choices=MODES, default="direct",
                         help="agent mode of the trained arms (default: %(default)s)")
-    parser.add_argument("--gate", default="no_worse", help="the trained arms' gate (default: %(default)s)")
+    parser.add_argument("--gate", choices=[rule.value for rule in GateRule], default=None,
+                        help="the trained arms' gate rule (default: a run's default, no_worse)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="policy model (default: %(default)s)")
     parser.add_argument("--learner-model", default=None, help="learner model (default: the policy model)")
     for name, help_text in (("epochs", ""), ("batch-size", ""), ("group-size", "G; "),
@@ -684,16 +762,22 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
         base = Path(options.db) if options.db else Path(folder) / "learning_effect.db"
         engine = make_engine(f"sqlite:///{base}")
         splits = create_task(engine, options, train, test)
+        defaults = default_path(engine, options)
         engine.dispose()
         progress(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  load {os.getloadavg()[0]:.2f}  "
                  f"database {base if options.db else 'temporary (--db PATH keeps it)'}  queries {splits}")
         if gateway_for is None:
             load_models(options)
         arms = asyncio.run(run_arms(base, options, gateway_for))
-    result = to_json(arms, options, command, splits, notes)
+    for arm in arms:
+        if arm.library is not None:
+            arm.changes = (["a direct run: experiences asked for, no rollouts"] if arm.plan["direct"]
+                           else switch_changes(arm.switches, defaults[0]))
+    result = to_json(arms, options, command, splits, notes, defaults)
     print(report(arms, options, command,
                  [f"data: {note}" for note in notes] + [f"queries per split: {splits}",
-                                                         f"load average at the end: {os.getloadavg()[0]:.2f}"]))
+                                                         f"load average at the end: {os.getloadavg()[0]:.2f}"],
+                 defaults[1]))
     if options.json:
         Path(options.json).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     return result

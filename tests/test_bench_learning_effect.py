@@ -1,4 +1,5 @@
-"""bench/learning_effect.py on a tiny dataset with scripted model replies: four rows with figures, the JSON."""
+"""bench/learning_effect.py on a tiny dataset with scripted model replies: a row per arm with figures, the default
+path's run created as `train` creates it (create_run_with_defaults) and marked in the table, the JSON."""
 
 from __future__ import annotations
 
@@ -56,7 +57,21 @@ def scripted_gateways(scripted, models: list):
     return gateway_for
 
 
-def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, capsys, scripted):
+ARMS = ["default", "default+lessons", "default-hold", "paper", "lessons+reference", "direct"]
+SIZES = {"epochs", "batch_size", "group_size", "seed", "validation_size", "gate_k"}  # what train would be given
+
+
+def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, capsys, scripted, monkeypatch):
+    from core.grpo import training
+
+    given = {}  # arm's library -> what create_run_with_defaults was given
+
+    def spy(engine, task_name, settings, **kwargs):
+        given[kwargs["library_name"]] = dict(settings)
+        return create_run_with_defaults(engine, task_name, settings, **kwargs)
+
+    create_run_with_defaults = training.create_run_with_defaults
+    monkeypatch.setattr(training, "create_run_with_defaults", spy)
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
     test = write_jsonl(tmp_path / "test.jsonl", TEST)
     models = []
@@ -64,52 +79,96 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     out_json = tmp_path / "result.json"
     result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4", "--test-limit",
                    "3", "--epochs", "1", "--batch-size", "2", "--group-size", "2", "--k", "2", "--modes", "direct",
-                   "--arms", "lessons,lessons+reference,examples,both,direct", "--json", str(out_json),
+                   "--arms", ",".join(ARMS), "--json", str(out_json), "--db", str(tmp_path / "le.db"),
                    "--no-share-cache"],
                   gateway_for=gateway_for)
     out = capsys.readouterr().out
 
     rows = {row["name"]: row for row in result["rows"]}
-    assert list(rows) == ["empty (direct)", "lessons", "lessons+reference", "examples", "both", "direct"]
+    assert list(rows) == ["empty (direct)", *ARMS]
     assert result["queries"] == {"train": 4, "validation": 4, "test": 3}
     for row in rows.values():
         assert row["evaluation_status"] == "completed" and row["n"] == 3 and row["mode"] == "direct"
         assert 0 <= row["mean_at_k"] <= 1 and row["wall_s"] >= 0
     assert rows["empty (direct)"]["experiences"] == 0 and rows["empty (direct)"]["comparison"] is None
     assert rows["direct"]["experiences"] == 2  # the scripted direct reply has two
-    for name in ("lessons", "lessons+reference", "examples", "both", "direct"):
+    for name in ARMS:
         assert rows[name]["run_status"] == "completed" and rows[name]["reference"] == "empty (direct)"
         c = rows[name]["comparison"]
         assert c["n"] == 3 and c["ci_low"] <= c["delta"] <= c["ci_high"] and 0 <= c["p_value"] <= 1
         assert c["detectable"] > 0
         assert rows[name]["calls"] + rows[name]["cached"] > 0
-    for name in ("lessons", "lessons+reference", "examples", "both"):  # every trained arm gated, step by step
+        assert rows[name]["gate"] == "no_worse"  # the run's default gate: --gate not given
+    for name in ARMS[:-1]:  # every trained arm gated, step by step
         assert sum(rows[name]["gate_decisions"].values()) == rows[name]["steps"] == 2, name
         assert rows[name]["groups"]["ok"] == 4 and rows[name]["groups"]["from_reference"] == 0  # every group mixed
-    assert rows["lessons"]["examples"] == 0
-    assert len(models) == 6  # a gateway per database: the empty library's, then one copy per arm
+
+    # The default path: created as `train` creates a run given only the sizes, the defaults chosen for the
+    # embedded learner stored with it; each other arm gives only the switches it changes.
+    assert set(given["default"]) == SIZES
+    assert given["default+lessons"] == {**given["default"], "lessons": True}
+    assert given["default-hold"] == {**given["default"], "hold_flagged": False}
+    assert given["paper"] == {**given["default"], "lessons": True, "examples": False, "reference_when_all_fail": False}
+    with closing(sqlite3.connect(tmp_path / "le.default.db")) as db:
+        (stored,) = db.execute("SELECT settings FROM run").fetchone()
+    stored = json.loads(stored)
+    assert stored["examples"] is True and stored["lessons"] is False and stored["reference_when_all_fail"] is True
+    assert stored["hold_flagged"] is True and stored["selection"] == {"mode": "top_k", "k": 3}
+    assert stored["learner_model"].startswith("local/") and stored["gate"] == "no_worse"
+    assert rows["default"]["switches"] == result["default_path"]["switches"] == {
+        "examples": True, "lessons": False, "reference_when_all_fail": True, "hold_flagged": True,
+        "selection": "top_k 3"}
+    assert rows["default"]["changes"] == []
+    assert rows["default+lessons"]["changes"] == ["lessons on"]
+    assert rows["default-hold"]["changes"] == ["hold_flagged off"]
+    assert rows["paper"]["changes"] == ["examples off", "lessons on", "reference off", "selection all"]
+    assert rows["lessons+reference"]["changes"] == ["examples off", "lessons on", "selection all"]
+    assert [line.split(":")[0] for line in rows["default"]["choices"]] == [
+        "worked examples", "lessons", "learning from the reference where every attempt failed", "entries per query"]
+
+    assert rows["paper"]["examples"] == 0
+    assert len(models) == 1 + len(ARMS)  # a gateway per database: the empty library's, then one copy per arm
     by_arm = dict(zip(rows, models, strict=True))
-    assert by_arm["examples"].count("advantage") == 0 < by_arm["examples"].count("example")  # examples only
-    assert by_arm["lessons"].count("example") == 0 < by_arm["lessons"].count("advantage")
-    assert by_arm["both"].count("example") > 0 and by_arm["both"].count("advantage") > 0
-    assert all(by_arm[name].count("gate") > 0 for name in ("lessons", "examples", "both"))
-    assert rows["both"]["cached"] == 0  # --no-share-cache: nothing answered from another arm's calls
-    assert json.loads(out_json.read_text())["rows"][4]["name"] == "both"
+    for name in ("default", "default-hold"):  # examples only
+        assert by_arm[name].count("advantage") == 0 < by_arm[name].count("example"), name
+    for name in ("paper", "lessons+reference"):
+        assert by_arm[name].count("example") == 0 < by_arm[name].count("advantage"), name
+    assert by_arm["default+lessons"].count("example") > 0 and by_arm["default+lessons"].count("advantage") > 0
+    assert all(by_arm[name].count("gate") > 0 for name in ARMS[:-1])
+    assert rows["default+lessons"]["cached"] == 0  # --no-share-cache: nothing answered from another arm's calls
+    assert json.loads(out_json.read_text())["rows"][2]["name"] == "default+lessons"
     assert result["goal"].startswith("goal (Δ ≥ +0.05, p < 0.05, interval above 0): ")
 
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if "Δ vs empty [95% CI]" in line)
     assert "Mean@2" in lines[header] and "detectable" in lines[header] and "wall s" in lines[header]
-    table = lines[header + 2 : header + 8]
+    assert lines[header].endswith("against the default path")
+    table = lines[header + 2 : header + 3 + len(ARMS)]
     assert [line.split("  ")[0].strip() for line in table] == list(rows)
     assert "(reference)" in table[0] and all("[" in line for line in table[1:])
-    assert any(line.startswith("lessons: run") and "gate no_worse: passed" in line for line in lines)
+    against = {line.split("  ")[0].strip(): line.rsplit("  ", 1)[1].strip() for line in table}
+    assert against == {"empty (direct)": "-", "default": "the default path", "default+lessons": "lessons on",
+                       "default-hold": "hold_flagged off",
+                       "paper": "examples off, lessons on, reference off, selection all",
+                       "lessons+reference": "examples off, lessons on, selection all",
+                       "direct": "a direct run: experiences asked for, no rollouts"}
+    chosen = lines.index(next(line for line in lines if line.startswith("the default path (its run's)")))
+    assert "for the learner local/" in lines[chosen]
+    assert [line.strip() for line in lines[chosen + 1 : chosen + 5]] == rows["default"]["choices"]
+    assert lines[chosen + 1].strip().startswith("worked examples: on. ")
+    assert lines[chosen + 2].strip().startswith("lessons: off. ")
+    assert lines[chosen + 4].strip().startswith("entries per query: the 3 entries most similar")
+    assert any(line.startswith("default: run") and "gate no_worse: passed" in line for line in lines)
+    assert any(line.startswith("default: run") and "refused before the gate: invalid, or flagged)" in line
+               for line in lines)
+    assert any(line.startswith("default-hold: run") and "refused before the gate: invalid)" in line for line in lines)
     assert lines[-1].startswith("command: PYTHONPATH=. .venv/bin/python bench/learning_effect.py --train")
 
 
 def test_a_later_arm_answers_what_an_earlier_arm_asked_from_its_calls_unless_told_not_to(tmp_path, scripted):
-    """Both arms start from the same empty library with the same seeds, so `both` asks for the first step's
-    answers `lessons` already paid for: shared, they come from the cache; not shared, they are paid again."""
+    """Both arms start from the same empty library with the same seeds, so `default+lessons` asks for the first
+    step's answers `default` already paid for: shared, they come from the cache; not shared, they are paid
+    again."""
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
     test = write_jsonl(tmp_path / "test.jsonl", TEST)
 
@@ -119,19 +178,20 @@ def test_a_later_arm_answers_what_an_earlier_arm_asked_from_its_calls_unless_tol
         (tmp_path / folder).mkdir()
         result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4",
                        "--test-limit", "3", "--batch-size", "4", "--group-size", "2", "--modes", "direct",
-                       "--arms", "lessons,both", "--db", str(tmp_path / folder / "b.db"), *extra],
+                       "--arms", "default,default+lessons", "--db", str(tmp_path / folder / "b.db"), *extra],
                       gateway_for=gateway_for)
         rows = {row["name"]: row for row in result["rows"]}
         return rows, dict(zip(rows, models, strict=True))
 
     shared, shared_models = run("shared")
     alone, alone_models = run("alone", "--no-share-cache")
-    assert shared["lessons"]["calls"] == alone["lessons"]["calls"] > 0  # the first trained arm has nothing to share
-    assert shared["both"]["cached"] > alone["both"]["cached"]
-    assert shared["both"]["calls"] < alone["both"]["calls"]
-    assert shared_models["both"].count("rollout") < alone_models["both"].count("rollout")
-    assert shared["both"]["run_status"] == alone["both"]["run_status"] == "completed"
-    with closing(sqlite3.connect(tmp_path / "shared" / "b.both.db")) as db:  # the shared rows belong to no run
+    assert shared["default"]["calls"] == alone["default"]["calls"] > 0  # the first trained arm has nothing to share
+    later = "default+lessons"
+    assert shared[later]["cached"] > alone[later]["cached"]
+    assert shared[later]["calls"] < alone[later]["calls"]
+    assert shared_models[later].count("rollout") < alone_models[later].count("rollout")
+    assert shared[later]["run_status"] == alone[later]["run_status"] == "completed"
+    with closing(sqlite3.connect(tmp_path / "shared" / "b.default_lessons.db")) as db:  # shared rows: no run's
         assert db.execute("SELECT count(*) FROM llmcall WHERE run_id IS NULL AND evaluation_id IS NULL "
                           "AND cache_hit = 0").fetchone()[0] > 0
 
@@ -140,5 +200,6 @@ def test_an_unknown_arm_is_refused_with_the_choices(capsys):
     import pytest
 
     with pytest.raises(SystemExit):
-        main(["--arms", "lessons,everything"])
-    assert "--arms: everything; choose from lessons, lessons+reference, examples, both, direct" in capsys.readouterr().err
+        main(["--arms", "default,everything"])
+    assert ("--arms: everything; choose from default, default+lessons, default-hold, paper, lessons+reference, "
+            "direct") in capsys.readouterr().err
