@@ -69,11 +69,13 @@ bench: install
 	PYTHONPATH=. $(PY) bench/local_throughput.py
 	PYTHONPATH=. $(PY) bench/judge.py --n 10
 
-# Which part of learning helps, on the embedded model: the empty library per agent mode against gated arms (lessons,
-# lessons+reference, examples top_k, both), on the shop-policies demo and on the arithmetic data (bench/README.md
-# has the sizes, the measured minutes and a larger size); options for both, e.g. BENCH_LEARNING="--k 1". It runs
-# alone, so the model server it starts gets every core (the studio's default leaves one to the pages); a model
-# server already running keeps its own threads: stop it first (`python -m core model-server --stop`).
+# Which part of learning helps, on the embedded model: the empty library per agent mode against gated arms, each a
+# run created as `python -m core train` creates it: the default path (nothing set but the sizes), default+lessons,
+# default-hold (hold_flagged off) and paper (lessons only, the paper's defaults), on the shop-policies demo and on
+# the arithmetic data (bench/README.md has the sizes, the measured minutes and a larger size); options for both,
+# e.g. BENCH_LEARNING="--k 1". It runs alone, so the model server it starts gets every core (the studio's default
+# leaves one to the pages); a model server already running keeps its own threads: stop it first
+# (`python -m core model-server --stop`).
 BENCH_LEARNING ?=
 BENCH_THREADS ?= $(shell nproc 2>/dev/null || echo 2)
 bench-learning: install
