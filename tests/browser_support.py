@@ -89,9 +89,18 @@ def demo_database() -> Path:
 
 @contextmanager
 def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None) -> Iterator[Studio]:
-    """Streamlit (and a worker) on a copy of the demo database; both stopped afterwards, their logs kept in
-    tmp_path."""
-    shutil.copyfile(demo_database(), tmp_path / "studio.db")
+    """Streamlit (and a worker) on tmp_path/studio.db: a copy of the demo database, or a database a test seeded
+    there first with the demo tasks added (as `python -m core demo` does); both stopped afterwards, their logs kept
+    in tmp_path."""
+    if (tmp_path / "studio.db").exists():
+        from core.records.tasks import ensure_demo_tasks
+        from storage.db import make_engine
+
+        seeded = make_engine(f"sqlite:///{tmp_path / 'studio.db'}")
+        ensure_demo_tasks(seeded)
+        seeded.dispose()
+    else:
+        shutil.copyfile(demo_database(), tmp_path / "studio.db")
     database_url = f"sqlite:///{tmp_path / 'studio.db'}"
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1",
