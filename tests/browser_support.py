@@ -27,6 +27,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts"
+# How long a browser test waits for what a page should show: a rerun takes under a second on a quiet machine, but
+# make test runs the browser tests beside the fast suite on two cores, where a page took over 30 s in a full run.
+PATIENCE_MS = 90_000
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
@@ -132,13 +135,15 @@ def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None
 
 @contextmanager
 def browser_page(width: int = 1400, height: int = 1700):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=PATIENCE_MS)
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(30_000)
+            page.set_default_timeout(PATIENCE_MS)
             yield page
         finally:
             browser.close()
@@ -152,7 +157,7 @@ def wait_for_app(page) -> None:
     on the old page: on a busy machine the status widget alone let tests read a page not yet redrawn.
     Elements of the previous run stay in the page, marked stale, until the new run has drawn past them; a
     widget that moved (a form below a table that grew) is then there twice, so stale elements must be gone."""
-    page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
+    page.wait_for_selector("[data-testid='stMain'] h1", timeout=PATIENCE_MS)
     page.wait_for_function(
         "() => { const app = document.querySelector('[data-testid=\"stApp\"]');"
         " const state = app && app.getAttribute('data-test-script-state');"
@@ -160,7 +165,7 @@ def wait_for_app(page) -> None:
         " if (document.querySelector('[data-testid=\"stElementContainer\"][data-stale=\"true\"]')) return false;"
         " const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
         " return !w || !(w.innerText.includes('Running') || w.innerText.includes('Stop')); }",
-        timeout=60_000)
+        timeout=PATIENCE_MS)
     page.wait_for_timeout(300)
 
 

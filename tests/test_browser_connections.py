@@ -18,7 +18,14 @@ from sqlmodel import Session, select
 from bench.stub_server import StubServer
 from storage.db import make_engine
 from storage.tables import Evaluation, LLMCall, Run
-from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.browser_support import (
+    PATIENCE_MS,
+    browser_page,
+    require_chromium,
+    screenshot,
+    studio,
+    wait_for_app,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -35,7 +42,7 @@ def pick_model(page, label: str, model: str) -> None:
 
 def expect_model(page, label: str, model: str) -> None:
     """The picker shows `model`, awaited (a redraw may still be under way)."""
-    expect(page.get_by_role("combobox", name=label, exact=True)).to_have_value(model, timeout=30_000)
+    expect(page.get_by_role("combobox", name=label, exact=True)).to_have_value(model, timeout=PATIENCE_MS)
 
 
 def first_job(database_url: str, table) -> tuple[object | None, list[LLMCall]]:
@@ -85,7 +92,7 @@ def test_a_run_and_an_evaluation_set_up_in_the_browser_keep_the_connections_mode
         expect_model(page, "Learner model", MODEL)
         page.get_by_role("button", name="Start run").click()
         run, calls = wait_until_done(app.database_url, Run)
-        expect(page.get_by_text("waits for a reviewer")).to_be_visible(timeout=30_000)  # the live part saw it end
+        expect(page.get_by_text("waits for a reviewer")).to_be_visible(timeout=PATIENCE_MS)  # the live part saw it end
         expect_model(page, "Policy model", MODEL)
         expect_model(page, "Learner model", MODEL)
 
@@ -99,7 +106,7 @@ def test_a_run_and_an_evaluation_set_up_in_the_browser_keep_the_connections_mode
         wait_for_app(page)
         evaluation, eval_calls = wait_until_done(app.database_url, Evaluation)
         # the page redraws itself when an evaluation ends: the Promote section then offers it
-        expect(page.get_by_role("combobox", name="Evaluation to promote")).to_be_visible(timeout=30_000)
+        expect(page.get_by_role("combobox", name="Evaluation to promote")).to_be_visible(timeout=PATIENCE_MS)
         expect_model(page, "Model", MODEL)
         for name in ("Rollouts", "Evaluate"):  # another page and back, in the same session
             page.locator("[data-testid='stSidebarNav']").get_by_role("link", name=name, exact=True).click()

@@ -20,7 +20,14 @@ from core.records.versions import PRODUCTION, import_library, set_label
 from storage import queries
 from storage.db import make_engine
 from storage.tables import Evaluation, Task
-from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.browser_support import (
+    PATIENCE_MS,
+    browser_page,
+    require_chromium,
+    screenshot,
+    studio,
+    wait_for_app,
+)
 from tests.ui_support import scripted_gateway
 
 pytestmark = pytest.mark.browser
@@ -127,7 +134,7 @@ def test_evaluate_queues_what_it_shows_after_a_task_switch_and_promote_asks_firs
             # the other task's choice did not carry over; waited for, not read once: the task switch's rerun can
             # still be under way when the app first looks idle on a busy machine
             split_box = form.get_by_role("combobox", name="Split")
-            expect(split_box).to_have_value(re.compile(r"^test\b"), timeout=30_000)
+            expect(split_box).to_have_value(re.compile(r"^test\b"), timeout=PATIENCE_MS)
             shown_split = split_box.input_value().split(" ")[0]
             assert shown_split == "test"
             page.get_by_role("button", name="Start evaluation").click()

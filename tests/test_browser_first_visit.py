@@ -15,7 +15,14 @@ from sqlmodel import Session, select
 from core.records.tasks import POLICY_TASK
 from storage.db import make_engine
 from storage.tables import Run, Task
-from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.browser_support import (
+    PATIENCE_MS,
+    browser_page,
+    require_chromium,
+    screenshot,
+    studio,
+    wait_for_app,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -76,8 +83,8 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
         # waited for, not read once: a rerun still under way can show the estimate of a half-applied preset
         # (the limit already 4, the batch size not yet: 2 updates, 38 calls)
         estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:")
-        expect(estimate).to_have_count(1, timeout=30_000)
-        expect(estimate).to_contain_text(f"about {quick_trial_calls()} calls", timeout=30_000)
+        expect(estimate).to_have_count(1, timeout=PATIENCE_MS)
+        expect(estimate).to_contain_text(f"about {quick_trial_calls()} calls", timeout=PATIENCE_MS)
         screenshot(page, "first_visit")
 
         page.get_by_role("button", name="Start run").click()

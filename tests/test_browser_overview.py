@@ -19,7 +19,14 @@ from core.grpo.training import RunSettings, create_run, store_operations
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from storage.db import make_engine, session_scope
 from storage.tables import Run, Step
-from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.browser_support import (
+    PATIENCE_MS,
+    browser_page,
+    require_chromium,
+    screenshot,
+    studio,
+    wait_for_app,
+)
 from tests.test_browser_labeling import disputed_rollouts
 
 pytestmark = pytest.mark.browser
@@ -79,9 +86,9 @@ def test_each_to_do_row_opens_its_own_task_run_and_step(tmp_path):
             # waited for, not read once: on a busy machine the page can first draw with the sidebar's old task
             # (its run 1 in the address) before the row's choice has landed
             page.wait_for_function(f"() => {{ const q = new URLSearchParams(location.search); "
-                                   f"return q.get('run') === '{run_id}' && q.has('step'); }}", timeout=30_000)
+                                   f"return q.get('run') === '{run_id}' && q.has('step'); }}", timeout=PATIENCE_MS)
             expect(main_box(page, "Run")).to_have_value(re.compile(rf"^Run {run_id} · awaiting_review"),
-                                                        timeout=30_000)
+                                                        timeout=PATIENCE_MS)
             assert sidebar_task(page) == SUPPORT_TASK
             assert picked(page, "Step").startswith("epoch 1 · batch 2 · awaiting_review · 2 pending")
             assert address(page) == {"task": SUPPORT_TASK, "run": str(run_id), "step": str(step_id)}

@@ -13,7 +13,7 @@ from core.jobs.run_control import cancel_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from core.records.versions import import_library
 from pages._common import Outcome, failed, plain
-from tests.browser_support import browser_page, require_chromium, studio, wait_for_app
+from tests.browser_support import PATIENCE_MS, browser_page, require_chromium, studio, wait_for_app
 from tests.ui_support import APP, markdown_texts, run_app, scripted_gateway, seeded_run
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
@@ -135,5 +135,5 @@ def test_a_deep_link_opened_first_after_a_start_shows_the_page_in_the_studio(tmp
         page.get_by_role("option", name=SUPPORT_TASK).click()
         page.wait_for_function(  # the chosen task's settings, as the server drew them (the old form gone)
             "name => { const boxes = [...document.querySelectorAll(\"input[aria-label='Name']\")];"
-            " return boxes.length === 1 && boxes[0].value === name; }", arg=SUPPORT_TASK, timeout=30_000)
+            " return boxes.length === 1 && boxes[0].value === name; }", arg=SUPPORT_TASK, timeout=PATIENCE_MS)
         expect(task_box).to_have_value(SUPPORT_TASK)
