@@ -90,6 +90,10 @@ def test_a_run_and_an_evaluation_set_up_in_the_browser_keep_the_connections_mode
         expect(page.get_by_text("The settings below are the quick trial.")).to_be_visible()
         expect_model(page, "Policy model", MODEL)  # the preset set everything else, not the models
         expect_model(page, "Learner model", MODEL)
+        # the form's own fields drawn with the preset (a submit sends what the browser shows: a click before the
+        # redraw once queued the previous settings, auto review and the gate)
+        expect(page.get_by_label("Group size (G)", exact=True)).to_have_value("4")
+        wait_for_app(page)
         page.get_by_role("button", name="Start run").click()
         run, calls = wait_until_done(app.database_url, Run)
         expect(page.get_by_text("waits for a reviewer")).to_be_visible(timeout=PATIENCE_MS)  # the live part saw it end
