@@ -48,7 +48,7 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     assert settings.selection == TOP_3
     assert set(choices) == {*SWITCHES, "selection"}
     assert choices["examples"].line().startswith("worked examples: on. On: worked examples made from the reference")
-    assert "+0.219 [+0.062, +0.406]" in choices["examples"].reason
+    assert "+0.281 [+0.094, +0.500]" in choices["examples"].reason
     assert "-0.125 [-0.375, +0.083]" in choices["lessons"].reason and "+0.017 [-0.050, +0.083]" in choices["lessons"].reason
     assert choices["lessons"].line().startswith("lessons: off.")
     assert "0.000" in choices["reference_when_all_fail"].reason

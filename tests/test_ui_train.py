@@ -441,7 +441,7 @@ def test_the_form_starts_from_the_defaults_chosen_for_the_embedded_learner_and_s
     notice = defaults_notice(at)
     assert notice.startswith("Defaults chosen for the learner local/qwen2.5-coder-0.5b:")
     assert "- worked examples: on. On: worked examples made from the reference" in notice
-    assert "+0.219 [+0.062, +0.406]" in notice and "- lessons: off. Off:" in notice
+    assert "+0.281 [+0.094, +0.500]" in notice and "- lessons: off. Off:" in notice
     assert "-0.125 [-0.375, +0.083]" in notice
     assert "- entries per query: the 3 entries most similar to the query" in notice
     at.button(key="train_submit").click()

@@ -39,9 +39,9 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
           "reference_when_all_fail": "learning from the reference where every attempt failed",
           SELECTION: "entries per query"}
 
-# The figures behind each choice, as bench/README.md ("Learning effect", 2026-11-26) and
-# core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.219 [+0.062, +0.406] (5 messages better, none worse) on the shop-policies demo's 16 held-out "
+# The figures behind each choice, as bench/README.md ("Learning effect": the default path on 2026-11-27, the
+# lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
+EXAMPLES_FIGURE = ("+0.281 [+0.094, +0.500] (5 messages better, none worse) on the shop-policies demo's 16 held-out "
                    "messages")
 EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its 3 most "
                f"similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
