@@ -513,6 +513,11 @@ def draw_selection(data: PageData, ctx: Context) -> None:
         return
     table([{"id": e["id"], "BM25": e["score"], "entry": e["text"]} for e in served.entries],
           key="lib_selection_preview", column_config={"BM25": st.column_config.NumberColumn(format="%.3f")})
+    fillers = [str(e["id"]) for e in served.entries if e["score"] == 0]
+    if fillers:
+        st.caption(f"{', '.join(fillers)} share{'s' if len(fillers) == 1 else ''} no word with the query (BM25 "
+                   f"0.000): fewer than k entries matched, so the library's first entries fill the k places, as "
+                   "the agent would be shown them.")
 
 
 def draw_diff(data: PageData, newest_first: list[int]) -> None:

@@ -584,3 +584,10 @@ def test_the_selection_is_saved_by_a_reviewer_and_a_typed_query_previews_its_ent
     rerun(at)
     preview = table_with(at, "BM25")
     assert preview["entry"].tolist() == [REREAD] and preview["BM25"].iloc[0] > 0
+    assert not any("share" in c.value and "no word with the query" in c.value for c in at.caption)
+
+    at.text_input(key="lib_selection_query").set_value("zebra xylophone")  # no word of any entry: a filler
+    rerun(at)
+    preview = table_with(at, "BM25")
+    assert len(preview) == 1 and float(str(preview["BM25"].iloc[0])) == 0
+    assert any(f"{preview['id'].iloc[0]} shares no word with the query" in c.value for c in at.caption)
