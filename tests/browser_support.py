@@ -76,18 +76,11 @@ def demo_database() -> Path:
     """A SQLite file migrated and holding the demo tasks, as `python -m core demo` leaves it (the same core
     function), made once per test process: each studio starts from a copy instead of a 15 s subprocess.
     tests/test_cli.py checks the `demo` command itself."""
-    from core.records.tasks import ensure_demo_tasks
-    from storage.db import make_engine
+    from tests.conftest import settled_sqlite_file
 
     folder = tempfile.mkdtemp(prefix="tfgrpo-demo-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    path = Path(folder) / "demo.db"
-    engine = make_engine(f"sqlite:///{path}")
-    ensure_demo_tasks(engine)
-    with engine.connect() as connection:
-        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    engine.dispose()
-    return path
+    return settled_sqlite_file(Path(folder) / "demo.db", demo_tasks=True)
 
 
 @contextmanager
@@ -96,12 +89,9 @@ def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None
     there first with the demo tasks added (as `python -m core demo` does); both stopped afterwards, their logs kept
     in tmp_path."""
     if (tmp_path / "studio.db").exists():
-        from core.records.tasks import ensure_demo_tasks
-        from storage.db import make_engine
+        from tests.conftest import settled_sqlite_file
 
-        seeded = make_engine(f"sqlite:///{tmp_path / 'studio.db'}")
-        ensure_demo_tasks(seeded)
-        seeded.dispose()
+        settled_sqlite_file(tmp_path / "studio.db", demo_tasks=True)
     else:
         shutil.copyfile(demo_database(), tmp_path / "studio.db")
     database_url = f"sqlite:///{tmp_path / 'studio.db'}"

@@ -266,13 +266,7 @@ def jail():
 def migrated_db(tmp_path_factory) -> Path:
     """A SQLite file migrated to the newest revision once per session; each test gets a copy of it
     (running every migration per test was about half the fast suite's time)."""
-    path = tmp_path_factory.mktemp("template") / "migrated.db"
-    template = make_engine(f"sqlite:///{path}")
-    with template.connect() as connection:
-        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    template.dispose()  # the last connection closes: SQLite folds the WAL into the file and deletes it
-    assert not Path(f"{path}-wal").exists(), "the template must be one complete file to copy"
-    return path
+    return settled_sqlite_file(tmp_path_factory.mktemp("template") / "migrated.db")
 
 
 @pytest.fixture(scope="session")
@@ -281,11 +275,18 @@ def demo_db(migrated_db, tmp_path_factory) -> Path:
     tests: the app creates them at its start, which each AppTest would otherwise pay again."""
     path = tmp_path_factory.mktemp("template") / "demo.db"
     shutil.copyfile(migrated_db, path)
-    template = make_engine(f"sqlite:///{path}", migrate=False)
-    ensure_demo_tasks(template)
-    with template.connect() as connection:
+    return settled_sqlite_file(path, demo_tasks=True)
+
+
+def settled_sqlite_file(path: Path, *, demo_tasks: bool = False) -> Path:
+    """`path` migrated to the newest revision (and with the demo tasks, as `python -m core demo` leaves it), its
+    write-ahead log folded in, so that it is one complete file to copy."""
+    engine = make_engine(f"sqlite:///{path}")
+    if demo_tasks:
+        ensure_demo_tasks(engine)
+    with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    template.dispose()
+    engine.dispose()  # the last connection closes: SQLite folds the WAL into the file and deletes it
     assert not Path(f"{path}-wal").exists(), "the template must be one complete file to copy"
     return path
 
