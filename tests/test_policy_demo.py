@@ -326,11 +326,15 @@ def test_a_reference_example_is_the_reply_a_person_would_send(engine, scripted):
 
 
 @pytest.mark.parametrize("reply", ["Thank you, I will look into your return for you.",  # scores 0
-                                   "45 days;PC-48213"])  # the raw form: no sentence
+                                   "45 days;PC-48213",  # the raw form: no sentence
+                                   # scores 1, but starts by copying the customer's message (the embedded
+                                   # learner's habit on 2026-11-27): it would teach the agent to echo
+                                   "Hi, a pair of leather hiking boots was delivered to me three weeks ago. The "
+                                   "return window is 45 days and your ticket reference is PC-48213."])
 def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine, scripted, reply):
     op, advantage, reference, _prompts = reference_example_run(engine, scripted, reply)
     assert op.status == "applied"
-    assert answer_of(op) == f"Return window: 45 days. {TICKET[:1].upper()}{TICKET[1:]}: PC-48213."
+    assert answer_of(op) == "The return window is 45 days. Your ticket reference is PC-48213."
     assert all(fact.wordings[0] in op.text for fact in parse_facts(reference)) and op.text.endswith(".")
     assert score("facts", answer_of(op), reference).value == 1.0
     assert "a sentence per part" in advantage.text and "the learner's reply" in advantage.text
@@ -342,6 +346,10 @@ def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
     for row in records():
         reply = template_reply(reference_parts("facts", row["reference"]))
         assert reply.endswith(".") and score("facts", reply, row["reference"]).value == 1.0, row["id"]
+    replies = [template_reply(reference_parts("facts", row["reference"])) for row in records()[:4]]
+    assert replies == ["The return window is 45 days. Your ticket reference is PC-48213.",
+                       "Refund to the original payment method within 7 business days.",
+                       "Your ticket reference is PC-47758.", "Damaged or unsafe items go to Quality Desk."]
     reply = template_reply(reference_parts("contains_all", "7 years;LK-72886"))
     assert reply == "The answer is 7 years. Your reference is LK-72886."
     assert score("contains_all", reply, "7 years;LK-72886").value == 1.0

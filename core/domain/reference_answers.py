@@ -26,6 +26,11 @@ from core.errors import InvalidInput
 # A code a customer quotes back (a ticket or an order reference: "LK-72886", "PC-48213", "AB12"): capitals, an
 # optional separator, then a digit. "45-day" or "7 years" are not codes.
 _CODE = re.compile(r"[A-Z]{1,6}[-_/]?\d[A-Z0-9-]*")
+# A label that ends in one of these words runs straight into its value ("refund within 7 business days",
+# "damaged items go to Quality Desk"); any other label is a noun ("the return window is 45 days").
+_JOINING = frozenset("within to over under at in on for by from of after before until than about into via".split())
+_ASIDE = re.compile(r"\s*\([^()]*\)")  # "ticket reference (PC- and the order number)": a note for the verifier
+ECHO_WORDS = 8  # a reply that repeats this many words of the message in a row repeats the message
 
 
 @dataclass(frozen=True)
@@ -67,14 +72,27 @@ def _sentence(text: str) -> str:
     return text if TERMINAL.search(text) else f"{text}."
 
 
+def fact_sentence(label: str, text: str) -> str:
+    """A labelled fact as a sentence: "The return window is 45 days.", a code as the customer's ("Your ticket
+    reference is PC-48213.": the label's asides in brackets are left out), or where the label ends in a joining
+    word, "Refund to the original payment method within 7 business days."."""
+    label = " ".join(_ASIDE.sub("", label).split()).rstrip(":")
+    words = label.split()
+    if words and words[-1].lower() in _JOINING:
+        return _sentence(f"{label[:1].upper()}{label[1:]} {text}")
+    if not label:
+        return _sentence(text)
+    return _sentence(f"{'Your' if _CODE.fullmatch(text) else 'The'} {label} is {text}")
+
+
 def template_reply(parts: Sequence[Part]) -> str:
-    """One sentence per part, for any task: a labelled fact as "Return window: 45 days.", a code as "Your
+    """One sentence per part, for any task: a labelled fact as fact_sentence writes it, a code as "Your
     reference is LK-72886.", any other part as "The answer is 7 years." (then "It also includes ..."). Each part's
     words stay exactly as the reference has them, so the reward that counts those parts finds every one."""
     sentences, answered = [], False
     for part in parts:
         if part.label:
-            sentences.append(_sentence(f"{part.label[:1].upper()}{part.label[1:]}: {part.text}"))
+            sentences.append(fact_sentence(part.label, part.text))
         elif _CODE.fullmatch(part.text):
             sentences.append(_sentence(f"Your reference is {part.text}"))
         else:
@@ -94,9 +112,20 @@ def reply_words(query: str) -> int:
     return max(20, max_words - len(example_text(query, "").split()))
 
 
+def repeats_message(reply: str, query: str, words: int = ECHO_WORDS) -> bool:
+    """Whether the reply repeats `words` words of the message in a row: the embedded learner often starts its
+    reply by copying the customer's message, which teaches the agent to echo, not to answer."""
+    def runs(text: str) -> set[tuple[str, ...]]:
+        tokens = re.findall(r"\w+", text.lower())
+        return {tuple(tokens[i:i + words]) for i in range(len(tokens) - words + 1)}
+
+    return bool(runs(reply) & runs(query))
+
+
 def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part]) -> str | None:
     """Why a reply cannot be an example's answer (None when it can): empty, not ending in a whole sentence, the
-    reference's raw form copied, or an example a quality flag would hold (cut off, over the example's limit)."""
+    reference's raw form copied, the message repeated, or an example a quality flag would hold (cut off, over
+    the example's limit)."""
     text = " ".join((reply or "").split())
     if not text:
         return "it is empty"
@@ -105,5 +134,7 @@ def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part
     raw = " ".join((reference or "").split())
     if len(parts) > 1 and raw and raw in text:
         return "it copies the reference as it is"
+    if repeats_message(text, query):
+        return f"it repeats {ECHO_WORDS} or more words of the message in a row"
     flags = quality_flags(example_text(query, text), "ADD", [], [], {}, entry_kind=EXAMPLE)
     return f"as an example, {flags[0].message[:1].lower()}{flags[0].message[1:].rstrip('.')}" if flags else None
