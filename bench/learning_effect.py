@@ -31,7 +31,13 @@ the training rows: the gate measures on them) and test queries, then:
      from its reference answer as the successful side;
    - `direct` (not by default): experiences asked for directly, without rollouts (the paper's baseline);
    the table says, per row, which switches its run has that the default path's has not;
-3. evaluates each arm's final library on the same test queries with the same k and seeds.
+3. evaluates each arm's final library on the same test queries with the same k and seeds;
+4. on `policy`, where the default path ran (`--by-hand`, the default there): `default, by hand`, the default
+   path's library with each worked example's answer replaced by the reply a person wrote for the same message
+   (`--replies`, bench/policy_replies.jsonl: every train message, each stating its facts as a support agent
+   would and scoring 1 with the task's reward), evaluated the same way and compared query by query with the
+   empty library and with the default path: the issue's target, the default path's examples doing as well as
+   the same examples written by hand.
 
 Each arm runs in its own copy of the database taken after the empty libraries' evaluations, so every arm
 starts from the empty library and its runs, libraries and figures are its own. The earlier arms' calls come
@@ -59,6 +65,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shlex
 import sqlite3
 import sys
@@ -77,6 +84,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 TASK = "learning effect benchmark"
 VALIDATION = "validation"  # core.grpo.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
+BY_HAND = "default, by hand"  # the default path's examples, their answers written by a person (--by-hand)
+REPLIES = ROOT / "bench" / "policy_replies.jsonl"
 GOAL = 0.05  # the goal in bench/README.md: a gated library beats the empty library of its mode by 5 points, p < 0.05
 MODES = ("direct", "python")
 
@@ -162,6 +171,8 @@ class Arm:
     rollout_errors: int = 0
     reference: str | None = None  # the empty arm this one is compared with
     comparison: dict | None = None  # core.records.comparison.Paired as a dict (B = this arm, A = its reference)
+    by_hand: bool = False  # BY_HAND: no run; the default path's library with its examples' answers hand-written
+    against_default_path: dict | None = None  # for BY_HAND: Paired with A = the default path, B = this arm
     train_calls: dict = field(default_factory=dict)  # storage.queries.call_totals of the run
     eval_calls: dict = field(default_factory=dict)  # ... of the test-set evaluation
     train_s: float = 0.0
@@ -432,6 +443,70 @@ def compare(engine, empty: Arm, arm: Arm, seed: int) -> None:
         arm.comparison = compare_evaluations(engine, empty.evaluation_id, arm.evaluation_id, seed=seed).stats.as_dict()
 
 
+def read_replies(path: Path) -> dict[str, str]:
+    """The hand-written replies, by message (its words joined by single spaces)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {" ".join(row["query"].split()): row["reply"] for row in rows}
+
+
+def hand_written(experiences: list[dict], replies: dict[str, str]) -> list[dict]:
+    """The library with each worked example's answer replaced by the reply a person wrote for its message (ids,
+    order and lessons unchanged); stops where a message has no written reply."""
+    from core.domain.library import EXAMPLE, kind_of
+    from core.domain.reference_answers import example_text
+
+    written, missing = [], []
+    for entry in experiences:
+        if kind_of(entry) == EXAMPLE:
+            problem = entry["text"].removeprefix("Problem: ")
+            query = " ".join(re.split(r" (?:Steps|Answer): ", problem, maxsplit=1)[0].split())
+            if query in replies:
+                entry = {**entry, "text": example_text(query, replies[query])}
+            else:
+                missing.append(query[:60])
+        written.append(entry)
+    if missing:
+        raise SystemExit(f"--replies has no reply for: {'; '.join(missing)}")
+    return written
+
+
+async def by_hand(base: Path, default: Arm, empty: Arm, options: argparse.Namespace, gateway_for) -> Arm:
+    """BY_HAND: in a copy of the default path's database, its library's next version holds the same entries with
+    every example's answer written by a person (the same library, so the same entry selection), evaluated like
+    every arm and compared with the empty library and with the default path, query by query."""
+    from sqlmodel import Session
+
+    from core.domain.library import examples
+    from core.records.comparison import compare_evaluations
+    from core.records.versions import create_version
+    from storage.db import make_engine, session_scope
+    from storage.statuses import JobStatus
+    from storage.tables import Library, LibraryVersion
+
+    arm = Arm(BY_HAND, mode=default.mode, library=default.library, plan=default.plan, by_hand=True,
+              database=str(arm_database(base, "by-hand")), switches=default.switches, changes=["examples by hand"])
+    copy_database(Path(default.database), Path(arm.database))
+    engine = make_engine(f"sqlite:///{arm.database}", migrate=False)
+    with Session(engine) as session:
+        default_version = session.get(LibraryVersion, default.version_id)
+        library = session.get(Library, default_version.library_id)
+        experiences = hand_written(default_version.experiences, read_replies(Path(options.replies)))
+    with session_scope(engine) as session:
+        version = create_version(session, session.get(Library, library.id), experiences,
+                                 parent_id=default.version_id, source="import", created_by="cli",
+                                 note="the default path's examples with their answers written by hand")
+        arm.version_id = version.id
+    arm.experiences, arm.examples = len(experiences), len(examples(experiences))
+    progress(f"{arm.name}: version {arm.version_id}, {arm.examples} examples written by hand")
+    await evaluate(engine, arm, options, gateway_for(engine) if gateway_for else None)
+    compare(engine, empty, arm, options.seed)
+    if JobStatus.COMPLETED == default.evaluation_status == arm.evaluation_status:
+        arm.against_default_path = compare_evaluations(engine, default.evaluation_id, arm.evaluation_id,
+                                                       seed=options.seed).stats.as_dict()
+    engine.dispose()
+    return arm
+
+
 def arm_database(base: Path, library: str) -> Path:
     """Where an arm's copy of the database lives: `bench.db` -> `bench.lessons.db`."""
     safe = library.replace("+", "_")
@@ -520,6 +595,9 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
         if arm.library is not None:
             compare(engine, empties[arm.mode], arm, options.seed)
         engine.dispose()
+    default = next((arm for arm in arms if arm.name == DEFAULT_PATH), None)
+    if options.by_hand and default is not None and default.version_id is not None:
+        arms.append(await by_hand(base, default, empties[default.mode], options, gateway_for))
     direct, python = empties.get("direct"), empties.get("python")
     if direct and python:  # the python mode's empty library against the direct one's, in python's database
         engine = make_engine(f"sqlite:///{python.database}", migrate=False)
@@ -612,6 +690,14 @@ def arm_lines(arm: Arm) -> list[str]:
     """What the run did: status, steps, groups, operations, gate decisions (one indented line per gated step)."""
     if arm.library is None:
         return []
+    if arm.by_hand:
+        c = arm.against_default_path
+        versus = ("not compared (an evaluation did not complete)" if c is None else
+                  f"{c['delta']:+.3f} [{_signed(c['ci_low'])}, {_signed(c['ci_high'])}], {c['wins']} wins "
+                  f"{c['losses']} losses, p {c['p_value']:.3g}")
+        return [f"{arm.name}: version {arm.version_id}, the default path's {arm.examples} examples with the answers "
+                f"written by a person ({Path(arm.database).name}); test evaluation {arm.eval_s:.0f} s; against the "
+                f"default path, paired (by hand minus default): {versus}"]
     status = arm.run_status + (f" ({arm.run_error})" if arm.run_error else "")
     head = (f"{arm.name}: run {arm.run_id} {status}; version {arm.version_id}, {entries(arm)} entries; "
             f"training {arm.train_s:.0f} s, test evaluation {arm.eval_s:.0f} s")
@@ -712,6 +798,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="answer a request an earlier arm already made from its reply, as the studio's cache "
                              "would (--no-share-cache: every arm pays for all its calls, its wall time its own "
                              "alone; default: share)")
+    parser.add_argument("--by-hand", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"add the row `{BY_HAND}` where the default path ran (default: on for policy)")
+    parser.add_argument("--replies", default=str(REPLIES),
+                        help="hand-written replies, JSONL with query and reply (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
     parser.add_argument("--db", default=None, help="new SQLite file to keep (default: a temporary one)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -724,6 +814,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if options.train_mode not in options.modes:
         options.modes.append(options.train_mode)
     options.learner_model = options.learner_model or options.model
+    if options.by_hand is None:
+        options.by_hand = options.dataset == "policy"
     options.train_limit = options.train_limit or None
     options.test_limit = options.test_limit or None
     for name in ("epochs", "batch_size", "group_size", "k", "gate_k", "direct_count"):
@@ -770,7 +862,7 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
             load_models(options)
         arms = asyncio.run(run_arms(base, options, gateway_for))
     for arm in arms:
-        if arm.library is not None:
+        if arm.library is not None and not arm.by_hand:
             arm.changes = (["a direct run: experiences asked for, no rollouts"] if arm.plan["direct"]
                            else switch_changes(arm.switches, defaults[0]))
     result = to_json(arms, options, command, splits, notes, defaults)

@@ -196,6 +196,38 @@ def test_a_later_arm_answers_what_an_earlier_arm_asked_from_its_calls_unless_tol
                           "AND cache_hit = 0").fetchone()[0] > 0
 
 
+def test_the_default_paths_examples_written_by_hand_are_a_row_compared_with_the_default_path(tmp_path, capsys,
+                                                                                           scripted):
+    """`--by-hand`: the default path's library, each example's answer replaced by the person's reply for its
+    message, as the next version of the same library; evaluated and compared with the empty library and, query by
+    query, with the default path."""
+    train = write_jsonl(tmp_path / "train.jsonl", TRAIN)
+    test = write_jsonl(tmp_path / "test.jsonl", TEST)
+    replies = write_jsonl(tmp_path / "replies.jsonl", [
+        {"query": row["question"], "reply": f"He has {row['answer']} apples."} for row in TRAIN])
+    result = main(["--train", train, "--test", test, "--train-limit", "4", "--validation-size", "4",
+                   "--test-limit", "3", "--batch-size", "2", "--group-size", "2", "--modes", "direct",
+                   "--arms", "default", "--by-hand", "--replies", replies, "--db", str(tmp_path / "b.db")],
+                  gateway_for=scripted_gateways(scripted, []))
+    rows = {row["name"]: row for row in result["rows"]}
+    assert list(rows) == ["empty (direct)", "default", "default, by hand"]
+    default, hand = rows["default"], rows["default, by hand"]
+    assert hand["by_hand"] and hand["evaluation_status"] == "completed" and hand["reference"] == "empty (direct)"
+    assert hand["examples"] == default["examples"] > 0 and hand["version_id"] > default["version_id"]
+    with closing(sqlite3.connect(tmp_path / "b.by-hand.db")) as db:
+        texts = [json.loads(row[0]) for row in db.execute(
+            "SELECT experiences FROM libraryversion WHERE id IN (?, ?) ORDER BY id", (default["version_id"],
+                                                                                  hand["version_id"]))]
+    before, after = ([entry["text"] for entry in version] for version in texts)
+    assert [e["id"] for e in texts[0]] == [e["id"] for e in texts[1]]  # the same entries, in the same order
+    assert all(" Steps: " in text for text in before)
+    assert all(text.endswith(" apples.") and " Steps: " not in text for text in after)
+    c = hand["against_default_path"]
+    assert c["n"] == 3 and c["ci_low"] <= c["delta"] <= c["ci_high"] and c["wins"] + c["losses"] + c["ties"] == 3
+    out = capsys.readouterr().out
+    assert "default, by hand: version" in out and "against the default path, paired (by hand minus default): " in out
+
+
 def test_an_unknown_arm_is_refused_with_the_choices(capsys):
     import pytest
 
