@@ -120,6 +120,18 @@ def test_a_candidate_that_scores_higher_lands_and_its_evaluation_becomes_the_ver
         assert [o.status for o in s.exec(select(Operation))] == ["applied"]
 
 
+def test_the_gate_answers_with_the_runs_max_tokens(engine, demo_task, scripted):
+    """A run cut at 96 tokens per answer is gated on answers cut the same way, not on the agent's default 1024."""
+    _model, gateway = scripted(engine, rollout=mixed_rollouts(), gate=answers(right_with_experience=True))
+    run = run_gated(engine, gateway, max_tokens=96)
+    with Session(engine) as s:
+        calls = s.exec(select(LLMCall).where(LLMCall.run_id == run.id)).all()
+    by_stage = {}
+    for call in calls:
+        by_stage.setdefault(call.stage, set()).add(call.request["params"]["max_tokens"])
+    assert by_stage["gate"] == by_stage["rollout"] == {96}
+
+
 def test_a_better_gate_needs_a_significant_improvement(engine, demo_task, scripted):
     def half(messages):  # the experience helps on every other query only: a mean up, not significant on 6
         has = LEARNED in messages[0]["content"]

@@ -94,6 +94,19 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
     return row
 
 
+
+def run_answer_limits(engine: Engine, run_id: int | None) -> dict:
+    """A run's gate measures the library with the answers the run's steps were given (its `max_tokens` and
+    `max_turns`), not the agent's defaults: a run cut at 96 tokens would otherwise be gated on answers ten times
+    as long. An evaluation outside a run uses the defaults."""
+    if run_id is None:
+        return {}
+    with Session(engine) as session:
+        settings = session.get(Run, run_id).settings or {}
+    limits = {"max_tokens": settings.get("max_tokens"), "max_turns": settings.get("max_turns")}
+    return {name: int(value) for name, value in limits.items() if value}
+
+
 async def run_fixed_evaluation(engine: Engine, gateway: Gateway, run_id: int, *, purpose: str, split: str,
                                sample_ids: list[int], experiences: list[dict], k: int, model: str,
                                temperature: float, version_id: int | None = None, step_id: int | None = None,
@@ -241,7 +254,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     if check is None and ev.run_id is None:
         check = cancel_check(engine, evaluation_id)
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
-    agent = agent_settings(task, model=ev.model, temperature=ev.temperature)
+    agent = agent_settings(task, model=ev.model, temperature=ev.temperature, **run_answer_limits(engine, ev.run_id))
     experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
     with Session(engine) as session:
         personas = personas_by_name(session, task) if ev.routes else {}
