@@ -20,7 +20,9 @@ from core.jobs.worker import worker_summary
 from core.records.people import authenticate, role_of, sign_in_required
 from core.records.tasks import ensure_demo_tasks
 from core.settings import configure_scoring, engine, get_settings
-from pages._common import (
+from storage import queries
+from storage.db import describe_url, scrub_url
+from ui.common import (
     AUTH_KEY,
     LIBRARY_KEY,
     NAME_COOKIE,
@@ -37,8 +39,6 @@ from pages._common import (
     sign_in_client,
     studio_frame,
 )
-from storage import queries
-from storage.db import describe_url, scrub_url
 
 SIGN_IN = Flash("sign_in_flash")
 NAME_WRITTEN_KEY = "_name_cookie_written"
@@ -232,7 +232,10 @@ if sign_in_on and signed_in_person() is None:
     st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
     st.stop()
 st.session_state.pop(REFUSED_KEY, None)  # the page's own section shows why an action was refused
+# .streamlit/config.toml hides Streamlit's own page list, which the first run after a start shows (a raw list
+# of pages/, the legacy multipage mode); the option would hide this navigation too, so it is shown from here on.
+st.set_option("client.showSidebarNavigation", True)
 page = st.navigation(PAGES)  # before the sidebar, whose widgets then keep their ids in every run (run_page)
 sidebar(url, sign_in_on)
-with studio_frame():  # the page knows the sidebar is drawn (pages._common.run_page)
+with studio_frame():  # the page knows the sidebar is drawn (ui.common.run_page)
     page.run()

@@ -2,7 +2,7 @@
 
 Read-only, so every role sees it. Filters narrow the query in the database; the free-text filter over
 the before/after JSON runs here on what the query returned. Actors and JSON values may be user-written,
-so they appear only in the table and as code (pages._display), never as Markdown, and the CSV download
+so they appear only in the table and as code (ui.display), never as Markdown, and the CSV download
 is spreadsheet-safe. Core never records passwords.
 """
 
@@ -15,10 +15,10 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from pages._common import DATETIME, engine, run_page
-from pages._display import csv_download, show_long, table
 from storage import queries
 from storage.tables import AuditEvent
+from ui.common import DATETIME, engine, run_page
+from ui.display import csv_download, show_long, table
 
 ACTOR_KEY, GROUP_KEY, ACTION_KEY, TYPE_KEY = "audit_actor", "audit_group", "audit_action", "audit_type"
 OBJECT_KEY, DATES_KEY, CONTAINS_KEY, LIMIT_KEY = "audit_object_id", "audit_dates", "audit_contains", "audit_limit"

@@ -10,9 +10,9 @@ The worker executes queued evaluations; this page queues them (`core.grpo.evalua
 cancels queued or running ones (`core.jobs.run_control.cancel_evaluation`: the worker stops within seconds and
 keeps every answered rollout), resumes failed, stalled or cancelled ones (`resume_evaluation`) and moves the label
 (`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
-Model output and names are shown as text or in tables through pages._display, never as Markdown. The Model picker
+Model output and names are shown as text or in tables through ui.display, never as Markdown. The Model picker
 offers core.records.model_options' models (a connection's as its server lists them) and keeps what was last chosen
-for the task, across page switches and finished evaluations (pages._common.model_picker); a new session starts
+for the task, across page switches and finished evaluations (ui.common.model_picker); a new session starts
 from the model of the task's last evaluation.
 """
 
@@ -42,7 +42,10 @@ from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
 from core.records.versions import EMPTY, PRODUCTION
 from core.records.workers import job_health
-from pages._common import (
+from storage import queries
+from storage.statuses import EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
+from storage.tables import Task
+from ui.common import (
     SCORE,
     Flash,
     Outcome,
@@ -64,11 +67,8 @@ from pages._common import (
     status_label,
     url_choice,
 )
-from pages._display import show_long, table
-from pages._promote import PromoteDialog
-from storage import queries
-from storage.statuses import EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
-from storage.tables import Task
+from ui.display import show_long, table
+from ui.promote import PromoteDialog
 
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate

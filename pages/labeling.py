@@ -26,11 +26,11 @@ it offers; after a decision the picker is set to the next dispute, whose form st
 or typed for one rollout can reach another, and the form, its Decide button and the toast name the rollout.
 
 The tab is bound to the address (`?label_tab=Agreement` once a person picks it), so a reload opens the same
-one; the Overview's "Settle disputes" chooses Agreement through the session (pages._common.open_in_context).
+one; the Overview's "Settle disputes" chooses Agreement through the session (ui.common.open_in_context).
 
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
 change goes through `core.records.labeling`; text written by models or people is shown as code (long texts
-clipped with a "Show all" toggle) or in tables, through pages._display, short rubric words as escaped
+clipped with a "Show all" toggle) or in tables, through ui.display, short rubric words as escaped
 captions.
 """
 
@@ -54,7 +54,9 @@ from core.records.labeling import (
     QueueItem,
     RuleFinding,
 )
-from pages._common import (
+from storage import queries
+from storage.tables import RewardLabel, Rollout, Sample, Task
+from ui.common import (
     DATETIME,
     LABEL_TAB_KEY,
     Flash,
@@ -70,9 +72,7 @@ from pages._common import (
     run_action,
     run_page,
 )
-from pages._display import clip, show_long, tab_stop, table
-from storage import queries
-from storage.tables import RewardLabel, Rollout, Sample, Task
+from ui.display import clip, show_long, tab_stop, table
 
 FLASH = Flash("label_flash")
 SKIPPED_KEY, WARN_KEY = "label_skipped", "label_warn"

@@ -3,9 +3,9 @@
 
 Versions are immutable: every change here goes through `core.records.versions` and appends a new version
 (the actor is the sidebar's reviewer). Moving `production` opens the Evaluate page's guarded Promote dialog
-(pages._promote); other labels move at once. Reads go through `storage.queries`. Experience texts are
+(ui.promote); other labels move at once. Reads go through `storage.queries`. Experience texts are
 written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
-pages._display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
+ui.display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
 "Entries per query" sets the library's selection (core.records.selection: all entries, or the k most similar to
 each query by BM25) and previews the entries a typed query would be shown, through the function the HTTP API's
@@ -41,7 +41,9 @@ from core.records import versions as core_versions
 from core.records.selection import selection_of, set_selection
 from core.records.serving import served_selection
 from core.records.workers import job_health
-from pages._common import (
+from storage import queries
+from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
+from ui.common import (
     DATETIME,
     Context,
     Flash,
@@ -61,10 +63,8 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
-from pages._display import show_long, table
-from pages._promote import PromoteDialog
-from storage import queries
-from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
+from ui.display import show_long, table
+from ui.promote import PromoteDialog
 
 FLASH = Flash("library_flash")
 PROMOTE = PromoteDialog("lib", FLASH, "label")  # moving production: the Evaluate page's guarded dialog
@@ -293,7 +293,7 @@ def _on_revert() -> None:
 def _on_move_label() -> None:
     name, version_id = st.session_state.get("lib_label_name", ""), st.session_state["lib_label_version"]
     if name.strip() == core_versions.PRODUCTION and allowed("admin"):
-        PROMOTE.ask(version_id)  # production moves only after the guarded dialog's Confirm (pages._promote)
+        PROMOTE.ask(version_id)  # production moves only after the guarded dialog's Confirm (ui.promote)
         return
     _flash("label", move_label(name, version_id))
 

@@ -25,7 +25,7 @@ from core.records.connections import (
     try_connection,
 )
 from core.records.model_options import connection_listings
-from pages._common import (
+from ui.common import (
     Flash,
     Outcome,
     allowed,
@@ -37,7 +37,7 @@ from pages._common import (
     run_action,
     run_page,
 )
-from pages._display import table
+from ui.display import table
 
 FLASH = Flash("models_flash")
 KIND_NAMES = {"openai": "OpenAI-compatible server (base URL)", "litellm": "litellm provider"}
@@ -102,7 +102,7 @@ def connection_rows() -> None:
         st.caption("No connection yet: models are the embedded ones (local/...) and litellm providers whose key "
                    "is set. Add one below to reach a server of your own.")
         return
-    # A plain "-" would show as "'-" (a spreadsheet-safe cell: pages._display); a connection without a key
+    # A plain "-" would show as "'-" (a spreadsheet-safe cell: ui.display); a connection without a key
     # variable needs no key, which the cell says.
     table([{**row, "defaults": json.dumps(row["defaults"]), "key set here": {True: "yes", False: "NO",
                                                                                  None: "not needed"}[row["key set here"]]}

@@ -10,7 +10,7 @@ sidebar had chosen: runs whose step waits for review, runs waiting for labels, a
 waiting for a label and the disputes waiting for a reviewer (core.records.labeling.progress).
 
 Read-only but for Resume. Everything comes through `storage.queries` and core's read functions; text written
-by a model or a person (experiences, notes, errors) is shown as code or in tables (pages._display), never as
+by a model or a person (experiences, notes, errors) is shown as code or in tables (ui.display), never as
 Markdown; task, library and label names in headings, expander and button labels are escaped with plain().
 """
 
@@ -27,7 +27,10 @@ from core.records.evaluation_figures import score_text
 from core.records.tasks import quick_trial_task
 from core.records.workers import job_health
 from core.settings import get_settings
-from pages._common import (
+from storage import queries
+from storage.statuses import LEARNING_KINDS, JobStatus
+from storage.tables import Run, Step
+from ui.common import (
     DATETIME,
     LABEL_TAB_KEY,
     Flash,
@@ -41,10 +44,7 @@ from pages._common import (
     run_page,
     start_worker_if_needed,
 )
-from pages._display import show_long, table
-from storage import queries
-from storage.statuses import LEARNING_KINDS, JobStatus
-from storage.tables import Run, Step
+from ui.display import show_long, table
 
 FLASH = Flash("overview_flash")
 TRAIN_COMMAND = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'

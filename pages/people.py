@@ -14,7 +14,8 @@ from sqlmodel import Session
 
 from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
 from core.records.people import ROLES, add_user, sign_in_required, update_user
-from pages._common import (
+from storage import queries
+from ui.common import (
     DATETIME,
     Flash,
     Outcome,
@@ -26,8 +27,7 @@ from pages._common import (
     run_action,
     run_page,
 )
-from pages._display import table
-from storage import queries
+from ui.display import table
 
 FLASH = Flash("people_flash")
 MISMATCH = Outcome(False, "The two passwords differ; nothing was saved.")

@@ -31,7 +31,9 @@ from core.records.traces import (
     trace_score,
 )
 from core.records.versions import PRODUCTION
-from pages._common import (
+from storage import queries
+from storage.statuses import LabelStatus
+from ui.common import (
     Flash,
     Outcome,
     allowed,
@@ -42,9 +44,7 @@ from pages._common import (
     run_action,
     run_page,
 )
-from pages._display import show_long, table
-from storage import queries
-from storage.statuses import LabelStatus
+from ui.display import show_long, table
 
 FLASH = Flash("production_flash")
 LOWEST = 10

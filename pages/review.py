@@ -22,7 +22,7 @@ shows the gate's line before review and after it. The table's reason column is e
 reason, a note, the gate's).
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
 Model-written text (queries, answers, summaries, advantages, operations, rationales) is shown as code,
-long texts clipped with a "Show all" toggle, and tables through pages._display.
+long texts clipped with a "Show all" toggle, and tables through ui.display.
 """
 
 from __future__ import annotations
@@ -40,7 +40,18 @@ from core.records import review
 from core.records.gate_verdict import GateVerdict
 from core.records.run_settings import run_settings
 from core.records.scenarios import is_conversation
-from pages._common import (
+from storage import queries
+from storage.statuses import (
+    DECIDED,
+    LEARNING_KINDS,
+    GateDecision,
+    JobStatus,
+    OperationStatus,
+    OpKind,
+    StepStatus,
+)
+from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
+from ui.common import (
     DATETIME,
     Flash,
     Outcome,
@@ -58,18 +69,7 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
-from pages._display import show_code_runs, show_long, show_turns, tab_stop, table
-from storage import queries
-from storage.statuses import (
-    DECIDED,
-    LEARNING_KINDS,
-    GateDecision,
-    JobStatus,
-    OperationStatus,
-    OpKind,
-    StepStatus,
-)
-from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
+from ui.display import show_code_runs, show_long, show_turns, tab_stop, table
 
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"

@@ -4,7 +4,7 @@ Read-only but for one action: a person's label on an output, which overrides its
 (core.records.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
 wrote (query, reference, answers, summaries, trajectories, errors) is shown as text, long texts clipped
-with a "Show all" toggle (pages._display).
+with a "Show all" toggle (ui.display).
 
 A conversation task's group is a row of chat transcripts (up to four side by side, more in further rows), read
 from each rollout's messages: above each, its reward and per-criterion scores; a rule that failed is shown
@@ -21,7 +21,10 @@ from core.models.judge import choices
 from core.records.labeling import label_scale, submit_label
 from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
 from core.records.selection import ShownEntries, shown_entries
-from pages._common import (
+from storage import queries
+from storage.statuses import EvaluationPurpose, LabelStatus
+from storage.tables import Rollout, Sample, Task
+from ui.common import (
     SCORE,
     Flash,
     after_label,
@@ -38,10 +41,7 @@ from pages._common import (
     show_in_url,
     status_label,
 )
-from pages._display import chat_turns, clip, show_chat, show_code_runs, show_long, show_turns, table
-from storage import queries
-from storage.statuses import EvaluationPurpose, LabelStatus
-from storage.tables import Rollout, Sample, Task
+from ui.display import chat_turns, clip, show_chat, show_code_runs, show_long, show_turns, table
 
 FLASH = Flash("rollouts_flash")
 SOURCES = ("Training run", "Evaluation")

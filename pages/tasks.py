@@ -5,7 +5,7 @@ again and write the audit log. Buttons act in callbacks, before the page (and th
 again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
 kept in session state and shown once beside the section that caused it: our message in an alert, any
 text from the database or a file (task names, rows, core's error text) verbatim as code. Queries,
-references, rubrics and instructions appear only in tables or as code (pages._display). Which column
+references, rubrics and instructions appear only in tables or as code (ui.display). Which column
 feeds which field is core's rule (core.domain.datasets.resolve_columns), the same as the CLI's; so is the
 hold-out of rows for test and validation (core.domain.datasets.hold_out). *Test the reward* scores a pasted
 answer through core.domain.rewards.try_reward, the engine's own scoring call, and writes nothing.
@@ -66,7 +66,9 @@ from core.records.task_io import (
     task_personas,
 )
 from core.records.tasks import add_dataset_file
-from pages._common import (
+from storage import queries
+from storage.tables import Task
+from ui.common import (
     TASK_KEY,
     Flash,
     Outcome,
@@ -86,9 +88,7 @@ from pages._common import (
     show_outcome,
     show_text,
 )
-from pages._display import show_long, table
-from storage import queries
-from storage.tables import Task
+from ui.display import show_long, table
 
 FLASH = Flash("tasks_flash")
 NEW_KEY = "tasks_new"

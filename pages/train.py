@@ -14,7 +14,7 @@ races the browser, which on a busy machine sends back the choice's old value wit
 re-applies the old preset over everything typed. What the settings match is shown in words instead
 (`preset_matched`). The Overview's Quick trial button asks for the quick preset through PRESET_REQUEST.
 A preset never touches the Policy and Learner models: they start from the task's models, keep what the person
-chose for this task (also across a page switch, pages._common.restore_model), and a preset sets everything else.
+chose for this task (also across a page switch, ui.common.restore_model), and a preset sets everything else.
 
 The learning switches (worked examples, lessons, learning from the reference) and the library's entry selection
 start from the defaults core chooses for the run's learner with the measured reason for each
@@ -50,7 +50,17 @@ from core.records.progress import (
 from core.records.run_defaults import Choice, chosen_defaults
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
-from pages._common import (
+from storage import queries
+from storage.statuses import (
+    LEARNING_KINDS,
+    PERSON_MAY_CANCEL,
+    PERSON_MAY_PAUSE,
+    PERSON_MAY_RESUME,
+    GateRule,
+    JobStatus,
+)
+from storage.tables import as_utc
+from ui.common import (
     LIBRARY_KEY,
     Flash,
     allowed,
@@ -70,17 +80,7 @@ from pages._common import (
     start_worker_if_needed,
     status_label,
 )
-from pages._display import table
-from storage import queries
-from storage.statuses import (
-    LEARNING_KINDS,
-    PERSON_MAY_CANCEL,
-    PERSON_MAY_PAUSE,
-    PERSON_MAY_RESUME,
-    GateRule,
-    JobStatus,
-)
-from storage.tables import as_utc
+from ui.display import table
 
 FLASH = Flash("train_flash")
 RUN_KEY = "train_run"

@@ -17,7 +17,7 @@ from core.domain.datasets import DatasetError, parse_dataset, spreadsheet_safe
 from core.domain.library_io import LibraryFormatError, parse_library_text
 from core.errors import InvalidInput
 from core.records.task_io import columns_of, read_task_file
-from pages._display import SHOWN_CHARS, csv_text, safe_frame
+from ui.display import SHOWN_CHARS, csv_text, safe_frame
 
 DEEP = "[" * 100_000
 DEEP_LINE = f"too deep is nested more than {json_input.MAX_DEPTH} levels deep"

@@ -148,7 +148,7 @@ def test_missing_values_in_any_table_show_as_a_dash_with_their_column_format():
     import pandas as pd
     import streamlit as st
 
-    from pages._display import shown_missing
+    from ui.display import shown_missing
 
     frame = pd.DataFrame([{"p": 0.0123, "when": pd.Timestamp("2026-01-02 03:04"), "name": "a", "n": 3},
                           {"p": None, "when": None, "name": None, "n": 4}])

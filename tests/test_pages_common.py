@@ -12,9 +12,9 @@ from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.jobs.run_control import cancel_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK
 from core.records.versions import import_library
-from pages._common import Outcome, failed, plain
 from tests.browser_support import PATIENCE_MS, browser_page, require_chromium, studio, wait_for_app
 from tests.ui_support import APP, markdown_texts, run_app, scripted_gateway, seeded_run
+from ui.common import Outcome, failed, plain
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
               "People", "Models", "Audit"]

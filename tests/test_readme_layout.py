@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MAPPED = ("core", "storage", "api", "pages")  # every module of these is named in the tree
+MAPPED = ("core", "storage", "api", "pages", "ui")  # every module of these is named in the tree
 
 
 def tree_paths() -> set[str]:

@@ -35,10 +35,10 @@ from core.models import judge
 from core.records.labeling import is_person_method, needs_person
 from core.records.task_io import TaskSettings
 from core.records.tasks import DEMO_TASK
-from pages._common import REVIEWER_KEY
 from storage import queries
 from storage.tables import Rollout, Sample, Task
 from tests.ui_support import run_app
+from ui.common import REVIEWER_KEY
 
 
 class LengthSettings(MethodSettings):

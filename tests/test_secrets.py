@@ -120,7 +120,7 @@ def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, 
         raise RuntimeError(f"cannot reach {url} (password hunter2-db-pw)")
 
     monkeypatch.setattr(tasks, "ensure_demo_tasks", unreachable)
-    import pages._common  # noqa: F401  (imported now, it binds the real engine(); only the app's own use is patched)
+    import ui.common  # noqa: F401  (imported now, it binds the real engine(); only the app's own use is patched)
 
     monkeypatch.setattr("core.settings.engine", lambda: None)
     at = AppTest.from_file(str(APP), default_timeout=60)

@@ -23,9 +23,9 @@ from sqlmodel import Session, select
 from core.errors import PermissionDenied, SignInLocked
 from core.records import people
 from core.records.people import add_user, authenticate, check_password, hash_password, page_actor, update_user
-from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage.tables import Operation, SignInAttempt, User
 from tests.ui_support import run_app, seeded_run
+from ui.common import AUTH_KEY, REVIEWER_KEY
 
 PASSWORD = "a-long-secret-1"
 STRANGER, OWNER = "ip:203.0.113.9", "ip:198.51.100.4"

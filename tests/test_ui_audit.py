@@ -14,11 +14,11 @@ from core.jobs.run_control import pause_run
 from core.records.people import add_user, update_user
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import set_label
-from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
+from ui.common import AUTH_KEY, REVIEWER_KEY
 
 PAGE = "pages/audit.py"
 PASSWORD = "first-secret-91"

@@ -13,10 +13,10 @@ from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import execute_run
 from core.records.people import add_user
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
-from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 from storage import db, queries
 from storage.tables import Evaluation, RewardLabel, Rollout, Run
 from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
+from ui.common import AUTH_KEY, REVIEWER_KEY, TASK_KEY
 
 PAGE = "pages/labeling.py"
 JUDGE_REPLY = json.dumps({"reason": "Polite but it never names the quantity asked for.", "score": 4,

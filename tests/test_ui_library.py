@@ -11,9 +11,9 @@ from core.domain.prompts import PAPER_WORDING
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, import_library
 from pages import library as page
-from pages._common import REVIEWER_KEY, Context
 from storage import db, queries
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
+from ui.common import REVIEWER_KEY, Context
 
 PAGE = "pages/library.py"
 REVIEWER = "alice"
@@ -69,7 +69,7 @@ def test_versions_table_lists_initial_imported_and_run_versions(engine):
 
     versions = table_with(at, "created by").set_index("number")
     assert versions.loc[1, "source"] == "initial"
-    assert versions.loc[1, "parent"] == "—"  # no parent: a dash, never None (pages._display.shown_missing)
+    assert versions.loc[1, "parent"] == "—"  # no parent: a dash, never None (ui.display.shown_missing)
     assert versions.loc[2, "id"] == imported_id
     assert versions.loc[2, "source"] == "import"
     assert versions.loc[2, "parent"] == "1"

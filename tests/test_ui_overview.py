@@ -279,7 +279,7 @@ def test_each_review_row_opens_its_own_task_library_run_and_step(engine):
     the step that waits (the links opened the sidebar's task: a completed run of another task)."""
     from core.records.tasks import ensure_demo_tasks
     from core.records.versions import ensure_library
-    from pages._common import LIBRARY_KEY, TASK_KEY
+    from ui.common import LIBRARY_KEY, TASK_KEY
 
     ensure_demo_tasks(engine)
     with db.session_scope(engine) as session:
@@ -306,9 +306,9 @@ def test_labels_and_disputes_waiting_elsewhere_are_on_the_to_do_list_and_open_th
     (Labeling said "Nothing waiting for you in this task" while they waited in another)."""
     from core.records.labeling import submit_label
     from core.records.tasks import ensure_demo_tasks
-    from pages._common import TASK_KEY
     from tests.test_labeling import set_reward
     from tests.ui_support import seeded_run
+    from ui.common import TASK_KEY
 
     ensure_demo_tasks(engine)
     set_reward(engine, "human", scale="1-5", labels_per_rollout=2)

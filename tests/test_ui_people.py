@@ -7,9 +7,9 @@ import pytest
 from sqlmodel import Session, select
 
 from core.records.people import add_user, check_password
-from pages._common import AUTH_KEY, REVIEWER_KEY
 from storage.tables import AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
+from ui.common import AUTH_KEY, REVIEWER_KEY
 
 PAGE = "pages/people.py"
 PASSWORD = "a-long-secret-1"

@@ -9,10 +9,10 @@ from sqlmodel import Session, select
 
 from core.records import review
 from core.records.review import decide_all
-from pages._common import REVIEWER_KEY, plain
 from storage import queries
 from storage.tables import AuditEvent, Run
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
+from ui.common import REVIEWER_KEY, plain
 
 PAGE = "pages/review.py"
 REVIEWER = "alice"

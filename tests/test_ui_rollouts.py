@@ -180,7 +180,7 @@ def test_a_label_on_an_output_overrides_its_verifier_reward(engine):
 
 
 def test_a_megabyte_answer_shows_its_start_and_all_of_it_on_request(engine):
-    from pages._display import SHOWN_CHARS
+    from ui.display import SHOWN_CHARS
 
     run_id = seeded_run(engine, "auto")
     _step_id, groups = step_groups(engine, run_id)

@@ -15,10 +15,10 @@ from core.domain.rewards import METHODS, setting_keys
 from core.records.people import add_user
 from core.records.task_io import TaskSettings, export_task_json, save_task
 from core.records.tasks import DEMO_TASK
-from pages._common import AUTH_KEY, REVIEWER_KEY, TASK_KEY, plain
 from storage import queries
 from storage.tables import AuditEvent, Sample, Task
 from tests.ui_support import markdown_texts, run_app, table_with
+from ui.common import AUTH_KEY, REVIEWER_KEY, TASK_KEY, plain
 
 PAGE = "pages/tasks.py"
 HOSTILE = "<img src=x onerror=alert(1)> **bold**"

@@ -10,11 +10,11 @@ from sqlmodel import Session
 
 from core.records.demo_data import demo_rows
 from core.records.review import example_sources
-from pages._common import REVIEWER_KEY
 from storage import queries
 from storage.tables import Rollout
 from tests.conftest import mixed_rollouts
 from tests.ui_support import markdown_texts, run_app, seeded_run
+from ui.common import REVIEWER_KEY
 
 REFERENCES = {row.query: row.reference for row in demo_rows()}
 

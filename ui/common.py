@@ -10,8 +10,8 @@ Every page file has the same shape, a prologue and a call:
 
     run_page(page)
 
-Not a page itself (it is not in streamlit_app.PAGES). Holds display helpers only; state changes
-go through `core`.
+Not a page itself, so not in pages/ (whose every file Streamlit would list as a page: ui/__init__.py).
+Holds display helpers only; state changes go through `core`.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def run_page(page: Callable[[], None]) -> None:
     streamlit_app.py in its place, as Streamlit itself does for the app's root URL in that mode: its
     st.navigation call ends the legacy mode and routes to this same page (both modes know it by its URL
     path), drawn with the sidebar. Outside a Streamlit run (a test importing the page) it draws nothing.
+    The legacy mode's own list of the pages/ files is hidden (.streamlit/config.toml, tests/test_cold_sidebar.py).
     """
     if not st.runtime.exists():
         return

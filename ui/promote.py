@@ -8,7 +8,7 @@ finds the candidate worse), and moves the label only on *Confirm*, through core.
 which checks the guard again and records the evidence and the reason in the audit log. With the setting
 promotion_requires_comparison on and no comparison, Confirm is disabled and the page says what to do.
 
-Not a page itself (it is not in streamlit_app.PAGES); state changes go through `core`.
+Not a page itself (ui/, not pages/); state changes go through `core`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from core.errors import StudioError
 from core.records.evaluation_figures import NO_FIGURE, figure
 from core.records.promotion import PromotionPreview, preview_promotion
 from core.records.versions import promote
-from pages._common import Flash, context, engine, plain, run_action
-from pages._display import show_long
+from ui.common import Flash, context, engine, plain, run_action
+from ui.display import show_long
 
 
 def show_preview(preview: PromotionPreview, key: str) -> None:

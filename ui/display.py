@@ -1,6 +1,6 @@
 """Display helpers for text and tables that came from a model, a dataset or a person.
 
-Not a page (it is not in streamlit_app.PAGES). Three rules, one place each:
+Not a page (ui/, not pages/). Three rules, one place each:
 
 - long text shows its first SHOWN_CHARS characters, and all of it only when asked (`show_long`);
 - tables go through `table`, whose cells are clipped and made safe for a spreadsheet, and whose missing values
@@ -8,7 +8,7 @@ Not a page (it is not in streamlit_app.PAGES). Three rules, one place each:
 - our own CSV downloads go through `csv_download`, with the same spreadsheet rule and full cells.
 
 Names and other short user text inside Markdown (headings, expander labels) go through
-pages._common.plain.
+ui.common.plain.
 """
 
 from __future__ import annotations
