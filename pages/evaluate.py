@@ -68,6 +68,7 @@ from ui.common import (
     url_choice,
 )
 from ui.display import show_long, table
+from ui.messages import message_markdown
 from ui.promote import PromoteDialog
 
 FLASH = Flash("eval_flash")
@@ -267,7 +268,7 @@ def job_buttons(e) -> None:
         if shown != JobStatus.STALLED:
             return
     if shown == JobStatus.INCOMPLETE:
-        st.warning(plain(f"Evaluation #{e.id} is incomplete: {e.error}"))
+        st.warning(f"Evaluation #{e.id} is incomplete: " + message_markdown(e.error))
         st.button(f"Retry the failed rollouts of evaluation #{e.id}", key=f"eval_retry_{e.id}",
                   icon=":material/replay:", on_click=resume, args=(e.id,),
                   help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
@@ -415,7 +416,7 @@ def compare_section(completed: list, numbers: dict[int, int], production: int | 
     try:
         result = compare_evaluations(engine(), a_id, b_id)
     except StudioError as exc:
-        st.error(plain(f"These two cannot be compared: {exc}"))
+        st.error("These two cannot be compared: " + message_markdown(exc))
         return
     s = result.stats
     shown = st.warning if s.undecided else st.success if s.decided and s.delta > 0 else st.error if s.decided else st.info
@@ -483,7 +484,7 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
     current = setup["production"]
     if current:
         library_numbers = {v["id"]: v["number"] for v in setup["versions"]}
-        st.caption(f"production is version {version_name(current, library_numbers)} (id {current}).")
+        st.caption(f"production is version {version_name(current, library_numbers)}.")
     else:
         st.caption("No version of this library is labelled production yet.")
     candidates = [e for e in completed if e.version_id is not None]

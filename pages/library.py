@@ -64,6 +64,7 @@ from ui.common import (
     status_label,
 )
 from ui.display import show_long, table
+from ui.messages import message_markdown
 from ui.promote import PromoteDialog
 
 FLASH = Flash("library_flash")
@@ -191,7 +192,7 @@ def apply_edit(ops: list[ProposedOp], note: str = "", ctx: Context | None = None
                                              note=note, base_version_id=base_version_id)
     except Exception as exc:  # noqa: BLE001  (shown to the person; the transaction was rolled back)
         return failed(exc)
-    return Outcome(True, f"Created version #{version.number} (id {version.id}).")
+    return Outcome(True, f"Created version #{version.number}.")
 
 
 @checks_sign_in
@@ -202,7 +203,7 @@ def revert(version_id: int, ctx: Context | None = None) -> Outcome:
         version = core_versions.revert_to(engine(), ctx.task, version_id, ctx.reviewer, library_name=ctx.library)
     except Exception as exc:  # noqa: BLE001
         return failed(exc)
-    return Outcome(True, f"Created version #{version.number} (id {version.id}): {version.note}.")
+    return Outcome(True, f"Created version #{version.number}: {plain(version.note)}.")
 
 
 @checks_sign_in
@@ -211,10 +212,12 @@ def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcom
     reason, which only the Promote dialog gives)."""
     ctx = ctx or context()
     try:
-        core_versions.set_label(engine(), ctx.task, version_id, name, ctx.reviewer, library_name=ctx.library)
+        label = core_versions.set_label(engine(), ctx.task, version_id, name, ctx.reviewer, library_name=ctx.library)
     except Exception as exc:  # noqa: BLE001
         return failed(exc)
-    return Outcome(True, f"The label now points at version id {version_id}.")
+    with Session(engine()) as session:
+        version = queries.version_by_id(session, label.version_id)
+    return Outcome(True, f"The label {plain(label.name)} now points at version #{version.number}.")
 
 
 @checks_sign_in
@@ -230,8 +233,7 @@ def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Out
         return Outcome(False, "Cannot import this file. Nothing was written. The problem:", detail=str(exc))
     except Exception as exc:  # noqa: BLE001
         return failed(exc)
-    return Outcome(True, f"Imported {len(version.experiences)} experiences as version #{version.number} "
-                         f"(id {version.id}).")
+    return Outcome(True, f"Imported {len(version.experiences)} experiences as version #{version.number}.")
 
 
 # ---------------------------------------------------------------------------------------------- callbacks
@@ -350,7 +352,7 @@ def _on_remove_hurting(version_id: int) -> None:
     ctx = context()
     version = run_action(FLASH, "measure", attribution.remove_hurting, engine(), ctx.task, version_id, ctx.reviewer,
                          library_name=ctx.library,
-                         report=lambda new: f"Created version #{new.number} (id {new.id}) without the experiences "
+                         report=lambda new: f"Created version #{new.number} without the experiences "
                                             "that hurt.")
     if version is not None:
         stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
@@ -424,7 +426,7 @@ def draw_measure_form(chosen: VersionInfo, data: PageData, ctx: Context, busy: b
     try:
         est = attribution.estimate(engine(), ctx.task, chosen.id, library_name=ctx.library, **measure_settings())
     except StudioError as exc:
-        st.error(plain(f"This version cannot be measured: {exc}"))
+        st.error("This version cannot be measured: " + message_markdown(exc))
         return
     st.info(plain(f"Estimate: {attribution.estimate_line(est)}."))
     if est["note"]:

@@ -38,6 +38,7 @@ from ui.common import (
     run_page,
 )
 from ui.display import table
+from ui.messages import message_markdown
 
 FLASH = Flash("models_flash")
 KIND_NAMES = {"openai": "OpenAI-compatible server (base URL)", "litellm": "litellm provider"}
@@ -66,7 +67,7 @@ def test(name: str) -> None:
     model = str(st.session_state.get(f"models_test_model_{name}") or "").strip()
     result = run_action(FLASH, f"test_{name}", try_connection, engine(), name, model)
     if result is not None:
-        FLASH.set(f"test_{name}", Outcome(result.ok, result.words()))
+        FLASH.set(f"test_{name}", Outcome(result.ok, plain(result.words())))  # the model's reply, as typed
 
 
 def remove(name: str) -> None:
@@ -115,8 +116,8 @@ def connection_rows() -> None:
             st.markdown(f"**{name}**")
             listing = listings.get(name)
             if listing is not None:
-                st.caption(plain(f"Models served (every model picker offers them as {name}/<model>): "
-                                 + listing.words().removeprefix(f"{name}: ")))
+                st.caption(plain(f"Models served (every model picker offers them as {name}/<model>): ")
+                           + message_markdown(listing.words().removeprefix(f"{name}: ")))
             FLASH.show(f"test_{name}")
             left, middle, right = st.columns([3, 1, 1], vertical_alignment="bottom")
             left.text_input("Model to try", key=f"models_test_model_{name}", placeholder="the server's model name")

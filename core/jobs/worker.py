@@ -216,7 +216,7 @@ def worker_summary(session: Session, now: datetime | None = None) -> str:
     workers = alive_workers(session)
     if not workers:
         if get_settings().no_autoworker:
-            return "No worker is running. Start one with `make worker` (automatic start is off)."
+            return "No worker is running. Start one with “make worker” (automatic start is off)."
         return "No worker is running; queued work starts one."
     now = now or utcnow()
     lines = []
