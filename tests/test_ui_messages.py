@@ -133,9 +133,6 @@ def test_a_connection_test_shows_the_models_reply_as_text(engine, monkeypatch):
     assert plain(repr(reply)) in said, said
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal goes through ui.common.failed, which escapes core's backticks "
-                   "(plain) instead of showing them as code (ui.messages.message_markdown): a change in "
-                   "ui/common.py, owned elsewhere")
 def test_a_refused_promotion_shows_the_compare_command_as_code(engine):
     candidate = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md", actor="bob")
     first = edit_library(engine, DEMO_TASK, [ProposedOp("DELETE", ["E1"])], "bob")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import getpass
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -43,6 +42,7 @@ from core.settings import engine as settings_engine
 from core.settings import get_settings
 from storage import queries
 from storage.tables import Task
+from ui.messages import escaped, message_markdown, message_text
 
 # The task and library selectboxes are bound to the URL under these keys (?task=...&library=...), so a reload
 # or a shared link opens the same context.
@@ -288,13 +288,10 @@ def start_worker_if_needed() -> None:
         st.toast(message)
 
 
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~$])")
-
-
 def plain(text: str) -> str:
     """Text for a Markdown element (st.error, st.info): core messages quote names and file content,
     which must show as typed, never as emphasis, links or math."""
-    return _MARKDOWN.sub(r"\\\1", str(text))
+    return escaped(text)
 
 
 @dataclass
@@ -314,7 +311,7 @@ def failed(exc: Exception, message: str = "") -> Outcome:
     """An action's failure: our `message` with core's error text as its detail; without one, core's text alone."""
     on_purpose = isinstance(exc, StudioError | LookupError | ValueError | PermissionError)
     text = str(exc) if on_purpose else f"{type(exc).__name__}: {exc}"
-    return Outcome(False, message, detail=text) if message else Outcome(False, plain(text))
+    return Outcome(False, message, detail=message_text(text)) if message else Outcome(False, message_markdown(text))
 
 
 def show_outcome(outcome: Outcome) -> None:
@@ -463,7 +460,7 @@ def models_note(key: str) -> None:
     said = ("Connections' models: " + "; ".join(listing.words() for listing in listings) + ". ") if listings else \
         "No model connection yet (the Models page adds one: a vLLM, Ollama or llama.cpp server, a provider). "
     left, right = st.columns([5, 1], vertical_alignment="center")
-    left.caption(plain(f"Offered: the task's models, the studio's default, each connection's models as its "
+    left.caption(message_markdown(f"Offered: the task's models, the studio's default, each connection's models as its "
                        f"server lists them, the embedded models and providers whose key is set; a name can be typed. "
                        f"{said}"))
     right.button("Refresh models", key=key, icon=":material/refresh:", on_click=refresh_models,

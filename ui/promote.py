@@ -23,6 +23,7 @@ from core.records.promotion import PromotionPreview, preview_promotion
 from core.records.versions import promote
 from ui.common import Flash, context, engine, plain, run_action
 from ui.display import show_long
+from ui.messages import message_markdown
 
 
 def show_preview(preview: PromotionPreview, key: str) -> None:
@@ -81,7 +82,7 @@ class PromoteDialog:
         typed here; a refusal keeps the dialog open (to add a reason) and shows why."""
         reason = st.session_state.get(self.reason_key) or ""
         moved = run_action(self.flash, self.section, promote, engine(), version_id, context().reviewer, reason=reason,
-                           report=f"production now points at version {name} (id {version_id})"
+                           report=f"production now points at version {name}"
                                   + ("; the reason is in the audit log." if reason.strip() else "."))
         if moved is not None:
             self.cancel()
@@ -92,11 +93,11 @@ class PromoteDialog:
             try:
                 preview = preview_promotion(engine(), version_id)
             except StudioError as exc:
-                st.error(plain(str(exc)))
+                st.error(message_markdown(exc))
                 return
             show_preview(preview, f"{self.prefix}_promote_changes")
             if preview.blocked:
-                st.warning(plain(f"Production cannot move to this version yet: {preview.refusal()}."))
+                st.warning(f"Production cannot move to this version yet: {message_markdown(preview.refusal())}.")
             elif preview.needs_reason:
                 why = ("the comparison finds it worse than production" if preview.worse
                        else "the comparison cannot decide" if preview.undecided
