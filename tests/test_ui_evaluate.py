@@ -12,7 +12,7 @@ from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries
 from storage.tables import AuditEvent, Evaluation
-from tests.ui_support import run_app, scripted_gateway, table_with
+from tests.ui_support import incomplete_evaluation, run_app, scripted_gateway, table_with
 
 PAGE = "pages/evaluate.py"
 
@@ -263,18 +263,9 @@ def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engi
 def test_an_incomplete_evaluation_shows_its_errors_and_retries_only_the_failed_rollouts(engine):
     """A failed call is not a wrong answer: the page says the evaluation is incomplete, counts answered rollouts
     beside the figures, and its Retry button queues it again; a worker then pays for the failed rollouts only."""
-    def flaky():
-        seen: list[int] = []
-
-        def reply(messages):
-            seen.append(1)
-            return RuntimeError("503 Service Unavailable") if len(seen) == 1 else "so \\boxed{0}"
-        return reply
-
-    evaluation_id = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=2, created_by="test")
-    model, gateway = scripted_gateway(engine, rollout=flaky())
-    gateway.max_retries = 0
-    assert execute_evaluation(engine, evaluation_id, gateway=gateway).status == "incomplete"
+    evaluation, model, gateway = incomplete_evaluation(engine)
+    evaluation_id = evaluation.id
+    assert evaluation.status == "incomplete"
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
     assert not at.exception, [e.value for e in at.exception]
     row = table_with(at, "Mean@k").iloc[0]

@@ -13,11 +13,11 @@ import string
 import pytest
 
 from core.domain.library import ProposedOp
-from core.grpo.evaluation import create_evaluation, execute_evaluation, incomplete_reason
+from core.grpo.evaluation import incomplete_reason
 from core.records.connections import ConnectionTest
 from core.records.tasks import DEMO_TASK
 from core.records.versions import edit_library, import_library, set_label
-from tests.ui_support import click, run_app, scripted_gateway
+from tests.ui_support import click, incomplete_evaluation, run_app
 from ui.common import REVIEWER_KEY, plain
 from ui.messages import escaped, message_markdown, message_text
 
@@ -77,18 +77,8 @@ def test_the_sidebar_says_how_to_start_a_worker_without_a_backtick(engine):
 
 
 def test_an_incomplete_evaluation_shows_the_retry_command_as_code(engine):
-    def flaky():
-        seen: list[int] = []
-
-        def reply(messages):
-            seen.append(1)
-            return RuntimeError("503 Service Unavailable") if len(seen) == 1 else "so \\boxed{0}"
-        return reply
-
-    evaluation_id = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=2, created_by="test")
-    _model, gateway = scripted_gateway(engine, rollout=flaky())
-    gateway.max_retries = 0
-    evaluation = execute_evaluation(engine, evaluation_id, gateway=gateway)
+    evaluation, _model, _gateway = incomplete_evaluation(engine)
+    evaluation_id = evaluation.id
     assert evaluation.status == "incomplete" and "`python -m core eval --retry ID`" in evaluation.error
     assert evaluation.error == incomplete_reason(evaluation.metrics)  # the CLI prints it as it is
     at = run_app(page="pages/evaluate.py", session_state={REVIEWER_KEY: REVIEWER})

@@ -7,9 +7,11 @@ from pathlib import Path
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.tasks import DEMO_TASK
+from storage.tables import Evaluation
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +65,21 @@ def scripted_gateway(engine, **overrides) -> tuple[ScriptedModel, Gateway]:
     model = ScriptedModel({"rollout": mixed_rollouts(), **{k: v for k, v in default_replies().items()
                                                            if k != "rollout"}, **overrides})
     return model, Gateway(engine, concurrency=4, mock=model, backoff_s=0.001)
+
+
+def incomplete_evaluation(engine) -> tuple[Evaluation, ScriptedModel, Gateway]:
+    """An evaluation of the empty library on 2 demo queries x k=2 whose first call fails (no retry): it ends
+    `incomplete`, 3 of 4 rollouts answered; the scripted model and gateway answer the rest when it is retried."""
+    seen: list[int] = []
+
+    def reply(messages):
+        seen.append(1)
+        return RuntimeError("503 Service Unavailable") if len(seen) == 1 else "so \\boxed{0}"
+
+    evaluation_id = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=2, created_by="test")
+    model, gateway = scripted_gateway(engine, rollout=reply)
+    gateway.max_retries = 0
+    return execute_evaluation(engine, evaluation_id, gateway=gateway), model, gateway
 
 
 def seeded_run(engine, review_mode: str = "manual", epochs: int = 1, settings: dict | None = None,
