@@ -79,13 +79,13 @@ def test_the_sidebar_says_how_to_start_a_worker_without_a_backtick(engine):
 def test_an_incomplete_evaluation_shows_the_retry_command_as_code(engine):
     evaluation, _model, _gateway = incomplete_evaluation(engine)
     evaluation_id = evaluation.id
-    assert evaluation.status == "incomplete" and "`python -m core eval --retry ID`" in evaluation.error
-    assert evaluation.error == incomplete_reason(evaluation.metrics)  # the CLI prints it as it is
+    assert evaluation.status == "incomplete" and f"`python -m core eval --retry {evaluation_id}`" in evaluation.error
+    assert evaluation.error == incomplete_reason(evaluation.metrics, evaluation_id)  # the CLI prints it as it is
     at = run_app(page="pages/evaluate.py", session_state={REVIEWER_KEY: REVIEWER})
 
     [warning] = [w.value for w in at.warning if "is incomplete" in w.value]
     assert f"Evaluation #{evaluation_id} is incomplete: 1 of 4 rollouts" in warning
-    assert "`python -m core eval --retry ID`" in warning and no_literal_backtick(warning), warning
+    assert f"`python -m core eval --retry {evaluation_id}`" in warning and no_literal_backtick(warning), warning
 
 
 def test_a_library_edit_made_on_an_older_version_names_the_newer_one_by_its_number(engine):

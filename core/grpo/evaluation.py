@@ -288,7 +288,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
                                                                 metrics)
                 ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
                 ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
-                ev.error = incomplete_reason(metrics) if metrics["errors"] else None
+                ev.error = incomplete_reason(metrics, evaluation_id) if metrics["errors"] else None
             session.add(ev)
     except _Stopped as stopped:
         if isinstance(stopped.cause, LeaseLost):
@@ -323,11 +323,12 @@ def evaluation_metrics(rollouts: list[Rollout]) -> dict:
     return metrics
 
 
-def incomplete_reason(metrics: dict) -> str:
-    """Why an evaluation is incomplete, and what to do, in one sentence."""
+def incomplete_reason(metrics: dict, evaluation_id: int | str = "ID") -> str:
+    """Why an evaluation is incomplete, and what to do, in one sentence with the command for this evaluation."""
     return (f"{metrics['errors']} of {metrics['rollouts']} rollouts have no reward (a model call or the scoring "
             f"failed); Mean@k and Pass@k count the {metrics['answered']} answered ones. Retry the failed "
-            "rollouts (Evaluate page, or `python -m core eval --retry ID`); answered ones are not paid again.")
+            f"rollouts (Evaluate page, or `python -m core eval --retry {evaluation_id}`); answered ones are not paid "
+            "again.")
 
 
 def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,
