@@ -13,13 +13,15 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.engine import Engine
 
 from core.errors import InvalidInput
-from storage.db import get_engine
+
+if TYPE_CHECKING:  # the database code loads at the first engine(): `python -m core --help` needs none of it
+    from sqlalchemy.engine import Engine
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
@@ -110,6 +112,8 @@ def variable_of(loc: tuple) -> str:
 def engine(url: str | None = None) -> Engine:
     """The engine of the configured database, or of `url` (the CLI's --db), with the configured connection
     pool: one per URL per process, migrated on first use."""
+    from storage.db import get_engine
+
     return get_engine(url or get_settings().database_url, **database_pool())
 
 

@@ -1,6 +1,8 @@
 """The command line answers `--help` and a usage mistake before anything heavy loads (issue 35): its parser
-imports no litellm, scipy, sympy, math-verify, Streamlit or llama.cpp, which a command imports when it runs.
-Checked on the import graph of a fresh process, not on the clock."""
+imports no litellm, scipy, sympy, math-verify, Streamlit or llama.cpp, which a command imports when it runs, and
+no database code either (SQLAlchemy, SQLModel, the table definitions, Alembic), which a command imports when it
+opens the database. A database already at the newest revision opens without Alembic (issue 37): the worker and
+the API load it only to migrate. Checked on the import graph of a fresh process, not on the clock."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("litellm", "scipy", "sympy", "math_verify", "streamlit", "xllamacpp")
+DATABASE = ("sqlalchemy", "sqlmodel", "storage.tables", "alembic")
 
 # Runs `python -m core ARGS` as __main__ does, then prints on its last stderr line which heavy modules it loaded.
 AS_MAIN = f"""
@@ -23,20 +26,23 @@ try:
     runpy.run_module("core", run_name="__main__", alter_sys=True)
 except SystemExit as stop:
     code = stop.code
-sys.stderr.write("\\n" + json.dumps({{"code": code, "heavy": [n for n in {HEAVY!r} if n in sys.modules]}}) + "\\n")
+sys.stderr.write("\\n" + json.dumps({{"code": code, "heavy": [n for n in {HEAVY!r} if n in sys.modules],
+                                      "database": [n for n in {DATABASE!r} if n in sys.modules]}}) + "\\n")
 """
 
 
-def python(code: str, *args: str) -> subprocess.CompletedProcess:
-    """`python -c CODE ARGS` in the environment a person starts it from: without the price-map variable this
-    test process got when conftest imported core.models."""
-    env = {name: value for name, value in os.environ.items() if name != "LITELLM_LOCAL_MODEL_COST_MAP"}
+def python(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -c CODE ARGS` in the environment a person starts it from (plus `env`): without the price-map
+    variable this test process got when conftest imported core.models."""
+    env = {**{name: value for name, value in os.environ.items() if name != "LITELLM_LOCAL_MODEL_COST_MAP"},
+           **(env or {})}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
 
 
-def test_building_the_parser_imports_no_heavy_library():
-    probe = python(f"import sys, core.cli; core.cli.build_parser(); print([n for n in {HEAVY!r} if n in sys.modules])")
+def test_building_the_parser_imports_no_heavy_library_and_no_database_code():
+    probe = python(f"import sys, core.cli; core.cli.build_parser(); "
+                   f"print([n for n in {HEAVY + DATABASE!r} if n in sys.modules])")
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
 
@@ -48,8 +54,35 @@ def test_building_the_parser_imports_no_heavy_library():
 def test_help_and_a_usage_mistake_answer_before_anything_heavy_loads(argv, code, stream, expected):
     probe = python(AS_MAIN, *argv)
     *output, verdict = probe.stderr.rstrip("\n").split("\n")
-    assert json.loads(verdict) == {"code": code, "heavy": []}, probe.stderr
+    assert json.loads(verdict) == {"code": code, "heavy": [], "database": []}, probe.stderr
     assert expected in (probe.stdout if stream == "stdout" else "\n".join(output))
+
+
+def test_a_worker_on_a_database_at_the_newest_revision_starts_without_alembic(database_url):
+    """`worker --once` on an empty queue opens the database, finds nothing and exits: Alembic (about 0.2 s of
+    imports) loads only when a database needs migrating."""
+    probe = python(AS_MAIN, "--db", database_url, "worker", "--once")
+    *_, verdict = probe.stderr.rstrip("\n").split("\n")
+    assert json.loads(verdict) == {"code": 0, "heavy": [], "database": ["sqlalchemy", "sqlmodel", "storage.tables"]}, \
+        probe.stderr
+
+
+API_START = f"""
+import sys
+from core.settings import engine
+from api.app import create_app
+create_app(engine)
+engine()
+print([n for n in ("alembic", "numpy", *{HEAVY!r}) if n in sys.modules])
+"""
+
+
+def test_the_api_on_a_database_at_the_newest_revision_starts_without_alembic_or_numpy(database_url):
+    """What `python -m api` does before it serves: build the app and open the database; without Alembic, and
+    without numpy, which only a paired comparison uses (core.records.comparison, reached through promotion)."""
+    probe = python(API_START, env={"DATABASE_URL": database_url})
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "[]"
 
 
 # Records LITELLM_LOCAL_MODEL_COST_MAP each time litellm itself is looked up, so an import that comes first

@@ -42,6 +42,29 @@ def head() -> str:
     return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 
 
+def test_the_newest_revision_read_without_alembic_is_alembics_head():
+    from storage.db import head_revision
+
+    assert head_revision() == head()
+
+
+def test_an_engine_migrates_a_database_behind_the_newest_revision_and_skips_one_at_it(tmp_path, monkeypatch):
+    """make_engine asks Alembic only when alembic_version is not the newest revision (issue 37: importing Alembic
+    cost every process about 0.2 s at its start)."""
+    import storage.db
+
+    url = f"sqlite:///{tmp_path / 'behind.db'}"
+    upgrade_to(make_engine(url, migrate=False), "0014")
+    calls = []
+    monkeypatch.setattr(storage.db, "_migrate", lambda engine: calls.append(engine) or migrate(engine))
+    behind = make_engine(url)
+    with behind.connect() as connection:
+        assert connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == head()
+    assert calls == [behind]
+    make_engine(url)
+    assert calls == [behind]
+
+
 def test_the_migrations_build_the_schema_the_models_declare(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
 

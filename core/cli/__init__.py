@@ -4,8 +4,9 @@ Exit codes: 0 success, 1 the work itself failed (a run or an evaluation ended in
 2 bad input (one line on stderr saying why).
 
 One module per command group. A module imports at its top only what its parsers need; a command imports
-the core modules that do its work when it runs, so `--help` and a usage mistake answer before litellm,
-scipy or the model load (tests/test_cli_imports.py keeps it so).
+the core modules that do its work when it runs, database code included (SQLAlchemy, SQLModel, the tables, the
+queries), so `--help` and a usage mistake answer before litellm, scipy, the model or the database load
+(tests/test_cli_imports.py keeps it so). Type hints of database objects are imported for type checkers only.
 """
 
 from __future__ import annotations

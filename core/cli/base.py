@@ -7,11 +7,13 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
 from core.errors import InvalidInput
 from core.settings import engine as settings_engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
 

@@ -8,20 +8,19 @@ import json
 import logging
 import os
 import sys
-
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from typing import TYPE_CHECKING
 
 from core.cli.base import UsageError, engine_of
-from core.cli.progress import StageProgress, VariantProgress
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
 from core.records.run_settings import RunSettings, run_settings
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
-from storage.db import describe_url
-from storage.fencing import Lease
 from storage.statuses import EVALUATION_HAS_FIGURES, WORKER_MAY_CONTINUE, GateRule, JobStatus, RunKind
-from storage.tables import Evaluation, Run
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from storage.fencing import Lease
 
 
 def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
@@ -46,8 +45,11 @@ def _claim(engine: Engine, kind: str, job_id: int, *, resuming: bool = False) ->
 def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
     """Before a run on the embedded learner starts, say plainly that it rarely writes a usable lesson, and name
     a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
+    from sqlmodel import Session
+
     from core.records.learner_advice import learner_advice
     from core.records.tasks import get_task
+    from storage.tables import Run
 
     with Session(engine) as session:
         advice = learner_advice(session, get_task(session, task_name),
@@ -76,8 +78,12 @@ def _override(field: str, value) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
+    from core.cli.progress import StageProgress
     from core.grpo.training import check_resumable, create_run_with_defaults
     from core.jobs.worker import execute_job
+    from storage.db import describe_url
 
     engine = engine_of(args)
     if args.resume is not None:
@@ -124,11 +130,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a version, or (`--retry N`) run again only the rollouts of evaluation N that have no reward.
     Exits 1 while an evaluation has errors: its figures count the answered rollouts only."""
+    from sqlmodel import Session
+
     from core.grpo.evaluation import create_evaluation
     from core.jobs.run_control import resume_evaluation
     from core.jobs.worker import execute_job
     from core.models.gateway import Gateway
     from core.records.evaluation_figures import evaluation_report, figures_line
+    from storage.tables import Evaluation
 
     engine = engine_of(args)
     if args.cancel is not None:
@@ -175,10 +184,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare B with A on the same queries; evaluations that are missing are run first (exit 0 either way)."""
+    from sqlmodel import Session
+
     from core.grpo.evaluation import evaluation_of
     from core.jobs.worker import execute_job
     from core.records.comparison import compare_evaluations
     from core.records.segments import paired_by_segment
+    from storage.tables import Evaluation
 
     engine = engine_of(args)
     ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit) for ref in (args.a, args.b)]
@@ -244,9 +256,13 @@ def breakdown_lines(metrics: dict, k: int) -> list[str]:
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Measure each experience of a version (leave-one-out): the estimate first, then the measurement in the
     foreground (unless --queue), then each experience's effect."""
+    from sqlmodel import Session
+
+    from core.cli.progress import VariantProgress
     from core.grpo import attribution
     from core.grpo.training import check_resumable
     from core.jobs.worker import execute_job
+    from storage.db import describe_url
 
     engine = engine_of(args)
     say = sys.stderr if args.json else sys.stdout
@@ -313,6 +329,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from core.jobs.worker import serve
+    from storage.db import describe_url
 
     logging.getLogger().setLevel(logging.INFO)
     for noisy in ("LiteLLM", "litellm", "httpx"):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from sqlmodel import Session
-
 from core.cli.base import Parser, UsageError, engine_of
 from core.models.local_model import MODELS
 from core.settings import get_settings
@@ -45,6 +43,8 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.connections import describe, list_connections
 
     with Session(engine_of(args)) as session:

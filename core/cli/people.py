@@ -6,16 +6,15 @@ import argparse
 import getpass
 import sys
 
-from sqlmodel import Session
-
 from core.cli.base import Parser, UsageError, engine_of
-from core.records.people import ROLES, add_user, update_user
+from core.domain.roles import ROLES
 from core.settings import secret
-from storage import queries
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
     """What waits in the labeling queue of a task, and the agreement between its labellers."""
+    from sqlmodel import Session
+
     from core.records import labeling
     from core.records.tasks import get_task
 
@@ -53,12 +52,18 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
+    from core.records.people import add_user
+
     user = add_user(engine_of(args), args.name, args.role, _password(args), actor="cli")
     print(f"added user {user.name} ({user.role}); sign-in is now required")
     return 0
 
 
 def cmd_user_list(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
+    from storage import queries
+
     with Session(engine_of(args)) as session:
         users = queries.list_users(session)
     print(f"{'name':<24}{'role':<10}active")
@@ -68,6 +73,8 @@ def cmd_user_list(args: argparse.Namespace) -> int:
 
 
 def cmd_user_set(args: argparse.Namespace) -> int:
+    from core.records.people import update_user
+
     password = _password(args) if args.password_env else None
     if args.role is None and args.active is None and password is None:
         raise UsageError("user set: nothing to change; give --role, --active or --password-env")

@@ -12,14 +12,14 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from typing import TYPE_CHECKING
 
 from core.cli.base import Parser, engine_of
+from core.domain.roles import API_ROLES
 from core.errors import InvalidInput
-from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
-from storage import queries
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 def _day(text: str | None) -> datetime | None:
@@ -43,6 +43,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_apikey_create(args: argparse.Namespace, engine: Engine) -> int:
+    from core.records.api_keys import create_key
+
     key = create_key(engine, args.name, args.role, "cli")
     print(f"API key {key.id} ({key.name}, {key.role}): {key.secret}")
     print("This is the only time the key is shown; it is stored hashed.", file=sys.stderr)
@@ -50,6 +52,10 @@ def cmd_apikey_create(args: argparse.Namespace, engine: Engine) -> int:
 
 
 def cmd_apikey_list(args: argparse.Namespace, engine: Engine) -> int:
+    from sqlmodel import Session
+
+    from core.records.api_keys import list_keys
+
     with Session(engine) as session:
         keys = list_keys(session)
     print(f"{'id':>4}  {'name':<24}{'role':<8}{'prefix':<14}{'last used':<18}revoked")
@@ -61,13 +67,18 @@ def cmd_apikey_list(args: argparse.Namespace, engine: Engine) -> int:
 
 
 def cmd_apikey_revoke(args: argparse.Namespace, engine: Engine) -> int:
+    from core.records.api_keys import revoke_key
+
     revoke_key(engine, args.id, "cli")
     print(f"API key {args.id} revoked")
     return 0
 
 
 def cmd_traces(args: argparse.Namespace, engine: Engine) -> int:
+    from sqlmodel import Session
+
     from core.records.traces import daily_summary, lowest_scored, task_traces, trace_score
+    from storage import queries
 
     with Session(engine) as session:
         traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)

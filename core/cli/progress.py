@@ -14,9 +14,9 @@ from storage.tables import Run
 class StatusLine:
     """Counters on one status line: redrawn in place on a terminal, a line every few seconds otherwise."""
 
-    def __init__(self, stream=sys.stderr) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
+    def __init__(self, stream=None) -> None:
+        self.stream = sys.stderr if stream is None else stream  # the stderr of when it runs, not of the import
+        self.tty = self.stream.isatty()
         self.last_line = ""
         self.last_print = 0.0
 
@@ -64,7 +64,7 @@ class StageProgress(StatusLine):
 class VariantProgress(StatusLine):
     """A measurement's progress: variants done, the one being evaluated, calls and cost."""
 
-    def __init__(self, engine: Engine, run_id: int, stream=sys.stderr) -> None:
+    def __init__(self, engine: Engine, run_id: int, stream=None) -> None:
         super().__init__(stream)
         self.engine, self.run_id = engine, run_id
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import shlex
-
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from typing import TYPE_CHECKING
 
 from core.records.gate_verdict import GateVerdict
 from core.records.run_settings import run_settings
-from storage import queries
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, RunKind, StepStatus
-from storage.tables import LibraryVersion, Run, Step, Task
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlmodel import Session
+
+    from storage.tables import LibraryVersion, Run, Step
 
 WORKER = "python -m core worker"
 
@@ -44,6 +46,8 @@ def waiting_lines(session: Session, run: Run) -> list[str]:
     """What a run waits for and the command that moves it on: the operations a reviewer decides (`review`),
     the rollouts a person labels, a worker, or a resume; nothing for a run that is over."""
     from core.records.workers import job_health
+    from storage import queries
+    from storage.tables import Task
 
     shown = job_health(run.status, run.heartbeat_at)
     steps = queries.steps(session, run.id)
@@ -100,7 +104,11 @@ def print_version(version: LibraryVersion | None) -> None:
 
 def report_run(engine: Engine, run_id: int) -> int:
     """A run's status, counters, gate verdicts, problems and version; exit code 1 unless it ended well."""
+    from sqlmodel import Session
+
     from core.grpo.training import run_counters
+    from storage import queries
+    from storage.tables import LibraryVersion, Run
 
     with Session(engine) as session:
         run = session.get(Run, run_id)

@@ -12,17 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import datetime
-
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from typing import TYPE_CHECKING
 
 from core.cli.base import Parser, UsageError, engine_of, name_list
 from core.cli.report import plural, step_title, steps_total, worker_or_here
 from core.errors import InvalidInput, NotFound
 from core.records.gate_verdict import GateVerdict
-from storage import queries
 from storage.statuses import JobStatus, OperationStatus, StepStatus
-from storage.tables import LibraryVersion, Operation, Run, Step
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlmodel import Session
+
+    from storage.tables import Operation, Run, Step
 
 ACTOR = "cli"
 SHOW = "show"
@@ -32,6 +34,9 @@ SHOW = "show"
 
 
 def _run_and_steps(session: Session, run_id: int) -> tuple[Run, list[Step]]:
+    from storage import queries
+    from storage.tables import Run
+
     run = session.get(Run, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
@@ -47,12 +52,16 @@ def _at(steps: list[Step], run: Run, position: int) -> Step:
 
 def _waiting(session: Session, steps: list[Step], run_id: int) -> list[Step]:
     """The steps a reviewer has something to do in: awaiting review, or with an operation pending."""
+    from storage import queries
+
     pending = queries.pending_operations_by_step(session, run_id)
     return [s for s in steps if s.status == StepStatus.AWAITING_REVIEW or pending.get(s.id)]
 
 
 def _step_to_decide(engine: Engine, run_id: int, position: int | None) -> tuple[Step, int]:
     """The step `--step` names, else the run's only step that waits for review; with its position."""
+    from sqlmodel import Session
+
     with Session(engine) as session:
         run, steps = _run_and_steps(session, run_id)
         if position is not None:
@@ -101,6 +110,8 @@ def _example_source(step: Step, op: Operation, groups: dict[int, dict]) -> dict 
 def _groups(session: Session, step: Step) -> dict[int, dict]:
     """The step's groups by Advantage id (as Operation.source_advantage_ids names them), numbered in the
     step's order as the Review page numbers them."""
+    from storage import queries
+
     advantages = {a.sample_id: a for a in queries.step_advantages(session, step.id)}
     rollouts: dict[int, list] = {}
     for rollout in queries.step_rollouts(session, step.id):
@@ -122,6 +133,8 @@ def _when(value: datetime | None) -> str | None:
 def step_record(session: Session, run: Run, step: Step, position: int, total: int) -> dict:
     """One step as `review` shows it: its gate line and every operation with its kind, flags and evidence."""
     from core.records.review import step_flags, written_kind
+    from storage import queries
+    from storage.tables import LibraryVersion
 
     before = session.get(LibraryVersion, step.version_before_id) if step.version_before_id else None
     after = session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
@@ -227,6 +240,8 @@ def print_step(record: dict) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """What waits for review in a run (or one step of it, whatever its status)."""
+    from sqlmodel import Session
+
     with Session(engine_of(args)) as session:
         run, steps = _run_and_steps(session, args.run_id)
         total = steps_total(run, steps)
@@ -257,6 +272,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 def outcome(engine: Engine, step_id: int) -> str:
     """What became of a step after a decision: applied as a version, queued to measure the decided library
     first, every operation decided but not applied, or still waiting."""
+    from sqlmodel import Session
+
+    from storage import queries
+    from storage.tables import LibraryVersion, Step
+
     with Session(engine) as session:
         step = session.get(Step, step_id)
         run, steps = _run_and_steps(session, step.run_id)
@@ -311,7 +331,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 def cmd_edit(args: argparse.Namespace) -> int:
     """The operation with a reviewer's text and targets (each defaults to what the learner proposed)."""
+    from sqlmodel import Session
+
     from core.records.review import edit_operation
+    from storage.tables import Operation
 
     if args.text is None and args.targets is None:
         raise UsageError("review edit: give --text, --targets or both")

@@ -8,14 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from sqlmodel import Session
-
 from core.cli.base import Parser, UsageError, engine_of, name_list, read_file, write_output
 from core.domain.datasets import SPLITS, check_size, mapping_note, parse_mapping, resolve_columns
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
 from core.domain.selection import SelectionMode
-from storage import queries
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -30,6 +27,8 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
     """Columns nobody mapped are taken by core's rule (datasets.resolve_columns, applied by add_dataset_file),
     and said when renamed; the note reads the columns the way the Tasks page does (columns_of). After the
     counts come core's notes, the rows left out as duplicates, as the Tasks page shows them."""
+    from sqlmodel import Session
+
     from core.records.scenarios import add_scenarios, is_conversation
     from core.records.task_io import columns_of
     from core.records.tasks import add_dataset_file, get_task
@@ -62,7 +61,10 @@ def cmd_dataset_add(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_show(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.tasks import get_task
+    from storage import queries
 
     with Session(engine_of(args)) as session:
         task = get_task(session, args.task)
@@ -74,6 +76,8 @@ def cmd_dataset_show(args: argparse.Namespace) -> int:
 
 
 def cmd_task_export(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.task_io import export_task_json
     from core.records.tasks import get_task
 
@@ -96,6 +100,8 @@ def cmd_task_import(args: argparse.Namespace) -> int:
 def cmd_task_personas(args: argparse.Namespace) -> int:
     """Replace a task's personas from a file, or print them (--show) as JSON that can be edited and loaded
     back; one or the other, so a forgotten file name never silently shows instead of saving."""
+    from sqlmodel import Session
+
     from core.records.task_io import save_personas, task_personas
     from core.records.tasks import get_task
 
@@ -154,6 +160,8 @@ def cmd_library_selection(args: argparse.Namespace) -> int:
 
 def cmd_library_select(args: argparse.Namespace) -> int:
     """The entries a query would be shown from a version (the HTTP API's selection route, from the terminal)."""
+    from sqlmodel import Session
+
     from core.records.serving import served_selection
 
     with Session(engine_of(args)) as session:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sqlmodel import Session
-
 from core.cli.base import UsageError, engine_of, read_file, write_output
 from core.cli.report import print_version, report_run, worker_or_here
 from core.domain.library_io import check_file_size, decode_library
 from core.errors import NotFound
-from storage import queries
 from storage.statuses import JobStatus
-from storage.tables import Run
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.segments import routed_export
     from core.records.tasks import get_task
     from core.records.versions import export_version, resolve_version, version_json_meta
@@ -46,7 +44,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.tasks import get_task
+    from storage import queries
 
     with Session(engine_of(args)) as session:
         task_id = get_task(session, args.task).id if args.task else None
@@ -64,6 +65,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Show a run and what it waits for; with --pause, --resume or --cancel, change its status first
     (core.jobs.run_control: the Train page's buttons) and print the status it has now."""
+    from sqlmodel import Session
+
+    from storage.tables import Run
+
     engine = engine_of(args)
     if args.control:
         from core.jobs import run_control
@@ -85,7 +90,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
     from core.records.tasks import get_task
+    from storage import queries
 
     with Session(engine_of(args)) as session:
         task = get_task(session, args.task)
@@ -117,6 +125,8 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     """Show what promoting a version changes and what the comparison with production says, then move
     `production` (refused, exit 2, without a paired comparison or --reason); --dry-run only shows."""
+    from sqlmodel import Session
+
     from core.records.promotion import preview_promotion
     from core.records.versions import promote, version_in_library
 

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from core.domain.roles import API_ROLES
 from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
 from core.records.api_limits import API_ACTOR, audit_refusal
 from core.records.people import require_role
 from storage.db import session_scope
 from storage.tables import ApiKey, AuditEvent, as_utc, utcnow
 
-API_ROLES = {"read": "fetch libraries", "ingest": "fetch libraries and post production traces"}
 RANK = {"read": 0, "ingest": 1}
 KEY_PREFIX = "tfg_"
 LAST_USED_EVERY = timedelta(seconds=60)  # a key's last-used time is written at most this often

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import numpy as np
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -22,6 +22,9 @@ from core.errors import InvalidInput, NotFound
 from core.settings import get_settings
 from storage import queries
 from storage.tables import Evaluation
+
+if TYPE_CHECKING:  # numpy loads at the first comparison: the API imports this module (through promotion) for none
+    import numpy as np
 
 RESAMPLES = 10_000
 ALPHA = 0.05  # the sign test's level; a difference is real when it and the bootstrap interval both say so
@@ -84,6 +87,8 @@ def significant(n: int, low: float, high: float, p_value: float) -> bool:
 
 def bootstrap_interval(diffs: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES) -> tuple[float, float]:
     """95% percentile interval of the mean of `diffs`, resampling queries with replacement (seeded)."""
+    import numpy as np
+
     if len(diffs) == 0:
         return (0.0, 0.0)
     rng = np.random.default_rng(seed)
@@ -118,6 +123,8 @@ def detectable_difference(diffs: np.ndarray, pooled_mean: float, k: int) -> floa
     the spread two independent means of k binary rewards would have at the pooled mean instead, so the
     figure never claims a precision the data cannot have.
     """
+    import numpy as np
+
     n = len(diffs)
     if n < 2:
         return math.inf
@@ -146,6 +153,8 @@ def verdict(n: int, delta: float, low: float, high: float, detectable: float, p_
 
 def paired(a: dict, b: dict, *, k: int = 1, seed: int = 0, resamples: int = RESAMPLES) -> Paired:
     """Compare per-query rewards `a` and `b` ({query: [reward per sample]}) on the queries both have."""
+    import numpy as np
+
     common = sorted(set(a) & set(b), key=str)
     mean_a = np.array([float(np.mean(a[q])) if len(a[q]) else 0.0 for q in common])
     mean_b = np.array([float(np.mean(b[q])) if len(b[q]) else 0.0 for q in common])

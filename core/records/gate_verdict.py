@@ -4,12 +4,14 @@ and the benchmarks, through one typed model instead of string keys."""
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict
 
 from storage.statuses import GateDecision
-from storage.tables import Step
+
+if TYPE_CHECKING:  # the command line's parser imports this module before any database code loads
+    from storage.tables import Step
 
 
 class GateVerdict(BaseModel):

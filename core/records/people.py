@@ -27,13 +27,13 @@ from sqlalchemy import ColumnElement, delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
+from core.domain.roles import ROLES
 from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import SignInOutcome
 from storage.tables import AuditEvent, SignInAttempt, User, as_utc, utcnow
 
-ROLES = ("labeler", "reviewer", "admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
 # Internal actors: the engine itself ("auto", "system") and the command line, whose user already
 # holds the database file. User names may not take these, and no page may act as one (page_actor).

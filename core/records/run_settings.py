@@ -6,7 +6,7 @@ the engine all read this one definition.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -15,7 +15,9 @@ from core.errors import InvalidInput, describe_validation
 from core.secrets import mask_url
 from core.settings import get_settings
 from storage.statuses import GateRule
-from storage.tables import Run
+
+if TYPE_CHECKING:  # the CLI's train help reads the defaults here before any database code loads
+    from storage.tables import Run
 
 
 def _temperature_in_range(value: float) -> float:
