@@ -101,14 +101,14 @@ def test_two_versions_draw_the_same_seed_per_query_and_sample(engine, demo_task,
     from core.records.versions import import_library
 
     seen: dict[str, list[tuple[str, int]]] = {}
-    real = gateway_module.litellm.acompletion
+    real = gateway_module.providers().acompletion
 
     async def spy(**kwargs):
         system, query = kwargs["messages"][0]["content"], kwargs["messages"][1]["content"]
         seen.setdefault("with library" if "Re-read" in system else "empty", []).append((query, kwargs["seed"]))
         return await real(**kwargs)
 
-    monkeypatch.setattr(gateway_module.litellm, "acompletion", spy)
+    monkeypatch.setattr(gateway_module.providers(), "acompletion", spy)
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
     for ref in ("empty", str(version.id)):
         _model, gateway = scripted(engine)  # a gateway's semaphores belong to one event loop

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.domain import scoring
 from core.domain.conversation import numbered_transcript
@@ -33,8 +34,10 @@ from core.domain.rubric import (
     verdict_schema,
 )
 from core.errors import InvalidInput, StructuredOutputError
-from core.models.gateway import Gateway, Scope
 from storage.tables import Task
+
+if TYPE_CHECKING:  # the gateway imports litellm (seconds): a page that only reads judges' figures needs neither
+    from core.models.gateway import Gateway, Scope
 
 RULE_TEXT_CHARS = 80
 

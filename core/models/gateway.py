@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import hashlib
 import json
 import logging
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import json_repair
-import litellm
 from pydantic import ValidationError
 from sqlalchemy import or_
 from sqlalchemy.engine import Engine
@@ -34,7 +34,7 @@ from sqlmodel import Session, col, select
 from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
 from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
-from core.models import local_provider, model_server, openai_http
+from core.models import model_server, openai_http
 from core.models.connections import Endpoint
 from core.models.connections import resolve as resolve_connection
 from core.models.model_server import LOCAL_PREFIX, local_name
@@ -46,19 +46,30 @@ from storage.tables import AuditEvent, LLMCall
 
 R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)
-litellm.drop_params = True
-litellm.suppress_debug_info = True
-local_provider.register()
 
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    openai_http.TransientHTTPError,
-    litellm.RateLimitError,
-    litellm.APIConnectionError,
-    litellm.Timeout,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.BadGatewayError,
-)
+
+@functools.cache
+def providers():
+    """litellm, set up for the gateway (no dropped-parameter errors, no debug banner, `local/` models registered),
+    imported at the first call instead of with this module: it takes seconds, and pages, the API and most
+    commands import the gateway's module without ever calling a model."""
+    import litellm
+
+    from core.models import local_provider
+
+    litellm.drop_params = True
+    litellm.suppress_debug_info = True
+    local_provider.register()
+    return litellm
+
+
+@functools.cache
+def transient_errors() -> tuple[type[Exception], ...]:
+    """The errors a call is retried on: a provider's rate limit, timeout or outage, or the model server's."""
+    litellm = providers()
+    return (openai_http.TransientHTTPError, litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
+            litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError)
+
 
 Mock = Callable[[str, list[dict]], "str | Exception"]
 
@@ -353,14 +364,14 @@ class Gateway:
                         break
                     if self.mock is not None:
                         kwargs["mock_response"] = self.mock(stage, messages)
-                    response = await litellm.acompletion(**kwargs, timeout=timeout)
+                    response = await providers().acompletion(**kwargs, timeout=timeout)
                     reply = openai_http.Reply(text=response.choices[0].message.content or "",
                                               tokens_in=int(getattr(response.usage, "prompt_tokens", 0) or 0)
                                               if getattr(response, "usage", None) else 0,
                                               tokens_out=int(getattr(response.usage, "completion_tokens", 0) or 0)
                                               if getattr(response, "usage", None) else 0)
                     break
-                except TRANSIENT_ERRORS as exc:
+                except transient_errors() as exc:
                     error, transient = exc, True
                     if served:
                         self._note_restart(scope, model, restarts)
@@ -504,6 +515,6 @@ def _cost(response: Any, model: str) -> float:
     if hidden.get("response_cost") is not None:
         return float(hidden["response_cost"])
     try:
-        return float(litellm.completion_cost(completion_response=response) or 0.0)
+        return float(providers().completion_cost(completion_response=response) or 0.0)
     except Exception:  # noqa: BLE001  (unknown prices are 0, not a failure)
         return 0.0

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from core.domain.replies import JudgeReply
 from core.domain.rubric import SCALES
 from core.errors import InvalidInput, StructuredOutputError
-from core.models.gateway import Gateway, Scope
 from storage.tables import Sample, Task
+
+if TYPE_CHECKING:  # the gateway imports litellm (seconds): a page that only reads judges' figures needs neither
+    from core.models.gateway import Gateway, Scope
 
 DEFAULT_SCALE = "binary"
 GENERIC_ANCHORS = {
