@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
+from core.records.run_defaults import EXAMPLES_FIGURE
 from core.records.run_settings import run_settings
 from core.records.tasks import POLICY_TASK, ensure_demo_tasks
 from storage.tables import Run
@@ -23,7 +24,7 @@ def test_train_on_the_embedded_learner_prints_the_chosen_defaults_and_a_flag_ove
     code, _, out = cli("train", "--task", POLICY_TASK, "--queue")
     assert code == 0, out
     assert "defaults chosen for this run" in out
-    assert "worked examples: on." in out and "+0.281 [+0.094, +0.500]" in out and "[--no-examples]" in out
+    assert "worked examples: on." in out and EXAMPLES_FIGURE in out and "[--no-examples]" in out
     assert "lessons: off." in out and "[--lessons]" in out
     assert "learning from the reference where every attempt failed: on." in out
     first = stored(engine, 1)

@@ -16,7 +16,7 @@ from core.domain.quality import screen_ops
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run_with_defaults, execute_run
 from core.records.review import operation_kind, step_flags
-from core.records.run_defaults import chosen_defaults
+from core.records.run_defaults import EXAMPLES_FIGURE, chosen_defaults
 from core.records.selection import library_selection, set_selection
 from core.records.tasks import DEMO_TASK, POLICY_TASK, SUPPORT_TASK, ensure_policy_task, ensure_support_task
 from storage import queries
@@ -48,7 +48,7 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     assert settings.selection == TOP_3
     assert set(choices) == {*SWITCHES, "selection"}
     assert choices["examples"].line().startswith("worked examples: on. On: worked examples made from the reference")
-    assert "+0.281 [+0.094, +0.500]" in choices["examples"].reason
+    assert EXAMPLES_FIGURE in choices["examples"].reason
     assert "-0.125 [-0.375, +0.083]" in choices["lessons"].reason and "+0.017 [-0.050, +0.083]" in choices["lessons"].reason
     assert choices["lessons"].line().startswith("lessons: off.")
     assert "0.000" in choices["reference_when_all_fail"].reason

@@ -13,6 +13,7 @@ from sqlmodel import Session
 from core.grpo.training import RunSettings, create_run
 from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
+from core.records.run_defaults import EXAMPLES_FIGURE
 from core.records.selection import library_selection
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
@@ -441,7 +442,7 @@ def test_the_form_starts_from_the_defaults_chosen_for_the_embedded_learner_and_s
     notice = defaults_notice(at)
     assert notice.startswith("Defaults chosen for the learner local/qwen2.5-coder-0.5b:")
     assert "- worked examples: on. On: worked examples made from the reference" in notice
-    assert "+0.281 [+0.094, +0.500]" in notice and "- lessons: off. Off:" in notice
+    assert EXAMPLES_FIGURE in notice and "- lessons: off. Off:" in notice
     assert "-0.125 [-0.375, +0.083]" in notice
     assert "- entries per query: the 3 entries most similar to the query" in notice
     at.button(key="train_submit").click()

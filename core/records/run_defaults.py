@@ -41,8 +41,8 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on 2026-11-27, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.281 [+0.094, +0.500] (5 messages better, none worse) on the shop-policies demo's 16 held-out "
-                   "messages")
+EXAMPLES_FIGURE = ("+0.344 [+0.125, +0.562] (6 messages better, none worse, p 0.031) on the shop-policies demo's 16 "
+                   "held-out messages, trained on 8")
 EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its 3 most "
                f"similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
 LESSONS_OFF = ("Off: the embedded learner's lessons retell problems instead of teaching, and moved the agent by "
