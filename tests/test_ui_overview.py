@@ -17,7 +17,7 @@ from core.records.versions import import_library
 from storage import db, queries
 from storage.db import describe_url
 from storage.tables import Run, Step
-from tests.ui_support import markdown_texts, run_app, table_with
+from tests.ui_support import markdown_texts, run_app, switch, table_with
 
 TRAIN_HINT = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
 HOSTILE = "<script>alert(1)</script> then **bold** and [a link](http://example.com)"
@@ -343,3 +343,27 @@ def test_labels_and_disputes_waiting_elsewhere_are_on_the_to_do_list_and_open_th
     assert [t.value for t in at.title] == ["Labeling"] and at.session_state[TASK_KEY] == DEMO_TASK
     assert at.session_state["label_tab"] == "Agreement"
     assert table_with(at, "reward now")["rollout"].tolist() == [w.id for w in waiting[:2]]
+
+
+def test_a_page_a_row_opened_shows_the_rows_run_and_step_when_the_address_did_not_arrive(engine):
+    """st.switch_page sends the row's ?run= and ?step= to the browser and reruns after a fixed pause; on a busy
+    machine the rerun came first and Review opened on its defaults (a browser test waited 90 s for ?run=). The
+    address is kept in the session until the page has drawn, and the page's id selectboxes read it first."""
+    from core.records.tasks import ensure_demo_tasks
+    from core.records.versions import ensure_library
+    from ui.common import LIBRARY_KEY, OPEN_ADDRESS_KEY, TASK_KEY
+
+    ensure_demo_tasks(engine)
+    with db.session_scope(engine) as session:
+        ensure_library(session, get_task(session, SUPPORT_TASK), "tone", actor="cli")
+    asked_run, asked_step = run_awaiting_review(engine, SUPPORT_TASK, "tone")
+    newer_run, _newer_step = run_awaiting_review(engine, SUPPORT_TASK, "tone")  # what Review shows by default
+    at = run_app(session_state={TASK_KEY: SUPPORT_TASK, LIBRARY_KEY: "tone"})
+    at.session_state[OPEN_ADDRESS_KEY] = {"run": str(asked_run), "step": str(asked_step)}  # as the row left it
+    switch(at, "pages/review.py")  # with no ?run= or ?step=: the address did not arrive
+
+    assert f"Run {newer_run} · awaiting_review · 2 pending" == at.selectbox(key="review_run").options[0]
+    assert at.selectbox(key="review_run").value == asked_run
+    assert at.selectbox(key="review_step").value == asked_step
+    assert (at.query_params["run"], at.query_params["step"]) == (str(asked_run), str(asked_step))
+    assert OPEN_ADDRESS_KEY not in at.session_state  # taken: a later visit follows its own address

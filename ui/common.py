@@ -86,6 +86,7 @@ def run_page(page: Callable[[], None]) -> None:
         return
     if _IN_STUDIO.get():
         page()
+        st.session_state.pop(OPEN_ADDRESS_KEY, None)  # a drawn page has taken what it shows of it
         return
     code = compile(ENTRY_SCRIPT.read_text(encoding="utf-8"), str(ENTRY_SCRIPT), "exec")
     exec(code, {"__name__": "__main__", "__file__": str(ENTRY_SCRIPT)})  # noqa: S102  (our own entry script)
@@ -212,12 +213,13 @@ def show_text(text: str | None, empty: str = "(empty)") -> None:
 
 
 def url_choice(key: str, param: str, options: list[int]) -> None:
-    """Before an id selectbox (run, step, evaluation): a `?param=id` the URL brought (a reload, a shared link,
-    an edited address) becomes the choice, unless it is what this session wrote there itself.
+    """Before an id selectbox (run, step, evaluation): the id a to-do button opened this page on
+    (follow_open_request), else a `?param=id` the URL brought (a reload, a shared link, an edited address),
+    becomes the choice, unless it is what this session wrote there itself.
 
     Ids are not bound with Streamlit's `bind="query-params"`, which stores the option's label, and a run's
     label changes with its status; here the URL holds the plain id."""
-    raw = st.query_params.get(param)
+    raw = (st.session_state.get(OPEN_ADDRESS_KEY) or {}).pop(param, None) or st.query_params.get(param)
     written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
     if raw is None or raw == written.get(param) or not raw.isdigit() or int(raw) not in options:
         return
@@ -368,6 +370,7 @@ def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: An
 
 LABEL_TAB_KEY = "label_tab"  # the Labeling page's tabs, bound to the URL as ?label_tab=Agreement (pages/labeling.py)
 OPEN_REQUEST_KEY = "_open_request"  # the page and address a to-do button asked for (open_in_context)
+OPEN_ADDRESS_KEY = "_open_address"  # that address, until the page it opened has drawn (follow_open_request)
 
 
 def open_in_context(page: str, task: str, library: str | None = None, params: dict[str, int] | None = None,
@@ -392,10 +395,16 @@ def open_in_context(page: str, task: str, library: str | None = None, params: di
 
 
 def follow_open_request() -> None:
-    """Switch to the page an open_in_context button asked for, if one did (the sidebar has drawn its task)."""
+    """Switch to the page an open_in_context button asked for, if one did (the sidebar has drawn its task).
+
+    The address is also kept in the session until that page has drawn, and its id selectboxes read it first
+    (url_choice): st.switch_page sends the new query parameters to the browser and then reruns after a fixed
+    pause, so on a busy machine the rerun can come before they arrive, and the page would open on the
+    sidebar's defaults instead of the row's run and step."""
     request = st.session_state.pop(OPEN_REQUEST_KEY, None)
     if request is not None:
         page, params = request
+        st.session_state[OPEN_ADDRESS_KEY] = dict(params)
         st.switch_page(page, query_params=params)
 
 
