@@ -398,9 +398,11 @@ def follow_open_request() -> None:
     """Switch to the page an open_in_context button asked for, if one did (the sidebar has drawn its task).
 
     The address is also kept in the session until that page has drawn, and its id selectboxes read it first
-    (url_choice): st.switch_page sends the new query parameters to the browser and then reruns after a fixed
-    pause, so on a busy machine the rerun can come before they arrive, and the page would open on the
-    sidebar's defaults instead of the row's run and step."""
+    (url_choice). On a busy machine the page once opened on the sidebar's defaults instead of the row's run and
+    step: the switch's rerun can be merged with another pending one, such as the sidebar's timed fragment, and
+    a merged rerun takes the later request's query string (streamlit/runtime/scriptrunner_utils/
+    script_requests.py), which the browser sent from the old address. Which path lost it was not proven; the
+    kept address does not depend on it."""
     request = st.session_state.pop(OPEN_REQUEST_KEY, None)
     if request is not None:
         page, params = request
