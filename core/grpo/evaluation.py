@@ -94,15 +94,11 @@ def create_fixed_evaluation(session: Session, task: Task, *, purpose: str, split
     return row
 
 
-
-def run_answer_limits(engine: Engine, run_id: int | None) -> dict:
+def run_answer_limits(run: Run | None) -> dict:
     """A run's gate measures the library with the answers the run's steps were given (its `max_tokens` and
     `max_turns`), not the agent's defaults: a run cut at 96 tokens would otherwise be gated on answers ten times
     as long. An evaluation outside a run uses the defaults."""
-    if run_id is None:
-        return {}
-    with Session(engine) as session:
-        settings = session.get(Run, run_id).settings or {}
+    settings = (run.settings or {}) if run is not None else {}
     limits = {"max_tokens": settings.get("max_tokens"), "max_turns": settings.get("max_turns")}
     return {name: int(value) for name, value in limits.items() if value}
 
@@ -241,6 +237,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
         cancelled = ev.status == JobStatus.CANCELLED  # between its claim and here
         task = session.get(Task, ev.task_id)
         version = session.get(LibraryVersion, ev.version_id) if ev.version_id else None
+        limits = run_answer_limits(session.get(Run, ev.run_id) if ev.run_id else None)
         samples = (queries.samples_by_ids(session, ev.sample_ids) if ev.sample_ids is not None
                    else queries.samples(session, task.id, ev.split, limit=ev.limit))
         if not cancelled:
@@ -254,7 +251,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
     if check is None and ev.run_id is None:
         check = cancel_check(engine, evaluation_id)
     gateway = gateway or Gateway(engine, concurrency=concurrency or get_settings().concurrency)
-    agent = agent_settings(task, model=ev.model, temperature=ev.temperature, **run_answer_limits(engine, ev.run_id))
+    agent = agent_settings(task, model=ev.model, temperature=ev.temperature, **limits)
     experiences = ev.experiences if ev.experiences is not None else version.experiences if version else []
     with Session(engine) as session:
         personas = personas_by_name(session, task) if ev.routes else {}
