@@ -474,8 +474,6 @@ async def by_hand(base: Path, default: Arm, empty: Arm, options: argparse.Namesp
     """BY_HAND: in a copy of the default path's database, its library's next version holds the same entries with
     every example's answer written by a person (the same library, so the same entry selection), evaluated like
     every arm and compared with the empty library and with the default path, query by query."""
-    from sqlmodel import Session
-
     from core.domain.library import examples
     from core.records.comparison import compare_evaluations
     from core.records.versions import create_version
@@ -487,12 +485,10 @@ async def by_hand(base: Path, default: Arm, empty: Arm, options: argparse.Namesp
               database=str(arm_database(base, "by-hand")), switches=default.switches, changes=["examples by hand"])
     copy_database(Path(default.database), Path(arm.database))
     engine = make_engine(f"sqlite:///{arm.database}", migrate=False)
-    with Session(engine) as session:
-        default_version = session.get(LibraryVersion, default.version_id)
-        library = session.get(Library, default_version.library_id)
-        experiences = hand_written(default_version.experiences, read_replies(Path(options.replies)))
     with session_scope(engine) as session:
-        version = create_version(session, session.get(Library, library.id), experiences,
+        default_version = session.get(LibraryVersion, default.version_id)
+        experiences = hand_written(default_version.experiences, read_replies(Path(options.replies)))
+        version = create_version(session, session.get(Library, default_version.library_id), experiences,
                                  parent_id=default.version_id, source="import", created_by="cli",
                                  note="the default path's examples with their answers written by hand")
         arm.version_id = version.id
