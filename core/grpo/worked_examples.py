@@ -135,9 +135,8 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
 
 async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult:
     """An example's final answer scored with the task's own reward against the sample's reference (boxed, so
-    every method finds it as the final answer), in a thread: a scorer may run in its scoring process."""
-    return await asyncio.to_thread(score_or_error, task.reward_method, f"\\boxed{{{answer}}}", sample.reference,
-                                   task.reward_settings)
+    every method finds it as the final answer)."""
+    return await _reply_check(task, sample, f"\\boxed{{{answer}}}")
 
 
 async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sample: Sample, advantage: Advantage, *,
@@ -200,7 +199,8 @@ async def _learner_reply(gateway: Gateway, task: Task, sample: Sample, parts: li
 
 
 async def _reply_check(task: Task, sample: Sample, reply: str) -> RewardResult:
-    """A reply scored with the task's reward as the agent's own reply is (not boxed: it is the whole reply)."""
+    """A reply scored with the task's reward as the agent's own reply is (not boxed: it is the whole reply), in a
+    thread: a scorer may run in its scoring process."""
     return await asyncio.to_thread(score_or_error, task.reward_method, reply, sample.reference, task.reward_settings)
 
 
