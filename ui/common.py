@@ -471,8 +471,8 @@ def models_note(key: str) -> None:
     said = ("Connections' models: " + "; ".join(listing.words() for listing in listings) + ". ") if listings else \
         "No model connection yet (the Models page adds one: a vLLM, Ollama or llama.cpp server, a provider). "
     left, right = st.columns([5, 1], vertical_alignment="center")
-    left.caption(message_markdown(f"Offered: the task's models, the studio's default, each connection's models as its "
-                       f"server lists them, the embedded models and providers whose key is set; a name can be typed. "
-                       f"{said}"))
+    left.caption(message_markdown(f"Offered: the task's models, the studio's default, each connection's models as "
+                                  f"its server lists them, the embedded models and providers whose key is set; a "
+                                  f"name can be typed. {said}"))
     right.button("Refresh models", key=key, icon=":material/refresh:", on_click=refresh_models,
                  disabled=not listings, help="Ask every connection's server for the models it serves now.")

@@ -24,11 +24,11 @@ import re
 
 CODE_SPAN = re.compile(r"`([^`\n]+)`")  # a command or a name as core quotes it: `python -m core task personas`
 VERSION_ID = re.compile(r"(#\d+) \(id \d+\)")  # "#3 (id 14)": the CLI's id beside the number a page names
-MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~$])")  # what ui.common.plain escapes (tests/test_ui_messages.py)
+MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~$])")  # the one escaping rule: ui.common.plain calls escaped
 
 
 def escaped(text: str) -> str:
-    """Text for a Markdown element, shown as typed (the same rule as ui.common.plain)."""
+    """Text for a Markdown element, shown as typed (ui.common.plain is this rule)."""
     return MARKDOWN.sub(r"\\\1", str(text))
 
 
