@@ -599,12 +599,7 @@ def page() -> None:
         step = next(s for s in steps if s.id == step_id)
         before = queries.version_by_id(session, step.version_before_id) if step.version_before_id else None
         after = queries.version_by_id(session, step.version_after_id) if step.version_after_id else None
-        advantages = {a.sample_id: a for a in queries.step_advantages(session, step_id)}
-        rollouts: dict[int, list[Rollout]] = {}
-        for rollout in queries.step_rollouts(session, step_id):
-            rollouts.setdefault(rollout.sample_id, []).append(rollout)
-        sample_ids = list(dict.fromkeys([*step.sample_ids, *advantages, *rollouts]))
-        samples = {s.id: s for s in queries.samples_by_ids(session, sample_ids)}
+        sample_ids, samples, advantages, rollouts = queries.step_groups(session, step)
         operations = queries.step_operations(session, step_id)
         flags = review.step_flags(session, step, operations)
 

@@ -145,6 +145,19 @@ def step_advantages(session: Session, step_id: int) -> list[Advantage]:
     return list(session.exec(select(Advantage).where(Advantage.step_id == step_id).order_by(Advantage.id)))
 
 
+def step_groups(session: Session, step: Step) -> tuple[list[int], dict[int, Sample], dict[int, Advantage],
+                                                      dict[int, list[Rollout]]]:
+    """A step's groups as Review numbers them: its sample ids in the step's order (then any other that has an
+    advantage or a rollout), the samples, and the advantage and the rollouts of each, by sample id. The Review page
+    and `python -m core review` read the same groups."""
+    advantages = {a.sample_id: a for a in step_advantages(session, step.id)}
+    rollouts: dict[int, list[Rollout]] = {}
+    for rollout in step_rollouts(session, step.id):
+        rollouts.setdefault(rollout.sample_id, []).append(rollout)
+    sample_ids = list(dict.fromkeys([*step.sample_ids, *advantages, *rollouts]))
+    return sample_ids, {s.id: s for s in samples_by_ids(session, sample_ids)}, advantages, rollouts
+
+
 def step_operations(session: Session, step_id: int) -> list[Operation]:
     return list(session.exec(select(Operation).where(Operation.step_id == step_id).order_by(Operation.position)))
 

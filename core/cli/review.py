@@ -112,12 +112,8 @@ def _groups(session: Session, step: Step) -> dict[int, dict]:
     step's order as the Review page numbers them."""
     from storage import queries
 
-    advantages = {a.sample_id: a for a in queries.step_advantages(session, step.id)}
-    rollouts: dict[int, list] = {}
-    for rollout in queries.step_rollouts(session, step.id):
-        rollouts.setdefault(rollout.sample_id, []).append(rollout)
-    sample_ids = list(dict.fromkeys([*step.sample_ids, *advantages, *rollouts]))
-    queries_of = {s.id: s.query for s in queries.samples_by_ids(session, sample_ids)}
+    sample_ids, samples, advantages, rollouts = queries.step_groups(session, step)
+    queries_of = {sample_id: sample.query for sample_id, sample in samples.items()}
     return {adv.id: {"group": index, "sample_id": sample_id, "advantage_id": adv.id, "query": queries_of.get(sample_id),
                      "advantage": adv.text, "proposals": list(adv.proposals or []), "advantage_status": adv.status,
                      "rollouts": [{"rollout_id": r.id, "output": r.group_index, "reward": r.reward,
