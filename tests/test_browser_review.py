@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import Session
 
 from core.grpo.training import RunSettings, create_run, execute_run
@@ -115,7 +116,7 @@ def review_by_keys(page, app, run_id: int) -> None:
     assert after["step"] == "completed" and after["run"] == "queued"
     assert after["library"] == TEXTS[:2]
     page.get_by_text("Applied as version #2").first.wait_for()
-    assert page.get_by_text("▶ focused").count() == 0
+    expect(page.get_by_text("▶ focused")).to_have_count(0)  # awaited: the page redraws after the step lands
 
 
 # ---- focus after a text field (issue 25) ----------------------------------------------------------------------
