@@ -5,10 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 # Loopback only by default: with sign-in off everyone who reaches the port is admin. Open the studio to a
-# team behind a TLS reverse proxy with sign-in on (README, Security): `make run ADDRESS=0.0.0.0`.
+# team behind a TLS reverse proxy with sign-in on (docs/security.md): `make run ADDRESS=0.0.0.0`.
 ADDRESS ?= 127.0.0.1
 
-.PHONY: install run test test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine bench-conversation bench-api worker clean-db screenshots
+.PHONY: install run test docs docs-serve test-sqlite test-postgres lint bench bench-learning bench-isolation bench-engine bench-conversation bench-api worker clean-db screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ install: $(STAMP)
 # The embedded model's server (when the studio's model is embedded), one worker and the HTTP API (port
 # API_PORT, passed to all of them as TFGRPO_API_PORT so the app's sidebar asks the port `serve` listens on)
 # beside the app; they stop with the app (Ctrl-C). The app starts
-# another worker if this one dies. The API listens on loopback unless sign-in is on (README, HTTP API).
+# another worker if this one dies. The API listens on loopback unless sign-in is on (docs/production.md).
 API_PORT ?= 8502
 run: export TFGRPO_API_PORT = $(API_PORT)
 run: install
@@ -41,13 +41,13 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-# `make test`: ruff and the layer contracts, then the pytest sessions of scripts/test_sessions.py: the model tests
+# `make test`: ruff and the layer contracts, the manual's strict build, then the pytest sessions of scripts/test_sessions.py: the model tests
 # beside the fast suite on SQLite and then its database tests on PostgreSQL (when TFGRPO_TEST_DATABASE_URL names a
 # server: a role with CREATEDB; .ci/run sets it), then the browser tests alone. It ends with one line per session
 # and the total wall time (CI has a time limit); every session prints its slowest tests.
 TEST_LOGS := .test-logs
 SQLITE_PYTEST := env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q
-test: lint
+test: lint docs
 	$(PY) scripts/test_sessions.py --pytest $(VENV)/bin/pytest --logs $(TEST_LOGS)
 
 # The whole suite on SQLite in one session (tests marked `postgres` need the server: they run in test-postgres).
@@ -94,7 +94,7 @@ bench-conversation: install
 	PYTHONPATH=. $(PY) bench/conversation_demo.py
 
 # The engine's real call path against bench/stub_server.py: CPU per call, the paper-scale run at 1 s latency,
-# a kill-and-resume soak and a 30% fault run (figures in README, Performance). Add --database-url to the soak
+# a kill-and-resume soak and a 30% fault run (figures in docs/benchmarks.md). Add --database-url to the soak
 # for PostgreSQL.
 bench-engine: install
 	PYTHONPATH=. $(PY) bench/engine_path.py overhead
@@ -102,6 +102,14 @@ bench-engine: install
 	PYTHONPATH=. $(PY) bench/engine_path.py soak --rounds 5
 	PYTHONPATH=. $(PY) bench/engine_path.py faults
 
-# The README's screenshots, from a studio seeded with scripted replies (no model): docs/screenshots/*.png.
+# The manual (docs/README.md): built in strict mode into site/ (a broken link, anchor or page left out of the
+# navigation fails, and so does `make test`), or served with live reload on http://127.0.0.1:8000.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# The manual's pictures, from studios seeded with scripted replies (no model): docs/screenshots/*.png.
 screenshots: install
 	PYTHONPATH=. $(PY) docs/screenshots.py

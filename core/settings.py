@@ -34,12 +34,15 @@ def default_threads() -> int:
 
 
 class Settings(BaseSettings):
-    """Every environment variable the studio reads, with its default (the README's Configuration table)."""
+    """Every environment variable the studio reads, with its default (docs/reference/settings.md is generated
+    from these fields)."""
 
     model_config = SettingsConfigDict(env_prefix="TFGRPO_", env_ignore_empty=True, extra="ignore")
 
     database_url: str = Field(default=f"sqlite:///{PROJECT_DIR / 'studio.db'}",
-                              validation_alias=AliasChoices("DATABASE_URL", "TFGRPO_DATABASE_URL"))
+                              validation_alias=AliasChoices("DATABASE_URL", "TFGRPO_DATABASE_URL"),
+                              description="any SQLAlchemy URL: the SQLite file by default, PostgreSQL for a team "
+                              "(postgresql+psycopg://...); migrated with Alembic at start")
     db_pool_size: int = Field(default=5, ge=1, description="connections a server database's pool keeps open")
     db_max_overflow: int = Field(default=10, ge=0, description="connections the pool opens beyond its size "
                                  "under load")
@@ -65,7 +68,7 @@ class Settings(BaseSettings):
     model_start_s: float = Field(default=180.0, ge=1, description="seconds a process waits for a model server it "
                                  "started to come up")
     local_in_process: bool = Field(default=False, description="call the embedded model inside each process, as "
-                                   "before the model server (kept for one release; see README, Configuration)")
+                                   "before the model server (kept for one release; docs/configuration.md)")
     call_timeout_s: float = Field(default=120.0, gt=0, description="seconds one model request may take before "
                                   "it is retried (the embedded model's server: the call's deadline)")
     call_deadline_s: float = Field(default=600.0, gt=0, description="seconds one model call may take with all "

@@ -1,5 +1,5 @@
 """`make test`'s pytest sessions in two lanes side by side, the way two cores fit them, ending with one line per
-session and the total wall time (CI has a time limit; the README's Tests section states the measured figure).
+session and the total wall time (CI has a time limit; docs/contributing.md, Tests, states the measured figure).
 
 Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a
 server; its output is shown as it goes. Lane 2: the model tests (the embedded model's server takes one core),
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make test: {POSTGRES_ENV} is not set in CI: .ci/run should have started PostgreSQL", flush=True)
         return 1
     if not postgres:
-        print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (README, Team set-up)", flush=True)
+        print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (docs/team-setup.md)", flush=True)
     first, second = [FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER]
     print(f"make test: {' then '.join(s.name for s in second)} run beside this (logs in {args.logs}/)", flush=True)
     outcomes: dict[str, list[Outcome]] = {"first": [], "second": []}

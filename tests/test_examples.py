@@ -1,4 +1,4 @@
-"""The README's "bring your own task" commands, run on the files in examples/."""
+"""The manual's "bring your own task" commands (docs/tasks-and-rewards.md), run on the files in examples/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from storage import queries
 from storage.db import get_engine
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-README = Path(__file__).resolve().parent.parent / "README.md"
+MANUAL = Path(__file__).resolve().parent.parent / "docs" / "tasks-and-rewards.md"
 MAPPING = ["--map", "id=ticket", "--map", "query=customer_message", "--map", "rubric=must_mention",
            "--map", "meta=channel"]
 
@@ -35,6 +35,6 @@ def test_the_example_task_file_imports_and_its_csv_adds_with_the_documented_mapp
         assert sample.rubric.startswith("Apologises")
 
 
-def test_the_readme_shows_the_mapping_used_here():
-    text = README.read_text(encoding="utf-8")
+def test_the_manual_shows_the_mapping_used_here():
+    text = MANUAL.read_text(encoding="utf-8")
     assert " ".join(MAPPING) in text and "examples/bike_shop_questions.csv" in text

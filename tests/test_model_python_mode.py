@@ -6,7 +6,7 @@ code really prints, not one the model wrote itself.
 
 The query asks for a Python program: at temperature 0 the small model wrote a ```python block for it in each of
 the three tries made while this test was written, whereas on the demo's own word problems it mostly answers in
-prose (README, Agent modes). Run it under `flock /tmp/model.lock` where several people share the machine's cores.
+prose (docs/agent-modes.md). Run it under `flock /tmp/model.lock` where several people share the machine's cores.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def test_top_k_keeps_the_k_entries_most_similar_to_the_query_most_similar_first(
         chosen = select_entries(library, query, Selection.build("top_k", 2))
         assert [e["text"] for e in chosen] == expected
     scored = scored_entries(library, next(iter(QUERIES)), Selection.build("top_k", 3))
-    assert [round(score, 2) for _e, score in scored] == [1.70, 0.60, 0.0]  # the README's worked example
+    assert [round(score, 2) for _e, score in scored] == [1.70, 0.60, 0.0]  # the manual's worked example (docs/tour/library.md)
     cookies = scored_entries(library, list(QUERIES)[1], Selection.build("top_k", 2))
     assert [(e["id"], round(score, 2)) for e, score in cookies] == [("E5", 3.77), ("E2", 2.18)]
     assert scored[2][0]["text"] == APPLES  # ...and ties keep the library's order (E2 before E3)
