@@ -139,7 +139,7 @@ def main() -> None:
             shoot(page, f"{app.url}/train?run={run_id}", "train")
             shoot(page, f"{app.url}/review?run={run_id}", "review")
             shoot(page, f"{app.url}/review?run={examples_run}", "worked-example", before=lambda p: (
-                p.get_by_text("worked example").first.scroll_into_view_if_needed()))
+                p.get_by_text("Compressed from output").first.scroll_into_view_if_needed()))
             shoot(page, f"{app.url}/review?run={gated_run}", "gate-line", before=lambda p: (
                 p.get_by_text("validation,").first.scroll_into_view_if_needed()))
             shoot(page, f"{app.url}/rollouts?run={run_id}", "rollouts")
