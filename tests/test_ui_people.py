@@ -86,7 +86,7 @@ def test_first_admin_added_from_the_form_has_a_scrypt_hash(engine):
     assert check_password(PASSWORD, ana.password_hash)
     with Session(engine) as session:
         [event] = session.exec(select(AuditEvent).where(AuditEvent.action == "user.add")).all()
-    assert event.actor == "local" and event.after == {"name": "ana", "role": "admin"}
+    assert event.actor == "local" and event.after == {"name": "ana", "role": "admin", "sign_in": "password"}
 
 
 def test_admin_adds_a_labeler_and_the_table_shows_no_hash(engine):
