@@ -50,6 +50,7 @@ from ui.sign_in import (
     provider_on,
     provider_section,
     session_ended,
+    settle_attempt,
     show_note,
     sign_out,
 )
@@ -117,6 +118,7 @@ def sign_in_page() -> None:
     refused = st.session_state.pop(REFUSED_KEY, None)
     if refused:
         st.warning(f"Nothing was done: {plain(refused)}.")
+    settle_attempt()  # back from the provider with nobody signed in: show_note says so
     show_note()
     provider_section()
     SIGN_IN.show("form")
@@ -135,6 +137,7 @@ def person_box(required: bool) -> None:
         with Session(engine()) as session:
             role = role_of(session, name)
         via = f" through {provider_host()}" if st.session_state.get(VIA_KEY) == "provider" else ""
+        settle_attempt()  # back from the provider, signed in: its attempt's cookie is forgotten
         st.caption(f"Signed in{via}")
         st.code(f"{name} ({role})", language=None, wrap_lines=True)
         st.button("Sign out", on_click=sign_out, key="sign_out")

@@ -117,6 +117,8 @@ def test_people_sign_in_through_a_real_openid_connect_provider(tmp_path: Path):
             expect(page.get_by_text(f"{ADMIN_GIVEN} (reviewer)")).to_have_count(0)
             page.goto(app.url)  # a new visit is not signed in either: the cookie is gone
             expect(button).to_be_visible()
+            wait_for_app(page)
+            expect(page.get_by_text("Nobody was signed in")).to_have_count(0)  # her sign-in went well
 
             # a person from another domain is refused and told whom to ask
             button.click()
@@ -147,6 +149,15 @@ def test_people_sign_in_through_a_real_openid_connect_provider(tmp_path: Path):
             page.get_by_role("button", name="Sign out").click()
             page.get_by_role("button", name="End session").click()
             expect(button).to_be_visible()
+
+            # the person cancels at the provider (Streamlit comes back without a word, as for a token for another
+            # audience): the sign-in page says nobody was signed in and why that may be
+            button.click()
+            page.get_by_role("button", name="Deny").click()
+            expect(page.get_by_text("Nobody was signed in: the provider's answer was refused")).to_be_visible()
+            page.reload()  # said once: the attempt's cookie is gone
+            expect(button).to_be_visible()
+            expect(page.get_by_text("Nobody was signed in")).to_have_count(0)
 
             # the provider down: the button says so and the page stays, with the studio's own accounts
             provider.terminate()

@@ -12,6 +12,7 @@ and ends a sign-in older than TFGRPO_SESSION_HOURS.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
 
@@ -29,6 +30,15 @@ SINCE_KEY = "auth_since"  # when (epoch seconds) this tab's password sign-in hap
 NOTE_KEY = "auth_note"  # why the sign-in page is shown again (expired, refused, the provider down)
 REFUSED_SUBJECT_KEY = "auth_refused_subject"  # the provider identity refused in this tab, not asked again
 PROBE_TIMEOUT_S = 5.0
+# Set in the browser just before it goes to the provider, cleared when the studio has seen how it came back. Streamlit's
+# callback returns to the studio without a word when it refuses the provider's answer (a token for another audience, a
+# bad signature) or the person cancelled at the provider; this cookie is how the sign-in page knows to say so.
+ATTEMPT_COOKIE = "tfgrpo_provider_attempt"
+GO_KEY = "_go_to_provider"
+ATTEMPT_SEEN_KEY = "_provider_attempt_seen"
+CAME_BACK_EMPTY = ("nobody was signed in: the provider's answer was refused (for example a token issued for another "
+                   "client, or one not signed with the provider's published keys), or the sign-in was cancelled at "
+                   "the provider. Nothing was changed; the app's log says which")
 
 
 def provider_from_environment() -> dict | None:
@@ -159,14 +169,50 @@ def probe_provider() -> str | None:
 
 
 def go_to_provider() -> None:
-    """The button's callback: to the provider if it answers, else say why and stay here (nothing is lost)."""
+    """The button's callback: to the provider if it answers (from the run that follows: _send_to_provider), else
+    say why and stay here (nothing is lost)."""
     problem = probe_provider()
     if problem is not None:
         st.session_state[NOTE_KEY] = problem + "; try again later, or sign in with a studio account"
         return
     st.session_state.pop(NOTE_KEY, None)
     st.session_state.pop(REFUSED_SUBJECT_KEY, None)
-    st.login()
+    st.session_state[GO_KEY] = True
+
+
+def _script(code: str) -> None:
+    """Fixed code run in the page (as ui's remember_name does); values reach it only as JSON strings with `<`
+    escaped, so nothing becomes markup."""
+    st.html(f"<script>{code}</script>", unsafe_allow_javascript=True)
+
+
+def _send_to_provider() -> None:
+    """Mark the attempt in a short-lived cookie, then go to Streamlit's login route (what st.login does, in that
+    order: st.login's own redirect could leave before the cookie is written)."""
+    from streamlit.user_info import generate_login_redirect_url
+
+    st.caption(f"Going to {plain(provider_host())}…")
+    url = json.dumps(generate_login_redirect_url("default")).replace("<", "\\u003c")
+    _script(f"document.cookie = '{ATTEMPT_COOKIE}=1; path=/; max-age=900; SameSite=Lax'; "
+            f"(window.top || window).location.assign({url});")
+
+
+def _attempt_cookie() -> bool:
+    try:
+        return st.context.cookies.get(ATTEMPT_COOKIE) == "1"
+    except Exception:  # noqa: BLE001  (no browser connection)
+        return False
+
+
+def settle_attempt() -> None:
+    """When this browser comes back from the provider: forget the attempt's cookie, and if nobody was signed in,
+    say so on the sign-in page. Once per tab session (its cookies are read when it connects)."""
+    if not _attempt_cookie() or st.session_state.get(ATTEMPT_SEEN_KEY):
+        return
+    st.session_state[ATTEMPT_SEEN_KEY] = True
+    if not _logged_in() and not st.session_state.get(NOTE_KEY):
+        st.session_state[NOTE_KEY] = CAME_BACK_EMPTY
+    _script(f"document.cookie = '{ATTEMPT_COOKIE}=; path=/; max-age=0; SameSite=Lax';")
 
 
 def provider_section() -> None:
@@ -176,6 +222,9 @@ def provider_section() -> None:
         st.error(plain(problem[:1].upper() + problem[1:]) + ".")
         return
     if not provider_on():
+        return
+    if st.session_state.pop(GO_KEY, None):
+        _send_to_provider()
         return
     st.button(f"Sign in with {provider_host()}", key="sign_in_provider", type="primary", on_click=go_to_provider,
               icon=":material/login:")
@@ -191,6 +240,7 @@ def no_role_page() -> None:
     """Shown to a signed-in person without a role: who they are and whom to ask."""
     name = st.session_state.get(AUTH_KEY)
     st.title("No role yet")
+    settle_attempt()
     with Session(engine()) as session:
         admins = admin_names(session)
     st.info(f"You are signed in as {plain(str(name))}, but you have no role in this studio yet, so there is "
