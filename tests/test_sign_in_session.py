@@ -71,3 +71,45 @@ def test_a_provider_configured_without_its_secrets_is_said_on_the_sign_in_page(a
     finally:
         get_settings.cache_clear()
         configure_provider.clear()
+
+
+@pytest.fixture
+def provider(monkeypatch):
+    """A provider configured, as ui.sign_in sees it (the real flow runs in tests/test_browser_oidc.py)."""
+    import ui.sign_in as sign_in
+
+    monkeypatch.setattr(sign_in, "provider_on", lambda: True)
+    monkeypatch.setattr(sign_in, "provider_problem", lambda: None)
+    monkeypatch.setattr(sign_in, "metadata_url", lambda: "https://id.team.example/.well-known/openid-configuration")
+
+
+def signed_in_by_provider(issued: float, state: dict | None = None):
+    """The app run with Streamlit's user as the provider's ID token left it, issued at `issued`."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.ui_support import APP
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.user = {"is_logged_in": True, "iss": "https://id.team.example", "sub": "ana-1", "email": "ana@team.example",
+               "email_verified": True, "iat": int(issued)}
+    for key, value in (state or {}).items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_provider_sign_in_older_than_the_configured_hours_asks_again(app_engine, hours, provider):
+    add_user(app_engine, "boss", "admin", PASSWORD)
+    add_user(app_engine, "ana@team.example", "reviewer", None, actor="boss")
+    fresh = signed_in_by_provider(time.time() - 3600)
+    assert [t.value for t in fresh.title] != ["Sign in"]
+    assert fresh.session_state[AUTH_KEY] == "ana@team.example" and fresh.session_state[VIA_KEY] == "provider"
+    assert any(c.value == "ana@team.example (reviewer)" for c in fresh.sidebar.code)
+
+    old = signed_in_by_provider(time.time() - 3 * 3600)
+    assert [t.value for t in old.title] == ["Sign in"]
+    assert any("older than 2 hours; sign in again" in w.value for w in old.warning)
+    # a tab signed in earlier whose token has grown old meanwhile is signed out at its next run
+    stale = signed_in_by_provider(time.time() - 3 * 3600, {AUTH_KEY: "ana@team.example", VIA_KEY: "provider"})
+    assert [t.value for t in stale.title] == ["Sign in"] and AUTH_KEY not in stale.session_state
