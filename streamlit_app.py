@@ -39,6 +39,21 @@ from ui.common import (
     sign_in_client,
     studio_frame,
 )
+from ui.sign_in import (
+    NOTE_KEY,
+    VIA_KEY,
+    finish_sign_out,
+    no_role_page,
+    password_signed_in,
+    person_from_provider,
+    provider_host,
+    provider_on,
+    provider_section,
+    session_ended,
+    settle_attempt,
+    show_note,
+    sign_out,
+)
 
 SIGN_IN = Flash("sign_in_flash")
 NAME_WRITTEN_KEY = "_name_cookie_written"
@@ -90,26 +105,29 @@ def sign_in() -> None:
     if user is None:
         SIGN_IN.set("form", Outcome(False, "Wrong user name or password."))
     else:
-        st.session_state[AUTH_KEY] = user.name
+        password_signed_in(user.name)
         st.session_state.pop(REFUSED_KEY, None)
+        st.session_state.pop(NOTE_KEY, None)
 
 
 def sign_in_page() -> None:
-    """Shown instead of any page while sign-in is on and nobody is signed in."""
+    """Shown instead of any page while sign-in is on and nobody is signed in: the provider's button (ui.sign_in)
+    when one is configured, and the studio's own accounts."""
     st.title("Sign in")
-    st.caption("This studio has user accounts. Ask an admin for one (`python -m core user add NAME --role labeler`).")
+    st.caption("This studio has user accounts. Ask an admin for one (People page, or `python -m core user add`).")
     refused = st.session_state.pop(REFUSED_KEY, None)
     if refused:
         st.warning(f"Nothing was done: {plain(refused)}.")
+    settle_attempt()  # back from the provider with nobody signed in: show_note says so
+    show_note()
+    provider_section()
     SIGN_IN.show("form")
     with st.form("sign_in"):
+        if provider_on():
+            st.caption("Or with a studio account")
         st.text_input("User name", key="sign_in_name")
         st.text_input("Password", type="password", key="sign_in_password")
-        st.form_submit_button("Sign in", type="primary", on_click=sign_in)
-
-
-def sign_out() -> None:
-    st.session_state.pop(AUTH_KEY, None)
+        st.form_submit_button("Sign in", type="primary" if not provider_on() else "secondary", on_click=sign_in)
 
 
 def person_box(required: bool) -> None:
@@ -118,7 +136,9 @@ def person_box(required: bool) -> None:
         name = st.session_state[AUTH_KEY]
         with Session(engine()) as session:
             role = role_of(session, name)
-        st.caption("Signed in")
+        via = f" through {provider_host()}" if st.session_state.get(VIA_KEY) == "provider" else ""
+        settle_attempt()  # back from the provider, signed in: its attempt's cookie is forgotten
+        st.caption(f"Signed in{via}")
         st.code(f"{name} ({role})", language=None, wrap_lines=True)
         st.button("Sign out", on_click=sign_out, key="sign_out")
         return
@@ -226,11 +246,20 @@ except Exception as exc:  # a bad URL or an unreachable server: say so instead o
     st.code(scrub_url(f"{type(exc).__name__}: {exc}", url), language=None, wrap_lines=True)
     st.stop()
 
+finish_sign_out()  # a Sign out button asked to end the provider's sign-in too
 with Session(engine()) as _session:
     sign_in_on = sign_in_required(_session)
-if sign_in_on and signed_in_person() is None:
-    st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
-    st.stop()
+if sign_in_on:
+    session_ended()  # an expired sign-in is forgotten here, and the sign-in page says why
+    person = signed_in_person() or person_from_provider()
+    if person is None:
+        st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
+        st.stop()
+    with Session(engine()) as _session:
+        no_role = role_of(_session, person) is None
+    if no_role:
+        st.navigation([st.Page(no_role_page, title="No role yet", url_path="no-role")], position="hidden").run()
+        st.stop()
 st.session_state.pop(REFUSED_KEY, None)  # the page's own section shows why an action was refused
 # .streamlit/config.toml hides Streamlit's own page list, which the first run after a start shows (a raw list
 # of pages/, the legacy multipage mode); the option would hide this navigation too, so it is shown from here on.

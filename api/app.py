@@ -1,7 +1,7 @@
 """Routes of the HTTP API, versioned under /v1; every error is JSON with a clear message.
 
 `create_app(engine)` builds the app over a database engine (tests pass their own); the routes call core
-and hold no logic of their own. Every route but health needs an API key (`Authorization: Bearer <key>`,
+and hold no logic of their own. Every route but health and readiness needs an API key (`Authorization: Bearer <key>`,
 or `X-API-Key`): a read key fetches libraries, an ingest key also posts traces (core/records/api_keys.py).
 """
 
@@ -25,6 +25,7 @@ from core.records.api_limits import take_request
 from core.records.evaluation_figures import read_evaluation_report
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
+from storage.db import schema_revisions, scrub_url, url_with_password
 
 # Declared as security schemes (not plain headers) so the OpenAPI document and /docs offer Authorize for the keyed
 # routes; neither refuses by itself (auto_error=False): check_key says what is missing, as JSON.
@@ -55,6 +56,19 @@ def error_body(exc: StudioError) -> dict:
     if isinstance(exc, BatchRefused):
         body.update(problems=exc.problems, stored=0)
     return body
+
+
+def database_problem(get_engine: Callable[[], Engine]) -> str | None:
+    """Why the database does not answer `SELECT 1` (one line, its URL and password scrubbed), or None."""
+    engine = None
+    try:
+        engine = get_engine()
+        with Session(engine) as session:
+            session.connection().exec_driver_sql("SELECT 1")
+    except Exception as exc:  # noqa: BLE001  (any failure is the answer)
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return scrub_url(text, url_with_password(engine)) if engine is not None else text
+    return None
 
 
 def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2_000_000,
@@ -95,10 +109,27 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
         return check
 
     @app.get("/v1/health")
-    def health() -> dict:
-        with Session(get_engine()) as session:
-            session.connection().exec_driver_sql("SELECT 1")
-        return {"status": "ok", "database": "reachable"}
+    def health() -> JSONResponse:
+        """Liveness for a load balancer or an orchestrator: 200 {"status": "ok", "database": "reachable"} while
+        the database answers, else 503 with "database": "unreachable" and why (no URL, no password)."""
+        problem = database_problem(get_engine)
+        if problem is None:
+            return JSONResponse({"status": "ok", "database": "reachable"})
+        return JSONResponse({"status": "unavailable", "database": "unreachable", "error": problem}, status_code=503)
+
+    @app.get("/v1/ready")
+    def ready() -> JSONResponse:
+        """Readiness: 200 when the database answers and its schema is at the code's newest revision (a process
+        started before `python -m core migrate` ran is not ready), else 503 saying which."""
+        problem = database_problem(get_engine)
+        if problem is not None:
+            return JSONResponse({"status": "not ready", "database": "unreachable", "error": problem}, status_code=503)
+        have, want = schema_revisions(get_engine())
+        body = {"status": "ready" if have == want else "not ready", "database": "reachable", "schema": have,
+                "newest_schema": want}
+        if have != want:
+            body["error"] = f"the schema is at revision {have}, the code needs {want}: run `python -m core migrate`"
+        return JSONResponse(body, status_code=200 if have == want else 503)
 
     @app.get("/v1/tasks/{task}/libraries/{library}")
     def library(task: str, library: str, label: str | None = Query(None, description="default production"),

@@ -75,6 +75,11 @@ class SignInLocked(PermissionDenied):
     """Too many failed sign-ins on this name; it must wait."""
 
 
+class SignInRefused(PermissionDenied):
+    """The identity provider signed a person in whom the studio does not let in (unknown, from another domain, an
+    unverified email, switched off); the message says why and whom to ask."""
+
+
 class ModelCallError(StudioError, RuntimeError):
     """A model call failed for good (after retries); the ledger holds the details."""
 

@@ -90,6 +90,26 @@ class Settings(BaseSettings):
                                     "(413 above it)")
     api_rate_per_minute: int = Field(default=600, ge=1, description="requests one API key may make per minute "
                                      "(429 above it)")
+    migrate_on_start: bool = Field(default=True, description="the app, the API, the worker and every command bring "
+                                   "the database's schema up to date when they open it; off (0) for a team that "
+                                   "runs `python -m core migrate` as a deploy step: a process then refuses a "
+                                   "database behind the code's newest revision")
+    oidc_metadata_url: str = Field(default="", description="the OpenID Connect provider's metadata URL "
+                                   "(.../.well-known/openid-configuration); with the client id, sign-in through the "
+                                   "provider is offered (the client and cookie secrets come from "
+                                   "TFGRPO_OIDC_CLIENT_SECRET and TFGRPO_OIDC_COOKIE_SECRET; or all of it from the "
+                                   "[auth] section of .streamlit/secrets.toml)")
+    oidc_client_id: str = Field(default="", description="the studio's client id at the provider")
+    oidc_redirect_uri: str = Field(default="", description="the studio's address with /oauth2callback, as "
+                                   "registered at the provider (default http://localhost:8501/oauth2callback)")
+    oidc_allowed_domains: str = Field(default="", description="comma-separated email domains whose people the "
+                                      "provider signs in may enter the studio the first time without an admin "
+                                      "adding them (with TFGRPO_OIDC_NEW_PERSON_ROLE); others are refused")
+    oidc_new_person_role: str = Field(default="none", pattern="^(none|labeler|reviewer)$",
+                                      description="the role a new person from an allowed domain gets: none (signed "
+                                      "in, told whom to ask), labeler or reviewer")
+    session_hours: float = Field(default=12.0, gt=0, description="hours a sign-in lasts; then the person signs in "
+                                 "again")
     promotion_requires_comparison: bool = Field(default=False, description="production moves only to a version "
                                                 "with a paired comparison against it (a written reason is not enough)")
 
@@ -114,10 +134,15 @@ def variable_of(loc: tuple) -> str:
 
 def engine(url: str | None = None) -> Engine:
     """The engine of the configured database, or of `url` (the CLI's --db), with the configured connection
-    pool: one per URL per process, migrated on first use."""
-    from storage.db import get_engine
+    pool: one per URL per process, migrated on first use unless TFGRPO_MIGRATE_ON_START is off, when a database
+    behind the code's newest revision is an InvalidInput that says to run `python -m core migrate`."""
+    from storage.db import SchemaBehind, get_engine
 
-    return get_engine(url or get_settings().database_url, **database_pool())
+    try:
+        return get_engine(url or get_settings().database_url, migrate=get_settings().migrate_on_start,
+                          **database_pool())
+    except SchemaBehind as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def database_pool() -> dict[str, int]:

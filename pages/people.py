@@ -1,7 +1,8 @@
 """People: how people sign in, who the users are and what each role may do.
 
 With no active user the studio serves one local user with every permission; the first user added
-switches sign-in on. Admins add users and change their role, activity and password here; every change
+switches sign-in on. Admins add users (with a password, or by email for the team's OpenID Connect provider) and
+change their role, activity and password here, and make API keys, each for a person if they like; every change
 goes through `core.records.people`, which checks the role again and writes the audit event. Password hashes are
 never read into the page beyond the query, and never shown.
 """
@@ -12,6 +13,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.roles import NO_ROLE, PERSON_ROLES
 from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
 from core.records.people import ROLES, add_user, sign_in_required, update_user
 from storage import queries
@@ -36,7 +38,10 @@ USER_KEY = "people_user"
 FIRST_USER_COMMAND = "python -m core user add NAME --role admin"
 SIGN_IN_OFF = ("Sign-in is off: everyone using this studio is the single local user with every permission. "
                f"Add a user (here or with `{FIRST_USER_COMMAND}`) to require sign-in.")
+PROVIDER_EMAIL, PROVIDER_ROLE = "people_provider_email", "people_provider_role"
+NO_PERSON = "(nobody: a key of its own)"
 ROLES_TEXT = """
+- **none**: may sign in and do nothing else (a new person from an allowed domain, until an admin gives a role).
 - **labeler**: labels rollouts in the labeling queue.
 - **reviewer**: everything a labeler does, and also decides operations, edits libraries, starts runs and
   evaluations.
@@ -66,6 +71,14 @@ def add() -> None:
     if run_action(FLASH, "add", add_user, engine(), name, role, password, actor=context().reviewer,
                   success=f"User {plain(name)} added as {role}.") is not None:
         st.session_state[ADD_NAME] = ""
+
+
+def add_provider_person() -> None:
+    email = str(st.session_state.get(PROVIDER_EMAIL) or "").strip()
+    role = st.session_state.get(PROVIDER_ROLE)
+    if run_action(FLASH, "provider", add_user, engine(), email, role, None, actor=context().reviewer,
+                  success=f"{plain(email)} added as {role}; they sign in through the provider.") is not None:
+        st.session_state[PROVIDER_EMAIL] = ""
 
 
 def change_role(name: str, user_id: int) -> None:
@@ -108,6 +121,19 @@ def add_form(sign_in_on: bool) -> None:
         st.form_submit_button("Add user", type="primary", on_click=add)
 
 
+def provider_form(sign_in_on: bool) -> None:
+    """A person of the team's OpenID Connect provider, added by the email the provider verifies (no password)."""
+    st.subheader("Add a person of the sign-in provider", anchor=False)
+    st.caption("They sign in with the provider's button on the sign-in page; the studio knows them by this email "
+               "(the provider must say it verified it) and keeps their role here.")
+    FLASH.show("provider")
+    with st.form("people_provider_form"):
+        st.text_input("Email", key=PROVIDER_EMAIL)
+        st.selectbox("Role", PERSON_ROLES, index=PERSON_ROLES.index("admin" if not sign_in_on else "labeler"),
+                     key=PROVIDER_ROLE)
+        st.form_submit_button("Add person", on_click=add_provider_person)
+
+
 def manage_user(users: list) -> None:
     st.subheader("Change a user", anchor=False)
     FLASH.show("user")
@@ -122,7 +148,8 @@ def manage_user(users: list) -> None:
                    "page.")
     role_col, active_col = st.columns(2)
     with role_col:
-        st.selectbox("Role", ROLES, index=ROLES.index(user.role) if user.role in ROLES else 0, key=role_key(user.id))
+        st.selectbox("Role", PERSON_ROLES, index=PERSON_ROLES.index(user.role) if user.role in PERSON_ROLES else 0,
+                     key=role_key(user.id))
         st.button("Change role", key=f"people_change_role_{user.id}", on_click=change_role, args=(name, user.id))
     with active_col:
         st.caption("Active" if user.active else "Deactivated")
@@ -141,7 +168,9 @@ NEW_KEY = "people_new_api_key"  # the key just created, shown once and then drop
 
 def make_key() -> None:
     name, role = st.session_state.get("people_key_name", ""), st.session_state.get("people_key_role", "read")
-    made = run_action(FLASH, "keys", create_key, engine(), name, role, context().reviewer)
+    person = st.session_state.get("people_key_person")
+    made = run_action(FLASH, "keys", create_key, engine(), name, role, context().reviewer,
+                      person=None if person in (None, NO_PERSON) else person)
     if made is not None:
         st.session_state[NEW_KEY] = made.secret
         st.session_state["people_key_name"] = ""
@@ -164,7 +193,8 @@ def api_keys_section() -> None:
         keys = list_keys(session)
         session.expunge_all()
     if keys:
-        table([{"id": k.id, "name": k.name, "role": k.role, "starts with": k.prefix, "created by": k.created_by,
+        table([{"id": k.id, "name": k.name, "role": k.role, "for": k.person or "", "starts with": k.prefix,
+                "created by": k.created_by,
                 "created at": k.created_at, "last used": k.last_used_at, "revoked at": k.revoked_at} for k in keys],
               column_config={"created at": DATETIME, "last used": DATETIME, "revoked at": DATETIME},
               key="people_keys_table")
@@ -174,9 +204,14 @@ def api_keys_section() -> None:
     if not allowed("admin"):
         role_note("admin", "creating and revoking API keys")
         return
-    left, middle, right = st.columns([3, 2, 1], vertical_alignment="bottom")
+    with Session(engine()) as session:
+        people = [u.name for u in queries.list_users(session) if u.active and u.role != NO_ROLE]
+    left, middle, person_col, right = st.columns([3, 2, 3, 1], vertical_alignment="bottom")
     left.text_input("Key name (which agent uses it)", key="people_key_name", max_chars=100)
     middle.selectbox("Role", list(API_ROLES), key="people_key_role")
+    person_col.selectbox("For person", [NO_PERSON, *people], key="people_key_person",
+                         help="A key for a person carries at most their role, checked at every request: a read key "
+                              "needs a labeler, an ingest key a reviewer.")
     right.button("Create key", key="people_key_create", type="primary", on_click=make_key)
     live = [k for k in keys if k.revoked_at is None]
     if live:
@@ -190,8 +225,9 @@ def page() -> None:
     with Session(engine()) as session:
         sign_in_on = sign_in_required(session)
         users = queries.list_users(session)
-        rows = [{"name": u.name, "role": u.role, "active": u.active, "created by": u.created_by,
-                 "created at": u.created_at} for u in users]
+        rows = [{"name": u.name, "role": u.role, "active": u.active,
+                 "signs in": "provider" if u.email and not u.password_hash else "password" if not u.email else "both",
+                 "created by": u.created_by, "created at": u.created_at} for u in users]
         session.expunge_all()
     if sign_in_on:
         active = sum(1 for row in rows if row["active"])
@@ -212,6 +248,7 @@ def page() -> None:
 
     if allowed("admin"):
         add_form(sign_in_on)
+        provider_form(sign_in_on)
         if users:
             manage_user(users)
     else:

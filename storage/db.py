@@ -1,7 +1,9 @@
 """Database engine and sessions: SQLite by default, any SQLAlchemy URL through DATABASE_URL.
 
 SQLite is tuned for one worker writing while the UI reads (WAL, busy timeout, foreign keys), and
-the schema is brought up to date with Alembic whenever an engine is opened. A database already at the newest
+the schema is brought up to date with Alembic whenever an engine is opened, unless the process is told not to
+(core.settings: TFGRPO_MIGRATE_ON_START=0, for a team that migrates as a deploy step with `python -m core
+migrate`): it then refuses a database behind the newest revision (SchemaBehind) instead of working on it. A database already at the newest
 revision (alembic_version holds the one head of storage/migrations/versions) opens without importing Alembic,
 which costs about 0.2 s at every start of the worker, the API, the app or a command. On a server database
 (PostgreSQL through psycopg 3: `postgresql+psycopg://user:password@host:5432/name`, with `@ % / :` in
@@ -30,6 +32,10 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 DEFAULT_POOL_SIZE = 5
 DEFAULT_MAX_OVERFLOW = 10
 DEFAULT_POOL_RECYCLE_S = 1800
+
+
+class SchemaBehind(RuntimeError):
+    """The database's schema is older than the code's newest migration and this process may not migrate it."""
 
 
 def _whole_number(name: str, value: object, minimum: int) -> int:
@@ -104,11 +110,13 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str, *, migrate: bool = True, pool_size: int = DEFAULT_POOL_SIZE,
+def make_engine(url: str, *, migrate: bool = True, require_current: bool = False, pool_size: int = DEFAULT_POOL_SIZE,
                 max_overflow: int = DEFAULT_MAX_OVERFLOW, pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> Engine:
     """A new engine on `url`; the schema is migrated before it is returned unless `migrate` is False
-    (for a database known to be at the newest revision, such as the tests' copies of a migrated file). A
-    database whose alembic_version already holds the newest revision is not handed to Alembic at all.
+    (for a database known to be at the newest revision, such as the tests' copies of a migrated file, or a process
+    told not to migrate on start). A database whose alembic_version already holds the newest revision is not
+    handed to Alembic at all. With `require_current` (and `migrate` False) a database behind the newest revision
+    is refused with SchemaBehind, which says to run `python -m core migrate`.
 
     A server database gets a pool of `pool_size` connections plus `max_overflow`, each replaced after
     `pool_recycle` seconds (see pool_settings); SQLite ignores all three."""
@@ -119,6 +127,12 @@ def make_engine(url: str, *, migrate: bool = True, pool_size: int = DEFAULT_POOL
         engine = create_engine(url, pool_pre_ping=True, **pool_settings(pool_size, max_overflow, pool_recycle))
     if migrate and not at_newest_revision(engine):
         _migrate(engine)
+    elif not migrate and require_current and not at_newest_revision(engine):
+        have, want = schema_revisions(engine)
+        if have != want:
+            engine.dispose()
+            raise SchemaBehind(f"the database {describe_url(url)} is at schema revision {have or 'none (empty)'} and "
+                               f"this code needs {want}; run `python -m core migrate` (migration on start is off)")
     return engine
 
 
@@ -154,6 +168,33 @@ def at_newest_revision(engine: Engine) -> bool:
         return list(connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars()) == [head]
 
 
+def database_revision(engine: Engine) -> str | None:
+    """The revision this database's alembic_version holds (None for a database never migrated)."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        found = list(connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars())
+    return ",".join(sorted(found)) or None
+
+
+def newest_revision() -> str:
+    """The head of storage/migrations (read without Alembic when the files form one line, else by Alembic)."""
+    head = head_revision()
+    if head is not None:
+        return head
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ",".join(sorted(ScriptDirectory.from_config(cfg).get_heads()))
+
+
+def schema_revisions(engine: Engine) -> tuple[str | None, str]:
+    """This database's revision and the code's newest, for `python -m core migrate` and the readiness route."""
+    return database_revision(engine), newest_revision()
+
+
 def migrate(engine: Engine) -> None:
     """Apply every Alembic migration that this database has not seen yet."""
     from alembic import command
@@ -170,10 +211,12 @@ _migrate = migrate  # make_engine's `migrate` flag hides the function's name ins
 
 
 @lru_cache(maxsize=8)
-def get_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW,
-               pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> Engine:
-    """One engine per URL (and pool) per process."""
-    return make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_recycle=pool_recycle)
+def get_engine(url: str, *, migrate: bool = True, pool_size: int = DEFAULT_POOL_SIZE,
+               max_overflow: int = DEFAULT_MAX_OVERFLOW, pool_recycle: int = DEFAULT_POOL_RECYCLE_S) -> Engine:
+    """One engine per URL (and pool) per process; migrated when opened unless `migrate` is False, which refuses
+    a database behind the newest revision instead (SchemaBehind)."""
+    return make_engine(url, migrate=migrate, require_current=not migrate, pool_size=pool_size,
+                       max_overflow=max_overflow, pool_recycle=pool_recycle)
 
 
 @contextmanager

@@ -400,11 +400,16 @@ class User(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True)
-    role: str = "labeler"  # labeler | reviewer | admin
-    password_hash: str
+    role: str = "labeler"  # none | labeler | reviewer | admin (core/domain/roles.py)
+    password_hash: str  # "" for a person who signs in only through the OpenID Connect provider
     active: bool = True
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
+    # The provider's identity (core/records/people.py, provider_sign_in): the verified email the studio knows the
+    # person by (lower case), and the issuer and subject recorded at their first sign-in through the provider.
+    email: str | None = Field(default=None, index=True, unique=True)
+    issuer: str | None = None
+    subject: str | None = None
 
 
 class SignInAttempt(SQLModel, table=True):
@@ -444,6 +449,7 @@ class ApiKey(SQLModel, table=True):
     revoked_by: str | None = None
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    person: str | None = None  # the user the key acts for: it carries at most their role, checked at every request
 
 
 class Trace(SQLModel, table=True):

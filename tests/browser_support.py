@@ -84,10 +84,11 @@ def demo_database() -> Path:
 
 
 @contextmanager
-def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None) -> Iterator[Studio]:
+def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None,
+           port: int | None = None) -> Iterator[Studio]:
     """Streamlit (and a worker) on tmp_path/studio.db: a copy of the demo database, or a database a test seeded
     there first with the demo tasks added (as `python -m core demo` does); both stopped afterwards, their logs kept
-    in tmp_path."""
+    in tmp_path. `port` when the test must know it beforehand (a redirect address), else a free one."""
     if (tmp_path / "studio.db").exists():
         from tests.conftest import settled_sqlite_file
 
@@ -95,7 +96,7 @@ def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None
     else:
         shutil.copyfile(demo_database(), tmp_path / "studio.db")
     database_url = f"sqlite:///{tmp_path / 'studio.db'}"
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT), "TFGRPO_NO_AUTOWORKER": "1",
            "TFGRPO_WORKER_LOG": str(tmp_path / "worker.log"), **(extra_env or {})}
     procs = []

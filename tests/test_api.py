@@ -60,15 +60,15 @@ def test_health_needs_no_key(engine, demo_task):
 
 def test_the_openapi_document_declares_the_key_so_docs_offer_authorize(engine, keys, production):
     """/docs draws its Authorize button from the document's security schemes: every keyed route names both ways
-    of sending the key, the health route none; a key sent through X-API-Key works as Bearer does."""
+    of sending the key, the health and readiness routes none; a key sent through X-API-Key works as Bearer does."""
     bare = TestClient(create_app(engine))
     document = bare.get("/openapi.json").json()
     assert set(document["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     assert document["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
     routes = {(path, method): operation for path, methods in document["paths"].items()
               for method, operation in methods.items()}
-    assert "security" not in routes[("/v1/health", "get")]
-    keyed = [operation for (path, _), operation in routes.items() if path != "/v1/health"]
+    assert "security" not in routes[("/v1/health", "get")] and "security" not in routes[("/v1/ready", "get")]
+    keyed = [operation for (path, _), operation in routes.items() if path not in ("/v1/health", "/v1/ready")]
     assert keyed and all({"HTTPBearer": []} in op["security"] and {"APIKeyHeader": []} in op["security"]
                          for op in keyed)
     path = f"/v1/tasks/{DEMO_TASK}/libraries/default"

@@ -134,7 +134,20 @@ def test_user_add_from_env_stores_a_hash_and_never_prints_the_password(db, capsy
     [event] = audit(db, "user.add")
     assert event.actor == "cli" and PASSWORD not in json.dumps(event.after)
     code, out, err = run(capsys, "--db", db, "user", "list")
-    assert code == 0 and out.splitlines()[1].split() == ["ann", "reviewer", "yes"]
+    assert code == 0 and out.splitlines()[1].split() == ["ann", "reviewer", "yes", "password"]
+
+
+def test_user_add_for_the_provider_takes_an_email_and_no_password(db, capsys):
+    code, out, err = run(capsys, "--db", db, "user", "add", "Ana@Team.example", "--role", "admin", "--provider")
+    assert code == 0 and "ana@team.example (admin, signs in through the OpenID Connect provider" in out
+    user = users(db)["ana@team.example"]
+    assert (user.email, user.password_hash) == ("ana@team.example", "")
+    code, out, err = run(capsys, "--db", db, "user", "list")
+    assert out.splitlines()[1].split() == ["ana@team.example", "admin", "yes", "provider"]
+    code, out, err = run(capsys, "--db", db, "user", "add", "carl", "--role", "labeler", "--provider")
+    assert code == 2 and "'carl' is not an email address" in err
+    code, out, err = run(capsys, "--db", db, "user", "set", "ana@team.example", "--role", "none")
+    assert code == 2 and "last active admin" in err
 
 
 def test_user_add_reads_one_line_from_piped_stdin(db, capsys, monkeypatch):
@@ -200,7 +213,7 @@ def test_user_set_role_active_and_password(db, capsys, monkeypatch):
     [event] = audit(db, "user.update")
     assert event.actor == "cli" and event.after == {"role": "reviewer", "active": False, "password": "changed"}
     code, out, _ = run(capsys, "--db", db, "user", "list")
-    assert out.splitlines()[1].split() == ["eve", "reviewer", "no"]
+    assert out.splitlines()[1].split() == ["eve", "reviewer", "no", "password"]
     code, _, _ = run(capsys, "--db", db, "user", "set", "eve", "--active", "yes")
     assert code == 0 and users(db)["eve"].active
 

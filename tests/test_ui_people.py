@@ -7,7 +7,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.records.people import add_user, check_password
-from storage.tables import AuditEvent, User
+from storage.tables import ApiKey, AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
 from ui.common import AUTH_KEY, REVIEWER_KEY
 
@@ -16,7 +16,7 @@ PASSWORD = "a-long-secret-1"
 ADD_NAME, ADD_ROLE, ADD_PASSWORD, ADD_REPEAT = "people_add_name", "people_add_role", "people_add_pw", "people_add_pw2"
 SIGN_IN_OFF = ("Sign-in is off: everyone using this studio is the single local user with every permission. "
                "Add a user (here or with `python -m core user add NAME --role admin`) to require sign-in.")
-COLUMNS = ["name", "role", "active", "created by", "created at"]
+COLUMNS = ["name", "role", "active", "signs in", "created by", "created at"]
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_first_admin_added_from_the_form_has_a_scrypt_hash(engine):
     assert check_password(PASSWORD, ana.password_hash)
     with Session(engine) as session:
         [event] = session.exec(select(AuditEvent).where(AuditEvent.action == "user.add")).all()
-    assert event.actor == "local" and event.after == {"name": "ana", "role": "admin"}
+    assert event.actor == "local" and event.after == {"name": "ana", "role": "admin", "sign_in": "password"}
 
 
 def test_admin_adds_a_labeler_and_the_table_shows_no_hash(engine):
@@ -196,3 +196,29 @@ def test_a_labeler_sees_keys_but_cannot_make_one(engine):
     add_user(engine, "lab", "labeler", PASSWORD, actor="boss")
     at = open_people(**as_person("lab"))
     assert not [b for b in at.button if b.key == "people_key_create"]
+
+
+def test_admin_adds_a_person_of_the_provider_by_email_and_a_key_for_them_only_within_their_role(engine):
+    add_user(engine, "ana", "admin", PASSWORD, actor="cli")
+    at = open_people(**as_person("ana"))
+    at.text_input(key="people_provider_email").input("Noa@Team.example")
+    at.selectbox(key="people_provider_role").set_value("labeler")
+    [submit] = [b for b in at.button if b.label == "Add person"]
+    submit.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    noa = users(engine)["noa@team.example"]
+    assert (noa.role, noa.email, noa.password_hash) == ("labeler", "noa@team.example", "")
+    assert users_table(at).set_index("name").loc["noa@team.example", "signs in"] == "provider"
+
+    at.text_input(key="people_key_name").input("noa's agent")
+    at.selectbox(key="people_key_role").set_value("ingest")
+    at.selectbox(key="people_key_person").set_value("noa@team.example")
+    at.button(key="people_key_create").click().run()
+    assert any("noa@team.example is a labeler; an ingest key needs a reviewer or above" in e.value for e in at.error)
+    with Session(engine) as session:
+        assert session.exec(select(ApiKey)).all() == []
+    at.selectbox(key="people_key_role").set_value("read")
+    at.button(key="people_key_create").click().run()
+    with Session(engine) as session:
+        [key] = session.exec(select(ApiKey)).all()
+    assert (key.role, key.person) == ("read", "noa@team.example")

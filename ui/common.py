@@ -49,7 +49,7 @@ from ui.messages import escaped, message_markdown, message_text
 TASK_KEY, LIBRARY_KEY, REVIEWER_KEY = "task", "library", "ctx_reviewer"
 NAME_COOKIE = "tfgrpo_name"  # the typed acting name, remembered by the browser across reloads (no sign-in)
 URL_WRITTEN_KEY = "_url_written"
-AUTH_KEY = "auth_user"  # the signed-in user's name; set only by the sign-in form in streamlit_app.py
+AUTH_KEY = "auth_user"  # the signed-in user's name; set only by sign-in (streamlit_app.py, ui/sign_in.py)
 REFUSED_KEY = "action_refused"  # why the last action was refused; the sign-in page shows it
 DATETIME = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")
 SCORE = st.column_config.NumberColumn(format="%.3f")

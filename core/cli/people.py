@@ -7,7 +7,7 @@ import getpass
 import sys
 
 from core.cli.base import Parser, UsageError, engine_of
-from core.domain.roles import ROLES
+from core.domain.roles import PERSON_ROLES, ROLES
 from core.settings import secret
 
 
@@ -54,8 +54,12 @@ def _password(args: argparse.Namespace) -> str:
 def cmd_user_add(args: argparse.Namespace) -> int:
     from core.records.people import add_user
 
-    user = add_user(engine_of(args), args.name, args.role, _password(args), actor="cli")
-    print(f"added user {user.name} ({user.role}); sign-in is now required")
+    if args.provider and args.password_env:
+        raise UsageError("user add: --provider adds a person without a password; leave out --password-env")
+    password = None if args.provider else _password(args)
+    user = add_user(engine_of(args), args.name, args.role, password, actor="cli")
+    how = "signs in through the OpenID Connect provider as this email" if args.provider else "signs in with a password"
+    print(f"added user {user.name} ({user.role}, {how}); sign-in is now required")
     return 0
 
 
@@ -66,9 +70,10 @@ def cmd_user_list(args: argparse.Namespace) -> int:
 
     with Session(engine_of(args)) as session:
         users = queries.list_users(session)
-    print(f"{'name':<24}{'role':<10}active")
+    print(f"{'name':<32}{'role':<10}{'active':<8}sign-in")
     for user in users:
-        print(f"{user.name:<24}{user.role:<10}{'yes' if user.active else 'no'}")
+        how = "provider" if user.email and not user.password_hash else "password" if not user.email else "both"
+        print(f"{user.name:<32}{user.role:<10}{'yes' if user.active else 'no':<8}{how}")
     return 0
 
 
@@ -97,14 +102,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     password_help = ("take the password from this environment variable; without it `user add` reads one line "
                      "from piped stdin, or asks twice on a terminal")
     p = usub.add_parser("add", help="add a user (the first one switches sign-in on)")
-    p.add_argument("name")
-    p.add_argument("--role", choices=ROLES, required=True)
+    p.add_argument("name", help="a user name; with --provider the email the provider verifies")
+    p.add_argument("--role", choices=PERSON_ROLES, required=True,
+                   help=f"{', '.join(ROLES)}; or none (may sign in, may do nothing)")
     p.add_argument("--password-env", metavar="VAR", help=password_help)
+    p.add_argument("--provider", action="store_true",
+                   help="a person who signs in through the OpenID Connect provider (no password): NAME is their email")
     p.set_defaults(func=cmd_user_add)
-    usub.add_parser("list", help="list users: name, role, active").set_defaults(func=cmd_user_list)
+    usub.add_parser("list", help="list users: name, role, active, how they sign in").set_defaults(func=cmd_user_list)
     p = usub.add_parser("set", help="change a user's role, switch them on or off, or set a new password")
     p.add_argument("name")
-    p.add_argument("--role", choices=ROLES)
+    p.add_argument("--role", choices=PERSON_ROLES)
     p.add_argument("--active", choices=["yes", "no"])
     p.add_argument("--password-env", metavar="VAR", help="set the password from this environment variable")
     p.set_defaults(func=cmd_user_set)

@@ -45,8 +45,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_apikey_create(args: argparse.Namespace, engine: Engine) -> int:
     from core.records.api_keys import create_key
 
-    key = create_key(engine, args.name, args.role, "cli")
-    print(f"API key {key.id} ({key.name}, {key.role}): {key.secret}")
+    key = create_key(engine, args.name, args.role, "cli", person=args.person)
+    person = f", for {args.person}" if args.person else ""
+    print(f"API key {key.id} ({key.name}, {key.role}{person}): {key.secret}")
     print("This is the only time the key is shown; it is stored hashed.", file=sys.stderr)
     return 0
 
@@ -146,6 +147,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", required=True, help="which agent uses it")
     p.add_argument("--role", choices=list(API_ROLES), required=True,
                    help="; ".join(f"{role}: {what}" for role, what in API_ROLES.items()))
+    p.add_argument("--person", metavar="USER", help="the user the key acts for: it carries at most their role "
+                                                     "(a read key needs a labeler, an ingest key a reviewer)")
     p.set_defaults(func=_with_engine(cmd_apikey_create))
     asub.add_parser("list", help="every key: name, role, prefix, last use, revoked").set_defaults(
         func=_with_engine(cmd_apikey_list))

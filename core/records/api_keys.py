@@ -4,6 +4,10 @@ A `read` key fetches libraries; an `ingest` key also posts production traces (an
 traces also fetches its library, so ingest includes read). A request with no key, an unknown or revoked
 key, or a key without the role gets `Unauthorized` or `PermissionDenied` and leaves an audit event, so
 the Audit page shows who was turned away.
+
+A key may be made for a person (`person`): it then carries at most that person's role, asked at every request, so
+a key made for a reviewer stops posting traces the moment the reviewer becomes a labeller, and stops working
+when they are switched off (API_ROLE_NEEDS: a read key needs a labeller, an ingest key a reviewer).
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core.domain.roles import API_ROLES
+from core.domain.roles import API_ROLE_NEEDS, API_ROLES
 from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
 from core.records.api_limits import API_ACTOR, audit_refusal
-from core.records.people import require_role
+from core.records.people import RANK as PERSON_RANK
+from core.records.people import require_role, role_of
+from storage import queries
 from storage.db import session_scope
 from storage.tables import ApiKey, AuditEvent, as_utc, utcnow
 
@@ -40,20 +46,22 @@ class NewKey:
 
 @dataclass(frozen=True)
 class KeyUse:
-    """Who is calling: the key's id, name and role once it was checked."""
+    """Who is calling: the key's id, name and role once it was checked, and the person it acts for."""
 
     id: int
     name: str
     role: str
+    person: str | None = None
 
 
 def key_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(engine: Engine, name: str, role: str, actor: str) -> NewKey:
-    """A new key for `role`; only an admin may make one. The returned secret is the only copy."""
-    name = (name or "").strip()
+def create_key(engine: Engine, name: str, role: str, actor: str, person: str | None = None) -> NewKey:
+    """A new key for `role`, acting for `person` if named; only an admin may make one. A key for a person may
+    not be above their role (InvalidInput). The returned secret is the only copy."""
+    name, person = (name or "").strip(), (person or "").strip() or None
     if not name or len(name) > 100:
         raise InvalidInput("an API key needs a name of 1-100 characters (say which agent uses it)")
     if role not in API_ROLES:
@@ -61,12 +69,29 @@ def create_key(engine: Engine, name: str, role: str, actor: str) -> NewKey:
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "creating API keys")
-        key = ApiKey(name=name, role=role, prefix=secret[:12], key_hash=key_hash(secret), created_by=actor)
+        if person is not None:
+            problem = _above_person(session, person, role)
+            if problem:
+                raise InvalidInput(f"{problem}; nothing was created")
+        key = ApiKey(name=name, role=role, prefix=secret[:12], key_hash=key_hash(secret), created_by=actor,
+                     person=person)
         session.add(key)
         session.flush()
         session.add(AuditEvent(actor=actor, action="apikey.create", object_type="apikey", object_id=key.id,
-                               after={"name": name, "role": role, "prefix": key.prefix}))
+                               after={"name": name, "role": role, "prefix": key.prefix, "person": person}))
         return NewKey(id=key.id, name=name, role=role, secret=secret)
+
+
+def _above_person(session: Session, person: str, role: str) -> str:
+    """Why a key with `role` may not act for `person` now (unknown, switched off, a lower role), or ''."""
+    user = queries.user_by_name(session, person)
+    if user is None or not user.active:
+        return f"{person} is not an active user"
+    have, need = role_of(session, person), API_ROLE_NEEDS[role]
+    if have is None or PERSON_RANK[have] < PERSON_RANK[need]:
+        article = "an" if role[0] in "aeiou" else "a"
+        return f"{person} is {'a ' + have if have else 'without a role'}; {article} {role} key needs a {need} or above"
+    return ""
 
 
 def revoke_key(engine: Engine, key_id: int, actor: str) -> None:
@@ -112,8 +137,15 @@ def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: 
         reason = f"API key {found.name!r} is a {found.role} key; {doing} needs an {role} key"
         _denied(engine, found, reason, where)
         raise PermissionDenied(reason)
+    if found.person is not None:
+        with Session(engine) as session:
+            problem = _above_person(session, found.person, role)
+        if problem:
+            reason = f"API key {found.name!r} acts for {found.person}: {problem}, so {doing} is refused"
+            _denied(engine, found, reason, where)
+            raise PermissionDenied(reason)
     _touch(engine, found)
-    return KeyUse(id=found.id, name=found.name, role=found.role)
+    return KeyUse(id=found.id, name=found.name, role=found.role, person=found.person)
 
 
 def _denied(engine: Engine, key: ApiKey | None, reason: str, where: str) -> None:

@@ -11,6 +11,13 @@ A page acts only for the person `page_actor` names (the signed-in user, or witho
 name, never an internal actor). Sign-in attempts are counted before the password is checked, in one
 transaction at a time, and a name or client that keeps failing waits a little longer each time (a
 capped back-off, not a long lock a stranger could impose).
+
+A person may also sign in through the team's OpenID Connect provider (provider_sign_in): the studio keeps their
+role, keyed by the provider's issuer and subject, found the first time by the email the provider verified. An
+administrator adds such a person by email without a password (`python -m core user add EMAIL --role R
+--provider`, or the People page); a new person from an allowed domain gets the configured role (by default none:
+signed in, allowed nothing, told whom to ask), anyone else is refused, and so is an email the provider has not
+verified. Every sign-in and refusal is in the audit log with the provider's identity.
 """
 
 from __future__ import annotations
@@ -21,14 +28,16 @@ import math
 import re
 import secrets
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
-from core.domain.roles import ROLES
-from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked
+from core.domain.roles import NO_ROLE, PERSON_ROLES, ROLES
+from core.errors import InvalidInput, NotFound, PermissionDenied, SignInLocked, SignInRefused
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import SignInOutcome
@@ -45,6 +54,8 @@ FAILED_SIGN_IN_ACTOR = "(sign-in)"  # no user name has parentheses
 NOBODY = "(nobody)"
 SIGN_IN_FIRST = "sign in first (this studio has user accounts, and this tab is not signed in)"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+_EMAIL = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9.-]{1,190}\.[A-Za-z]{2,}$")
+PROVIDER_ACTOR = "(provider)"  # who adds a new person from an allowed domain: the provider's sign-in itself
 
 # scrypt's cost: N=2^17, r=8, p=1 (OWASP's password storage guidance) takes ~0.4 s and 128 MiB per hash.
 # Hashes made with other figures still verify and are remade with these at the next sign-in.
@@ -128,7 +139,7 @@ def role_of(session: Session, actor: str) -> str | None:
     if actor in SYSTEM_ACTORS or not sign_in_required(session):
         return "admin"
     user = queries.user_by_name(session, actor)
-    return user.role if user is not None and user.active else None
+    return user.role if user is not None and user.active and user.role in RANK else None
 
 
 def can(session: Session, actor: str, role: str) -> bool:
@@ -144,35 +155,52 @@ def require_role(session: Session, actor: str, role: str, doing: str) -> None:
     if actor == NOBODY:
         raise PermissionDenied(f"nobody may act from this tab (sign in first, or type your own name in the "
                                f"sidebar); {doing} needs the {role} role")
-    who = f"{actor} is a {have}" if have else f"{actor!r} is not a signed-in user"
+    user = queries.user_by_name(session, actor)
+    who = (f"{actor} is a {have}" if have
+           else f"{actor} has no role yet (an admin gives one on People)" if user is not None and user.active
+           else f"{actor!r} is not a signed-in user")
     raise PermissionDenied(f"{who}; {doing} needs the {role} role")
 
 
-def validate_new_user(name: str, role: str, password: str) -> None:
+def validate_new_user(name: str, role: str, password: str | None) -> None:
+    """A new user's name and role, and their password unless `password` is None (a person who signs in only
+    through the provider: the name is then their email)."""
     if not _NAME.match(name or ""):
         raise InvalidInput("a user name is 1-64 letters, digits, or . _ @ - and starts with a letter or digit")
     if is_reserved(name) or name.lower() == LOCAL_USER:
         raise InvalidInput(f"{name!r} is reserved for the studio itself; choose another name")
-    if role not in ROLES:
-        raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
-    if len(password or "") < 8:
+    if role not in PERSON_ROLES:
+        raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(PERSON_ROLES)}")
+    if password is None:
+        if not _EMAIL.match(name):
+            raise InvalidInput(f"{name!r} is not an email address: a person who signs in through the provider is "
+                               "added by the email the provider verifies")
+    elif len(password) < 8:
         raise InvalidInput("the password must be at least 8 characters")
 
 
-def add_user(engine: Engine, name: str, role: str, password: str, actor: str = "cli") -> User:
-    """Create a user (the first one switches sign-in on); only an admin may add users."""
+def add_user(engine: Engine, name: str, role: str, password: str | None, actor: str = "cli") -> User:
+    """Create a user (the first one switches sign-in on); only an admin may add users.
+
+    With `password` None the user is a person who signs in through the OpenID Connect provider, named and
+    found by their email (stored in lower case), with no password."""
+    name = (name or "").strip()
+    if password is None:
+        name = name.lower()
     validate_new_user(name, role, password)
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding users")
-        if queries.user_by_name(session, name) is not None:
+        if queries.user_by_name(session, name) is not None or (password is None and _by_email(session, name)):
             raise InvalidInput(f"a user named {name!r} exists already")
         if role != "admin" and actor not in SYSTEM_ACTORS and not sign_in_required(session):
             raise InvalidInput("the first user turns sign-in on, so it must be an admin (or nobody could manage users)")
-        user = User(name=name, role=role, password_hash=hash_password(password), created_by=actor)
+        user = User(name=name, role=role, password_hash="" if password is None else hash_password(password),
+                    email=name if password is None else None, created_by=actor)
         session.add(user)
         session.flush()
         session.add(AuditEvent(actor=actor, action="user.add", object_type="user", object_id=user.id,
-                               after={"name": name, "role": role}))
+                               after={"name": name, "role": role,
+                                      "sign_in": "provider" if password is None else "password"}))
         return user
 
 
@@ -189,8 +217,8 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
         if user.role == "admin" and user.active and not stays_admin and _active_admins(session) == 1:
             raise InvalidInput(f"{name} is the last active admin; make another admin first")
         if role is not None:
-            if role not in ROLES:
-                raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
+            if role not in PERSON_ROLES:
+                raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(PERSON_ROLES)}")
             user.role = role
         if active is not None:
             user.active = active
@@ -207,6 +235,122 @@ def update_user(engine: Engine, name: str, actor: str, *, role: str | None = Non
 
 def _active_admins(session: Session) -> int:
     return session.exec(select(func.count()).select_from(User).where(User.active, User.role == "admin")).one()
+
+
+def admin_names(session: Session) -> list[str]:
+    """The active admins, whom a person without a role is told to ask."""
+    return list(session.exec(select(User.name).where(User.active, User.role == "admin").order_by(User.name)))
+
+
+def _by_email(session: Session, email: str) -> User | None:
+    return session.exec(select(User).where(User.email == email.lower())).first()
+
+
+# --- sign-in through the OpenID Connect provider ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProviderIdentity:
+    """Who the provider says signed in: the ID token's issuer and subject, and the email with whether the
+    provider verified it."""
+
+    issuer: str
+    subject: str
+    email: str | None
+    email_verified: bool
+
+    @classmethod
+    def from_claims(cls, claims: Mapping) -> ProviderIdentity:
+        """From the ID token's claims (st.user); InvalidInput without an issuer and a subject."""
+        issuer, subject = str(claims.get("iss") or "").strip(), str(claims.get("sub") or "").strip()
+        if not issuer or not subject:
+            raise InvalidInput("the provider's answer names no issuer or subject; nobody was signed in")
+        email = str(claims.get("email") or "").strip().lower() or None
+        verified = claims.get("email_verified")
+        return cls(issuer=issuer[:300], subject=subject[:300], email=email and email[:254],
+                   email_verified=verified is True or str(verified).lower() == "true")
+
+    def words(self) -> str:
+        """How the audit log and a refusal name the identity."""
+        return f"{self.email or 'no email'} (subject {self.subject} at {self.issuer})"
+
+    def audit(self) -> dict:
+        return {"via": "provider", "issuer": self.issuer, "subject": self.subject, "email": self.email,
+                "email_verified": self.email_verified}
+
+
+@dataclass(frozen=True)
+class NewPeople:
+    """What the configuration lets a person the studio does not know yet: the email domains whose people are
+    let in, and the role they get (NO_ROLE by default)."""
+
+    domains: tuple[str, ...] = ()
+    role: str = NO_ROLE
+
+    def __post_init__(self) -> None:
+        if self.role not in PERSON_ROLES or self.role == "admin":
+            raise InvalidInput(f"a new person's role must be one of none, labeler, reviewer, not {self.role!r}")
+
+    def admits(self, email: str) -> bool:
+        domain = email.rsplit("@", 1)[-1]
+        return any(domain == allowed.lower().strip().lstrip("@") for allowed in self.domains if allowed.strip())
+
+
+def provider_sign_in(engine: Engine, identity: ProviderIdentity, new_people: NewPeople) -> User:
+    """The studio's person for an identity the provider signed in, or SignInRefused saying why and whom to ask.
+
+    Found by issuer and subject, else (the first time) by the verified email, whose user then records them. A
+    person the studio does not know is added with the configured role if their verified email's domain is
+    allowed. The sign-in, or the refusal, is audited with the provider's identity."""
+    with session_scope(engine) as session:
+        user, reason = _provider_person(session, identity, new_people)
+        if user is not None:
+            session.add(AuditEvent(actor=user.name, action="user.sign_in", object_type="user", object_id=user.id,
+                                   after=identity.audit()))
+            return user
+        admins = ", ".join(admin_names(session)) or "an administrator"
+    with session_scope(engine) as session:
+        session.add(AuditEvent(actor=FAILED_SIGN_IN_ACTOR, action="user.sign_in_refused", object_type="user",
+                               after={**identity.audit(), "reason": reason}))
+    raise SignInRefused(f"{reason}; ask {admins} to add you on the People page")
+
+
+def _provider_person(session: Session, identity: ProviderIdentity, new_people: NewPeople) -> tuple[User | None, str]:
+    """The user for `identity` (adding a new person from an allowed domain), else None and the reason."""
+    user = session.exec(select(User).where(User.issuer == identity.issuer, User.subject == identity.subject)).first()
+    if user is None:
+        if identity.email is None:
+            return None, f"the provider signed in {identity.words()}, whom this studio does not know"
+        if not identity.email_verified:
+            return None, f"the provider has not verified the email {identity.email}, so the studio cannot go by it"
+        user = _by_email(session, identity.email)
+        if user is not None and user.subject is not None:
+            return None, (f"{identity.email} belongs to another identity of the provider than {identity.words()}")
+        if user is None:
+            if not new_people.admits(identity.email):
+                return None, f"{identity.email} is not a person of this studio"
+            if queries.user_by_name(session, identity.email) is not None or not _NAME.match(identity.email):
+                return None, f"{identity.email} cannot be added by its email: a user of that name exists already"
+            user = User(name=identity.email, role=new_people.role, password_hash="", email=identity.email,
+                        created_by=PROVIDER_ACTOR)
+            session.add(user)
+            session.flush()
+            session.add(AuditEvent(actor=PROVIDER_ACTOR, action="user.add", object_type="user", object_id=user.id,
+                                   after={"name": user.name, "role": user.role, "sign_in": "provider",
+                                          "domain": identity.email.rsplit("@", 1)[-1]}))
+        user.issuer, user.subject = identity.issuer, identity.subject
+        session.add(user)
+    if not user.active:
+        return None, f"{user.name} is switched off in this studio"
+    return user, ""
+
+
+def record_sign_out(engine: Engine, name: str, via: str) -> None:
+    """Write the sign-out into the audit log (`via`: password or provider)."""
+    with session_scope(engine) as session:
+        user = queries.user_by_name(session, name)
+        session.add(AuditEvent(actor=name, action="user.sign_out", object_type="user",
+                               object_id=user.id if user else None, after={"via": via}))
 
 
 def is_reserved(name: str | None) -> bool:

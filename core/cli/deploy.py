@@ -1,0 +1,43 @@
+"""The deploy commands: `migrate` brings a database's schema to the code's newest revision, as its own step.
+
+A team that runs several processes (the app, the API, workers on more machines) sets TFGRPO_MIGRATE_ON_START=0
+so that no process migrates on its own, and runs `python -m core migrate` once per release before starting them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Upgrade to the newest revision (Alembic's `upgrade head`); a database already there is left as it is.
+    With --check nothing changes: the exit code is 1 when the database is behind."""
+    from core.settings import database_pool, get_settings
+    from storage.db import describe_url, make_engine, migrate, schema_revisions
+
+    url = args.db or get_settings().database_url
+    engine = make_engine(url, migrate=False, **database_pool())
+    try:
+        before, newest = schema_revisions(engine)
+        where = describe_url(url)
+        if before == newest:
+            print(f"{where}: schema at revision {newest}, the newest; nothing to do")
+            return 0
+        if args.check:
+            print(f"{where}: schema at revision {before or 'none (empty)'}, behind the newest {newest}; "
+                  "run `python -m core migrate`")
+            return 1
+        migrate(engine)
+        after, _ = schema_revisions(engine)
+        print(f"{where}: schema migrated from revision {before or 'none (empty)'} to {after}")
+        return 0
+    finally:
+        engine.dispose()
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The deploy commands."""
+    p = sub.add_parser("migrate", help="bring the database's schema to the newest revision (a deploy step; "
+                                       "TFGRPO_MIGRATE_ON_START=0 stops processes from doing it on start)")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if the database is behind")
+    p.set_defaults(func=cmd_migrate)
