@@ -323,7 +323,7 @@ def test_a_bad_body_gets_a_clear_4xx_and_nothing_is_written(engine, client, prod
 
 def test_non_utf8_text_in_protobuf_is_refused_whole(engine, client, production):
     good = one_span().SerializeToString()
-    name = "chat stub".encode()
+    name = b"chat stub"
     broken = good.replace(name, b"chat \xff\xfeub")  # the span's name, same length, no longer UTF-8
     assert broken != good
     response = client.post(ROUTE, content=broken, headers=PROTOBUF)
