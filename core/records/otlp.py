@@ -74,10 +74,10 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None) -> Ingested:
         services = {row.service_name: row for row in session.exec(select(OtlpService))}
         unmapped: dict[str, int] = {}
         placed = []
-        blocks: dict[int, list[tuple[str, LibraryVersion]]] = {}
+        places: dict = {}
         for span in decoded.traces:
             try:
-                task, library, version, how = _place(session, span, services, blocks)
+                task, library, version, how = _place(session, span, services, places)
             except _Unmapped as exc:
                 unmapped[exc.service] = unmapped.get(exc.service, 0) + 1
                 result.refused.append({"position": span.position, "span_id": span.span_id, "reason": str(exc)})
@@ -111,9 +111,31 @@ class _Unmapped(InvalidInput):
 
 
 def _place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
-           blocks: dict) -> tuple[Task, Library, LibraryVersion | None, str]:
+           cache: dict) -> tuple[Task, Library, LibraryVersion | None, str]:
     """The span's task, library and version, and how the version was known (attribute, system instructions,
-    unknown)."""
+    unknown). Spans that name the same place are resolved once per request."""
+    where = (span.task, None if span.task else span.service, span.library, span.version_id, span.version_number,
+             span.label)
+    if where not in cache:
+        try:
+            cache[where] = _named_place(session, span, services)
+        except (NotFound, InvalidInput) as exc:
+            cache[where] = exc
+    found = cache[where]
+    if isinstance(found, Exception):
+        raise found
+    task, library, version = found
+    if version is not None:
+        return task, library, version, "attribute"
+    if span.system:
+        version = recognise_version(session, task, library, span.system, cache)
+        if version is not None:
+            return task, library, version, "system instructions"
+    return task, library, None, "unknown"
+
+
+def _named_place(session: Session, span: SpanTrace,
+                 services: dict[str, OtlpService]) -> tuple[Task, Library, LibraryVersion | None]:
     mapped = services.get(span.service or "")
     if span.task:
         task = get_task(session, span.task)
@@ -130,23 +152,19 @@ def _place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
         version = session.get(LibraryVersion, span.version_id)
         if version is None or version.library_id != library.id:
             raise NotFound(f"library {library.name!r} of task {task.name!r} has no version id {span.version_id}")
-        return task, library, version, "attribute"
+        return task, library, version
     if span.version_number is not None:
         version = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id,
                                                             LibraryVersion.number == span.version_number)).first()
         if version is None:
             raise NotFound(f"library {library.name!r} of task {task.name!r} has no version #{span.version_number}")
-        return task, library, version, "attribute"
+        return task, library, version
     if span.label:
         found = queries.label_by_name(session, library.id, span.label)
         if found is None:
             raise NotFound(f"library {library.name!r} of task {task.name!r} has no label {span.label!r}")
-        return task, library, session.get(LibraryVersion, found.version_id), "attribute"
-    if span.system:
-        version = recognise_version(session, task, library, span.system, blocks)
-        if version is not None:
-            return task, library, version, "system instructions"
-    return task, library, None, "unknown"
+        return task, library, session.get(LibraryVersion, found.version_id)
+    return task, library, None
 
 
 def _normal(text: str) -> str:
@@ -156,20 +174,21 @@ def _normal(text: str) -> str:
 def recognise_version(session: Session, task: Task, library: Library, system: str,
                       cache: dict | None = None) -> LibraryVersion | None:
     """The one version of `library` whose prompt block (as the API serves it) the system instructions contain,
-    or None when none does or several different versions would (never a guess). Only the whole library's
-    block is recognised: a top_k selection's block differs per query."""
+    or None when none does or several different versions would (never a guess): of several whose blocks are
+    found, the longest block wins when it is one version's alone. Only the whole library's block is recognised:
+    a top_k selection's block differs per query."""
     cache = {} if cache is None else cache
-    if library.id not in cache:
+    if ("blocks", library.id) not in cache:
         versions = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id)
                                 .order_by(col(LibraryVersion.number).desc()).limit(RECOGNISED_VERSIONS))
-        cache[library.id] = [(_normal(block), version) for version in versions
-                             if (block := export_version(version.experiences or [], "prompt", task=task))]
+        cache[("blocks", library.id)] = [(_normal(block), version) for version in versions
+                                         if (block := export_version(version.experiences or [], "prompt", task=task))]
     text = _normal(system)
-    matches = [version for block, version in cache[library.id] if block and block in text]
+    matches = [(len(block), version) for block, version in cache[("blocks", library.id)] if block in text]
     if not matches:
         return None
-    longest = max(len(_normal(export_version(v.experiences or [], "prompt", task=task))) for v in matches)
-    best = [v for v in matches if len(_normal(export_version(v.experiences or [], "prompt", task=task))) == longest]
+    longest = max(length for length, _ in matches)
+    best = [version for length, version in matches if length == longest]
     return best[0] if len(best) == 1 else None
 
 
