@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
-from sqlalchemy import update
+from sqlalchemy import insert, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -87,13 +89,16 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None) -> Ingested:
                 continue
             placed.append((span, task, library, version, how))
         known = _known(session, placed)
+        rows, received = [], datetime.now(UTC)
         for span, task, library, version, how in placed:
             if (task.id, span.client_id) in known:
                 result.duplicates += 1
                 continue
             known.add((task.id, span.client_id))
-            session.add(_row(span, task, library, version, how, key))
-            result.stored += 1
+            rows.append(_row(span, task, library, version, how, key, received))
+        if rows:
+            session.execute(insert(Trace), rows)
+        result.stored = len(rows)
         now = time.time()
         for service, count in unmapped.items():
             _count(session, UNMAPPED + service[:250], count, now)
@@ -204,19 +209,25 @@ def _known(session: Session, placed: list) -> set[tuple[int, str]]:
 
 
 def _row(span: SpanTrace, task: Task, library: Library, version: LibraryVersion | None, how: str,
-         key: KeyUse | None) -> Trace:
+         key: KeyUse | None, received: datetime) -> dict:
+    """The trace's row as column values, for one INSERT of the whole request (an ORM object per span costs
+    more than the database does at 1,000 spans)."""
     otlp = {"trace_id": span.trace_id, "span_id": span.span_id, "name": span.name, "scope": span.scope,
             "scope_version": span.scope_version, "service": span.service, "model": span.model,
             "provider": span.provider, "input_tokens": span.input_tokens, "output_tokens": span.output_tokens,
             "latency_ms": span.latency_ms, "conversation_id": span.conversation_id, "version_from": how,
             "attributes": span.attributes, "resource": span.resource}
-    row = Trace(task_id=task.id, client_id=span.client_id, library_id=library.id,
-                version_id=version.id if version is not None else None,
-                served_label=span.label if how == "attribute" else None, input=span.input, output=span.output,
-                turns=span.turns, score=span.score, thumbs=THUMBS.get(span.thumbs or ""), comment=span.comment,
-                segment=span.segment, user_id=span.user_id, meta={"source": "otlp", "otlp": otlp},
-                api_key_id=key.id if key is not None else None, created_at=span.end)
-    row.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, row) else None
+    row = {"task_id": task.id, "client_id": span.client_id, "library_id": library.id,
+           "version_id": version.id if version is not None else None,
+           "served_label": span.label if how == "attribute" else None, "input": span.input, "output": span.output,
+           "turns": span.turns, "score": span.score, "thumbs": THUMBS.get(span.thumbs or ""),
+           "comment": span.comment, "segment": span.segment, "user_id": span.user_id,
+           "meta": {"source": "otlp", "otlp": otlp}, "api_key_id": key.id if key is not None else None,
+           "created_at": span.end, "received_at": received, "label_status": None, "label_value": None,
+           "labelled_by": None, "sample_id": None}
+    # the same rule the client's traces meet (traces.needs_label reads score, thumbs and the sender's id)
+    if needs_label(task.production_rules or {}, SimpleNamespace(**row)):
+        row["label_status"] = LabelStatus.NEEDED
     return row
 
 
