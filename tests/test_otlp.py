@@ -365,3 +365,12 @@ def test_a_gzip_bomb_is_stopped_while_inflating_with_bounded_memory(engine, inge
     assert response.status_code == 413 and "inflates past 1000000 bytes" in response.json()["error"]
     assert peak < 10 * cap  # a few copies of the cap at most, never the 200 MB
     assert_nothing_written(engine, app)
+
+
+def test_otlp_json_answers_a_refused_span_in_json(engine, client, production):
+    request = one_span(end_time_unix_nano=NOW_NS + 86_400 * 10**9)
+    response = client.post(ROUTE, content=to_json(request), headers=JSON)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "ends in the future" in partial["errorMessage"]
+    assert_nothing_written(engine, client)
