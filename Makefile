@@ -103,9 +103,9 @@ bench-engine: install
 	PYTHONPATH=. $(PY) bench/engine_path.py faults
 
 # The manual (docs/README.md): built in strict mode into site/ (a broken link, anchor or page left out of the
-# navigation fails, and so does `make test`), or served with live reload on http://127.0.0.1:8000.
+# navigation fails, and so does `make test`; not --quiet, which hides the warnings strict mode counts), or served with live reload on http://127.0.0.1:8000.
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000

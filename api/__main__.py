@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from api.app import create_app
 
     where = "" if signed else " (loopback only: sign-in is off)"
-    print(f"API on http://{args.host}:{args.port}/v1{where}; docs at /docs", file=sys.stderr, flush=True)
+    print(f"API on http://{args.host}:{args.port}/v1{where}; docs at /docs; OpenTelemetry exporters: "
+          f"OTEL_EXPORTER_OTLP_ENDPOINT=http://{args.host}:{args.port}/otlp", file=sys.stderr, flush=True)
     app = create_app(engine, max_body_bytes=settings.api_max_body_bytes, rate_per_minute=settings.api_rate_per_minute)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -19,6 +19,7 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from api.otlp import register_otlp
 from core.errors import BatchRefused, InvalidInput, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.api_limits import take_request
@@ -195,6 +196,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
         """Feedback that came after the trace: score, thumbs or comment, by the sender's id (idempotent)."""
         return {"id": trace_id, "changed": update_trace(get_engine(), trace_id, update, key)}
 
+    register_otlp(app, get_engine, caller, max_body_bytes)
     _schema_with_trace(app)
     return app
 

@@ -39,6 +39,24 @@ class BatchRefused(InvalidInput):
         super().__init__("; ".join(parts) + more + "; nothing was stored")
 
 
+class MalformedBody(InvalidInput):
+    """A request body that cannot be decoded at all (not protobuf, not JSON, a broken gzip stream): 400."""
+
+    http_status = 400
+
+
+class BodyTooLarge(InvalidInput):
+    """A request body over the API's cap, as sent or once inflated: 413."""
+
+    http_status = 413
+
+
+class UnsupportedMedia(InvalidInput):
+    """A request body in a content type or encoding the route does not read: 415."""
+
+    http_status = 415
+
+
 class Conflict(StudioError, ValueError):
     """The state changed under the request (decided by someone else, already applied, wrong status)."""
 

@@ -9,6 +9,7 @@ from production. All of it calls core; the page only draws.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, time, timedelta
 
 import plotly.graph_objects as go
@@ -16,8 +17,10 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.grpo.training import create_run
+from core.records.otlp import map_service, other_spans, service_map, unmapped_services
 from core.records.run_settings import RunSettings
 from core.records.traces import (
+    any_trace,
     arm_comparison,
     daily_summary,
     find_trace,
@@ -29,6 +32,7 @@ from core.records.traces import (
     trace_output,
     trace_rows,
     trace_score,
+    version_name,
 )
 from core.records.versions import PRODUCTION
 from storage import queries
@@ -164,6 +168,49 @@ def opened_trace(task_name: str, versions: dict[int, int]) -> None:
     show_long(trace.input, f"production_open_in_{trace.id}")
     st.caption("Output")
     show_long(trace_output(trace), f"production_open_out_{trace.id}")
+    span_attributes(trace, f"production_open_attributes_{trace.id}")
+
+
+def span_attributes(trace, key: str) -> None:
+    """An OTLP trace's span as received (ids, scope, model, tokens, its attributes and resource), as text."""
+    otlp = (trace.meta or {}).get("otlp")
+    if isinstance(otlp, dict):
+        st.caption(f"Span attributes (from {otlp.get('scope') or 'an unnamed scope'}; version from "
+                   f"{otlp.get('version_from')})")
+        show_long(json.dumps(otlp, indent=2, ensure_ascii=False, default=str), key, language="json")
+
+
+def map_selected(task_name: str) -> None:
+    service = st.session_state.get("production_map_service") or ""
+    library = st.session_state.get("production_map_library") or "default"
+    run_action(FLASH, "otlp", map_service, engine(), service, task_name, library, context().reviewer,
+               success=f"Spans of {service!r} now go to {task_name!r}.")
+
+
+def otlp_section(task_name: str, library: str) -> None:
+    """Spans received over OTLP that name no task, by service, and the map from services to tasks."""
+    with Session(engine()) as session:
+        waiting, mapped, other = unmapped_services(session), service_map(session), other_spans(session)
+    if not (waiting or mapped or other):
+        return
+    st.subheader("OpenTelemetry services", anchor=False)
+    st.caption("Spans sent to /otlp/v1/traces that name no task (tfgrpo.task) go to the task their service.name is "
+               f"mapped to. {other} span(s) held no model call with a user message and were counted, not stored.")
+    FLASH.show("otlp")
+    if waiting:
+        st.warning(f"{sum(row['refused spans'] for row in waiting)} span(s) were refused because their service "
+                   "maps to no task; map the service to store its next spans.")
+        table(waiting, key="production_unmapped_table")
+    if mapped:
+        table(mapped, key="production_services_table")
+    if not allowed("admin"):
+        role_note("admin", "mapping OpenTelemetry services to tasks")
+        return
+    left, middle, right = st.columns([3, 2, 1], vertical_alignment="bottom")
+    left.text_input("service.name", key="production_map_service",
+                    value=waiting[0]["service"] if waiting else "")
+    middle.text_input("Library of this task", key="production_map_library", value=library)
+    right.button("Map to this task", key="production_map", on_click=map_selected, args=(task_name,))
 
 
 def arms_section(library) -> None:
@@ -188,9 +235,13 @@ def page() -> None:
         versions = queries.trace_versions(session, task.id)
         library = queries.library_by_name(session, task.id, ctx.library)
         session.expunge_all()
-    if not versions:  # a trace always names a version
+    otlp_section(task.name, ctx.library)
+    with Session(engine()) as session:
+        has_traces = any_trace(session, task.id)
+    if not has_traces:
         st.info("No trace yet. Create an ingest key on the People page, start the API with `python -m core serve` "
-                "(`make run` starts it too), and log traces from your agent with the client (client/README.md).")
+                "(`make run` starts it too), and log traces from your agent with the client (client/README.md), "
+                "or point an OpenTelemetry exporter at /otlp (docs/traces-otlp.md).")
         return
     opened_trace(task.name, versions)
     chosen = filters(task.id, versions)
@@ -216,8 +267,8 @@ def page() -> None:
     if lowest:
         st.subheader("Lowest scored", anchor=False)
         for trace in lowest:
-            with st.expander(f"{trace_score(trace):.2f} · {trace.client_id} · version #{versions.get(trace.version_id)}"
-                             f" · {trace.segment or 'no segment'}"):
+            with st.expander(f"{trace_score(trace):.2f} · {trace.client_id} · "
+                             f"{version_name(trace.version_id, versions)} · {trace.segment or 'no segment'}"):
                 st.caption("Input")
                 show_long(trace.input, f"production_in_{trace.id}")
                 st.caption("Output")
@@ -225,6 +276,7 @@ def page() -> None:
                 if trace.comment:
                     st.caption("Comment")
                     show_long(trace.comment, f"production_comment_{trace.id}")
+                span_attributes(trace, f"production_low_attributes_{trace.id}")
     if library is not None:
         arms_section(library)
     labelling_section(traces)

@@ -462,7 +462,8 @@ class Trace(SQLModel, table=True):
     task_id: int = Field(foreign_key="task.id", index=True)
     client_id: str
     library_id: int = Field(foreign_key="library.id")
-    version_id: int = Field(foreign_key="libraryversion.id", index=True)
+    # None: an OTLP span whose version was neither named nor recognised ("unknown version", never guessed)
+    version_id: int | None = Field(default=None, foreign_key="libraryversion.id", index=True)
     served_label: str | None = None  # the label the agent asked by (its A/B arm), if it said
     input: str = _text(nullable=False)
     output: str | None = _text()
@@ -480,6 +481,17 @@ class Trace(SQLModel, table=True):
     label_value: float | None = None  # a person's score in [0, 1]
     labelled_by: str | None = None
     sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into
+
+
+class OtlpService(SQLModel, table=True):
+    """An OpenTelemetry service (its resource's `service.name`) mapped on the Production page to the task and
+    library its spans are stored under, for spans that name no task themselves (core/records/otlp.py)."""
+
+    service_name: str = Field(primary_key=True, max_length=300)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    library: str = "default"
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class ApiCounter(SQLModel, table=True):

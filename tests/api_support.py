@@ -23,11 +23,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def api_server(engine, port: int | None = None, extra_env: dict | None = None) -> Iterator[str]:
-    """The API's base URL while its process runs; stopped afterwards."""
+def api_server(engine, port: int | None = None, extra_env: dict | None = None,
+               command: tuple[str, ...] = ("core", "serve")) -> Iterator[str]:
+    """The API's base URL while its process runs (`python -m core serve`, or `command=("api",)` for
+    `python -m api`); stopped afterwards."""
     port = port or free_port()
     env = {**os.environ, "DATABASE_URL": url_with_password(engine), "PYTHONPATH": str(ROOT), **(extra_env or {})}
-    server = subprocess.Popen([sys.executable, "-m", "core", "serve", "--port", str(port)], cwd=ROOT, env=env,
+    server = subprocess.Popen([sys.executable, "-m", *command, "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

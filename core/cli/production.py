@@ -76,14 +76,16 @@ def cmd_apikey_revoke(args: argparse.Namespace, engine: Engine) -> int:
 
 
 def cmd_traces(args: argparse.Namespace, engine: Engine) -> int:
+    from collections import Counter
+
     from sqlmodel import Session
 
-    from core.records.traces import daily_summary, lowest_scored, task_traces, trace_score
+    from core.records.traces import daily_summary, lowest_scored, source_of, task_traces, trace_score
     from storage import queries
 
     with Session(engine) as session:
         traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)
-        numbers = queries.version_numbers(session, sorted({trace.version_id for trace in traces}))
+        numbers = queries.version_numbers(session, sorted({trace.version_id for trace in traces} - {None}))
     rows = daily_summary(traces, numbers)
     if not rows:
         print(f"no traces for {args.task!r}" + (f" since {args.since}" if args.since else ""))
@@ -92,6 +94,8 @@ def cmd_traces(args: argparse.Namespace, engine: Engine) -> int:
     for row in rows:
         mean = "-" if row["mean score"] is None else f"{row['mean score']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
         print(f"{row['day']!s:<12}{row['version']:<16}{row['traces']:>7}{row['scored']:>8}  {mean}")
+    sources = Counter(source_of(trace) for trace in traces)
+    print("\nfrom: " + ", ".join(f"{source} {count}" for source, count in sorted(sources.items())))
     lowest = lowest_scored(traces, args.lowest)
     if lowest:
         print("\nlowest scored:")

@@ -41,6 +41,7 @@ from storage.tables import AuditEvent, Library, LibraryVersion, Sample, Task, Tr
 MAX_BATCH = 100
 MAX_TEXT = 100_000
 THUMBS = {"up": 1, "down": -1}
+OTEL_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")  # a trace sent over OTLP is stored as `<trace id>:<span id>`
 
 
 class Turn(BaseModel):
@@ -194,24 +195,32 @@ def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUs
     """Add or change a stored trace's score, thumbs or comment, by the sender's id; True when something
     changed. Idempotent: the same update again changes nothing and writes nothing. A change is audited,
     and the task's labelling rules are applied again (a trace now scored under `below` goes to people);
-    harvest reads the score as it is when it runs."""
+    harvest reads the score as it is when it runs. An OpenTelemetry trace id (32 hex digits) that is no sender's
+    id updates every span stored of that trace (core/records/otlp.py)."""
     changes = update.changes()
     with session_scope(engine) as session:
         task = get_task(session, update.task)
-        trace = session.exec(select(Trace).where(Trace.task_id == task.id, Trace.client_id == client_id)).first()
-        if trace is None:
+        found = list(session.exec(select(Trace).where(Trace.task_id == task.id, Trace.client_id == client_id)))
+        if not found and OTEL_TRACE_ID.fullmatch(client_id):  # an OTel trace id: every span stored of that trace
+            found = list(session.exec(select(Trace).where(Trace.task_id == task.id,
+                                                          Trace.client_id.startswith(f"{client_id.lower()}:"))))
+        if not found:
             raise NotFound(f"task {task.name!r} has no trace {client_id!r} (post it before updating it)")
-        before = {name: getattr(trace, name) for name in changes}
-        if before == changes:
-            return False
-        for name, value in changes.items():
-            setattr(trace, name, value)
-        if trace.label_status != LabelStatus.DONE:
-            trace.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, trace) else None
-        session.add(trace)
-        session.add(AuditEvent(actor=f"(api key {key.name})" if key is not None else "system", action="trace.update",
-                               object_type="trace", object_id=trace.id, before=before, after=changes))
-        return True
+        changed = False
+        for trace in found:
+            before = {name: getattr(trace, name) for name in changes}
+            if before == changes:
+                continue
+            for name, value in changes.items():
+                setattr(trace, name, value)
+            if trace.label_status != LabelStatus.DONE:
+                trace.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, trace) else None
+            session.add(trace)
+            session.add(AuditEvent(actor=f"(api key {key.name})" if key is not None else "system",
+                                   action="trace.update", object_type="trace", object_id=trace.id, before=before,
+                                   after=changes))
+            changed = True
+        return changed
 
 
 # --- the task's rules: which traces go to people ------------------------------------------------------
@@ -322,6 +331,11 @@ def task_traces(session: Session, task_name: str, *, version_id: int | None = No
     return rows[:limit] if limit is not None else rows
 
 
+def any_trace(session: Session, task_id: int) -> bool:
+    """Whether the task has any production trace (of a known version or not)."""
+    return session.exec(select(Trace.id).where(Trace.task_id == task_id).limit(1)).first() is not None
+
+
 def find_trace(session: Session, task_name: str, sender_id: str) -> Trace | None:
     """A task's trace by the id its sender gave it (what an engineer has in their own logs)."""
     task = get_task(session, task_name)
@@ -337,8 +351,19 @@ def trace_rows(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
     thumbs, score, comment, time) beside the version, the score that counts and the labelling status."""
     return [{"sender id": t.client_id, "time": as_utc(t.created_at).strftime("%Y-%m-%d %H:%M:%S"),
              "user": t.user_id, "segment": t.segment, "thumbs": thumbs_word(t), "sent score": t.score,
-             "score": trace_score(t), "comment": t.comment, "version": f"#{numbers.get(t.version_id, '?')}",
-             "label": t.label_status} for t in traces]
+             "score": trace_score(t), "comment": t.comment, "version": version_name(t.version_id, numbers),
+             "source": source_of(t), "label": t.label_status} for t in traces]
+
+
+def version_name(version_id: int | None, numbers: dict[int, int]) -> str:
+    """A trace's version as a person reads it: "#12", or "unknown version" (an OTLP span that named none)."""
+    return "unknown version" if version_id is None else f"#{numbers.get(version_id, '?')}"
+
+
+def source_of(trace: Trace) -> str:
+    """Where a trace came from: "client", or "OTLP · <instrumentation scope>"."""
+    otlp = (trace.meta or {}).get("otlp")
+    return f"OTLP · {otlp.get('scope') or '(no scope)'}" if isinstance(otlp, dict) else "client"
 
 
 def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
@@ -347,10 +372,11 @@ def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
     for trace in traces:
         cells[(as_utc(trace.created_at).date(), trace.version_id)].append(trace)
     rows = []
-    for (day, version_id), group in sorted(cells.items()):
+    for (day, version_id), group in sorted(cells.items(), key=lambda cell: (cell[0][0], cell[0][1] or 0)):
         scores = [s for s in (trace_score(t) for t in group) if s is not None]
         low, high = mean_interval(scores) if scores else (None, None)
-        rows.append({"day": day, "version": f"#{numbers.get(version_id, '?')} (id {version_id})",
+        name = version_name(version_id, numbers)
+        rows.append({"day": day, "version": name if version_id is None else f"{name} (id {version_id})",
                      "version_id": version_id, "traces": len(group), "scored": len(scores),
                      "scored share": round(len(scores) / len(group), 3),
                      "mean score": round(mean(scores), 3) if scores else None,
