@@ -160,6 +160,35 @@ def wait_for_app(page) -> None:
     page.wait_for_timeout(300)
 
 
+# What has the keyboard's focus, for a failure's message: tag and first line of its text, value or label.
+FOCUSED = """() => { const el = document.activeElement;
+    const text = (el && (el.innerText || el.value || el.getAttribute('aria-label'))) || '';
+    return el ? `${el.tagName} ${text.trim().split('\\n')[0]}` : ''; }"""
+
+
+def expect_focus_in(page, css: str) -> None:
+    """Until the keyboard's focus is on the element `css` or inside it (awaited: a Tab's focus can move on
+    while the page redraws); a failure names what has the focus instead."""
+    from playwright.sync_api import expect
+
+    try:
+        expect(page.locator(f"{css}:focus-within")).to_have_count(1)
+    except AssertionError as error:
+        raise AssertionError(f"the focus is not in {css} but on {page.evaluate(FOCUSED)!r}") from error
+
+
+def expect_address(page, query: dict[str, str]) -> None:
+    """Until the page's address holds exactly these query parameters, in any order; a failure names the address."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function("wanted => { const q = new URLSearchParams(location.search);"
+                               " return [...q.keys()].length === Object.keys(wanted).length"
+                               " && Object.entries(wanted).every(([k, v]) => q.get(k) === v); }", arg=query)
+    except PlaywrightTimeout as error:
+        raise AssertionError(f"the address is {page.url}, not the query {query}") from error
+
+
 def screenshot(page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

@@ -15,8 +15,11 @@ tests/test_model_e2e.py::test_train_and_eval_on_the_embedded_model.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 
 import pytest
+from playwright.sync_api import expect
 
 from bench.stub_server import StubServer
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
@@ -46,8 +49,8 @@ def test_every_page_opens_without_an_error_or_an_outside_request(tmp_path):
         for name, path in PAGES.items():
             page.goto(f"{app.url}/{path}")
             wait_for_app(page)
-            assert page.locator("[data-testid='stException']").count() == 0, name
-            assert page.locator("h1").first.is_visible(), name
+            expect(page.locator("[data-testid='stException']"), f"an error on {name}").to_have_count(0)
+            expect(page.locator("h1").first, f"no title on {name}").to_be_visible()
             screenshot(page, f"empty-{name}")
     assert outside == [], outside
 
@@ -71,10 +74,46 @@ def run_ended(database_url: str) -> str | None:
         engine.dispose()
 
 
-def metric_value(page, label: str) -> str:
-    metric = page.locator("[data-testid='stMetric']").filter(
+def gate_failed(database_url: str) -> bool:
+    """Whether the first run's step awaiting review failed its validation gate (the Review page then asks for a
+    note before an approval)."""
+    from sqlmodel import Session, select
+
+    from core.records.gate_verdict import GateVerdict
+    from storage.db import make_engine
+    from storage.tables import Step
+
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            step = session.exec(select(Step).where(Step.run_id == 1, Step.status == "awaiting_review")).one()
+            verdict = GateVerdict.of(step)
+            return verdict is not None and verdict.failed
+    finally:
+        engine.dispose()
+
+
+def metric(page, label: str):
+    """The value of the metric labelled `label`."""
+    tile = page.locator("[data-testid='stMetric']").filter(
         has=page.locator("[data-testid='stMetricLabel']", has_text=label))
-    return metric.first.locator("[data-testid='stMetricValue']").inner_text().strip()
+    return tile.first.locator("[data-testid='stMetricValue']")
+
+
+def while_the_run_goes_on(database_url: str, awaited: Callable[[float], None], seconds: float) -> None:
+    """Await `awaited` (an expect, given its timeout in ms) in turns of two seconds for up to `seconds`, and fail
+    at once with the reason when the run ends first, instead of waiting out the patience."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            awaited(2_000)
+            return
+        except AssertionError:
+            ended = run_ended(database_url)
+            if ended:
+                pytest.fail(f"the run ended without operations to review: {ended}")
+            if time.monotonic() > deadline:
+                raise
 
 
 def fill_number(page, label: str, value) -> None:
@@ -159,23 +198,16 @@ def test_train_review_library_evaluate_from_the_pages(tmp_path):
         wait_for_text(page, "Rollouts", 60)
 
         # the counters move by themselves: no click, no reload from here on
-        seen = [metric_value(page, "Rollouts")]
-        for _ in range(900):
-            page.wait_for_timeout(1000)
-            value = metric_value(page, "Rollouts")
-            if value != seen[-1]:
-                seen.append(value)
-                if len(seen) == 2:  # a reload (or a closed tab) neither stops nor restarts the run
-                    page.reload()
-                    wait_for_app(page)
-            if page.get_by_text("awaiting_review").count():
-                break
-            ended = run_ended(app.database_url)
-            if ended:  # fail now with the reason instead of waiting out the loop
-                pytest.fail(f"the run ended without operations to review: {ended}")
-        assert len(seen) >= 2, f"the Rollouts counter never changed: {seen}"
-        assert seen[-1] == "4 / 4", seen
-        assert page.get_by_text("awaiting_review").count(), "the run never reached awaiting_review"
+        rollouts = metric(page, "Rollouts")
+        started = rollouts.inner_text()  # only the value to move away from
+        while_the_run_goes_on(app.database_url, lambda ms: expect(rollouts).not_to_have_text(started, timeout=ms),
+                              900)
+        page.reload()  # a reload (or a closed tab) neither stops nor restarts the run
+        wait_for_app(page)
+        while_the_run_goes_on(
+            app.database_url, lambda ms: expect(page.get_by_text("awaiting_review").first).to_be_visible(timeout=ms),
+            900)
+        expect(metric(page, "Rollouts")).to_have_text("4 / 4")
         models = models_by_stage(app.database_url)  # the form's defaults reached the worker
         assert models == {stage: {STUB} for stage in ("rollout", "summary", "advantage", "update", "gate")}, models
         page.locator(".js-plotly-plot").first.wait_for()
@@ -193,10 +225,13 @@ def test_train_review_library_evaluate_from_the_pages(tmp_path):
         page.get_by_text(re.compile(r"validation, 4 queries x 1:")).first.wait_for()  # the stub's ADD measured
         screenshot(page, "review")
         note = page.get_by_label("Note for approving against the failed gate (required to approve or edit)")
-        if note.count():  # a candidate that failed its gate needs a note to be approved anyway
+        if gate_failed(app.database_url):  # a candidate that failed its gate needs a note to be approved anyway
+            expect(note).to_be_visible()
             note.fill("approved for the browser test")
             note.press("Enter")
             page.wait_for_timeout(500)
+        else:
+            expect(note).to_have_count(0)
         page.get_by_role("button", name="Approve all pending").click()
         wait_for_text(page, "Applied as version", 60)
         screenshot(page, "review-applied")
@@ -204,7 +239,7 @@ def test_train_review_library_evaluate_from_the_pages(tmp_path):
         # Library: the new version made by the run, and its diff against the empty library
         page.goto(f"{app.url}/library")
         wait_for_app(page)
-        assert page.get_by_text("added").count(), "no added experience in the default diff"
+        expect(page.get_by_text("added").first).to_be_visible()  # an added experience in the default diff
         screenshot(page, "library")
 
         # Evaluate the latest version on 2 test queries; the chart appears when the worker is done

@@ -10,6 +10,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import Session
 
 from core.records.tasks import CONVERSATION_TASK
@@ -19,6 +20,22 @@ from tests.browser_support import browser_page, require_chromium, screenshot, st
 from tests.test_ui_rollouts import CAREFUL, CARELESS, seeded_conversations
 
 pytestmark = pytest.mark.browser
+
+# Layout has no `expect` assertion, so it is awaited by a predicate over the elements' boxes (a, b), polled by the
+# browser until it holds: a read once could measure a page still being laid out.
+SIDE_BY_SIDE = """([a, b]) => { const one = a.getBoundingClientRect(), two = b.getBoundingClientRect();
+    return Math.abs(one.y - two.y) < 5 && two.x - one.x > 300; }"""
+ABOVE = "([a, b]) => a.getBoundingClientRect().y < b.getBoundingClientRect().y"
+
+
+def expect_layout(page, predicate: str, first, second, what: str) -> None:
+    """Until `predicate` holds over the two located elements; a failure gives both boxes."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(predicate, arg=[first.element_handle(), second.element_handle()])
+    except PlaywrightTimeout as error:
+        raise AssertionError(f"not {what}: {first.bounding_box()} and {second.bounding_box()}") from error
 
 
 def test_a_conversation_group_shows_side_by_side_with_model_text_literal(tmp_path):
@@ -40,20 +57,19 @@ def test_a_conversation_group_shows_side_by_side_with_model_text_literal(tmp_pat
             first.wait_for(timeout=60_000)
             wait_for_app(page)
 
-            one, two = first.bounding_box(), second.bounding_box()
-            assert abs(one["y"] - two["y"]) < 5 and two["x"] - one["x"] > 300, (one, two)  # side by side
+            expect_layout(page, SIDE_BY_SIDE, first, second, "side by side")
 
             # The model's markup is text: the code blocks hold it verbatim, and nothing made it bold.
             literal = main.locator("[data-testid='stCode']").filter(has_text="<b>bold</b> **stars**")
-            assert literal.count() == 2  # the careful conversation's two agent turns
-            assert CAREFUL in literal.first.inner_text()
-            assert main.locator("b, strong", has_text="bold").count() == 0
-            assert main.locator("strong, em", has_text="stars").count() == 0
+            expect(literal).to_have_count(2)  # the careful conversation's two agent turns
+            expect(literal.first).to_contain_text(CAREFUL)
+            expect(main.locator("b, strong", has_text="bold")).to_have_count(0)
+            expect(main.locator("strong, em", has_text="stars")).to_have_count(0)
 
             for label in ("Turn 1 · User", "Turn 2 · Agent", "Turn 5 · User"):
-                assert main.get_by_text(label, exact=True).count() == 2
+                expect(main.get_by_text(label, exact=True), label).to_have_count(2)
             failed = main.get_by_text("Rule “no card details” failed here")
-            assert failed.count() == 1
+            expect(failed).to_have_count(1)
             careless_turn = main.locator("[data-testid='stCode']").filter(has_text=CARELESS).first
-            assert careless_turn.bounding_box()["y"] < failed.bounding_box()["y"]
+            expect_layout(page, ABOVE, careless_turn, failed, "the careless turn above its failed rule")
             screenshot(page, "rollouts_conversation")

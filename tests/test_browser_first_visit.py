@@ -67,19 +67,18 @@ def test_a_first_visit_goes_from_what_this_is_to_a_queued_quick_trial(tmp_path):
         page.goto(app.url)
         wait_for_app(page)
         page.get_by_text("What this is", exact=True).wait_for()
-        assert page.get_by_text("A frozen model gets better").count() == 1
+        expect(page.get_by_text("A frozen model gets better")).to_have_count(1)
         for step in ("Quick trial", "Review", "Evaluate and compare"):
-            assert page.get_by_role("button", name=step, exact=True).count() == 1, step
+            expect(page.get_by_role("button", name=step, exact=True), step).to_have_count(1)
         screenshot(page, "first_visit_overview")
 
         page.get_by_role("button", name="Quick trial", exact=True).click()
         page.get_by_role("heading", name="Train").first.wait_for()
         wait_for_app(page)
-        assert page.get_by_text("The settings below are the quick trial.").count() == 1
-        values = {label: number_box(page, label).input_value()
-                  for label in ("Training queries limit (0 = all)", "Group size (G)", "Epochs", "Batch size")}
-        assert values == {"Training queries limit (0 = all)": "4", "Group size (G)": "4", "Epochs": "1",
-                          "Batch size": "4"}, values
+        expect(page.get_by_text("The settings below are the quick trial.")).to_have_count(1)
+        for label, value in {"Training queries limit (0 = all)": "4", "Group size (G)": "4", "Epochs": "1",
+                             "Batch size": "4"}.items():
+            expect(number_box(page, label), label).to_have_value(value)
         # waited for, not read once: a rerun still under way can show the estimate of a half-applied preset
         # (the limit already 4, the batch size not yet: 2 updates, 38 calls)
         estimate = page.locator("[data-testid='stMarkdownContainer']", has_text="Estimate:")

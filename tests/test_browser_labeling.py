@@ -13,6 +13,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import Session, select
 
 from core.grpo.training import RunSettings, create_run, execute_run
@@ -21,13 +22,18 @@ from core.records.people import add_user
 from core.records.tasks import DEMO_TASK
 from storage.db import make_engine, session_scope
 from storage.tables import RewardLabel, Rollout, Run, Task
-from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app
+from tests.browser_support import (
+    browser_page,
+    expect_focus_in,
+    require_chromium,
+    screenshot,
+    studio,
+    wait_for_app,
+)
 from tests.ui_support import scripted_gateway
 
 pytestmark = pytest.mark.browser
 
-
-ROLLOUT_CAPTION = re.compile(r"Rollout (\d+) · ")
 
 
 def waiting_run(database_url: str, queries: int = 1) -> int:
@@ -69,9 +75,14 @@ def sign_in_and_open_labeling(page, app) -> None:
 
 
 def shown_rollout(page) -> int:
-    """The rollout on screen, from its caption `Rollout N · ...`."""
-    caption = page.locator("[data-testid='stMain']").get_by_text(ROLLOUT_CAPTION).first
-    return int(ROLLOUT_CAPTION.match(caption.inner_text()).group(1))
+    """The rollout on screen, from its caption `Rollout N · ...`: awaited until one shows, and taken from the
+    same look at the page that found it."""
+    return page.wait_for_function(
+        """() => {
+            const main = document.querySelector("[data-testid='stMain']");
+            const found = main && main.innerText.match(/Rollout (\\d+) · /);
+            return found ? Number(found[1]) : false;
+        }""").json_value()
 
 
 def ready(page, rollout_id: int) -> None:
@@ -82,18 +93,16 @@ def ready(page, rollout_id: int) -> None:
 
 
 def next_shown(page, before: int) -> int | None:
-    """Once the page has moved past `before`: the rollout now shown, or None when none is left."""
-    page.wait_for_function(
+    """Once the page has moved past `before`: the rollout now shown, or None when none is left (both from the
+    look at the page that saw it move, not a second read)."""
+    return page.wait_for_function(
         """before => {
             const main = document.querySelector("[data-testid='stMain']");
             if (!main) return false;
-            if (main.innerText.includes('Nothing waiting for you')) return true;
+            if (main.innerText.includes('Nothing waiting for you')) return {shown: null};
             const found = main.innerText.match(/Rollout (\\d+) · /);
-            return found && Number(found[1]) !== before;
-        }""", arg=before)
-    text = page.locator("[data-testid='stMain']").inner_text()
-    found = ROLLOUT_CAPTION.search(text)
-    return int(found.group(1)) if found else None
+            return found && Number(found[1]) !== before ? {shown: Number(found[1])} : false;
+        }""", arg=before).json_value()["shown"]
 
 
 def label_and_watch(page, app, run_id: int) -> None:
@@ -124,7 +133,7 @@ def label_and_watch(page, app, run_id: int) -> None:
     page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Train", exact=True).click()
     wait_for_app(page)
     page.get_by_text("Status:").first.wait_for()
-    assert page.get_by_text("awaiting_labels").count() == 0
+    expect(page.get_by_text("awaiting_labels")).to_have_count(0)
     screenshot(page, "train-after-labels")
 
 
@@ -253,7 +262,7 @@ def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
             wait_for_app(page)
             panel = agreement_tab(page)
             picker = panel.get_by_role("combobox", name="Rollout to decide")
-            assert picker.input_value().startswith(f"Rollout {first} ·")
+            expect(picker).to_have_value(re.compile(rf"^Rollout {first} ·"))
             panel.locator("[data-testid='stRadio'] label").filter(has_text="4 ·").click()
             wait_for_app(page)
             reason = panel.get_by_label("Reason (optional)")
@@ -268,9 +277,9 @@ def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
                                    f".includes('Rollout {first} · reward now')")
             wait_for_app(page)
             screenshot(page, "labeling_next_dispute")
-            assert picker.input_value().startswith(f"Rollout {second} ·")
-            assert panel.locator("[data-testid='stRadio'] input:checked").count() == 0
-            assert panel.get_by_label("Reason (optional)").input_value() == ""
+            expect(picker).to_have_value(re.compile(rf"^Rollout {second} ·"))
+            expect(panel.locator("[data-testid='stRadio'] input:checked")).to_have_count(0)
+            expect(panel.get_by_label("Reason (optional)")).to_have_value("")
             panel.get_by_role("button", name="Decide").click()
             wait_for_app(page)
             page.get_by_text("Choose the final score before deciding").first.wait_for()
@@ -278,15 +287,6 @@ def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
 
 
 # ---- focus after a text field (issue 25) ----------------------------------------------------------------------
-
-
-def focus_is_in(page, css: str) -> bool:
-    return page.evaluate(f"() => !!document.activeElement.closest({css!r})")
-
-
-FOCUSED = """() => { const el = document.activeElement;
-    const text = (el && (el.innerText || el.value || el.getAttribute('aria-label'))) || '';
-    return el ? `${el.tagName} ${text.trim().split('\\\\n')[0]}` : ''; }"""
 
 
 def labels_written(database_url: str) -> list[tuple[int, float, str, str]]:
@@ -311,7 +311,7 @@ def test_tab_out_of_a_comment_lands_on_no_score_and_enter_there_labels_nothing(t
             comment.fill("names the total")
             comment.press("Tab")
             wait_for_app(page)
-            assert focus_is_in(page, f".st-key-label_comment_stop_{current}"), page.evaluate(FOCUSED)
+            expect_focus_in(page, f".st-key-label_comment_stop_{current}")
             page.keyboard.press("Enter")
             page.wait_for_timeout(1500)
             wait_for_app(page)
@@ -342,7 +342,7 @@ def test_tab_out_of_a_dispute_reason_lands_on_no_decide_and_enter_there_decides_
             reason.fill("partly right")
             reason.press("Tab")
             wait_for_app(page)
-            assert focus_is_in(page, f".st-key-label_decide_stop_{first}"), page.evaluate(FOCUSED)
+            expect_focus_in(page, f".st-key-label_decide_stop_{first}")
             page.keyboard.press("Enter")
             page.wait_for_timeout(1500)
             wait_for_app(page)

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
@@ -94,6 +95,6 @@ def test_markdown_images_in_names_and_outputs_are_never_fetched(tmp_path: Path):
                 page.wait_for_timeout(500)  # time for an image request to arrive
                 screenshot(page, f"names-{path or 'overview'}")
                 assert asked == [], (path, asked)
-                assert page.locator("[data-testid='stException']").count() == 0, path
+                expect(page.locator("[data-testid='stException']"), f"an error on /{path}").to_have_count(0)
                 if path == "":
                     page.get_by_text(f"{name} · default", exact=True).wait_for()  # the heading, as typed

@@ -9,7 +9,6 @@ live studio, Streamlit and Chromium (no worker needed, no sign-in: a reload keep
 from __future__ import annotations
 
 import re
-import urllib.parse
 
 import pytest
 from playwright.sync_api import expect
@@ -22,6 +21,7 @@ from storage.tables import Run, Step
 from tests.browser_support import (
     PATIENCE_MS,
     browser_page,
+    expect_address,
     require_chromium,
     screenshot,
     studio,
@@ -54,20 +54,16 @@ def wait_for_title(page, title: str) -> None:
     wait_for_app(page)
 
 
-def sidebar_task(page) -> str:
-    return page.locator("[data-testid='stSidebar']").get_by_role("combobox", name="Task").input_value()
+def sidebar_task(page):
+    return page.locator("[data-testid='stSidebar']").get_by_role("combobox", name="Task")
 
 
 def main_box(page, name: str):
     return page.locator("[data-testid='stMain']").get_by_role("combobox", name=name)
 
 
-def picked(page, name: str) -> str:
-    return main_box(page, name).input_value()
-
-
-def address(page) -> dict[str, str]:
-    return dict(urllib.parse.parse_qsl(urllib.parse.urlparse(page.url).query))
+def starts(text: str) -> re.Pattern:
+    return re.compile("^" + re.escape(text))
 
 
 def test_each_to_do_row_opens_its_own_task_run_and_step(tmp_path):
@@ -78,30 +74,29 @@ def test_each_to_do_row_opens_its_own_task_run_and_step(tmp_path):
         with browser_page() as page:
             page.goto(app.url)
             wait_for_title(page, "Overview")
-            assert sidebar_task(page) == DEMO_TASK  # the sidebar is on another task than the review row's
+            expect(sidebar_task(page)).to_have_value(DEMO_TASK)  # another task than the review row's
             screenshot(page, "overview_todo")
 
             page.get_by_role("button", name=f"Review run {run_id} · {SUPPORT_TASK} · epoch 1 · batch 2").click()
             wait_for_title(page, "Review")
             # waited for, not read once: on a busy machine the page can first draw with the sidebar's old task
             # (its run 1 in the address) before the row's choice has landed
-            page.wait_for_function(f"() => {{ const q = new URLSearchParams(location.search); "
-                                   f"return q.get('run') === '{run_id}' && q.has('step'); }}", timeout=PATIENCE_MS)
+            expect_address(page, {"task": SUPPORT_TASK, "run": str(run_id), "step": str(step_id)})
             expect(main_box(page, "Run")).to_have_value(re.compile(rf"^Run {run_id} · awaiting_review"),
                                                         timeout=PATIENCE_MS)
-            assert sidebar_task(page) == SUPPORT_TASK
-            assert picked(page, "Step").startswith("epoch 1 · batch 2 · awaiting_review · 2 pending")
-            assert address(page) == {"task": SUPPORT_TASK, "run": str(run_id), "step": str(step_id)}
+            expect(sidebar_task(page)).to_have_value(SUPPORT_TASK)
+            expect(main_box(page, "Step")).to_have_value(starts("epoch 1 · batch 2 · awaiting_review · 2 pending"))
             page.reload()  # the address it opened is the view: a reload (or the link, pasted) opens it again
             wait_for_title(page, "Review")
-            assert (sidebar_task(page), picked(page, "Run").split(" · ")[0]) == (SUPPORT_TASK, f"Run {run_id}")
-            assert picked(page, "Step").startswith("epoch 1 · batch 2")
+            expect(sidebar_task(page)).to_have_value(SUPPORT_TASK)
+            expect(main_box(page, "Run")).to_have_value(starts(f"Run {run_id} · "))
+            expect(main_box(page, "Step")).to_have_value(starts("epoch 1 · batch 2"))
 
             page.locator("[data-testid='stSidebarNav']").get_by_role("link", name="Overview", exact=True).click()
             wait_for_app(page)
             page.get_by_role("button", name=f"Settle 2 disputes · {DEMO_TASK}").click()
             wait_for_title(page, "Labeling")
-            assert sidebar_task(page) == DEMO_TASK
-            assert page.get_by_role("tab", name="Agreement").get_attribute("aria-selected") == "true"
-            assert picked(page, "Rollout to decide").startswith(f"Rollout {first_dispute} ·")
+            expect(sidebar_task(page)).to_have_value(DEMO_TASK)
+            expect(page.get_by_role("tab", name="Agreement")).to_have_attribute("aria-selected", "true")
+            expect(main_box(page, "Rollout to decide")).to_have_value(starts(f"Rollout {first_dispute} ·"))
             screenshot(page, "overview_todo_disputes")
