@@ -1,0 +1,511 @@
+"""Webhooks: tell a team's tools when a person is needed, signed by the Standard Webhooks scheme.
+
+An event is written to the outbox (WebhookDelivery, one row per endpoint that hears it) in the transaction of
+the change that raised it, by a one-line `notify_*` call there; nothing is sent from that job. A worker's
+delivery pass (core/jobs/worker.py) sends the rows later, one endpoint at a time and in order, with retries
+and exponential backoff, so a slow or dead receiver never holds a run; after the last attempt a delivery is
+failed and stays in the log, from where a person replays it. A redirect is not followed and a receiver's
+address on this machine (loopback, link-local) is refused unless TFGRPO_WEBHOOK_ALLOW_LOCAL allows it.
+
+The signing secret has to be stored to sign (unlike a provider's API key, which stays in the environment):
+it is shown once when an endpoint is made and never again, not on a page, in a list, an audit event or a
+log; an endpoint can instead name an environment variable that holds it (`secret_env`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import secrets
+import socket
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import httpx
+from sqlalchemy import or_, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+from standardwebhooks import Webhook
+
+from core.domain import webhooks as wh
+from core.errors import Conflict, InvalidInput, NotFound
+from core.records.people import require_role
+from core.records.workers import stall_after
+from core.settings import get_settings, secret
+from storage.db import session_scope
+from storage.fencing import holding
+from storage.statuses import DeliveryStatus, EvaluationPurpose, JobStatus, LabelStatus
+from storage.tables import (
+    AuditEvent,
+    Evaluation,
+    Library,
+    LibraryVersion,
+    Rollout,
+    Run,
+    Step,
+    Task,
+    WebhookDelivery,
+    WebhookEndpoint,
+    as_utc,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+EVENTS = wh.EVENTS
+
+
+# ---- endpoints -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EndpointView:
+    """An endpoint as pages and lists show it: never its secret, and its URL without path (it may hold a token)."""
+
+    id: int
+    name: str
+    url: str
+    events: list[str]
+    active: bool
+    secret_from: str  # "stored" or "env NAME"
+    created_by: str
+
+    @classmethod
+    def of(cls, row: WebhookEndpoint) -> EndpointView:
+        return cls(row.id, row.name, wh.shown_url(row.url), list(row.events or []), row.active,
+                   f"env {row.secret_env}" if row.secret_env else "stored", row.created_by)
+
+
+def new_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` and 32 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def check_url(url: str) -> str:
+    """The URL, checked: http(s) with a host that resolves, to no loopback or link-local address unless the
+    administrator allows local receivers (TFGRPO_WEBHOOK_ALLOW_LOCAL); InvalidInput saying why otherwise."""
+    url = (url or "").strip()
+    problem = wh.url_problem(url)
+    if problem:
+        raise InvalidInput(problem)
+    reason = local_address(url)
+    if reason:
+        raise InvalidInput(reason)
+    return url
+
+
+def local_address(url: str) -> str | None:
+    """Why the URL's host may not receive (it resolves to an address on this machine, or not at all), or None."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"the webhook host {host} does not resolve ({exc})"
+    if get_settings().webhook_allow_local:
+        return None
+    for address in sorted(addresses):
+        reason = wh.local_reason(address)
+        if reason:
+            return (f"the webhook host {host} resolves to {reason}: refused (an administrator allows receivers on "
+                    "this machine with TFGRPO_WEBHOOK_ALLOW_LOCAL=1)")
+    return None
+
+
+def add_endpoint(engine: Engine, name: str, url: str, actor: str, *, events: list[str] | None = None,
+                 secret_env: str | None = None) -> tuple[EndpointView, str | None]:
+    """Configure a receiver (admin only). Returns it and its new secret, the one time the secret is shown (None
+    when `secret_env` names the environment variable that holds it)."""
+    name = (name or "").strip()
+    if not name or len(name) > 60:
+        raise InvalidInput("give the webhook a name of 1-60 characters, e.g. team-chat")
+    url = check_url(url)
+    try:
+        events = wh.event_names(events)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if secret_env is not None and not secret(secret_env):
+        raise InvalidInput(f"environment variable {secret_env} is not set or empty: put the whsec_ secret in it")
+    made = None if secret_env else new_secret()
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "configuring webhooks")
+        if session.exec(select(WebhookEndpoint).where(WebhookEndpoint.name == name)).first():
+            raise Conflict(f"a webhook named {name} exists; remove it first or choose another name")
+        row = WebhookEndpoint(name=name, url=url, events=events, secret=made, secret_env=secret_env, created_by=actor)
+        session.add(row)
+        session.flush()
+        session.add(AuditEvent(actor=actor, action="webhook.add", object_type="webhookendpoint", object_id=row.id,
+                               after={"name": name, "url": wh.shown_url(url), "events": events}))
+        return EndpointView.of(row), made
+
+
+def endpoints(session: Session) -> list[EndpointView]:
+    return [EndpointView.of(row) for row in session.exec(select(WebhookEndpoint).order_by(WebhookEndpoint.name))]
+
+
+def _endpoint(session: Session, name: str) -> WebhookEndpoint:
+    row = session.exec(select(WebhookEndpoint).where(WebhookEndpoint.name == name)).first()
+    if row is None:
+        raise NotFound(f"no webhook named {name}")
+    return row
+
+
+def remove_endpoint(engine: Engine, name: str, actor: str) -> None:
+    """Remove a receiver and its delivery log (admin only); what it has not been sent is dropped with it."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "removing webhooks")
+        row = _endpoint(session, name)
+        for delivery in session.exec(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == row.id)):
+            session.delete(delivery)
+        session.flush()
+        session.add(AuditEvent(actor=actor, action="webhook.remove", object_type="webhookendpoint", object_id=row.id,
+                               before={"name": row.name, "url": wh.shown_url(row.url)}))
+        session.delete(row)
+
+
+# ---- raising events (in the caller's transaction) ---------------------------------------------------------------
+
+def raise_event(session: Session, event_type: str, text: str, data: dict, *, message_id: str | None = None,
+                only: int | None = None) -> int:
+    """Write the event to the outbox of every active endpoint that hears it (or of endpoint `only`), in the
+    caller's session, so it lands with the change that raised it or not at all. Returns rows written."""
+    query = select(WebhookEndpoint).where(WebhookEndpoint.active == True)  # noqa: E712
+    if only is not None:
+        query = select(WebhookEndpoint).where(WebhookEndpoint.id == only)
+    targets = [row for row in session.exec(query) if wh.hears(row.events or [], event_type)]
+    if not targets:
+        return 0
+    data = {**data, "studio": get_settings().app_url}
+    payload = wh.body(event_type, text, data, utcnow())
+    message_id = message_id or f"msg_{uuid.uuid4().hex}"
+    for row in targets:
+        session.add(WebhookDelivery(endpoint_id=row.id, message_id=message_id, event_type=event_type,
+                                    payload=payload))
+    return len(targets)
+
+
+def _place(session: Session, task_id: int, library_id: int | None) -> tuple[str, str | None]:
+    task = session.get(Task, task_id)
+    library = session.get(Library, library_id) if library_id else None
+    return (task.name if task else str(task_id)), (library.name if library else None)
+
+
+def _number(session: Session, version_id: int | None) -> int | None:
+    version = session.get(LibraryVersion, version_id) if version_id else None
+    return version.number if version else None
+
+
+def notify_step_awaiting_review(session: Session, run: Run, step: Step) -> None:
+    """A step's operations wait for a reviewer: the gate's line says what the measurement found."""
+    task, library = _place(session, run.task_id, run.library_id)
+    gate = (step.gate or {}).get("line") or "no validation gate measured this step"
+    where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
+    raise_event(session, "step.awaiting_review", f"Run {run.id} ({task}) waits for review at {where}: {gate}", {
+        "task": task, "library": library, "run": run.id, "step": step.id, "epoch": step.epoch + 1,
+        "batch": step.batch_index + 1, "gate": gate,
+        "link": wh.link(get_settings().app_url, "review", task=task, library=library, run=run.id, step=step.id)})
+
+
+def notify_labels_waiting(session: Session, waiting: bool, *, step_id: int | None = None,
+                          evaluation_id: int | None = None) -> None:
+    """A run's step or an evaluation stopped for labels: how many rollouts wait, of which task."""
+    if not waiting:
+        return
+    owner = Rollout.step_id == step_id if step_id is not None else Rollout.evaluation_id == evaluation_id
+    count = len(session.exec(select(Rollout.id).where(owner, Rollout.label_status == LabelStatus.NEEDED)).all())
+    if step_id is not None:
+        step = session.get(Step, step_id)
+        run = session.get(Run, step.run_id)
+        task, library = _place(session, run.task_id, run.library_id)
+        what, ids = f"run {run.id}", {"run": run.id, "step": step_id}
+    else:
+        evaluation = session.get(Evaluation, evaluation_id)
+        task, library = _place(session, evaluation.task_id, None)
+        what, ids = f"evaluation {evaluation_id}", {"evaluation": evaluation_id}
+    raise_event(session, "labels.waiting", f"{count} rollouts of {task} wait for a label ({what} waits for them)", {
+        "task": task, "library": library, "count": count, **ids,
+        "link": wh.link(get_settings().app_url, "labeling", task=task, library=library)})
+
+
+def notify_dispute(session: Session, rollout: Rollout, task: Task, agreed: bool) -> None:
+    """Labellers disagree on a rollout that did not disagree before: a reviewer must decide."""
+    if agreed or rollout.label_status == LabelStatus.DISPUTED:
+        return
+    raise_event(session, "dispute.opened", f"Labellers disagree on rollout {rollout.id} of {task.name}: a reviewer "
+                "decides on Labeling's Agreement tab", {
+                    "task": task.name, "rollout": rollout.id, "run_step": rollout.step_id,
+                    "evaluation": rollout.evaluation_id,
+                    "link": wh.link(get_settings().app_url, "labeling", task=task.name)})
+
+
+def notify_evaluation_ended(session: Session, evaluation: Evaluation) -> None:
+    """An evaluation a person asked for ended: its figures, or why it is incomplete or failed (a gate's or an
+    attribution's evaluation belongs to its run, which speaks for it)."""
+    if evaluation.purpose != EvaluationPurpose.EVALUATION:
+        return
+    task, _ = _place(session, evaluation.task_id, None)
+    number = _number(session, evaluation.version_id)
+    version = f"version #{number}" if number else "the empty library"
+    if evaluation.status == JobStatus.FAILED:
+        verdict = f"failed: {evaluation.error}"
+    else:
+        verdict = (f"Mean@{evaluation.k} {evaluation.mean_at_k:.3f}, Pass@{evaluation.k} {evaluation.pass_at_k:.3f} "
+                   f"over {evaluation.n} queries" if evaluation.mean_at_k is not None else "no figures")
+        if evaluation.status == JobStatus.INCOMPLETE:
+            verdict += f"; incomplete: {evaluation.error}"
+    raise_event(session, "evaluation.ended", f"Evaluation {evaluation.id} of {task} ({version}, {evaluation.split}) "
+                f"{evaluation.status}: {verdict}", {
+                    "task": task, "evaluation": evaluation.id, "version": number, "split": evaluation.split,
+                    "k": evaluation.k, "status": evaluation.status, "mean_at_k": evaluation.mean_at_k,
+                    "pass_at_k": evaluation.pass_at_k, "n": evaluation.n, "verdict": verdict,
+                    "link": wh.link(get_settings().app_url, "rollouts", task=task, evaluation=evaluation.id)})
+
+
+def notify_run_failed(session: Session, run: Run) -> None:
+    """A run ended in failure (called where every run ends; says nothing for the other endings)."""
+    if run.status != JobStatus.FAILED:
+        return
+    task, library = _place(session, run.task_id, run.library_id)
+    step = session.exec(select(Step).where(Step.run_id == run.id).order_by(col(Step.id).desc())).first()
+    raise_event(session, "run.failed", f"Run {run.id} of {task} failed: {run.error}", {
+        "task": task, "library": library, "run": run.id, "step": step.id if step else None, "error": run.error,
+        "link": wh.link(get_settings().app_url, "train", task=task, library=library, run=run.id)})
+
+
+def notify_stalled_jobs(engine: Engine) -> int:
+    """Raise `run.stalled` once per stall (a running run or evaluation whose heartbeat is older than the stall
+    window, per lease generation); the worker's delivery pass calls it. Returns the events raised."""
+    stale_before = utcnow() - timedelta(seconds=stall_after())
+    raised = 0
+    with holding(None), session_scope(engine) as session:
+        if session.exec(select(WebhookEndpoint.id).where(WebhookEndpoint.active == True)).first() is None:  # noqa: E712
+            return 0
+        for table, kind in ((Run, "run"), (Evaluation, "evaluation")):
+            stalled = session.exec(select(table).where(table.status == JobStatus.RUNNING,
+                                                       or_(col(table.heartbeat_at).is_(None),
+                                                           table.heartbeat_at < stale_before)))
+            for job in stalled:
+                if kind == "evaluation" and job.run_id is not None:
+                    continue  # a gate's evaluation: its run stalls with it
+                message_id = f"msg_{kind}{job.id}_stalled_{job.lease}"
+                if session.exec(select(WebhookDelivery.id).where(WebhookDelivery.message_id == message_id)).first():
+                    continue
+                task, library = _place(session, job.task_id, getattr(job, "library_id", None))
+                beat = as_utc(job.heartbeat_at)
+                raised += raise_event(session, "run.stalled", f"{kind.capitalize()} {job.id} of {task} stalled: its "
+                                      f"worker {job.worker_id} stopped beating at {beat:%Y-%m-%d %H:%M:%S} UTC; an "
+                                      "idle worker takes it over, or resume it", {
+                                          "task": task, "library": library, kind: job.id, "worker": job.worker_id,
+                                          "heartbeat_at": beat.isoformat() if beat else None,
+                                          "link": wh.link(get_settings().app_url,
+                                                          "train" if kind == "run" else "evaluate", task=task,
+                                                          library=library, **({"run": job.id} if kind == "run" else {}))},
+                                      message_id=message_id)
+    return raised
+
+
+def notify_label_moved(session: Session, version: LibraryVersion, name: str, before: dict | None, actor: str,
+                       record: dict | None) -> None:
+    """Production moved (called where every label moves; other labels say nothing): from which version to which,
+    by whom and why, each version by its number in its library."""
+    if name != "production":
+        return
+    library = session.get(Library, version.library_id)
+    task, library_name = _place(session, library.task_id, library.id)
+    was = _number(session, (before or {}).get("version_id"))
+    reason = (record or {}).get("reason") or (record or {}).get("evidence") or "no reason given"
+    raise_event(session, "production.moved", f"Production of {task} / {library_name} moved from "
+                f"{f'#{was}' if was else 'no version'} to #{version.number} by {actor}: {reason}", {
+                    "task": task, "library": library_name, "from_version": was, "to_version": version.number,
+                    "by": actor, "reason": (record or {}).get("reason"), "evidence": (record or {}).get("evidence"),
+                    "link": wh.link(get_settings().app_url, "library", task=task, library=library_name)})
+
+
+# ---- delivering (the worker) -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt found: delivered, or the code/error and whether another attempt may help."""
+
+    delivered: bool
+    code: int | None
+    error: str | None
+    retry: bool
+
+
+def _secret_of(endpoint: WebhookEndpoint) -> str:
+    value = secret(endpoint.secret_env) if endpoint.secret_env else endpoint.secret
+    if not value:
+        raise InvalidInput(f"the secret of webhook {endpoint.name} is missing (environment variable "
+                           f"{endpoint.secret_env} is empty)")
+    return value
+
+
+def signed_request(endpoint: WebhookEndpoint, delivery: WebhookDelivery, moment: datetime) -> tuple[bytes, dict]:
+    """The body and the Standard Webhooks headers of one attempt (signed at the moment it is sent)."""
+    content = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
+    signature = Webhook(_secret_of(endpoint)).sign(delivery.message_id, moment, content)
+    return content.encode(), {"webhook-id": delivery.message_id, "webhook-timestamp": str(int(moment.timestamp())),
+                              "webhook-signature": signature, "content-type": "application/json",
+                              "user-agent": "tfgrpo-studio-webhooks"}
+
+
+def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
+    """Send one delivery once: a 2xx answer delivers; a redirect is not followed and not retried (configure its
+    target); no answer within TFGRPO_WEBHOOK_TIMEOUT_S, a refused connection or another code may be retried."""
+    settings = get_settings()
+    reason = local_address(endpoint.url)  # again at sending time: a name may resolve elsewhere since it was added
+    if reason:
+        return Attempt(False, None, reason, retry=False)
+    try:
+        content, headers = signed_request(endpoint, delivery, utcnow())
+    except InvalidInput as exc:
+        return Attempt(False, None, str(exc), retry=True)
+    try:
+        with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False) as client:
+            response = client.post(endpoint.url, content=content, headers=headers)
+    except httpx.TimeoutException:
+        return Attempt(False, None, f"no answer within {settings.webhook_timeout_s:g} s (timeout)", retry=True)
+    except httpx.HTTPError as exc:
+        text = str(exc).replace(endpoint.url, wh.shown_url(endpoint.url)) or type(exc).__name__
+        return Attempt(False, None, f"cannot reach the receiver: {text}", retry=True)
+    code = response.status_code
+    if 200 <= code < 300:
+        return Attempt(True, code, None, retry=False)
+    if response.is_redirect:
+        target = wh.shown_url(response.headers.get("location", "")) if response.headers.get("location") else "?"
+        return Attempt(False, code, f"redirected to {target}: not followed (configure the final URL)", retry=False)
+    return Attempt(False, code, f"the receiver answered HTTP {code}", retry=True)
+
+
+def _record(engine: Engine, delivery_id: int, result: Attempt) -> WebhookDelivery:
+    settings = get_settings()
+    with holding(None), session_scope(engine) as session:
+        row = session.get(WebhookDelivery, delivery_id)
+        row.attempts += 1
+        row.last_code, row.last_error = result.code, result.error
+        if result.delivered:
+            row.status, row.delivered_at = DeliveryStatus.DELIVERED, utcnow()
+        elif not result.retry or row.attempts >= settings.webhook_max_attempts:
+            row.status = DeliveryStatus.FAILED
+            if result.retry:
+                row.last_error = f"{result.error}; gave up after {row.attempts} attempts"
+        else:
+            row.next_attempt_at = utcnow() + timedelta(seconds=wh.backoff_s(row.attempts, settings.webhook_backoff_s))
+        session.add(row)
+        if not result.delivered:
+            log.warning("webhook delivery %s (%s) attempt %d: %s", row.id, row.event_type, row.attempts, row.last_error)
+        return row
+
+
+def _claim_endpoint(engine: Engine, endpoint_id: int, owner: str) -> bool:
+    """Hold an endpoint for one worker's pass, so deliveries of one endpoint go one at a time and in order."""
+    now = utcnow()
+    until = now + timedelta(seconds=get_settings().webhook_timeout_s * 4 + 30)
+    with holding(None), session_scope(engine) as session:
+        free = or_(col(WebhookEndpoint.busy_until).is_(None), WebhookEndpoint.busy_until < now,
+                   WebhookEndpoint.busy_by == owner)
+        return session.exec(update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id, free)
+                            .values(busy_by=owner, busy_until=until)).rowcount == 1
+
+
+def _free_endpoint(engine: Engine, endpoint_id: int, owner: str) -> None:
+    with holding(None), session_scope(engine) as session:
+        session.exec(update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.busy_by == owner)
+                     .values(busy_by=None, busy_until=None))
+
+
+def deliver_due(engine: Engine, owner: str = "deliverer", *, limit: int = 50) -> int:
+    """One delivery pass: per active endpoint, its pending deliveries oldest first while each is delivered; the
+    first that is not (or not due yet) holds the later ones back, so a receiver gets them in order. Also raises
+    `run.stalled` for jobs that stopped beating. Returns the attempts made."""
+    notify_stalled_jobs(engine)
+    with Session(engine) as session:
+        ids = list(session.exec(select(WebhookEndpoint.id).where(WebhookEndpoint.active == True)))  # noqa: E712
+    made = 0
+    for endpoint_id in ids:
+        if not _claim_endpoint(engine, endpoint_id, owner):
+            continue
+        try:
+            for _ in range(limit):
+                with Session(engine) as session:
+                    endpoint = session.get(WebhookEndpoint, endpoint_id)
+                    delivery = session.exec(select(WebhookDelivery).where(
+                        WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == DeliveryStatus.PENDING)
+                        .order_by(WebhookDelivery.id)).first()
+                if endpoint is None or delivery is None or as_utc(delivery.next_attempt_at) > utcnow():
+                    break
+                made += 1
+                if _record(engine, delivery.id, attempt(endpoint, delivery)).status == DeliveryStatus.PENDING:
+                    break
+                _claim_endpoint(engine, endpoint_id, owner)  # extend the hold for the next one
+        finally:
+            _free_endpoint(engine, endpoint_id, owner)
+    return made
+
+
+# ---- the log, the test and the replay ----------------------------------------------------------------------------
+
+def deliveries(session: Session, name: str | None = None, limit: int = 50) -> list[WebhookDelivery]:
+    """The newest deliveries (of one endpoint), newest first: the delivery log."""
+    query = select(WebhookDelivery).order_by(col(WebhookDelivery.id).desc()).limit(limit)
+    if name:
+        query = query.where(WebhookDelivery.endpoint_id == _endpoint(session, name).id)
+    return list(session.exec(query))
+
+
+def endpoint_names(session: Session) -> dict[int, str]:
+    return {row.id: row.name for row in session.exec(select(WebhookEndpoint))}
+
+
+def send_test(engine: Engine, name: str, actor: str) -> WebhookDelivery:
+    """Send a signed `webhook.test` to one endpoint now (admin only) and log it; it does not wait for the
+    endpoint's queue, so it says at once whether the receiver answers and verifies."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "testing webhooks")
+        endpoint = _endpoint(session, name)
+        raise_event(session, "webhook.test", f"Test message from the Training-Free GRPO studio, sent by {actor}",
+                    {"by": actor, "link": wh.link(get_settings().app_url, "notifications")}, only=endpoint.id)
+        session.flush()
+        delivery = session.exec(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint.id)
+                                .order_by(col(WebhookDelivery.id).desc())).first()
+    result = attempt(endpoint, delivery)
+    row = _record(engine, delivery.id, result)
+    if row.status == DeliveryStatus.PENDING:  # a test is one attempt: its result is what the person asked for
+        with session_scope(engine) as session:
+            session.exec(update(WebhookDelivery).where(WebhookDelivery.id == row.id)
+                         .values(status=DeliveryStatus.FAILED))
+        row.status = DeliveryStatus.FAILED
+    return row
+
+
+def replay(engine: Engine, delivery_id: int, actor: str) -> WebhookDelivery:
+    """Queue a logged delivery again (admin only): a new row with the same webhook-id, after the endpoint's
+    other deliveries; the original stays in the log as it was."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "replaying webhooks")
+        original = session.get(WebhookDelivery, delivery_id)
+        if original is None:
+            raise NotFound(f"no webhook delivery {delivery_id}")
+        if original.status == DeliveryStatus.PENDING:
+            raise Conflict(f"delivery {delivery_id} is still pending: the worker attempts it again by itself")
+        row = WebhookDelivery(endpoint_id=original.endpoint_id, message_id=original.message_id,
+                              event_type=original.event_type, payload=original.payload, replay_of=original.id)
+        session.add(row)
+        session.flush()
+        session.add(AuditEvent(actor=actor, action="webhook.replay", object_type="webhookdelivery", object_id=row.id,
+                               after={"replay_of": delivery_id}))
+        return row
+
+
+def describe(row: WebhookDelivery) -> str:
+    """A delivery's state in words: the log's last column."""
+    if row.status == DeliveryStatus.DELIVERED:
+        return f"delivered (HTTP {row.last_code}, attempt {row.attempts})"
+    if row.status == DeliveryStatus.FAILED:
+        return f"failed after {row.attempts} attempt(s): {row.last_error}"
+    if row.attempts:
+        return (f"retrying ({row.attempts} attempt(s) so far: {row.last_error}); next at "
+                f"{as_utc(row.next_attempt_at):%H:%M:%S} UTC")
+    return "waiting for a worker"
+
