@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from core.cli import jobs, models, people, production, review, tasks, versions
+from core.cli import jobs, models, people, production, review, tasks, versions, webhooks
 from core.cli.base import BAD_INPUT, Parser
 from core.errors import StudioError, exit_code
 
@@ -28,7 +28,8 @@ def build_parser() -> Parser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and retries")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add_parsers in (tasks.add_parsers, people.add_parsers, models.add_connection_parsers, jobs.add_parsers,
-                        review.add_parsers, models.add_server_parser, versions.add_parsers, production.add_parsers):
+                        review.add_parsers, models.add_server_parser, versions.add_parsers, production.add_parsers,
+                        webhooks.add_parsers):
         add_parsers(sub)
     return parser
 

@@ -67,7 +67,7 @@ def local_reason(address: str) -> str | None:
     for kind, test in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
                        ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast)):
         if test:
-            return f"{address} is a {kind} address"
+            return f"a {kind} address ({address})"
     return None
 
 

@@ -373,7 +373,8 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
     if 200 <= code < 300:
         return Attempt(True, code, None, retry=False)
     if response.is_redirect:
-        target = wh.shown_url(response.headers.get("location", "")) if response.headers.get("location") else "?"
+        location = response.headers.get("location")
+        target = wh.shown_url(urllib.parse.urljoin(endpoint.url, location)) if location else "nowhere"
         return Attempt(False, code, f"redirected to {target}: not followed (configure the final URL)", retry=False)
     return Attempt(False, code, f"the receiver answered HTTP {code}", retry=True)
 
