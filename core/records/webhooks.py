@@ -235,7 +235,7 @@ def notify_dispute(session: Session, rollout: Rollout, task: Task, agreed: bool)
                 "decides on Labeling's Agreement tab", {
                     "task": task.name, "rollout": rollout.id, "run_step": rollout.step_id,
                     "evaluation": rollout.evaluation_id,
-                    "link": wh.link(get_settings().app_url, "labeling", task=task.name)})
+                    "link": wh.link(get_settings().app_url, "labeling", task=task.name, label_tab="Agreement")})
 
 
 def notify_evaluation_ended(session: Session, evaluation: Evaluation) -> None:
