@@ -72,3 +72,28 @@ def test_a_person_without_the_admin_role_sees_no_webhook(app_engine, receiver):
     assert not at.dataframe and not [b for b in at.button if b.key and b.key.startswith("notifications_")]
     with Session(app_engine) as session:
         assert session.exec(select(WebhookDelivery)).all() == []
+
+
+def test_the_link_of_a_step_awaiting_review_opens_that_run_and_step(app_engine, receiver):
+    import urllib.parse
+
+    from streamlit.testing.v1 import AppTest
+
+    from tests.ui_support import APP, seeded_run
+
+    secret = webhooks.add_endpoint(app_engine, "team-chat", receiver.url, "cli")[1]
+    older = seeded_run(app_engine, "manual", settings={"gate": "off"})
+    run_id = seeded_run(app_engine, "manual", settings={"gate": "off"})
+    webhooks.deliver_due(app_engine, "test")
+    links = [p["data"]["link"] for p in receiver.verified(secret) if p["data"].get("run") == older]
+    link = urllib.parse.urlsplit(links[0])
+    assert link.path == "/review" and run_id != older
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.switch_page(f"pages/{link.path.strip('/')}.py")
+    for name, value in urllib.parse.parse_qsl(link.query):
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    step = dict(urllib.parse.parse_qsl(link.query))["step"]
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (older, int(step))
