@@ -383,6 +383,8 @@ def _record(engine: Engine, delivery_id: int, result: Attempt) -> WebhookDeliver
     settings = get_settings()
     with holding(None), session_scope(engine) as session:
         row = session.get(WebhookDelivery, delivery_id)
+        if row is None:  # its webhook was removed while the attempt was under way: nothing to log
+            return WebhookDelivery(id=delivery_id, endpoint_id=0, message_id="", event_type="", status=DeliveryStatus.FAILED)
         row.attempts += 1
         row.last_code, row.last_error = result.code, result.error
         if result.delivered:
