@@ -30,7 +30,7 @@ from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus
-from storage.tables import AuditEvent, Run, Task, WebhookDelivery, utcnow
+from storage.tables import AuditEvent, Run, Task, WebhookDelivery, WebhookEndpoint, utcnow
 from tests.ui_support import scripted_gateway, seeded_run
 
 
@@ -351,3 +351,29 @@ def test_only_an_admin_configures_and_the_secret_never_shows_again(engine, recei
     assert secret not in audit and secret not in logged and "s3cr3t" not in audit
     assert cli(["--db", url, "webhook", "remove", "chat"]) == 0
     assert deliveries(engine) == []
+
+
+def test_an_event_lands_with_its_change_or_not_at_all(engine, receiver):
+    endpoint(engine, receiver)
+    with pytest.raises(RuntimeError), session_scope(engine) as session:
+        webhooks.raise_event(session, "run.failed", "never sent", {})
+        raise RuntimeError("the change that raised it failed")
+    assert deliveries(engine) == []
+
+
+def test_a_secret_from_the_environment_signs_and_is_never_stored(engine, receiver, monkeypatch):
+    with pytest.raises(InvalidInput, match="environment variable TEAM_HOOK_SECRET is not set"):
+        webhooks.add_endpoint(engine, "team", receiver.url, "cli", secret_env="TEAM_HOOK_SECRET")
+    secret = webhooks.new_secret()
+    monkeypatch.setenv("TEAM_HOOK_SECRET", secret)
+    view, shown = webhooks.add_endpoint(engine, "team", receiver.url, "cli", secret_env="TEAM_HOOK_SECRET")
+    assert shown is None and view.secret_from == "env TEAM_HOOK_SECRET"
+    assert webhooks.send_test(engine, "team", "cli").status == "delivered"
+    assert receiver.verified(secret)[0]["type"] == "webhook.test"
+    monkeypatch.delenv("TEAM_HOOK_SECRET")
+    raise_tests(engine, 1)
+    webhooks.deliver_due(engine, "test")
+    row = deliveries(engine)[-1]
+    assert row.status == "pending" and "TEAM_HOOK_SECRET is empty" in row.last_error and len(receiver.got) == 1
+    with Session(engine) as session:
+        assert [e.secret for e in session.exec(select(WebhookEndpoint))] == [None]
