@@ -25,7 +25,7 @@ from core.records.segments import breakdown, route_versions
 from core.records.selection import evaluation_frozen, library_for, selection_of
 from core.records.tasks import get_task
 from core.records.versions import resolve_version
-from core.records.webhooks import notify_evaluation_ended
+from core.records.webhook_events import notify_evaluation_ended
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope

@@ -72,7 +72,7 @@ from core.records.scenarios import (
 from core.records.selection import adopt_selection, selection_of
 from core.records.tasks import get_task
 from core.records.versions import create_version, ensure_library, new_experiences
-from core.records.webhooks import notify_run_failed, notify_step_awaiting_review
+from core.records.webhook_events import notify_run_failed, notify_step_awaiting_review
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope

@@ -44,7 +44,7 @@ from core.models.conversation_judge import criteria_of, rubric_settings
 from core.models.judge import GENERIC_ANCHORS, SCALES, choices, scale_of, score_of, to_value
 from core.records.people import require_role
 from core.records.scenarios import is_conversation, scenario_of
-from core.records.webhooks import notify_dispute, notify_labels_waiting
+from core.records.webhook_events import notify_dispute, notify_labels_waiting
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus, LabelStatus, StepStatus

@@ -15,7 +15,7 @@ from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_nu
 from core.errors import Conflict, InvalidInput, NotFound, StaleVersion
 from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
-from core.records.webhooks import notify_label_moved
+from core.records.webhook_events import notify_label_moved
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
