@@ -69,6 +69,7 @@ PAGES = [
     st.Page("pages/production.py", title="Production", icon=":material/monitoring:"),
     st.Page("pages/tasks.py", title="Tasks", icon=":material/edit_note:"),
     st.Page("pages/people.py", title="People", icon=":material/group:"),
+    st.Page("pages/notifications.py", title="Notifications", icon=":material/notifications:"),
     st.Page("pages/models.py", title="Models", icon=":material/hub:"),
     st.Page("pages/audit.py", title="Audit", icon=":material/history:"),
 ]

@@ -112,6 +112,16 @@ class Settings(BaseSettings):
                                  "again")
     promotion_requires_comparison: bool = Field(default=False, description="production moves only to a version "
                                                 "with a paired comparison against it (a written reason is not enough)")
+    app_url: str = Field(default="http://localhost:8501", description="the studio's address as people open it: "
+                         "a webhook's link to the page, run and step starts with it")
+    webhook_allow_local: bool = Field(default=False, description="webhooks may post to loopback, link-local and "
+                                      "unspecified addresses (a receiver on this machine; off: refused)")
+    webhook_timeout_s: float = Field(default=5.0, gt=0, description="seconds a webhook receiver may take to answer "
+                                     "before the attempt counts as failed")
+    webhook_max_attempts: int = Field(default=6, ge=1, description="attempts of one webhook delivery before it is "
+                                      "given up (failed, kept in the log for a replay)")
+    webhook_backoff_s: float = Field(default=5.0, gt=0, description="wait before a webhook's second attempt; each "
+                                     "later wait doubles (exponential backoff)")
 
 
 @lru_cache(maxsize=1)

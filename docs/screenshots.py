@@ -93,6 +93,27 @@ def seed_production(database_url: str) -> None:
     ingest_traces(engine, traces)
 
 
+def seed_webhook(database_url: str) -> None:
+    """A team chat's webhook, added before the runs so their events are queued for it (the picture's receiver
+    is a closed port on this machine, so its log shows a retry waiting)."""
+    import os
+
+    from core.records.webhooks import add_endpoint
+    from core.settings import get_settings
+    from storage.db import make_engine
+
+    os.environ["TFGRPO_WEBHOOK_ALLOW_LOCAL"] = "1"
+    get_settings.cache_clear()
+    add_endpoint(make_engine(database_url), "team-chat", "http://127.0.0.1:9/hooks/team-chat", "system")
+
+
+def deliver_once(database_url: str) -> None:
+    from core.records.webhooks import deliver_due
+    from storage.db import make_engine
+
+    deliver_due(make_engine(database_url))
+
+
 def seed_connection(database_url: str) -> None:
     """A model connection to an OpenAI-compatible server (not reached: the picture shows the form)."""
     from core.records.connections import add_connection
@@ -127,12 +148,14 @@ def main() -> None:
 
     OUT.mkdir(parents=True, exist_ok=True)
     with studio(Path(tempfile.mkdtemp()), worker=False) as app:
+        seed_webhook(app.database_url)
         run_id = waiting_review(app.database_url)
         seed_promotion(app.database_url)
         seed_labels(app.database_url)
         seed_production(app.database_url)
         seed_connection(app.database_url)
         examples_run, gated_run = seed_example_and_gate(app.database_url)
+        deliver_once(app.database_url)
         support = SUPPORT_TASK.replace(" ", "+")
         with browser_page(width=1400, height=1100) as page:
             shoot(page, app.url, "overview")
@@ -151,6 +174,7 @@ def main() -> None:
             shoot(page, f"{app.url}/labeling?task={support}", "labeling")
             shoot(page, f"{app.url}/production", "production")
             shoot(page, f"{app.url}/models", "models")
+            shoot(page, f"{app.url}/notifications", "notifications")
             shoot(page, f"{app.url}/tasks", "tasks", before=lambda p: p.get_by_role("tab", name="Test the reward").click())
     # People, Audit and a dispute need accounts: a second studio where sign-in is on, photographed as an admin.
     # A signed-in session lasts as long as the tab's, so this part moves by the sidebar's links, never by a URL.

@@ -145,3 +145,12 @@ LEARNING_KINDS = (RunKind.TRAIN, RunKind.DIRECT)
 DECISIONS = (OperationStatus.APPROVED, OperationStatus.REJECTED)
 DECIDED = (OperationStatus.APPROVED, OperationStatus.REJECTED, OperationStatus.EDITED)
 TO_APPLY = (OperationStatus.APPROVED, OperationStatus.EDITED)
+
+
+class DeliveryStatus(StrEnum):
+    """A webhook delivery in the outbox (core/records/webhooks.py): waiting for its (next) attempt, delivered (a 2xx
+    answer), or failed: given up after the last attempt, or refused at once (a redirect, an address not allowed)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"

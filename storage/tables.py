@@ -13,6 +13,7 @@ from sqlalchemy import JSON, Column, Index, Integer, Text, UniqueConstraint, tex
 from sqlmodel import AutoString, Field, SQLModel
 
 from storage.statuses import (
+    DeliveryStatus,
     EvaluationPurpose,
     GroupStatus,
     JobStatus,
@@ -519,3 +520,42 @@ class ModelConnection(SQLModel, table=True):
     params: dict = _json(dict)
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A receiver an administrator configured (core/records/webhooks.py): its URL, the events it hears (empty: all)
+    and the Standard Webhooks secret that signs what it gets. The secret must be stored to sign, so only the
+    studio's own code reads `secret`: it is shown once when created and never on a page, in a log or in a list;
+    `secret_env` instead names an environment variable that holds it (then nothing secret is stored)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=60)
+    url: str = _text(nullable=False)
+    events: list = _json(list)
+    secret: str | None = None
+    secret_env: str | None = None
+    active: bool = True
+    created_by: str = "cli"
+    created_at: datetime = Field(default_factory=utcnow)
+    busy_by: str | None = None  # the worker delivering to it now, until busy_until (one at a time, in order)
+    busy_until: datetime | None = None
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event for one endpoint: the outbox row written in the transaction of the change that raised it, then
+    its delivery log (attempts, the last answer's code or error). A replay is a new row with the same
+    `message_id` (the webhook-id receivers deduplicate by) and `replay_of` pointing at the first."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    endpoint_id: int = Field(foreign_key="webhookendpoint.id", index=True)
+    message_id: str = Field(index=True)
+    event_type: str
+    payload: dict = _json(dict)
+    status: str = Field(default=DeliveryStatus.PENDING, index=True)
+    attempts: int = 0
+    next_attempt_at: datetime = Field(default_factory=utcnow)
+    last_code: int | None = None
+    last_error: str | None = _text()
+    replay_of: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    delivered_at: datetime | None = None

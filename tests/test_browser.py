@@ -27,7 +27,7 @@ from tests.browser_support import browser_page, require_chromium, screenshot, st
 pytestmark = pytest.mark.browser
 PAGES = {"overview": "", "train": "train", "rollouts": "rollouts", "review": "review", "library": "library",
          "evaluate": "evaluate", "labeling": "labeling", "production": "production", "tasks": "tasks",
-         "people": "people", "models": "models", "audit": "audit"}
+         "people": "people", "notifications": "notifications", "models": "models", "audit": "audit"}
 
 
 @pytest.fixture(autouse=True)

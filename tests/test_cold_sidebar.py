@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from tests.ui_support import APP, ROOT
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
-              "People", "Models", "Audit"]
+              "People", "Notifications", "Models", "Audit"]
 
 # A fresh process (Streamlit reads .streamlit/config.toml itself, nothing set by other tests) runs the app once
 # as AppTest does, in the legacy mode a server starts in, and prints every navigation message sent to the browser.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from core.cli import deploy, jobs, models, people, production, review, tasks, versions
+from core.cli import deploy, jobs, models, people, production, review, tasks, versions, webhooks
 from core.cli.base import BAD_INPUT, Parser
 from core.errors import StudioError, exit_code
 
@@ -29,7 +29,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add_parsers in (tasks.add_parsers, people.add_parsers, models.add_connection_parsers, jobs.add_parsers,
                         review.add_parsers, models.add_server_parser, versions.add_parsers, production.add_parsers,
-                        deploy.add_parsers):
+                        deploy.add_parsers, webhooks.add_parsers):
         add_parsers(sub)
     return parser
 

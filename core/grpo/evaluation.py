@@ -25,6 +25,7 @@ from core.records.segments import breakdown, route_versions
 from core.records.selection import evaluation_frozen, library_for, selection_of
 from core.records.tasks import get_task
 from core.records.versions import resolve_version
+from core.records.webhook_events import notify_evaluation_ended
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
@@ -286,6 +287,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
                 ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
                 ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
                 ev.error = incomplete_reason(metrics, evaluation_id) if metrics["errors"] else None
+                notify_evaluation_ended(session, ev)
             session.add(ev)
     except _Stopped as stopped:
         if isinstance(stopped.cause, LeaseLost):
@@ -300,6 +302,7 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
             ev = session.get(Evaluation, evaluation_id)
             ev.status, ev.error, ev.finished_at = JobStatus.FAILED, f"{type(exc).__name__}: {exc}", now()
             session.add(ev)
+            notify_evaluation_ended(session, ev)
     with Session(engine) as session:
         return session.get(Evaluation, evaluation_id)
 

@@ -72,6 +72,7 @@ from core.records.scenarios import (
 from core.records.selection import adopt_selection, selection_of
 from core.records.tasks import get_task
 from core.records.versions import create_version, ensure_library, new_experiences
+from core.records.webhook_events import notify_run_failed, notify_step_awaiting_review
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
@@ -267,6 +268,7 @@ def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
         run = session.get(Run, ctx.run_id)
         run.status, run.error, run.finished_at, run.heartbeat_at = status, error, now(), now()
         session.add(run)
+        notify_run_failed(session, run)
 
 
 def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
@@ -407,6 +409,7 @@ async def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
             step.status, run.status = StepStatus.AWAITING_REVIEW, StepStatus.AWAITING_REVIEW
             session.add(step)
             session.add(run)
+            notify_step_awaiting_review(session, run, step)
     if pending:
         raise _Stop()
     apply_step_operations(ctx.engine, step_id, actor=actor)

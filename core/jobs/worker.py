@@ -166,6 +166,34 @@ def heartbeat(engine: Engine, owner: str, lease: Lease | Callable[[], Lease | No
         thread.join(timeout=(every or HEARTBEAT_EVERY) + 1)
 
 
+DELIVER_EVERY = 2.0
+
+
+@contextmanager
+def delivering(engine: Engine, owner: str, every: float | None = None):
+    """Send the webhook outbox in a background thread while the worker serves (core/records/webhooks.py), every
+    `every` seconds (DELIVER_EVERY): between jobs and during them, never inside the job that raised an event, so a
+    receiver that hangs or is down delays nothing but its own deliveries."""
+    from core.records.webhooks import deliver_due
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every or DELIVER_EVERY):
+            try:
+                deliver_due(engine, owner)
+            except Exception:  # noqa: BLE001  (a locked database must not end delivery; the next pass retries)
+                log.warning("webhook delivery pass failed", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="webhooks", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=1)
+
+
 def release(engine: Engine, lease: Lease) -> None:
     """Put a job this worker still holds back in the queue (the worker is stopping mid-job)."""
     table = TABLES[lease.table]
@@ -309,7 +337,7 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
         previous = {signum: signal.signal(signum, stop.on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     log.info("worker %s started", owner)
     try:
-        with heartbeat(engine, owner, lambda: stop.lease):  # names the job held, never "idle" while one runs
+        with heartbeat(engine, owner, lambda: stop.lease), delivering(engine, owner):  # the job held, never "idle"
             while True:
                 lease = claim_next(engine, owner)
                 if lease is None:

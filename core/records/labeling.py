@@ -44,6 +44,7 @@ from core.models.conversation_judge import criteria_of, rubric_settings
 from core.models.judge import GENERIC_ANCHORS, SCALES, choices, scale_of, score_of, to_value
 from core.records.people import require_role
 from core.records.scenarios import is_conversation, scenario_of
+from core.records.webhook_events import notify_dispute, notify_labels_waiting
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus, LabelStatus, StepStatus
@@ -326,6 +327,7 @@ def _settle(session: Session, rollout: Rollout, task: Task) -> None:
     rollout.reward_source = "human"
     who = ", ".join(f"{name} {label.value:g}" for name, label in labels.items())
     rollout.reward_detail = f"labelled by {who}" + ("" if agreed else " (disagree: mean until a reviewer decides)")
+    notify_dispute(session, rollout, task, agreed)
     rollout.label_status = LabelStatus.DONE if agreed else LabelStatus.DISPUTED
 
 
@@ -478,6 +480,7 @@ def hold_for_labels(engine: Engine, *, step_id: int | None = None, run_id: int |
             session.exec(update(table).where(table.id == job_id).values(status=JobStatus.RUNNING))
         elif step_id is not None:
             session.exec(update(Run).where(Run.id == run_id, Run.status == JobStatus.RUNNING).values(status=WAITING))
+        notify_labels_waiting(session, waiting, step_id=step_id, evaluation_id=evaluation_id)
     return waiting
 
 

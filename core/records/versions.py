@@ -15,6 +15,7 @@ from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_nu
 from core.errors import Conflict, InvalidInput, NotFound, StaleVersion
 from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
+from core.records.webhook_events import notify_label_moved
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
@@ -218,6 +219,7 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
         after["reason"] = reason.strip()
     session.add(AuditEvent(actor=actor, action="label.move", object_type="librarylabel", object_id=label.id,
                            before=before, after=after))
+    notify_label_moved(session, version, name, before, actor, after)
     return label
 
 
