@@ -222,3 +222,29 @@ def test_an_identical_run_already_queued_is_refused_and_train_points_at_it(app):
                for e in at.error), \
         [e.value for e in at.error]
     assert at.session_state["train_run"] == run.id  # Runs below shows the run already queued
+
+
+def test_two_tabs_sending_the_same_evaluation_at_once_queue_it_once(engine, demo_task):
+    """The task is held while a job is queued, so two requests at the same moment are queued one after the other
+    and the second sees the first."""
+    import threading
+
+    start = threading.Barrier(4)
+    outcomes: list[object] = []
+
+    def send() -> None:
+        start.wait()
+        try:
+            outcomes.append(create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=3))
+        except DuplicateJob as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    queued = [o for o in outcomes if isinstance(o, int)]
+    assert len(queued) == 1 and all(o.existing_id == queued[0] for o in outcomes if isinstance(o, DuplicateJob))
+    with Session(engine) as session:
+        assert [ev.id for ev in queries.evaluations(session)] == queued
