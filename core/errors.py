@@ -63,6 +63,15 @@ class Conflict(StudioError, ValueError):
     http_status = 409
 
 
+class DuplicateJob(Conflict):
+    """A job identical to one already queued or running (a form sent twice: Enter, a double click, a second tab);
+    nothing new was queued. `kind` ("evaluation" or "run") and `existing_id` name the one to follow."""
+
+    def __init__(self, message: str, kind: str, existing_id: int) -> None:
+        super().__init__(message)
+        self.kind, self.existing_id = kind, existing_id
+
+
 class AlreadyDecided(Conflict):
     """The operation is no longer pending: somebody decided it first, or it was applied."""
 
@@ -102,6 +111,11 @@ class ModelCallError(StudioError, RuntimeError):
     """A model call failed for good (after retries); the ledger holds the details."""
 
     exit_code = 1
+
+
+class ModelUnreachable(ModelCallError):
+    """Nothing answers at the model's address (the connection was refused, or its host name does not resolve):
+    retrying within seconds would meet the same, so the call fails at once and its job ends with this reason."""
 
 
 class StructuredOutputError(ModelCallError):

@@ -29,6 +29,7 @@ from core.errors import StudioError
 from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
 from core.records.comparison import compare_evaluations
+from core.records.connections import failed_test_warning
 from core.records.evaluation_figures import (
     NO_FIGURE,
     answered_words,
@@ -199,7 +200,7 @@ def evaluation_form(setup: dict) -> None:
                      format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key=split_key)
         c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key=form_key("k", setup))
         c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key=form_key("limit", setup))
-        model_picker(c2, "Model", model_key, models, task_id=task.id, start=start,
+        chosen_model = model_picker(c2, "Model", model_key, models, task_id=task.id, start=start,
                      help="What was last chosen here for this task (else the model of its last evaluation, else "
                           "its policy model); offered: the task's models, the studio's default, each model "
                           "connection's models (as its server lists them), the embedded models and the configured "
@@ -221,6 +222,10 @@ def evaluation_form(setup: dict) -> None:
         st.form_submit_button("Start evaluation", key="eval_submit", type="primary", on_click=start_evaluation,
                               args=(scope,))
     models_note("eval_refresh_models")
+    with Session(engine()) as session:
+        untested = failed_test_warning(session, chosen_model)
+    if untested:
+        st.warning(plain(untested), icon=":material/cloud_off:")
     FLASH.show("new")
 
 
@@ -529,8 +534,8 @@ def page() -> None:
         st.header("Segments, personas and criteria")
         segments_section(measured, numbers)
 
-    st.header("Compare two evaluations")
-    compare_section(measured, numbers, setup["production"])
+    st.header("Compare two evaluations")  # only those with a figure: one nothing answered is never A or B
+    compare_section([e for e in measured if score(e, "mean_at_k") is not None], numbers, setup["production"])
 
     st.header("Promote")
     promote_section([e for e in measured if e.status == JobStatus.COMPLETED], numbers, setup)

@@ -32,9 +32,10 @@ import streamlit as st
 from plotly.subplots import make_subplots
 from sqlmodel import Session
 
-from core.errors import InvalidInput
+from core.errors import DuplicateJob, InvalidInput
 from core.grpo.training import create_run_with_defaults
 from core.jobs.run_control import cancel_run, pause_run, resume_run
+from core.records.connections import failed_test_warning
 from core.records.gate_verdict import GateVerdict
 from core.records.learner_advice import learner_advice
 from core.records.progress import (
@@ -480,8 +481,12 @@ def take_chosen(values: dict) -> None:
 def queue_run(task_name: str, library: str, actor: str) -> int:
     """Queue the form's run (create_run refuses a model that cannot be called here). Empty model fields mean
     the task's models; the library's selection takes the default core chooses where it applies."""
-    run_id, _choices = create_run_with_defaults(engine(), task_name, form_settings(), library_name=library,
-                                                created_by=actor)
+    try:
+        run_id, _choices = create_run_with_defaults(engine(), task_name, form_settings(), library_name=library,
+                                                    created_by=actor)
+    except DuplicateJob as exc:  # the form sent twice: Runs below shows the run already queued
+        st.session_state[RUN_KEY] = exc.existing_id
+        raise
     return run_id
 
 
@@ -505,11 +510,15 @@ def model_fields(task) -> None:
             (m1, "Policy model", "train_policy_model", task.policy_model, "The model that answers the queries."),
             (m2, "Learner model", "train_learner_model", task.learner_model,
              "The model that summarises attempts and proposes experiences.")):
-        model_picker(column, label, key, options, task_id=task.id, start=task_model,
+        chosen = model_picker(column, label, key, options, task_id=task.id, start=task_model,
                      help=role + " The task's models, the studio's default, each model connection's models (as its "
                                  "server lists them), the embedded models and those of every provider whose API key "
                                  "is set; type another name (connection/model or a litellm name) if you need one. "
                                  "The presets never change it.")
+        with Session(engine()) as session:
+            untested = failed_test_warning(session, chosen)
+        if untested:
+            column.warning(plain(untested), icon=":material/cloud_off:")
     models_note("train_refresh_models")
 
 

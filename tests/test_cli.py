@@ -444,7 +444,8 @@ def test_a_run_whose_every_group_failed_exits_1_with_the_reason_and_can_be_resum
                        "--api-base", api_base, "--epochs", "1", "--batch-size", "1",
                        "--group-size", "1", "--limit", "1", "--gate", "off")
     assert code == 1
-    assert "failed (StepFailed: epoch 1 batch 1 failed: every group failed (1 of 1)" in out
+    assert "failed (nothing answered at a model's address, so no more calls were sent there: " in out  # the reason
+    assert "connection refused" in out and "StepFailed: epoch 1 batch 1 failed: every group failed (1 of 1)" in out
     assert "resume the run to retry it" in out
     run_id = int(out.split()[1].rstrip(":"))
     code, out, _ = run(capsys, "--db", db, "train", "--resume", str(run_id))
@@ -480,7 +481,8 @@ def test_train_says_plainly_that_the_embedded_learner_rarely_writes_a_usable_les
     assert "set a provider's API key" in err and "--learner-model" not in err
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    code, _out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue")
+    code, _out, err = run(capsys, "--db", db, "train", "--task", DEMO_TASK, "--limit", "2", "--epochs", "1", "--queue",
+                          "--seed", "1")  # another seed: the same run queued again would be refused as a twin
     assert code == 0 and "A hosted learner can be used here: openai/gpt-4o-mini" in err
     assert "Use it with --learner-model openai/gpt-4o-mini." in err
 

@@ -103,11 +103,17 @@ def test_evaluate_offers_first_the_model_the_tasks_last_evaluation_used(engine, 
         assert last_evaluation_model(session, task) is None
     with session_scope(engine) as session:
         for model in ("local/smollm2-135m", "lab/qwen-7b"):
-            session.add(Evaluation(task_id=task.id, split="test", k=1, model=model, temperature=0.7))
+            session.add(Evaluation(task_id=task.id, split="test", k=1, model=model, temperature=0.7,
+                                   status="completed", mean_at_k=0.5, metrics={"answered": 4, "errors": 0}))
         session.add(Evaluation(task_id=task.id, split="validation", k=1, model="gate/only", temperature=0.7,
-                               purpose="gate"))
+                               purpose="gate", status="completed", mean_at_k=0.5, metrics={"answered": 4}))
+        # newer, but nothing answered: a server that refused every call, a failure, a cancel, a queued one
+        session.add(Evaluation(task_id=task.id, split="test", k=1, model="down/m", temperature=0.7,
+                               status="incomplete", metrics={"answered": 0, "errors": 4}))
+        for status in ("failed", "cancelled", "queued"):
+            session.add(Evaluation(task_id=task.id, split="test", k=1, model=f"{status}/m", status=status))
     with Session(engine) as session:
-        assert last_evaluation_model(session, task) == "lab/qwen-7b"  # a person's newest, not a gate's
+        assert last_evaluation_model(session, task) == "lab/qwen-7b"  # a person's newest that answered
 
 
 def test_the_embedded_learners_notice_names_connections_as_the_way_to_a_capable_learner(engine, demo_task,

@@ -210,7 +210,7 @@ def add_calls(engine, n: int, *, stage: str, latency_ms: float, run_id: int | No
 def test_speeds_come_from_this_run_then_earlier_calls_of_the_model_then_the_default(engine):
     ensure_demo_task(engine)
     earlier = create_run(engine, DEMO_TASK, SMALL, created_by="cli")
-    run_id = create_run(engine, DEMO_TASK, SMALL, created_by="cli")
+    run_id = create_run(engine, DEMO_TASK, SMALL.model_copy(update={"seed": 1}), created_by="cli")  # not a twin
     add_calls(engine, 3, stage="rollout", latency_ms=2000, run_id=run_id)
     add_calls(engine, 5, stage="rollout", latency_ms=9000, run_id=earlier)
     add_calls(engine, 4, stage="summary", latency_ms=3000, run_id=earlier)
@@ -235,7 +235,7 @@ def test_the_queue_is_in_the_order_the_worker_claims_and_sums_what_is_before(eng
     ensure_demo_task(engine)
     first = create_run(engine, DEMO_TASK, SMALL, created_by="cli")
     evaluation = create_evaluation(engine, DEMO_TASK, "empty", limit=3, k=2)
-    last = create_run(engine, DEMO_TASK, SMALL, created_by="cli")
+    last = create_run(engine, DEMO_TASK, SMALL.model_copy(update={"seed": 1}), created_by="cli")  # not a twin
     with db.session_scope(engine) as session:
         places = {run_id: queue_position(session, session.get(Run, run_id)) for run_id in (first, last)}
     assert places[first].position == 1 and places[first].starts_in == 0

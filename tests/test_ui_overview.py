@@ -114,7 +114,7 @@ def test_runs_awaiting_review_or_failed_need_a_person(engine):
     assert any("Nothing waits" in s.value for s in at.success)
 
     review_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
-    failed_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4))
+    failed_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=4, seed=1))  # not the first one's twin
     with db.session_scope(engine) as session:
         review, failed = session.get(Run, review_id), session.get(Run, failed_id)
         review.status, failed.status, failed.error = "awaiting_review", "failed", "learner returned no JSON"

@@ -341,7 +341,7 @@ def queue_lines(at) -> list[str]:
 
 def test_a_queued_run_says_its_place_in_line_and_when_it_starts(engine):
     first = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
-    second = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=2), created_by="test")
+    second = create_run(engine, DEMO_TASK, RunSettings(epochs=1, limit=3), created_by="test")
     at = run_app(page=PAGE, session_state={"train_run": second})
     assert queue_lines(at) == ["queued: 2nd in line; no worker is running to take it"]
 

@@ -18,6 +18,7 @@ from core.grpo.agent import agent_settings, check_agent_mode
 from core.grpo.rollouts import stored_rollout
 from core.models.gateway import Gateway, Scope
 from core.models.model_choice import check_model
+from core.records.duplicate_jobs import lock_task, refuse_second_evaluation
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
 from core.records.scenarios import check_task_kind, personas_by_name
@@ -46,7 +47,8 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
     """Queue an evaluation of a version (id, label, `latest` or `empty`). With `route_segments` each scenario
     of a conversation task is played with the library of its persona's segment (its production version,
     else its newest) and the version given for the rest (core/records/segments.py). The library's entry
-    selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now."""
+    selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now.
+    One identical to an evaluation already queued or running is refused (DuplicateJob names that one)."""
     if k < 1:
         raise InvalidInput("k must be at least 1")
     if limit is not None and limit < 1:
@@ -70,6 +72,8 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
         row = Evaluation(task_id=task.id, version_id=version.id if version else None, split=split, k=k, limit=limit,
                          model=model, temperature=temperature,
                          routes=routes, selection=evaluation_frozen(session, version, routes), created_by=created_by)
+        lock_task(session, task.id)
+        refuse_second_evaluation(session, row)
         session.add(row)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",
@@ -286,7 +290,8 @@ async def execute_evaluation_async(engine: Engine, evaluation_id: int, *, gatewa
                                                                 metrics)
                 ev.cost = queries.call_totals(session, evaluation_id=evaluation_id)["cost"]
                 ev.status, ev.finished_at = (JobStatus.INCOMPLETE if metrics["errors"] else JobStatus.COMPLETED), now()
-                ev.error = incomplete_reason(metrics, evaluation_id) if metrics["errors"] else None
+                ev.error = (incomplete_reason(metrics, evaluation_id, unreachable=gateway.unreachable())
+                            if metrics["errors"] else None)
                 notify_evaluation_ended(session, ev)
             session.add(ev)
     except _Stopped as stopped:
@@ -323,12 +328,19 @@ def evaluation_metrics(rollouts: list[Rollout]) -> dict:
     return metrics
 
 
-def incomplete_reason(metrics: dict, evaluation_id: int | str = "ID") -> str:
-    """Why an evaluation is incomplete, and what to do, in one sentence with the command for this evaluation."""
+def incomplete_reason(metrics: dict, evaluation_id: int | str = "ID", *, unreachable: str | None = None) -> str:
+    """Why an evaluation is incomplete, and what to do, in one sentence with the command for this evaluation.
+    `unreachable` is the gateway's finding that nothing answered at a model's address (Gateway.unreachable):
+    then that is the reason, said first, and the evaluation stopped asking there at once instead of retrying."""
+    retry = (f"Retry the failed rollouts (Evaluate page, or `python -m core eval --retry {evaluation_id}`); answered "
+             "ones are not paid again.")
+    if unreachable:
+        return (f"nothing answered at the model's address, so no more calls were sent there: {unreachable}. "
+                f"{metrics['errors']} of {metrics['rollouts']} rollouts have no reward; Mean@k and Pass@k count the "
+                f"{metrics['answered']} answered ones. Start the server (the Models page's Test says when it "
+                f"answers), then: {retry}")
     return (f"{metrics['errors']} of {metrics['rollouts']} rollouts have no reward (a model call or the scoring "
-            f"failed); Mean@k and Pass@k count the {metrics['answered']} answered ones. Retry the failed "
-            f"rollouts (Evaluate page, or `python -m core eval --retry {evaluation_id}`); answered ones are not paid "
-            "again.")
+            f"failed); Mean@k and Pass@k count the {metrics['answered']} answered ones. {retry}")
 
 
 def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,

@@ -50,6 +50,7 @@ from core.grpo.worked_examples import examples_recorded, propose_examples, store
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
+from core.records.duplicate_jobs import lock_task, refuse_second_run
 from core.records.gate_verdict import GateVerdict
 from core.records.labeling import hold_for_labels
 from core.records.people import require_role
@@ -170,6 +171,8 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
             start = session.get(LibraryVersion, label.version_id)
         run = Run(task_id=task.id, library_id=library.id, kind=kind, start_version_id=start.id,
                   current_version_id=start.id, settings=settings.model_dump(), created_by=created_by)
+        lock_task(session, task.id)
+        refuse_second_run(session, run)  # a form sent twice (a double click, a second tab) queues one run
         session.add(run)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="run.create", object_type="run", object_id=run.id,
@@ -257,7 +260,11 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
         pass
     except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
         log.exception("run %s failed", run_id)
-        _finish(ctx, JobStatus.FAILED, f"{type(exc).__name__}: {exc}")
+        unreachable = ctx.gateway.unreachable()  # said first: the reason, and that resuming waits on the server
+        _finish(ctx, JobStatus.FAILED, (f"nothing answered at a model's address, so no more calls were sent there: "
+                                        f"{unreachable}. Start the server (the Models page's Test says when it "
+                                        f"answers), then resume the run. " if unreachable else "")
+                + f"{type(exc).__name__}: {exc}")
     _tick(ctx, final=True)
     with Session(engine) as session:
         return session.get(Run, run_id)

@@ -33,7 +33,13 @@ from sqlmodel import Session, col, select
 
 from core.domain.replies import Reply
 from core.domain.replies import clean_text as clean_text  # re-exported for the gateway's callers
-from core.errors import InvalidInput, ModelCallError, StructuredOutputError, describe_validation
+from core.errors import (
+    InvalidInput,
+    ModelCallError,
+    ModelUnreachable,
+    StructuredOutputError,
+    describe_validation,
+)
 from core.models import model_server, openai_http
 from core.models.connections import Endpoint
 from core.models.connections import resolve as resolve_connection
@@ -65,13 +71,19 @@ def providers():
 
 @functools.cache
 def transient_errors() -> tuple[type[Exception], ...]:
-    """The errors a call is retried on: a provider's rate limit, timeout or outage, or the model server's."""
+    """The errors a call is retried on: a provider's rate limit, timeout or outage, or the model server's. An
+    address where nothing answers (refused, unknown host: openai_http.unreachable_reason) is not retried, though
+    litellm calls it a connection or server error: retrying would spend minutes meeting the same refusal."""
     litellm = providers()
     return (openai_http.TransientHTTPError, litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
             litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError)
 
 
 Mock = Callable[[str, list[dict]], "str | Exception"]
+
+# After a call found its address unreachable, the gateway's further calls there fail at once for this long,
+# without a request: a job's hundred calls end in milliseconds, not one connection attempt (or DNS lookup) each.
+UNREACHABLE_HOLD_S = 30.0
 
 # How a structured reply was read, on its ledger row (LLMCall.reply_status).
 PARSED, REPAIRED, MALFORMED = "parsed", "repaired", "malformed"
@@ -156,7 +168,11 @@ class Gateway:
     `attempts` counts the HTTP requests really made. Each attempt holds a concurrency slot only while its
     request is out (a backing-off call frees its slot), waits `timeout_s` at most, honours a provider's
     Retry-After, and the whole call gives up at `deadline_s`, counted from when it first holds a slot (time
-    spent waiting for one is our own queue, not the model's slowness)."""
+    spent waiting for one is our own queue, not the model's slowness).
+
+    An address where nothing answers (the connection refused, the host unknown) fails the call at once with
+    ModelUnreachable, and the gateway's next calls to it for `unreachable_hold_s` fail the same way without a
+    request (the embedded model's server excepted: its supervisor restarts it, so its refusals are retried)."""
 
     engine: Engine
     concurrency: int = field(default_factory=lambda: get_settings().concurrency)
@@ -166,10 +182,12 @@ class Gateway:
     deadline_s: float = field(default_factory=lambda: get_settings().call_deadline_s)
     api_base: str | None = None
     mock: Mock | None = None
+    unreachable_hold_s: float = UNREACHABLE_HOLD_S
     _semaphores: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = field(default_factory=dict,
                                                                                          init=False, repr=False)
     _in_flight: dict[str, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
     _connections: dict[str, Endpoint | None] = field(default_factory=dict, init=False, repr=False)
+    _unreachable: dict[str, tuple[float, str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.api_base = resolve_api_base(self.api_base, secret(API_BASE_ENV))
@@ -189,6 +207,24 @@ class Gateway:
         if model not in self._connections:
             self._connections[model] = resolve_connection(self.engine, model)
         return self._connections[model]
+
+    def _address(self, model: str) -> str:
+        """What an unreachable finding is held for: the model's endpoint, else (a provider's default) the model."""
+        return self._endpoint(model) or model
+
+    def unreachable(self) -> str | None:
+        """Why a call of this gateway found nothing answering at its address ("... connection refused ..."), the
+        first such finding; None when every address answered. A job that ended with failed calls says this."""
+        return next(iter(self._unreachable.values()), (0.0, None))[1]
+
+    def _raise_if_held(self, model: str, stage: str) -> None:
+        """Fail a call at once, without a request, while its address is held as unreachable."""
+        found = self._unreachable.get(self._address(model))
+        if found is None or self._served_locally(model):
+            return
+        age = time.monotonic() - found[0]
+        if age < self.unreachable_hold_s:
+            raise ModelUnreachable(f"{found[1]} (found {age:.1f} s ago; {model} ({stage}) was not sent)")
 
     def _attempt_timeout(self, served: bool, deadline: float) -> float:
         """Seconds one attempt may take: timeout_s, within the call's deadline. The embedded model's server gets
@@ -293,6 +329,7 @@ class Gateway:
         hit = self._cached(key)
         if hit is not None:
             return self._reuse(scope, stage, model, key, hit.id, hit.response or "")
+        self._raise_if_held(model, stage)
         pending = self._in_flight.get(key)
         if pending is not None:
             first: CallResult = await asyncio.shield(pending)
@@ -351,8 +388,9 @@ class Gateway:
         while True:
             raise_if_lost()  # a worker whose job was taken over spends nothing more
             attempts += 1
-            transient = False
+            transient, unreachable = False, None
             async with self._semaphore(model):
+                self._raise_if_held(model, stage)  # found unreachable while this call waited for its slot
                 deadline = deadline or time.monotonic() + self.deadline_s
                 try:
                     timeout = max(0.001, self._attempt_timeout(served, deadline))
@@ -371,12 +409,12 @@ class Gateway:
                                               tokens_out=int(getattr(response.usage, "completion_tokens", 0) or 0)
                                               if getattr(response, "usage", None) else 0)
                     break
-                except transient_errors() as exc:
-                    error, transient = exc, True
-                    if served:
-                        self._note_restart(scope, model, restarts)
                 except Exception as exc:  # noqa: BLE001  (every provider failure is recorded, not raised raw)
                     error = exc
+                    unreachable = None if served else openai_http.unreachable_reason(exc)
+                    transient = unreachable is None and isinstance(exc, transient_errors())
+                    if transient and served:
+                        self._note_restart(scope, model, restarts)
             if transient and attempts <= self.max_retries:
                 delay = retry_after(error)
                 if delay is None:
@@ -389,10 +427,17 @@ class Gateway:
             message = redact(f"{type(error).__name__}: {error}")[:2000]
             if transient:
                 message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
+            if unreachable:
+                message = f"{unreachable}, not retried: {message}"[:2000]
             self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                  cache_key=key, request=request, latency_ms=latency, attempts=attempts,
                                  error=message, connection=named))
-            raise ModelCallError(f"{model} ({stage}){where}: {message}") from error
+            said = f"{model} ({stage}){where}: {message}"
+            if unreachable:
+                first = self._unreachable.get(self._address(model), (0.0, said))[1]  # the first finding says it
+                self._unreachable[self._address(model)] = (time.monotonic(), first)
+                raise ModelUnreachable(said) from error
+            raise ModelCallError(said) from error
         latency = (time.perf_counter() - started) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)

@@ -3,13 +3,16 @@
 litellm and the OpenAI SDK cost several milliseconds of CPU per call, as much as the model's answer at
 high throughput. For `openai/<name>` with an api_base the gateway posts the request itself, through one
 aiohttp session per event loop (closed when the loop ends), and classifies what comes back: a reply,
-a transient failure worth retrying (with the provider's Retry-After), or a permanent one. Retrying is
-the gateway's; this module makes exactly one HTTP request per call.
+a transient failure worth retrying (with the provider's Retry-After), a permanent one, or an address where
+nothing answers (the connection refused, the host name unknown: `unreachable_reason`, which reads litellm's
+errors too). Retrying is the gateway's; this module makes exactly one HTTP request per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +38,37 @@ class TransientHTTPError(HTTPCallError):
 
 class PermanentHTTPError(HTTPCallError):
     """Retrying would give the same answer: a bad request, a missing key, an unknown model."""
+
+
+class UnreachableHTTPError(HTTPCallError):
+    """Nothing answers at the address: the connection was refused or the host name does not resolve. Retrying
+    within seconds meets the same, so the gateway does not (`reason` says which, in words)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+REFUSED, UNRESOLVED = "connection refused", "host name not found"
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """REFUSED or UNRESOLVED when `exc`, or an error it was raised from (litellm and httpx wrap aiohttp's, which
+    wraps the socket's), says that nothing answers at the address; None for any other failure."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, UnreachableHTTPError):
+            return current.reason
+        for error in (current, getattr(current, "os_error", None)):
+            if isinstance(error, socket.gaierror) or isinstance(current, aiohttp.ClientConnectorDNSError):
+                return UNRESOLVED
+            if isinstance(error, ConnectionRefusedError) or (isinstance(error, OSError)
+                                                             and error.errno == errno.ECONNREFUSED):
+                return REFUSED
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass
@@ -94,6 +128,8 @@ async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | No
     except TimeoutError:
         raise TransientHTTPError(f"no reply within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
+        if (reason := unreachable_reason(exc)) is not None:
+            raise UnreachableHTTPError(str(exc), reason) from None
         raise TransientHTTPError(f"{type(exc).__name__}: {exc}") from None
     usage = data.get("usage") or {}
     return Reply(text=message.get("content") or "", tokens_in=int(usage.get("prompt_tokens") or 0),

@@ -17,22 +17,23 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core.errors import InvalidInput, ModelCallError, NotFound
-from core.models.connections import KINDS, endpoint_of
+from core.models.connections import KINDS, endpoint_of, split_model
 from core.models.gateway import Gateway
 from core.models.model_server import LOCAL_PREFIX
 from core.records.people import require_role
 from core.secrets import has_credentials, mask_url
 from core.settings import secret
 from storage.db import session_scope
-from storage.tables import AuditEvent, ModelConnection
+from storage.tables import AuditEvent, LLMCall, ModelConnection
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,59}$")
 KEY_ENV = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
 PARAMS = {"temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty"}
 TEST_PROMPT = [{"role": "user", "content": "Reply with the single word OK."}]
+TEST_STAGE = "connection_test"  # a Test's ledger stage: the last one says whether the connection answered
 
 
 def check_connection(name: str, kind: str, base_url: str | None, provider: str | None, key_env: str | None,
@@ -141,10 +142,32 @@ def try_connection(engine: Engine, name: str, model: str, *, timeout_s: float = 
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # litellm prints provider lists on some failures
-            result = asyncio.run(gateway.complete(stage="connection_test", model=f"{name}/{model}",
+            result = asyncio.run(gateway.complete(stage=TEST_STAGE, model=f"{name}/{model}",
                                                   messages=TEST_PROMPT, max_tokens=8,
                                                   sample_index=time.time_ns() % 1_000_000_007))  # never cached
     except ModelCallError as exc:
         return ConnectionTest(False, f"{name}/{model}", endpoint.where, (time.perf_counter() - started) * 1000,
                               error=str(exc))
     return ConnectionTest(True, f"{name}/{model}", endpoint.where, result.latency_ms, reply=result.text.strip())
+
+
+def failed_test_warning(session: Session, model: str) -> str | None:
+    """A warning for a form about to queue a job on `model` (`<connection>/<model>`): its connection's last Test
+    failed, with when and why, and no call through the connection has answered since. None otherwise (another
+    model, no Test yet, a Test that answered, or an answer since: the server is back)."""
+    parts = split_model(model or "")
+    connection = parts and session.exec(select(ModelConnection).where(ModelConnection.name == parts[0])).first()
+    if not connection:
+        return None
+    test = session.exec(select(LLMCall).where(LLMCall.stage == TEST_STAGE, LLMCall.connection == connection.name,
+                                              LLMCall.created_at >= connection.created_at)
+                        .order_by(col(LLMCall.id).desc())).first()
+    if test is None or test.error is None:
+        return None
+    if session.exec(select(LLMCall.id).where(col(LLMCall.id) > test.id, LLMCall.connection == connection.name,
+                                             col(LLMCall.error).is_(None))).first() is not None:
+        return None
+    error = test.error if len(test.error) <= 300 else test.error[:300] + "…"
+    return (f"The last Test of connection {connection.name} ({test.model}, {test.created_at:%Y-%m-%d %H:%M} UTC) "
+            f"failed: {error}. A job on {model} may fail the same way: Test it again on the Models page (or "
+            f"`python -m core models test {connection.name}`) once its server should answer.")

@@ -19,6 +19,7 @@ from sqlmodel import Session
 from core.models.connections import ServedModels, served_models
 from core.models.model_choice import PROVIDERS, key_is_set, local_models
 from core.records.connections import list_connections
+from core.records.evaluation_figures import score
 from core.records.task_io import TaskSettings
 from core.settings import get_settings
 from storage import queries
@@ -71,7 +72,9 @@ def option_names(options: list[ModelOption], *first: str | None) -> list[str]:
 
 
 def last_evaluation_model(session: Session, task: Task) -> str | None:
-    """The model of the task's newest evaluation a person asked for: what Evaluate offers first when this
-    session chose none yet, so a new session evaluates on the model the last one did."""
-    newest = next(iter(queries.evaluations(session, task.id)), None)
+    """The model of the task's newest evaluation a person asked for that answered (it has figures): what Evaluate
+    offers first when this session chose none yet, so a new session evaluates on the model the last one did, never
+    on one whose evaluation failed, was cancelled or got no answer (a server that refused every call)."""
+    answered = (ev for ev in queries.evaluations(session, task.id) if score(ev, "mean_at_k") is not None)
+    newest = next(answered, None)
     return newest.model if newest is not None else None
