@@ -20,6 +20,7 @@ import json
 import logging
 import random
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,11 +70,19 @@ def providers():
     return litellm
 
 
-@functools.cache
 def transient_errors() -> tuple[type[Exception], ...]:
     """The errors a call is retried on: a provider's rate limit, timeout or outage, or the model server's. An
     address where nothing answers (refused, unknown host: openai_http.unreachable_reason) is not retried, though
-    litellm calls it a connection or server error: retrying would spend minutes meeting the same refusal."""
+    litellm calls it a connection or server error: retrying would spend minutes meeting the same refusal.
+    Before any call went through litellm none of its errors can be in flight, so it is not imported here: a
+    worker cancelling a model server's call on SIGTERM spent its grace period importing litellm (issue 41)."""
+    if "litellm" not in sys.modules:
+        return (openai_http.TransientHTTPError,)
+    return _transient_errors_with_litellm()
+
+
+@functools.cache
+def _transient_errors_with_litellm() -> tuple[type[Exception], ...]:
     litellm = providers()
     return (openai_http.TransientHTTPError, litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
             litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError)
