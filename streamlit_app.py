@@ -205,7 +205,14 @@ def worker_line() -> None:
 
 
 # An emoji icon is drawn by the browser; a :material: page icon as favicon would be fetched from a font CDN.
-st.set_page_config(page_title="Training-Free GRPO studio", page_icon="🧪", layout="wide")
+STUDIO = "Training-Free GRPO studio"
+st.set_page_config(page_title=STUDIO, page_icon="🧪", layout="wide")
+
+
+def tab_title(page: st.Page) -> None:
+    """The browser tab names the page ("Review · Training-Free GRPO studio"): a page_title set once for the
+    whole app would name every tab alike, so it is set again for the page the navigation chose."""
+    st.set_page_config(page_title=f"{page.title} · {STUDIO}")
 
 
 @st.cache_resource
@@ -229,13 +236,16 @@ except Exception as exc:  # a bad URL or an unreachable server: say so instead o
 with Session(engine()) as _session:
     sign_in_on = sign_in_required(_session)
 if sign_in_on and signed_in_person() is None:
-    st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
+    signing_in = st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden")
+    tab_title(signing_in)
+    signing_in.run()
     st.stop()
 st.session_state.pop(REFUSED_KEY, None)  # the page's own section shows why an action was refused
 # .streamlit/config.toml hides Streamlit's own page list, which the first run after a start shows (a raw list
 # of pages/, the legacy multipage mode); the option would hide this navigation too, so it is shown from here on.
 st.set_option("client.showSidebarNavigation", True)
 page = st.navigation(PAGES)  # before the sidebar, whose widgets then keep their ids in every run (run_page)
+tab_title(page)
 sidebar(url, sign_in_on)
 with studio_frame():  # the page knows the sidebar is drawn (ui.common.run_page)
     page.run()
