@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from core.cli.base import UsageError, engine_of
+from core.cli.logs import configure_logging
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
 from core.records.run_settings import RunSettings, run_settings
@@ -331,9 +332,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from core.jobs.worker import serve
     from storage.db import describe_url
 
-    logging.getLogger().setLevel(logging.INFO)
-    for noisy in ("LiteLLM", "litellm", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(logging.INFO)  # the worker's own progress; other libraries' only from WARNING up
     engine = engine_of(args)
     print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
     done = serve(engine, poll=args.poll, once=args.once)
