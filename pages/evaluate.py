@@ -344,7 +344,7 @@ def segments_section(completed: list, numbers: dict[int, int]) -> None:
         for segment, row in e.metrics["segments"].items():
             segment_rows.append({"evaluation": name, "segment": segment, "queries": row["n"],
                                  "Mean@k": row["mean_at_k"], "95% CI": interval(row, "mean_at_k_ci"),
-                                 "Pass@k": row["pass_at_k"]})
+                                 "Pass@k": row["pass_at_k"], "unscored": row.get("unscored", 0)})
         for persona, row in (e.metrics.get("personas") or {}).items():
             persona_rows.append({"evaluation": name, "persona": persona, "segment": row["segment"],
                                  "queries": row["n"], "Mean@k": row["mean_at_k"],

@@ -247,8 +247,13 @@ def breakdown_lines(metrics: dict, k: int) -> list[str]:
     """An evaluation's scores per segment and per criterion (conversation tasks), one line each."""
     lines = []
     for name, row in (metrics.get("segments") or {}).items():
+        unscored = f"  ({row['unscored']} unscored, left out)" if row.get("unscored") else ""
+        if row["mean_at_k"] is None:
+            lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} -{unscored}")
+            continue
         lo, hi = row["mean_at_k_ci"]
-        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} "
+                     f"[{lo:.3f}, {hi:.3f}]{unscored}")
     for name, row in (metrics.get("criteria") or {}).items():
         lines.append(f"  criterion {name:<12} mean {row['mean']:.3f} over {row['n']} conversations")
     return lines
