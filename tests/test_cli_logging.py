@@ -50,3 +50,11 @@ def test_configuring_twice_keeps_one_filter(bare_root):
     configure_logging(logging.INFO)  # the worker command after the command line's set-up
     assert bare_root.level == logging.INFO
     assert [len(h.filters) for h in bare_root.handlers] == [1]
+
+
+def test_logging_that_belongs_to_someone_else_is_left_alone(bare_root):
+    """pytest (or a program that embeds the command line) owns the root logger: its level and handlers stay."""
+    level, handlers = bare_root.level, list(bare_root.handlers)
+    assert handlers  # pytest's own
+    configure_logging(logging.ERROR)
+    assert (bare_root.level, bare_root.handlers) == (level, handlers)

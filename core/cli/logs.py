@@ -28,12 +28,17 @@ class ThirdPartyFilter(logging.Filter):
 
 def configure_logging(level: int, third_party: int = logging.WARNING, stream=None) -> None:
     """The root logger at `level` with one handler (to stderr, or `stream`) that passes other libraries' records
-    only from `third_party` up; called once by the command line and again by the worker (INFO)."""
-    logging.basicConfig(level=level, format=FORMAT, stream=stream)
+    only from `third_party` up; called once by the command line and again by the worker (INFO). Where logging
+    already belongs to someone else (a program that embeds the command line, pytest), it is left alone."""
     root = logging.getLogger()
+    ours = [h for h in root.handlers if any(isinstance(f, ThirdPartyFilter) for f in h.filters)]
+    if root.handlers and not ours:
+        return
+    if not ours:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter(FORMAT))
+        handler.addFilter(ThirdPartyFilter(third_party))
+        root.addHandler(handler)
     root.setLevel(level)
-    for handler in root.handlers:
-        if not any(isinstance(f, ThirdPartyFilter) for f in handler.filters):
-            handler.addFilter(ThirdPartyFilter(third_party))
     for name in NOISY:
         logging.getLogger(name).setLevel(max(third_party, logging.getLogger(name).level))
