@@ -292,15 +292,22 @@ def seen_key(step_id: int) -> str:
 def watch_step(step_id: int) -> None:
     """Every few seconds: whether the step changed since the page drew it (a decision by the CLI or a colleague,
     the gate's); if so the whole page is drawn again, saying which operations were decided elsewhere and by
-    whom, so a reviewer never acts on a card someone else has decided."""
+    whom, so a reviewer never acts on a card someone else has decided. While an editor is open it only says so
+    (a redraw would replace what is being typed), until the edit is saved or cancelled."""
     with Session(engine()) as session:
         now = review.step_state(session, step_id)
     drawn = st.session_state.get(seen_key(step_id))
     if now is None or drawn is None or now == drawn:
         return
     lines = review.decided_elsewhere(drawn, now)
-    if lines:
-        FLASH.set("decisions", Outcome(True, plain("Decided elsewhere: " + "; ".join(lines) + ".")))
+    said = plain("Decided elsewhere: " + "; ".join(lines) + ".") if lines else ""
+    if any(st.session_state.get(editing_key(op.id)) for op in drawn.operations):
+        # a redraw would put back the editor's stored text over what is being typed: say it here instead
+        st.info(f"{said} The page shows it when you save or cancel your edit." if said else
+                "This step changed elsewhere; the page shows it when you save or cancel your edit.")
+        return
+    if said:
+        FLASH.set("decisions", Outcome(True, said))
     st.rerun(scope="app")
 
 

@@ -95,7 +95,7 @@ def test_e_puts_the_cursor_in_the_editor_and_a_cli_decision_shows_without_a_relo
         url = app.database_url
         engine = make_engine(url)
         run_id = seeded_run(engine, "manual", settings={"gate": "off"}, update=adds(3))
-        _step, (first, _second, third) = step_and_ops(url, run_id)
+        _step, (first, second, third) = step_and_ops(url, run_id)
         with browser_page() as page:
             page.goto(f"{app.url}/review")
             wait_for_app(page)
@@ -108,7 +108,15 @@ def test_e_puts_the_cursor_in_the_editor_and_a_cli_decision_shows_without_a_relo
             expect(editor).to_have_value(f"{TEXTS[0]} Then check it.")
 
             assert cli.main(["--db", url, "review", "reject", str(third), "--reason", "a retold problem"]) == 0
-            expect(page.get_by_text("Operation 3 · ADD · rejected by cli")).to_be_visible()  # no reload
-            expect(page.get_by_text("Decided elsewhere: Operation 3 rejected by cli.")).to_be_visible()
-            expect(editor).to_have_value(f"{TEXTS[0]} Then check it.")  # the redraw kept what was being typed
+            expect(page.get_by_text("Decided elsewhere: Operation 3 rejected by cli. The page shows it when you "
+                                    "save or cancel your edit.")).to_be_visible()  # without a reload
+            expect(editor).to_have_value(f"{TEXTS[0]} Then check it.")  # nothing typed is lost meanwhile
+            page.locator(f".st-key-review_save_edit_{first} button").click()
+            expect(page.get_by_text("Operation 3 · ADD · rejected by cli")).to_be_visible()
+            expect(page.get_by_text("Operation 1 · ADD · edited by")).to_be_visible()
+
+            assert cli.main(["--db", url, "review", "approve", str(second)]) == 0  # the last one: the step lands
+            expect(page.get_by_text("Decided elsewhere: Operation 2 applied by cli.")).to_be_visible()
+            expect(page.get_by_text("Operation 2 · ADD · applied by cli")).to_be_visible()
+            expect(page.get_by_text("Applied as version #2")).to_be_visible()
             screenshot(page, "review_decided_elsewhere")
