@@ -226,7 +226,14 @@ def worker_line() -> None:
 
 
 # An emoji icon is drawn by the browser; a :material: page icon as favicon would be fetched from a font CDN.
-st.set_page_config(page_title="Training-Free GRPO studio", page_icon="🧪", layout="wide")
+STUDIO = "Training-Free GRPO studio"
+st.set_page_config(page_title=STUDIO, page_icon="🧪", layout="wide")
+
+
+def tab_title(page: st.Page) -> None:
+    """The browser tab names the page ("Review · Training-Free GRPO studio"): a page_title set once for the
+    whole app would name every tab alike, so it is set again for the page the navigation chose."""
+    st.set_page_config(page_title=f"{page.title} · {STUDIO}")
 
 
 @st.cache_resource
@@ -254,18 +261,25 @@ if sign_in_on:
     session_ended()  # an expired sign-in is forgotten here, and the sign-in page says why
     person = signed_in_person() or person_from_provider()
     if person is None:
-        st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden").run()
+        signing_in = st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in")], position="hidden")
+        tab_title(signing_in)
+        signing_in.run()
         st.stop()
     with Session(engine()) as _session:
         no_role = role_of(_session, person) is None
     if no_role:
-        st.navigation([st.Page(no_role_page, title="No role yet", url_path="no-role")], position="hidden").run()
+        waiting = st.navigation([st.Page(no_role_page, title="No role yet", url_path="no-role")], position="hidden")
+        tab_title(waiting)
+        waiting.run()
         st.stop()
 st.session_state.pop(REFUSED_KEY, None)  # the page's own section shows why an action was refused
 # .streamlit/config.toml hides Streamlit's own page list, which the first run after a start shows (a raw list
 # of pages/, the legacy multipage mode); the option would hide this navigation too, so it is shown from here on.
 st.set_option("client.showSidebarNavigation", True)
-page = st.navigation(PAGES)  # before the sidebar, whose widgets then keep their ids in every run (run_page)
+# expanded: every page listed (past 10 Streamlit folds the rest under "View more"); before the sidebar, whose
+# widgets then keep their ids in every run (run_page)
+page = st.navigation(PAGES, expanded=True)
+tab_title(page)
 sidebar(url, sign_in_on)
 with studio_frame():  # the page knows the sidebar is drawn (ui.common.run_page)
     page.run()

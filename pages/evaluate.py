@@ -30,6 +30,7 @@ from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
 from core.records.comparison import compare_evaluations
 from core.records.connections import failed_test_warning
+from core.records.evaluation_counts import Counts, evaluation_counts
 from core.records.evaluation_figures import (
     NO_FIGURE,
     answered_words,
@@ -260,11 +261,11 @@ def cancel(evaluation_id: int) -> None:
                success=f"Evaluation #{evaluation_id} cancelled; its answered rollouts are kept (Resume continues it)")
 
 
-def job_buttons(e) -> None:
+def job_buttons(e, counts: Counts) -> None:
     """Below the table, for each evaluation that needs it: Cancel while it is queued or running, Retry or Resume
-    when it is incomplete, failed, stalled or cancelled, each with a line saying why."""
+    when it is incomplete, failed, stalled or cancelled, each with a line saying why (and how many answers a
+    cancelled one keeps: core.records.evaluation_counts)."""
     shown = job_health(e.status, e.heartbeat_at)
-    progress = e.progress or {}
     if shown in EVALUATION_MAY_CANCEL:
         if allowed("reviewer"):
             st.button(f"Cancel evaluation #{e.id}", key=f"eval_cancel_{e.id}", icon=":material/stop:",
@@ -279,9 +280,10 @@ def job_buttons(e) -> None:
                   help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
         return
     if shown == JobStatus.CANCELLED:
-        st.caption(f"Evaluation #{e.id} was cancelled with {progress.get('rollouts_done', 0)} of "
-                   f"{progress.get('rollouts_total', '?')} rollouts stored; Resume continues it and pays only for "
-                   "the rollouts without an answer.")
+        planned = f" of {counts.planned}" if counts.planned is not None else ""
+        st.caption(f"Evaluation #{e.id} was cancelled with {counts.stored}{planned} rollouts stored "
+                   f"({counts.answered} answered); Resume continues it and pays only for the rollouts without an "
+                   "answer.")
     elif shown in (JobStatus.FAILED, JobStatus.STALLED):
         st.caption(f"Evaluation #{e.id} is {shown}"
                    + (": its worker stopped beating; an idle worker takes it over, or resume it here."
@@ -303,22 +305,24 @@ def evaluations_view(task_id: int) -> None:
     if not evaluations:
         st.info("No evaluations of this task yet: choose a version above and press Start evaluation.")
         return
+    with Session(engine()) as session:
+        counts = evaluation_counts(session, evaluations)
     rows = []
     for e in evaluations:
-        metrics, progress = e.metrics or {}, e.progress or {}
+        metrics = e.metrics or {}
         rows.append({"id": e.id, "version": evaluated_name(e, numbers), "split": e.split, "k": e.k,
                      "n": e.n, "Mean@k": score_text(e, "mean_at_k"), "Mean@k 95% CI": interval_text(e, "mean_at_k"),
                      "Pass@k": score_text(e, "pass_at_k"), "Pass@k 95% CI": interval_text(e, "pass_at_k"),
-                     "answered": (f"{metrics['answered']}/{metrics['rollouts']}" if "answered" in metrics else None),
+                     "answered": counts[e.id].answered_text,
                      "errors": metrics.get("errors", 0), "cost": e.cost,
                      "status": status_label(e.status, e.heartbeat_at),
-                     "progress": f"{progress.get('rollouts_done', 0)}/{progress.get('rollouts_total', '?')}",
+                     "progress": counts[e.id].progress_text,
                      "model": e.model, "created": e.created_at})
     table(rows, key="evaluations_table",
           column_config={"cost": COST, "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
 
     for e in evaluations:
-        job_buttons(e)
+        job_buttons(e, counts[e.id])
 
     completed = [e for e in reversed(evaluations) if e.status in EVALUATION_HAS_FIGURES]
     if completed:
@@ -345,7 +349,7 @@ def segments_section(completed: list, numbers: dict[int, int]) -> None:
         for segment, row in e.metrics["segments"].items():
             segment_rows.append({"evaluation": name, "segment": segment, "queries": row["n"],
                                  "Mean@k": row["mean_at_k"], "95% CI": interval(row, "mean_at_k_ci"),
-                                 "Pass@k": row["pass_at_k"]})
+                                 "Pass@k": row["pass_at_k"], "unscored": row.get("unscored", 0)})
         for persona, row in (e.metrics.get("personas") or {}).items():
             persona_rows.append({"evaluation": name, "persona": persona, "segment": row["segment"],
                                  "queries": row["n"], "Mean@k": row["mean_at_k"],

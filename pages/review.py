@@ -9,8 +9,11 @@ R), E edit, J next, K previous. A reject's optional reason is stored as the deci
 the learner in the run's later steps. Every widget of a card is keyed by its operation (the gate note by its
 step), so nothing typed or chosen for one carries over to another, and every toast names what was decided
 as the page names it ("Operation 2 rejected.", "Every pending operation of run 3 · epoch 1 · batch 2
-approved."). Tab out of a reason lands on a harmless note, never on Approve. When a decision leaves its step
-with nothing to decide, the page opens the next step of the task that waits for review, or says none does.
+approved."). Tab out of a reason lands on a harmless note, never on Approve; E (Edit) puts the cursor in the
+editor. When a decision leaves its step with nothing to decide, the page stays on the step, says its outcome
+(applied as a version; after a measurement "landed as #5" or "the gate refused it: 0.40 → 0.38") and which
+step waits next, with a Next waiting step button (N). Every few seconds it reads the step again: a decision
+made elsewhere (the CLI, a colleague) redraws the page, saying what was decided and by whom.
 All of the step's groups, with trajectories, are in a collapsed section at the bottom.
 
 Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
@@ -74,6 +77,9 @@ from ui.display import show_code_runs, show_long, show_turns, tab_stop, table
 FLASH = Flash("review_flash")
 RUN_KEY, STEP_KEY = "review_run", "review_step"
 NOTE_KEY = "review_note"  # + _<step id>: a note is written for one step's failed gate, see note_key
+FOCUS_EDITOR_KEY, FOCUS_COUNT_KEY = "review_focus_editor", "review_focus_count"  # the editor to focus, E presses
+SEEN_KEY = "review_seen"  # + _<step id>: the step's state as the page last drew it (watch_step)
+REFRESH_S = 3  # seconds between two reads of decisions made elsewhere
 
 
 def editing_key(op_id: int) -> str:
@@ -129,24 +135,29 @@ def step_name(step: Step) -> str:
 
 
 def move_on(step_id: int) -> None:
-    """After a decision: when its step has nothing left to decide, choose the next step of this task that
-    waits for review (newest run first, as the run picker's default), or say that none does."""
+    """After a decision: when its step has nothing left to decide, say so and which step waits next. The page
+    stays on the step, so its outcome (applied as a version, or measured first) is read where it was decided;
+    the Next waiting step button goes on (open_step)."""
     with Session(engine()) as session:
         step = queries.steps_by_ids(session, [step_id]).get(step_id)
         run = queries.run_by_id(session, step.run_id) if step else None
         if step is None or run is None:
             return
         waiting = queries.steps_waiting_for_review(session, run.task_id, kinds=LEARNING_KINDS)
+        nxt = review.next_waiting_step(session, run.task_id, step, LEARNING_KINDS)
     if any(s.id == step_id for s in waiting):
         return
     done = f"Run {step_name(step).removeprefix('run ')} has nothing left to decide."
-    following = [s for s in waiting if s.run_id == step.run_id] or waiting
-    if not following:
+    if nxt is None:
         FLASH.set("decisions", Outcome(True, f"{done} No other step of this task waits for review."))
         return
-    nxt = following[0]
-    st.session_state[RUN_KEY], st.session_state[STEP_KEY] = nxt.run_id, nxt.id
-    FLASH.set("decisions", Outcome(True, f"{done} Next step waiting for review: {step_name(nxt)}."))
+    FLASH.set("decisions", Outcome(True, f"{done} Next step waiting for review: {step_name(nxt)} (the Next "
+                                         "waiting step button opens it)."))
+
+
+def open_step(run_id: int, step_id: int) -> None:
+    """The Next waiting step button's callback: the run and step pickers choose that step."""
+    st.session_state[RUN_KEY], st.session_state[STEP_KEY] = run_id, step_id
 
 
 def note_key(step_id: int) -> str:
@@ -184,7 +195,20 @@ def reopen(op_id: int, run_id: int, name: str) -> None:
 
 
 def start_edit(op_id: int) -> None:
+    """Edit (or E): open the card's editor and put the cursor in it (focus_editor, on the run that follows)."""
     st.session_state[editing_key(op_id)] = True
+    st.session_state[FOCUS_EDITOR_KEY] = op_id
+    st.session_state[FOCUS_COUNT_KEY] = st.session_state.get(FOCUS_COUNT_KEY, 0) + 1
+
+
+def focus_editor(op_id: int, nonce: int) -> None:
+    """Put the cursor at the end of the card's experience text box, as if a person had clicked in it: after
+    E, the text is typed at once, not reached by some thirty Tab presses. Fixed code with the operation's id
+    (an int) and a counter, so pressing E again runs it again; it waits for the box to be drawn."""
+    st.html(f"""<script>/* focus {nonce} */ (() => {{ let tries = 0; const go = () => {{
+        const box = document.querySelector('.st-key-{edit_text_key(int(op_id))} textarea');
+        if (box) {{ box.focus(); box.setSelectionRange(box.value.length, box.value.length); }}
+        else if (tries++ < 100) setTimeout(go, 100); }}; go(); }})();</script>""", unsafe_allow_javascript=True)
 
 
 def cancel_edit(op_id: int) -> None:
@@ -258,6 +282,33 @@ def remeasure_view(step_id: int) -> None:
     st.progress(min(1.0, state.done / state.total) if state.total else 0.0)
     st.caption("Nothing is applied until it is measured: the step lands if the decided library passes the gate, "
                "otherwise its operations wait for a person again. This page follows it by itself.")
+
+
+def seen_key(step_id: int) -> str:
+    return f"{SEEN_KEY}_{step_id}"
+
+
+@st.fragment(run_every=REFRESH_S)
+def watch_step(step_id: int) -> None:
+    """Every few seconds: whether the step changed since the page drew it (a decision by the CLI or a colleague,
+    the gate's); if so the whole page is drawn again, saying which operations were decided elsewhere and by
+    whom, so a reviewer never acts on a card someone else has decided. While an editor is open it only says so
+    (a redraw would replace what is being typed), until the edit is saved or cancelled."""
+    with Session(engine()) as session:
+        now = review.step_state(session, step_id)
+    drawn = st.session_state.get(seen_key(step_id))
+    if now is None or drawn is None or now == drawn:
+        return
+    lines = review.decided_elsewhere(drawn, now)
+    said = plain("Decided elsewhere: " + "; ".join(lines) + ".") if lines else ""
+    if any(st.session_state.get(editing_key(op.id)) for op in drawn.operations):
+        # a redraw would put back the editor's stored text over what is being typed: say it here instead
+        st.info(f"{said} The page shows it when you save or cancel your edit." if said else
+                "This step changed elsewhere; the page shows it when you save or cancel your edit.")
+        return
+    if said:
+        FLASH.set("decisions", Outcome(True, said))
+    st.rerun(scope="app")
 
 
 def decision_reason(op: Operation) -> str:
@@ -496,6 +547,9 @@ def decision_buttons(op: Operation, view: StepView, focused: bool, pending_ids: 
             st.session_state[edit_text_key(op.id)] = op.text or ""
             st.session_state[edit_ids_key(op.id)] = ", ".join(op.target_ids)
         st.text_area("Experience text", key=edit_text_key(op.id))
+        if st.session_state.get(FOCUS_EDITOR_KEY) == op.id:  # once, on the run after Edit or E
+            del st.session_state[FOCUS_EDITOR_KEY]
+            focus_editor(op.id, st.session_state.get(FOCUS_COUNT_KEY, 0))
         st.text_input("Target ids (comma-separated)", key=edit_ids_key(op.id))
         tab_stop("How an edit is checked", "Save edit checks the text and target ids as the learner's operations "
                  "are checked; a valid edit counts as this operation's decision.", key=f"review_edit_stop_{op.id}")
@@ -602,6 +656,9 @@ def page() -> None:
         sample_ids, samples, advantages, rollouts = queries.step_groups(session, step)
         operations = queries.step_operations(session, step_id)
         flags = review.step_flags(session, step, operations)
+        st.session_state[seen_key(step_id)] = review.step_state(session, step_id)  # what this run draws
+        measured = review.measurement_outcome(session, step)
+        nxt = review.next_waiting_step(session, task.id, step, LEARNING_KINDS)
 
     st.markdown(f"Run status: **{status_label(run.status, run.heartbeat_at)}** · step status: **{step.status}**"
                 + (f" · starts from version #{before.number}" if before else ""))
@@ -611,11 +668,19 @@ def page() -> None:
     if step.error:
         st.caption("Step error")
         show_long(step.error, f"review_step_error_{step.id}")
+    watch_step(step_id)
+    if measured:
+        (st.success if step.status == StepStatus.COMPLETED else st.error)(
+            f"{step_name(step)[:1].upper()}{step_name(step)[1:]}: {measured}.", icon=None)
     if step.status == StepStatus.COMPLETED and after is not None:
         unchanged = " (the library did not change)" if step.version_after_id == step.version_before_id else ""
         st.success(f"Applied as version #{after.number}{unchanged}")
 
     pending = [op for op in operations if op.status == OperationStatus.PENDING]
+    if not pending and nxt is not None:
+        st.button(f"Next waiting step: {step_name(nxt)}", key="review_next_step", icon=":material/skip_next:",
+                  on_click=open_step, args=(nxt.run_id, nxt.id), shortcut="N",
+                  help="This step has nothing left to decide; the next one of this task that waits for review (N).")
     conversation = is_conversation(task)
     st.header("Proposed operations", anchor=False)
     show_gate(step, can_decide)

@@ -49,6 +49,7 @@ from core.records.progress import (
     status_words,
 )
 from core.records.run_defaults import Choice, chosen_defaults
+from core.records.run_outcome import learned_nothing
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
 from storage import queries
@@ -273,6 +274,10 @@ def go_evaluate(version_id: int, library: str | None, model: str) -> None:
 def next_steps(view: dict) -> None:
     """After a run completes: evaluate the version it made, or open it in the Library."""
     run = view["run"]
+    nothing = learned_nothing(view["steps"])
+    if nothing:
+        st.warning(f"Run #{run.id} is completed, and learned nothing: {nothing}")
+        return
     st.success(f"Run #{run.id} is completed. Next: measure its version on held-out queries, or read it.")
     left, right, _ = st.columns([1, 1, 3])
     if run.current_version_id is not None:

@@ -129,7 +129,7 @@ def test_direct_mode_is_one_turn_sends_no_stop_and_runs_nothing(engine):
                                    instructions="Solve it.", answer_format="", experiences=experiences,
                                    query="1+2?", sample_index=0, scope=Scope()))
     assert len(model.calls) == 1 and result.tool_calls == 0 and result.final_answer == "3"
-    assert "[E1]. Check units.\n[E2]. Re-read the question." in result.messages[0]["content"]
+    assert "[E1] Check units.\n[E2] Re-read the question." in result.messages[0]["content"]
     assert "stop" not in ledger(engine)[0].request["params"]  # direct calls keep their cache keys
 
 

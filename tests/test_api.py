@@ -379,7 +379,7 @@ def test_the_prompt_names_each_entry_by_the_id_its_entries_give(client, producti
     """Issue 37: the prompt numbered its entries G0, G1 while `entries` (and every page, the learner and a review)
     call them E1, E2; now the agent reads each entry under the id a person uses for it."""
     body = client.get(URL).json()
-    assert body["entries"] and all(f"[{e['id']}]. {e['text']}" in body["prompt"] for e in body["entries"])
+    assert body["entries"] and all(f"[{e['id']}] {e['text']}" in body["prompt"] for e in body["entries"])
     assert "[G" not in body["prompt"]
     selected = client.get(f"{URL}/select", params={"query": "How many apples?"}).json()
-    assert all(f"[{e['id']}]. {e['text']}" in selected["prompt"] for e in selected["entries"])
+    assert all(f"[{e['id']}] {e['text']}" in selected["prompt"] for e in selected["entries"])

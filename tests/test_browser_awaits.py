@@ -37,7 +37,9 @@ COLLECTING = {"append", "extend", "add", "insert", "update"}
 
 
 def browser_test_files() -> list[Path]:
-    return sorted([*TESTS.glob("test_browser*.py"), TESTS / "browser_support.py"])
+    """The browser tests: test_browser*.py, their support module, and any other test file marked `browser`."""
+    marked = {path for path in TESTS.glob("test_*.py") if "@pytest.mark.browser" in path.read_text(encoding="utf-8")}
+    return sorted({*TESTS.glob("test_browser*.py"), *marked, TESTS / "browser_support.py"})
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ def test_import_export_round_trip_in_every_format(db, capsys, tmp_path):
     code, md, _ = run(capsys, "--db", db, "export", "--task", DEMO_TASK, "--version", "latest", "--format", "md")
     assert "[E1] Write down each quantity." in md and "[E2] Check the answer" in md
     code, prompt, _ = run(capsys, "--db", db, "export", "--task", DEMO_TASK, "--version", "latest", "--format", "prompt")
-    assert "[E1]. Write down each quantity.\n[E2]. Check the answer against the question." in prompt
+    assert "[E1] Write down each quantity.\n[E2] Check the answer against the question." in prompt
     code, js, _ = run(capsys, "--db", db, "export", "--task", DEMO_TASK, "--version", "latest", "--format", "json")
     data = json.loads(js)
     assert [e["id"] for e in data["experiences"]] == ["E1", "E2"] and data["task"] == DEMO_TASK

@@ -252,7 +252,7 @@ def test_cache_serves_within_ttl_then_revalidates_with_the_etag(stub, make_clien
     first = client.get_library(TASK)
     assert (first.source, first.version_id, first.number, first.label) == ("server", 107, 7, "production")
     assert first.experiences == ("Ask for the frame size first.", "Quote prices with tax.")
-    assert "[E2]. Quote prices with tax." in first.prompt
+    assert "[E2] Quote prices with tax." in first.prompt
     [request] = stub.gets()
     assert request["raw_path"] == "/v1/tasks/Bike%20shop/libraries/default"
     assert request["query"] == {"label": "production"} and request["if_none_match"] is None
@@ -403,7 +403,7 @@ def test_entries_for_a_query_are_cached_per_query_and_revalidated_with_the_etag(
     assert (train.source, train.version_id, train.query) == ("server", 107, TRAIN_QUERY)
     assert train.entry_ids == ("E4", "E1") and train.experiences == ("Distance is speed times time.",
                                                                       "Hours to minutes.")
-    assert train.selection == {"mode": "top_k", "k": 2} and "[E4]. Distance is speed times time." in train.prompt
+    assert train.selection == {"mode": "top_k", "k": 2} and "[E4] Distance is speed times time." in train.prompt
     request = stub.gets()[-1]
     assert request["raw_path"] == "/v1/tasks/Bike%20shop/libraries/default/select"
     assert request["query"] == {"query": TRAIN_QUERY, "label": "production"}

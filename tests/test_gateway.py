@@ -119,3 +119,28 @@ def test_latex_written_into_json_unescaped_comes_back_intact():
     decoded = extract_json('{"t": "so \\boxed{6}, \\frac{1}{2} and \u0001 done"}')["t"]
     assert "\b" in decoded  # what json makes of an unescaped \b
     assert clean_text(decoded) == "so \\boxed{6}, \\frac{1}{2} and  done"
+
+
+def test_a_calls_latency_leaves_out_its_wait_for_a_concurrency_slot(engine):
+    """Issue 41: LLMCall.latency_ms counted the time a call waited in our own queue for a slot, so beside
+    three others on one slot a call read as four times slower than the model answered it. With one slot,
+    calls run one after another: their own times add up to no more than the wall time they took together."""
+    import time
+
+    def slow(messages):
+        time.sleep(0.3)  # the model's own time, inside the slot
+        return "4"
+
+    gw = Gateway(engine, mock=ScriptedModel({"rollout": slow}), concurrency=1)
+
+    async def three() -> list:
+        return await asyncio.gather(*(gw.complete(stage="rollout", model="openai/gpt-4o-mini", messages=MSG,
+                                                  sample_index=i) for i in range(3)))
+
+    began = time.perf_counter()
+    results = asyncio.run(three())
+    wall_ms = (time.perf_counter() - began) * 1000
+    latencies = [r.latency_ms for r in results]
+    assert all(latency >= 290 for latency in latencies), latencies  # each holds its own 0.3 s
+    assert sum(latencies) <= wall_ms + 50, (latencies, wall_ms)  # counting the queue: about 0.3 + 0.6 + 0.9 s
+    assert sorted(r.latency_ms for r in ledger(engine)) == sorted(latencies)

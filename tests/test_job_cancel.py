@@ -170,3 +170,32 @@ def test_the_evaluate_page_cancels_a_queued_evaluation_and_offers_to_resume_it(a
     at.button(key=f"eval_resume_{eval_id}").click()
     at.run()
     assert evaluation(app_engine, eval_id).status == "queued"
+
+
+def test_a_run_cancelled_while_its_gate_measures_stops_there_instead_of_running_the_gate_to_its_end(engine, demo_task):
+    """Issue 41: Cancel on a run whose validation gate was measuring let the gate's two evaluations run on to
+    their end (every validation query x gate_k, twice); the gate now checks the run's stop every second."""
+    from core.jobs.run_control import cancel_run
+
+    run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, gate_k=2,
+                                                       validation_size=4, review_mode="manual"), created_by="test")
+    calls = {"n": 0}
+
+    def slow_gate(messages):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            assert cancel_run(engine, run_id, "carol") == "cancelled"
+        time.sleep(0.3)  # a model call that takes time: the stop check runs between them
+        return "so \\boxed{0}"
+
+    _model, gateway = scripted_gateway(engine, gate=slow_gate)
+    gateway.concurrency = 1
+    run = execute_run(engine, run_id, gateway=gateway)
+    assert run.status == "cancelled", run.error
+    assert calls["n"] < 8  # the gate plans 4 queries x k=2 for each of its two libraries: 16 calls
+    with Session(engine) as session:
+        gates = session.exec(select(Evaluation).where(Evaluation.run_id == run_id,
+                                                      Evaluation.purpose == "gate")).all()
+        step = queries.steps(session, run_id)[0]
+    assert gates and all(ev.status != "completed" for ev in gates)
+    assert step.gate is None  # no verdict from a gate that was stopped

@@ -95,16 +95,16 @@ def test_to_prompt_block_names_each_entry_by_its_id():
     """The agent reads each entry under the id the pages, the learner and the API's `entries` use (E7 stays E7 in
     every version and under every query's selection), not the paper's renumbering G0, G1, ..."""
     assert to_prompt_block(LIBRARY[:2]) == (
-        "[e1]. Check that the units of the answer match the question.\n"
-        "[e7]. When a quantity is removed twice, subtract both amounts."
+        "[e1] Check that the units of the answer match the question.\n"
+        "[e7] When a quantity is removed twice, subtract both amounts."
     )
-    assert to_prompt_block([{"text": "no id given"}, {"text": "nor here"}]) == "[E1]. no id given\n[E2]. nor here"
+    assert to_prompt_block([{"text": "no id given"}, {"text": "nor here"}]) == "[E1] no id given\n[E2] nor here"
     assert to_prompt_block([]) == ""
 
 
 def test_prompt_block_and_markdown_keep_each_experience_on_one_line():
     library = [{"id": "E4", "text": "line one\nline two"}]
-    assert to_prompt_block(library) == "[E4]. line one line two"
+    assert to_prompt_block(library) == "[E4] line one line two"
     assert parse_library_text(to_markdown(library)) == ["line one line two"]
     assert parse_library_text(to_prompt_block(library)) == ["line one line two"]
 

@@ -73,7 +73,7 @@ def test_the_neutral_default_solves_no_problems_and_keeps_the_numbers():
         assert "solving problems" not in line and "not the numbers" not in line and "problem" not in line.lower()
     assert EXAMPLES_INTRO.startswith("Worked examples")  # what a pasted prompt block is read back by
     block = library_block([{"id": "E1", "text": LESSON}, {"id": "E2", "text": EXAMPLE_TEXT, "kind": EXAMPLE}])
-    assert block == f"{LIBRARY_HEADER}\n[E1]. {LESSON}\n\n{EXAMPLES_INTRO}\n[E2]. {EXAMPLE_TEXT}"
+    assert block == f"{LIBRARY_HEADER}\n[E1] {LESSON}\n\n{EXAMPLES_INTRO}\n[E2] {EXAMPLE_TEXT}"
     assert LibraryWording.of(None) == LibraryWording.of(Task(name="t", instructions="i")) == LibraryWording()
     assert LibraryWording.of(Task(name="t", instructions="i", library_header="  ", examples_intro=" A\n B ")) == (
         LibraryWording(LIBRARY_HEADER, "A B"))
@@ -97,7 +97,7 @@ def test_a_tasks_wording_reaches_the_agents_prompt_in_training_the_gate_and_eval
         prompts = system_prompts(model, stage)
         assert prompts, stage
         for prompt in prompts:
-            assert f"{HEADER}\n[E1]. {LESSON}" in prompt and f"{INTRO}\n[E2]. {EXAMPLE_TEXT}" in prompt, stage
+            assert f"{HEADER}\n[E1] {LESSON}" in prompt and f"{INTRO}\n[E2] {EXAMPLE_TEXT}" in prompt, stage
             assert LIBRARY_HEADER not in prompt and EXAMPLES_INTRO not in prompt
 
 
@@ -107,8 +107,8 @@ def test_a_conversation_reads_its_tasks_wording(engine, scripted):
               original_name=task.name)
     model, gateway = scripted(engine, **conversation_replies())
     row = play_one(engine, gateway, first_train_samples(engine, 1)[0], experiences=[LESSON])
-    assert row.messages[0]["content"].endswith(f"{HEADER}\n[G0]. {LESSON}")
-    assert all(prompt.endswith(f"{HEADER}\n[G0]. {LESSON}") for prompt in system_prompts(model, "rollout"))
+    assert row.messages[0]["content"].endswith(f"{HEADER}\n[G0] {LESSON}")
+    assert all(prompt.endswith(f"{HEADER}\n[G0] {LESSON}") for prompt in system_prompts(model, "rollout"))
 
 
 def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_reads_back(engine, tmp_path):

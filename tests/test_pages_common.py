@@ -17,7 +17,7 @@ from tests.ui_support import APP, markdown_texts, run_app, scripted_gateway, see
 from ui.common import Outcome, failed, plain
 
 NAVIGATION = ["Overview", "Train", "Rollouts", "Review", "Library", "Evaluate", "Labeling", "Production", "Tasks",
-              "People", "Models", "Audit"]
+              "People", "Notifications", "Models", "Audit"]
 
 
 def test_plain_keeps_markdown_and_html_from_core_messages_inert():
@@ -125,10 +125,11 @@ def test_a_deep_link_opened_first_after_a_start_shows_the_page_in_the_studio(tmp
     with studio(tmp_path, worker=False) as app, browser_page() as page:
         page.goto(f"{app.url}/tasks")  # the server's first request
         wait_for_app(page)
-        assert page.locator("[data-testid='stMain'] h1").all_inner_texts() == ["Tasks"]
-        links = page.locator("[data-testid='stSidebarNav'] a").all_inner_texts()
-        assert [text.split()[-1] for text in links] == NAVIGATION  # titles, not the files of pages/
-        assert page.locator("[role='dialog']").count() == 0  # no "Page not found"
+        expect(page.locator("[data-testid='stMain'] h1")).to_have_text(["Tasks"])
+        # titles, not the files of pages/ (each link's text is its icon's name, then its page's title)
+        expect(page.locator("[data-testid='stSidebarNav'] a")).to_have_text(
+            [re.compile(rf"^[a-z_]*{re.escape(title)}$") for title in NAVIGATION], timeout=PATIENCE_MS)
+        expect(page.locator("[role='dialog']")).to_have_count(0)  # no "Page not found"
 
         task_box = page.get_by_label("Task", exact=True)  # the sidebar of that first run works
         task_box.click()

@@ -14,9 +14,12 @@ from core.grpo.training import execute_run
 from core.records.review import (
     decide_operation,
     decide_step,
+    decided_elsewhere,
     edit_operation,
+    measurement_outcome,
     remeasure_progress,
     reopen_operation,
+    step_state,
 )
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, revert_to
@@ -88,8 +91,16 @@ def test_a_partly_approved_gated_step_is_measured_before_it_lands(engine, demo_t
         waiting = remeasure_progress(session, step)
     assert (waiting.done, waiting.status) == (0, "queued") and waiting.total > 0
     assert waiting.words.startswith(f"measuring the decided library: 0 of {waiting.total} validation answers")
+    with Session(engine) as session:
+        assert measurement_outcome(session, step) is None  # not measured yet
     continue_run(engine, run_id)
     step = the_step(engine, run_id)
+    with Session(engine) as session:
+        landed = session.get(LibraryVersion, step.version_after_id)
+        gate = step.gate
+        assert measurement_outcome(session, step) == (
+            f"the decided library was measured and landed as #{landed.number} "
+            f"(validation {gate['mean_before']:.2f} → {gate['mean_after']:.2f})")
     assert step.status == "completed" and step.gate["decision"] == "passed"
     assert step.gate["line"].startswith("measured again after review")
     assert step.gate["proposed"]["evaluation_after"] != step.gate["evaluation_after"]
@@ -117,6 +128,10 @@ def test_an_edited_operation_that_measures_worse_waits_for_a_person_again(engine
     step = the_step(engine, run_id)
     assert step.status == "awaiting_review" and step.gate["decision"] == "failed"
     assert step.gate["line"].startswith("measured again after review")
+    with Session(engine) as session:
+        said = measurement_outcome(session, step)
+    assert said.startswith(f"the gate refused the decided library: {step.gate['mean_before']:.2f} → "
+                           f"{step.gate['mean_after']:.2f}; its operations wait for a person again"), said
     assert len(library_versions(engine)) == 1, "a decided library that measured worse does not land"
     with Session(engine) as session:
         assert session.get(Operation, op.id).status == "pending"
@@ -127,6 +142,27 @@ def test_an_edited_operation_that_measures_worse_waits_for_a_person_again(engine
         decide_operation(engine, op.id, "approved", "ann")
     decide_operation(engine, op.id, "approved", "ann", comment="the answers it breaks are a scoring artefact")
     assert [e["text"] for e in library_versions(engine)[-1].experiences] == [edited]  # measured: lands as decided
+
+
+def test_a_decision_made_elsewhere_is_told_with_who_made_it_and_the_engines_own_changes_are_not(engine, demo_task):
+    """What the Review page says when the step it drew changed (issue 41: a CLI decision showed only after a
+    reload): each operation a person decided or reopened, by its place in the step and with who decided it."""
+    run_id = seeded_run(engine, "manual", settings={"gate": "off"}, update=TWO_ADDS)
+    first, second = pending_ops(engine, run_id)
+    step_id = first.step_id
+    with Session(engine) as session:
+        drawn = step_state(session, step_id)
+    assert decided_elsewhere(drawn, drawn) == []
+    decide_operation(engine, first.id, "rejected", "cli", comment="too specific")
+    with Session(engine) as session:
+        now = step_state(session, step_id)
+    assert now != drawn and decided_elsewhere(drawn, now) == ["Operation 1 rejected by cli"]
+    decide_operation(engine, second.id, "approved", "bob")  # the last decision: the step lands at once
+    with Session(engine) as session:
+        landed = step_state(session, step_id)
+    assert landed.status == "completed"
+    assert decided_elsewhere(now, landed) == ["Operation 2 applied by bob"]
+    assert decided_elsewhere(drawn, landed) == ["Operation 1 rejected by cli", "Operation 2 applied by bob"]
 
 
 def test_two_reviewers_deciding_the_same_operation_at_once(engine, demo_task):

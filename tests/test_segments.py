@@ -8,6 +8,7 @@ import pytest
 from sqlmodel import Session
 
 from core import cli
+from core.cli.jobs import breakdown_lines
 from core.errors import InvalidInput
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.records.scenarios import personas_by_name, segment_of, split_by_persona
@@ -135,3 +136,29 @@ def test_cli_export_routes_each_segment_to_its_library(engine, conversation_task
     assert code == 0 and out["route_by"] == "segment"
     assert out["default"]["experiences"] == [DEFAULT_LESSON] and DEFAULT_LESSON in out["default"]["text"]
     assert list(out["segments"]) == ["at_risk"] and out["segments"]["at_risk"]["experiences"] == [AT_RISK_LESSON]
+
+
+def test_a_segments_breakdown_leaves_an_unscored_rollout_out_instead_of_counting_it_as_zero(engine,
+                                                                                            conversation_task):
+    """Issue 41: a rollout whose call failed or whose reward could not be given counted as 0.0 in its segment's
+    Mean@k; it is no wrong answer, so it is left out of the figures and counted apart."""
+    from core.records.segments import breakdown
+    from storage.tables import Rollout
+
+    with Session(engine) as session:
+        task = get_task(session, CONVERSATION_TASK)
+        personas = personas_by_name(session, task)
+        sample = next(s for s in queries.samples(session, task.id, "test") if segment_of(s, personas))
+        segment = segment_of(sample, personas)
+        rollouts = [Rollout(sample_id=sample.id, group_index=0, reward=1.0, reward_source="judge"),
+                    Rollout(sample_id=sample.id, group_index=1, reward=None, error="503 Service Unavailable"),
+                    Rollout(sample_id=sample.id, group_index=2, reward=0.0, reward_source="error")]
+        result = breakdown(session, task, rollouts, {sample.id: sample})
+        only_failed = breakdown(session, task, rollouts[1:], {sample.id: sample})["segments"][segment]
+    row = result["segments"][segment]
+    assert (row["n"], row["mean_at_k"], row["pass_at_k"], row["unscored"]) == (1, 1.0, 1.0, 2)
+    [persona] = result["personas"].values()
+    assert (persona["mean_at_k"], persona["unscored"]) == (1.0, 2)
+    assert "Mean@1 1.000" in breakdown_lines(result, 1)[0] and "2 unscored, left out" in breakdown_lines(result, 1)[0]
+    assert (only_failed["n"], only_failed["mean_at_k"], only_failed["unscored"]) == (0, None, 2)
+    assert "Mean@1 -" in breakdown_lines({"segments": {segment: only_failed}}, 1)[0]

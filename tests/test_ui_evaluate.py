@@ -8,6 +8,7 @@ import pytest
 from sqlmodel import Session, col, select
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
+from core.jobs.run_control import cancel_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries
@@ -75,7 +76,7 @@ def test_submit_queues_an_evaluation_of_the_chosen_version(engine):
     table = table_with(at, "Mean@k")
     assert table["id"].tolist() == [evaluation.id]
     assert table.iloc[0]["version"] == "#2"
-    assert table.iloc[0]["progress"] == "0/?"
+    assert table.iloc[0]["progress"] == "0/15"  # queued: 5 queries x k 3 planned, not "0/?"
     assert "queued" in table.iloc[0]["status"]
 
 
@@ -161,6 +162,30 @@ def test_evaluations_with_different_k_are_not_compared(engine):
     assert at.selectbox(key="eval_compare_b").value != first.id
     assert any("same k" in e.value for e in at.error)
     assert not [df for df in at.dataframe if "mean reward A" in df.value.columns]
+
+
+def test_a_cancelled_evaluation_says_how_many_answers_it_holds_and_a_cancelled_queued_one_its_plan(engine):
+    """A cancelled evaluation has no metrics, but its answers are stored: the table counts them instead of
+    "answered —", and a queued one cancelled before it started says its plan instead of "0 of ?"."""
+    answered = executed_evaluation(engine, "empty", k=2)  # 3 queries x 2, all answered by the script
+    with db.session_scope(engine) as session:  # as a cancel leaves it: answers stored, no figures
+        row = session.get(Evaluation, answered.id)
+        row.status, row.metrics = "cancelled", {}
+        session.add(row)
+    queued = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=4, created_by="test")
+    cancel_evaluation(engine, queued, "alice")
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+
+    table = table_with(at, "Mean@k").set_index("id")
+    assert table.loc[answered.id, "answered"] == "6/6"
+    assert table.loc[answered.id, "progress"] == "6/6"
+    assert table.loc[queued, "answered"] == "0/8"
+    assert table.loc[queued, "progress"] == "0/8"
+    captions = [c.value for c in at.caption]
+    assert any(f"Evaluation #{answered.id} was cancelled with 6 of 6 rollouts stored (6 answered)" in c
+               for c in captions), captions
+    assert any(f"Evaluation #{queued} was cancelled with 0 of 8 rollouts stored" in c for c in captions), captions
+    assert not any("?" in c for c in captions if "was cancelled" in c)
 
 
 def test_promote_moves_the_production_label(engine):

@@ -369,7 +369,7 @@ def test_export_in_three_formats(engine):
 
     at.radio(key="lib_export_format").set_value("prompt")
     rerun(at)
-    assert f"{PAPER_WORDING.header}\n[E1]. {UNITS}\n[E2]. {REREAD}" in codes(at)  # the task's wording
+    assert f"{PAPER_WORDING.header}\n[E1] {UNITS}\n[E2] {REREAD}" in codes(at)  # the task's wording
     assert page.export_file_name(DEMO_TASK, "default", 2, "prompt") == "arithmetic-word-problems-default-v2.txt"
 
 

@@ -319,19 +319,28 @@ def test_a_decision_names_its_operation_as_the_card_does(engine):
     assert [t.value for t in at.toast] == ["Operation 2 edited."]
 
 
-def test_after_the_last_decision_of_a_step_the_next_waiting_step_opens_or_the_page_says_none_waits(engine):
+def test_after_the_last_decision_of_a_step_the_page_stays_on_it_and_offers_the_next_waiting_step(engine):
+    """Issue 41: the page moved to another run's step by itself, so the reviewer never read what the step came
+    to; it stays, says the outcome and which step waits next, and Next waiting step opens that one."""
     older = seeded_run(engine, "manual")
     newer = seeded_run(engine, "manual")
     older_step, newer_step = state(engine, older)["step"], state(engine, newer)["step"]
     [newer_op] = state(engine, newer)["ops"]
     at = open_review()
     assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (newer, newer_step.id)
+    assert not [b for b in at.button if b.key == "review_next_step"]  # something is still to decide here
 
     click(at, f"review_approve_{newer_op.id}")
     assert state(engine, newer)["step"].status == "completed"
-    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (older, older_step.id)
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (newer, newer_step.id)
+    assert any(s.value.startswith("Applied as version #") for s in at.success)
     assert (f"Run {newer} · epoch 1 · batch 1 has nothing left to decide. Next step waiting for review: run "
-            f"{older} · epoch 1 · batch 1.") in [s.value for s in at.success]
+            f"{older} · epoch 1 · batch 1 (the Next waiting step button opens it).") in [s.value for s in at.success]
+    [following] = [b for b in at.button if b.key == "review_next_step"]
+    assert following.label == f"Next waiting step: run {older} · epoch 1 · batch 1"
+
+    click(at, "review_next_step")
+    assert (at.selectbox(key="review_run").value, at.selectbox(key="review_step").value) == (older, older_step.id)
     [older_op] = state(engine, older)["ops"]
     assert [b.key for b in at.button if b.key == f"review_approve_{older_op.id}"]
 
@@ -341,6 +350,7 @@ def test_after_the_last_decision_of_a_step_the_next_waiting_step_opens_or_the_pa
     assert (f"Run {older} · epoch 1 · batch 1 has nothing left to decide. No other step of this task waits for "
             "review.") in [s.value for s in at.success]
     assert any(s.value.startswith("Applied as version #") for s in at.success)
+    assert not [b for b in at.button if b.key == "review_next_step"]
 
 
 def test_a_bulk_decision_names_its_step_as_the_step_picker_does(engine):

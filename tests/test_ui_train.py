@@ -387,6 +387,32 @@ def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
     assert model.value == "local/smollm2-135m"  # the model the run learned with, not the task's
 
 
+def test_a_run_whose_every_group_was_skipped_says_it_learned_nothing_instead_of_next_measure(engine, capsys):
+    """Every answer wrong in every group: each group is skipped, the library never changes, and the page (and
+    the CLI's report) say so instead of "completed. Next: measure its version"."""
+    from core.cli.report import report_run
+
+    run_id = seeded_run(engine, review_mode="auto", settings={"gate": "off"},
+                        rollout="I add the numbers. \\boxed{-12345}")
+    at = run_app(page=PAGE)
+    assert not at.exception, [e.value for e in at.exception]
+    assert shown_status(at).startswith("completed")
+    warnings = [w.value for w in at.warning]
+    assert any(f"Run #{run_id} is completed, and learned nothing" in w and "every group of this run was skipped "
+               "(2 of 2)" in w for w in warnings), warnings
+    assert not any("Next: measure" in s.value for s in at.success)
+    assert "train_evaluate" not in {b.key for b in at.button}
+    report_run(engine, run_id)
+    assert "note: every group of this run was skipped (2 of 2)" in capsys.readouterr().out
+
+
+def test_a_run_that_learned_says_next_measure(engine):
+    seeded_run(engine, review_mode="auto", settings={"gate": "off"})
+    at = run_app(page=PAGE)
+    assert any("Next: measure" in s.value for s in at.success)
+    assert not any("learned nothing" in w.value for w in at.warning)
+
+
 @pytest.fixture
 def no_provider_keys(monkeypatch):
     from core.models.model_choice import PROVIDERS

@@ -53,6 +53,19 @@ def words(n: int) -> str:
     return "Problem: " + " ".join(["step"] * (n - 3)) + " Answer: 10."
 
 
+def test_a_library_of_worked_examples_only_opens_with_one_introduction_and_ids_carry_no_period():
+    """Issue 41: `/select` on a library of examples printed the lessons' header and the examples' intro back to
+    back, and every entry read "[E1]." with a stray period after its id."""
+    only_examples = [MIXED[1]]
+    block = library_block(only_examples)
+    assert block == f"{EXAMPLES_INTRO}\n[E2] {EXAMPLE_TEXT}"
+    assert LIBRARY_HEADER not in block
+    assert parse_library_entries(block) == [{"text": EXAMPLE_TEXT, "kind": EXAMPLE}]  # it reads back as examples
+    assert "]." not in library_block(MIXED)
+    assert library_block(MIXED) == f"{LIBRARY_HEADER}\n[E1] {LESSON_TEXT}\n\n{EXAMPLES_INTRO}\n[E2] {EXAMPLE_TEXT}"
+    assert parse_library_entries("[E1]. An old block's lesson.") == [{"text": "An old block's lesson.",
+                                                                      "kind": LESSON}]  # pasted from before
+
 # --- the domain: kinds, limits, operations ---------------------------------------------------------------
 
 def test_a_library_from_an_earlier_version_reads_as_all_lessons_and_stays_as_it_was():
@@ -62,7 +75,7 @@ def test_a_library_from_an_earlier_version_reads_as_all_lessons_and_stays_as_it_
     assert [c.error for c in checked] == [None, None] and [c.op.kind for c in checked] == [LESSON, LESSON]
     after = apply_ops(OLD_LIBRARY, [c.op for c in checked], first_new_id=3)
     assert all("kind" not in e for e in after)  # stored exactly as before kinds existed
-    assert library_block(OLD_LIBRARY) == f"{LIBRARY_HEADER}\n[E1]. {LESSON_TEXT}\n[E2]. Check the units of the final answer."
+    assert library_block(OLD_LIBRARY) == f"{LIBRARY_HEADER}\n[E1] {LESSON_TEXT}\n[E2] Check the units of the final answer."
 
 
 def test_an_example_has_its_own_limit_and_one_over_it_is_refused():
@@ -94,8 +107,8 @@ def test_an_entry_keeps_its_kind_and_examples_have_their_own_cap():
 def test_the_agent_reads_examples_apart_from_the_lessons_and_the_learner_only_the_lessons():
     prompt = agent_system_prompt("Solve it.", "Box the answer.", MIXED, python_tool=False)
     lessons_part, examples_part = prompt.split(EXAMPLES_INTRO)
-    assert f"{LIBRARY_HEADER}\n[E1]. {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
-    assert examples_part == f"\n[E2]. {EXAMPLE_TEXT}"  # by its id, as the pages and the learner name it
+    assert f"{LIBRARY_HEADER}\n[E1] {LESSON_TEXT}" in lessons_part and EXAMPLE_TEXT not in lessons_part
+    assert examples_part == f"\n[E2] {EXAMPLE_TEXT}"  # by its id, as the pages and the learner name it
     assert render_for_learner(MIXED) == f"[E1] {LESSON_TEXT}"
 
 
@@ -181,7 +194,7 @@ def test_an_example_that_scores_is_proposed_lands_and_is_shown_to_the_agent(engi
     # the next step's agent reads the example under its own header, after the lessons
     later = [messages[0]["content"] for stage, messages in model.calls if stage == "rollout"][-1]
     assert later.index(LESSON_TEXT) < later.index(PAPER_WORDING.examples_intro) < later.index(  # the demo's wording
-        f"[{example['id']}]. {example['text']}")
+        f"[{example['id']}] {example['text']}")
 
 
 def test_with_lessons_off_a_run_learns_worked_examples_only(engine, demo_task, scripted):

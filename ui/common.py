@@ -248,6 +248,8 @@ def id_select(label: str, ids: list[int], key: str, param: str, *, default: int 
     url_choice(key, param, ids)
     if default in ids:
         st.session_state.setdefault(key, default)
+    if key in st.session_state:  # pinned: the browser names the choice by its label, which changes with a status
+        st.session_state[key] = st.session_state[key]  # or a count, and a label it no longer finds reset the box
     chosen = (where or st).selectbox(label, ids, key=key, **kwargs)
     show_in_url(param, chosen)
     return chosen

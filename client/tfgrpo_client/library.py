@@ -67,7 +67,7 @@ def render_prompt(experiences: Sequence[str]) -> str:
     E1, E2, ... by position (texts carry none; a new library numbers its entries so)."""
     if not experiences:
         return ""
-    lines = "\n".join(f"[E{i}]. {' '.join(str(text).split())}" for i, text in enumerate(experiences, start=1))
+    lines = "\n".join(f"[E{i}] {' '.join(str(text).split())}" for i, text in enumerate(experiences, start=1))
     return f"{EXPERIENCE_HEADER}\n{lines}\n"
 
 

@@ -16,6 +16,7 @@ import sys
 
 from core.cli import deploy, jobs, models, people, production, review, tasks, versions, webhooks
 from core.cli.base import BAD_INPUT, Parser
+from core.cli.logs import configure_logging
 from core.errors import StudioError, exit_code
 
 __all__ = ["build_parser", "main"]
@@ -38,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; a StudioError or bad input becomes one line on stderr and its exit code."""
     try:
         args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.WARNING if args.verbose else logging.ERROR,
-                            format="%(levelname)s %(name)s: %(message)s")
+        configure_logging(logging.WARNING if args.verbose else logging.ERROR)
         return args.func(args)
     except (StudioError, *BAD_INPUT) as exc:
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from core.cli.base import UsageError, engine_of
+from core.cli.logs import configure_logging
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
 from core.records.run_settings import RunSettings, run_settings
@@ -246,8 +247,13 @@ def breakdown_lines(metrics: dict, k: int) -> list[str]:
     """An evaluation's scores per segment and per criterion (conversation tasks), one line each."""
     lines = []
     for name, row in (metrics.get("segments") or {}).items():
+        unscored = f"  ({row['unscored']} unscored, left out)" if row.get("unscored") else ""
+        if row["mean_at_k"] is None:
+            lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} -{unscored}")
+            continue
         lo, hi = row["mean_at_k_ci"]
-        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"  segment {name:<12} {row['n']:>3} queries  Mean@{k} {row['mean_at_k']:.3f} "
+                     f"[{lo:.3f}, {hi:.3f}]{unscored}")
     for name, row in (metrics.get("criteria") or {}).items():
         lines.append(f"  criterion {name:<12} mean {row['mean']:.3f} over {row['n']} conversations")
     return lines
@@ -331,9 +337,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from core.jobs.worker import serve
     from storage.db import describe_url
 
-    logging.getLogger().setLevel(logging.INFO)
-    for noisy in ("LiteLLM", "litellm", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(logging.INFO)  # the worker's own progress; other libraries' only from WARNING up
     engine = engine_of(args)
     print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
     done = serve(engine, poll=args.poll, once=args.once)

@@ -107,6 +107,7 @@ def report_run(engine: Engine, run_id: int) -> int:
     from sqlmodel import Session
 
     from core.grpo.training import run_counters
+    from core.records.run_outcome import learned_nothing
     from storage import queries
     from storage.tables import LibraryVersion, Run
 
@@ -115,7 +116,8 @@ def report_run(engine: Engine, run_id: int) -> int:
         counters = run_counters(session, run)
         version = session.get(LibraryVersion, run.current_version_id) if run.current_version_id else None
         problems, gates = [], []
-        for step in queries.steps(session, run.id):
+        steps = queries.steps(session, run.id)
+        for step in steps:
             where = f"epoch {step.epoch + 1} batch {step.batch_index + 1}"
             if gate := GateVerdict.of(step):
                 gates.append(f"  {where}: {gate.line}")
@@ -131,6 +133,8 @@ def report_run(engine: Engine, run_id: int) -> int:
                 if op.status == OperationStatus.INVALID:
                     problems.append(f"{where}: {op.op} {op.target_ids} rejected: {op.validation_error}")
     print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
+    if run.status == JobStatus.COMPLETED and (nothing := learned_nothing(steps)):
+        print(f"  note: {nothing}")
     print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
           f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
     print(f"structured replies repaired {counters['replies_repaired']}, malformed {counters['replies_malformed']}")

@@ -2,7 +2,7 @@
 
 Pure functions over lists of {"id": "E3", "text": "...", "kind": "example"}; storing versions is
 core.records.versions' job. Ids are stable across versions so that a reviewer, a diff and the learner all
-talk about the same experience; the agent sees them by the same ids (`[E3]. text`), where the paper renumbers
+talk about the same experience; the agent sees them by the same ids (`[E3] text`), where the paper renumbers
 them [G0], [G1], ... (core.domain.library_io.to_prompt_block).
 
 An entry has a kind: a `lesson` (the paper's experience: a short general rule) or an `example` (a worked

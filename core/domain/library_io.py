@@ -104,7 +104,7 @@ def parse_library_entries(text: str, filename: str = "", examples_intro: str | N
     if not entries:
         raise LibraryFormatError(
             f"{name}: no experiences found; expected a JSON list or object, or a list with one "
-            "experience per line ('- ', '* ', '1. ' or '[E1]. ')"
+            "experience per line ('- ', '* ', '1. ' or '[E1] ')"
         )
     _check_limits(entries, name)
     return entries
@@ -152,10 +152,12 @@ def to_json(experiences: list[dict], meta: dict | None = None) -> str:
 
 def to_prompt_block(experiences: list[dict]) -> str:
     """The list put into the agent's system prompt, one entry a line as in the paper (`[G0]. text` there), each
-    by its stable id: `[E3]. text`. The id is what the pages, the learner's prompts, a review, the HTTP API's
-    `entries` and a trace's feedback call the entry, so the agent's "I used E3" names the same one; the paper's
-    renumbering G0, G1, ... would name a different entry under another version or another query's selection."""
-    return "\n".join(f"[{entry_label(e, i)}]. {_one_line(e['text'])}" for i, e in enumerate(experiences))
+    by its stable id: `[E3] text`, as the pages, the Markdown export and the learner's prompts write it (no period
+    after the id: "[E3]." read as a stray full stop). The id is what the pages, the learner's prompts, a review,
+    the HTTP API's `entries` and a trace's feedback call the entry, so the agent's "I used E3" names the same one;
+    the paper's renumbering G0, G1, ... would name a different entry under another version or another query's
+    selection. A block pasted from an earlier version, `[E3]. text`, still reads back (_ITEM_MARKER)."""
+    return "\n".join(f"[{entry_label(e, i)}] {_one_line(e['text'])}" for i, e in enumerate(experiences))
 
 
 def entry_label(entry: dict, position: int) -> str:

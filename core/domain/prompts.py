@@ -65,15 +65,17 @@ PAPER_WORDING = LibraryWording(PAPER_LIBRARY_HEADER, PAPER_EXAMPLES_INTRO)
 
 def library_block(experiences: list[dict], wording: LibraryWording = DEFAULT_WORDING) -> str:
     """The library as the agent reads it ("" when empty): the task's header, the lessons one a line by id,
-    `[E1]. ...` (the paper numbers them `[G0]. ...`; library_io.to_prompt_block says why ids), then the worked
-    examples apart under the task's intro line, `[E5]. ...`. The agent prompt (rollouts, evaluations, the gate,
+    `[E1] ...` (the paper numbers them `[G0]. ...`; library_io.to_prompt_block says why ids), then the worked
+    examples apart under the task's intro line, `[E5] ...`. A library (or a query's selection) of worked
+    examples only opens with their intro alone: the header announces lessons that are not there, and two
+    introductions back to back read as one garbled one. The agent prompt (rollouts, evaluations, the gate,
     conversations), the `prompt` export and the HTTP API all render a library with this."""
     if not experiences:
         return ""
-    parts = [to_prompt_block(lessons(experiences))] if lessons(experiences) else []
+    parts = [f"{wording.header}\n{to_prompt_block(lessons(experiences))}"] if lessons(experiences) else []
     if examples(experiences):
         parts.append(f"{wording.examples_intro}\n{to_prompt_block(examples(experiences))}")
-    return f"{wording.header}\n" + "\n\n".join(parts)
+    return "\n\n".join(parts)
 
 
 def agent_system_prompt(instructions: str, answer_format: str, experiences: list[dict], python_tool: bool,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -88,12 +89,14 @@ def check_validation_size(size: int) -> None:
 
 
 async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int, *,
-                     decided_only: bool = False) -> GateVerdict | None:
+                     decided_only: bool = False, check: Callable[[], None] | None = None) -> GateVerdict | None:
     """Evaluate the step's candidate (its pending or approved operations applied) against its starting
     library on the validation queries; store and return the figures and the decision on Step.gate.
     None when the gate is off; `skipped` when there is nothing to compare. `decided_only` measures again
     what the reviewers' decisions would land (approved and edited operations only), keeping the first
-    measurement (of every proposed operation) under `proposed`, also when the step is measured again twice."""
+    measurement (of every proposed operation) under `proposed`, also when the step is measured again twice.
+    `check` is the run's stop check (it raises when the run was paused or cancelled): both evaluations call it
+    every second, so a cancelled run's gate stops within seconds instead of running on to its end."""
     with Session(engine) as session:
         run, step = session.get(Run, run_id), session.get(Step, step_id)
         settings = run_settings(run)
@@ -121,7 +124,8 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
     else:
         common = {"purpose": EvaluationPurpose.GATE, "split": split, "sample_ids": sample_ids, "k": settings.gate_k,
                   "model": settings.policy_model, "temperature": settings.temperature, "step_id": step_id,
-                  "selection": settings.selection}  # the run's: the gate measures what training shows
+                  "selection": settings.selection,  # the run's: the gate measures what training shows
+                  "check": check}
         before_id, after_id = await asyncio.gather(
             run_fixed_evaluation(engine, gateway, run_id, experiences=before.experiences, version_id=before.id,
                                  **common),

@@ -406,7 +406,8 @@ async def _apply_or_wait(ctx: _Ctx, step_id: int, actor: str) -> None:
         unmeasured = (not any(o.status == OperationStatus.PENDING for o in queries.step_operations(session, step_id))
                       and decided_library_unmeasured(session, step))
     if unmeasured:
-        verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step_id, decided_only=True)
+        verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step_id, decided_only=True,
+                                        check=lambda: _tick(ctx))
         if verdict is not None and (verdict.failed or verdict.undecided):
             reopen_after_gate(ctx.engine, step_id, verdict)
     with session_scope(ctx.engine) as session:
@@ -479,7 +480,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
                                        model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens)
         store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
                        max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings))
-    verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id)
+    verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id, check=lambda: _tick(ctx))
     _tick(ctx)
     if ctx.settings.review_mode == "auto":
         _decide_unattended(ctx, step, verdict)

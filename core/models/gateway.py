@@ -393,12 +393,15 @@ class Gateway:
         named = connection.connection if connection is not None else None
         attempts = 0
         started = time.perf_counter()
+        queued = 0.0  # seconds spent waiting for a slot: the ledger's latency is the call's own time, not the queue's
         deadline = None  # set when the call first holds a slot: waiting in our own queue is not the model's time
         while True:
             raise_if_lost()  # a worker whose job was taken over spends nothing more
             attempts += 1
             transient, unreachable = False, None
+            waiting = time.perf_counter()
             async with self._semaphore(model):
+                queued += time.perf_counter() - waiting
                 self._raise_if_held(model, stage)  # found unreachable while this call waited for its slot
                 deadline = deadline or time.monotonic() + self.deadline_s
                 try:
@@ -432,7 +435,7 @@ class Gateway:
                     log.warning("%s on %s, retry %d in %.1fs", type(error).__name__, model, attempts, delay)
                     await asyncio.sleep(delay)  # outside the slot: other calls use it meanwhile
                     continue
-            latency = (time.perf_counter() - started) * 1000
+            latency = (time.perf_counter() - started - queued) * 1000
             message = redact(f"{type(error).__name__}: {error}")[:2000]
             if transient:
                 message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
@@ -447,7 +450,7 @@ class Gateway:
                 self._unreachable[self._address(model)] = (time.monotonic(), first)
                 raise ModelUnreachable(said) from error
             raise ModelCallError(said) from error
-        latency = (time.perf_counter() - started) * 1000
+        latency = (time.perf_counter() - started - queued) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,

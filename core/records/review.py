@@ -412,3 +412,88 @@ def written_kind(step: Step | None, op: Operation, experiences: list[dict]) -> s
 def next_library(session: Session, before: LibraryVersion, valid: list[ProposedOp]) -> list[dict]:
     """The experiences after `valid` operations, new ones numbered after every id the library ever used."""
     return apply_ops(before.experiences, valid, first_new_id=next_id_number(all_ids(session, before.library_id)))
+
+
+def measurement_outcome(session: Session, step: Step) -> str | None:
+    """What the measurement of a step's decided library came to, once it ended (the step had one queued by
+    apply_if_decided: its verdict keeps the first one under `proposed`): "landed as #5 (validation 0.40 -> 0.45)",
+    or "the gate refused it: 0.40 -> 0.38" with its operations back for a person. None while it runs or when the
+    step was never measured again."""
+    gate = GateVerdict.of(step)
+    if gate is None or gate.proposed is None or gate.remeasure:
+        return None
+    figures = f"{gate.mean_before:.2f} → {gate.mean_after:.2f}" if gate.measured else ""
+    if step.status == StepStatus.COMPLETED:
+        after = session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
+        if after is None or step.version_after_id == step.version_before_id:
+            return "the decided library was measured and nothing landed: the library did not change"
+        return f"the decided library was measured and landed as #{after.number}" + (
+            f" (validation {figures})" if figures else "")
+    if gate.failed:
+        return (f"the gate refused the decided library: {figures}; its operations wait for a person again "
+                "(approving against the gate needs a note)")
+    if gate.undecided:
+        return (f"the gate could not decide on the decided library ({gate.reason}); its operations wait for a "
+                "person again")
+    return None
+
+
+@dataclass(frozen=True)
+class OperationState:
+    """One operation as a page drew it: enough to tell what changed since (decided_elsewhere)."""
+
+    id: int
+    position: int
+    status: str
+    reviewer: str | None
+
+
+@dataclass(frozen=True)
+class StepState:
+    """A step's status and its operations' decisions at one moment: a page keeps the one it drew and compares it
+    with the stored one every few seconds, so a decision made elsewhere (the CLI, a colleague, the gate) shows."""
+
+    status: str
+    remeasure: bool
+    operations: tuple[OperationState, ...]
+
+
+def step_state(session: Session, step_id: int) -> StepState | None:
+    step = session.get(Step, step_id)
+    if step is None:
+        return None
+    gate = GateVerdict.of(step)
+    return StepState(step.status, bool(gate and gate.remeasure),
+                     tuple(OperationState(op.id, op.position, op.status, op.reviewer)
+                           for op in queries.step_operations(session, step_id)))
+
+
+def decided_elsewhere(drawn: StepState, now: StepState) -> list[str]:
+    """Each operation a person decided or reopened since `drawn`, in words with who decided it ("Operation 2
+    approved by cli"). What the engine did is left out: a decided operation applied or found invalid when its
+    step landed, and the operations a measurement's refusal reopened (the step's outcome line says both)."""
+    if drawn.remeasure and not now.remeasure:
+        return []
+    before = {op.id: op for op in drawn.operations}
+    lines = []
+    for op in now.operations:
+        old = before.get(op.id)
+        if old is not None and (old.status, old.reviewer) == (op.status, op.reviewer):
+            continue
+        if old is not None and old.status != OperationStatus.PENDING and op.status in (
+                OperationStatus.APPLIED, OperationStatus.INVALID):
+            continue
+        name = f"Operation {op.position + 1}"
+        if op.status == OperationStatus.PENDING:
+            lines.append(f"{name} reopened")
+        else:
+            lines.append(f"{name} {op.status}" + (f" by {op.reviewer}" if op.reviewer else ""))
+    return lines
+
+
+def next_waiting_step(session: Session, task_id: int, step: Step, kinds) -> Step | None:
+    """The step a reviewer goes on to from `step`: the next one of the same run that waits for review, else the
+    first of the task's other runs (newest run first, as the run picker's default); None when none waits."""
+    waiting = [s for s in queries.steps_waiting_for_review(session, task_id, kinds=kinds) if s.id != step.id]
+    following = [s for s in waiting if s.run_id == step.run_id] or waiting
+    return following[0] if following else None

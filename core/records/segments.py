@@ -18,7 +18,7 @@ from statistics import mean
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from core.domain.metrics import score_groups
+from core.domain.metrics import is_answered, score_groups
 from core.domain.personas import SEGMENT_PATTERN
 from core.errors import InvalidInput, NotFound
 from core.records.comparison import Paired, paired
@@ -42,13 +42,17 @@ UNKNOWN = "(no persona)"
 
 
 def breakdown(session: Session, task: Task, rollouts: list[Rollout], samples: dict[int, Sample]) -> dict:
-    """Per segment and per persona: n queries, Mean@k with its interval, Pass@k; per criterion: the mean
-    score in [0, 1] over the rollouts the judge scored. Empty for a task that is not a conversation task."""
+    """Per segment and per persona: n queries, Mean@k with its interval, Pass@k over the answered rollouts, and
+    how many were left unscored (a failed call or a reward that could not be given is no wrong answer: it
+    is counted apart, never as 0.0, as everywhere else, core.domain.metrics.is_answered); per criterion: the
+    mean score in [0, 1] over the rollouts the judge scored. Empty for a task that is not a conversation task."""
     if not is_conversation(task):
         return {}
     personas = personas_by_name(session, task)
     by_segment: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     by_persona: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    unscored: dict[str, int] = defaultdict(int)  # rollouts without a reward to count, by segment
+    unscored_persona: dict[str, int] = defaultdict(int)
     criteria: dict[str, list[float]] = defaultdict(list)
     persona_segment: dict[str, str] = {}
     for rollout in rollouts:
@@ -58,14 +62,20 @@ def breakdown(session: Session, task: Task, rollouts: list[Rollout], samples: di
         segment = segment_of(sample, personas) or UNKNOWN
         persona = persona_name(sample) or UNKNOWN
         persona_segment[persona] = segment
-        by_segment[segment][sample.id].append(rollout.reward or 0.0)
-        by_persona[persona][sample.id].append(rollout.reward or 0.0)
+        if not is_answered(rollout):
+            unscored[segment] += 1
+            unscored_persona[persona] += 1
+            continue
+        by_segment[segment][sample.id].append(float(rollout.reward))
+        by_persona[persona][sample.id].append(float(rollout.reward))
         for name, value in ((rollout.scores or {}).get("criteria") or {}).items():
             criteria[name].append(float(value))
     return {
-        "segments": {segment: _summary(groups) for segment, groups in sorted(by_segment.items())},
-        "personas": {persona: {"segment": persona_segment[persona], **_summary(groups)}
-                     for persona, groups in sorted(by_persona.items())},
+        "segments": {segment: {**_summary(by_segment.get(segment, {})), "unscored": unscored.get(segment, 0)}
+                     for segment in sorted(set(by_segment) | set(unscored))},
+        "personas": {persona: {"segment": persona_segment[persona], **_summary(by_persona.get(persona, {})),
+                               "unscored": unscored_persona.get(persona, 0)}
+                     for persona in sorted(set(by_persona) | set(unscored_persona))},
         "criteria": {name: {"mean": mean(values), "n": len(values)} for name, values in sorted(criteria.items())},
     }
 
