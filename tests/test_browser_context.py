@@ -144,7 +144,7 @@ def test_evaluate_queues_what_it_shows_after_a_task_switch_and_promote_asks_firs
                 queued = session.exec(select(Evaluation).where(Evaluation.status == "queued")).one()
                 support = session.exec(select(Task).where(Task.name == SUPPORT_TASK)).one()
             assert (queued.task_id, queued.split) == (support.id, shown_split)
-            assert f"Evaluation #{queued.id} queued" in message and "on the test split" in message, message
+            assert f"Evaluation {queued.id} queued" in message and "on the test split" in message, message
 
             sidebar_select(page, "Task", DEMO_TASK)
             page.get_by_role("button", name="Promote to production…").click()

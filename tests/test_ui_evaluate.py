@@ -246,7 +246,7 @@ def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
     assert (str(evaluation.version_id) if evaluation.version_id else "empty") == shown_version
     assert evaluation.version_id != first
     (message,) = [s.value.replace("\\", "") for s in at.success]  # Markdown escapes dropped, as drawn
-    assert f"Evaluation #{evaluation.id} queued" in message and f"on the {shown_split} split" in message
+    assert f"Evaluation {evaluation.id} queued" in message and f"on the {shown_split} split" in message
 
 
 def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):

@@ -454,7 +454,7 @@ def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(eng
     assert effects["effect"].tolist() == [0.5, -0.5, 0.0]
     assert effects["95% interval"].tolist() == ["[+0.125, +0.875]", "[-0.875, -0.125]", "[+0.000, +0.000]"]
     assert effects["verdict"].tolist() == ["helps", "hurts", "unclear"]
-    assert any(f"Measured by run #{run_id} on 8 test queries x k=2" in c.value for c in at.caption)
+    assert any(f"Measured by run {run_id} on 8 test queries x k=2" in c.value for c in at.caption)
 
     at.button(key="lib_remove_hurting").click()
     rerun(at)
@@ -504,8 +504,8 @@ def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(
     [run] = attribution_runs(engine, version_id)
     assert (run.status, run.kind, run.created_by, run.settings["k"], len(run.settings["sample_ids"])) == (
         "queued", "attribute", REVIEWER, 1, 4)
-    assert any(f"Measurement run #{run.id} queued" in s.value for s in at.success)
-    assert any(f"Measurement run #{run.id}: queued · variants 0/3" in c.value for c in at.caption), \
+    assert any(f"Measurement run {run.id} queued" in s.value for s in at.success)
+    assert any(f"Measurement run {run.id}: queued · variants 0/3" in c.value for c in at.caption), \
         [c.value for c in at.caption]
     assert at.button(key="lib_measure_start").disabled
     at.button(key="lib_measure_cancel").click()
@@ -525,12 +525,12 @@ def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
         run.status, run.error = "failed", "RuntimeError: the provider is down"
         session.add(run)
     at = open_page()
-    assert any(f"Measurement run #{run_id}: failed · variants 0/3" in c.value for c in at.caption)
+    assert any(f"Measurement run {run_id}: failed · variants 0/3" in c.value for c in at.caption)
     assert "RuntimeError: the provider is down" in codes(at)
     at.button(key="lib_measure_resume").click()
     rerun(at)
     assert attribution_runs(engine, version_id)[0].status == "queued"
-    assert any(f"Measurement run #{run_id}: queued" in c.value for c in at.caption)
+    assert any(f"Measurement run {run_id}: queued" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("name, data, problem", [

@@ -201,7 +201,7 @@ def test_pause_resume_cancel_each_ask_first_then_change_the_run_status(engine):
     at.button(key="train_pause").click()
     at.run()
     assert [w.value for w in at.warning if w.value != learner_notice(at)] == [
-        f"Pause run #{run_id}? The call in flight finishes; resume continues where it stopped."]
+        f"Pause run {run_id}? The call in flight finishes; resume continues where it stopped."]
     assert run_status(engine, run_id) == "queued"  # asking changed nothing
     at.button(key="train_confirm_no").click()  # Keep running
     at.run()

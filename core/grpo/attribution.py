@@ -175,7 +175,7 @@ def _plan(session: Session, task_name: str, version_ref: str | int, split: str |
     if version is None:
         raise InvalidInput("the empty library has no experiences to measure; choose a version that has some")
     if not version.experiences:
-        raise InvalidInput(f"version #{version.number} (id {version.id}) has no experiences to measure")
+        raise InvalidInput(f"version #{version.number} has no experiences to measure")
     method = METHODS.get(task.reward_method)
     if method is not None and method.uses_people and not method.uses_judge:
         raise InvalidInput(f"task {task.name!r} is scored by people only; a measurement cannot wait for labels "
@@ -457,7 +457,7 @@ def remove_hurting(engine: Engine, task_name: str, version_id: int, actor: str, 
             raise NotFound(f"no version {version_id}")
         library = session.get(Library, version.library_id)
         if library.name != library_name:
-            raise InvalidInput(f"version id {version_id} is in library {library.name!r}, not {library_name!r}")
+            raise InvalidInput(f"version #{version.number} is in library {library.name!r}, not {library_name!r}")
         latest = queries.latest_version(session, library.id)
     if not effects:
         raise InvalidInput(f"version #{version.number} has not been measured yet; measure its experiences first")

@@ -350,7 +350,7 @@ def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
     for (day, version_id), group in sorted(cells.items()):
         scores = [s for s in (trace_score(t) for t in group) if s is not None]
         low, high = mean_interval(scores) if scores else (None, None)
-        rows.append({"day": day, "version": f"#{numbers.get(version_id, '?')} (id {version_id})",
+        rows.append({"day": day, "version": f"#{numbers.get(version_id, '?')}",
                      "version_id": version_id, "traces": len(group), "scored": len(scores),
                      "scored share": round(len(scores) / len(group), 3),
                      "mean score": round(mean(scores), 3) if scores else None,
