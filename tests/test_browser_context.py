@@ -108,7 +108,7 @@ def seed_promotion(database_url: str) -> tuple[int, int, int]:
         task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
         library = queries.library_by_name(session, task.id, "default")
         first = queries.versions(session, library.id)[0]
-    set_label(engine, DEMO_TASK, first.id, PRODUCTION, "cli")
+    set_label(engine, DEMO_TASK, str(first.number), PRODUCTION, "cli")
     completed_evaluation(engine, str(first.id))
     completed_evaluation(engine, str(candidate.id))
     return library.id, first.id, candidate.id

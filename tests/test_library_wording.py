@@ -136,7 +136,7 @@ def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_read
 
     from core.cli import main  # the command line's export is the same block
 
-    assert main(["--db", url_with_password(engine), "export", "--task", POLICY_TASK, "--version", str(version.id),
+    assert main(["--db", url_with_password(engine), "export", "--task", POLICY_TASK, "--version", str(version.number),
                  "--format", "prompt", "--output", str(tmp_path / "prompt.txt")]) == 0
     assert (tmp_path / "prompt.txt").read_text() == block
 

@@ -99,7 +99,7 @@ def test_the_api_answers_null_where_nothing_was_answered(engine, demo_task):
 
 def test_a_comparison_against_it_refuses_and_computes_no_figure(engine, demo_task):
     a = answered(engine, "empty")
-    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").id))
+    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").number))
     result = compare_evaluations(engine, a.id, b.id)
     s = result.stats
     assert s.n == 0 and not s.decided and s.verdict.startswith("cannot decide: 2 of the 2 queries")

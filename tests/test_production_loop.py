@@ -39,7 +39,7 @@ def majority_replies():
 
 def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, production.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(production.number), "production", "system")
     import_library(engine, DEMO_TASK, "- A later draft nobody promoted.", "b.md", actor="system")
     secret = create_key(engine, "bike-shop agent", "ingest", "cli").secret
 
@@ -88,7 +88,7 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     # Before anyone promotes it: the new version against production, paired on the same held-out queries.
     scored = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": mixed_rollouts()}),
                      backoff_s=0.001)
-    a = create_evaluation(engine, DEMO_TASK, str(production.id), split="test", limit=6)
+    a = create_evaluation(engine, DEMO_TASK, str(production.number), split="test", limit=6)
     b = create_evaluation(engine, DEMO_TASK, str(run.current_version_id), split="test", limit=6)
     for evaluation_id in (a, b):
         assert execute_evaluation(engine, evaluation_id, gateway=scored).status == "completed"

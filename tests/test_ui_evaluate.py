@@ -169,7 +169,7 @@ def test_promote_moves_the_production_label(engine):
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
         first_version = queries.versions(session, library.id)[0]
         library_id = library.id
-    set_label(engine, DEMO_TASK, first_version.id, "production", "test")
+    set_label(engine, DEMO_TASK, str(first_version.number), "production", "test")
     evaluation = executed_evaluation(engine, str(version_id), k=1)
     executed_evaluation(engine, "empty", k=1)  # the empty library is no candidate
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
@@ -315,7 +315,7 @@ def test_compare_starts_with_the_older_or_production_version_as_a(engine):
     with Session(engine) as session:
         library = queries.library_by_name(session, task_id(engine), "default")
         first = queries.versions(session, library.id)[0]
-    set_label(engine, DEMO_TASK, first.id, "production", "test")
+    set_label(engine, DEMO_TASK, str(first.number), "production", "test")
     of_production = executed_evaluation(engine, str(first.id), k=1)
     at = run_app(page=PAGE)
     assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (

@@ -118,7 +118,7 @@ def test_a_connection_test_shows_the_models_reply_as_text(engine, monkeypatch):
 def test_a_refused_promotion_shows_the_compare_command_as_code(engine):
     candidate = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md", actor="bob")
     first = edit_library(engine, DEMO_TASK, [ProposedOp("DELETE", ["E1"])], "bob")
-    set_label(engine, DEMO_TASK, first.id, "production", "bob")
+    set_label(engine, DEMO_TASK, str(first.number), "production", "bob")
     at = run_app(page="pages/library.py", session_state={REVIEWER_KEY: REVIEWER})
     at.selectbox(key="lib_label_version").select(candidate.id)
     click(at, "lib_label_button")

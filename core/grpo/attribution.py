@@ -167,11 +167,11 @@ class _Plan:
     sample_ids: list[int]
 
 
-def _plan(session: Session, task_name: str, version_ref: str | int, split: str | None, limit: int | None,
+def _plan(session: Session, task_name: str, version_ref: str, split: str | None, limit: int | None,
           library_name: str) -> _Plan:
     """What a measurement of this version would evaluate, or an error saying why it cannot be measured."""
     task = get_task(session, task_name)
-    version = resolve_version(session, task, str(version_ref), library_name)
+    version = resolve_version(session, task, version_ref, library_name)
     if version is None:
         raise InvalidInput("the empty library has no experiences to measure; choose a version that has some")
     if not version.experiences:
@@ -206,7 +206,7 @@ def _average_cost(session: Session, task: Task) -> tuple[float | None, float, st
     return float(average), judge, f"the average of this task's {count} paid rollouts"
 
 
-def estimate(engine: Engine, task_name: str, version_ref: str | int, *, split: str | None = None, k: int = 2,
+def estimate(engine: Engine, task_name: str, version_ref: str, *, split: str | None = None, k: int = 2,
              limit: int | None = None, library_name: str = "default") -> dict:
     """What measuring this version takes, shown before it starts: queries, variants (experiences + 1), agent
     calls = variants x queries x k (and as many judge calls for a judged task), and the estimated cost."""
@@ -235,7 +235,7 @@ def estimate_line(est: dict) -> str:
             f"{est['agent_calls']} agent calls{turns}{judge}; {cost} ({est['cost_basis']})")
 
 
-def create_attribution(engine: Engine, task_name: str, version_ref: str | int, *, split: str | None = None, k: int = 2,
+def create_attribution(engine: Engine, task_name: str, version_ref: str, *, split: str | None = None, k: int = 2,
                        limit: int | None = None, library_name: str = "default", created_by: str = "cli",
                        concurrency: int | None = None, budget_usd: float | None = None) -> int:
     """Queue a measurement of a version (id, label or `latest`) as a run of kind `attribute`; a worker (or

@@ -54,7 +54,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting an evaluation")
         task = get_task(session, task_name)
-        version = resolve_version(session, task, str(version_ref), library_name)
+        version = resolve_version(session, task, version_ref, library_name)
         check_agent_mode(task.name, task.agent_mode)
         check_task_kind(session, task)
         if not queries.samples(session, task.id, split, limit=1):
@@ -341,7 +341,7 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
             return int(text[len(prefix):])
     with Session(engine) as session:
         task = get_task(session, task_name)
-        version = resolve_version(session, task, str(ref), library_name)
+        version = resolve_version(session, task, ref, library_name)
         version_id = version.id if version else None
         selection = selection_of(session.get(Library, version.library_id) if version else None)
         for ev in queries.evaluations(session, task.id):

@@ -142,7 +142,8 @@ def _no_such_number(session: Session, task: Task, library: Library, number: int)
     database id (the name the CLI took before), which version that id is, by its number."""
     latest = queries.latest_version(session, library.id)
     where = f"library {library.name!r} of task {task.name!r}"
-    has = f"its versions are #1 to #{latest.number}" if latest else "it has no version yet"
+    has = ("it has no version yet" if latest is None else "its only version is #1" if latest.number == 1
+           else f"its versions are #1 to #{latest.number}")
     same_id = session.get(LibraryVersion, number)
     if same_id is None:
         return NotFound(f"{where} has no version #{number} ({has})")
@@ -185,7 +186,7 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None, 
     raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 
-def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str, actor: str, *,
+def set_label(engine: Engine, task_name: str, version_ref: str, name: str, actor: str, *,
               library_name: str = "default", reason: str = "") -> LibraryLabel:
     """Point a label at a version (its number, a label or `latest`) of the library, moving it if it exists. Any label
     moves freely (a reviewer's); `production` is the admin's and moves only through `promote`, its guard."""
@@ -194,10 +195,10 @@ def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str,
         raise InvalidInput("give the label a name, e.g. production")
     if name == PRODUCTION:
         with Session(engine) as session:
-            version_id = version_in_library(session, task_name, str(version_ref), library_name).id
+            version_id = version_in_library(session, task_name, version_ref, library_name).id
         return promote(engine, version_id, actor, reason=reason)
     with session_scope(engine) as session:
-        version = version_in_library(session, task_name, str(version_ref), library_name)
+        version = version_in_library(session, task_name, version_ref, library_name)
         return _move_label(session, version, name, actor, reason=reason)
 
 
