@@ -431,7 +431,7 @@ def draw_measure_form(chosen: VersionInfo, data: PageData, ctx: Context, busy: b
     c2.number_input("k (samples per query)", value=2, min_value=1, step=1, key="lib_measure_k")
     c3.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="lib_measure_limit")
     try:
-        est = attribution.estimate(engine(), ctx.task, chosen.id, library_name=ctx.library, **measure_settings())
+        est = attribution.estimate(engine(), ctx.task, str(chosen.number), library_name=ctx.library, **measure_settings())
     except StudioError as exc:
         st.error("This version cannot be measured: " + message_markdown(exc))
         return

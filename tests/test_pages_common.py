@@ -61,7 +61,7 @@ def test_every_page_draws_a_seeded_studio(seeded_studio, page):
 
 def unanswered_evaluations(engine) -> tuple[int, int]:
     """A failed evaluation (every model call failed: 0 answered) and one cancelled during its first call."""
-    version = import_library(engine, DEMO_TASK, "- Check the units of the answer.", "units.md").id
+    version = import_library(engine, DEMO_TASK, "- Check the units of the answer.", "units.md").number
     failed_id = create_evaluation(engine, DEMO_TASK, str(version), k=2, limit=2, created_by="test")
     _model, gateway = scripted_gateway(engine, rollout=RuntimeError("503 Service Unavailable"))
     gateway.max_retries = 0

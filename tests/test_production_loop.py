@@ -19,7 +19,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.records.traces import harvest
 from core.records.versions import import_library, set_label
-from storage.tables import Rollout, Run, Sample, Trace
+from storage.tables import LibraryVersion, Rollout, Run, Sample, Trace
 from tests.api_support import api_server
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts, per_query
 from tests.ui_support import ROOT
@@ -89,7 +89,9 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     scored = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": mixed_rollouts()}),
                      backoff_s=0.001)
     a = create_evaluation(engine, DEMO_TASK, str(production.number), split="test", limit=6)
-    b = create_evaluation(engine, DEMO_TASK, str(run.current_version_id), split="test", limit=6)
+    with Session(engine) as session:
+        learned = session.get(LibraryVersion, run.current_version_id).number
+    b = create_evaluation(engine, DEMO_TASK, str(learned), split="test", limit=6)
     for evaluation_id in (a, b):
         assert execute_evaluation(engine, evaluation_id, gateway=scored).status == "completed"
     comparison = compare_evaluations(engine, a, b)

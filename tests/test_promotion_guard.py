@@ -58,7 +58,7 @@ def evaluate(engine, version_id: int, right: bool) -> int:
 
     gateway = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": answer}),
                       backoff_s=0.001)
-    evaluation_id = create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=6, created_by="system")
+    evaluation_id = create_evaluation(engine, DEMO_TASK, typed(engine, version_id), k=1, limit=6, created_by="system")
     assert execute_evaluation(engine, evaluation_id, gateway=gateway).status == "completed"
     return evaluation_id
 
