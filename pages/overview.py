@@ -116,7 +116,7 @@ def load_overview() -> dict:
                                                           | {e.version_id for e in evaluations if e.version_id}))
         for run in runs:
             status = job_health(run.status, run.heartbeat_at)
-            run_rows.append({"run": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
+            run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
                              "status": status, "steps": steps_label(run.progress or {}),
                              "current version": f"#{numbers[run.current_version_id]}"
                              if run.current_version_id in numbers else "", "created": run.created_at,
@@ -133,7 +133,7 @@ def load_overview() -> dict:
                 if action is not None:
                     actions.append(action)
 
-        eval_rows = [{"evaluation": ev.id, "task": task_names.get(ev.task_id, "?"),
+        eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
                       "version": f"#{numbers.get(ev.version_id, '?')}" if ev.version_id is not None else "empty",
                       "split": ev.split,
                       "k": ev.k, "n": ev.n, "Mean@k": score_text(ev, "mean_at_k"), "Pass@k": score_text(ev, "pass_at_k"),

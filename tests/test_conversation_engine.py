@@ -23,7 +23,16 @@ from core.records.versions import import_library
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus
-from storage.tables import Advantage, ConversationTurn, Evaluation, LibraryVersion, LLMCall, Rollout, Run, Sample
+from storage.tables import (
+    Advantage,
+    ConversationTurn,
+    Evaluation,
+    LibraryVersion,
+    LLMCall,
+    Rollout,
+    Run,
+    Sample,
+)
 
 LESSON = "Ask for the order number before promising anything."
 
