@@ -109,8 +109,8 @@ def seed_promotion(database_url: str) -> tuple[int, int, int]:
         library = queries.library_by_name(session, task.id, "default")
         first = queries.versions(session, library.id)[0]
     set_label(engine, DEMO_TASK, str(first.number), PRODUCTION, "cli")
-    completed_evaluation(engine, str(first.id))
-    completed_evaluation(engine, str(candidate.id))
+    completed_evaluation(engine, str(first.number))
+    completed_evaluation(engine, str(candidate.number))
     return library.id, first.id, candidate.id
 
 
