@@ -431,10 +431,11 @@ def arm_comparison(session: Session, library_id: int, candidate: str) -> ArmComp
             score = trace_score(trace)
             if score is not None:
                 scores[by_version[trace.version_id]].append(score)
+    numbers = queries.version_numbers(session, list(arms.values()))
     rows = []
     for label, values in scores.items():
         low, high = mean_interval(values) if values else (None, None)
-        rows.append({"arm": label, "version id": arms[label], "scored traces": len(values),
+        rows.append({"arm": label, "version": f"#{numbers.get(arms[label], '?')}", "scored traces": len(values),
                      "mean score": round(mean(values), 3) if values else None, "low": low, "high": high})
     a, b = scores.get(PRODUCTION, []), scores.get(candidate, [])
     if len(a) < 2 or len(b) < 2:
