@@ -238,7 +238,7 @@ def estimate_line(est: dict) -> str:
 def create_attribution(engine: Engine, task_name: str, version_ref: str, *, split: str | None = None, k: int = 2,
                        limit: int | None = None, library_name: str = "default", created_by: str = "cli",
                        concurrency: int | None = None, budget_usd: float | None = None) -> int:
-    """Queue a measurement of a version (id, label or `latest`) as a run of kind `attribute`; a worker (or
+    """Queue a measurement of a version (its number in the library, a label or `latest`) as a run of kind `attribute`; a worker (or
     `python -m core attribute`) executes it. Refuses the empty library, a version without experiences, a split
     without samples, a task scored by people only, and a version already being measured."""
     settings = AttributionSettings.build(split=split, k=k, limit=limit, concurrency=concurrency, budget_usd=budget_usd)

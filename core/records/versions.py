@@ -52,8 +52,8 @@ def lock_library(session: Session, library_id: int) -> LibraryVersion | None:
 def check_latest(latest: LibraryVersion | None, base_id: int | None) -> None:
     """Refuse a change made on `base_id` when another version has become the latest meanwhile.
 
-    The newer version is named by its number alone: only a page makes a change on a version it showed (the CLI
-    and the HTTP API pass no base), and a page names a version by its number, not by the id the CLI takes."""
+    The newer version is named by its number, as everywhere a person reads one (only a page makes a change on a
+    version it showed: the CLI and the HTTP API pass no base)."""
     if latest is None or base_id is None or latest.id == base_id:
         return
     origin = "from the same parent" if latest.parent_id == base_id else "after the version your change started from"
