@@ -255,3 +255,15 @@ def test_pickers_and_tables_name_versions_by_number_only(page_engine):
     labels = [option for box in at.selectbox if box.label == "Evaluation" for option in box.options]
     assert any(label.startswith(f"Evaluation {b.id} · version #2 · ") for label in labels), labels
     assert made["#2"].id != 2
+
+
+def test_an_id_of_another_tasks_version_is_refused_naming_that_task(engine, versions):
+    from core.records.tasks import SUPPORT_TASK, ensure_support_task
+
+    ensure_support_task(engine)
+    elsewhere = import_library(engine, SUPPORT_TASK, "- Apologise once.", "s.md", actor="system")
+    with Session(engine) as session, pytest.raises(InvalidInput) as refused:
+        resolve_version(session, get_task(session, DEMO_TASK), str(elsewhere.id))
+    assert str(refused.value).endswith(f"{elsewhere.id} is the database id of version #{elsewhere.number} of library "
+                                       f"'default' of task '{SUPPORT_TASK}', and a version is named by its number "
+                                       "in its library")

@@ -149,12 +149,13 @@ def _no_such_number(session: Session, task: Task, library: Library, number: int)
         return NotFound(f"{where} has no version #{number} ({has})")
     owner = session.get(Library, same_id.library_id)
     owner_task = session.get(Task, owner.task_id) if owner else None
-    whose = (f"library {owner.name!r}" if owner and owner.task_id == task.id
-             else f"library {owner.name if owner else '?'!r} of task {owner_task.name if owner_task else '?'!r}")
-    return InvalidInput(f"{where} has no version #{number} ({has}); {number} is the database id of version "
-                        f"#{same_id.number} of {whose}, and a version is named by its number in its library: "
-                        f"type {same_id.number} (or #{same_id.number})"
-                        + ("" if owner is None or owner.id == library.id else f" with --library {owner.name}"))
+    said = (f"{where} has no version #{number} ({has}); {number} is the database id of version #{same_id.number} of "
+            f"library {owner.name if owner else '?'!r}")
+    if owner is None or owner_task is None or owner_task.id != task.id:
+        return InvalidInput(f"{said} of task {owner_task.name if owner_task else '?'!r}, and a version is named by "
+                            "its number in its library")
+    return InvalidInput(f"{said}, and a version is named by its number in its library: type {same_id.number} "
+                        f"(or #{same_id.number})" + ("" if owner.id == library.id else f" with --library {owner.name}"))
 
 
 def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
