@@ -134,12 +134,13 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
 
     @app.get("/v1/tasks/{task}/libraries/{library}")
     def library(task: str, library: str, label: str | None = Query(None, description="default production"),
-                version: int | None = Query(None, description="a version id instead of a label"),
+                version: str | None = Query(None, description="a version's number in the library, as every page shows "
+                                                      "it (#12 is version=12), instead of a label"),
                 user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                 if_none_match: str | None = Header(None),
                 _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
         with Session(get_engine()) as session:
-            served = served_library(session, task, library, label=label, version_id=version, user_id=user)
+            served = served_library(session, task, library, label=label, version=version, user_id=user)
         headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:
             return Response(status_code=304, headers=headers)
@@ -149,14 +150,15 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
     def select(task: str, library: str,
                query: str = Query(..., min_length=1, description="the query the agent is about to answer"),
                label: str | None = Query(None, description="default production"),
-               version: int | None = Query(None, description="a version id instead of a label"),
+               version: str | None = Query(None, description="a version's number in the library, as every page shows "
+                                                      "it (#12 is version=12), instead of a label"),
                user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                if_none_match: str | None = Header(None),
                _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
         """The entries the library's selection shows for `query` (all of them under `all`, the k most similar
         under `top_k`): the same choice the studio's training and evaluation rollouts of that query were shown."""
         with Session(get_engine()) as session:
-            served = served_selection(session, task, library, query=query, label=label, version_id=version,
+            served = served_selection(session, task, library, query=query, label=label, version=version,
                                       user_id=user)
         headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:

@@ -61,7 +61,7 @@ def main() -> None:
         engine = get_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
         ensure_demo_tasks(engine)
         version = import_library(engine, DEMO_TASK, LIBRARY, "bench.md", actor="system")
-        set_label(engine, DEMO_TASK, version.id, "production", "system")
+        set_label(engine, DEMO_TASK, str(version.number), "production", "system")
         read = create_key(engine, "bench-read", "read", "cli").secret
         ingest = create_key(engine, "bench-ingest", "ingest", "cli").secret
         with api_server(engine, extra_env={"TFGRPO_API_RATE_PER_MINUTE": "100000000"}) as base:

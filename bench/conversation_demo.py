@@ -42,7 +42,7 @@ def main() -> int:
     from core.settings import engine as settings_engine
     from storage.db import session_scope
     from storage.statuses import JobStatus, LabelStatus
-    from storage.tables import LLMCall, Rollout, Run
+    from storage.tables import LibraryVersion, LLMCall, Rollout, Run
 
     engine = settings_engine()
     ensure_conversation_task(engine)
@@ -82,8 +82,8 @@ def main() -> int:
     train_s = time.perf_counter() - started
     with Session(engine) as session:
         run = session.get(Run, run_id)
-        version = run.current_version_id
-        changed = version != run.start_version_id
+        version = session.get(LibraryVersion, run.current_version_id).number  # what create_evaluation takes
+        changed = run.current_version_id != run.start_version_id
     print(f"train: run {run_id} {run.status} in {train_s:.0f} s; {args.scenarios} scenarios x G={args.group_size}, "
           f"max {args.max_turns} agent turns; library {'changed' if changed else 'unchanged'}"
           + (f" ({run.error})" if run.error else ""))

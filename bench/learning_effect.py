@@ -330,9 +330,14 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
 
     from core.grpo.evaluation import create_evaluation, execute_evaluation_async
     from storage import queries
+    from storage.tables import Library, LibraryVersion
 
-    ref = "empty" if arm.version_id is None else str(arm.version_id)
-    arm.evaluation_id = create_evaluation(engine, TASK, ref, split="test", k=options.k, model=options.model)
+    with Session(engine) as session:  # create_evaluation takes the version as a person names it: its number
+        version = session.get(LibraryVersion, arm.version_id) if arm.version_id is not None else None
+        library = session.get(Library, version.library_id).name if version else "default"
+    ref = "empty" if version is None else str(version.number)
+    arm.evaluation_id = create_evaluation(engine, TASK, ref, split="test", k=options.k, model=options.model,
+                                          library_name=library)
     progress(f"{arm.name}: evaluating {arm.experiences} entries on the test queries in {arm.mode} mode "
              f"(evaluation {arm.evaluation_id})")
     started = time.perf_counter()

@@ -150,7 +150,7 @@ def prepared(url: str) -> tuple[object, str]:
     ensure_demo_tasks(engine)
     version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "bench.md",
                              actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     return engine, create_key(engine, "bench-otel", "ingest", "cli").secret
 
 

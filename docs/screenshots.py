@@ -84,7 +84,7 @@ def seed_production(database_url: str) -> None:
     engine = make_engine(database_url)
     production = import_library(engine, DEMO_TASK, "- Re-read the question before answering.", "a.md",
                                 actor="system")
-    set_label(engine, DEMO_TASK, production.id, "production", "system", reason="the pictures' production version")
+    set_label(engine, DEMO_TASK, str(production.number), "production", "system", reason="the pictures' production version")
     now = datetime.now(UTC)
     traces = [TraceIn(id=f"web-{day}-{i}", task=DEMO_TASK, version_id=production.id, segment="web",
                       user_id=f"u{i}", input=f"A shop sold {3 + i} boxes of {day + 4} pens. How many pens?",

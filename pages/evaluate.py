@@ -74,7 +74,7 @@ from ui.messages import message_markdown
 from ui.promote import PromoteDialog
 
 FLASH = Flash("eval_flash")
-HANDOFF_KEY = "eval_version"  # another page sets a version id here before it switches to Evaluate
+HANDOFF_KEY = "eval_version"  # another page sets a version's id here before it switches to Evaluate
 MODEL_HANDOFF_KEY = "eval_model"  # ... and the model that version was learned with
 PROMOTE = PromoteDialog("eval", FLASH, "promote")  # the guarded dialog, shared with the Library page's Labels
 COST = st.column_config.NumberColumn(format="$%.4f")
@@ -85,7 +85,7 @@ def version_name(version_id: int | None, numbers: dict[int, int]) -> str:
     if version_id is None:
         return EMPTY
     number = numbers.get(version_id)
-    return f"#{number}" if number is not None else f"id {version_id}"
+    return f"#{number}" if number is not None else "?"
 
 
 def evaluated_name(e, numbers: dict[int, int]) -> str:
@@ -109,7 +109,7 @@ def load_setup(task: Task, library_name: str) -> dict:
             labels.setdefault(label.version_id, []).append(label.name)
         production = queries.label_by_name(session, library.id, PRODUCTION) if library else None
         bound = {segment: lib.name for segment, lib in segment_libraries(session, task).items()}
-        return {"task": task, "library": library, "splits": queries.count_samples(session, task.id),
+        return {"task": task, "library": library, "library_name": library_name, "splits": queries.count_samples(session, task.id),
                 "segment_libraries": bound,
                 "versions": [{"id": v.id, "number": v.number, "labels": sorted(labels.get(v.id, []))}
                              for v in versions],
@@ -136,6 +136,7 @@ class FormScope:
     """What the Start button's callback needs to know about the form it was drawn for (plain values)."""
 
     task: str
+    library: str
     keys: dict[str, str]
     split_sizes: dict[str, int]
     names: dict[str, str]
@@ -145,7 +146,7 @@ class FormScope:
 
 def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: int, model: str) -> str:
     """What was queued, echoed back so the person sees it is what the form showed."""
-    return (f"Evaluation #{evaluation_id} queued: version {version} on the {split} split ({queries} queries, "
+    return (f"Evaluation {evaluation_id} queued: version {version} on the {split} split ({queries} queries, "
             f"k={k}), model {model}.")
 
 
@@ -163,7 +164,7 @@ def start_evaluation(scope: FormScope) -> None:
     evaluation_id = run_action(
         FLASH, "new", create_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
         model=model, temperature=float(state[keys["temperature"]]), route_segments=routed,
-        created_by=context().reviewer,
+        created_by=context().reviewer, library_name=scope.library,
         report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version)
                                                  + (" with a library per segment" if routed else ""),
                                                  split, size, k, model)))
@@ -174,15 +175,16 @@ def start_evaluation(scope: FormScope) -> None:
 def evaluation_form(setup: dict) -> None:
     """What to evaluate; Start evaluation queues it for the worker. Every widget is keyed by task and library."""
     task = setup["task"]
-    options = [str(v["id"]) for v in setup["versions"]] + [EMPTY]
-    names = {str(v["id"]): f"#{v['number']} (id {v['id']}) {' '.join(v['labels'])}".strip()
-             for v in setup["versions"]}
+    # A version is chosen, queued and echoed by its number in the library (core.records.versions.resolve_version)
+    options = [str(v["number"]) for v in setup["versions"]] + [EMPTY]
+    names = {str(v["number"]): f"#{v['number']} {' '.join(v['labels'])}".strip() for v in setup["versions"]}
     names[EMPTY] = "empty (no library)"
     splits = sorted(setup["splits"])
     version_key, split_key = form_key("version", setup), form_key("split", setup)
-    handed = st.session_state.pop(HANDOFF_KEY, None)  # "Evaluate this version" on Train or Library
-    if handed is not None and str(handed) in options:
-        st.session_state[version_key] = str(handed)
+    handed = st.session_state.pop(HANDOFF_KEY, None)  # "Evaluate this version" on Train or Library: its id
+    numbers = {str(v["id"]): str(v["number"]) for v in setup["versions"]}
+    if handed is not None and str(handed) in numbers:
+        st.session_state[version_key] = numbers[str(handed)]
     model_key = form_key("model", setup)
     handed_model = st.session_state.pop(MODEL_HANDOFF_KEY, None)  # the model the run learned with
     if handed_model:
@@ -216,7 +218,7 @@ def evaluation_form(setup: dict) -> None:
                              + ", ".join(f"{seg}: {name}" for seg, name in setup["segment_libraries"].items())
                              + "; production version, else the newest) and the version above for the rest; "
                              "compare it with an evaluation of the version alone.")
-        scope = FormScope(task=task.name, names=names, split_sizes=dict(setup["splits"]),
+        scope = FormScope(task=task.name, library=setup["library_name"], names=names, split_sizes=dict(setup["splits"]),
                           default_model=start, routed_key=routed_key,
                           keys={name: form_key(name, setup) for name in ("version", "split", "k", "limit", "model",
                                                                         "temperature")})
@@ -251,14 +253,14 @@ def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
 def resume(evaluation_id: int) -> None:
     """Queue a failed, stalled or cancelled evaluation again (a button's callback) and make sure a worker takes it."""
     if run_action(FLASH, "evaluations", resume_evaluation, engine(), evaluation_id, context().reviewer,
-                  success=f"Evaluation #{evaluation_id} queued again") is not None:
+                  success=f"Evaluation {evaluation_id} queued again") is not None:
         start_worker_if_needed()
 
 
 def cancel(evaluation_id: int) -> None:
     """Stop a queued or running evaluation (a button's callback); its worker stops within seconds."""
     run_action(FLASH, "evaluations", cancel_evaluation, engine(), evaluation_id, context().reviewer,
-               success=f"Evaluation #{evaluation_id} cancelled; its answered rollouts are kept (Resume continues it)")
+               success=f"Evaluation {evaluation_id} cancelled; its answered rollouts are kept (Resume continues it)")
 
 
 def job_buttons(e, counts: Counts) -> None:
@@ -268,31 +270,31 @@ def job_buttons(e, counts: Counts) -> None:
     shown = job_health(e.status, e.heartbeat_at)
     if shown in EVALUATION_MAY_CANCEL:
         if allowed("reviewer"):
-            st.button(f"Cancel evaluation #{e.id}", key=f"eval_cancel_{e.id}", icon=":material/stop:",
+            st.button(f"Cancel evaluation {e.id}", key=f"eval_cancel_{e.id}", icon=":material/stop:",
                       on_click=cancel, args=(e.id,),
                       help="The worker stops within seconds; answered rollouts are kept and Resume continues it.")
         if shown != JobStatus.STALLED:
             return
     if shown == JobStatus.INCOMPLETE:
-        st.warning(f"Evaluation #{e.id} is incomplete: " + message_markdown(e.error))
-        st.button(f"Retry the failed rollouts of evaluation #{e.id}", key=f"eval_retry_{e.id}",
+        st.warning(f"Evaluation {e.id} is incomplete: " + message_markdown(e.error))
+        st.button(f"Retry the failed rollouts of evaluation {e.id}", key=f"eval_retry_{e.id}",
                   icon=":material/replay:", on_click=resume, args=(e.id,),
                   help="Runs only the rollouts without a reward; answered ones come from the ledger, unpaid.")
         return
     if shown == JobStatus.CANCELLED:
         planned = f" of {counts.planned}" if counts.planned is not None else ""
-        st.caption(f"Evaluation #{e.id} was cancelled with {counts.stored}{planned} rollouts stored "
+        st.caption(f"Evaluation {e.id} was cancelled with {counts.stored}{planned} rollouts stored "
                    f"({counts.answered} answered); Resume continues it and pays only for the rollouts without an "
                    "answer.")
     elif shown in (JobStatus.FAILED, JobStatus.STALLED):
-        st.caption(f"Evaluation #{e.id} is {shown}"
+        st.caption(f"Evaluation {e.id} is {shown}"
                    + (": its worker stopped beating; an idle worker takes it over, or resume it here."
                       if shown == JobStatus.STALLED else ". Error:"))
         if e.error:
             show_long(e.error, f"eval_error_{e.id}")
     else:
         return
-    st.button(f"Resume evaluation #{e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
+    st.button(f"Resume evaluation {e.id}", key=f"eval_resume_{e.id}", icon=":material/play_arrow:",
               on_click=resume, args=(e.id,))
 
 
@@ -378,7 +380,7 @@ def segment_comparison(a_id: int, b_id: int) -> None:
 
 
 def evaluation_choice(e, numbers: dict[int, int]) -> str:
-    return (f"#{e.id} · {evaluated_name(e, numbers)} · {e.split} · k={e.k} · "
+    return (f"evaluation {e.id} · {evaluated_name(e, numbers)} · {e.split} · k={e.k} · "
             f"Mean@k {score_text(e, 'mean_at_k')}")
 
 

@@ -149,20 +149,19 @@ def load(ctx: Context) -> PageData:
                 note=v.note, experiences=[dict(exp) for exp in v.experiences], created_at=v.created_at,
                 labels=sorted(labels_by_version.get(v.id, []))))
             data.rows.append({
-                "id": v.id, "number": v.number,
-                "parent": numbers.get(v.parent_id) if v.parent_id is not None else None,
+                "version": f"#{v.number}",
+                "parent": f"#{numbers[v.parent_id]}" if v.parent_id in numbers else None,
                 "source": v.source, "created by": creator(v, steps), "note": v.note, "size": len(v.experiences),
                 "labels": ", ".join(sorted(labels_by_version.get(v.id, []))), "created at": v.created_at})
         data.rows.reverse()
-        data.label_rows = [{"label": label.name, "version": numbers.get(label.version_id),
-                            "version id": label.version_id, "moved by": label.moved_by, "moved at": label.moved_at}
+        data.label_rows = [{"label": label.name, "version": f"#{numbers.get(label.version_id, '?')}", "moved by": label.moved_by, "moved at": label.moved_at}
                            for label in sorted(labels, key=lambda item: item.name)]
     return data
 
 
 def version_option(version: VersionInfo | None) -> str:
     """A version as the selectboxes name it (stable, so a kept selection still matches after a change)."""
-    return f"#{version.number} (id {version.id})" if version else "?"
+    return f"#{version.number}" if version else "?"
 
 
 def unified_diff(old: VersionInfo, new: VersionInfo) -> str:
@@ -206,13 +205,21 @@ def revert(version_id: int, ctx: Context | None = None) -> Outcome:
     return Outcome(True, f"Created version #{version.number}: {plain(version.note)}.")
 
 
+def public_name(version_id: int) -> str:
+    """The version a selectbox chose (by id) as core takes what a person names: its number in the library."""
+    with Session(engine()) as session:
+        version = queries.version_by_id(session, version_id)
+    return str(version.number) if version else "?"
+
+
 @checks_sign_in
 def move_label(name: str, version_id: int, ctx: Context | None = None) -> Outcome:
     """Point a label at a version (`production` through its guard: core refuses it without a comparison or a
     reason, which only the Promote dialog gives)."""
     ctx = ctx or context()
     try:
-        label = core_versions.set_label(engine(), ctx.task, version_id, name, ctx.reviewer, library_name=ctx.library)
+        label = core_versions.set_label(engine(), ctx.task, public_name(version_id), name, ctx.reviewer,
+                                        library_name=ctx.library)
     except Exception as exc:  # noqa: BLE001
         return failed(exc)
     with Session(engine()) as session:
@@ -341,9 +348,9 @@ def measure_settings() -> dict:
 
 def _on_measure(version_id: int) -> None:
     ctx = context()
-    run_id = run_action(FLASH, "measure", attribution.create_attribution, engine(), ctx.task, version_id,
+    run_id = run_action(FLASH, "measure", attribution.create_attribution, engine(), ctx.task, public_name(version_id),
                         library_name=ctx.library, created_by=ctx.reviewer, **measure_settings(),
-                        report=lambda new_id: f"Measurement run #{new_id} queued; a worker executes it.")
+                        report=lambda new_id: f"Measurement run {new_id} queued; a worker executes it.")
     if run_id is not None:
         start_worker_if_needed()
 
@@ -394,7 +401,7 @@ def draw_text(data: PageData, newest_first: list[int], ctx: Context) -> None:
 def draw_effects(chosen: VersionInfo, effects: dict, latest: VersionInfo) -> None:
     """Each experience of the version beside its measured effect, and the removal of those that hurt."""
     some = next(iter(effects.values()))
-    st.caption(f"Measured by run #{some.run_id} on {some.n} {some.split} queries x k={some.k}. Effect: mean reward "
+    st.caption(f"Measured by run {some.run_id} on {some.n} {some.split} queries x k={some.k}. Effect: mean reward "
                "of the version minus the version without that experience, per query (paired); it helps when "
                "its 95% interval lies above 0, hurts when it lies below 0, and is unclear otherwise.")
     table(effect_rows(chosen.experiences, effects), key="lib_effects_table",
@@ -424,7 +431,7 @@ def draw_measure_form(chosen: VersionInfo, data: PageData, ctx: Context, busy: b
     c2.number_input("k (samples per query)", value=2, min_value=1, step=1, key="lib_measure_k")
     c3.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key="lib_measure_limit")
     try:
-        est = attribution.estimate(engine(), ctx.task, chosen.id, library_name=ctx.library, **measure_settings())
+        est = attribution.estimate(engine(), ctx.task, str(chosen.number), library_name=ctx.library, **measure_settings())
     except StudioError as exc:
         st.error("This version cannot be measured: " + message_markdown(exc))
         return
@@ -450,11 +457,11 @@ def measure_progress(version_id: int, run_id: int) -> None:
     if p["current"]:
         which = "the whole version" if p["current"] == attribution.FULL else f"without {p['current']}"
         now = f" · now {which}: {p['rollouts_done']}/{p['rollouts_total']} rollouts"
-    st.caption(f"Measurement run #{run_id}: {status_label(run.status, run.heartbeat_at)} · variants "
+    st.caption(f"Measurement run {run_id}: {status_label(run.status, run.heartbeat_at)} · variants "
                f"{p['variants_done']}/{p['variants_total']}{now} · {p['calls']} model calls "
                f"(cache hits {p['cache_hits']}) · ${p['cost']:.4f}")
     if shown == JobStatus.STALLED:
-        st.warning(f"The worker executing run #{run_id} stopped beating. Resume it to queue it again "
+        st.warning(f"The worker executing run {run_id} stopped beating. Resume it to queue it again "
                    "(finished variants are kept).")
     if run.error:
         show_long(run.error, f"lib_measure_error_{run_id}")
@@ -465,7 +472,7 @@ def measure_progress(version_id: int, run_id: int) -> None:
         ("Cancel", "lib_measure_cancel", ":material/stop:", cancel_attribution, "cancelled", PERSON_MAY_CANCEL))
         if shown in statuses]
     for column, (label, key, icon, change, done) in zip(st.columns([1, 1, 4])[:len(offered)], offered, strict=True):
-        column.button(label, key=key, icon=icon, on_click=_on_measure_request, args=(change, run_id, f"Run #{run_id} {done}"))
+        column.button(label, key=key, icon=icon, on_click=_on_measure_request, args=(change, run_id, f"Run {run_id} {done}"))
 
 
 def draw_measure(data: PageData, chosen: VersionInfo, ctx: Context) -> None:
@@ -509,7 +516,7 @@ def draw_selection(data: PageData, ctx: Context) -> None:
     if not query.strip():
         return
     with Session(engine()) as session:
-        served = served_selection(session, ctx.task, ctx.library, query=query, version_id=data.latest.id)
+        served = served_selection(session, ctx.task, ctx.library, query=query, version=str(data.latest.number))
     if not served.entries:
         st.caption(f"Version #{served.number} is empty: the query is shown no entries.")
         return

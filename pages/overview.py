@@ -97,7 +97,7 @@ def load_overview() -> dict:
             library_blocks.append({
                 "id": lib.id,
                 "title": f"{task_names.get(lib.task_id, '?')} · {lib.name}",
-                "rows": [{"id": v.id, "number": v.number, "source": v.source, "size": len(v.experiences),
+                "rows": [{"version": f"#{v.number}", "source": v.source, "size": len(v.experiences),
                           "labels": ", ".join(sorted(labels_by_version.get(v.id, []))), "note": v.note,
                           "created": v.created_at} for v in versions],
                 "versions": [{"id": v.id, "number": v.number, "labels": sorted(labels_by_version.get(v.id, [])),
@@ -110,11 +110,16 @@ def load_overview() -> dict:
         waiting_steps: dict[int, Step] = {}
         for step in queries.steps_waiting_for_review(session, kinds=LEARNING_KINDS):
             waiting_steps.setdefault(step.run_id, step)
-        for run in queries.runs(session):
+        runs = queries.runs(session)
+        evaluations = queries.evaluations(session)
+        numbers = queries.version_numbers(session, sorted({r.current_version_id for r in runs if r.current_version_id}
+                                                          | {e.version_id for e in evaluations if e.version_id}))
+        for run in runs:
             status = job_health(run.status, run.heartbeat_at)
             run_rows.append({"id": run.id, "task": task_names.get(run.task_id, "?"), "kind": run.kind,
                              "status": status, "steps": steps_label(run.progress or {}),
-                             "current version": run.current_version_id, "created": run.created_at,
+                             "current version": f"#{numbers[run.current_version_id]}"
+                             if run.current_version_id in numbers else "", "created": run.created_at,
                              "error": run.error or ""})
             pending = pending_by_run.get(run.id, 0)
             pending_total += pending
@@ -129,11 +134,12 @@ def load_overview() -> dict:
                     actions.append(action)
 
         eval_rows = [{"id": ev.id, "task": task_names.get(ev.task_id, "?"),
-                      "version": str(ev.version_id) if ev.version_id is not None else "empty", "split": ev.split,
+                      "version": f"#{numbers.get(ev.version_id, '?')}" if ev.version_id is not None else "empty",
+                      "split": ev.split,
                       "k": ev.k, "n": ev.n, "Mean@k": score_text(ev, "mean_at_k"), "Pass@k": score_text(ev, "pass_at_k"),
                       "errors": (ev.metrics or {}).get("errors", 0),  # rollouts without a reward, left out of both
                       "status": job_health(ev.status, ev.heartbeat_at)}
-                     for ev in queries.evaluations(session)]
+                     for ev in evaluations]
 
         waiting_labels = queries.rollouts_waiting_for_labels(session)
         labelling_rows = []
@@ -290,7 +296,7 @@ def page() -> None:
         for version in block["versions"]:
             labels = f" · {plain(', '.join(version['labels']))}" if version["labels"] else ""
             size = len(version["experiences"])
-            with st.expander(f"Version {version['number']} (id {version['id']}) · {size} experiences{labels}"):
+            with st.expander(f"Version #{version['number']} · {size} experiences{labels}"):
                 if version["experiences"]:
                     show_long(experience_lines(version["experiences"]), f"overview_version_{version['id']}")
                 else:

@@ -130,7 +130,7 @@ def labelling_section(traces: list) -> None:
 def filters(task_id: int, versions: dict[int, int]) -> dict:
     left, middle, right, far = st.columns(4)
     version = left.selectbox("Version", [None, *sorted(versions, reverse=True)], key="production_version",
-                             format_func=lambda v: "all" if v is None else f"#{versions[v]} (id {v})")
+                             format_func=lambda v: "all" if v is None else f"#{versions[v]}")
     with Session(engine()) as session:
         segments = queries.trace_segments(session, task_id)
     segment = middle.selectbox("Segment", [None, *segments], key="production_segment",

@@ -243,11 +243,15 @@ def choose_evaluation(session: Session, task_id: int) -> int | None:
         st.info("This task has no evaluations yet. Start one on the Evaluate page.")
         return None
     by_id = {ev.id: ev for ev in evaluations}
-    return id_select("Evaluation", list(by_id), EVAL_KEY, "evaluation", format_func=lambda i: evaluation_label(by_id[i]))
+    numbers = queries.version_numbers(session, sorted({ev.version_id for ev in evaluations if ev.version_id}))
+    return id_select("Evaluation", list(by_id), EVAL_KEY, "evaluation",
+                     format_func=lambda i: evaluation_label(by_id[i], numbers))
 
 
-def evaluation_label(ev) -> str:
-    version = ev.version_id if ev.version_id is not None else "candidate" if ev.experiences else "empty"
+def evaluation_label(ev, numbers: dict[int, int]) -> str:
+    """An evaluation as the picker names it: by its id (its one name) and its version by the version's number."""
+    version = (f"#{numbers.get(ev.version_id, '?')}" if ev.version_id is not None
+               else "candidate" if ev.experiences else "empty")
     purpose = "" if ev.purpose == EvaluationPurpose.EVALUATION else f"{ev.purpose} of run {ev.run_id} · "
     left_out = f" without {ev.left_out}" if ev.left_out else ""
     return f"Evaluation {ev.id} · {purpose}version {version}{left_out} · {ev.split} · k={ev.k} · {ev.status}"

@@ -217,12 +217,12 @@ def keep_running() -> None:
 
 
 CONTROLS = {
-    "pause": (pause_run, PERSON_MAY_PAUSE, "Pause run #{id}? The call in flight finishes; resume continues where "
-              "it stopped.", "Keep running", "Run #{id} paused"),
-    "resume": (resume_run, PERSON_MAY_RESUME, "Resume run #{id}? It is queued again, and a worker continues it "
-               "where it stopped; what is stored is kept.", "Leave it as it is", "Run #{id} queued again"),
-    "cancel": (cancel_run, PERSON_MAY_CANCEL, "Cancel run #{id} for good? Versions it already created stay; a "
-               "cancelled run cannot be resumed.", "Keep the run", "Run #{id} cancelled"),
+    "pause": (pause_run, PERSON_MAY_PAUSE, "Pause run {id}? The call in flight finishes; resume continues where "
+              "it stopped.", "Keep running", "Run {id} paused"),
+    "resume": (resume_run, PERSON_MAY_RESUME, "Resume run {id}? It is queued again, and a worker continues it "
+               "where it stopped; what is stored is kept.", "Leave it as it is", "Run {id} queued again"),
+    "cancel": (cancel_run, PERSON_MAY_CANCEL, "Cancel run {id} for good? Versions it already created stay; a "
+               "cancelled run cannot be resumed.", "Keep the run", "Run {id} cancelled"),
 }
 
 
@@ -276,9 +276,9 @@ def next_steps(view: dict) -> None:
     run = view["run"]
     nothing = learned_nothing(view["steps"])
     if nothing:
-        st.warning(f"Run #{run.id} is completed, and learned nothing: {nothing}")
+        st.warning(f"Run {run.id} is completed, and learned nothing: {nothing}")
         return
-    st.success(f"Run #{run.id} is completed. Next: measure its version on held-out queries, or read it.")
+    st.success(f"Run {run.id} is completed. Next: measure its version on held-out queries, or read it.")
     left, right, _ = st.columns([1, 1, 3])
     if run.current_version_id is not None:
         left.button("Evaluate this version", key="train_evaluate", type="primary", icon=":material/leaderboard:",
@@ -317,7 +317,7 @@ def live_progress(run_id: int) -> None:
     """Everything that moves while a run executes; redrawn on its own every two seconds."""
     view = load_run_view(run_id)
     if view is None:
-        st.warning(f"Run #{run_id} no longer exists.")
+        st.warning(f"Run {run_id} no longer exists.")
         return
     run = view["run"]
     shown = job_health(run.status, run.heartbeat_at)
@@ -330,7 +330,7 @@ def live_progress(run_id: int) -> None:
     if view["place"] is not None:
         st.info(queue_words(view["place"]))
     if shown == JobStatus.STALLED:
-        st.warning(f"The worker executing run #{run_id} stopped beating: the run is not moving. "
+        st.warning(f"The worker executing run {run_id} stopped beating: the run is not moving. "
                    "Resume it to queue it again for a live worker (what is stored is kept).")
     FLASH.show("control")
     if allowed("reviewer"):
@@ -338,10 +338,10 @@ def live_progress(run_id: int) -> None:
     if shown == JobStatus.COMPLETED:
         next_steps(view)
     if shown == JobStatus.AWAITING_REVIEW:
-        st.info(f"Run #{run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
+        st.info(f"Run {run_id} waits for a reviewer: decide its proposed operations, then it goes on.")
         st.page_link("pages/review.py", label="Open Review", icon=":material/rate_review:")
     if shown == JobStatus.AWAITING_LABELS:
-        st.info(f"Run #{run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
+        st.info(f"Run {run_id} waits for labels: score its rollouts in the labeling queue, then it goes on.")
         st.page_link("pages/labeling.py", label="Open Labeling", icon=":material/label:")
     if run.error:
         st.caption("Error" if shown == JobStatus.FAILED else "Why it stopped")

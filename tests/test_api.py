@@ -34,7 +34,7 @@ def keys(engine, demo_task) -> dict[str, str]:
 @pytest.fixture
 def production(engine, demo_task):
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     return version
 
 
@@ -86,11 +86,11 @@ def test_a_library_by_label_with_etag_and_304(engine, client, production):
 
     second = import_library(engine, DEMO_TASK, "- Check units.", "b.md", actor="system")
     assert client.get(URL, headers={"If-None-Match": etag}).status_code == 304  # the label did not move
-    set_label(engine, DEMO_TASK, second.id, "production", "system", reason="no comparison needed for this test")
+    set_label(engine, DEMO_TASK, str(second.number), "production", "system", reason="no comparison needed for this test")
     moved = client.get(URL, headers={"If-None-Match": etag})
     assert moved.status_code == 200 and moved.json()["experiences"] == ["Check units."]
     assert moved.headers["etag"] != etag
-    by_id = client.get(URL, params={"version": production.id})
+    by_id = client.get(URL, params={"version": production.number})
     assert by_id.json()["version_id"] == production.id and by_id.json()["label"] is None
 
 
@@ -98,7 +98,7 @@ def test_a_library_by_label_with_etag_and_304(engine, client, production):
     ("/v1/tasks/nope/libraries/default", {}, 404, "no task"),
     ("/v1/tasks/arithmetic word problems/libraries/nope", {}, 404, "no library 'nope'"),
     (URL, {"label": "staging"}, 404, "no label 'staging'"),
-    (URL, {"version": 99999}, 404, "no version 99999"),
+    (URL, {"version": 99999}, 404, "has no version #99999"),
     (URL, {"version": "abc"}, 422, "version"),
     (URL, {"version": 1, "label": "production"}, 422, "not both"),
 ])
@@ -254,7 +254,7 @@ def test_size_batch_and_rate_limits(engine, keys, production):
 
 def test_ab_split_serves_a_stable_share_of_users_the_candidate(engine, client, production):
     candidate = import_library(engine, DEMO_TASK, "- Check units.", "b.md", actor="system")
-    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.3, "cli")
     arms = {f"user-{i}": client.get(URL, params={"user": f"user-{i}"}).json() for i in range(200)}
     served = [body["arm"] for body in arms.values()]
@@ -307,10 +307,10 @@ def test_served_entries_carry_their_kind_so_an_agent_can_tell_a_worked_example_f
     text = ("- Re-read the question.\n\n## Worked examples\n\n"
             "- Problem: 3 bags of 4 apples. Steps: 3 x 4 = 12. Answer: 12.\n")
     version = import_library(engine, DEMO_TASK, text, "kinds.md", actor="system")
-    served = client.get(URL, params={"version": version.id}).json()
+    served = client.get(URL, params={"version": version.number}).json()
     assert [(e["text"][:9], e["kind"]) for e in served["entries"]] == [("Re-read t", "lesson"), ("Problem: ", "example")]
     assert served["experiences"] == [e["text"] for e in served["entries"]]
-    chosen = client.get(URL + "/select", params={"version": version.id, "query": "apples in bags"}).json()
+    chosen = client.get(URL + "/select", params={"version": version.number, "query": "apples in bags"}).json()
     assert {e["kind"] for e in chosen["entries"]} == {"lesson", "example"}
 
 

@@ -42,6 +42,12 @@ def import_texts(engine, *texts: str) -> int:
     return import_library(engine, DEMO_TASK, "\n".join(f"- {t}" for t in texts), "lib.md", actor="bob").id
 
 
+def typed(engine, version_id: int) -> str:
+    """The version as a person types it: its number in its library."""
+    with Session(engine) as s:
+        return str(s.get(LibraryVersion, version_id).number)
+
+
 def first_queries(engine, split: str = "test", n: int = QUERIES) -> list[str]:
     with Session(engine) as s:
         return [sample.query for sample in queries.samples(s, get_task(s, DEMO_TASK).id, split, limit=n)]
@@ -63,7 +69,7 @@ def answers(engine):
 def measured(engine, scripted, *texts: str) -> tuple[int, int]:
     """(version id, run id): a version of `texts` measured on 8 test queries x k=2 to completion."""
     version_id = import_texts(engine, *(texts or (HELPFUL, HARMFUL, NEUTRAL)))
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=K, limit=QUERIES, created_by="bob")
+    run_id = create_attribution(engine, DEMO_TASK, typed(engine, version_id), k=K, limit=QUERIES, created_by="bob")
     _model, gateway = scripted(engine, rollout=answers(engine))
     run = execute_run(engine, run_id, gateway=gateway)
     assert run.status == JobStatus.COMPLETED, run.error
@@ -78,7 +84,7 @@ def paid_attribution_calls(engine) -> list[LLMCall]:
 
 def test_each_experience_carries_its_effect_helps_hurts_or_unclear(engine, demo_task, scripted):
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=K, limit=QUERIES, created_by="bob")
+    run_id = create_attribution(engine, DEMO_TASK, typed(engine, version_id), k=K, limit=QUERIES, created_by="bob")
     model, gateway = scripted(engine, rollout=answers(engine))
     run = execute_run(engine, run_id, gateway=gateway)
     assert run.status == JobStatus.COMPLETED, run.error
@@ -113,7 +119,7 @@ def test_each_experience_carries_its_effect_helps_hurts_or_unclear(engine, demo_
 
 def test_the_estimate_counts_variants_calls_and_cost_before_starting(engine, demo_task):
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)
-    est = estimate(engine, DEMO_TASK, version_id, k=K, limit=QUERIES)
+    est = estimate(engine, DEMO_TASK, typed(engine, version_id), k=K, limit=QUERIES)
     assert (est["variants"], est["experiences"], est["queries"], est["k"]) == (4, 3, QUERIES, K)
     assert est["agent_calls"] == CALLS and est["judge_calls"] == 0
     assert est["estimated_cost"] == 0.0 and "costs nothing" in est["cost_basis"]
@@ -170,7 +176,7 @@ def test_what_cannot_be_measured_is_refused_clearly(engine, demo_task):
 
 def test_resume_after_a_kill_pays_for_no_completed_call_again(engine, demo_task, scripted):
     version_id = import_texts(engine, HELPFUL, HARMFUL, NEUTRAL)
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=K, limit=QUERIES)
+    run_id = create_attribution(engine, DEMO_TASK, typed(engine, version_id), k=K, limit=QUERIES)
     right = answers(engine)
     calls = {"n": 0}
 
@@ -206,7 +212,7 @@ def test_a_stop_between_variants_keeps_what_is_done(engine, demo_task, scripted)
         pass
 
     version_id = import_texts(engine, HELPFUL, HARMFUL)
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=1, limit=4)
+    run_id = create_attribution(engine, DEMO_TASK, typed(engine, version_id), k=1, limit=4)
     model, gateway = scripted(engine, rollout=answers(engine))
 
     def check() -> None:
@@ -255,7 +261,7 @@ def test_remove_hurting_refuses_when_nothing_hurts(engine, demo_task, scripted):
 def test_effects_for_library_keeps_the_newest_measurement_of_each_id(engine, demo_task, scripted):
     version_id, first_run = measured(engine, scripted)
     new = remove_hurting(engine, DEMO_TASK, version_id, "carol")
-    second_run = create_attribution(engine, DEMO_TASK, new.id, k=K, limit=QUERIES)
+    second_run = create_attribution(engine, DEMO_TASK, str(new.number), k=K, limit=QUERIES)
     _model, gateway = scripted(engine, rollout=answers(engine))
     assert execute_run(engine, second_run, gateway=gateway).status == JobStatus.COMPLETED
     with Session(engine) as s:

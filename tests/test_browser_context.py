@@ -108,9 +108,9 @@ def seed_promotion(database_url: str) -> tuple[int, int, int]:
         task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
         library = queries.library_by_name(session, task.id, "default")
         first = queries.versions(session, library.id)[0]
-    set_label(engine, DEMO_TASK, first.id, PRODUCTION, "cli")
-    completed_evaluation(engine, str(first.id))
-    completed_evaluation(engine, str(candidate.id))
+    set_label(engine, DEMO_TASK, str(first.number), PRODUCTION, "cli")
+    completed_evaluation(engine, str(first.number))
+    completed_evaluation(engine, str(candidate.number))
     return library.id, first.id, candidate.id
 
 
@@ -138,12 +138,12 @@ def test_evaluate_queues_what_it_shows_after_a_task_switch_and_promote_asks_firs
             page.get_by_role("button", name="Start evaluation").click()
             wait_for_app(page)
             message = page.locator("[data-testid='stAlertContentSuccess']").first
-            expect(message).to_contain_text(re.compile(r"Evaluation #\d+ queued"))
+            expect(message).to_contain_text(re.compile(r"Evaluation \d+ queued"))
             with Session(make_engine(app.database_url)) as session:
                 queued = session.exec(select(Evaluation).where(Evaluation.status == "queued")).one()
                 support = session.exec(select(Task).where(Task.name == SUPPORT_TASK)).one()
             assert (queued.task_id, queued.split) == (support.id, "test")  # the split the form showed
-            expect(message).to_contain_text(f"Evaluation #{queued.id} queued")
+            expect(message).to_contain_text(f"Evaluation {queued.id} queued")
             expect(message).to_contain_text("on the test split")
 
             sidebar_select(page, "Task", DEMO_TASK)

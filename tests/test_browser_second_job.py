@@ -52,6 +52,6 @@ def test_enter_in_the_k_box_queues_nothing_new_and_names_the_queued_evaluation(t
         wait_for_app(page)
         refused = page.locator("[data-testid='stAlertContentError']").filter(has_text="nothing new was queued")
         expect(refused).to_have_count(1, timeout=PATIENCE_MS)
-        expect(refused).to_contain_text(f"evaluation #{first} of the same version, split, k and model is already "
+        expect(refused).to_contain_text(f"evaluation {first} of the same version, split, k and model is already "
                                         "queued")
         assert evaluation_ids(app.database_url) == [first]

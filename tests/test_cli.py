@@ -223,7 +223,7 @@ def test_user_set_role_active_and_password(db, capsys, monkeypatch):
     (["train", "--task", DEMO_TASK, "--epochs", "0"], "epochs must be at least 1"),
     (["train"], "--task is required"),
     (["train", "--resume", "999"], "no run 999"),
-    (["eval", "--task", DEMO_TASK, "--version", "12345"], "no version 12345"),
+    (["eval", "--task", DEMO_TASK, "--version", "12345"], "has no version #12345"),
     (["eval", "--task", DEMO_TASK, "--version", "nolabel"], "no version or label 'nolabel'"),
     (["eval", "--task", DEMO_TASK, "--version", "empty", "--k", "0"], "k must be at least 1"),
     (["export", "--task", DEMO_TASK, "--version", "latest", "--format", "pdf"], "invalid choice"),

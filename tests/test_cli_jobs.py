@@ -95,7 +95,7 @@ def test_a_measurement_is_cancelled_and_a_training_run_is_not_one(engine, cli):
     from core.records.versions import import_library
 
     version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib.md", actor="bob")
-    run_id = create_attribution(engine, DEMO_TASK, version.id, k=1, limit=2)
+    run_id = create_attribution(engine, DEMO_TASK, str(version.number), k=1, limit=2)
     code, out, _ = cli("attribute", "--cancel", str(run_id))
     assert code == 0 and out == (f"measurement run {run_id}: cancelled; a worker executing it stops within seconds; "
                                  "finished variants and answered rollouts stay\n")

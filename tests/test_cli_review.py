@@ -103,7 +103,7 @@ def test_approve_all_applies_the_step_as_a_new_version(engine, cli):
     assert [v.number for v in versions] == [1, 2] and [e["text"] for e in versions[-1].experiences] == [KEPT]
     assert out.splitlines() == [
         f"1 operation of run {run_id} step 1 approved",
-        f"step 1 of 1 · epoch 1 · batch 1 applied as version #2 (id {versions[-1].id}); run {run_id} is queued to "
+        f"step 1 of 1 · epoch 1 · batch 1 applied as version #2; run {run_id} is queued to "
         f"go on: a worker continues it (python -m core worker), or python -m core train --resume {run_id} here"]
     assert run.status == "queued"
 

@@ -110,7 +110,7 @@ def test_two_versions_draw_the_same_seed_per_query_and_sample(engine, demo_task,
 
     monkeypatch.setattr(gateway_module.providers(), "acompletion", spy)
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
-    for ref in ("empty", str(version.id)):
+    for ref in ("empty", str(version.number)):
         _model, gateway = scripted(engine)  # a gateway's semaphores belong to one event loop
         execute_evaluation(engine, create_evaluation(engine, DEMO_TASK, ref, k=2, limit=3), gateway=gateway)
     assert len(seen["empty"]) == len(seen["with library"]) == 6
@@ -129,11 +129,11 @@ def test_cli_compare_prints_the_paired_figures_and_reuses_evaluations(engine, de
 
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
     ids = []
-    for ref in ("empty", str(version.id)):
+    for ref in ("empty", str(version.number)):
         ids.append(create_evaluation(engine, DEMO_TASK, ref, k=2, limit=4))
         execute_evaluation(engine, ids[-1], gateway=scripted(engine)[1])
     url = url_with_password(engine)
-    assert main(["--db", url, "compare", "--task", DEMO_TASK, "empty", str(version.id), "--k", "2",
+    assert main(["--db", url, "compare", "--task", DEMO_TASK, "empty", str(version.number), "--k", "2",
                  "--limit", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["evaluation_a"], out["evaluation_b"]) == tuple(ids)  # reused, nothing run again

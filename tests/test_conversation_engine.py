@@ -23,7 +23,16 @@ from core.records.versions import import_library
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus
-from storage.tables import Advantage, ConversationTurn, Evaluation, LLMCall, Rollout, Run, Sample
+from storage.tables import (
+    Advantage,
+    ConversationTurn,
+    Evaluation,
+    LibraryVersion,
+    LLMCall,
+    Rollout,
+    Run,
+    Sample,
+)
 
 LESSON = "Ask for the order number before promising anything."
 
@@ -377,7 +386,7 @@ def test_a_conversation_run_waits_for_labels_that_decide_its_groups_then_its_eva
     # the evaluation: the judge's verdicts are the rewards; the one it was unsure of waits for a person
     spot_check(0.0)
     with Session(engine) as s:
-        version = s.get(Run, run_id).current_version_id
+        version = s.get(LibraryVersion, s.get(Run, run_id).current_version_id).number
     eval_id = create_evaluation(engine, CONVERSATION_TASK, str(version), split="test", k=1, limit=2)
     ev = execute_evaluation(engine, eval_id, gateway=gateway)
     assert ev.status == "awaiting_labels", ev.error

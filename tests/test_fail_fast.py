@@ -123,8 +123,8 @@ def app(app_engine):
 def test_after_a_refused_evaluation_the_form_offers_the_last_model_that_answered_and_compare_skips_it(app):
     """The Evaluate page of a new session (a reload) pre-selects the model of the newest evaluation that answered,
     not the dead one, and Compare's default B is never an evaluation nothing answered."""
-    older = import_library(app, DEMO_TASK, "- Re-read the question.", "lib.md").id
-    newer = import_library(app, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib2.md").id
+    older = import_library(app, DEMO_TASK, "- Re-read the question.", "lib.md").number
+    newer = import_library(app, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib2.md").number
     answered = []
     for version in ("empty", str(older)):
         evaluation_id = create_evaluation(app, DEMO_TASK, version, k=1, limit=3, created_by="test")
@@ -185,7 +185,7 @@ def test_an_answer_through_the_connection_since_its_failed_test_ends_the_warning
 
 def test_an_identical_evaluation_already_queued_is_refused_with_the_one_to_follow(engine, demo_task):
     first = create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=3)
-    with pytest.raises(DuplicateJob, match=f"evaluation #{first} .* already queued") as refused:
+    with pytest.raises(DuplicateJob, match=f"evaluation {first} .* already queued") as refused:
         create_evaluation(engine, DEMO_TASK, "empty", k=2, limit=3)
     assert (refused.value.kind, refused.value.existing_id) == ("evaluation", first)
     other_k = create_evaluation(engine, DEMO_TASK, "empty", k=3, limit=3)  # a different job is queued
@@ -205,7 +205,7 @@ def test_the_cli_refuses_a_second_identical_evaluation_and_names_the_first(engin
     with Session(engine) as session:
         (queued,) = queries.evaluations(session)
     assert f"evaluation {queued.id} queued" in first
-    assert f"evaluation #{queued.id}" in said.err + said.out and "nothing new was queued" in said.err + said.out
+    assert f"evaluation {queued.id}" in said.err + said.out and "nothing new was queued" in said.err + said.out
 
 
 def test_an_identical_run_already_queued_is_refused_and_train_points_at_it(app):
@@ -218,7 +218,7 @@ def test_an_identical_run_already_queued_is_refused_and_train_points_at_it(app):
     assert not at.exception, [e.value for e in at.exception]
     with Session(app) as session:
         assert [r.id for r in session.exec(select(Run)).all()] == [run.id]
-    assert any(f"run #{run.id} with the same settings is already queued" in e.value.replace("\\", "")  # as shown
+    assert any(f"run {run.id} with the same settings is already queued" in e.value.replace("\\", "")  # as shown
                for e in at.error), \
         [e.value for e in at.error]
     assert at.session_state["train_run"] == run.id  # Runs below shows the run already queued

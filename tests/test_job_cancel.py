@@ -114,8 +114,8 @@ def test_a_running_evaluation_stops_within_seconds_keeps_its_answers_and_the_wor
 def test_a_measurement_cancelled_in_the_middle_of_a_variant_stops_there(engine, demo_task):
     """A measurement's variant is one evaluation of many rollouts: Cancel stops it within a second, not at the
     end of the variant, and the run ends cancelled (not failed) with the rollouts it had answered."""
-    version_id = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib.md").id
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=2, limit=4, created_by="test")
+    number = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib.md").number
+    run_id = create_attribution(engine, DEMO_TASK, str(number), k=2, limit=4, created_by="test")
     calls = {"n": 0}
 
     def slow_reply(messages):
@@ -165,7 +165,7 @@ def test_the_evaluate_page_cancels_a_queued_evaluation_and_offers_to_resume_it(a
     assert evaluation(app_engine, eval_id).status == "cancelled"
     assert audit(app_engine, "evaluation.cancelled")[0].actor == "alice"
     assert not [b for b in at.button if b.key == f"eval_cancel_{eval_id}"]
-    assert any(f"Evaluation #{eval_id} was cancelled with 0 of" in c.value for c in at.caption)
+    assert any(f"Evaluation {eval_id} was cancelled with 0 of" in c.value for c in at.caption)
 
     at.button(key=f"eval_resume_{eval_id}").click()
     at.run()

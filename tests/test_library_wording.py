@@ -115,8 +115,8 @@ def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_read
     task = worded_policy_task(engine)
     with Session(engine) as session:
         version = queries.latest_version(session, queries.library_by_name(session, task.id, "default").id)
-        served = served_library(session, POLICY_TASK, version_id=version.id)
-        selected = served_selection(session, POLICY_TASK, query="Can I return my boots?", version_id=version.id)
+        served = served_library(session, POLICY_TASK, version=str(version.number))
+        selected = served_selection(session, POLICY_TASK, query="Can I return my boots?", version=str(version.number))
         routed = json.loads(routed_export(session, task, version, "prompt"))
     block = export_version(version.experiences, "prompt", task=task)
     expected = agent_system_prompt("i", "", version.experiences, python_tool=False,
@@ -136,7 +136,7 @@ def test_the_exports_and_the_api_serve_the_tasks_wording_and_a_pasted_block_read
 
     from core.cli import main  # the command line's export is the same block
 
-    assert main(["--db", url_with_password(engine), "export", "--task", POLICY_TASK, "--version", str(version.id),
+    assert main(["--db", url_with_password(engine), "export", "--task", POLICY_TASK, "--version", str(version.number),
                  "--format", "prompt", "--output", str(tmp_path / "prompt.txt")]) == 0
     assert (tmp_path / "prompt.txt").read_text() == block
 

@@ -99,7 +99,7 @@ def test_the_api_answers_null_where_nothing_was_answered(engine, demo_task):
 
 def test_a_comparison_against_it_refuses_and_computes_no_figure(engine, demo_task):
     a = answered(engine, "empty")
-    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").id))
+    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").number))
     result = compare_evaluations(engine, a.id, b.id)
     s = result.stats
     assert s.n == 0 and not s.decided and s.verdict.startswith("cannot decide: 2 of the 2 queries")
@@ -120,8 +120,8 @@ def page_engine(app_engine):
 def test_the_evaluate_page_shows_no_mean_bar_or_difference_for_it(page_engine):
     engine = page_engine
     a = answered(engine, "empty")
-    partial = answered(engine, str(import_library(engine, DEMO_TASK, "- Re-read it.", "r.md").id), fail_first=1)
-    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").id))
+    partial = answered(engine, str(import_library(engine, DEMO_TASK, "- Re-read it.", "r.md").number), fail_first=1)
+    b = unanswered(engine, str(import_library(engine, DEMO_TASK, "- Check the units.", "u.md").number))
     at = run_app(page=PAGE, session_state={"eval_compare_a": a.id, "eval_compare_b": b.id})
 
     rows = table_with(at, "Mean@k").set_index("id")

@@ -40,7 +40,7 @@ ROUTE = "/otlp/v1/traces"
 def production(engine, demo_task):
     version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "a.md",
                              actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     return version
 
 
@@ -178,7 +178,7 @@ def test_a_span_of_an_unmapped_service_is_refused_counted_and_stored_once_the_se
 def test_feedback_on_a_span_or_by_otel_trace_id_feeds_labelling_harvest_and_the_ab_split(engine, client,
                                                                                           ingest_key, production):
     candidate = import_library(engine, DEMO_TASK, "- Draw the problem.", "c.md", actor="system")
-    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
 

@@ -29,7 +29,7 @@ from tests.otlp_support import JSON, chat_span, sdk_request, to_json
 def production(engine, demo_task):
     version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "a.md",
                              actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     return version
 
 
@@ -43,7 +43,7 @@ def test_an_instrumented_openai_agent_exports_its_calls_to_the_running_api(engin
     ingest = create_key(engine, "math-agent", "ingest", "cli").secret
     read = create_key(engine, "math-agent-read", "read", "cli").secret
     candidate = import_library(engine, DEMO_TASK, "- Draw the problem first.", "b.md", actor="system")
-    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
     map_service(engine, "math-agent", DEMO_TASK, "default", "cli")

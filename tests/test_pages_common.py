@@ -43,7 +43,7 @@ PAGE_TITLES = {"overview": "Overview", "train": "Train", "rollouts": "Rollouts",
 def seeded_studio(app_engine):
     """The demo tasks with a run awaiting review (rollouts, advantages, pending operations) and an evaluation."""
     seeded_run(app_engine, review_mode="manual")
-    version = import_library(app_engine, DEMO_TASK, "- Re-read the question.", "lib.md").id
+    version = import_library(app_engine, DEMO_TASK, "- Re-read the question.", "lib.md").number
     evaluation_id = create_evaluation(app_engine, DEMO_TASK, str(version), k=1, limit=2, created_by="test")
     assert execute_evaluation(app_engine, evaluation_id, gateway=scripted_gateway(app_engine)[1]).status == "completed"
     return app_engine
@@ -61,7 +61,7 @@ def test_every_page_draws_a_seeded_studio(seeded_studio, page):
 
 def unanswered_evaluations(engine) -> tuple[int, int]:
     """A failed evaluation (every model call failed: 0 answered) and one cancelled during its first call."""
-    version = import_library(engine, DEMO_TASK, "- Check the units of the answer.", "units.md").id
+    version = import_library(engine, DEMO_TASK, "- Check the units of the answer.", "units.md").number
     failed_id = create_evaluation(engine, DEMO_TASK, str(version), k=2, limit=2, created_by="test")
     _model, gateway = scripted_gateway(engine, rollout=RuntimeError("503 Service Unavailable"))
     gateway.max_retries = 0

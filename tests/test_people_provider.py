@@ -128,7 +128,7 @@ def test_a_provider_person_has_no_password_and_is_added_only_by_an_email(team):
 @pytest.fixture
 def served(team, demo_task):
     version = import_library(team, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(team, DEMO_TASK, version.id, "production", "system")
+    set_label(team, DEMO_TASK, str(version.number), "production", "system")
     return version
 
 

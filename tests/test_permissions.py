@@ -89,9 +89,9 @@ def test_roles_gate_library_edits_runs_production_and_users(people):
         edit_library(people, DEMO_TASK, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "lab")
     version = edit_library(people, DEMO_TASK, [ProposedOp("ADD", [], "Check the units of every quantity.", "")], "rex")
     with pytest.raises(PermissionDenied, match="moving the production label needs the admin role"):
-        set_label(people, DEMO_TASK, version.id, "production", "rex")
-    set_label(people, DEMO_TASK, version.id, "candidate", "rex")
-    set_label(people, DEMO_TASK, version.id, "production", "ada")
+        set_label(people, DEMO_TASK, str(version.number), "production", "rex")
+    set_label(people, DEMO_TASK, str(version.number), "candidate", "rex")
+    set_label(people, DEMO_TASK, str(version.number), "production", "ada")
     with Session(people) as session:
         assert {label.name for label in session.exec(select(LibraryLabel))} == {"candidate", "production"}
     with pytest.raises(PermissionDenied, match="starting a run needs the reviewer role"):

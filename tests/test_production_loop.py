@@ -19,7 +19,7 @@ from core.records.run_settings import RunSettings
 from core.records.tasks import DEMO_TASK
 from core.records.traces import harvest
 from core.records.versions import import_library, set_label
-from storage.tables import Rollout, Run, Sample, Trace
+from storage.tables import LibraryVersion, Rollout, Run, Sample, Trace
 from tests.api_support import api_server
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts, per_query
 from tests.ui_support import ROOT
@@ -39,7 +39,7 @@ def majority_replies():
 
 def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, production.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(production.number), "production", "system")
     import_library(engine, DEMO_TASK, "- A later draft nobody promoted.", "b.md", actor="system")
     secret = create_key(engine, "bike-shop agent", "ingest", "cli").secret
 
@@ -88,8 +88,10 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     # Before anyone promotes it: the new version against production, paired on the same held-out queries.
     scored = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": mixed_rollouts()}),
                      backoff_s=0.001)
-    a = create_evaluation(engine, DEMO_TASK, str(production.id), split="test", limit=6)
-    b = create_evaluation(engine, DEMO_TASK, str(run.current_version_id), split="test", limit=6)
+    a = create_evaluation(engine, DEMO_TASK, str(production.number), split="test", limit=6)
+    with Session(engine) as session:
+        learned = session.get(LibraryVersion, run.current_version_id).number
+    b = create_evaluation(engine, DEMO_TASK, str(learned), split="test", limit=6)
     for evaluation_id in (a, b):
         assert execute_evaluation(engine, evaluation_id, gateway=scored).status == "completed"
     comparison = compare_evaluations(engine, a, b)

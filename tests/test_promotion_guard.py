@@ -30,9 +30,15 @@ REASON = "Hotfix: the old prompt leaks a customer's name; no time to evaluate."
 def versions(engine, demo_task) -> tuple[int, int]:
     """Version `GOOD` in production and a candidate `GUESS` beside it, neither evaluated."""
     current = import_library(engine, DEMO_TASK, f"- {GOOD}", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, current.id, PRODUCTION, "system")  # the first production needs nothing
+    set_label(engine, DEMO_TASK, str(current.number), PRODUCTION, "system")  # the first production needs nothing
     candidate = import_library(engine, DEMO_TASK, f"- {GUESS}", "b.md", actor="system")
     return current.id, candidate.id
+
+
+def typed(engine, version_id: int) -> str:
+    """The version as a person types it: its number in its library."""
+    with Session(engine) as session:
+        return str(session.get(LibraryVersion, version_id).number)
 
 
 @pytest.fixture
@@ -52,7 +58,7 @@ def evaluate(engine, version_id: int, right: bool) -> int:
 
     gateway = Gateway(engine, concurrency=4, mock=ScriptedModel({**default_replies(), "rollout": answer}),
                       backoff_s=0.001)
-    evaluation_id = create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=6, created_by="system")
+    evaluation_id = create_evaluation(engine, DEMO_TASK, typed(engine, version_id), k=1, limit=6, created_by="system")
     assert execute_evaluation(engine, evaluation_id, gateway=gateway).status == "completed"
     return evaluation_id
 
@@ -76,7 +82,7 @@ def test_the_first_production_version_needs_no_comparison_and_says_so(engine, ve
 
 
 @pytest.mark.parametrize("move", [
-    lambda engine, version_id, **kw: set_label(engine, DEMO_TASK, version_id, PRODUCTION, "system", **kw),
+    lambda engine, version_id, **kw: set_label(engine, DEMO_TASK, typed(engine, version_id), PRODUCTION, "system", **kw),
     lambda engine, version_id, **kw: set_label(engine, DEMO_TASK, "latest", " production ", "system", **kw),
     lambda engine, version_id, **kw: promote(engine, version_id, "system", **kw),
 ], ids=["set_label", "set_label by ref", "promote"])
@@ -115,10 +121,10 @@ def test_a_candidate_the_comparison_finds_worse_needs_a_reason(engine, versions)
     a, b = evaluate(engine, current, right=True), evaluate(engine, candidate, right=False)
     with pytest.raises(InvalidInput, match=f"the paired comparison \\(evaluation {a} vs {b}, test, k=1\\) finds "
                                            "version #3 worse than production #2") as err:
-        set_label(engine, DEMO_TASK, candidate, PRODUCTION, "system")
+        set_label(engine, DEMO_TASK, typed(engine, candidate), PRODUCTION, "system")
     assert str(err.value).endswith("to promote it anyway, give a reason")
     assert production(engine) == current
-    set_label(engine, DEMO_TASK, candidate, PRODUCTION, "system", reason=REASON)
+    set_label(engine, DEMO_TASK, typed(engine, candidate), PRODUCTION, "system", reason=REASON)
     after = moves(engine)[-1].after
     assert production(engine) == candidate and after["reason"] == REASON
     assert after["comparison"]["worse"] is True and after["comparison"]["verdict"].startswith("B is worse: -1.000")
@@ -145,7 +151,7 @@ def test_a_comparison_that_cannot_decide_needs_a_reason():
 def test_the_setting_makes_the_comparison_mandatory(engine, versions, comparison_required):
     current, candidate = versions
     with pytest.raises(InvalidInput, match="requires one before a promotion .*a reason is not enough"):
-        set_label(engine, DEMO_TASK, candidate, PRODUCTION, "system", reason=REASON)
+        set_label(engine, DEMO_TASK, typed(engine, candidate), PRODUCTION, "system", reason=REASON)
     with pytest.raises(InvalidInput, match="TFGRPO_PROMOTION_REQUIRES_COMPARISON"):
         promote(engine, candidate, "system", reason=REASON)
     assert production(engine) == current and len(moves(engine)) == 1
@@ -157,8 +163,8 @@ def test_the_setting_makes_the_comparison_mandatory(engine, versions, comparison
 
 def test_other_labels_move_freely(engine, versions):
     current, candidate = versions
-    set_label(engine, DEMO_TASK, candidate, "candidate", "system")
-    set_label(engine, DEMO_TASK, current, "candidate", "system", reason="back to the old one")
+    set_label(engine, DEMO_TASK, typed(engine, candidate), "candidate", "system")
+    set_label(engine, DEMO_TASK, typed(engine, current), "candidate", "system", reason="back to the old one")
     events = moves(engine)
     assert [e.after for e in events[1:]] == [{"name": "candidate", "version_id": candidate},
                                             {"name": "candidate", "version_id": current,
@@ -197,7 +203,7 @@ def test_cli_label_production_needs_a_comparison_or_a_reason(engine, versions, c
     assert "compare them first" in err and "or give a reason" in err and production(engine) == current
     code, out, _ = cli(capsys, engine, "label", "--task", DEMO_TASK, "--version", "latest", "production",
                        "--reason", REASON)
-    assert code == 0 and out.strip() == f"production -> version {candidate}"
+    assert code == 0 and out.strip() == "production -> version #3"
     assert production(engine) == candidate and moves(engine)[-1].after["reason"] == REASON
     assert moves(engine)[-1].actor == "cli"
     code, _, _ = cli(capsys, engine, "label", "--task", DEMO_TASK, "--version", str(current), "candidate")
@@ -208,7 +214,7 @@ def test_cli_promote_shows_the_preview_and_is_guarded(engine, versions, capsys):
     current, candidate = versions
     code, out, _ = cli(capsys, engine, "promote", "--task", DEMO_TASK, "--version", str(candidate), "--dry-run")
     assert code == 0 and production(engine) == current
-    assert f"promote version #3 (id {candidate}) to production; production now: #2 (id {current})" in out
+    assert "promote version #3 to production; production now: #2" in out
     assert f"- [E1] {GOOD}" in out and f"+ [E2] {GUESS}" in out
     assert "dry run: nothing moved; as given, promoting would be refused: version #3 has no paired comparison" in out
     code, out, _ = cli(capsys, engine, "promote", "--task", DEMO_TASK, "--version", str(candidate), "--dry-run",
@@ -219,7 +225,7 @@ def test_cli_promote_shows_the_preview_and_is_guarded(engine, versions, capsys):
     assert code == 2 and "compare them first" in err and "or give a reason" in err
     assert production(engine) == current and len(moves(engine)) == 1
     code, out, _ = cli(capsys, engine, "promote", "--task", DEMO_TASK, "--version", str(candidate), "--reason", REASON)
-    assert code == 0 and out.splitlines()[-1] == f"production -> version {candidate}"
+    assert code == 0 and out.splitlines()[-1] == "production -> version #3"
     assert moves(engine)[-1].after["reason"] == REASON
 
 

@@ -133,7 +133,7 @@ def test_changing_the_selection_is_checked_and_audited(engine, demo_task):
 
 def test_top_k_shows_each_rollout_exactly_k_entries_the_most_similar_and_stores_them(engine, library, scripted):
     set_selection(engine, DEMO_TASK, "default", "top_k", 2, "system")
-    eval_id = create_evaluation(engine, DEMO_TASK, str(library.id), split=SPLIT, k=2)
+    eval_id = create_evaluation(engine, DEMO_TASK, str(library.number), split=SPLIT, k=2)
     set_selection(engine, DEMO_TASK, "default", "all", None, "system")  # frozen: the evaluation still uses top 2
     model, gateway = scripted(engine)
     ev = execute_evaluation(engine, eval_id, gateway=gateway)
@@ -151,7 +151,7 @@ def test_top_k_shows_each_rollout_exactly_k_entries_the_most_similar_and_stores_
 
 
 def test_all_shows_every_rollout_the_whole_library_in_order_as_before(engine, library, scripted):
-    eval_id = create_evaluation(engine, DEMO_TASK, str(library.id), split=SPLIT, k=1)
+    eval_id = create_evaluation(engine, DEMO_TASK, str(library.number), split=SPLIT, k=1)
     model, gateway = scripted(engine)
     execute_evaluation(engine, eval_id, gateway=gateway)
     every_id = [e["id"] for e in library.experiences]
@@ -210,7 +210,7 @@ def test_a_run_and_its_gate_show_k_entries_and_the_learner_reads_what_was_shown(
 
 def test_attribution_counts_how_often_each_entry_was_shown(engine, library, scripted):
     set_selection(engine, DEMO_TASK, "default", "top_k", 2, "system")
-    run_id = create_attribution(engine, DEMO_TASK, library.id, split=SPLIT, k=2, created_by="system")
+    run_id = create_attribution(engine, DEMO_TASK, str(library.number), split=SPLIT, k=2, created_by="system")
     _model, gateway = scripted(engine)
     assert execute_run(engine, run_id, gateway=gateway).status == JobStatus.COMPLETED
     effects = experience_effects(engine, library.id)
@@ -229,7 +229,7 @@ def test_attribution_counts_how_often_each_entry_was_shown(engine, library, scri
 
 def test_the_api_selection_route_returns_what_the_evaluation_used(engine, library, scripted):
     set_selection(engine, DEMO_TASK, "default", "top_k", 2, "system")
-    set_label(engine, DEMO_TASK, library.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(library.number), "production", "system")
     eval_id = create_evaluation(engine, DEMO_TASK, "production", split=SPLIT, k=1)
     model, gateway = scripted(engine)
     execute_evaluation(engine, eval_id, gateway=gateway)
@@ -264,7 +264,7 @@ def test_the_cli_sets_the_selection_and_shows_what_a_query_gets(engine, library,
     assert library_selection(engine, DEMO_TASK) == Selection.build("top_k", 2)
     query = next(iter(QUERIES))
     assert cli.main(["--db", url, "library", "select", "--task", DEMO_TASK, "--query", query,
-                     "--version", str(library.id), "--json"]) == 0
+                     "--version", str(library.number), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["experiences"] == QUERIES[query]
     assert cli.main(["--db", url, "library", "selection", "--task", DEMO_TASK, "--k", "40"]) != 0
     assert "k must be a whole number from 1 to 30" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from storage.tables import Sample, Trace
 @pytest.fixture
 def production(engine, demo_task):
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     return version
 
 

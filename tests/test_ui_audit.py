@@ -41,7 +41,7 @@ def events(engine) -> dict:
     with session_scope(engine) as session:
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
         version = queries.latest_version(session, library.id)
-    label_id = set_label(engine, DEMO_TASK, version.id, "production", "carol").id
+    label_id = set_label(engine, DEMO_TASK, str(version.number), "production", "carol").id
     add_user(engine, "ana", "admin", PASSWORD, actor="cli")
     update_user(engine, "ana", "cli", password=NEW_PASSWORD)
     return {"run_id": run_id, "label_id": label_id}

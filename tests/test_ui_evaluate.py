@@ -12,7 +12,7 @@ from core.jobs.run_control import cancel_evaluation
 from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
 from core.records.versions import import_library, set_label
 from storage import db, queries
-from storage.tables import AuditEvent, Evaluation
+from storage.tables import AuditEvent, Evaluation, LibraryVersion
 from tests.ui_support import incomplete_evaluation, run_app, scripted_gateway, table_with
 
 PAGE = "pages/evaluate.py"
@@ -26,6 +26,13 @@ def engine(app_engine):
 
 def imported_version(engine) -> int:
     return import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md").id
+
+
+def typed(engine, version_id: int) -> str:
+    """The version as a person types it and the form holds it: its number in its library (the app's demo tasks
+    make the database ids differ from the numbers)."""
+    with Session(engine) as session:
+        return str(session.get(LibraryVersion, version_id).number)
 
 
 def executed_evaluation(engine, version: str, k: int, limit: int = 3) -> Evaluation:
@@ -60,7 +67,7 @@ def test_submit_queues_an_evaluation_of_the_chosen_version(engine):
     assert [t.value for t in at.title] == ["Evaluate"]
     version_box = at.selectbox(key=form_key(engine, "version"))
     assert version_box.options[-1] == "empty (no library)"
-    assert version_box.value == str(version_id)  # the newest version is the default
+    assert version_id != 2 and version_box.value == "2"  # the newest version is the default, by its number
 
     at.number_input(key=form_key(engine, "k")).set_value(3)
     at.number_input(key=form_key(engine, "limit")).set_value(5)
@@ -96,7 +103,7 @@ def test_empty_library_and_all_queries(engine):
 def test_executed_evaluations_appear_in_the_table_and_the_chart(engine):
     version_id = imported_version(engine)
     first = executed_evaluation(engine, "empty", k=2)
-    second = executed_evaluation(engine, str(version_id), k=1)
+    second = executed_evaluation(engine, typed(engine, version_id), k=1)
     at = run_app(page=PAGE)
 
     table = table_with(at, "Mean@k").set_index("id")
@@ -123,7 +130,7 @@ def test_executed_evaluations_appear_in_the_table_and_the_chart(engine):
 def test_comparing_two_evaluations_shows_the_paired_difference_and_one_row_per_query(engine):
     version_id = imported_version(engine)
     first = executed_evaluation(engine, "empty", k=2)
-    second = executed_evaluation(engine, str(version_id), k=2)
+    second = executed_evaluation(engine, typed(engine, version_id), k=2)
     at = run_app(page=PAGE)
 
     assert at.selectbox(key="eval_compare_a").value == first.id
@@ -194,13 +201,13 @@ def test_promote_moves_the_production_label(engine):
         library = queries.library_by_name(session, get_task(session, DEMO_TASK).id, "default")
         first_version = queries.versions(session, library.id)[0]
         library_id = library.id
-    set_label(engine, DEMO_TASK, first_version.id, "production", "test")
-    evaluation = executed_evaluation(engine, str(version_id), k=1)
+    set_label(engine, DEMO_TASK, str(first_version.number), "production", "test")
+    evaluation = executed_evaluation(engine, typed(engine, version_id), k=1)
     executed_evaluation(engine, "empty", k=1)  # the empty library is no candidate
     at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
 
     assert at.selectbox(key=f"eval_promote_choice_{task_id(engine)}").options == [
-        f"#{evaluation.id} · #2 · test · k=1 · Mean@k {evaluation.mean_at_k:.3f}"]
+        f"evaluation {evaluation.id} · #2 · test · k=1 · Mean@k {evaluation.mean_at_k:.3f}"]
     at.button(key="eval_promote").click()
     at.run()
     with Session(engine) as session:  # asked first: nothing moved yet
@@ -224,7 +231,7 @@ def test_promote_moves_the_production_label(engine):
                             .order_by(col(AuditEvent.id).desc())).first()
     assert move.after["reason"] == "The empty library was a placeholder." and move.actor == "alice"
     assert any("production now points at version #2" in s.value and "(id " not in s.value for s in at.success)
-    assert at.selectbox(key=form_key(engine, "version")).format_func(str(version_id)) == f"#2 (id {version_id}) production"
+    assert at.selectbox(key=form_key(engine, "version")).format_func("2") == "#2 production"
 
 
 def test_failed_evaluation_can_be_resumed(engine):
@@ -268,10 +275,10 @@ def test_after_a_task_switch_the_form_queues_what_it_shows(engine):
     with Session(engine) as session:
         assert evaluation.task_id == get_task(session, SUPPORT_TASK).id
     assert evaluation.split == shown_split
-    assert (str(evaluation.version_id) if evaluation.version_id else "empty") == shown_version
+    assert (typed(engine, evaluation.version_id) if evaluation.version_id else "empty") == shown_version
     assert evaluation.version_id != first
     (message,) = [s.value.replace("\\", "") for s in at.success]  # Markdown escapes dropped, as drawn
-    assert f"Evaluation #{evaluation.id} queued" in message and f"on the {shown_split} split" in message
+    assert f"Evaluation {evaluation.id} queued" in message and f"on the {shown_split} split" in message
 
 
 def test_a_model_that_cannot_be_called_is_refused_before_anything_is_queued(engine, monkeypatch):
@@ -309,7 +316,7 @@ def test_an_incomplete_evaluation_shows_its_errors_and_retries_only_the_failed_r
 def test_compare_leaves_out_queries_without_answers_and_says_so(engine):
     version_id = imported_version(engine)
     executed_evaluation(engine, "empty", k=1, limit=4)
-    b_id = create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=4, created_by="test")
+    b_id = create_evaluation(engine, DEMO_TASK, typed(engine, version_id), k=1, limit=4, created_by="test")
     failures = iter([True])
 
     def reply(messages):
@@ -330,8 +337,8 @@ def test_compare_starts_with_the_older_or_production_version_as_a(engine):
     whichever was evaluated last (issue 37: the newest evaluation used to be B, even of the older version)."""
     older = imported_version(engine)
     newer = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib2.md").id
-    of_newer = executed_evaluation(engine, str(newer), k=1)
-    of_older = executed_evaluation(engine, str(older), k=1)  # evaluated last
+    of_newer = executed_evaluation(engine, typed(engine, newer), k=1)
+    of_older = executed_evaluation(engine, typed(engine, older), k=1)  # evaluated last
     executed_evaluation(engine, "empty", k=1)  # the newest evaluation, of the oldest library
     at = run_app(page=PAGE)
     assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
@@ -340,8 +347,8 @@ def test_compare_starts_with_the_older_or_production_version_as_a(engine):
     with Session(engine) as session:
         library = queries.library_by_name(session, task_id(engine), "default")
         first = queries.versions(session, library.id)[0]
-    set_label(engine, DEMO_TASK, first.id, "production", "test")
-    of_production = executed_evaluation(engine, str(first.id), k=1)
+    set_label(engine, DEMO_TASK, str(first.number), "production", "test")
+    of_production = executed_evaluation(engine, str(first.number), k=1)
     at = run_app(page=PAGE)
     assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
         of_production.id, of_newer.id)

@@ -12,6 +12,7 @@ from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, import_library
 from pages import library as page
 from storage import db, queries
+from storage.tables import LibraryVersion
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
 from ui.common import REVIEWER_KEY, Context
 
@@ -27,6 +28,12 @@ ESTIMATE = "Estimate the answer roughly before computing it exactly."
 def engine(app_engine):
     """The app's database with the demo task (shadows the conftest engine on purpose)."""
     return app_engine
+
+
+def number_of(engine, version_id: int) -> int:
+    """A version's number in its library, the name the page shows."""
+    with db.session_scope(engine) as session:
+        return session.get(LibraryVersion, version_id).number
 
 
 def import_texts(engine, *texts: str) -> int:
@@ -67,15 +74,16 @@ def test_versions_table_lists_initial_imported_and_run_versions(engine):
     run_id = seeded_run(engine, review_mode="auto")
     at = open_page()
 
-    versions = table_with(at, "created by").set_index("number")
-    assert versions.loc[1, "source"] == "initial"
-    assert versions.loc[1, "parent"] == "—"  # no parent: a dash, never None (ui.display.shown_missing)
-    assert versions.loc[2, "id"] == imported_id
-    assert versions.loc[2, "source"] == "import"
-    assert versions.loc[2, "parent"] == "1"
-    assert versions.loc[2, "created by"] == "bob"
-    assert versions.loc[2, "size"] == 2
-    assert versions.loc[2, "note"] == "imported from lib.md"
+    versions = table_with(at, "created by").set_index("version")
+    assert "id" not in versions.columns  # a version is named by its number, never by its database id
+    assert versions.loc["#1", "source"] == "initial"
+    assert versions.loc["#1", "parent"] == "—"  # no parent: a dash, never None (ui.display.shown_missing)
+    assert number_of(engine, imported_id) == 2
+    assert versions.loc["#2", "source"] == "import"
+    assert versions.loc["#2", "parent"] == "#1"
+    assert versions.loc["#2", "created by"] == "bob"
+    assert versions.loc["#2", "size"] == 2
+    assert versions.loc["#2", "note"] == "imported from lib.md"
     run_rows = versions[versions["source"] == "run"]
     assert len(run_rows) >= 1
     assert run_rows.iloc[0]["created by"] == f"run {run_id} · step 0/0"
@@ -99,7 +107,7 @@ def test_add_creates_a_manual_version_by_the_reviewer(engine):
     assert [exp["text"] for exp in latest.experiences] == [UNITS, ESTIMATE]
     assert any("Created version #3" in s.value for s in at.success)
     assert at.text_area(key="lib_add_text").value == ""
-    assert table_with(at, "created by")["number"].tolist() == [3, 2, 1]
+    assert table_with(at, "created by")["version"].tolist() == ["#3", "#2", "#1"]
 
 
 @pytest.mark.parametrize(("text", "reason"), [(UNITS.upper(), "duplicates an existing experience"),
@@ -202,7 +210,7 @@ def test_revert_creates_a_new_version_with_the_old_content(engine):
     assert new.created_by == REVIEWER
     assert new.parent_id == edited_id
     assert new.experiences == old.experiences
-    assert table_with(at, "created by")["number"].tolist() == [4, 3, 2, 1]
+    assert table_with(at, "created by")["version"].tolist() == ["#4", "#3", "#2", "#1"]
 
 
 def test_move_label_points_production_at_the_chosen_version(engine):
@@ -223,9 +231,9 @@ def test_move_label_points_production_at_the_chosen_version(engine):
         label = queries.label_by_name(session, library.id, "production")
         assert (label.version_id, label.moved_by) == (imported_id, REVIEWER)
     labels = table_with(at, "moved by")
-    assert labels[["label", "version id"]].values.tolist() == [["production", imported_id]]
-    versions = table_with(at, "created by").set_index("id")
-    assert versions.loc[imported_id, "labels"] == "production"
+    assert labels[["label", "version"]].values.tolist() == [["production", f"#{number_of(engine, imported_id)}"]]
+    versions = table_with(at, "created by").set_index("version")
+    assert versions.loc[f"#{number_of(engine, imported_id)}", "labels"] == "production"
 
     at.selectbox(key="lib_label_version").select(latest_id)
     at.button(key="lib_label_button").click()
@@ -270,7 +278,7 @@ def production_and_candidate(engine) -> tuple[int, int]:
     from core.records.versions import set_label
 
     current = import_texts(engine, UNITS)
-    set_label(engine, DEMO_TASK, current, "production", "bob")
+    set_label(engine, DEMO_TASK, str(number_of(engine, current)), "production", "bob")
     return current, modify(engine, "E1", "Write the unit next to every number, also in the final answer.")
 
 
@@ -318,7 +326,7 @@ def test_with_a_comparison_the_dialog_moves_production_and_records_the_verdict(e
     current, candidate = production_and_candidate(engine)
     ids = []
     for version_id in (current, candidate):
-        ids.append(create_evaluation(engine, DEMO_TASK, str(version_id), k=1, limit=3, created_by="bob"))
+        ids.append(create_evaluation(engine, DEMO_TASK, str(number_of(engine, version_id)), k=1, limit=3, created_by="bob"))
         assert execute_evaluation(engine, ids[-1], gateway=scripted_gateway(engine)[1]).status == "completed"
     at = open_page()
     promote_on_the_page(at, candidate)
@@ -428,7 +436,7 @@ def test_import_button_on_the_page(engine, name, data, ok):
     if ok:
         assert (len(versions), versions[-1].source, versions[-1].created_by) == (2, "import", REVIEWER)
         assert any("Imported 2 experiences as version #2" in s.value for s in at.success)
-        assert table_with(at, "created by")["number"].tolist() == [2, 1]
+        assert table_with(at, "created by")["version"].tolist() == ["#2", "#1"]
     else:
         assert len(versions) == 1
         assert any("Nothing was written" in e.value for e in at.error), [e.value for e in at.error]
@@ -454,7 +462,7 @@ def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(eng
     assert effects["effect"].tolist() == [0.5, -0.5, 0.0]
     assert effects["95% interval"].tolist() == ["[+0.125, +0.875]", "[-0.875, -0.125]", "[+0.000, +0.000]"]
     assert effects["verdict"].tolist() == ["helps", "hurts", "unclear"]
-    assert any(f"Measured by run #{run_id} on 8 test queries x k=2" in c.value for c in at.caption)
+    assert any(f"Measured by run {run_id} on 8 test queries x k=2" in c.value for c in at.caption)
 
     at.button(key="lib_remove_hurting").click()
     rerun(at)
@@ -465,7 +473,7 @@ def test_each_experience_shows_its_effect_and_those_that_hurt_can_be_removed(eng
     assert any("Created version #3" in s.value for s in at.success)
     # The page now shows the new version, whose experiences are not measured yet.
     assert at.selectbox(key="lib_text_version").value == latest.id
-    assert table_with(at, "created by")["number"].tolist() == [3, 2, 1]
+    assert table_with(at, "created by")["version"].tolist() == ["#3", "#2", "#1"]
     assert not [df for df in at.dataframe if "verdict" in df.value.columns]
     with db.session_scope(engine) as session:
         events = session.exec(select(AuditEvent).where(AuditEvent.action == "attribution.remove_hurting")).all()
@@ -504,8 +512,8 @@ def test_start_measuring_shows_the_estimate_then_queues_a_run_with_its_progress(
     [run] = attribution_runs(engine, version_id)
     assert (run.status, run.kind, run.created_by, run.settings["k"], len(run.settings["sample_ids"])) == (
         "queued", "attribute", REVIEWER, 1, 4)
-    assert any(f"Measurement run #{run.id} queued" in s.value for s in at.success)
-    assert any(f"Measurement run #{run.id}: queued · variants 0/3" in c.value for c in at.caption), \
+    assert any(f"Measurement run {run.id} queued" in s.value for s in at.success)
+    assert any(f"Measurement run {run.id}: queued · variants 0/3" in c.value for c in at.caption), \
         [c.value for c in at.caption]
     assert at.button(key="lib_measure_start").disabled
     at.button(key="lib_measure_cancel").click()
@@ -519,18 +527,18 @@ def test_a_failed_measurement_shows_why_and_can_be_resumed(engine):
     from storage.tables import Run
 
     version_id = import_texts(engine, UNITS, ESTIMATE)
-    run_id = create_attribution(engine, DEMO_TASK, version_id, k=1, limit=2)
+    run_id = create_attribution(engine, DEMO_TASK, str(number_of(engine, version_id)), k=1, limit=2)
     with db.session_scope(engine) as session:
         run = session.get(Run, run_id)
         run.status, run.error = "failed", "RuntimeError: the provider is down"
         session.add(run)
     at = open_page()
-    assert any(f"Measurement run #{run_id}: failed · variants 0/3" in c.value for c in at.caption)
+    assert any(f"Measurement run {run_id}: failed · variants 0/3" in c.value for c in at.caption)
     assert "RuntimeError: the provider is down" in codes(at)
     at.button(key="lib_measure_resume").click()
     rerun(at)
     assert attribution_runs(engine, version_id)[0].status == "queued"
-    assert any(f"Measurement run #{run_id}: queued" in c.value for c in at.caption)
+    assert any(f"Measurement run {run_id}: queued" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("name, data, problem", [

@@ -1,9 +1,8 @@
 """core's messages read on a page as a person should read them (issue 37, item 5, "text rendered as text").
 
-core writes a message once, for the CLI too: a command in backticks, a version as "#3 (id 14)". On a page a
-backtick must not show literally (escaped in a Markdown element, or drawn by a widget that shows text as it is),
-and a version is its number, without the id the CLI needs beside it (ui/messages.py). A model's output stays
-text: its Markdown is never drawn.
+core writes a message once, for the CLI too: a command in backticks. On a page a backtick must not show literally
+(escaped in a Markdown element, or drawn by a widget that shows text as it is; ui/messages.py). A model's output
+stays text: its Markdown is never drawn. (A version is named by its number on every face: tests/test_names.py.)
 """
 
 from __future__ import annotations
@@ -55,13 +54,6 @@ def test_a_widget_that_shows_text_as_it_is_gets_the_command_between_quotes():
     assert said == "Retry the failed rollouts (Evaluate page, or “python -m core eval --retry ID”)."
 
 
-@pytest.mark.parametrize("show", [message_markdown, message_text])
-def test_a_version_is_named_by_its_number_without_the_clis_id(show):
-    said = show("version #3 (id 14) was created by bob from the same parent; re-apply it on #3?")
-    assert "(id" not in said and "3 was created by bob" in said
-    assert "(id 'a-7')" in show("trace 2 (id 'a-7'): no output")  # a sender's id, beside no number: kept
-
-
 def test_escaped_is_the_rule_of_plain():
     text = string.printable + "“”é—"
     assert escaped(text) == plain(text)
@@ -84,7 +76,7 @@ def test_an_incomplete_evaluation_shows_the_retry_command_as_code(engine):
     at = run_app(page="pages/evaluate.py", session_state={REVIEWER_KEY: REVIEWER})
 
     [warning] = [w.value for w in at.warning if "is incomplete" in w.value]
-    assert f"Evaluation #{evaluation_id} is incomplete: 1 of 4 rollouts" in warning
+    assert f"Evaluation {evaluation_id} is incomplete: 1 of 4 rollouts" in warning
     assert f"`python -m core eval --retry {evaluation_id}`" in warning and no_literal_backtick(warning), warning
 
 
@@ -126,7 +118,7 @@ def test_a_connection_test_shows_the_models_reply_as_text(engine, monkeypatch):
 def test_a_refused_promotion_shows_the_compare_command_as_code(engine):
     candidate = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md", actor="bob")
     first = edit_library(engine, DEMO_TASK, [ProposedOp("DELETE", ["E1"])], "bob")
-    set_label(engine, DEMO_TASK, first.id, "production", "bob")
+    set_label(engine, DEMO_TASK, str(first.number), "production", "bob")
     at = run_app(page="pages/library.py", session_state={REVIEWER_KEY: REVIEWER})
     at.selectbox(key="lib_label_version").select(candidate.id)
     click(at, "lib_label_button")

@@ -21,7 +21,7 @@ PAGE = "pages/production.py"
 def test_otlp_traces_show_their_source_unknown_version_and_attributes_and_a_service_is_mapped(app_engine):
     engine = app_engine
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, version.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
     ingest_traces(engine, [TraceIn(id="client-1", task=DEMO_TASK, version_id=version.id, input="Hi?", output="Hi.")])
     named = sdk_request(lambda tracer: chat_span(tracer, "<b>otel question</b>", "**4**", **{
         "tfgrpo.task": DEMO_TASK, "tfgrpo.score": 0.0, "gen_ai.conversation.id": "conv-<i>9</i>"}),

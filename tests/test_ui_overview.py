@@ -16,7 +16,7 @@ from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPOR
 from core.records.versions import import_library
 from storage import db, queries
 from storage.db import describe_url
-from storage.tables import Run, Step
+from storage.tables import LibraryVersion, Run, Step
 from tests.ui_support import markdown_texts, run_app, switch, table_with
 
 TRAIN_HINT = 'python -m core train --task "arithmetic word problems" --limit 4 --group-size 2 --epochs 1'
@@ -41,7 +41,7 @@ def test_app_creates_the_demo_task_in_an_empty_database(empty_app_db):
     with db.session_scope(empty_app_db) as session:
         assert [t.name for t in queries.list_tasks(session)] == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
     assert table_with(at, "train samples")["name"].tolist() == [DEMO_TASK, SUPPORT_TASK, CONVERSATION_TASK, POLICY_TASK]
-    assert any(label.startswith("Version 1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
+    assert any(label.startswith("Version #1 ") and "0 experiences" in label for label in (e.label for e in at.expander))
 
 
 def test_overview_lists_the_demo_task_with_its_samples(engine):
@@ -67,10 +67,14 @@ def test_library_version_shows_its_two_experiences(engine):
     version_id = import_text(engine, "- Check units first.\n- Re-read the question.")
     at = run_app()
 
-    tables = [df.value for df in at.dataframe if "size" in df.value.columns and version_id in df.value["id"].tolist()]
-    assert len(tables) == 1
+    with db.session_scope(engine) as session:
+        number = session.get(LibraryVersion, version_id).number
+    assert number != version_id  # the demo tasks' libraries came first: the id is not the number
+    tables = [df.value for df in at.dataframe if "size" in df.value.columns and "source" in df.value.columns
+              and f"#{number}" in df.value["version"].tolist() and "import" in df.value["source"].tolist()]
+    assert len(tables) == 1 and "id" not in tables[0].columns
     versions = tables[0]
-    imported = versions[versions["id"] == version_id]
+    imported = versions[versions["version"] == f"#{number}"]
     assert len(imported) == 1
     assert imported.iloc[0]["size"] == 2
     assert imported.iloc[0]["source"] == "import"
@@ -78,7 +82,8 @@ def test_library_version_shows_its_two_experiences(engine):
     assert versions[versions["source"] == "initial"].iloc[0]["size"] == 0
 
     labels = [e.label for e in at.expander]
-    assert any(f"(id {version_id}) · 2 experiences" in label for label in labels), labels
+    assert any(label.startswith(f"Version #{number} · 2 experiences") for label in labels), labels
+    assert not any("(id " in label for label in labels), labels
     code = [c.value for c in at.code]
     assert any("Check units first." in value and "Re-read the question." in value for value in code), code
 

@@ -25,9 +25,9 @@ def engine(app_engine):
 @pytest.fixture
 def versions(engine):
     production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    set_label(engine, DEMO_TASK, production.id, "production", "system")
+    set_label(engine, DEMO_TASK, str(production.number), "production", "system")
     candidate = import_library(engine, DEMO_TASK, "- Check the units.", "b.md", actor="system")
-    set_label(engine, DEMO_TASK, candidate.id, "candidate", "system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     return production, candidate
 
 

@@ -362,7 +362,7 @@ def test_a_group_shows_the_entries_its_selection_chose_and_how_many_outputs_saw_
              "Count the pieces of candy eaten before making the piles of candy."]
     version = edit_library(engine, DEMO_TASK, [ProposedOp("ADD", [], text) for text in texts], "system")
     set_selection(engine, DEMO_TASK, "default", "top_k", 1, "system")
-    eval_id = create_evaluation(engine, DEMO_TASK, str(version.id), split="train", limit=1, k=2)  # Bianca's candy
+    eval_id = create_evaluation(engine, DEMO_TASK, str(version.number), split="train", limit=1, k=2)  # Bianca's candy
     _model, gateway = scripted_gateway(engine)
     execute_evaluation(engine, eval_id, gateway=gateway)
     at = run_app(page=PAGE)

@@ -17,7 +17,7 @@ from core.records.run_defaults import EXAMPLES_FIGURE
 from core.records.selection import library_selection
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
-from storage.tables import Run, Worker, utcnow
+from storage.tables import LibraryVersion, Run, Worker, utcnow
 from tests.ui_support import run_app, seeded_run
 
 PAGE = "pages/train.py"
@@ -201,7 +201,7 @@ def test_pause_resume_cancel_each_ask_first_then_change_the_run_status(engine):
     at.button(key="train_pause").click()
     at.run()
     assert [w.value for w in at.warning if w.value != learner_notice(at)] == [
-        f"Pause run #{run_id}? The call in flight finishes; resume continues where it stopped."]
+        f"Pause run {run_id}? The call in flight finishes; resume continues where it stopped."]
     assert run_status(engine, run_id) == "queued"  # asking changed nothing
     at.button(key="train_confirm_no").click()  # Keep running
     at.run()
@@ -382,7 +382,9 @@ def test_a_completed_run_offers_its_version_to_evaluate_and_the_library(engine):
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Evaluate"]
     [version] = [box for box in at.selectbox if box.label == "Version"]
-    assert version.value == str(version_id)
+    with Session(engine) as session:
+        number = session.get(LibraryVersion, version_id).number
+    assert version_id != number and version.value == str(number)  # the run's version, by its number
     [model] = [box for box in at.selectbox if box.label == "Model"]
     assert model.value == "local/smollm2-135m"  # the model the run learned with, not the task's
 

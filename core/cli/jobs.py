@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from core.cli.base import UsageError, engine_of
+from core.cli.base import VERSION_HELP, UsageError, engine_of
 from core.cli.logs import configure_logging
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
@@ -158,7 +158,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not (args.task and args.version):
             raise InvalidInput("give --task and --version (or --retry ID to retry an evaluation's failed rollouts)")
         eval_id = create_evaluation(engine, args.task, args.version, split=args.split, k=args.k, limit=args.limit,
-                                    model=args.model, temperature=args.temperature, route_segments=args.route_segments)
+                                    model=args.model, temperature=args.temperature, route_segments=args.route_segments,
+                                    library_name=args.library)
     if args.queue:
         print(f"evaluation {eval_id} queued; a worker (python -m core worker) executes it")
         return 0
@@ -191,10 +192,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from core.jobs.worker import execute_job
     from core.records.comparison import compare_evaluations
     from core.records.segments import paired_by_segment
+    from storage import queries
     from storage.tables import Evaluation
 
     engine = engine_of(args)
-    ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit) for ref in (args.a, args.b)]
+    ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit,
+                         library_name=args.library) for ref in (args.a, args.b)]
     for eval_id in ids:
         with Session(engine) as session:
             ev = session.get(Evaluation, eval_id)
@@ -210,9 +213,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     result = compare_evaluations(engine, *ids)
     by_segment = paired_by_segment(engine, *ids)
     s = result.stats
+    with Session(engine) as session:
+        numbers = queries.version_numbers(session, [ev.version_id for ev in (result.a, result.b) if ev.version_id])
+    played = [numbers.get(ev.version_id) for ev in (result.a, result.b)]
     if args.json:
         figures = s.as_dict()
-        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "n_queries": s.n, "k": result.a.k,
+        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "version_a": played[0],
+                          "version_b": played[1], "version_id_a": result.a.version_id,
+                          "version_id_b": result.b.version_id, "n_queries": s.n, "k": result.a.k,
                           **{key: figures[key] for key in ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value",
                                                            "wins", "losses", "ties", "pass_a", "pass_b", "mcnemar_p",
                                                            "detectable", "verdict")},
@@ -220,7 +228,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           **({"segments": {name: stats.as_dict() for name, stats in by_segment.items()}}
                              if by_segment else {})}))
         return 0
-    print(f"A = evaluation {ids[0]}, B = evaluation {ids[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
+    sides = [f"evaluation {ev_id} ({'the empty library' if number is None else f'version #{number}'})"
+             for ev_id, number in zip(ids, played, strict=True)]
+    print(f"A = {sides[0]}, B = {sides[1]}: {s.n} queries x k={result.a.k} on {result.a.split}")
     for line in comparison_lines(s):
         print(line)
     if result.note:
@@ -320,7 +330,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         return 0
     first = effects[0] if effects else None
     if first is not None:
-        print(f"run {run_id}: version #{first.version_number} (id {first.version_id}), {first.n} {first.split} "
+        print(f"run {run_id}: version #{first.version_number}, {first.n} {first.split} "
               f"queries x k={first.k}; effect = mean reward with the experience minus without it")
     print(f"{'id':<6}{'effect':>8}  {'95% interval':<18}{'p':>7}  {'verdict':<9}{'shown':<20}text")
     for e in effects:
@@ -410,7 +420,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("eval", help="evaluate a library version on a split (exit 1 while rollouts have errors)")
     p.add_argument("--task")
-    p.add_argument("--version", help="version id, label, latest, or empty")
+    p.add_argument("--version", help=VERSION_HELP + ", or empty")
+    p.add_argument("--library", default="default", help="the library whose version --version names")
     job = p.add_mutually_exclusive_group()
     job.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
                      "no reward (failed model calls), or continue a cancelled one; answered ones are not paid again")
@@ -431,7 +442,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("compare", help="is B better than A? a paired comparison on the same queries")
     p.add_argument("--task", required=True)
-    p.add_argument("a", help="version id, label, latest, empty, or an evaluation as e12")
+    p.add_argument("--library", default="default", help="the library whose versions A and B name")
+    p.add_argument("a", help=VERSION_HELP + ", empty, or an evaluation as e12")
     p.add_argument("b", help="the same kinds of reference as A")
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=1)
@@ -442,7 +454,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attribute", help="measure each experience of a version: the version against it without "
                        "each one, on the same queries")
     p.add_argument("--task")
-    p.add_argument("--version", help="version id, label or latest")
+    p.add_argument("--version", help=VERSION_HELP)
     p.add_argument("--library", default="default")
     p.add_argument("--split", help="split of the queries (default: validation if the task has one, else test)")
     p.add_argument("--k", type=int, default=2, help="samples per query for every variant (default 2)")

@@ -97,7 +97,7 @@ def print_version(version: LibraryVersion | None) -> None:
     if version is None:
         print("version: empty library")
         return
-    print(f"version {version.id} (#{version.number}, {version.source}): {len(version.experiences)} experiences")
+    print(f"version #{version.number} ({version.source}): {len(version.experiences)} experiences")
     for exp in version.experiences:
         print(f"  [{exp['id']}] {exp['text']}")
 

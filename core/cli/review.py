@@ -284,7 +284,7 @@ def outcome(engine: Engine, step_id: int) -> str:
     if step.status == StepStatus.COMPLETED:
         if after is None or step.version_after_id == step.version_before_id:
             return f"{title} applied: the library did not change" + goes_on
-        return f"{title} applied as version #{after.number} (id {after.id})" + goes_on
+        return f"{title} applied as version #{after.number}" + goes_on
     if pending:
         return f"{title} still waits: {plural(pending, 'operation')} pending (python -m core review {run.id})"
     gate = GateVerdict.of(step)

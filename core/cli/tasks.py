@@ -166,11 +166,11 @@ def cmd_library_select(args: argparse.Namespace) -> int:
 
     with Session(engine_of(args)) as session:
         served = served_selection(session, args.task, args.library, query=args.query,
-                                  label=None if args.version else args.label, version_id=args.version)
+                                  label=None if args.version else args.label, version=args.version)
     if args.json:
         print(json.dumps(served.as_dict(), ensure_ascii=False))
         return 0
-    print(f"version #{served.number} (id {served.version_id}), selection {served.selection['mode']} "
+    print(f"version #{served.number}, selection {served.selection['mode']} "
           f"(k={served.selection['k']}): {len(served.entries)} entries")
     for entry in served.entries:
         score = "" if entry["score"] is None else f"{entry['score']:>8.3f}  "
@@ -247,6 +247,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--library", default="default")
     p.add_argument("--query", required=True)
     p.add_argument("--label", default="production")
-    p.add_argument("--version", type=int, help="a version id instead of a label")
+    p.add_argument("--version", help="a version's number in the library (e.g. 3) instead of a label")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_library_select)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from core.cli.base import UsageError, engine_of, read_file, write_output
+from core.cli.base import VERSION_HELP, UsageError, engine_of, read_file, write_output
 from core.cli.report import print_version, report_run, worker_or_here
 from core.domain.library_io import check_file_size, decode_library
 from core.errors import NotFound
@@ -53,11 +53,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
         task_id = get_task(session, args.task).id if args.task else None
         rows = queries.runs(session, task_id)
         tasks = {t.id: t.name for t in queries.list_tasks(session)}
-        print(f"{'id':>4}  {'status':<16}{'kind':<7}{'task':<28}{'steps':>7}  {'version':>7}  created")
+        numbers = queries.version_numbers(session, sorted({r.current_version_id for r in rows if r.current_version_id}))
+        print(f"{'run':>4}  {'status':<16}{'kind':<7}{'task':<28}{'steps':>7}  {'version':>7}  created")
         for run in rows:
             steps = f"{run.progress.get('steps_done', 0)}/{run.progress.get('steps_total', 0)}"
+            version = f"#{numbers[run.current_version_id]}" if run.current_version_id in numbers else "-"
             print(f"{run.id:>4}  {run.status:<16}{run.kind:<7}{tasks.get(run.task_id, '?')[:27]:<28}{steps:>7}  "
-                  f"{run.current_version_id or '-':>7}  {run.created_at:%Y-%m-%d %H:%M}"
+                  f"{version:>7}  {run.created_at:%Y-%m-%d %H:%M}"
                   + (f"  error: {run.error}" if run.error else ""))
     return 0
 
@@ -104,21 +106,29 @@ def cmd_versions(args: argparse.Namespace) -> int:
             for label in queries.labels(session, lib.id):
                 names.setdefault(label.version_id, []).append(label.name)
             print(f"library {lib.name!r}")
-            for v in queries.versions(session, lib.id):
+            stored = queries.versions(session, lib.id)
+            numbers = {v.id: v.number for v in stored}
+            for v in stored:
                 tags = f" [{', '.join(names[v.id])}]" if v.id in names else ""
-                parent = f" parent {v.parent_id}" if v.parent_id else ""
-                print(f"  {v.id:>5}  #{v.number:<4}{v.source:<8}{len(v.experiences):>3} experiences{parent}"
+                parent = f" from #{numbers[v.parent_id]}" if v.parent_id in numbers else ""
+                number = f"#{v.number}"
+                print(f"  {number:>5}  {v.source:<8}{len(v.experiences):>3} experiences{parent}"
                       f"  {v.created_at:%Y-%m-%d %H:%M}  {v.note}{tags}")
     return 0
 
 
 def cmd_label(args: argparse.Namespace) -> int:
     """Point a label at a version; `production` moves through the promotion guard (a comparison, or --reason)."""
-    from core.records.versions import set_label
+    from sqlmodel import Session
 
-    label = set_label(engine_of(args), args.task, args.version, args.name, "cli", library_name=args.library,
+    from core.records.versions import set_label
+    from storage.tables import LibraryVersion
+
+    engine = engine_of(args)
+    label = set_label(engine, args.task, args.version, args.name, "cli", library_name=args.library,
                       reason=args.reason or "")
-    print(f"{args.name} -> version {label.version_id}")
+    with Session(engine) as session:
+        print(f"{args.name} -> version #{session.get(LibraryVersion, label.version_id).number}")
     return 0
 
 
@@ -134,9 +144,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
     with Session(engine) as session:
         version_id = version_in_library(session, args.task, args.version, args.library).id
     preview = preview_promotion(engine, version_id)
-    current = f"#{preview.production_number} (id {preview.production_id})" if preview.production_id else "none"
-    print(f"promote version #{preview.version_number} (id {preview.version_id}) to production; production now: "
-          f"{current}")
+    current = f"#{preview.production_number}" if preview.production_id else "none"
+    print(f"promote version #{preview.version_number} to production; production now: {current}")
     print(preview.evidence)
     if preview.changes:
         print(preview.diff_lines())
@@ -144,8 +153,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
         refusal = preview.refusal(args.reason or "")
         print("dry run: nothing moved" + (f"; as given, promoting would be refused: {refusal}" if refusal else ""))
         return 0
-    label = promote(engine, version_id, "cli", reason=args.reason or "")
-    print(f"production -> version {label.version_id}")
+    promote(engine, version_id, "cli", reason=args.reason or "")
+    print(f"production -> version #{preview.version_number}")
     return 0
 
 
@@ -153,7 +162,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The version commands: export, import, list runs and versions, label and promote."""
     p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
     p.add_argument("--task", required=True)
-    p.add_argument("--version", required=True, help="version id, label, latest, or empty")
+    p.add_argument("--version", required=True, help=VERSION_HELP + ", or empty")
     p.add_argument("--library", default="default")
     p.add_argument("--format", choices=["md", "json", "prompt"], default="md")
     p.add_argument("--output", "-o")
@@ -190,7 +199,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("label", help="point a label (e.g. production) at a version")
     p.add_argument("--task", required=True)
     p.add_argument("--library", default="default")
-    p.add_argument("--version", required=True)
+    p.add_argument("--version", required=True, help=VERSION_HELP)
     p.add_argument("name")
     p.add_argument("--reason", help="production only: why it moves without a paired comparison with the current "
                    "production version (or although the comparison finds it worse); stored in the audit log")
@@ -200,7 +209,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        "with production first")
     p.add_argument("--task", required=True)
     p.add_argument("--library", default="default")
-    p.add_argument("--version", required=True, help="version id, label or latest")
+    p.add_argument("--version", required=True, help=VERSION_HELP)
     p.add_argument("--reason", help="why it moves without a paired comparison (or although the comparison finds "
                    "it worse); stored in the audit log")
     p.add_argument("--dry-run", action="store_true", help="only show the diff and the comparison; move nothing")

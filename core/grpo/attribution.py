@@ -167,15 +167,15 @@ class _Plan:
     sample_ids: list[int]
 
 
-def _plan(session: Session, task_name: str, version_ref: str | int, split: str | None, limit: int | None,
+def _plan(session: Session, task_name: str, version_ref: str, split: str | None, limit: int | None,
           library_name: str) -> _Plan:
     """What a measurement of this version would evaluate, or an error saying why it cannot be measured."""
     task = get_task(session, task_name)
-    version = resolve_version(session, task, str(version_ref), library_name)
+    version = resolve_version(session, task, version_ref, library_name)
     if version is None:
         raise InvalidInput("the empty library has no experiences to measure; choose a version that has some")
     if not version.experiences:
-        raise InvalidInput(f"version #{version.number} (id {version.id}) has no experiences to measure")
+        raise InvalidInput(f"version #{version.number} has no experiences to measure")
     method = METHODS.get(task.reward_method)
     if method is not None and method.uses_people and not method.uses_judge:
         raise InvalidInput(f"task {task.name!r} is scored by people only; a measurement cannot wait for labels "
@@ -206,7 +206,7 @@ def _average_cost(session: Session, task: Task) -> tuple[float | None, float, st
     return float(average), judge, f"the average of this task's {count} paid rollouts"
 
 
-def estimate(engine: Engine, task_name: str, version_ref: str | int, *, split: str | None = None, k: int = 2,
+def estimate(engine: Engine, task_name: str, version_ref: str, *, split: str | None = None, k: int = 2,
              limit: int | None = None, library_name: str = "default") -> dict:
     """What measuring this version takes, shown before it starts: queries, variants (experiences + 1), agent
     calls = variants x queries x k (and as many judge calls for a judged task), and the estimated cost."""
@@ -235,10 +235,10 @@ def estimate_line(est: dict) -> str:
             f"{est['agent_calls']} agent calls{turns}{judge}; {cost} ({est['cost_basis']})")
 
 
-def create_attribution(engine: Engine, task_name: str, version_ref: str | int, *, split: str | None = None, k: int = 2,
+def create_attribution(engine: Engine, task_name: str, version_ref: str, *, split: str | None = None, k: int = 2,
                        limit: int | None = None, library_name: str = "default", created_by: str = "cli",
                        concurrency: int | None = None, budget_usd: float | None = None) -> int:
-    """Queue a measurement of a version (id, label or `latest`) as a run of kind `attribute`; a worker (or
+    """Queue a measurement of a version (its number in the library, a label or `latest`) as a run of kind `attribute`; a worker (or
     `python -m core attribute`) executes it. Refuses the empty library, a version without experiences, a split
     without samples, a task scored by people only, and a version already being measured."""
     settings = AttributionSettings.build(split=split, k=k, limit=limit, concurrency=concurrency, budget_usd=budget_usd)
@@ -457,7 +457,7 @@ def remove_hurting(engine: Engine, task_name: str, version_id: int, actor: str, 
             raise NotFound(f"no version {version_id}")
         library = session.get(Library, version.library_id)
         if library.name != library_name:
-            raise InvalidInput(f"version id {version_id} is in library {library.name!r}, not {library_name!r}")
+            raise InvalidInput(f"version #{version.number} is in library {library.name!r}, not {library_name!r}")
         latest = queries.latest_version(session, library.id)
     if not effects:
         raise InvalidInput(f"version #{version.number} has not been measured yet; measure its experiences first")

@@ -43,8 +43,9 @@ STOP_CHECK_EVERY = 1.0  # seconds between two reads of whether a person stopped 
 
 def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
                       limit: int | None = None, model: str | None = None, temperature: float = 0.7,
-                      route_segments: bool = False, created_by: str = "cli") -> int:
-    """Queue an evaluation of a version (id, label, `latest` or `empty`). With `route_segments` each scenario
+                      route_segments: bool = False, created_by: str = "cli", library_name: str = "default") -> int:
+    """Queue an evaluation of a version of `library_name` (its number, a label, `latest` or `empty`:
+    core.records.versions.resolve_version). With `route_segments` each scenario
     of a conversation task is played with the library of its persona's segment (its production version,
     else its newest) and the version given for the rest (core/records/segments.py). The library's entry
     selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now.
@@ -56,7 +57,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
     with session_scope(engine) as session:
         require_role(session, created_by, "reviewer", "starting an evaluation")
         task = get_task(session, task_name)
-        version = resolve_version(session, task, version_ref)
+        version = resolve_version(session, task, version_ref, library_name)
         check_agent_mode(task.name, task.agent_mode)
         check_task_kind(session, task)
         if not queries.samples(session, task.id, split, limit=1):
@@ -344,9 +345,9 @@ def incomplete_reason(metrics: dict, evaluation_id: int | str = "ID", *, unreach
 
 
 def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,
-                  limit: int | None = None, created_by: str = "cli") -> int:
+                  limit: int | None = None, created_by: str = "cli", library_name: str = "default") -> int:
     """The evaluation a comparison should use for `ref`: `e12` / `eval:12` names one; a version reference
-    (id, label, latest, empty) reuses a completed evaluation of that version with the same split, k and
+    (its number in `library_name`, a label, latest, empty) reuses a completed evaluation of that version with the same split, k and
     query limit under the task's policy model and the library's current entry selection, or queues a new one on
     the same queries."""
     text = str(ref).strip().lower()
@@ -355,7 +356,7 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
             return int(text[len(prefix):])
     with Session(engine) as session:
         task = get_task(session, task_name)
-        version = resolve_version(session, task, ref)
+        version = resolve_version(session, task, ref, library_name)
         version_id = version.id if version else None
         selection = selection_of(session.get(Library, version.library_id) if version else None)
         for ev in queries.evaluations(session, task.id):
@@ -363,4 +364,5 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
                     and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes
                     and (version is None or Selection.from_dict(ev.selection).shows_same(selection))):
                 return ev.id
-    return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by)
+    return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by,
+                             library_name=library_name)

@@ -43,8 +43,8 @@ def refuse_second_evaluation(session: Session, new: Evaluation) -> None:
         if (ev.version_id, ev.split, ev.k, ev.limit, ev.model) == (new.version_id, new.split, new.k, new.limit,
                                                                    new.model) \
                 and _same(ev.temperature, new.temperature) and _same(ev.routes or None, new.routes or None):
-            raise DuplicateJob(f"evaluation #{ev.id} of the same version, split, k and model is already {ev.status} "
-                               f"({_when(ev)}): nothing new was queued; follow evaluation #{ev.id} (cancel it first "
+            raise DuplicateJob(f"evaluation {ev.id} of the same version, split, k and model is already {ev.status} "
+                               f"({_when(ev)}): nothing new was queued; follow evaluation {ev.id} (cancel it first "
                                "to queue it again)", "evaluation", ev.id)
 
 
@@ -54,5 +54,5 @@ def refuse_second_run(session: Session, new: Run) -> None:
     for run in session.exec(select(Run).where(Run.task_id == new.task_id, Run.library_id == new.library_id,
                                               Run.kind == new.kind, col(Run.status).in_(ACTIVE)).order_by(Run.id)):
         if run.start_version_id == new.start_version_id and _same(run.settings, new.settings):
-            raise DuplicateJob(f"run #{run.id} with the same settings is already {run.status} ({_when(run)}): nothing "
-                               f"new was queued; follow run #{run.id} (cancel it first to queue it again)", "run", run.id)
+            raise DuplicateJob(f"run {run.id} with the same settings is already {run.status} ({_when(run)}): nothing "
+                               f"new was queued; follow run {run.id} (cancel it first to queue it again)", "run", run.id)

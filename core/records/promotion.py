@@ -46,6 +46,7 @@ class PromotionPreview:
 
     comparison_required: bool = False  # the setting promotion_requires_comparison, read with the preview
     task: str = ""
+    library: str = "default"
 
     @property
     def already_production(self) -> bool:
@@ -79,9 +80,17 @@ class PromotionPreview:
         return not self.unguarded and (self.comparison is None or bool(self.undecided) or self.worse)
 
     @property
+    def compare_command(self) -> str:
+        """The command that compares production with this version, as a person pastes it: versions by their numbers
+        in the library (what `compare` takes and every page shows)."""
+        library = "" if self.library == "default" else f" --library {shlex.quote(self.library)}"
+        return (f"python -m core compare --task {shlex.quote(self.task or 'TASK')}{library} "
+                f"{self.production_number} {self.version_number}")
+
+    @property
     def how_to_compare(self) -> str:
-        return (f"evaluate both on the same split with the same k on the Evaluate page, or with `python -m core "
-                f"compare --task {shlex.quote(self.task or 'TASK')} {self.production_id} {self.version_id}`")
+        return (f"evaluate both on the same split with the same k on the Evaluate page, or with "
+                f"`{self.compare_command}`")
 
     def refusal(self, reason: str = "") -> str | None:
         """Why production may not move to this version with this reason, and what to do instead; None if it may."""
@@ -168,7 +177,7 @@ def preview_promotion(engine: Engine, version_id: int) -> PromotionPreview:
     with Session(engine) as session:
         version = queries.version_by_id(session, version_id)
         if version is None:
-            raise NotFound(f"no version {version_id}")
+            raise NotFound("that version no longer exists")
         library = session.get(Library, version.library_id)
         label = queries.label_by_name(session, version.library_id, PRODUCTION)
         current = queries.version_by_id(session, label.version_id) if label else None
@@ -179,7 +188,8 @@ def preview_promotion(engine: Engine, version_id: int) -> PromotionPreview:
                                production_id=current.id if current else None,
                                production_number=current.number if current else None,
                                changes=diff(current.experiences if current else [], version.experiences),
-                               comparison_required=get_settings().promotion_requires_comparison, task=task_name)
+                               comparison_required=get_settings().promotion_requires_comparison, task=task_name,
+                               library=library.name if library else "default")
     if current is None:
         preview.evidence = "No version is in production yet: this one becomes the first."
     elif preview.already_production:

@@ -1,4 +1,4 @@
-"""A library version as a live agent fetches it: by label (`production`) or by id, with a validator.
+"""A library version as a live agent fetches it: by label (`production`) or by its number, with a validator.
 
 The HTTP API (the `api` package) is a thin face over this: the same lookup rules as the CLI's `export`,
 and an ETag that changes exactly when what the agent would put in its prompt changes, so a client can
@@ -20,10 +20,11 @@ from core.domain.draws import stable_fraction
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
 from core.errors import InvalidInput, NotFound
+from core.records import versions
 from core.records.people import require_role
 from core.records.selection import selection_of
 from core.records.tasks import get_task
-from core.records.versions import PRODUCTION, export_version
+from core.records.versions import PRODUCTION, export_version, version_number
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Library, LibraryVersion, Task
@@ -107,19 +108,26 @@ class Resolved:
 
 
 def resolve_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                    version_id: int | None = None, user_id: str | None = None) -> Resolved:
-    """The version of `library_name` that `label` points at (default `production`), or version `version_id`
-    of that library; NotFound names what is missing, InvalidInput a request that asks for both.
+                    version_id: int | None = None, user_id: str | None = None, version: str | None = None) -> Resolved:
+    """The version of `library_name` that `label` points at (default `production`), or `version`, its number as a
+    person reads it ("12" or "#12", core.records.versions.resolve_version: an id given as a number is refused), or,
+    for a machine that holds it (a trace naming the version that served it), its database id `version_id`;
+    NotFound names what is missing, InvalidInput a request that asks for more than one.
 
     With an A/B split on the library and a `user_id`, a request for `production` is served the split's
     label for a stable share of users (the same user always gets the same arm) and says which in `arm`.
     The library fetch and trace ingest both resolve through here."""
-    if label is not None and version_id is not None:
+    if sum(given is not None for given in (label, version_id, version)) > 1:
         raise InvalidInput("ask for a label or a version, not both")
     task = get_task(session, task_name)
     library = queries.library_by_name(session, task.id, library_name)
     if library is None:
         raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    if version is not None:
+        if version_number(version) is None:
+            raise InvalidInput(f"version {version!r}: give a version's number in the library (e.g. 3), or a label "
+                               "with label=")
+        return Resolved(task, library, versions.resolve_version(session, task, version, library_name), None)
     if version_id is not None:
         version = session.get(LibraryVersion, version_id)
         if version is None or version.library_id != library.id:
@@ -134,21 +142,21 @@ def resolve_version(session: Session, task_name: str, library_name: str = "defau
 
 
 def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                   version_id: int | None = None, user_id: str | None = None) -> ServedLibrary:
-    """What an agent fetches of the version `resolve_version` finds."""
-    found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
+                   version: str | None = None, user_id: str | None = None) -> ServedLibrary:
+    """What an agent fetches of the version `resolve_version` finds (`version`: its number)."""
+    found = resolve_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
     return _served(found.task, found.library, found.version, found.label, arm=found.arm)
 
 
 def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
-                     label: str | None = None, version_id: int | None = None,
+                     label: str | None = None, version: str | None = None,
                      user_id: str | None = None) -> ServedSelection:
     """The entries of the version `resolve_version` finds that the library's selection shows for `query`: the
     same entries, in the same order, as a rollout of that query was shown in a training run or an evaluation
     made under this selection (core.grpo.rollouts.stored_rollout calls the same select function)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("give the query to choose entries for (query=...)")
-    found = resolve_version(session, task_name, library_name, label=label, version_id=version_id, user_id=user_id)
+    found = resolve_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
     selection = selection_of(found.library)
     chosen = scored_entries(found.version.experiences or [], query, selection)
     entries = [{"id": str(entry.get("id")), "text": entry["text"], "kind": kind_of(entry),

@@ -375,8 +375,7 @@ def daily_summary(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
     for (day, version_id), group in sorted(cells.items(), key=lambda cell: (cell[0][0], cell[0][1] or 0)):
         scores = [s for s in (trace_score(t) for t in group) if s is not None]
         low, high = mean_interval(scores) if scores else (None, None)
-        name = version_name(version_id, numbers)
-        rows.append({"day": day, "version": name if version_id is None else f"{name} (id {version_id})",
+        rows.append({"day": day, "version": version_name(version_id, numbers),
                      "version_id": version_id, "traces": len(group), "scored": len(scores),
                      "scored share": round(len(scores) / len(group), 3),
                      "mean score": round(mean(scores), 3) if scores else None,
@@ -457,10 +456,11 @@ def arm_comparison(session: Session, library_id: int, candidate: str) -> ArmComp
             score = trace_score(trace)
             if score is not None:
                 scores[by_version[trace.version_id]].append(score)
+    numbers = queries.version_numbers(session, list(arms.values()))
     rows = []
     for label, values in scores.items():
         low, high = mean_interval(values) if values else (None, None)
-        rows.append({"arm": label, "version id": arms[label], "scored traces": len(values),
+        rows.append({"arm": label, "version": f"#{numbers.get(arms[label], '?')}", "scored traces": len(values),
                      "mean score": round(mean(values), 3) if values else None, "low": low, "high": high})
     a, b = scores.get(PRODUCTION, []), scores.get(candidate, [])
     if len(a) < 2 or len(b) < 2:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.domain import library_io
 from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_number, validate_ops
-from core.errors import Conflict, InvalidInput, NotFound, StaleVersion
+from core.errors import Conflict, InvalidInput, NotFound, StaleVersion, StudioError
 from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
 from core.records.webhook_events import notify_label_moved
@@ -53,8 +53,8 @@ def lock_library(session: Session, library_id: int) -> LibraryVersion | None:
 def check_latest(latest: LibraryVersion | None, base_id: int | None) -> None:
     """Refuse a change made on `base_id` when another version has become the latest meanwhile.
 
-    The newer version is named by its number alone: only a page makes a change on a version it showed (the CLI
-    and the HTTP API pass no base), and a page names a version by its number, not by the id the CLI takes."""
+    The newer version is named by its number, as everywhere a person reads one (only a page makes a change on a
+    version it showed: the CLI and the HTTP API pass no base)."""
     if latest is None or base_id is None or latest.id == base_id:
         return
     origin = "from the same parent" if latest.parent_id == base_id else "after the version your change started from"
@@ -98,26 +98,65 @@ def new_experiences(session: Session, library: Library, texts: list[str] | list[
     return [entry(f"E{start + i}", item["text"], item.get("kind") or LESSON) for i, item in enumerate(items)]
 
 
+def version_number(ref: str) -> int | None:
+    """The number a person typed for a version ("12" or "#12"), or None when `ref` is no number (a label,
+    `latest`, `empty`)."""
+    text = str(ref).strip().removeprefix("#").strip()
+    return int(text) if text.isdigit() else None
+
+
 def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
-    """A version by id, by label (`production`), `latest`, or None for `empty` (the empty library)."""
-    ref = str(ref).strip()
+    """The version a person named: its number in the library ("12" or "#12", what every page shows), a label
+    (`production`), `latest`, or None for `empty` (the empty library). The one resolution the CLI, the pages and
+    the HTTP API use.
+
+    A version's database id is never taken for its number: a number the library does not have, but that is the
+    id of a version, is refused with a message naming both (scripts written when the CLI took ids then stop
+    instead of reaching another version)."""
+    if not isinstance(ref, str):
+        raise TypeError("resolve_version takes what a person typed (a number, a label, latest or empty); "
+                        f"got {type(ref).__name__} {ref!r}: a caller holding a database id has the version already")
+    ref = ref.strip()
     if ref.lower() == EMPTY:
         return None
     lib = queries.library_by_name(session, task.id, library_name)
-    if ref.isdigit():
-        version = session.get(LibraryVersion, int(ref))
-        owner = session.get(Library, version.library_id) if version else None
-        if version is None or owner is None or owner.task_id != task.id:
-            raise NotFound(f"no version {ref} in task {task.name!r}")
-        return version
     if lib is None:
         raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    number = version_number(ref)
+    if number is not None:
+        version = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == lib.id,
+                                                            LibraryVersion.number == number)).first()
+        if version is None:
+            raise _no_such_number(session, task, lib, number)
+        return version
     if ref.lower() == "latest":
         return queries.latest_version(session, lib.id)
     label = queries.label_by_name(session, lib.id, ref)
     if label is None:
-        raise NotFound(f"no version or label {ref!r} in library {library_name!r} (use an id, a label, latest or empty)")
+        raise NotFound(f"no version or label {ref!r} in library {library_name!r} of task {task.name!r} (name a "
+                       "version by its number, e.g. 3 or #3, or use a label, latest or empty)")
     return session.get(LibraryVersion, label.version_id)
+
+
+def _no_such_number(session: Session, task: Task, library: Library, number: int) -> StudioError:
+    """Why library `library` has no version #`number`: it has only these numbers, and, when `number` is a version's
+    database id (the name the CLI took before), which version that id is, by its number."""
+    latest = queries.latest_version(session, library.id)
+    where = f"library {library.name!r} of task {task.name!r}"
+    has = ("it has no version yet" if latest is None else "its only version is #1" if latest.number == 1
+           else f"its versions are #1 to #{latest.number}")
+    same_id = session.get(LibraryVersion, number)
+    if same_id is None:
+        return NotFound(f"{where} has no version #{number} ({has})")
+    owner = session.get(Library, same_id.library_id)
+    owner_task = session.get(Task, owner.task_id) if owner else None
+    said = (f"{where} has no version #{number} ({has}); {number} is the database id of version #{same_id.number} of "
+            f"library {owner.name if owner else '?'!r}")
+    if owner is None or owner_task is None or owner_task.id != task.id:
+        return InvalidInput(f"{said} of task {owner_task.name if owner_task else '?'!r}, and a version is named by "
+                            "its number in its library")
+    return InvalidInput(f"{said}, and a version is named by its number in its library: type {same_id.number} "
+                        f"(or #{same_id.number})" + ("" if owner.id == library.id else f" with --library {owner.name}"))
 
 
 def import_library(engine: Engine, task_name: str, text: str, filename: str, *, library_name: str = "default",
@@ -149,9 +188,9 @@ def export_version(experiences: list[dict], fmt: str, meta: dict | None = None, 
     raise InvalidInput(f"unknown export format {fmt!r}: use md, json or prompt")
 
 
-def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str, actor: str, *,
+def set_label(engine: Engine, task_name: str, version_ref: str, name: str, actor: str, *,
               library_name: str = "default", reason: str = "") -> LibraryLabel:
-    """Point a label at a version (id, label or `latest`) of the library, moving it if it exists. Any label
+    """Point a label at a version (its number, a label or `latest`) of the library, moving it if it exists. Any label
     moves freely (a reviewer's); `production` is the admin's and moves only through `promote`, its guard."""
     name = (name or "").strip()
     if not name:
@@ -165,9 +204,9 @@ def set_label(engine: Engine, task_name: str, version_ref: str | int, name: str,
         return _move_label(session, version, name, actor, reason=reason)
 
 
-def version_in_library(session: Session, task_name: str, version_ref: str | int,
+def version_in_library(session: Session, task_name: str, version_ref: str,
                        library_name: str = "default") -> LibraryVersion:
-    """The version of the task's library a label would point at: an id, a label or `latest` (not `empty`)."""
+    """The version of the task's library a label would point at: its number, a label or `latest` (not `empty`)."""
     return _version_in(session, _task(session, task_name), version_ref, library_name)
 
 
@@ -185,7 +224,7 @@ def promote(engine: Engine, version_id: int, actor: str, *, reason: str = "") ->
         approval = preview.approve(reason)
         version = session.get(LibraryVersion, version_id)
         if version is None:
-            raise NotFound(f"no version {version_id}")
+            raise NotFound("that version no longer exists")
         return _move_label(session, version, PRODUCTION, actor, approval=approval)
 
 
@@ -262,7 +301,7 @@ def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
         library = _library(session, _task(session, task_name), library_name)
         old = session.get(LibraryVersion, version_id)
         if old is None or old.library_id != library.id:
-            raise NotFound(f"version id {version_id} is not in library {library_name!r}")
+            raise NotFound(f"that version is not in library {library_name!r}")
         latest = lock_library(session, library.id)
         return create_version(session, library, [dict(exp) for exp in old.experiences], parent_id=latest.id,
                               expect_latest=latest.id, source="revert", created_by=actor, note=f"revert to version #{old.number}")
@@ -282,12 +321,10 @@ def _library(session: Session, task: Task, name: str) -> Library:
     return library
 
 
-def _version_in(session: Session, task: Task, ref: str | int, library_name: str) -> LibraryVersion:
-    """A version of this library by id, label or `latest`; the empty library is no version."""
-    library = _library(session, task, library_name)
-    version = resolve_version(session, task, str(ref), library_name)
+def _version_in(session: Session, task: Task, ref: str, library_name: str) -> LibraryVersion:
+    """A version of this library by its number, a label or `latest`; the empty library is no version."""
+    _library(session, task, library_name)
+    version = resolve_version(session, task, ref, library_name)
     if version is None:
         raise InvalidInput("the empty library has no version to label")
-    if version.library_id != library.id:
-        raise NotFound(f"version id {version.id} is not in library {library_name!r}")
     return version
