@@ -22,6 +22,7 @@ from core.records.webhooks import (
     send_test,
 )
 from core.settings import get_settings
+from storage.statuses import DeliveryStatus
 from ui.common import Flash, Outcome, allowed, context, engine, plain, role_note, run_action, run_page
 from ui.display import table
 
@@ -114,7 +115,7 @@ def delivery_log() -> None:
             "code": row.last_code, "attempts": row.attempts, "what happened": describe(row),
             "text": row.payload.get("text", ""), "raised": f"{row.created_at:%Y-%m-%d %H:%M:%S}"} for row in rows],
           key="notifications_log")
-    failed = [row.id for row in rows if row.status == "failed"]  # newest first
+    failed = [row.id for row in rows if row.status == DeliveryStatus.FAILED]  # newest first
     if failed:
         left, right = st.columns([3, 1], vertical_alignment="bottom")
         left.selectbox("Failed delivery to send again (same webhook-id, after the webhook's other deliveries)",

@@ -143,7 +143,7 @@ def test_after_a_refused_evaluation_the_form_offers_the_last_model_that_answered
     assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
         answered[0].id, answered[1].id)
     assert refused.id not in at.selectbox(key="eval_compare_b").options
-    warning = next(w.value for w in at.warning if f"Evaluation #{refused.id} is incomplete" in w.value)
+    warning = next(w.value for w in at.warning if f"Evaluation {refused.id} is incomplete" in w.value)
     assert "connection refused" in warning
     assert at.button(key=f"eval_retry_{refused.id}").label.startswith("Retry the failed rollouts")
 

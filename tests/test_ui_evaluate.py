@@ -189,9 +189,9 @@ def test_a_cancelled_evaluation_says_how_many_answers_it_holds_and_a_cancelled_q
     assert table.loc[queued, "answered"] == "0/8"
     assert table.loc[queued, "progress"] == "0/8"
     captions = [c.value for c in at.caption]
-    assert any(f"Evaluation #{answered.id} was cancelled with 6 of 6 rollouts stored (6 answered)" in c
+    assert any(f"Evaluation {answered.id} was cancelled with 6 of 6 rollouts stored (6 answered)" in c
                for c in captions), captions
-    assert any(f"Evaluation #{queued} was cancelled with 0 of 8 rollouts stored" in c for c in captions), captions
+    assert any(f"Evaluation {queued} was cancelled with 0 of 8 rollouts stored" in c for c in captions), captions
     assert not any("?" in c for c in captions if "was cancelled" in c)
 
 

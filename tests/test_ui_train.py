@@ -400,7 +400,7 @@ def test_a_run_whose_every_group_was_skipped_says_it_learned_nothing_instead_of_
     assert not at.exception, [e.value for e in at.exception]
     assert shown_status(at).startswith("completed")
     warnings = [w.value for w in at.warning]
-    assert any(f"Run #{run_id} is completed, and learned nothing" in w and "every group of this run was skipped "
+    assert any(f"Run {run_id} is completed, and learned nothing" in w and "every group of this run was skipped "
                "(2 of 2)" in w for w in warnings), warnings
     assert not any("Next: measure" in s.value for s in at.success)
     assert "train_evaluate" not in {b.key for b in at.button}
