@@ -171,3 +171,9 @@ def test_coverage_names_the_train_references_no_shown_example_states():
     assert result.line() == ("coverage: 2 of 3 train references have an example that retrieval shows them and that "
                              "states their facts; uncovered: p03")
     assert not coverage(entries, refs, "math", {}, Selection()).counted
+
+
+def test_of_two_new_examples_the_one_stating_more_stands():
+    plans = plan_examples([], [new(TICKET.format(n=5)), new(f"{RETURNS}; {TICKET.format(n=6)}")],
+                          universe(RETURNS, TICKET.format(n=1)), cap=6)
+    assert plans[0].error.startswith("covered: new example 2 of this step") and plans[1].error is None

@@ -133,6 +133,13 @@ def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozens
                 out.append(Planned(planned("ADD", []).op, f"covered: new example {earlier + 1} of this step states "
                                                           f"the same facts ({describe(need)})"))
                 continue
+            for i, other in list(accepted):  # an earlier ADD of this step that this one states and more: it goes
+                if other < need and out[i].op.op == "ADD" and out[i].error is None:
+                    out[i].error = (f"covered: new example {index + 1} of this step states these facts "
+                                    f"({describe(other)}) and more")
+                    accepted.remove((i, other))
+                    order.remove(f"new:{i}")
+                    del current[f"new:{i}"]
             replaced = [i for i in order if not i.startswith("new:") and current[i] and current[i] <= need]
             if replaced:
                 for i in replaced:

@@ -59,7 +59,7 @@ LESSONS_PAPER = ("On, as in the paper: lessons from each group's semantic advant
 EXAMPLES_PAPER = (f"Off, as in the paper; on the embedded model they gave {EXAMPLES_FIGURE}, so turn them on where "
                   "the agent lacks knowledge that only the references hold.")
 REFERENCE_PAPER = "Off, as in the paper: a group where every attempt failed is skipped."
-CAP_TOP_K = ("Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
+CAP_TOP_K = (f"Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
              "costs no prompt length, and the cap serves coverage (one example per need); retrieval stayed right up "
              "to 28 examples (bench/retrieval_cap.py: 14-15 of 16 held-out shop messages shown every fact of their "
              "reference from 8 to 28 examples).")
