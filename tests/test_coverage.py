@@ -177,3 +177,22 @@ def test_of_two_new_examples_the_one_stating_more_stands():
     plans = plan_examples([], [new(TICKET.format(n=5)), new(f"{RETURNS}; {TICKET.format(n=6)}")],
                           universe(RETURNS, TICKET.format(n=1)), cap=6)
     assert plans[0].error.startswith("covered: new example 2 of this step") and plans[1].error is None
+
+
+def test_versions_says_which_train_references_the_latest_version_covers(database_url, capsys, tmp_path):
+    from core.cli import main
+    from core.domain.library_io import to_json
+
+    assert main(["--db", database_url, "demo"]) == 0
+    rows = [r for r in json_rows() if r["split"] == "train"]
+    entries = [{"id": f"E{i}", "kind": EXAMPLE, "text": made(r["reference"], r["query"])}
+               for i, r in enumerate(rows[:2], start=1)]  # p01 (returns and a ticket), p02 (a refund)
+    path = tmp_path / "lib.json"
+    path.write_text(to_json(entries))
+    assert main(["--db", database_url, "import", "--task", POLICY_TASK, str(path)]) == 0
+    assert main(["--db", database_url, "library", "selection", "--task", POLICY_TASK, "--mode", "top_k"]) == 0
+    capsys.readouterr()
+    assert main(["--db", database_url, "versions", "--task", POLICY_TASK]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "coverage:" in line)
+    covered = int(re.search(r"coverage: (\d+) of 28 train references", line).group(1))
+    assert 2 <= covered < 28 and "uncovered: " in line and "p06" in line  # the warranty: no example states it
