@@ -196,3 +196,10 @@ def test_versions_says_which_train_references_the_latest_version_covers(database
     line = next(line for line in capsys.readouterr().out.splitlines() if "coverage:" in line)
     covered = int(re.search(r"coverage: (\d+) of 28 train references", line).group(1))
     assert 2 <= covered < 28 and "uncovered: " in line and "p06" in line  # the warranty: no example states it
+
+
+def test_a_refusal_names_the_example_that_covers_it_in_the_end():
+    plans = plan_examples([], [new(TICKET.format(n=5)), new(TICKET.format(n=7)), new(f"{RETURNS}; {TICKET.format(n=6)}")],
+                          universe(RETURNS, TICKET.format(n=1)), cap=6)
+    assert [p.error.split(" of this step")[0] for p in plans[:2]] == ["covered: new example 3"] * 2
+    assert plans[2].error is None

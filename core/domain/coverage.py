@@ -102,6 +102,7 @@ class Planned:
 
     op: ProposedOp
     error: str | None = None
+    covered_by: int | None = None  # the new example of the same step that covers this one (its index)
 
 
 def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozenset[Need]]],
@@ -131,12 +132,17 @@ def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozens
             earlier = next((i for i, other in accepted if need <= other), None)
             if earlier is not None:
                 out.append(Planned(planned("ADD", []).op, f"covered: new example {earlier + 1} of this step states "
-                                                          f"the same facts ({describe(need)})"))
+                                                          f"the same facts ({describe(need)})", earlier))
                 continue
             for i, other in list(accepted):  # an earlier ADD of this step that this one states and more: it goes
                 if other < need and out[i].op.op == "ADD" and out[i].error is None:
+                    for plan in out:  # what it covered, this one covers now
+                        if plan.covered_by == i:
+                            plan.covered_by = index
+                            plan.error = re.sub(r"new example \d+ ", f"new example {index + 1} ", plan.error)
                     out[i].error = (f"covered: new example {index + 1} of this step states these facts "
                                     f"({describe(other)}) and more")
+                    out[i].covered_by = index
                     accepted.remove((i, other))
                     order.remove(f"new:{i}")
                     del current[f"new:{i}"]
