@@ -203,3 +203,14 @@ def test_a_refusal_names_the_example_that_covers_it_in_the_end():
                           universe(RETURNS, TICKET.format(n=1)), cap=6)
     assert [p.error.split(" of this step")[0] for p in plans[:2]] == ["covered: new example 3"] * 2
     assert plans[2].error is None
+
+
+def test_a_learner_reply_with_a_sentence_stating_no_fact_is_not_used():
+    reference = "refund to the original payment method within: 7 business days; " + TICKET.format(n=49302)
+    query = "Your warehouse got my returned headlamp on Friday, order 49302. How long until the refund shows up?"
+    parts = reference_parts("facts", reference)
+    echo = ("The warehouse received my returned headlamp on Friday, order 49302. The refund to the original payment "
+            "method within 7 business days will show up. Your ticket reference is PC-49302.")
+    assert "states no fact of the reference" in unusable(echo, query, reference, parts, ["Be brief."])
+    focused = "Your refund reaches the original payment method within 7 business days. Quote PC-49302."
+    assert unusable(focused, query, reference, parts, ["Be brief."]) is None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from core.domain.library import EXAMPLE, limits
 from core.domain.quality import TERMINAL, quality_flags
-from core.domain.rewards import parse_facts, required_phrases
+from core.domain.rewards import parse_facts, required_phrases, score_or_error
 from core.errors import InvalidInput
 
 # A code a customer quotes back (a ticket or an order reference: "LK-72886", "PC-48213", "AB12"): capitals, an
@@ -127,7 +127,8 @@ def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part
              instructions: Sequence[str] = ()) -> str | None:
     """Why a reply cannot be an example's answer (None when it can): empty, not ending in a whole sentence, the
     reference's raw form copied, the message repeated, a fact that neither the reference, the message nor the
-    task's `instructions` hold (see `invented_facts`), or an example a quality flag would hold (cut off, over
+    task's `instructions` hold (see `invented_facts`), for a learner's reply (given the `instructions`) a sentence
+    that states no fact of the reference (`idle_sentences`), or an example a quality flag would hold (cut off, over
     the example's limit)."""
     text = " ".join((reply or "").split())
     if not text:
@@ -141,6 +142,8 @@ def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part
         return f"it repeats {ECHO_WORDS} or more words of the message in a row"
     if invented := invented_facts(text, [reference or "", query, *instructions]):
         return invented_reason(invented)
+    if instructions and (idle := idle_sentences(text, parts)):
+        return f"its sentence {idle[0]!r} states no fact of the reference"
     flags = quality_flags(example_text(query, text), "ADD", [], [], {}, entry_kind=EXAMPLE)
     return f"as an example, {flags[0].message[:1].lower()}{flags[0].message[1:].rstrip('.')}" if flags else None
 
@@ -184,3 +187,13 @@ def invented_reason(invented: Sequence[str]) -> str:
     """The flag's sentence, as Review and a refused operation show it."""
     return (f"it states {', '.join(repr(word) for word in invented[:5])}, which neither the reference, the message "
             "nor the task's instructions hold")
+
+
+def idle_sentences(reply: str, parts: Sequence[Part]) -> list[str]:
+    """The sentences of a reply that state no part of the reference (as whole words). Measured on the shop's
+    policies: the embedded learner's replies carried such sentences, retelling the message in the customer's voice
+    ("The warehouse received my returned headlamp on Friday") or echoing it ("You should be sure before you spend
+    300 euros on one."), and the agent copied them instead of the policy; the template states only the facts."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join((reply or "").split())) if s]
+    return [sentence for sentence in sentences
+            if not any(score_or_error("contains", sentence, part.text, {}).value >= 1.0 for part in parts)]
