@@ -177,6 +177,10 @@ class Arm:
     eval_calls: dict = field(default_factory=dict)  # ... of the test-set evaluation
     train_s: float = 0.0
     eval_s: float = 0.0
+    per_policy: dict = field(default_factory=dict)  # a test reference's need (policy) -> [Mean@k of its queries]
+    coverage: str | None = None  # core.domain.coverage's line for the arm's library on the train references
+    uncovered_needs: list = field(default_factory=list)  # needs of the train references no example states
+    refused_for_space: int = 0  # worked examples refused because the library was full (each the only of its need)
 
     def total(self, key: str) -> float:
         return self.train_calls.get(key, 0) + self.eval_calls.get(key, 0)
@@ -348,7 +352,43 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     arm.rollout_errors = (ev.metrics or {}).get("errors", 0)
     with Session(engine) as session:
         arm.eval_calls = queries.call_totals(session, evaluation_id=arm.evaluation_id)
+    per_policy(engine, arm)
     progress(f"{arm.name}: evaluation {ev.status} in {arm.eval_s:.0f} s")
+
+
+def per_policy(engine, arm: Arm) -> None:
+    """Mean@k per need (a policy: a fact of the references, codes masked, core.domain.coverage) over the test
+    queries whose reference holds it, and for a library what it covers of the train references: which train
+    references an example retrieval shows them states, and which needs no example states. Tasks whose reward
+    counts no facts (arithmetic) have no needs: nothing is recorded."""
+    from sqlmodel import Session
+
+    from core.domain.coverage import coverage, needs_of, needs_stated
+    from core.domain.library import examples
+    from core.records.selection import library_selection
+    from core.records.tasks import get_task
+    from storage import queries
+    from storage.tables import LibraryVersion
+
+    with Session(engine) as session:
+        task = get_task(session, TASK)
+        for sample in queries.samples(session, task.id, "test"):
+            rewards = [r.reward for r in queries.evaluation_sample_rollouts(session, arm.evaluation_id, sample.id)
+                       if r.reward is not None]
+            for need in needs_of(task.reward_method, sample.reference, task.reward_settings):
+                if rewards:
+                    arm.per_policy.setdefault(need.key, []).append(sum(rewards) / len(rewards))
+        if arm.version_id is None:
+            return
+        entries = session.get(LibraryVersion, arm.version_id).experiences
+        training = queries.samples(session, task.id, "train")  # the messages the run trained on (not validation)
+        result = coverage(entries, [(s.external_id, s.query, s.reference) for s in training], task.reward_method,
+                          task.reward_settings, library_selection(engine, TASK, arm.library or "default"))
+        arm.coverage = result.line()
+        wanted = frozenset().union(*(needs_of(task.reward_method, s.reference, task.reward_settings)
+                                     for s in training))
+        stated = frozenset().union(*(needs_stated(e["text"], wanted) for e in examples(entries)))
+        arm.uncovered_needs = sorted(n.key for n in wanted - stated)
 
 
 def arm_given(arm: Arm, options: argparse.Namespace) -> dict:
@@ -402,6 +442,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
     from core.domain.library import EXAMPLE, kind_of
     from core.grpo.training import create_run_with_defaults, execute_run_async, run_counters
+    from core.grpo.worked_examples import refused_for_space
     from core.records.gate_verdict import GateVerdict
     from storage import queries
     from storage.statuses import RunKind
@@ -433,6 +474,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
         for step in steps:
             for key in ("ok", "skipped", "failed", "from_reference"):
                 arm.groups[key] = arm.groups.get(key, 0) + (step.stats or {}).get(key, 0)
+            arm.refused_for_space += refused_for_space(step)
             if gate := GateVerdict.of(step):
                 arm.gate_decisions[gate.decision] = arm.gate_decisions.get(gate.decision, 0) + 1
                 arm.gate_lines.append(f"epoch {step.epoch + 1} batch {step.batch_index + 1}: {gate.line}")
@@ -709,6 +751,8 @@ def arm_lines(arm: Arm) -> list[str]:
              f"all failed, with the reference), {g.get('skipped', 0)} skipped, {g.get('failed', 0)} failed; "
              f"operations applied {arm.operations_applied} of {arm.operations_proposed} ({arm.operations_invalid} "
              f"refused before the gate: invalid{', or flagged' if arm.switches.get('hold_flagged') else ''})")
+    if arm.refused_for_space:
+        head += f"; {arm.refused_for_space} worked examples refused for space (each example the only one of its need)"
     decisions = ", ".join(f"{decision} {arm.gate_decisions.get(decision, 0)}"
                           for decision in ("passed", "failed", "skipped", "undecided"))
     return [head + f"; gate {arm.gate}: {decisions}", *(f"    {line}" for line in arm.gate_lines)]
@@ -723,6 +767,29 @@ def goal_line(arms: list[Arm]) -> str:
     return f"goal (Δ ≥ +{GOAL:.2f}, p < 0.05, interval above 0): not met by any arm"
 
 
+def policy_lines(arms: list[Arm], k: int) -> list[str]:
+    """Mean@k per policy (need) and arm, and what each library covers of the train references (facts tasks)."""
+    with_figures = [arm for arm in arms if arm.per_policy]
+    if not with_figures:
+        return []
+    needs = sorted({need for arm in with_figures for need in arm.per_policy})
+    lines = ["", f"Mean@{k} per policy (test messages whose reference holds it):", "",
+             "| policy | messages | " + " | ".join(arm.name for arm in with_figures) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in with_figures) + " |"]
+    for need in needs:
+        scores = [arm.per_policy.get(need) or [] for arm in with_figures]
+        count = max(len(s) for s in scores)
+        lines.append(f"| {need} | {count} | " + " | ".join(f"{sum(s) / len(s):.3f}" if s else "-" for s in scores)
+                     + " |")
+    lines.append("")
+    for arm in with_figures:
+        if arm.coverage:
+            missing = (f"; needs of the train references no example states: {', '.join(arm.uncovered_needs)}"
+                       if arm.uncovered_needs else "; every need of the train references has an example")
+            lines.append(f"{arm.name}: {arm.coverage}{missing}")
+    return lines
+
+
 def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: list[str],
            defaults: list[str]) -> str:
     errors = [f"{a.name}: {a.rollout_errors} test rollouts failed (left out of the figures)"
@@ -733,7 +800,8 @@ def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: li
     lines = [f"{options.dataset}: {n} test queries x k={options.k}; policy {options.model}, learner "
              f"{options.learner_model}; Δ = Mean@{options.k} minus the empty library's of the same mode, paired per "
              "query (bootstrap 95% interval, sign test); detectable: the smallest Δ these queries detect (80% power)",
-             "", table(arms, options.k), "", goal_line(arms), *default_lines(arms, options, defaults),
+             "", table(arms, options.k), "", goal_line(arms), *policy_lines(arms, options.k),
+             *default_lines(arms, options, defaults),
              *(line for arm in arms for line in arm_lines(arm)), *errors, *failed,
              "calls: model calls made (cached: answered from the ledger, no cost; "
              + ("earlier arms' calls shared" if options.share_cache else "each arm's own calls only")

@@ -30,6 +30,7 @@ from typing import Any
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.coverage import Coverage
 from core.domain.library import EXAMPLE, EXAMPLE_MAX_WORDS, LESSON, MAX_WORDS, ProposedOp
 from core.domain.library import diff as library_diff
 from core.domain.library_io import LibraryFormatError, decode_library
@@ -38,6 +39,7 @@ from core.errors import StudioError
 from core.grpo import attribution
 from core.jobs.run_control import cancel_attribution, resume_run
 from core.records import versions as core_versions
+from core.records.coverage import version_coverage
 from core.records.selection import selection_of, set_selection
 from core.records.serving import served_selection
 from core.records.workers import job_health
@@ -101,6 +103,7 @@ class PageData:
     label_rows: list[dict] = field(default_factory=list)
     splits: dict[str, int] = field(default_factory=dict)  # samples per split of the task
     selection: Selection = field(default_factory=Selection)
+    coverage: Coverage | None = None  # the latest version's, on the task's train references (issue 44)
 
     @property
     def by_id(self) -> dict[int, VersionInfo]:
@@ -154,7 +157,9 @@ def load(ctx: Context) -> PageData:
                 "source": v.source, "created by": creator(v, steps), "note": v.note, "size": len(v.experiences),
                 "labels": ", ".join(sorted(labels_by_version.get(v.id, []))), "created at": v.created_at})
         data.rows.reverse()
-        data.label_rows = [{"label": label.name, "version": f"#{numbers.get(label.version_id, '?')}", "moved by": label.moved_by, "moved at": label.moved_at}
+        data.coverage = version_coverage(session, data.task, library, stored[-1] if stored else None)
+        data.label_rows = [{"label": label.name, "version": f"#{numbers.get(label.version_id, '?')}",
+                            "moved by": label.moved_by, "moved at": label.moved_at}
                            for label in sorted(labels, key=lambda item: item.name)]
     return data
 
@@ -511,6 +516,7 @@ def draw_selection(data: PageData, ctx: Context) -> None:
             right.number_input("k (entries per query when choosing)", min_value=1, max_value=MAX_K,
                                value=data.selection.k, step=1, key="lib_selection_k")
             st.form_submit_button("Save selection", key="lib_selection_submit", on_click=_on_selection)
+    draw_coverage(data)
     query = st.text_input("Try a query", key="lib_selection_query",
                           help=f"The entries of the latest version (#{data.latest.number}) this query would be shown.")
     if not query.strip():
@@ -527,6 +533,17 @@ def draw_selection(data: PageData, ctx: Context) -> None:
         st.caption(f"{', '.join(fillers)} share{'s' if len(fillers) == 1 else ''} no word with the query (BM25 "
                    f"0.000): fewer than k entries matched, so the library's first entries fill the k places, as "
                    "the agent would be shown them.")
+
+
+def draw_coverage(data: PageData) -> None:
+    """What the latest version covers: the train references whose query is shown an example stating its facts."""
+    if data.coverage is None or data.latest is None:
+        return
+    line = f"Version #{data.latest.number}: {data.coverage.line().removeprefix('coverage: ')}."
+    if data.coverage.counted and data.coverage.uncovered:
+        st.warning(f"Coverage. {line}", icon=":material/rule:")
+    else:
+        st.caption(f"Coverage. {line}")
 
 
 def draw_diff(data: PageData, newest_first: list[int]) -> None:

@@ -124,7 +124,8 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     assert rows["paper"]["changes"] == ["examples off", "lessons on", "reference off", "selection all"]
     assert rows["lessons+reference"]["changes"] == ["examples off", "lessons on", "selection all"]
     assert [line.split(":")[0] for line in rows["default"]["choices"]] == [
-        "worked examples", "lessons", "learning from the reference where every attempt failed", "entries per query"]
+        "worked examples", "lessons", "learning from the reference where every attempt failed", "entries per query",
+        "worked examples kept"]
 
     assert rows["paper"]["examples"] == 0
     assert len(models) == 1 + len(ARMS)  # a gateway per database: the empty library's, then one copy per arm
@@ -154,7 +155,7 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
                        "direct": "a direct run: experiences asked for, no rollouts"}
     chosen = lines.index(next(line for line in lines if line.startswith("the default path (its run's)")))
     assert "for the learner local/" in lines[chosen]
-    assert [line.strip() for line in lines[chosen + 1 : chosen + 5]] == rows["default"]["choices"]
+    assert [line.strip() for line in lines[chosen + 1 : chosen + 6]] == rows["default"]["choices"]
     assert lines[chosen + 1].strip().startswith("worked examples: on. ")
     assert lines[chosen + 2].strip().startswith("lessons: off. ")
     assert lines[chosen + 4].strip().startswith("entries per query: the 3 entries most similar")
@@ -235,3 +236,23 @@ def test_an_unknown_arm_is_refused_with_the_choices(capsys):
         main(["--arms", "default,everything"])
     assert ("--arms: everything; choose from default, default+lessons, default-hold, paper, lessons+reference, "
             "direct") in capsys.readouterr().err
+
+
+def test_the_policy_set_reports_per_policy_figures_and_what_the_library_covers(tmp_path, scripted):
+    """Issue 44: on the shop policies the report gives Mean@k per policy for each arm and says which train
+    references the default path's library covers and which needs no example states."""
+    def gateway_for(engine):
+        _model, gateway = scripted(engine, rollout="Thank you for your message. I will look into it.",
+                                   example="no JSON here")  # the template writes each reference's reply
+        return gateway
+
+    result = main(["--dataset", "policy", "--arms", "default", "--train-limit", "4", "--validation-size", "4",
+                   "--test-limit", "3", "--k", "1", "--group-size", "2", "--no-by-hand",
+                   "--json", str(tmp_path / "le.json")], gateway_for=gateway_for)
+    rows = {row["name"]: row for row in result["rows"]}
+    assert set(rows["empty (direct)"]["per_policy"]) == {"return window: 45 days", "ticket reference: PC-…",
+                                                         "refund to the original payment method within: 7 business days"}
+    assert all(score == 0.0 for scores in rows["empty (direct)"]["per_policy"].values() for score in scores)
+    default = rows["default"]
+    assert default["examples"] >= 1 and default["coverage"].startswith("coverage: ")
+    assert re.search(r"(\d+) of 4 train references", default["coverage"])

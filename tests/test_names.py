@@ -114,7 +114,8 @@ def test_the_cli_takes_and_prints_numbers_and_refuses_an_id(engine, versions, ca
     code, out, _ = cli(capsys, engine, "versions", "--task", DEMO_TASK, "--library", "default")
     lines = out.splitlines()
     assert code == 0 and lines[0] == "library 'default'" and "(id" not in out
-    assert [line.split()[0] for line in lines[1:]] == ["#1", "#2", "#3"]
+    assert [line.split()[0] for line in lines[1:4]] == ["#1", "#2", "#3"]
+    assert lines[4].startswith("  latest #3: ")  # what the newest version's worked examples cover
     assert " from #2 " in lines[3] and "[candidate]" in lines[2]
 
     code, out, _ = cli(capsys, engine, "eval", "--task", DEMO_TASK, "--library", OTHER, "--version", "3",

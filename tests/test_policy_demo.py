@@ -351,8 +351,8 @@ def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
                        "Refund to the original payment method within 7 business days.",
                        "Your ticket reference is PC-47758.", "Damaged or unsafe items go to Quality Desk."]
     reply = template_reply(reference_parts("contains_all", "7 years;LK-72886"))
-    assert reply == "The answer is 7 years. Your reference is LK-72886."
+    assert reply == "We can confirm 7 years. Your reference is LK-72886."
     assert score("contains_all", reply, "7 years;LK-72886").value == 1.0
     phrases = {"phrases": ["Quality Desk", "PC-"]}  # the task's phrases are the parts its reward counts
     assert template_reply(reference_parts("contains_all", "ignored", phrases)) == (
-        "The answer is Quality Desk. It also includes PC-.")
+        "We can confirm Quality Desk. We can also confirm PC-.")

@@ -11,7 +11,7 @@ import re
 import pytest
 from sqlmodel import Session, select
 
-from core.domain.library import EXAMPLE, ProposedOp
+from core.domain.library import EXAMPLE, MAX_EXAMPLES, MAX_EXAMPLES_TOP_K, ProposedOp
 from core.domain.quality import screen_ops
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run_with_defaults, execute_run
@@ -46,7 +46,7 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     settings, choices = chosen(engine, POLICY_TASK, {"learner_model": EMBEDDED})
     assert switches(settings) == (True, False, True)
     assert settings.selection == TOP_3
-    assert set(choices) == {*SWITCHES, "selection"}
+    assert set(choices) == {*SWITCHES, "selection", "max_examples"}
     assert choices["examples"].line().startswith("worked examples: on. On: worked examples made from the reference")
     assert EXAMPLES_FIGURE in choices["examples"].reason
     assert "-0.125 [-0.375, +0.083]" in choices["lessons"].reason and "+0.017 [-0.050, +0.083]" in choices["lessons"].reason
@@ -71,7 +71,7 @@ def test_a_value_given_explicitly_wins_and_the_rest_stay_consistent(engine, demo
     settings, choices = chosen(engine, DEMO_TASK, RunSettings(learner_model=EMBEDDED, lessons=True,
                                                               reference_when_all_fail=False))
     assert switches(settings) == (True, True, False)
-    assert set(choices) == {"examples", "selection"}  # only what was not given is chosen
+    assert set(choices) == {"examples", "selection", "max_examples"}  # only what was not given is chosen
     # examples off by hand: lessons stay on (a run must learn something), nothing from the reference
     settings, choices = chosen(engine, DEMO_TASK, {"learner_model": EMBEDDED, "examples": False})
     assert switches(settings) == (False, True, False) and "selection" not in choices
@@ -101,9 +101,12 @@ def test_where_examples_cannot_be_checked_the_embedded_learner_falls_back_with_t
 def test_a_run_with_the_defaults_gives_its_library_top_k_unless_a_person_chose_the_selection(engine, demo_task,
                                                                                             monkeypatch):
     run_id, choices = create_run_with_defaults(engine, DEMO_TASK, {"learner_model": EMBEDDED, "epochs": 1})
-    assert [c.field for c in choices] == [*SWITCHES, "selection"]
+    assert [c.field for c in choices] == [*SWITCHES, "selection", "max_examples"]
     with Session(engine) as session:
         run = queries.run_by_id(session, run_id)
+    assert run.settings["max_examples"] == MAX_EXAMPLES_TOP_K  # the cap follows the selection: top_k, large
+    assert choices[-1].line().startswith(f"worked examples kept: {MAX_EXAMPLES_TOP_K}. Each query is shown only")
+    with Session(engine) as session:
         [event] = session.exec(select(AuditEvent).where(AuditEvent.action == "library.selection")).all()
     assert run.settings["selection"] == TOP_3 and run.settings["examples"] and not run.settings["lessons"]
     assert library_selection(engine, DEMO_TASK).as_dict() == TOP_3  # what the run measures, the library serves
@@ -113,8 +116,11 @@ def test_a_run_with_the_defaults_gives_its_library_top_k_unless_a_person_chose_t
     set_selection(engine, DEMO_TASK, "default", "all", None, "alice")  # a person's choice, recorded
     run_id, choices = create_run_with_defaults(engine, DEMO_TASK, {"learner_model": EMBEDDED, "epochs": 1})
     assert "selection" not in [c.field for c in choices]
+    assert choices[-1].field == "max_examples" and choices[-1].value == MAX_EXAMPLES  # every entry shown: small
+    assert "every query all its entries" in choices[-1].reason
     with Session(engine) as session:
         assert queries.run_by_id(session, run_id).settings["selection"] == {"mode": "all", "k": 3}
+        assert queries.run_by_id(session, run_id).settings["max_examples"] == MAX_EXAMPLES
     assert not library_selection(engine, DEMO_TASK).chooses
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")

@@ -94,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_versions(args: argparse.Namespace) -> int:
     from sqlmodel import Session
 
+    from core.records.coverage import version_coverage
     from core.records.tasks import get_task
     from storage import queries
 
@@ -114,6 +115,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
                 number = f"#{v.number}"
                 print(f"  {number:>5}  {v.source:<8}{len(v.experiences):>3} experiences{parent}"
                       f"  {v.created_at:%Y-%m-%d %H:%M}  {v.note}{tags}")
+            latest = queries.latest_version(session, lib.id)
+            if latest is not None:
+                print(f"  latest #{latest.number}: {version_coverage(session, task, lib, latest).line()}")
     return 0
 
 

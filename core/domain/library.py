@@ -27,7 +27,11 @@ KINDS = (LESSON, EXAMPLE)
 # A worked example holds a problem in brief and the steps to its answer: some 120 words, not a rule's 32.
 EXAMPLE_MAX_WORDS = 120
 EXAMPLE_MAX_CHARS = 1000
-MAX_EXAMPLES = 6  # the most worked examples a library holds by default (RunSettings.max_examples); an import's limit
+MAX_EXAMPLES = 6  # the most worked examples a library holds by default (RunSettings.max_examples) when all are shown
+# With top_k selection a query is shown its 3 nearest entries, so size costs no prompt length; the cap is as large
+# as retrieval stays right: bench/retrieval_cap.py measured 14-15 of 16 held-out messages shown every fact of their
+# reference from 8 to 28 examples (12 of 16 at 6). Also an import's limit.
+MAX_EXAMPLES_TOP_K = 24
 
 
 def kind_of(entry: dict) -> str:

@@ -23,7 +23,7 @@ from core.domain.library import (
     EXAMPLE,
     KINDS,
     LESSON,
-    MAX_EXAMPLES,
+    MAX_EXAMPLES_TOP_K,
     MAX_EXPERIENCES,
     examples,
     kind_of,
@@ -115,9 +115,9 @@ def _check_limits(entries: list[dict], name: str) -> None:
     if len(lessons(entries)) > MAX_EXPERIENCES:
         raise LibraryFormatError(f"{name}: {len(lessons(entries)):,} experiences; an import holds at most "
                                  f"{MAX_EXPERIENCES}, as many as a run lets the learner keep by default")
-    if len(examples(entries)) > MAX_EXAMPLES:
+    if len(examples(entries)) > MAX_EXAMPLES_TOP_K:
         raise LibraryFormatError(f"{name}: {len(examples(entries)):,} worked examples; an import holds at most "
-                                 f"{MAX_EXAMPLES}, as many as a run keeps by default")
+                                 f"{MAX_EXAMPLES_TOP_K}, as many as a run keeps by default with top_k selection")
     for number, item in enumerate(entries, start=1):
         text, kind = item["text"], item["kind"]
         words, (max_words, max_chars) = len(text.split()), limits(kind)

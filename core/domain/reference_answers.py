@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from core.domain.library import EXAMPLE, limits
 from core.domain.quality import TERMINAL, quality_flags
-from core.domain.rewards import parse_facts, required_phrases
+from core.domain.rewards import parse_facts, required_phrases, score_or_error
 from core.errors import InvalidInput
 
 # A code a customer quotes back (a ticket or an order reference: "LK-72886", "PC-48213", "AB12"): capitals, an
@@ -86,8 +86,9 @@ def fact_sentence(label: str, text: str) -> str:
 
 
 def template_reply(parts: Sequence[Part]) -> str:
-    """One sentence per part, for any task: a labelled fact as fact_sentence writes it, a code as "Your
-    reference is LK-72886.", any other part as "The answer is 7 years." (then "It also includes ..."). Each part's
+    """One sentence per part, for any task, in a reply's voice: a labelled fact as fact_sentence writes it, a code
+    as "Your reference is LK-72886.", any other part as "We can confirm 7 years." (then "We can also confirm
+    ..."), never a quiz's "The answer is" (a person replying to a customer does not write that). Each part's
     words stay exactly as the reference has them, so the reward that counts those parts finds every one."""
     sentences, answered = [], False
     for part in parts:
@@ -96,7 +97,7 @@ def template_reply(parts: Sequence[Part]) -> str:
         elif _CODE.fullmatch(part.text):
             sentences.append(_sentence(f"Your reference is {part.text}"))
         else:
-            sentences.append(_sentence(f"{'It also includes' if answered else 'The answer is'} {part.text}"))
+            sentences.append(_sentence(f"{'We can also confirm' if answered else 'We can confirm'} {part.text}"))
             answered = True
     return " ".join(sentences)
 
@@ -122,9 +123,12 @@ def repeats_message(reply: str, query: str, words: int = ECHO_WORDS) -> bool:
     return bool(runs(reply) & runs(query))
 
 
-def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part]) -> str | None:
+def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part],
+             instructions: Sequence[str] = ()) -> str | None:
     """Why a reply cannot be an example's answer (None when it can): empty, not ending in a whole sentence, the
-    reference's raw form copied, the message repeated, or an example a quality flag would hold (cut off, over
+    reference's raw form copied, the message repeated, a fact that neither the reference, the message nor the
+    task's `instructions` hold (see `invented_facts`), for a learner's reply (given the `instructions`) a sentence
+    that states no fact of the reference (`idle_sentences`), or an example a quality flag would hold (cut off, over
     the example's limit)."""
     text = " ".join((reply or "").split())
     if not text:
@@ -136,5 +140,60 @@ def unusable(reply: str, query: str, reference: str | None, parts: Sequence[Part
         return "it copies the reference as it is"
     if repeats_message(text, query):
         return f"it repeats {ECHO_WORDS} or more words of the message in a row"
+    if invented := invented_facts(text, [reference or "", query, *instructions]):
+        return invented_reason(invented)
+    if instructions and (idle := idle_sentences(text, parts)):
+        return f"its sentence {idle[0]!r} states no fact of the reference"
     flags = quality_flags(example_text(query, text), "ADD", [], [], {}, entry_kind=EXAMPLE)
     return f"as an example, {flags[0].message[:1].lower()}{flags[0].message[1:].rstrip('.')}" if flags else None
+
+
+# What an invented fact looks like in a reply: a number (45, 0800, 7.5), a code (LK-50786), or a capitalised word
+# inside a sentence (a name or a place: "Larkspur", "Ontario"). A capitalised word that starts a sentence is not
+# counted: "Your", "We" and "Thank" start replies.
+_NUMBER = re.compile(r"\d+(?:[.,:/]\d+)*")
+_NAME = re.compile(r"(?<![.!?:;\n]\s)(?<!^)(?<=\s)[A-Z][\w'’-]*")
+_ALWAYS = frozenset({"i", "i'm", "i'll", "i've", "i'd", "ok", "okay"})
+
+
+def invented_facts(text: str, known: Sequence[str], *, numbers: bool = True) -> list[str]:
+    """The numbers, codes and names or places a text states that none of the `known` texts (the reference, the
+    message, the task's instructions) holds, in order, once each. Measured: the embedded learner's reply to a shop's
+    message said "The workshop is located in Larkspur, Ontario, Canada", which no reference holds, and it landed
+    as a worked example. With `numbers` off (a task whose examples compute numbers on the way, such as arithmetic)
+    only codes and names count."""
+    known_text = " ".join(known)
+    known_words = {w.lower() for w in re.findall(r"[\w'’-]+", known_text)}
+    known_numbers = {n.replace(",", "") for n in _NUMBER.findall(known_text)}
+    known_codes = {c.upper() for c in _CODE.findall(known_text)}
+    found: list[str] = []
+    for code in _CODE.findall(text):
+        if code.upper() not in known_codes and code not in found:
+            found.append(code)
+    for name in _NAME.findall(text):
+        word = name.strip("'’-")
+        if _CODE.fullmatch(word) or word.lower() in _ALWAYS or word.lower() in known_words or word in found:
+            continue
+        found.append(word)
+    if numbers:
+        stripped = _CODE.sub(" ", text)
+        for number in _NUMBER.findall(stripped):
+            if number.replace(",", "") not in known_numbers and number not in found:
+                found.append(number)
+    return found
+
+
+def invented_reason(invented: Sequence[str]) -> str:
+    """The flag's sentence, as Review and a refused operation show it."""
+    return (f"it states {', '.join(repr(word) for word in invented[:5])}, which neither the reference, the message "
+            "nor the task's instructions hold")
+
+
+def idle_sentences(reply: str, parts: Sequence[Part]) -> list[str]:
+    """The sentences of a reply that state no part of the reference (as whole words). Measured on the shop's
+    policies: the embedded learner's replies carried such sentences, retelling the message in the customer's voice
+    ("The warehouse received my returned headlamp on Friday") or echoing it ("You should be sure before you spend
+    300 euros on one."), and the agent copied them instead of the policy; the template states only the facts."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join((reply or "").split())) if s]
+    return [sentence for sentence in sentences
+            if not any(score_or_error("contains", sentence, part.text, {}).value >= 1.0 for part in parts)]

@@ -22,14 +22,17 @@ import logging
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
+from core.domain.coverage import FULL, needs_of, plan_examples
 from core.domain.library import EXAMPLE, ProposedOp
 from core.domain.metrics import is_answered
 from core.domain.prompts import example_messages, reference_reply_messages, trajectory_text
 from core.domain.quality import screen_ops
 from core.domain.reference_answers import (
     example_text,
+    invented_facts,
+    invented_reason,
     reference_as_answer,
     reference_parts,
     reply_words,
@@ -45,7 +48,7 @@ from core.records.review import proposed_op, record_examples
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import GroupStatus, OperationStatus
-from storage.tables import Advantage, Operation, Rollout, Sample, Step, Task
+from storage.tables import Advantage, Operation, Rollout, Run, Sample, Step, Task
 from storage.writes import insert_or_skip
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class WorkedExample:
     rollout_id: int | None  # None: made from the reference answer (core.grpo.reference_side)
     text: str
     rationale: str
+    flag: str | None = None  # why a person should look first (it states a fact no reference holds); refused in auto
 
     def op(self) -> ProposedOp:
         return ProposedOp("ADD", [], self.text, self.rationale, EXAMPLE)
@@ -126,11 +130,25 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
         _note(engine, advantage.id, f"dropped, compressed from {where}: its own answer {answer!r} scores "
                                     f"{check.value:g} against the reference{reason}.")
         return True, None
+    invented = invented_facts(reply.entry_text(), _known(task, sample), numbers=_counts_numbers(task))
+    flag = f"Flagged: {invented_reason(invented)}." if invented else None
     _note(engine, advantage.id, f"proposed, compressed from {where}; its answer {answer!r} scores "
-                                f"{check.value:g} against the reference.")
+                                f"{check.value:g} against the reference.{' ' + flag if flag else ''}")
     return True, WorkedExample(advantage.id, source.id, reply.entry_text(),
                                f"A worked example compressed from {where} of the query's group; its own answer "
-                               f"({answer}) scores {check.value:g} against the reference.")
+                               f"({answer}) scores {check.value:g} against the reference."
+                               f"{' ' + flag if flag else ''}", flag)
+
+
+def _known(task: Task, sample: Sample) -> list[str]:
+    """What an example may state: the sample's reference and message, and the task's instructions."""
+    return [sample.reference or "", sample.query, task.instructions or "", task.answer_format or ""]
+
+
+def _counts_numbers(task: Task) -> bool:
+    """Whether a number no reference holds is an invented fact: yes where the reward counts facts or phrases, not
+    where an example computes its numbers on the way (math, numeric, exact)."""
+    return task.reward_method in ("facts", "contains_all", "contains")
 
 
 async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult:
@@ -192,7 +210,8 @@ async def _learner_reply(gateway: Gateway, task: Task, sample: Sample, parts: li
                                                    scope=scope, max_tokens=max_tokens)
     except (StructuredOutputError, ModelCallError) as exc:
         return None, f"the learner's reply failed ({exc})"
-    problem = unusable(reply.reply, sample.query, sample.reference, parts)
+    problem = unusable(reply.reply, sample.query, sample.reference, parts,
+                       [task.instructions or "", task.answer_format or ""])
     if problem is not None:
         return None, f"the learner's reply was not used: {problem}"
     return " ".join(reply.reply.split()), ""
@@ -222,29 +241,56 @@ def examples_recorded(engine: Engine, step_id: int) -> bool:
 def store_examples(engine: Engine, step_id: int, experiences: list[dict], found: Found, *,
                    max_size: int | None = None, max_examples: int | None = None,
                    refuse_flagged: bool = False) -> list[Operation]:
-    """Store the step's examples as ADD operations of kind example after its other operations (pending, or
-    invalid with the reason: over the example's length limit, a duplicate, the library's examples full, and with
-    `refuse_flagged` (auto review mode with hold_flagged) a quality flag by an example's rules, as the learner's
-    operations are screened), each linked to its own group, and record on the step where each came from and how
-    many were dropped, in the same transaction. Checked against the library as the step's earlier valid
-    operations leave it."""
+    """Store the step's examples after its other operations, one per need (core.domain.coverage.plan_examples):
+    an ADD, or a MODIFY / MERGE of the examples of the same need it replaces, or at the cap a MODIFY of the most
+    redundant example; pending, or invalid with the reason: covered by another example, the library full with
+    every example the only one of its need, over the example's length limit, a duplicate, and with
+    `refuse_flagged` (auto review mode with hold_flagged) a quality flag by an example's rules or a fact no
+    reference holds, as the learner's operations are screened. Each is linked to its own group; the step records
+    where each came from, how many were dropped and how many were refused for space, in the same transaction.
+    Checked against the library as the step's earlier valid operations leave it."""
     with session_scope(engine) as session:
         step = session.get(Step, step_id)
+        task = session.get(Task, session.get(Run, step.run_id).task_id)
         earlier = queries.step_operations(session, step_id)
         valid = [op for op in earlier if op.status != OperationStatus.INVALID]
         first = max((op.position for op in earlier), default=-1) + 1
         positions = [first + offset for offset in range(len(found.examples))]
+        universe = frozenset().union(*(needs_of(task.reward_method, s.reference, task.reward_settings)
+                                       for s in queries.samples(session, task.id, "train")))
+        sources = {a.id: a.sample_id for a in session.exec(
+            select(Advantage).where(Advantage.id.in_([e.advantage_id for e in found.examples] or [-1])))}
+        needs = [needs_of(task.reward_method, session.get(Sample, sources[e.advantage_id]).reference,
+                          task.reward_settings) for e in found.examples]
+        planned = plan_examples(experiences, [(e.text, e.rationale, need) for e, need in zip(found.examples, needs,
+                                                                                             strict=True)],
+                                universe, max_examples)
+        refused = {len(valid) + i: plan.error for i, plan in enumerate(planned) if plan.error}
+        if refuse_flagged:
+            refused |= {len(valid) + i: e.flag for i, e in enumerate(found.examples)
+                        if e.flag and len(valid) + i not in refused}
         checked = screen_ops(experiences, [*(proposed_op(step, op) for op in valid),
-                                           *(example.op() for example in found.examples)],
+                                           *(plan.op for plan in planned)],
                              refuse_flagged=refuse_flagged, max_size=max_size, max_examples=max_examples,
+                             refused=refused,
                              labels=[f"operation {position + 1}" for position in
                                      [*(op.position for op in valid), *positions]])[len(valid):]
         for position, example, item in zip(positions, found.examples, checked, strict=True):
             insert_or_skip(session, Operation(
-                step_id=step_id, run_id=step.run_id, position=position, op=item.op.op, target_ids=[],
-                text=item.op.text, rationale=item.op.rationale, source_advantage_ids=[example.advantage_id],
+                step_id=step_id, run_id=step.run_id, position=position, op=item.op.op,
+                target_ids=list(item.op.target_ids), text=item.op.text, rationale=item.op.rationale,
+                source_advantage_ids=[example.advantage_id],
                 status=OperationStatus.PENDING if item.valid else OperationStatus.INVALID, validation_error=item.error))
         step.stats = record_examples(step.stats, positions, [(e.advantage_id, e.rollout_id) for e in found.examples],
                                      found.dropped)
+        full = sum(1 for item in checked if not item.valid and (item.error or "").startswith(FULL))
+        if full:
+            step.stats = {**step.stats, "examples": {**step.stats["examples"], "full": full}}
         session.add(step)
         return queries.step_operations(session, step_id)
+
+
+def refused_for_space(step: Step) -> int:
+    """How many of a step's worked examples were refused because the library was full (each of its examples the
+    only one of its need): Review and the run's summary say so."""
+    return int(((step.stats or {}).get("examples") or {}).get("full") or 0)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from core.domain.library import examples
+from core.domain.library import MAX_EXAMPLES, MAX_EXAMPLES_TOP_K, examples
 from core.domain.rewards import METHODS
 from core.domain.selection import DEFAULT_K, Selection, SelectionMode
 from core.models.model_choice import LOCAL_PREFIX
@@ -37,7 +37,7 @@ from storage.tables import Task
 SELECTION = "selection"  # the library's entry selection, chosen with the run (not a RunSettings field of its own)
 LABELS = {"examples": "worked examples", "lessons": "lessons",
           "reference_when_all_fail": "learning from the reference where every attempt failed",
-          SELECTION: "entries per query"}
+          SELECTION: "entries per query", "max_examples": "worked examples kept"}
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on 2026-11-27, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
@@ -59,6 +59,12 @@ LESSONS_PAPER = ("On, as in the paper: lessons from each group's semantic advant
 EXAMPLES_PAPER = (f"Off, as in the paper; on the embedded model they gave {EXAMPLES_FIGURE}, so turn them on where "
                   "the agent lacks knowledge that only the references hold.")
 REFERENCE_PAPER = "Off, as in the paper: a group where every attempt failed is skipped."
+CAP_TOP_K = (f"Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
+             "costs no prompt length, and the cap serves coverage (one example per need); retrieval stayed right up "
+             "to 28 examples (bench/retrieval_cap.py: 14-15 of 16 held-out shop messages shown every fact of their "
+             "reference from 8 to 28 examples).")
+CAP_ALL = ("The library shows every query all its entries, so each example lengthens every prompt; "
+           "a small library, one example per need.")
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,20 @@ def chosen_defaults(session: Session, task: Task, given: RunSettings | Mapping[s
     if selection is not None:
         settings.selection = selection.value
         choices.append(selection)
+    if settings.examples and "max_examples" not in explicit:
+        cap = _cap_choice(session, task, library_name, settings)
+        settings.max_examples = cap.value
+        choices.append(cap)
     return settings, choices
+
+
+def _cap_choice(session: Session, task: Task, library_name: str, settings: RunSettings) -> Choice:
+    """The most worked examples the run's library keeps, following its selection (the one chosen with the run,
+    else the library's own): large under `top_k`, small where every entry is shown."""
+    shown = (Selection.from_dict(settings.selection) if settings.selection
+             else selection_of(queries.library_by_name(session, task.id, library_name)))
+    return Choice("max_examples", MAX_EXAMPLES_TOP_K if shown.chooses else MAX_EXAMPLES,
+                  CAP_TOP_K if shown.chooses else CAP_ALL)
 
 
 def _run_choices(task: Task, explicit: dict[str, Any], learner: str) -> list[Choice]:
