@@ -47,6 +47,44 @@ def test_building_the_parser_imports_no_heavy_library_and_no_database_code():
     assert probe.stdout.strip() == "[]"
 
 
+# Every handler the parser names ("module:function"), and which of their modules are loaded once it is built.
+HANDLERS = """
+import argparse, json, sys
+import core.cli
+
+def handlers(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if "handler" in sub._defaults:
+                    yield sub._defaults["handler"]
+                yield from handlers(sub)
+
+named = sorted(set(handlers(core.cli.build_parser())))
+print(json.dumps({"handlers": named,
+                  "loaded": sorted({h.partition(":")[0] for h in named} & set(sys.modules))}))
+"""
+
+
+def test_building_the_parser_imports_no_handler_module():
+    """The commands are declared with their handlers' dotted paths (core.cli.commands): a handler's module is
+    imported when its command runs, never to build the parser."""
+    probe = python(HANDLERS)
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout)
+    assert len(found["handlers"]) > 40 and found["loaded"] == []
+
+
+def test_every_declared_handler_is_a_function_of_its_module():
+    """A misspelt dotted path would fail only when its command runs: each one is resolved here."""
+    from core.cli.commands import load_handler
+
+    probe = python(HANDLERS)
+    assert probe.returncode == 0, probe.stderr
+    for path in json.loads(probe.stdout)["handlers"]:
+        assert callable(load_handler(path)), path
+
+
 @pytest.mark.parametrize("argv, code, stream, expected", [
     (["--help"], 0, "stdout", "usage: python -m core"),
     (["train", "--epochs", "x"], 2, "stderr", "error: python -m core train: argument --epochs: invalid int value: 'x'"),

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 
+from core.settings import database_pool, get_settings
+from storage.db import describe_url, make_engine, migrate, schema_revisions
+
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Upgrade to the newest revision (Alembic's `upgrade head`); a database already there is left as it is.
     With --check nothing changes: the exit code is 1 when the database is behind."""
-    from core.settings import database_pool, get_settings
-    from storage.db import describe_url, make_engine, migrate, schema_revisions
-
     url = args.db or get_settings().database_url
     engine = make_engine(url, migrate=False, **database_pool())
     try:
@@ -33,11 +33,3 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.dispose()
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The deploy commands."""
-    p = sub.add_parser("migrate", help="bring the database's schema to the newest revision (a deploy step; "
-                                       "TFGRPO_MIGRATE_ON_START=0 stops processes from doing it on start)")
-    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if the database is behind")
-    p.set_defaults(func=cmd_migrate)

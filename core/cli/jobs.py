@@ -1,27 +1,38 @@
-"""The job commands: train, evaluate, compare, measure experiences, and the worker. A job given here runs in
-the foreground (claimed as a worker claims it) unless --queue leaves it to a worker."""
+"""The job commands: train, evaluate, compare and measure experiences. A job given here runs in the foreground
+(claimed as a worker claims it) unless --queue leaves it to a worker (core.cli.worker: the worker command)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
-from typing import TYPE_CHECKING
 
-from core.cli.base import VERSION_HELP, UsageError, engine_of
-from core.cli.logs import configure_logging
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of
+from core.cli.progress import StageProgress, VariantProgress
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
-from core.records.run_settings import RunSettings, run_settings
+from core.grpo import attribution
+from core.grpo.evaluation import create_evaluation, evaluation_of
+from core.grpo.training import check_resumable, create_run_with_defaults
+from core.jobs.run_control import cancel_attribution, cancel_evaluation, resume_evaluation
+from core.jobs.worker import claim_or_explain, execute_job, new_worker_id
+from core.models.gateway import Gateway
+from core.records.comparison import compare_evaluations
+from core.records.evaluation_figures import evaluation_report, figures_line
+from core.records.learner_advice import learner_advice
+from core.records.run_settings import run_settings
+from core.records.segments import paired_by_segment
+from core.records.tasks import get_task
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
-from storage.statuses import EVALUATION_HAS_FIGURES, WORKER_MAY_CONTINUE, GateRule, JobStatus, RunKind
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-
-    from storage.fencing import Lease
+from storage import queries
+from storage.db import describe_url
+from storage.fencing import Lease
+from storage.statuses import EVALUATION_HAS_FIGURES, WORKER_MAY_CONTINUE, JobStatus, RunKind
+from storage.tables import Evaluation, Run
 
 
 def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
@@ -37,8 +48,6 @@ def _keep_api_base_secret(api_base: str | None, *, queued: bool) -> None:
 def _claim(engine: Engine, kind: str, job_id: int, *, resuming: bool = False) -> Lease:
     """This process's claim on a job it executes in the foreground, as a worker claims one: a queued job, or
     (resuming) one a worker may continue."""
-    from core.jobs.worker import claim_or_explain, new_worker_id
-
     return claim_or_explain(engine, kind, job_id, new_worker_id(),
                             WORKER_MAY_CONTINUE if resuming else (JobStatus.QUEUED,))
 
@@ -46,12 +55,6 @@ def _claim(engine: Engine, kind: str, job_id: int, *, resuming: bool = False) ->
 def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
     """Before a run on the embedded learner starts, say plainly that it rarely writes a usable lesson, and name
     a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
-    from sqlmodel import Session
-
-    from core.records.learner_advice import learner_advice
-    from core.records.tasks import get_task
-    from storage.tables import Run
-
     with Session(engine) as session:
         advice = learner_advice(session, get_task(session, task_name),
                                 run_settings(session.get(Run, run_id)))
@@ -79,13 +82,6 @@ def _override(field: str, value) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from core.cli.progress import StageProgress
-    from core.grpo.training import check_resumable, create_run_with_defaults
-    from core.jobs.worker import execute_job
-    from storage.db import describe_url
-
     engine = engine_of(args)
     if args.resume is not None:
         run_id = args.resume
@@ -131,19 +127,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a version, or (`--retry N`) run again only the rollouts of evaluation N that have no reward.
     Exits 1 while an evaluation has errors: its figures count the answered rollouts only."""
-    from sqlmodel import Session
-
-    from core.grpo.evaluation import create_evaluation
-    from core.jobs.run_control import resume_evaluation
-    from core.jobs.worker import execute_job
-    from core.models.gateway import Gateway
-    from core.records.evaluation_figures import evaluation_report, figures_line
-    from storage.tables import Evaluation
-
     engine = engine_of(args)
     if args.cancel is not None:
-        from core.jobs.run_control import cancel_evaluation
-
         status = cancel_evaluation(engine, args.cancel, "cli")
         print(f"evaluation {args.cancel}: {status}; a worker executing it stops within seconds; its answered "
               f"rollouts stay, and python -m core eval --retry {args.cancel} continues it")
@@ -186,15 +171,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare B with A on the same queries; evaluations that are missing are run first (exit 0 either way)."""
-    from sqlmodel import Session
-
-    from core.grpo.evaluation import evaluation_of
-    from core.jobs.worker import execute_job
-    from core.records.comparison import compare_evaluations
-    from core.records.segments import paired_by_segment
-    from storage import queries
-    from storage.tables import Evaluation
-
     engine = engine_of(args)
     ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit,
                          library_name=args.library) for ref in (args.a, args.b)]
@@ -272,19 +248,9 @@ def breakdown_lines(metrics: dict, k: int) -> list[str]:
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Measure each experience of a version (leave-one-out): the estimate first, then the measurement in the
     foreground (unless --queue), then each experience's effect."""
-    from sqlmodel import Session
-
-    from core.cli.progress import VariantProgress
-    from core.grpo import attribution
-    from core.grpo.training import check_resumable
-    from core.jobs.worker import execute_job
-    from storage.db import describe_url
-
     engine = engine_of(args)
     say = sys.stderr if args.json else sys.stdout
     if args.cancel is not None:
-        from core.jobs.run_control import cancel_attribution
-
         status = cancel_attribution(engine, args.cancel, "cli")
         print(f"measurement run {args.cancel}: {status}; a worker executing it stops within seconds; finished "
               "variants and answered rollouts stay")
@@ -341,135 +307,3 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(f"{len(hurting)} hurt ({', '.join(hurting)}); the Library page removes "
               f"{'it' if len(hurting) == 1 else 'them'} as a new version")
     return 0
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from core.jobs.worker import serve
-    from storage.db import describe_url
-
-    configure_logging(logging.INFO)  # the worker's own progress; other libraries' only from WARNING up
-    engine = engine_of(args)
-    print(f"worker on {describe_url(str(engine.url))}", file=sys.stderr, flush=True)
-    done = serve(engine, poll=args.poll, once=args.once)
-    print(f"worker stopped after {done} job(s)", file=sys.stderr)
-    return 0
-
-
-def _default(name: str) -> str:
-    """A train option's help: the RunSettings field's description and default, so the two never disagree."""
-    field = RunSettings.model_fields[name]
-    default = field.get_default(call_default_factory=True)
-    text = field.description or name.replace("_", " ")
-    help_text = f"{text} (default {default})" if default not in (None, "") else text
-    return help_text.replace("%", "%%")  # argparse formats help with %
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The job commands: train, evaluate, compare, measure experiences, and the worker."""
-    p = sub.add_parser("train", help="learn an experience library (or resume a run)")
-    p.add_argument("--task")
-    p.add_argument("--library", default="default")
-    p.add_argument("--epochs", type=int, help=_default("epochs"))
-    p.add_argument("--batch-size", type=int, help=_default("batch_size"))
-    p.add_argument("--group-size", type=int, help=_default("group_size"))
-    p.add_argument("--temperature", type=float, help=_default("temperature"))
-    p.add_argument("--limit", type=int, help=_default("limit"))
-    p.add_argument("--model", help="policy model (litellm string); default: the task's")
-    p.add_argument("--learner-model", help="learner model for summaries, advantages, updates")
-    p.add_argument("--no-ground-truth", action="store_true", help="learner sees no reward or reference")
-    p.add_argument("--direct", action="store_true", help="baseline: experiences asked for directly, no rollouts")
-    p.add_argument("--review", choices=["auto", "manual"], help=_default("review_mode"))
-    p.add_argument("--hold-flagged", choices=["on", "off"], help="in auto review, operations with a quality flag "
-                   "(cut off, near-duplicate, a query's numbers, too long) are refused before the validation gate "
-                   "(invalid, the flag as the reason); off: measured and approved like the others; default: on")
-    p.add_argument("--seed", type=int, help=_default("seed"))
-    p.add_argument("--max-turns", type=int, help=_default("max_turns"))
-    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
-    p.add_argument("--max-experiences", type=int, help=_default("max_experiences"))
-    chosen = ("; default: chosen for the learner (on for the embedded one, off for others, as measured: "
-              "`train` prints what it chose and why)")
-    p.add_argument("--examples", action=argparse.BooleanOptionalAction, help="propose worked examples: a "
-                   "successful attempt of a group where others failed (or the reference where all failed), "
-                   "compressed by the learner and proposed only if its own answer scores as right against the "
-                   "reference (tasks whose reward is computed from the answer)" + chosen)
-    p.add_argument("--max-examples", type=int, help=_default("max_examples"))
-    p.add_argument("--lessons", action=argparse.BooleanOptionalAction, help="propose lessons from each group's "
-                   "semantic advantage (the paper); --no-lessons learns worked examples only" +
-                   chosen.replace("on for the embedded one, off for others", "off for the embedded one, on for others"))
-    p.add_argument("--reference-when-all-fail", action=argparse.BooleanOptionalAction, help="a group in which "
-                   "every attempt failed goes to the learner with the reference answer as the successful side, "
-                   "instead of being skipped (the paper skips it)" + chosen)
-    p.add_argument("--max-tokens", type=int, help=_default("max_tokens") + ": the agent's reply")
-    p.add_argument("--learner-max-tokens", type=int, help=_default("learner_max_tokens"))
-    p.add_argument("--max-operations", type=int, help=_default("max_operations"))
-    p.add_argument("--gate", choices=[rule.value for rule in GateRule], help=_default("gate"))
-    p.add_argument("--validation-size", type=int, help=_default("validation_size"))
-    p.add_argument("--gate-k", type=int, help=_default("gate_k"))
-    p.add_argument("--budget", type=float, help=_default("budget_usd"))
-    p.add_argument("--api-base", help="base URL for an OpenAI-compatible server")
-    p.add_argument("--call-timeout", type=float, metavar="S", help=_default("call_timeout_s"))
-    p.add_argument("--deadline", type=float, metavar="S", help=_default("call_deadline_s"))
-    p.add_argument("--start-label", help=_default("start_label"))
-    p.add_argument("--old-share", type=float, help=_default("old_share"))
-    p.add_argument("--from-production", action="store_true", help="an update from production: start at the "
-                   "production version, train on the harvested traces plus --old-share (default 0.3) of the old "
-                   "train split")
-    p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
-    p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("eval", help="evaluate a library version on a split (exit 1 while rollouts have errors)")
-    p.add_argument("--task")
-    p.add_argument("--version", help=VERSION_HELP + ", or empty")
-    p.add_argument("--library", default="default", help="the library whose version --version names")
-    job = p.add_mutually_exclusive_group()
-    job.add_argument("--retry", type=int, metavar="ID", help="run again only the rollouts of evaluation ID that have "
-                     "no reward (failed model calls), or continue a cancelled one; answered ones are not paid again")
-    job.add_argument("--cancel", type=int, metavar="ID", help="stop evaluation ID (queued, running, stalled or "
-                     "waiting for labels): a worker executing it stops within seconds; answered rollouts stay")
-    p.add_argument("--split", default="test")
-    p.add_argument("--k", type=int, default=1)
-    p.add_argument("--limit", type=int)
-    p.add_argument("--model")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--concurrency", type=int)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--queue", action="store_true", help="only queue the evaluation; a worker executes it")
-    p.add_argument("--route-segments", action="store_true", help="conversation tasks: play each scenario with the "
-                   "library bound to its persona's segment (its production version, else its newest), the given "
-                   "version for the rest")
-    p.set_defaults(func=cmd_eval)
-
-    p = sub.add_parser("compare", help="is B better than A? a paired comparison on the same queries")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library", default="default", help="the library whose versions A and B name")
-    p.add_argument("a", help=VERSION_HELP + ", empty, or an evaluation as e12")
-    p.add_argument("b", help="the same kinds of reference as A")
-    p.add_argument("--split", default="test")
-    p.add_argument("--k", type=int, default=1)
-    p.add_argument("--limit", type=int)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_compare)
-
-    p = sub.add_parser("attribute", help="measure each experience of a version: the version against it without "
-                       "each one, on the same queries")
-    p.add_argument("--task")
-    p.add_argument("--version", help=VERSION_HELP)
-    p.add_argument("--library", default="default")
-    p.add_argument("--split", help="split of the queries (default: validation if the task has one, else test)")
-    p.add_argument("--k", type=int, default=2, help="samples per query for every variant (default 2)")
-    p.add_argument("--limit", type=int, help="use only the first N queries of the split")
-    p.add_argument("--concurrency", type=int, help=_default("concurrency"))
-    p.add_argument("--budget", type=float, help=_default("budget_usd"))
-    job = p.add_mutually_exclusive_group()
-    job.add_argument("--resume", type=int, metavar="RUN", help="continue a stopped measurement")
-    job.add_argument("--cancel", type=int, metavar="RUN", help="stop measurement run RUN for good: a worker "
-                     "executing it stops within seconds; finished variants stay")
-    p.add_argument("--queue", action="store_true", help="only queue the measurement; a worker executes it")
-    p.add_argument("--json", action="store_true", help="print the effects as a JSON list")
-    p.set_defaults(func=cmd_attribute)
-
-    p = sub.add_parser("worker", help="execute queued runs and evaluations until stopped (Ctrl-C, SIGTERM)")
-    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at an empty queue")
-    p.set_defaults(func=cmd_worker)

@@ -6,18 +6,18 @@ import argparse
 import getpass
 import sys
 
-from core.cli.base import Parser, UsageError, engine_of
-from core.domain.roles import PERSON_ROLES, ROLES
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of
+from core.records import labeling
+from core.records.people import add_user, update_user
+from core.records.tasks import get_task
 from core.settings import secret
+from storage import queries
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
     """What waits in the labeling queue of a task, and the agreement between its labellers."""
-    from sqlmodel import Session
-
-    from core.records import labeling
-    from core.records.tasks import get_task
-
     with Session(engine_of(args)) as session:
         task = get_task(session, args.task)
         counts = labeling.progress(session, task)
@@ -52,8 +52,6 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from core.records.people import add_user
-
     if args.provider and args.password_env:
         raise UsageError("user add: --provider adds a person without a password; leave out --password-env")
     password = None if args.provider else _password(args)
@@ -64,10 +62,6 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 
 def cmd_user_list(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from storage import queries
-
     with Session(engine_of(args)) as session:
         users = queries.list_users(session)
     print(f"{'name':<32}{'role':<10}{'active':<8}sign-in")
@@ -78,8 +72,6 @@ def cmd_user_list(args: argparse.Namespace) -> int:
 
 
 def cmd_user_set(args: argparse.Namespace) -> int:
-    from core.records.people import update_user
-
     password = _password(args) if args.password_env else None
     if args.role is None and args.active is None and password is None:
         raise UsageError("user set: nothing to change; give --role, --active or --password-env")
@@ -89,30 +81,3 @@ def cmd_user_set(args: argparse.Namespace) -> int:
                                                    ("password", password)) if given is not None)
     print(f"updated user {user.name}: {changed} (role {user.role}, active {'yes' if user.active else 'no'})")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The people commands: the labeling queue and the users who may sign in."""
-    p = sub.add_parser("queue", help="show a task's labeling queue, labeller agreement and disputes")
-    p.add_argument("--task", required=True)
-    p.set_defaults(func=cmd_queue)
-
-    user = sub.add_parser("user", help="add, list or change the people who may sign in")
-    usub = user.add_subparsers(dest="user_command", required=True, parser_class=Parser)
-    password_help = ("take the password from this environment variable; without it `user add` reads one line "
-                     "from piped stdin, or asks twice on a terminal")
-    p = usub.add_parser("add", help="add a user (the first one switches sign-in on)")
-    p.add_argument("name", help="a user name; with --provider the email the provider verifies")
-    p.add_argument("--role", choices=PERSON_ROLES, required=True,
-                   help=f"{', '.join(ROLES)}; or none (may sign in, may do nothing)")
-    p.add_argument("--password-env", metavar="VAR", help=password_help)
-    p.add_argument("--provider", action="store_true",
-                   help="a person who signs in through the OpenID Connect provider (no password): NAME is their email")
-    p.set_defaults(func=cmd_user_add)
-    usub.add_parser("list", help="list users: name, role, active, how they sign in").set_defaults(func=cmd_user_list)
-    p = usub.add_parser("set", help="change a user's role, switch them on or off, or set a new password")
-    p.add_argument("name")
-    p.add_argument("--role", choices=PERSON_ROLES)
-    p.add_argument("--active", choices=["yes", "no"])
-    p.add_argument("--password-env", metavar="VAR", help="set the password from this environment variable")
-    p.set_defaults(func=cmd_user_set)

@@ -10,16 +10,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections import Counter
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
-from core.cli.base import Parser, engine_of
-from core.domain.roles import API_ROLES
+from sqlmodel import Session
+
+from core.cli.base import engine_of
 from core.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+from core.records.api_keys import create_key, list_keys, revoke_key
+from core.records.serving import set_ab_split
+from core.records.traces import (
+    daily_summary,
+    harvest,
+    lowest_scored,
+    set_rules,
+    source_of,
+    task_traces,
+    trace_score,
+)
+from storage import queries
 
 
 def _day(text: str | None) -> datetime | None:
@@ -42,9 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0  # not reached: the API program replaced this one
 
 
-def cmd_apikey_create(args: argparse.Namespace, engine: Engine) -> int:
-    from core.records.api_keys import create_key
-
+def cmd_apikey_create(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     key = create_key(engine, args.name, args.role, "cli", person=args.person)
     person = f", for {args.person}" if args.person else ""
     print(f"API key {key.id} ({key.name}, {key.role}{person}): {key.secret}")
@@ -52,11 +60,8 @@ def cmd_apikey_create(args: argparse.Namespace, engine: Engine) -> int:
     return 0
 
 
-def cmd_apikey_list(args: argparse.Namespace, engine: Engine) -> int:
-    from sqlmodel import Session
-
-    from core.records.api_keys import list_keys
-
+def cmd_apikey_list(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     with Session(engine) as session:
         keys = list_keys(session)
     print(f"{'id':>4}  {'name':<24}{'role':<8}{'prefix':<14}{'last used':<18}revoked")
@@ -67,22 +72,15 @@ def cmd_apikey_list(args: argparse.Namespace, engine: Engine) -> int:
     return 0
 
 
-def cmd_apikey_revoke(args: argparse.Namespace, engine: Engine) -> int:
-    from core.records.api_keys import revoke_key
-
+def cmd_apikey_revoke(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     revoke_key(engine, args.id, "cli")
     print(f"API key {args.id} revoked")
     return 0
 
 
-def cmd_traces(args: argparse.Namespace, engine: Engine) -> int:
-    from collections import Counter
-
-    from sqlmodel import Session
-
-    from core.records.traces import daily_summary, lowest_scored, source_of, task_traces, trace_score
-    from storage import queries
-
+def cmd_traces(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     with Session(engine) as session:
         traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)
         numbers = queries.version_numbers(session, sorted({trace.version_id for trace in traces} - {None}))
@@ -104,18 +102,16 @@ def cmd_traces(args: argparse.Namespace, engine: Engine) -> int:
     return 0
 
 
-def cmd_production_rules(args: argparse.Namespace, engine: Engine) -> int:
-    from core.records.traces import set_rules
-
+def cmd_production_rules(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     rules = {name: value for name, value in (("below", args.below), ("share", args.share)) if value is not None}
     rules = set_rules(engine, args.task, rules, "cli")
     print(f"production rules of {args.task!r}: {rules or 'none (no trace goes to people)'}")
     return 0
 
 
-def cmd_ab(args: argparse.Namespace, engine: Engine) -> int:
-    from core.records.serving import set_ab_split
-
+def cmd_ab(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     label = None if args.off else args.label
     if label is None and not args.off:
         raise InvalidInput("ab: name the candidate label, or give --off")
@@ -124,66 +120,9 @@ def cmd_ab(args: argparse.Namespace, engine: Engine) -> int:
     return 0
 
 
-def cmd_harvest(args: argparse.Namespace, engine: Engine) -> int:
-    from core.records.traces import harvest
-
+def cmd_harvest(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
     added, skipped = harvest(engine, args.task, "cli", since=_day(args.since), max_score=args.max_score,
                              labelled_only=args.labelled_only)
     print(f"added {added} train samples from production traces; {skipped} skipped (a sample has that input)")
     return 0
-
-
-def _with_engine(command: Callable[[argparse.Namespace, Engine], int]) -> Callable[[argparse.Namespace], int]:
-    """A command of this module, given the database of --db when it runs."""
-    return lambda args: command(args, engine_of(args))
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The production commands under `python -m core`."""
-    p = sub.add_parser("serve", help="serve the HTTP API (python -m api) on its own port")
-    p.add_argument("--host", default="127.0.0.1", help="loopback unless sign-in is on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="default TFGRPO_API_PORT or 8502")
-    p.set_defaults(func=cmd_serve)
-
-    apikey = sub.add_parser("apikey", help="create, list or revoke the API keys live agents use")
-    asub = apikey.add_subparsers(dest="apikey_command", required=True, parser_class=Parser)
-    p = asub.add_parser("create", help="make a key; it is printed once and stored hashed")
-    p.add_argument("--name", required=True, help="which agent uses it")
-    p.add_argument("--role", choices=list(API_ROLES), required=True,
-                   help="; ".join(f"{role}: {what}" for role, what in API_ROLES.items()))
-    p.add_argument("--person", metavar="USER", help="the user the key acts for: it carries at most their role "
-                                                     "(a read key needs a labeler, an ingest key a reviewer)")
-    p.set_defaults(func=_with_engine(cmd_apikey_create))
-    asub.add_parser("list", help="every key: name, role, prefix, last use, revoked").set_defaults(
-        func=_with_engine(cmd_apikey_list))
-    p = asub.add_parser("revoke", help="revoke a key for good")
-    p.add_argument("id", type=int)
-    p.set_defaults(func=_with_engine(cmd_apikey_revoke))
-
-    p = sub.add_parser("traces", help="production traces of a task: per day and version, and the lowest scored")
-    p.add_argument("--task", required=True)
-    p.add_argument("--since", help="a date such as 2026-11-01")
-    p.add_argument("--max-score", type=float)
-    p.add_argument("--lowest", type=int, default=5)
-    p.set_defaults(func=_with_engine(cmd_traces))
-
-    p = sub.add_parser("production-rules", help="which production traces go to the labelling queue")
-    p.add_argument("--task", required=True)
-    p.add_argument("--below", type=float, help="every trace scored under this")
-    p.add_argument("--share", type=float, help="and this fraction of the rest")
-    p.set_defaults(func=_with_engine(cmd_production_rules))
-
-    p = sub.add_parser("ab", help="serve a candidate label to a share of users beside production")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library", default="default")
-    p.add_argument("label", nargs="?")
-    p.add_argument("--share", type=float, default=0.1)
-    p.add_argument("--off", action="store_true", help="end the split: everyone gets production")
-    p.set_defaults(func=_with_engine(cmd_ab))
-
-    p = sub.add_parser("harvest", help="turn production traces into train samples (deduplicated)")
-    p.add_argument("--task", required=True)
-    p.add_argument("--since", help="only traces from this date, e.g. 2026-11-01")
-    p.add_argument("--max-score", type=float, help="only traces scored at most this")
-    p.add_argument("--labelled-only", action="store_true", help="only traces a person labelled")
-    p.set_defaults(func=_with_engine(cmd_harvest))

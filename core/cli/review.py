@@ -12,31 +12,36 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from core.cli.base import Parser, UsageError, engine_of, name_list
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of, name_list
 from core.cli.report import plural, step_title, steps_total, worker_or_here
+from core.domain.quality import rank_sources
 from core.errors import InvalidInput, NotFound
 from core.records.gate_verdict import GateVerdict
+from core.records.review import (
+    apply_if_decided,
+    decide_operation,
+    decide_step,
+    edit_operation,
+    example_sources,
+    reopen_operation,
+    step_flags,
+    written_kind,
+)
+from storage import queries
 from storage.statuses import JobStatus, OperationStatus, StepStatus
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-    from sqlmodel import Session
-
-    from storage.tables import Operation, Run, Step
+from storage.tables import LibraryVersion, Operation, Run, Step
 
 ACTOR = "cli"
-SHOW = "show"
 
 
 # ---- reading a run's steps ---------------------------------------------------------------------------------
 
 
 def _run_and_steps(session: Session, run_id: int) -> tuple[Run, list[Step]]:
-    from storage import queries
-    from storage.tables import Run
-
     run = session.get(Run, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
@@ -52,16 +57,12 @@ def _at(steps: list[Step], run: Run, position: int) -> Step:
 
 def _waiting(session: Session, steps: list[Step], run_id: int) -> list[Step]:
     """The steps a reviewer has something to do in: awaiting review, or with an operation pending."""
-    from storage import queries
-
     pending = queries.pending_operations_by_step(session, run_id)
     return [s for s in steps if s.status == StepStatus.AWAITING_REVIEW or pending.get(s.id)]
 
 
 def _step_to_decide(engine: Engine, run_id: int, position: int | None) -> tuple[Step, int]:
     """The step `--step` names, else the run's only step that waits for review; with its position."""
-    from sqlmodel import Session
-
     with Session(engine) as session:
         run, steps = _run_and_steps(session, run_id)
         if position is not None:
@@ -82,8 +83,6 @@ def _reward(value: float | None) -> str:
 def _evidence(op: Operation, groups: dict[int, dict]) -> list[dict]:
     """The groups an operation came from, closest first, as the Review page's evidence expanders order them
     (core.domain.quality.rank_sources: the learner does not say which group each operation came from)."""
-    from core.domain.quality import rank_sources
-
     lessons = {adv_id: [*groups[adv_id]["proposals"], groups[adv_id]["advantage"] or ""]
                for adv_id in op.source_advantage_ids if adv_id in groups}
     ranked = rank_sources(op.text, lessons)
@@ -94,8 +93,6 @@ def _evidence(op: Operation, groups: dict[int, dict]) -> list[dict]:
 
 def _example_source(step: Step, op: Operation, groups: dict[int, dict]) -> dict | None:
     """Where a worked example came from: the sample's reference (every attempt failed) or one output."""
-    from core.records.review import example_sources
-
     source = example_sources(step).get(op.position)
     if source is None:
         return None
@@ -110,8 +107,6 @@ def _example_source(step: Step, op: Operation, groups: dict[int, dict]) -> dict 
 def _groups(session: Session, step: Step) -> dict[int, dict]:
     """The step's groups by Advantage id (as Operation.source_advantage_ids names them), numbered in the
     step's order as the Review page numbers them."""
-    from storage import queries
-
     sample_ids, samples, advantages, rollouts = queries.step_groups(session, step)
     queries_of = {sample_id: sample.query for sample_id, sample in samples.items()}
     return {adv.id: {"group": index, "sample_id": sample_id, "advantage_id": adv.id, "query": queries_of.get(sample_id),
@@ -128,10 +123,6 @@ def _when(value: datetime | None) -> str | None:
 
 def step_record(session: Session, run: Run, step: Step, position: int, total: int) -> dict:
     """One step as `review` shows it: its gate line and every operation with its kind, flags and evidence."""
-    from core.records.review import step_flags, written_kind
-    from storage import queries
-    from storage.tables import LibraryVersion
-
     before = session.get(LibraryVersion, step.version_before_id) if step.version_before_id else None
     after = session.get(LibraryVersion, step.version_after_id) if step.version_after_id else None
     operations = queries.step_operations(session, step.id)
@@ -236,8 +227,6 @@ def print_step(record: dict) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """What waits for review in a run (or one step of it, whatever its status)."""
-    from sqlmodel import Session
-
     with Session(engine_of(args)) as session:
         run, steps = _run_and_steps(session, args.run_id)
         total = steps_total(run, steps)
@@ -268,11 +257,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 def outcome(engine: Engine, step_id: int) -> str:
     """What became of a step after a decision: applied as a version, queued to measure the decided library
     first, every operation decided but not applied, or still waiting."""
-    from sqlmodel import Session
-
-    from storage import queries
-    from storage.tables import LibraryVersion, Step
-
     with Session(engine) as session:
         step = session.get(Step, step_id)
         run, steps = _run_and_steps(session, step.run_id)
@@ -313,8 +297,6 @@ def _comment(args: argparse.Namespace) -> str | None:
 def cmd_decide(args: argparse.Namespace) -> int:
     """Each operation in turn, as the Review page's Approve or Reject decides one (the first error stops). A
     reject's reason is stored as the decision's comment and told to the learner in later steps."""
-    from core.records.review import decide_operation
-
     engine = engine_of(args)
     steps = []
     for op_id in dict.fromkeys(args.ops):
@@ -327,11 +309,6 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 def cmd_edit(args: argparse.Namespace) -> int:
     """The operation with a reviewer's text and targets (each defaults to what the learner proposed)."""
-    from sqlmodel import Session
-
-    from core.records.review import edit_operation
-    from storage.tables import Operation
-
     if args.text is None and args.targets is None:
         raise UsageError("review edit: give --text, --targets or both")
     engine = engine_of(args)
@@ -348,8 +325,6 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def cmd_reopen(args: argparse.Namespace) -> int:
-    from core.records.review import reopen_operation
-
     engine = engine_of(args)
     op = reopen_operation(engine, args.op, ACTOR)
     print(f"op {op.id} (operation {op.position + 1}) reopened: pending")
@@ -358,8 +333,6 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 def cmd_decide_step(args: argparse.Namespace) -> int:
     """Every pending operation of one step, as the Review page's "Approve all pending" / "Reject all pending"."""
-    from core.records.review import decide_step
-
     engine = engine_of(args)
     step, position = _step_to_decide(engine, args.run_id, args.step)
     decided = decide_step(engine, step.id, args.decision, ACTOR, _comment(args))
@@ -371,79 +344,8 @@ def cmd_decide_step(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     """A step whose operations are all decided but which was not applied (two reviewers finished at once):
     the Review page's "Apply decisions"."""
-    from core.records.review import apply_if_decided
-
     engine = engine_of(args)
     step, _position = _step_to_decide(engine, args.run_id, args.step)
     apply_if_decided(engine, step.id, ACTOR)
     _say_outcomes(engine, [step.id])
     return 0
-
-
-# ---- the parsers -------------------------------------------------------------------------------------------
-
-STEP_HELP = ("the step's place in the run, as `run N` counts steps: 1 is epoch 1 · batch 1, then on through "
-             "the batches and epochs")
-
-
-def _step_option(p: argparse.ArgumentParser, default_help: str) -> None:
-    p.add_argument("--step", type=int, metavar="N", help=f"{STEP_HELP} (default: {default_help})")
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """`review RUN` lists what waits; `review approve|reject|edit|reopen OP`, `approve-all|reject-all|apply RUN`
-    decide."""
-    review = sub.add_parser(
-        "review", implied=SHOW, help="list what waits for review in a run, and decide it",
-        usage="python -m core review RUN [--step N] [--json]\n"
-              "       python -m core review {approve,reject,edit,reopen} OP ...\n"
-              "       python -m core review {approve-all,reject-all,apply} RUN [--step N]",
-        description="What waits for review in a run's steps, and the decisions on it (the Review page's rules: "
-                    "approving or editing against a failed validation gate needs --note). After the last "
-                    "decision of a step it says what happened: applied as a version, queued to measure the "
-                    f"decided library first, or still waiting. --step N: {STEP_HELP}.")
-    rsub = review.add_subparsers(dest="action", required=True, parser_class=Parser, prog="python -m core review")
-
-    p = rsub.add_parser(SHOW, help="each operation of the steps that wait (id, kind, text, targets, flags, "
-                        "evidence, status) under its step's gate line; `review RUN` is the same")
-    p.add_argument("run_id", type=int, metavar="RUN")
-    _step_option(p, "every step that waits for review")
-    p.add_argument("--json", action="store_true", help="the same as one JSON object, full texts, for scripts")
-    p.set_defaults(func=cmd_show)
-
-    p = rsub.add_parser("approve", help="approve operations by id")
-    p.add_argument("ops", type=int, nargs="+", metavar="OP")
-    p.add_argument("--note", help="why, where the step's validation gate failed (required there)")
-    p.set_defaults(func=cmd_decide, decision=OperationStatus.APPROVED)
-
-    p = rsub.add_parser("reject", help="reject operations by id")
-    p.add_argument("ops", type=int, nargs="+", metavar="OP")
-    p.add_argument("--reason", help="stored with the decision and told to the learner in the run's later steps")
-    p.set_defaults(func=cmd_decide, decision=OperationStatus.REJECTED)
-
-    p = rsub.add_parser("edit", help="replace an operation's text or targets, checked as the learner's are; "
-                        "counts as its decision")
-    p.add_argument("op", type=int, metavar="OP")
-    p.add_argument("--text", help="the new text (default: the proposed one)")
-    p.add_argument("--targets", metavar="E1,E2", help="the ids it changes (default: the proposed ones)")
-    p.add_argument("--note", help="why, where the step's validation gate failed (required there)")
-    p.set_defaults(func=cmd_edit)
-
-    p = rsub.add_parser("reopen", help="take a decision back while its step is not applied")
-    p.add_argument("op", type=int, metavar="OP")
-    p.set_defaults(func=cmd_reopen)
-
-    for what, decision in (("approve", OperationStatus.APPROVED), ("reject", OperationStatus.REJECTED)):
-        p = rsub.add_parser(f"{what}-all", help=f"{what} every pending operation of a step")
-        p.add_argument("run_id", type=int, metavar="RUN")
-        _step_option(p, "the run's only step that waits for review")
-        if decision == OperationStatus.APPROVED:
-            p.add_argument("--note", help="why, where the step's validation gate failed (required there)")
-        else:
-            p.add_argument("--reason", help="stored with each decision and told to the learner later")
-        p.set_defaults(func=cmd_decide_step, decision=decision)
-
-    p = rsub.add_parser("apply", help="apply a step whose operations are all decided but which was not applied")
-    p.add_argument("run_id", type=int, metavar="RUN")
-    _step_option(p, "the run's only step that waits for review")
-    p.set_defaults(func=cmd_apply)

@@ -5,20 +5,32 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from core.cli.base import VERSION_HELP, UsageError, engine_of, read_file, write_output
+from sqlmodel import Session
+
+from core.cli.base import UsageError, engine_of, read_file, write_output
 from core.cli.report import print_version, report_run, worker_or_here
 from core.domain.library_io import check_file_size, decode_library
 from core.errors import NotFound
+from core.jobs import run_control
+from core.records.coverage import version_coverage
+from core.records.promotion import preview_promotion
+from core.records.segments import routed_export
+from core.records.tasks import get_task
+from core.records.versions import (
+    export_version,
+    import_library,
+    promote,
+    resolve_version,
+    set_label,
+    version_in_library,
+    version_json_meta,
+)
+from storage import queries
 from storage.statuses import JobStatus
+from storage.tables import LibraryVersion, Run
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from core.records.segments import routed_export
-    from core.records.tasks import get_task
-    from core.records.versions import export_version, resolve_version, version_json_meta
-
     with Session(engine_of(args)) as session:
         task = get_task(session, args.task)
         version = resolve_version(session, task, args.version, args.library)
@@ -35,8 +47,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from core.records.versions import import_library
-
     path = Path(args.file)
     text = decode_library(read_file(path, check_file_size), path.name)
     print_version(import_library(engine_of(args), args.task, text, path.name, library_name=args.library))
@@ -44,11 +54,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from core.records.tasks import get_task
-    from storage import queries
-
     with Session(engine_of(args)) as session:
         task_id = get_task(session, args.task).id if args.task else None
         rows = queries.runs(session, task_id)
@@ -67,14 +72,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Show a run and what it waits for; with --pause, --resume or --cancel, change its status first
     (core.jobs.run_control: the Train page's buttons) and print the status it has now."""
-    from sqlmodel import Session
-
-    from storage.tables import Run
-
     engine = engine_of(args)
     if args.control:
-        from core.jobs import run_control
-
         change = {"pause": run_control.pause_run, "resume": run_control.resume_run, "cancel": run_control.cancel_run}
         status = change[args.control](engine, args.run_id, "cli")
         with Session(engine) as session:
@@ -92,12 +91,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from core.records.coverage import version_coverage
-    from core.records.tasks import get_task
-    from storage import queries
-
     with Session(engine_of(args)) as session:
         task = get_task(session, args.task)
         for lib in queries.libraries(session, task.id):
@@ -123,11 +116,6 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 def cmd_label(args: argparse.Namespace) -> int:
     """Point a label at a version; `production` moves through the promotion guard (a comparison, or --reason)."""
-    from sqlmodel import Session
-
-    from core.records.versions import set_label
-    from storage.tables import LibraryVersion
-
     engine = engine_of(args)
     label = set_label(engine, args.task, args.version, args.name, "cli", library_name=args.library,
                       reason=args.reason or "")
@@ -139,11 +127,6 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     """Show what promoting a version changes and what the comparison with production says, then move
     `production` (refused, exit 2, without a paired comparison or --reason); --dry-run only shows."""
-    from sqlmodel import Session
-
-    from core.records.promotion import preview_promotion
-    from core.records.versions import promote, version_in_library
-
     engine = engine_of(args)
     with Session(engine) as session:
         version_id = version_in_library(session, args.task, args.version, args.library).id
@@ -160,61 +143,3 @@ def cmd_promote(args: argparse.Namespace) -> int:
     promote(engine, version_id, "cli", reason=args.reason or "")
     print(f"production -> version #{preview.version_number}")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The version commands: export, import, list runs and versions, label and promote."""
-    p = sub.add_parser("export", help="print a version as Markdown, JSON or a system-prompt block")
-    p.add_argument("--task", required=True)
-    p.add_argument("--version", required=True, help=VERSION_HELP + ", or empty")
-    p.add_argument("--library", default="default")
-    p.add_argument("--format", choices=["md", "json", "prompt"], default="md")
-    p.add_argument("--output", "-o")
-    p.add_argument("--route-segments", action="store_true", help="conversation tasks: one JSON file with this "
-                   "version as the default and, per segment with a bound library, the version that serves it")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("import", help="create a new version from a JSON or Markdown file")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library", default="default")
-    p.add_argument("file")
-    p.set_defaults(func=cmd_import)
-
-    p = sub.add_parser("runs", help="list runs")
-    p.add_argument("--task")
-    p.set_defaults(func=cmd_runs)
-
-    p = sub.add_parser("run", help="show one run: counters, failed groups, rejected operations, its version and "
-                       "what it waits for (with the command that moves it on); or pause, resume or cancel it")
-    p.add_argument("run_id", type=int)
-    control = p.add_mutually_exclusive_group()
-    for flag, what in (("pause", "a queued run waits, a running one stops at its next progress tick"),
-                       ("resume", "queue a paused, failed or stalled run again for a worker (train --resume RUN "
-                                  "continues it in this process instead)"),
-                       ("cancel", "end the run for good; the versions it created stay")):
-        control.add_argument(f"--{flag}", dest="control", action="store_const", const=flag, help=what)
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("versions", help="list the library versions of a task")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library")
-    p.set_defaults(func=cmd_versions)
-
-    p = sub.add_parser("label", help="point a label (e.g. production) at a version")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library", default="default")
-    p.add_argument("--version", required=True, help=VERSION_HELP)
-    p.add_argument("name")
-    p.add_argument("--reason", help="production only: why it moves without a paired comparison with the current "
-                   "production version (or although the comparison finds it worse); stored in the audit log")
-    p.set_defaults(func=cmd_label)
-
-    p = sub.add_parser("promote", help="move production to a version: shows the diff and the paired comparison "
-                       "with production first")
-    p.add_argument("--task", required=True)
-    p.add_argument("--library", default="default")
-    p.add_argument("--version", required=True, help=VERSION_HELP)
-    p.add_argument("--reason", help="why it moves without a paired comparison (or although the comparison finds "
-                   "it worse); stored in the audit log")
-    p.add_argument("--dry-run", action="store_true", help="only show the diff and the comparison; move nothing")
-    p.set_defaults(func=cmd_promote)
