@@ -48,28 +48,26 @@ def seed_labels(database_url: str) -> None:
 
 
 def shoot(page, url: str, name: str, *, before=None) -> None:
-    from tests.browser_support import wait_for_app
-
+    """Open `url` and photograph it (after `before`, which sets up the moment)."""
     page.goto(url)
-    wait_for_app(page)
-    if before is not None:
-        before(page)
-        wait_for_app(page)
-    page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
-    print(f"{name}: {url}")
+    _photograph(page, name, before, f"{name}: {url}")
 
 
 def shoot_in_app(page, link: str, name: str, *, before=None) -> None:
     """Open a page by the sidebar's link (a signed-in session does not survive a new URL) and photograph it."""
+    page.locator("[data-testid='stSidebarNav']").get_by_role("link", name=link, exact=True).click()
+    _photograph(page, name, before, f"{name}: the {link} page")
+
+
+def _photograph(page, name: str, before, said: str) -> None:
     from tests.browser_support import wait_for_app
 
-    page.locator("[data-testid='stSidebarNav']").get_by_role("link", name=link, exact=True).click()
     wait_for_app(page)
     if before is not None:
         before(page)
         wait_for_app(page)
     page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
-    print(f"{name}: the {link} page")
+    print(said)
 
 
 def seed_production(database_url: str) -> None:
