@@ -115,7 +115,8 @@ def test_split_by_persona_holds_whole_personas_out(engine, conversation_task):
 
 def test_cli_eval_json_has_segments_and_criteria(engine, conversation_task, scripted, monkeypatch, capsys):
     _, gateway = scripted(engine, **conversation_replies(judge=segment_judge))
-    monkeypatch.setattr("core.models.gateway.Gateway", lambda engine, concurrency=None: gateway)
+    # where `eval` looks it up: the command's module binds Gateway when it is first imported (core/cli/commands.py)
+    monkeypatch.setattr("core.cli.jobs.Gateway", lambda engine, concurrency=None: gateway)
     code = cli.main(["--db", url_with_password(engine), "eval", "--task", CONVERSATION_TASK, "--version", "empty", "--limit", "6", "--json",
                      "--concurrency", "2"])
     out = json.loads(capsys.readouterr().out)
