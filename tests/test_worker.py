@@ -229,6 +229,21 @@ def test_a_stop_signal_ends_an_embedded_model_call_in_flight_and_queues_the_job_
         assert [w.status for w in session.exec(select(Worker)).all()] == ["stopped"]
 
 
+def test_a_late_idle_beat_does_not_make_a_running_job_look_idle(engine, demo_task):
+    """The serving loop's heartbeat may read "no job" just before a claim and write it just after the claim's own
+    beat (fresh-clone CI run, load 6): the worker row then says idle while its evaluation runs. The line is read
+    from the job rows, which the claim wrote in one UPDATE."""
+    from core.jobs.worker import register, worker_summary
+
+    eval_id = create_evaluation(engine, DEMO_TASK, "empty", k=1, limit=1)
+    register(engine, "w-late")
+    lease = claim(engine, "evaluation", eval_id, "w-late", statuses=("queued",))
+    beat(engine, "w-late", lease)
+    beat(engine, "w-late", None)  # the stale idle beat, landing last
+    with Session(engine) as session:
+        assert f"w-late: evaluating, evaluation {eval_id}" in worker_summary(session)
+
+
 def test_the_worker_line_names_the_job_while_it_runs_never_idle(engine, demo_task, monkeypatch):
     """The serving loop's own heartbeat used to write the worker as idle between the job's beats, so the sidebar's
     worker line flickered to "idle" while a run or an evaluation was running (issue 37)."""

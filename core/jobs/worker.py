@@ -250,8 +250,22 @@ def worker_summary(session: Session, now: datetime | None = None) -> str:
     lines = []
     for worker in workers:
         beat_age = max(0, int((as_utc(now) - as_utc(worker.heartbeat_at)).total_seconds()))
-        lines.append(f"{worker.id}: {_job_words(session, worker.current)} (beat {beat_age} s ago)")
+        current = worker.current or held_job(session, worker.id)
+        lines.append(f"{worker.id}: {_job_words(session, current)} (beat {beat_age} s ago)")
     return "\n".join(lines)
+
+
+def held_job(session: Session, owner: str) -> str | None:
+    """The running job this worker holds, by the job rows ("evaluation 5"), or None. The worker row's `current`
+    is written by two heartbeats, and a beat that read "no job" just before the claim can land after the claim's
+    own beat (seen under load: the sidebar said "idle" while an evaluation ran); the claim itself is one UPDATE
+    of the job row, so the job rows never say idle while a job runs."""
+    for kind, table in TABLES.items():
+        job_id = session.exec(select(table.id).where(table.worker_id == owner,
+                                                     table.status == JobStatus.RUNNING)).first()
+        if job_id is not None:
+            return f"{kind} {job_id}"
+    return None
 
 
 def _job_words(session: Session, current: str | None) -> str:
