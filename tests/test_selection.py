@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core import cli
-from core.domain.selection import Selection, scored_entries, select_entries
+from core.domain.selection import Selection, ranked_entries, scored_entries, select_entries
 from core.errors import InvalidInput
 from core.grpo.attribution import create_attribution, experience_effects
 from core.grpo.evaluation import create_evaluation, evaluation_of, execute_evaluation
@@ -38,7 +38,7 @@ TRAIN = "For a train trip, distance equals speed multiplied by the travel time."
 COOKIES = "Subtract the cookies eaten from the cookies baked to find how many are left."
 LIBRARY = (HOURS, APPLES, DISCOUNT, TRAIN, COOKIES)
 SPLIT = "selection"
-# Each query shares words with exactly two entries; the one it shares more (or rarer) words with comes first.
+# Each query shares words with exactly two entries, ranked: the one it shares more (or rarer) words with first.
 QUERIES = {
     "A train travels for 2 hours. What distance does the train cover at 60 miles per hour?": [TRAIN, HOURS],
     "Maria baked 20 cookies and gave the cookies to her 4 friends equally. How many cookies did each of "
@@ -86,23 +86,24 @@ def prompts_by_query(model, stage: str = "rollout") -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------- the choice
 
 
-def test_top_k_keeps_the_k_entries_most_similar_to_the_query_most_similar_first():
+def test_top_k_keeps_the_k_entries_most_similar_to_the_query_the_most_similar_last():
     library = entries(*LIBRARY)
     for query, expected in QUERIES.items():
         chosen = select_entries(library, query, Selection.build("top_k", 2))
-        assert [e["text"] for e in chosen] == expected
-    scored = scored_entries(library, next(iter(QUERIES)), Selection.build("top_k", 3))
-    assert [round(score, 2) for _e, score in scored] == [1.70, 0.60, 0.0]  # the manual's worked example (docs/tour/library.md)
+        assert [e["text"] for e in chosen] == expected[::-1]  # the prompt's order: the most similar next to the query
+        assert [e["text"] for e, _score in ranked_entries(library, query, Selection.build("top_k", 2))] == expected
+    ranked = ranked_entries(library, next(iter(QUERIES)), Selection.build("top_k", 3))
+    assert [round(score, 2) for _e, score in ranked] == [1.70, 0.60, 0.0]  # the manual's worked example (docs/tour/library.md)
     cookies = scored_entries(library, list(QUERIES)[1], Selection.build("top_k", 2))
-    assert [(e["id"], round(score, 2)) for e, score in cookies] == [("E5", 3.77), ("E2", 2.18)]
-    assert scored[2][0]["text"] == APPLES  # ...and ties keep the library's order (E2 before E3)
+    assert [(e["id"], round(score, 2)) for e, score in cookies] == [("E2", 2.18), ("E5", 3.77)]
+    assert ranked[2][0]["text"] == APPLES  # ...and ties keep the library's order (E2 before E3)
 
 
 def test_top_k_always_shows_k_entries_and_all_shows_the_library_unchanged():
     library = entries(*LIBRARY)
     no_overlap = select_entries(library, "What is 7 + 8?", Selection.build("top_k", 2))
-    assert [e["id"] for e in no_overlap] == ["E1", "E2"]  # nothing in common: the library's first k
-    assert [e["id"] for e in select_entries(library, "the of and", Selection.build("top_k", 3))] == ["E1", "E2", "E3"]
+    assert [e["id"] for e in no_overlap] == ["E2", "E1"]  # nothing in common: the library's first k, reversed
+    assert [e["id"] for e in select_entries(library, "the of and", Selection.build("top_k", 3))] == ["E3", "E2", "E1"]
     assert len(select_entries(library, "train", Selection.build("top_k", 9))) == len(LIBRARY)
     assert select_entries(library, "anything about trains", Selection()) == library
     assert [score for _e, score in scored_entries(library, "train", Selection())] == [None] * len(LIBRARY)
@@ -143,11 +144,11 @@ def test_top_k_shows_each_rollout_exactly_k_entries_the_most_similar_and_stores_
     assert len(rows) == len(QUERIES) * 2
     prompts = prompts_by_query(model)
     for query, rollout in rows:
-        assert rollout.shown_ids == ids_of(library, QUERIES[query])  # exactly k, the most similar, in rank order
+        assert rollout.shown_ids == ids_of(library, QUERIES[query][::-1])  # exactly k, the most similar last
     for query, expected in QUERIES.items():
         for system in prompts[query]:
             assert [text for text in LIBRARY if text in system] == [t for t in LIBRARY if t in expected]
-            assert system.index(expected[0]) < system.index(expected[1])
+            assert system.index(expected[0]) > system.index(expected[1])
 
 
 def test_all_shows_every_rollout_the_whole_library_in_order_as_before(engine, library, scripted):
@@ -244,10 +245,10 @@ def test_the_api_selection_route_returns_what_the_evaluation_used(engine, librar
         assert response.status_code == 200, response.text
         body = response.json()
         assert [e["id"] for e in body["entries"]] == rollout.shown_ids
-        assert body["experiences"] == QUERIES[query] and body["selection"] == {"mode": "top_k", "k": 2}
+        assert body["experiences"] == QUERIES[query][::-1] and body["selection"] == {"mode": "top_k", "k": 2}
         assert (body["version_id"], body["label"], body["query"]) == (library.id, "production", query)
         assert all(text in prompts[query][0] for text in body["experiences"])
-        assert body["entries"][0]["score"] >= body["entries"][1]["score"] > 0
+        assert 0 < body["entries"][0]["score"] <= body["entries"][1]["score"]  # the most similar last
         again = api.get(f"{url}/select", params={"query": query},
                         headers={"If-None-Match": response.headers["ETag"]})
         assert again.status_code == 304
@@ -265,7 +266,7 @@ def test_the_cli_sets_the_selection_and_shows_what_a_query_gets(engine, library,
     query = next(iter(QUERIES))
     assert cli.main(["--db", url, "library", "select", "--task", DEMO_TASK, "--query", query,
                      "--version", str(library.number), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["experiences"] == QUERIES[query]
+    assert json.loads(capsys.readouterr().out)["experiences"] == QUERIES[query][::-1]
     assert cli.main(["--db", url, "library", "selection", "--task", DEMO_TASK, "--k", "40"]) != 0
     assert "k must be a whole number from 1 to 30" in capsys.readouterr().err
     assert library_selection(engine, DEMO_TASK) == Selection.build("top_k", 2)
