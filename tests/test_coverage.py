@@ -197,6 +197,14 @@ def test_versions_says_which_train_references_the_latest_version_covers(database
     covered = int(re.search(r"coverage: (\d+) of 28 train references", line).group(1))
     assert 2 <= covered < 28 and "uncovered: " in line and "p06" in line  # the warranty: no example states it
 
+    assert main(["--db", database_url, "library", "coverage", "--task", POLICY_TASK]) == 0
+    out = capsys.readouterr().out
+    assert f"coverage: {covered} of 28 train references" in out.splitlines()[0]
+    warranty = next(line for line in out.splitlines() if line.strip().startswith("p06:"))
+    assert "warranty" in warranty or "tent" in warranty  # each uncovered reference with its message
+    assert main(["--db", database_url, "library", "coverage", "--task", POLICY_TASK, "--version", "1"]) == 0
+    assert "coverage: 0 of 28" in capsys.readouterr().out  # #1, the empty library
+
 
 def test_a_refusal_names_the_example_that_covers_it_in_the_end():
     plans = plan_examples([], [new(TICKET.format(n=5)), new(TICKET.format(n=7)), new(f"{RETURNS}; {TICKET.format(n=6)}")],

@@ -102,7 +102,7 @@ def _tasks(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler="core.cli.tasks:cmd_task_split_by_persona")
 
     library = sub.add_parser("library", help="bind a library to a persona segment (conversation tasks); show or set "
-                             "its entry selection, and the entries a query is shown")
+                             "its entry selection, the entries a query is shown, and what a version covers")
     lsub = library.add_subparsers(dest="library_command", required=True, parser_class=Parser)
     p = lsub.add_parser("bind", help="the library serves this segment in segment-routed evaluations; train it "
                         "with `train --library NAME` (it then trains on that segment's scenarios only)")
@@ -126,6 +126,13 @@ def _tasks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--version", help="a version's number in the library (e.g. 3) instead of a label")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="core.cli.tasks:cmd_library_select")
+    p = lsub.add_parser("coverage", help="which train references a version covers: an example that its selection "
+                        "shows the reference's query and that states every fact of it (the Library page's figure)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--library", default="default")
+    p.add_argument("--version", default="latest", help="a version's number in the library (e.g. 3), a label, or "
+                   "latest (the default)")
+    p.set_defaults(handler="core.cli.tasks:cmd_library_coverage")
 
 
 def _people(sub: argparse._SubParsersAction) -> None:

@@ -14,12 +14,14 @@ from core.cli.base import UsageError, engine_of, name_list, read_file, write_out
 from core.domain.datasets import check_size, mapping_note, parse_mapping, resolve_columns
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
+from core.records.coverage import version_coverage
 from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
 from core.records.segments import bind_library
 from core.records.selection import library_selection, set_selection
 from core.records.serving import served_selection
 from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from core.records.tasks import add_dataset_file, ensure_demo_tasks, get_task
+from core.records.versions import resolve_version
 from storage import queries
 
 
@@ -148,4 +150,20 @@ def cmd_library_select(args: argparse.Namespace) -> int:
     for entry in served.entries:
         score = "" if entry["score"] is None else f"{entry['score']:>8.3f}  "
         print(f"{entry['id']:<6}{score}{entry['text']}")
+    return 0
+
+
+def cmd_library_coverage(args: argparse.Namespace) -> int:
+    """How many train references a version covers, and which are not covered, each with its message (issue 44)."""
+    with Session(engine_of(args)) as session:
+        task = get_task(session, args.task)
+        library = queries.library_by_name(session, task.id, args.library)
+        if library is None:
+            raise UsageError(f"task {task.name!r} has no library {args.library!r}")
+        version = resolve_version(session, task, args.version, args.library)
+        found = version_coverage(session, task, library, version)
+        queries_by_name = {s.external_id: s.query for s in queries.samples(session, task.id, "train")}
+    print(f"library {library.name!r} #{version.number if version else 0}: {found.line()}")
+    for name in found.uncovered:
+        print(f"  {name}: {' '.join(queries_by_name.get(name, '').split())[:100]}")
     return 0
