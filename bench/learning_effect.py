@@ -442,8 +442,8 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
     from core.domain.library import EXAMPLE, kind_of
     from core.grpo.training import create_run_with_defaults, execute_run_async, run_counters
-    from core.grpo.worked_examples import refused_for_space
     from core.records.gate_verdict import GateVerdict
+    from core.records.run_outcome import refused_for_space
     from storage import queries
     from storage.statuses import RunKind
     from storage.tables import LibraryVersion, Run

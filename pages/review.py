@@ -41,6 +41,7 @@ from core.domain.quality import Flag, rank_sources
 from core.grpo.attribution import effects_for_library as experience_effects
 from core.records import review
 from core.records.gate_verdict import GateVerdict
+from core.records.run_outcome import space_note
 from core.records.run_settings import run_settings
 from core.records.scenarios import is_conversation
 from storage import queries
@@ -684,6 +685,8 @@ def page() -> None:
     conversation = is_conversation(task)
     st.header("Proposed operations", anchor=False)
     show_gate(step, can_decide)
+    if space := space_note([step]):
+        st.warning(space)
     FLASH.show("decisions")
     if not operations:
         st.info("This step proposed no operations.")

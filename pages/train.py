@@ -49,7 +49,7 @@ from core.records.progress import (
     status_words,
 )
 from core.records.run_defaults import Choice, chosen_defaults
-from core.records.run_outcome import learned_nothing
+from core.records.run_outcome import learned_nothing, space_note
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
 from storage import queries
@@ -279,6 +279,8 @@ def next_steps(view: dict) -> None:
         st.warning(f"Run {run.id} is completed, and learned nothing: {nothing}")
         return
     st.success(f"Run {run.id} is completed. Next: measure its version on held-out queries, or read it.")
+    if space := space_note(view["steps"]):
+        st.warning(space)
     left, right, _ = st.columns([1, 1, 3])
     if run.current_version_id is not None:
         left.button("Evaluate this version", key="train_evaluate", type="primary", icon=":material/leaderboard:",

@@ -433,3 +433,21 @@ def test_the_evidence_shows_the_code_an_output_ran_and_its_real_output(engine, j
     assert any(c.startswith("Code run 1 · exit 0 · ") for c in captions), captions
     assert "print(6 * 7)" in codes and "42" in codes
     assert not any("999 invented" in text for text in codes)
+
+
+def test_a_step_whose_examples_did_not_fit_says_so_above_its_operations(engine):
+    """Worked examples refused because the library was full leave a need without its example (issue 44): Review
+    says how many of the step's were refused, where the reviewer reads the step."""
+    from storage.db import session_scope
+    from storage.tables import Step
+
+    run_id = seeded_run(engine, "manual")
+    at = open_review()
+    assert not any("refused for space" in w.value for w in at.warning)
+    with session_scope(engine) as session:
+        step = session.get(Step, state(engine, run_id)["step"].id)
+        step.stats = {**(step.stats or {}), "examples": {"full": 1}}
+        session.add(step)
+    at = open_review()
+    assert any(w.value.startswith("1 new worked example was refused for space") for w in at.warning), \
+        [w.value for w in at.warning]

@@ -8,7 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.grpo.training import RunSettings, create_run
 from core.records.progress import PYTHON_TURNS
@@ -17,7 +17,8 @@ from core.records.run_defaults import EXAMPLES_FIGURE
 from core.records.selection import library_selection
 from core.records.tasks import DEMO_TASK
 from storage import db, queries
-from storage.tables import LibraryVersion, Run, Worker, utcnow
+from storage.db import session_scope
+from storage.tables import LibraryVersion, Run, Step, Worker, utcnow
 from tests.ui_support import run_app, seeded_run
 
 PAGE = "pages/train.py"
@@ -413,6 +414,25 @@ def test_a_run_that_learned_says_next_measure(engine):
     at = run_app(page=PAGE)
     assert any("Next: measure" in s.value for s in at.success)
     assert not any("learned nothing" in w.value for w in at.warning)
+    assert not any("refused for space" in w.value for w in at.warning)
+
+
+def test_a_run_whose_examples_did_not_fit_says_so_on_the_page_and_in_the_report(engine, capsys):
+    """Worked examples refused because the library was full leave a need without its example (issue 44): the
+    run's summary says how many, on the Train page and in `report`."""
+    from core.cli.report import report_run
+
+    run_id = seeded_run(engine, review_mode="auto", settings={"gate": "off"})
+    with session_scope(engine) as session:
+        step = session.exec(select(Step).where(Step.run_id == run_id)).first()
+        step.stats = {**(step.stats or {}), "examples": {**((step.stats or {}).get("examples") or {}), "full": 2}}
+        session.add(step)
+    at = run_app(page=PAGE)
+    assert any("Next: measure" in s.value for s in at.success)
+    assert any(w.value.startswith("2 new worked examples were refused for space") for w in at.warning), \
+        [w.value for w in at.warning]
+    report_run(engine, run_id)
+    assert "note: 2 new worked examples were refused for space" in capsys.readouterr().out
 
 
 @pytest.fixture

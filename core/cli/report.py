@@ -107,7 +107,7 @@ def report_run(engine: Engine, run_id: int) -> int:
     from sqlmodel import Session
 
     from core.grpo.training import run_counters
-    from core.records.run_outcome import learned_nothing
+    from core.records.run_outcome import learned_nothing, space_note
     from storage import queries
     from storage.tables import LibraryVersion, Run
 
@@ -135,6 +135,8 @@ def report_run(engine: Engine, run_id: int) -> int:
     print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
     if run.status == JobStatus.COMPLETED and (nothing := learned_nothing(steps)):
         print(f"  note: {nothing}")
+    if space := space_note(steps):
+        print(f"  note: {space}")
     print(f"calls {counters['calls']} (cache hits {counters['cache_hits']}), tokens in {counters['tokens_in']}, "
           f"out {counters['tokens_out']}, cost ${counters['cost']:.4f}")
     print(f"structured replies repaired {counters['replies_repaired']}, malformed {counters['replies_malformed']}")

@@ -288,9 +288,3 @@ def store_examples(engine: Engine, step_id: int, experiences: list[dict], found:
             step.stats = {**step.stats, "examples": {**step.stats["examples"], "full": full}}
         session.add(step)
         return queries.step_operations(session, step_id)
-
-
-def refused_for_space(step: Step) -> int:
-    """How many of a step's worked examples were refused because the library was full (each of its examples the
-    only one of its need): Review and the run's summary say so."""
-    return int(((step.stats or {}).get("examples") or {}).get("full") or 0)

@@ -1,6 +1,7 @@
-"""Whether a finished run learned anything, in words: a run in which every group was skipped (each group's
-answers all got the same reward, so there was nothing to compare) completes without a library change, and
-"completed. Next: measure" would send a person to measure a version identical to the one they started from."""
+"""What a run's summary says beyond its figures, in words: whether a finished run learned anything (a run in which
+every group was skipped, each group's answers all got the same reward, completes without a library change, and
+"completed. Next: measure" would send a person to measure a version identical to the one they started from), and
+whether worked examples were refused because the library was full (issue 44: a need left without its example)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,21 @@ def learned_nothing(steps: Iterable[Step]) -> str | None:
             "answered right (too easy) or all wrong (too hard) for this model: try harder or easier queries, a "
             "larger group size or a higher temperature, or learn from all-failed groups against the reference "
             "(reference_when_all_fail).")
+
+
+def refused_for_space(step: Step) -> int:
+    """How many of a step's worked examples were refused because the library was full, each of its examples the
+    only one of its need (core.grpo.worked_examples.store_examples counts them in the step's stats)."""
+    return int(((step.stats or {}).get("examples") or {}).get("full") or 0)
+
+
+def space_note(steps: Iterable[Step]) -> str | None:
+    """The sentence for steps whose new worked examples did not fit, or None: Review says it per step, the run's
+    summary (the Train page, `python -m core report`) for the whole run."""
+    refused = sum(refused_for_space(step) for step in steps)
+    if not refused:
+        return None
+    examples = "worked example was" if refused == 1 else "worked examples were"
+    return (f"{refused} new {examples} refused for space: the library held its most worked examples, each the "
+            "only one of its need, so a need stays without its example. Raise the run's max_examples, or merge or "
+            "delete examples on the Library page.")
