@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
+from core.records.audit_names import object_names
 from storage import queries
 from storage.tables import AuditEvent
 from ui.common import DATETIME, engine, run_page
@@ -32,10 +33,6 @@ def compact(value: dict | list | None) -> str:
 def pretty(value: dict | list | None) -> str:
     return "(nothing)" if value is None else json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True,
                                                         default=str)
-
-
-def object_text(event: AuditEvent) -> str:
-    return event.object_type if event.object_id is None else f"{event.object_type} {event.object_id}"
 
 
 def contains(event: AuditEvent, needle: str) -> bool:
@@ -90,10 +87,10 @@ def filters(facets: dict[str, list[str]]) -> dict:
             "contains": needle.strip()}
 
 
-def show_event(event: AuditEvent) -> None:
+def show_event(event: AuditEvent, name: str) -> None:
     st.caption("Event")
     when = f"{event.created_at:%Y-%m-%d %H:%M:%S}" if event.created_at else "–"
-    show_long(f"#{event.id} · {event.action} · {object_text(event)} · by {event.actor} · {when} UTC",
+    show_long(f"event {event.id} · {event.action} · {name} · by {event.actor} · {when} UTC",
               f"audit_{event.id}_event")
     before, after = st.columns(2)
     with before:
@@ -114,6 +111,7 @@ def page() -> None:
             return
         chosen = filters(facets)
         events = queries.audit_events(session, **chosen["query"])
+        names = object_names(session, events)
         session.expunge_all()
     fetched = len(events)
     if chosen["contains"]:
@@ -125,7 +123,7 @@ def page() -> None:
         st.info("No event matches these filters.")
         return
     frame = pd.DataFrame([{"id": e.id, "when": e.created_at, "actor": e.actor, "action": e.action,
-                           "object": object_text(e), "before": compact(e.before), "after": compact(e.after)}
+                           "object": names[e.id], "before": compact(e.before), "after": compact(e.after)}
                           for e in events])
     table(frame, column_config={"when": DATETIME}, key="audit_table")
     csv_download(frame, "Download CSV", "audit.csv", "audit_download")
@@ -134,8 +132,8 @@ def page() -> None:
     if st.session_state.get(EVENT_KEY) not in ids:
         st.session_state.pop(EVENT_KEY, None)
     chosen_id = st.selectbox("Show one event", ids, key=EVENT_KEY,
-                             format_func=lambda i: f"#{i} · {by_id[i].action} · {object_text(by_id[i])}")
-    show_event(by_id[chosen_id])
+                             format_func=lambda i: f"event {i} · {by_id[i].action} · {names[i]}")
+    show_event(by_id[chosen_id], names[chosen_id])
 
 
 run_page(page)

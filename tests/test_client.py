@@ -298,7 +298,7 @@ def test_each_user_gets_and_keeps_their_own_arm(stub, make_client):
 
 
 @pytest.mark.parametrize("fault", ["down", 503, 429, "hang"])
-def test_studio_unreachable_serves_the_last_good_copy(stub, make_client, fault):
+def test_studio_unreachable_serves_the_last_good_copy(stub, make_client, fault, caplog):
     stub.publish(107, ["Ask for the frame size first."])
     client = make_client(ttl_s=0.3, timeout_s=0.3)
     good = client.get_library(TASK)
@@ -313,6 +313,8 @@ def test_studio_unreachable_serves_the_last_good_copy(stub, make_client, fault):
     assert time.monotonic() - started < 1.0  # a hung studio costs at most the request timeout
     assert stale.source == "stale"
     assert (stale.version_id, stale.experiences, stale.prompt) == (good.version_id, good.experiences, good.prompt)
+    warned = [r.getMessage() for r in caplog.records if "serving the last good copy" in r.getMessage()]
+    assert warned and warned[-1].endswith("(version #7)")  # the version's number, as every page names it
     asked = len(stub.gets())
     assert client.get_library(TASK).source == "stale" and len(stub.gets()) == asked  # no retry before the TTL
 

@@ -98,7 +98,7 @@ def test_without_comparison_a_move_needs_a_reason_which_the_audit_keeps(engine, 
     move(engine, candidate, reason=f"  {REASON} ")
     assert production(engine) == candidate
     event = moves(engine)[-1]
-    assert event.before == {"version_id": current}
+    assert event.before == {"version_id": current, "number": int(typed(engine, current))}
     assert event.after["reason"] == REASON and event.after["comparison"] is None
     assert event.after["evidence"].startswith("No paired comparison with production")
 
@@ -166,9 +166,10 @@ def test_other_labels_move_freely(engine, versions):
     set_label(engine, DEMO_TASK, typed(engine, candidate), "candidate", "system")
     set_label(engine, DEMO_TASK, typed(engine, current), "candidate", "system", reason="back to the old one")
     events = moves(engine)
-    assert [e.after for e in events[1:]] == [{"name": "candidate", "version_id": candidate},
+    assert [e.after for e in events[1:]] == [{"name": "candidate", "version_id": candidate,
+                                             "number": int(typed(engine, candidate))},
                                             {"name": "candidate", "version_id": current,
-                                             "reason": "back to the old one"}]
+                                             "number": int(typed(engine, current)), "reason": "back to the old one"}]
     assert production(engine) == current
 
 

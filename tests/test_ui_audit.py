@@ -44,7 +44,7 @@ def events(engine) -> dict:
     label_id = set_label(engine, DEMO_TASK, str(version.number), "production", "carol").id
     add_user(engine, "ana", "admin", PASSWORD, actor="cli")
     update_user(engine, "ana", "cli", password=NEW_PASSWORD)
-    return {"run_id": run_id, "label_id": label_id}
+    return {"run_id": run_id, "label_id": label_id, "number": version.number, "version_id": version.id}
 
 
 def all_events(engine) -> list[AuditEvent]:
@@ -128,7 +128,8 @@ def test_text_filter_searches_before_and_after_json(engine, events):
     change(at, at.text_input(key="audit_contains").input("PRODUCTION"))
     shown = table(at)
     assert shown["action"].tolist() == ["label.move"]
-    assert shown["object"].tolist() == [f"librarylabel {events['label_id']}"]
+    assert shown["object"].tolist() == ["label 'production' of 'default'"]  # by its name, not its row id
+    assert json.loads(shown["after"].iloc[0])["number"] == events["number"]  # the version as people name it
     assert count_caption(at) == "1 event"
     change(at, at.text_input(key="audit_contains").input('"status": "queued"'))
     assert table(at)["action"].tolist() == ["run.paused"]
@@ -215,3 +216,15 @@ def test_an_empty_log_says_so(engine):
     at.run()
     assert "Nothing has been recorded yet." in [i.value for i in at.info]
     assert not at.dataframe
+
+
+def test_a_version_is_named_by_its_number_in_its_library(engine, events):
+    """A version's event names it as every page does, "version #N of 'library'", never by its database id."""
+    with session_scope(engine) as session:
+        session.add(AuditEvent(actor="cli", action="version.import", object_type="libraryversion",
+                               object_id=events["version_id"], after={"number": events["number"]}))
+    at = open_audit()
+    change(at, at.multiselect(key="audit_type").set_value(["libraryversion"]))
+    assert f"version #{events['number']} of 'default'" in table(at)["object"].tolist()
+    shown = at.selectbox(key="audit_event")
+    assert shown.format_func(shown.value).startswith("event ") and "#" not in shown.format_func(shown.value)[:8]

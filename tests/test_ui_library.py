@@ -315,7 +315,7 @@ def test_moving_another_label_needs_no_dialog(engine):
     at.button(key="lib_label_button").click()
     rerun(at)
     assert not [b for b in at.button if b.key == "lib_promote_confirm"]
-    assert last_move(engine) == {"name": "candidate", "version_id": candidate}
+    assert last_move(engine) == {"name": "candidate", "version_id": candidate, "number": number_of(engine, candidate)}
     assert production_of(engine) == current
 
 

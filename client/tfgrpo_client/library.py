@@ -196,8 +196,9 @@ class LibraryCache:
                     wait_s=problem.retry_after)
         last_good = self._last_good(key, entry)
         if last_good is not None:
-            log.warning("could not check %s (%s); serving the last good copy (version %s)", what, problem,
-                        last_good.version_id)
+            log.warning("could not check %s (%s); serving the last good copy (%s)", what, problem,
+                        f"version #{last_good.number}" if last_good.number is not None
+                        else f"version id {last_good.version_id}")
             return replace(last_good, source="stale")
         return self._without_copy(key, fallback_copy, f"could not fetch {what} ({problem})", quiet=False)
 

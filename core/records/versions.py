@@ -244,14 +244,15 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
         moved = queries.version_by_id(session, label.version_id) if label else None
         raise Conflict(f"production was moved to version #{moved.number if moved else '?'} while this promotion "
                        "was checked; nothing was changed: look at the comparison again, then promote")
-    before = {"version_id": label.version_id} if label else None
+    previous = queries.version_by_id(session, label.version_id) if label else None
+    before = {"version_id": label.version_id, "number": previous.number if previous else None} if label else None
     if label is None:
         label = LibraryLabel(library_id=version.library_id, name=name, version_id=version.id, moved_by=actor)
     else:
         label.version_id, label.moved_by, label.moved_at = version.id, actor, utcnow()
     session.add(label)
     session.flush()
-    after = {"name": name, "version_id": version.id}
+    after = {"name": name, "version_id": version.id, "number": version.number}  # the number is what people read
     if approval is not None:
         after |= approval.record
     elif reason.strip():
