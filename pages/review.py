@@ -340,7 +340,7 @@ def show_group(index: int, sample_id: int, query: str | None, advantage: Advanta
                rollouts: list[Rollout], conversation: bool = False) -> None:
     with st.container(border=True):
         status = advantage.status if advantage else "not computed yet"
-        st.markdown(f"**Group {index}** · sample #{sample_id} · advantage {status}")
+        st.markdown(f"**Group {index}** · sample {sample_id} · advantage {status}")
         st.caption("Query")
         show_long(query, f"review_query_{sample_id}")
         left, right = st.columns(2)
@@ -397,7 +397,7 @@ class Group:
 
     def label(self) -> str:
         rewards = ", ".join(reward_text(r.reward) for r in self.rollouts) or "none"
-        return f"Evidence: group {self.index} · sample #{self.sample_id} · rewards {rewards}"
+        return f"Evidence: group {self.index} · sample {self.sample_id} · rewards {rewards}"
 
 
 @dataclass
@@ -474,7 +474,7 @@ def show_example_source(op: Operation, view: StepView, key: str) -> None:
             st.caption("Made from the sample's reference answer: every attempt of its group failed.")
             return
         if rollout is None:
-            st.caption(f"Compressed from rollout #{source['rollout_id']}, not found in this step.")
+            st.caption(f"Compressed from rollout {source['rollout_id']}, not found in this step.")
             return
         st.caption(f"Compressed from output {rollout.group_index} · reward {reward_text(rollout.reward)}")
         show_long(outcome(rollout, view.conversation), f"{key}_example_final", empty="(no final answer)")

@@ -57,7 +57,7 @@ def group_label(group: dict) -> str:
     mean = "–" if group["mean"] is None else f"{group['mean']:.2f}"
     kind = "mixed" if group["mixed"] else "uniform"
     errors = f" · {group['errors']} errors" if group["errors"] else ""
-    return f"#{group['sample_id']} {str(group['external_id'])[:40]} · G={group['n']} · mean {mean} · {kind}{errors}"
+    return f"sample {group['sample_id']} · {str(group['external_id'])[:40]} · G={group['n']} · mean {mean} · {kind}{errors}"
 
 
 def filtered(groups: list[dict], only_mixed: bool, only_failures: bool) -> list[dict]:

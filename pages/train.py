@@ -672,9 +672,9 @@ def page() -> None:
         st.info("No runs of this task yet: set the run above and press Start run.")
         return
     # the status is live, below
-    labels = {r.id: f"#{r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}
+    labels = {r.id: f"run {r.id} · started {r.created_at:%Y-%m-%d %H:%M} by {r.created_by}" for r in runs}
     selected = id_select("Run", list(labels), RUN_KEY, "run", default=runs[0].id,
-                         format_func=lambda run_id: labels.get(run_id, f"#{run_id}"))
+                         format_func=lambda run_id: labels.get(run_id, f"run {run_id}"))
     live_progress(selected)
     chosen = next(r for r in runs if r.id == selected)
     with st.expander("Settings of this run"):

@@ -266,7 +266,7 @@ def test_each_card_carries_its_evidence(engine):
     evidence = [e.label for e in at.expander if e.label.startswith("Evidence:")]
     assert len(evidence) == 2
     for label in evidence:
-        assert label.startswith("Evidence: group ") and " · sample #" in label
+        assert label.startswith("Evidence: group ") and " · sample " in label
         rewards = label.split("rewards ")[1].split(" · closest")[0]
         assert sorted(rewards.split(", ")) == ["0", "1"]  # every seeded group is mixed
     assert sum(" · closest (" in label for label in evidence) == 1  # the likeliest source is marked, once
