@@ -239,7 +239,10 @@ def test_train_review_library_evaluate_from_the_pages(tmp_path):
         # Library: the new version made by the run, and its diff against the empty library
         page.goto(f"{app.url}/library")
         wait_for_app(page)
-        expect(page.get_by_text("added").first).to_be_visible()  # an added experience in the default diff
+        # An added experience in the default diff: its table is a canvas grid, whose cells Playwright reads from the
+        # grid's accessible table (attached, but not "visible": fresh-clone run 2 waited 90 s on to_be_visible).
+        expect(page.get_by_test_id("stDataFrame").first).to_be_visible()
+        expect(page.get_by_text("added", exact=True).first).to_be_attached()
         screenshot(page, "library")
 
         # Evaluate the latest version on 2 test queries; the chart appears when the worker is done
