@@ -96,7 +96,8 @@ def scored_entries(entries: Sequence[dict], query: str, selection: Selection) ->
     """The entries shown for `query` with their scores, in the prompt's order: under `top_k` the ranking reversed,
     so the most similar entry is the last one the agent reads before the query. The embedded 0.5B agent follows
     the example next to the question: with the same 5 worked examples it scored 0.316 Mean@2 on 19 held-out
-    shop messages with the most similar last against 0.158 with it first (issue 44, bench/README.md)."""
+    shop messages with the most similar last (twice) against 0.158 and 0.237 with it first (two draws; issue 44,
+    bench/README.md, bench/example_order.py)."""
     ranked = ranked_entries(entries, query, selection)
     return ranked[::-1] if selection.chooses else ranked
 
