@@ -147,23 +147,10 @@ def heartbeat(engine: Engine, owner: str, lease: Lease | Callable[[], Lease | No
     """Beat in a background thread while the block runs (model calls can take longer than the stall window),
     every `every` seconds (HEARTBEAT_EVERY). `lease` is the job held, or a function that says which job is held
     at each beat (the serving loop's, so its beat names the job instead of calling the worker idle)."""
-    stop = threading.Event()
     held = lease if callable(lease) else (lambda: lease)
-
-    def loop() -> None:
-        while not stop.wait(every or HEARTBEAT_EVERY):
-            try:
-                beat(engine, owner, held())
-            except Exception:  # noqa: BLE001  (a locked database must not kill the job; the next beat retries)
-                log.warning("heartbeat failed", exc_info=True)
-
-    thread = threading.Thread(target=loop, name="heartbeat", daemon=True)
-    thread.start()
-    try:
+    with _repeating("heartbeat", every or HEARTBEAT_EVERY, lambda: beat(engine, owner, held()),
+                    "heartbeat failed"):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=(every or HEARTBEAT_EVERY) + 1)
 
 
 DELIVER_EVERY = 2.0
@@ -176,22 +163,32 @@ def delivering(engine: Engine, owner: str, every: float | None = None):
     receiver that hangs or is down delays nothing but its own deliveries."""
     from core.records.webhooks import deliver_due
 
+    with _repeating("webhooks", every or DELIVER_EVERY, lambda: deliver_due(engine, owner),
+                    "webhook delivery pass failed", join_timeout=1):
+        yield
+
+
+@contextmanager
+def _repeating(name: str, every: float, action: Callable[[], object], failure: str,
+               join_timeout: float | None = None):
+    """Run `action` every `every` seconds in a daemon thread while the block runs. A failed pass is logged and
+    the next one retries: a locked database must not end the job or the worker's deliveries."""
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(every or DELIVER_EVERY):
+        while not stop.wait(every):
             try:
-                deliver_due(engine, owner)
-            except Exception:  # noqa: BLE001  (a locked database must not end delivery; the next pass retries)
-                log.warning("webhook delivery pass failed", exc_info=True)
+                action()
+            except Exception:  # noqa: BLE001
+                log.warning(failure, exc_info=True)
 
-    thread = threading.Thread(target=loop, name="webhooks", daemon=True)
+    thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
-        thread.join(timeout=1)
+        thread.join(timeout=every + 1 if join_timeout is None else join_timeout)
 
 
 def release(engine: Engine, lease: Lease) -> None:
