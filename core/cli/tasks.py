@@ -161,8 +161,9 @@ def cmd_library_coverage(args: argparse.Namespace) -> int:
         if library is None:
             raise UsageError(f"task {task.name!r} has no library {args.library!r}")
         version = resolve_version(session, task, args.version, args.library)
-        found = version_coverage(session, task, library, version)
-        queries_by_name = {s.external_id: s.query for s in queries.samples(session, task.id, "train")}
+        train = queries.samples(session, task.id, "train")
+        found = version_coverage(session, task, library, version, train)
+        queries_by_name = {s.external_id: s.query for s in train}
     print(f"library {library.name!r} #{version.number if version else 0}: {found.line()}")
     for name in found.uncovered:
         print(f"  {name}: {' '.join(queries_by_name.get(name, '').split())[:100]}")

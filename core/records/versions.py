@@ -240,12 +240,11 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
     else:
         require_role(session, actor, "reviewer", "moving labels")
     label = queries.label_by_name(session, version.library_id, name)
+    labelled = queries.version_by_id(session, label.version_id) if label else None
     if approval is not None and (label.version_id if label else None) != approval.production_id:
-        moved = queries.version_by_id(session, label.version_id) if label else None
-        raise Conflict(f"production was moved to version #{moved.number if moved else '?'} while this promotion "
-                       "was checked; nothing was changed: look at the comparison again, then promote")
-    previous = queries.version_by_id(session, label.version_id) if label else None
-    before = {"version_id": label.version_id, "number": previous.number if previous else None} if label else None
+        raise Conflict(f"production was moved to version #{labelled.number if labelled else '?'} while this "
+                       "promotion was checked; nothing was changed: look at the comparison again, then promote")
+    before = {"version_id": label.version_id, "number": labelled.number if labelled else None} if label else None
     if label is None:
         label = LibraryLabel(library_id=version.library_id, name=name, version_id=version.id, moved_by=actor)
     else:

@@ -176,12 +176,13 @@ def notify_stalled_jobs(engine: Engine) -> int:
 def notify_label_moved(session: Session, version: LibraryVersion, name: str, before: dict | None, actor: str,
                        record: dict | None) -> None:
     """Production moved (called where every label moves; other labels say nothing): from which version to which,
-    by whom and why, each version by its number in its library."""
+    by whom and why, each version by its number in its library (`before` is the label.move audit record's, which
+    carries the number)."""
     if name != "production":
         return
     library = session.get(Library, version.library_id)
     task, library_name = _place(session, library.task_id, library.id)
-    was = _number(session, (before or {}).get("version_id"))
+    was = (before or {}).get("number")
     reason = (record or {}).get("reason") or (record or {}).get("evidence") or "no reason given"
     raise_event(session, "production.moved", f"Production of {task} / {library_name} moved from "
                 f"{f'#{was}' if was else 'no version'} to #{version.number} by {actor}: {reason}", {
