@@ -167,6 +167,24 @@ def test_a_step_whose_every_group_failed_fails_the_run_and_a_resume_redoes_it(en
         assert len(queries.versions(s, run.library_id)) == 2
 
 
+def test_a_run_ends_with_its_final_counters_in_the_same_commit_as_its_status(engine, demo_task, scripted,
+                                                                           monkeypatch):
+    """A poller that reads `failed` must read the groups that failed it: the counters are not left to a later
+    write (the worker test on PostgreSQL once saw the status without them)."""
+    import core.grpo.training as training
+
+    seen = []
+    notify = training.notify_run_failed
+    monkeypatch.setattr(training, "notify_run_failed",
+                        lambda session, run: (seen.append((run.status, dict(run.progress))), notify(session, run)))
+    _model, gateway = scripted(engine, rollout=litellm.AuthenticationError("bad key", llm_provider="openai", model="x"))
+    run = run_once(engine, gateway)
+    assert run.status == "failed"
+    [(status, progress)] = seen
+    assert status == "failed" and progress["groups_failed"] == 2 and progress["rollout_errors"] == 4
+    assert progress == run.progress
+
+
 def test_a_failed_update_fails_the_run_and_a_resume_asks_again(engine, demo_task, scripted):
     model, gateway = scripted(engine, rollout=mixed_rollouts(), update="no JSON here")
     run = run_once(engine, gateway)

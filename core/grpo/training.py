@@ -257,7 +257,7 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
             await _train(ctx)
         _finish(ctx, JobStatus.COMPLETED)
     except _Stop:
-        pass
+        _tick(ctx, final=True)  # stopped from outside (pause, cancel): its counters follow the status
     except Exception as exc:  # noqa: BLE001  (a run that dies records why; the CLI shows it)
         log.exception("run %s failed", run_id)
         unreachable = ctx.gateway.unreachable()  # said first: the reason, and that resuming waits on the server
@@ -265,17 +265,22 @@ async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | N
                                         f"{unreachable}. Start the server (the Models page's Test says when it "
                                         f"answers), then resume the run. " if unreachable else "")
                 + f"{type(exc).__name__}: {exc}")
-    _tick(ctx, final=True)
     with Session(engine) as session:
         return session.get(Run, run_id)
 
 
 def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
+    """The run's end and its final counters in one transaction: whoever reads the status reads the counts it
+    ended with (a poller that sees `failed` never sees the groups that failed it still uncounted)."""
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
+        counters = run_counters(session, run)
+        run.progress = {**run.progress, **counters}
         run.status, run.error, run.finished_at, run.heartbeat_at = status, error, now(), now()
         session.add(run)
         notify_run_failed(session, run)
+    if ctx.on_progress:
+        ctx.on_progress(counters)
 
 
 def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
