@@ -7,6 +7,7 @@ import json
 import litellm
 from sqlmodel import Session, select
 
+import core.grpo.training as training
 from core.grpo.training import RunSettings, create_run, execute_run, plan_batches
 from core.records.review import apply_step_operations, decide_all, decide_operation
 from core.records.tasks import DEMO_TASK
@@ -171,8 +172,6 @@ def test_a_run_ends_with_its_final_counters_in_the_same_commit_as_its_status(eng
                                                                            monkeypatch):
     """A poller that reads `failed` must read the groups that failed it: the counters are not left to a later
     write (the worker test on PostgreSQL once saw the status without them)."""
-    import core.grpo.training as training
-
     seen = []
     notify = training.notify_run_failed
     monkeypatch.setattr(training, "notify_run_failed",

@@ -274,10 +274,8 @@ def _finish(ctx: _Ctx, status: str, error: str | None = None) -> None:
     ended with (a poller that sees `failed` never sees the groups that failed it still uncounted)."""
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
-        counters = run_counters(session, run)
-        run.progress = {**run.progress, **counters}
-        run.status, run.error, run.finished_at, run.heartbeat_at = status, error, now(), now()
-        session.add(run)
+        counters = _store_counters(session, run)
+        run.status, run.error, run.finished_at = status, error, now()
         notify_run_failed(session, run)
     if ctx.on_progress:
         ctx.on_progress(counters)
@@ -291,10 +289,7 @@ def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
     ctx.last_tick = time.monotonic()
     with session_scope(ctx.engine) as session:
         run = session.get(Run, ctx.run_id)
-        counters = run_counters(session, run)
-        run.heartbeat_at = now()
-        run.progress = {**run.progress, **counters}
-        session.add(run)
+        counters = _store_counters(session, run)
         status = run.status
     if ctx.on_progress:
         ctx.on_progress(counters)
@@ -306,6 +301,16 @@ def _tick(ctx: _Ctx, *, checkpoint: bool = False, final: bool = False) -> None:
     if budget is not None and counters["cost"] >= budget:
         _finish(ctx, JobStatus.PAUSED, f"budget of ${budget:.2f} reached (${counters['cost']:.4f} spent)")
         raise _Stop()
+
+
+def _store_counters(session: Session, run: Run) -> dict:
+    """The run's counters written on its row with a heartbeat, in the caller's transaction (a tick's, or the
+    run's end, so the counters land with the status)."""
+    counters = run_counters(session, run)
+    run.progress = {**run.progress, **counters}
+    run.heartbeat_at = now()
+    session.add(run)
+    return counters
 
 
 def run_counters(session: Session, run: Run) -> dict:
