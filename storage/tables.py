@@ -381,6 +381,8 @@ class LLMCall(SQLModel, table=True):
     reply_status: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     connection: str | None = None  # the model connection the call went through (core/records/connections.py)
+    # the production trace a judge call scored (no foreign key: adding one would rebuild the ledger on SQLite)
+    trace_id: int | None = Field(default=None, index=True)
 
 
 class AuditEvent(SQLModel, table=True):
@@ -482,6 +484,13 @@ class Trace(SQLModel, table=True):
     label_value: float | None = None  # a person's score in [0, 1]
     labelled_by: str | None = None
     sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into
+    # the task's own reward scoring it in the worker (core/records/production_scoring.py): None (not considered
+    # yet) | skipped (its rules did not choose it) | judging (claimed by judge_claim at judged_at) | scored | unsure
+    judge_status: str | None = Field(default=None, index=True)
+    judge_score: float | None = None  # counts only when scored; an unsure one is the suggestion a person sees
+    judge_detail: str | None = _text()
+    judge_claim: str | None = None
+    judged_at: datetime | None = None
 
 
 class OtlpService(SQLModel, table=True):
