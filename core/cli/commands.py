@@ -271,6 +271,9 @@ def _jobs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=1)
     p.add_argument("--limit", type=int)
+    p.add_argument("--model", help="compare evaluations made on this model (evaluate on it where one is missing); "
+                   "default: the newest finished pair made on one model, else the model of the task's newest "
+                   "evaluation or run a person chose")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="core.cli.jobs:cmd_compare")
 

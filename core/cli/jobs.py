@@ -16,7 +16,8 @@ from core.cli.progress import StageProgress, VariantProgress
 from core.cli.report import report_run
 from core.errors import InvalidInput, NotFound
 from core.grpo import attribution
-from core.grpo.evaluation import create_evaluation, evaluation_of
+from core.grpo.comparison_pair import comparison_pair
+from core.grpo.evaluation import create_evaluation
 from core.grpo.training import check_resumable, create_run_with_defaults
 from core.jobs.run_control import cancel_attribution, cancel_evaluation, resume_evaluation
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id
@@ -172,14 +173,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare B with A on the same queries; evaluations that are missing are run first (exit 0 either way)."""
     engine = engine_of(args)
-    ids = [evaluation_of(engine, args.task, ref, split=args.split, k=args.k, limit=args.limit,
-                         library_name=args.library) for ref in (args.a, args.b)]
+    pair = comparison_pair(engine, args.task, args.a, args.b, split=args.split, k=args.k, limit=args.limit,
+                           model=args.model, library_name=args.library)
+    print(pair.words, file=sys.stderr)
+    ids = list(pair.ids)
     for eval_id in ids:
         with Session(engine) as session:
             ev = session.get(Evaluation, eval_id)
             if ev is None:
                 raise NotFound(f"no evaluation {eval_id}")
             status = ev.status
+        if status in (JobStatus.RUNNING, JobStatus.AWAITING_LABELS):
+            print(f"evaluation {eval_id} is {status} in a worker; compare again when it has ended", file=sys.stderr)
+            return 1
         if status == JobStatus.QUEUED:
             print(f"running evaluation {eval_id} ...", file=sys.stderr)
             ev = execute_job(engine, _claim(engine, "evaluation", eval_id))
@@ -194,7 +200,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     played = [numbers.get(ev.version_id) for ev in (result.a, result.b)]
     if args.json:
         figures = s.as_dict()
-        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "version_a": played[0],
+        print(json.dumps({"evaluation_a": ids[0], "evaluation_b": ids[1], "model": pair.model, "chosen": pair.words,
+                          "version_a": played[0],
                           "version_b": played[1], "version_id_a": result.a.version_id,
                           "version_id_b": result.b.version_id, "n_queries": s.n, "k": result.a.k,
                           **{key: figures[key] for key in ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value",

@@ -20,9 +20,11 @@ from core.models.connections import ServedModels, served_models
 from core.models.model_choice import PROVIDERS, key_is_set, local_models
 from core.records.connections import list_connections
 from core.records.evaluation_figures import score
+from core.records.run_settings import run_settings
 from core.records.task_io import TaskSettings
 from core.settings import get_settings
 from storage import queries
+from storage.statuses import LEARNING_KINDS, JobStatus
 from storage.tables import Task
 
 TASK_ROLES = (("policy_model", "policy"), ("learner_model", "learner"), ("judge_model", "judge"),
@@ -72,9 +74,37 @@ def option_names(options: list[ModelOption], *first: str | None) -> list[str]:
 
 
 def last_evaluation_model(session: Session, task: Task) -> str | None:
-    """The model of the task's newest evaluation a person asked for that answered (it has figures): what Evaluate
-    offers first when this session chose none yet, so a new session evaluates on the model the last one did, never
-    on one whose evaluation failed, was cancelled or got no answer (a server that refused every call)."""
+    """The model of the task's newest evaluation a person asked for that answered (it has figures), never one
+    whose evaluation failed, was cancelled or got no answer (a server that refused every call)."""
     answered = (ev for ev in queries.evaluations(session, task.id) if score(ev, "mean_at_k") is not None)
     newest = next(answered, None)
     return newest.model if newest is not None else None
+
+
+@dataclass(frozen=True)
+class ModelStart:
+    """The model a new evaluation or comparison starts from, and why, in words a page and the CLI both print."""
+
+    model: str
+    reason: str
+
+
+def chosen_model(session: Session, task: Task) -> ModelStart:
+    """The model of the newest work a person chose for `task`: an evaluation they asked for that answered, or a
+    learning run they started (not one that failed), whichever is newer; else the task's policy model, else the
+    studio's default. The one choice behind the Evaluate page's first model and `compare`'s new evaluations, so
+    neither drifts to another model (the embedded one) once a person worked on a connection's."""
+    answered = next((ev for ev in queries.evaluations(session, task.id) if score(ev, "mean_at_k") is not None), None)
+    run = next((r for r in queries.runs(session, task.id, kinds=LEARNING_KINDS)
+                if r.created_by != "system" and r.status != JobStatus.FAILED
+                and (run_settings(r).policy_model or task.policy_model)), None)
+    if run is not None and (answered is None or run.created_at >= answered.created_at):
+        return ModelStart(run_settings(run).policy_model or task.policy_model,
+                          f"the model of run {run.id}, the task's newest work a person chose")
+    if answered is not None:
+        return ModelStart(answered.model, f"the model of evaluation {answered.id}, the task's newest work a person "
+                                          "chose")
+    if task.policy_model:
+        return ModelStart(task.policy_model, "the task's policy model (no evaluation or run of it yet)")
+    return ModelStart(get_settings().model, "the studio's default model (the task names none and has no evaluation "
+                                            "or run yet)")
