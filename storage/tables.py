@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Integer, Text, UniqueConstraint, text
+from sqlalchemy import JSON, Boolean, Column, Index, Integer, Text, UniqueConstraint, false, text
 from sqlmodel import AutoString, Field, SQLModel
 
 from storage.statuses import (
@@ -453,6 +453,11 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
     person: str | None = None  # the user the key acts for: it carries at most their role, checked at every request
+    # where an ingest key writes (core/records/api_keys.py): its task (and library), whatever a trace or span
+    # names; an ingest key with no task writes anywhere only when an admin chose that (any_task)
+    task_id: int | None = None  # no foreign key: SQLite cannot add one to a table others reference
+    library: str | None = None
+    any_task: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
 
 class Trace(SQLModel, table=True):
@@ -502,6 +507,31 @@ class OtlpService(SQLModel, table=True):
     library: str = "default"
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class OtlpResource(SQLModel, table=True):
+    """An OTLP resource's attributes (service, host, process, SDK) stored once, by the sha256 of their JSON:
+    a span's trace refers to it (`meta.otlp.resource_hash`), so a resource is never copied into every span."""
+
+    hash: str = Field(primary_key=True, max_length=64)
+    attributes: dict = _json(dict)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class OtlpHeldSpan(SQLModel, table=True):
+    """A span received over OTLP but not yet a trace (core/records/otlp_held.py): its service maps to no task
+    (`unmapped`, it lands when the service is mapped) or it carries a model call with no message the studio can
+    read (`unreadable`, shown with its attributes). Bounded per service by count and age; the dropped are
+    counted."""
+
+    __table_args__ = (UniqueConstraint("client_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    service: str = Field(index=True, max_length=300)
+    reason: str = Field(max_length=20)  # unmapped | unreadable
+    client_id: str = Field(max_length=80)
+    span: dict = _json(dict)  # the span as read (core/domain/otlp_spans.py SpanTrace), its resource by hash
+    api_key_id: int | None = Field(default=None, foreign_key="apikey.id")
+    received_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class ApiCounter(SQLModel, table=True):
