@@ -496,6 +496,31 @@ class Trace(SQLModel, table=True):
     judge_detail: str | None = _text()
     judge_claim: str | None = None
     judged_at: datetime | None = None
+    # The A/B experiment running when it arrived (core/records/ab_experiments.py; no FK, like run_id: provenance), the
+    # arm the studio serves its user there, and why it does not count in that experiment (None: it counts).
+    ab_experiment_id: int | None = Field(default=None, index=True)
+    ab_arm: str | None = None
+    ab_excluded: str | None = None
+
+
+class AbExperiment(SQLModel, table=True):
+    """One A/B experiment: a library's split of production traffic from its start to its end, with the versions its
+    arms served throughout (core/records/ab_experiments.py). A label move or a change of the split ends it."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="task.id", index=True)
+    library_id: int = Field(foreign_key="library.id", index=True)
+    candidate_label: str
+    share: float  # of user ids served the candidate
+    production_version_id: int = Field(foreign_key="libraryversion.id")
+    candidate_version_id: int = Field(foreign_key="libraryversion.id")
+    started_at: datetime = Field(default_factory=utcnow)
+    started_by: str = "system"
+    ended_at: datetime | None = None
+    ended_by: str | None = None
+    end_reason: str | None = _text()
+    final: dict | None = _json()  # the verdict when it ended
+    decided: dict | None = _json()  # the verdict when the candidate was found better (ab.decided, raised once)
 
 
 class OtlpService(SQLModel, table=True):
