@@ -61,6 +61,15 @@ class LabelStatus(StrEnum):
     DISPUTED = "disputed"
 
 
+class TraceJudgeStatus(StrEnum):
+    """A production trace and the task's own reward (None: not considered yet; core/records/production_scoring.py)."""
+
+    SKIPPED = "skipped"  # the task's rules did not choose it
+    JUDGING = "judging"  # claimed by a worker, its verdict not yet in
+    SCORED = "scored"  # a sure verdict: the judge's score counts
+    UNSURE = "unsure"  # the verdict waits for a person (its value only a suggestion)
+
+
 class SignInOutcome(StrEnum):
     """A sign-in attempt: written as pending before its password is checked, then settled."""
 

@@ -236,6 +236,18 @@ def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Call
             raise
 
 
+def score_production_traces(engine: Engine, owner: str, gateway=None) -> int:
+    """Between jobs, the task's own reward scores the production traces its rules choose, each once (claimed per
+    trace: core/records/production_scoring.py); how many verdicts landed. A failed pass is logged, never fatal."""
+    from core.grpo.production_scoring import score_production
+
+    try:
+        return score_production(engine, owner, gateway=gateway)
+    except Exception:  # noqa: BLE001  (a locked database or a broken task must not stop the worker's jobs)
+        log.warning("worker %s: scoring production traces failed", owner, exc_info=True)
+        return 0
+
+
 def worker_summary(session: Session, now: datetime | None = None) -> str:
     """The workers' state in words for the sidebar: who works on what and how far it got, or that none runs."""
     workers = alive_workers(session)
@@ -352,6 +364,8 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
             while True:
                 lease = claim_next(engine, owner)
                 if lease is None:
+                    if score_production_traces(engine, owner, gateway):
+                        continue  # more may be due; a job queued meanwhile still comes first
                     if once:
                         break
                     time.sleep(poll)

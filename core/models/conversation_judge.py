@@ -83,19 +83,20 @@ def isolated_match(pattern: str, text: str) -> bool:
 
 
 async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, scenario: Scenario, turns: list[dict],
-                             *, scope: Scope, sample_index: int = 0) -> ConversationVerdict:
+                             *, scope: Scope, sample_index: int = 0, stage: str = "judge") -> ConversationVerdict:
     """Score one conversation: rules first (a broken one decides the reward whatever the criteria say, but
-    the criteria are still scored, for the per-criterion means), then the rubric."""
+    the criteria are still scored, for the per-criterion means), then the rubric. `stage` names the calls in
+    the ledger (`production_judge` for a production conversation)."""
     settings = rubric_settings(task)
     situation = scenario_text(persona, scenario)
     transcript = numbered_transcript(turns, settings.transcript_chars)
     rules = [*settings.rules, *scenario_rules(scenario)]
     try:
         results = await asyncio.to_thread(check_rules, turns, rules, isolated_match)
-        results = [await _ask(gateway, task, result, situation, transcript, turns, scope, sample_index)
+        results = [await _ask(gateway, task, result, situation, transcript, turns, scope, sample_index, stage)
                    if result.needs_judge else result for result in results]
         reply, _call = await gateway.complete_json(
-            stage="judge", model=task.judge_model, messages=rubric_messages(situation, settings.rubric, transcript),
+            stage=stage, model=task.judge_model, messages=rubric_messages(situation, settings.rubric, transcript),
             reply=RubricReply, context=verdict_context(settings.rubric), schema=verdict_schema(settings.rubric),
             scope=scope, max_tokens=200 + 120 * len(settings.rubric), sample_index=sample_index)
     except InvalidInput as exc:
@@ -113,12 +114,12 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
 
 
 async def _ask(gateway: Gateway, task: Task, result: RuleResult, situation: str, transcript: str,
-               turns: list[dict], scope: Scope, sample_index: int) -> RuleResult:
+               turns: list[dict], scope: Scope, sample_index: int, stage: str = "judge") -> RuleResult:
     """A judge rule's question asked; the turn it names is kept only when it exists. A must-not rule counts as
     broken only when the judge quotes words that are really in the conversation (core.domain.rubric.quote_found)."""
     rule = result.rule
     reply, _call = await gateway.complete_json(
-        stage="judge", model=task.judge_model, messages=rule_messages(situation, rule.question or "", transcript),
+        stage=stage, model=task.judge_model, messages=rule_messages(situation, rule.question or "", transcript),
         reply=RuleReply, scope=scope, max_tokens=250, sample_index=sample_index)
     turn = reply.turn - 1 if 1 <= reply.turn <= len(turns) else None
     reason = reply.reason or "the judge gave no reason"

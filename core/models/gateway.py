@@ -116,6 +116,7 @@ class Scope:
 
     run_id: int | None = None
     evaluation_id: int | None = None
+    trace_id: int | None = None  # a production trace the judge scores (core/grpo/production_scoring.py)
 
 
 def redact(text: str) -> str:
@@ -361,7 +362,7 @@ class Gateway:
     def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None, text: str) -> CallResult:
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
                                        model=model, cache_key=key, request={"cached_from": source_id},
-                                       response=text, cache_hit=True))
+                                       response=text, cache_hit=True, trace_id=scope.trace_id))
         return CallResult(text=text, cache_hit=True, call_id=call_id)
 
     async def _call(self, *, stage: str, model: str, messages: list[dict], scope: Scope, params: dict, key: str,
@@ -443,7 +444,7 @@ class Gateway:
                 message = f"{unreachable}, not retried: {message}"[:2000]
             self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                  cache_key=key, request=request, latency_ms=latency, attempts=attempts,
-                                 error=message, connection=named))
+                                 error=message, connection=named, trace_id=scope.trace_id))
             said = f"{model} ({stage}){where}: {message}"
             if unreachable:
                 first = self._unreachable.get(self._address(model), (0.0, said))[1]  # the first finding says it
@@ -456,7 +457,7 @@ class Gateway:
         call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                        cache_key=key, request=request, response=text, tokens_in=tokens_in,
                                        tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts,
-                                       connection=named))
+                                       connection=named, trace_id=scope.trace_id))
         return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
                           call_id=call_id)
 

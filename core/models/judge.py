@@ -109,13 +109,14 @@ def judge_messages(query: str, criteria: str, reference: str | None, response: s
 
 
 async def judge_response(gateway: Gateway, task: Task, sample: Sample, response: str, *, scope: Scope,
-                         sample_index: int = 0) -> Verdict:
-    """Ask the task's judge model for a verdict on one response."""
+                         sample_index: int = 0, stage: str = "judge") -> Verdict:
+    """Ask the task's judge model for a verdict on one response; `stage` names the call in the ledger (a
+    production trace's is `production_judge`, so its cost shows apart from training's)."""
     scale = scale_of(task)
     messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, response, scale)
     try:
         reply, _call = await gateway.complete_json(
-            stage="judge", model=task.judge_model, messages=messages, reply=JudgeReply,
+            stage=stage, model=task.judge_model, messages=messages, reply=JudgeReply,
             context={"score_range": SCALES[scale]}, scope=scope, max_tokens=300, sample_index=sample_index)
     except StructuredOutputError as exc:
         return Verdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)

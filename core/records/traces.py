@@ -6,7 +6,8 @@ the library does not have, or a score outside [0, 1] refuses the batch with the 
 and nothing is stored. A trace's `id` is the sender's; a task keeps each id once, so a retry is harmless.
 
 A trace's score, for every statistic here, is a person's label when it has one, else the score the agent
-sent, else its thumbs (up 1, down 0); a trace with none of them is unscored.
+sent, else its thumbs (up 1, down 0), else the task's judge's sure verdict (core/records/production_scoring.py);
+a trace with none of them is unscored.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ from core.domain.metrics import Z95, mean_interval
 from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
 from core.records.api_keys import KeyUse
 from core.records.people import require_role
+from core.records.production_scoring import (
+    check_judge_rules,
+    judge_counted,
+    require_scorable,
+    score_source,
+    with_start,
+)
 from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task
 from core.records.versions import PRODUCTION
@@ -228,15 +236,18 @@ def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUs
 
 def check_rules(rules: dict) -> dict:
     """Rules as stored: `below` (a score in [0, 1]: every trace scored under it is labelled) and `share`
-    (a fraction of the rest, drawn by a stable hash of the trace id). Empty: no trace goes to people."""
-    unknown = set(rules) - {"below", "share"}
+    (a fraction of the rest, drawn by a stable hash of the trace id). Empty: no trace goes to people. The
+    judge's rules (`judge_share`, `judge_ab`) choose traces the task's reward scores (production_scoring)."""
+    unknown = set(rules) - {"below", "share", "judge_share", "judge_ab", "judge_since"}
     if unknown:
-        raise InvalidInput(f"unknown production rule {sorted(unknown)[0]!r}; use below and share")
+        raise InvalidInput(f"unknown production rule {sorted(unknown)[0]!r}; use below, share, judge_share "
+                           "and judge_ab")
     for name in ("below", "share"):
         value = rules.get(name)
         if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
             raise InvalidInput(f"the production rule {name!r} must be a number from 0 to 1")
-    return {name: float(value) for name, value in rules.items() if value is not None}
+    return {**{name: float(rules[name]) for name in ("below", "share") if rules.get(name) is not None},
+            **check_judge_rules(rules)}
 
 
 def needs_label(rules: dict, trace: Trace) -> bool:
@@ -254,6 +265,8 @@ def set_rules(engine: Engine, task_name: str, rules: dict, actor: str) -> dict:
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "changing a task's production rules")
         task = get_task(session, task_name)
+        rules = with_start(task.production_rules or {}, rules)
+        require_scorable(task, rules)
         before, task.production_rules = task.production_rules, rules
         session.add(task)
         session.add(AuditEvent(actor=actor, action="task.production_rules", object_type="task", object_id=task.id,
@@ -287,8 +300,11 @@ def sent_score(trace: Trace) -> float | None:
 
 
 def trace_score(trace: Trace) -> float | None:
-    """A person's label first, then what the agent sent."""
-    return trace.label_value if trace.label_value is not None else sent_score(trace)
+    """A person's label first, then what the agent sent, then the task's judge's sure verdict."""
+    if trace.label_value is not None:
+        return trace.label_value
+    sent = sent_score(trace)
+    return sent if sent is not None else judge_counted(trace)
 
 
 def lowest_scored(traces: list[Trace], count: int) -> list[Trace]:
@@ -351,7 +367,8 @@ def trace_rows(traces: list[Trace], numbers: dict[int, int]) -> list[dict]:
     thumbs, score, comment, time) beside the version, the score that counts and the labelling status."""
     return [{"sender id": t.client_id, "time": as_utc(t.created_at).strftime("%Y-%m-%d %H:%M:%S"),
              "user": t.user_id, "segment": t.segment, "thumbs": thumbs_word(t), "sent score": t.score,
-             "score": trace_score(t), "comment": t.comment, "version": version_name(t.version_id, numbers),
+             "score": trace_score(t), "score by": score_source(t), "comment": t.comment,
+             "version": version_name(t.version_id, numbers),
              "source": source_of(t), "label": t.label_status} for t in traces]
 
 

@@ -1,0 +1,167 @@
+"""Production traces scored by the task's own judge in the worker (issue 50, item 3), on litellm mock
+responses through the gateway: the score lands marked as the judge's, an unsure verdict waits for a person,
+each trace is scored once however often the pass runs, and every call is in the ledger with its trace."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlmodel import Session, select
+
+from core.errors import InvalidInput
+from core.grpo.production_scoring import score_production
+from core.jobs.worker import serve
+from core.models.gateway import Gateway
+from core.records.production_scoring import STAGE, judge_summary, score_source
+from core.records.serving import set_ab_split
+from core.records.tasks import DEMO_TASK
+from core.records.traces import TraceIn, ingest_traces, set_rules, trace_rows, trace_score
+from core.records.versions import import_library, set_label
+from storage import queries
+from storage.db import session_scope
+from storage.tables import LLMCall, Task, Trace, utcnow
+from tests.conftest import ScriptedModel
+
+LATER = timedelta(minutes=5)  # past the minute a trace is left for its user's feedback
+
+
+def verdict(score: int, confident: bool = True) -> str:
+    return json.dumps({"reason": f"the answer {'meets' if score else 'misses'} the criteria", "score": score,
+                       "confident": confident})
+
+
+@pytest.fixture
+def judged(engine, demo_task):
+    """The demo task with a judge reward on an outside model, and a production version."""
+    with session_scope(engine) as session:
+        task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
+        task.reward_method, task.reward_settings = "judge", {"scale": "binary", "criteria": "The total is right."}
+        task.judge_model = "openai/gpt-4o-mini"
+        session.add(task)
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
+    return version
+
+
+def post(engine, version_id: int, count: int, **extra) -> None:
+    ingest_traces(engine, [TraceIn(id=f"t{i}", task=DEMO_TASK, version_id=version_id, input=f"What is {i} + {i}?",
+                                   output=f"{2 * i}", **extra) for i in range(count)])
+
+
+def traces(engine) -> list[Trace]:
+    with Session(engine) as session:
+        return list(session.exec(select(Trace).order_by(Trace.id)))
+
+
+def gateway_for(engine, replies) -> tuple[ScriptedModel, Gateway]:
+    model = ScriptedModel({STAGE: replies})
+    return model, Gateway(engine, mock=model, backoff_s=0.001, max_retries=0)
+
+
+def test_judge_scores_land_on_production_traces_marked_as_the_judges_and_the_ledger_has_each_call(engine, judged):
+    set_rules(engine, DEMO_TASK, {"judge_share": 1.0}, "cli")
+    post(engine, judged.id, 3)
+    post_feedback = TraceIn(id="sent", task=DEMO_TASK, version_id=judged.id, input="What is 9 + 9?", output="18",
+                            thumbs="down")
+    ingest_traces(engine, [post_feedback])
+    model, gateway = gateway_for(engine, [verdict(1), verdict(0), verdict(1), verdict(1)])
+
+    assert score_production(engine, "w1", gateway=gateway) == 0  # the first minute is left for feedback
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 4
+    rows = {row.client_id: row for row in traces(engine)}
+    assert sorted(trace_score(row) for row in rows.values() if row.client_id != "sent") == [0.0, 1.0, 1.0]
+    assert {score_source(rows[f"t{i}"]) for i in range(3)} == {"judge"}
+    assert rows["sent"].judge_status == "scored" and score_source(rows["sent"]) == "user"  # the user's thumbs count
+    assert trace_score(rows["sent"]) == 0.0
+    with Session(engine) as session:
+        listed = trace_rows(list(rows.values()), queries.trace_versions(session, rows["sent"].task_id))
+        calls = list(session.exec(select(LLMCall).where(LLMCall.stage == STAGE)))
+        summary = judge_summary(session, rows["sent"].task_id)
+    assert {row["sender id"]: row["score by"] for row in listed} == {"t0": "judge", "t1": "judge", "t2": "judge",
+                                                                      "sent": "user"}
+    assert sorted(call.trace_id for call in calls) == sorted(row.id for row in rows.values())
+    assert all(call.error is None and call.tokens_in > 0 for call in calls)
+    assert (summary.scored, summary.unsure, summary.calls) == (4, 0, 4)
+    assert summary.cost == pytest.approx(sum(call.cost for call in calls))
+    assert "What is 1 + 1?" in str(model.calls) and "The total is right." in str(model.calls)
+
+
+def test_an_unsure_verdict_goes_to_the_labelling_queue_with_the_judges_value_only_a_suggestion(engine, judged):
+    set_rules(engine, DEMO_TASK, {"judge_share": 1.0}, "cli")
+    post(engine, judged.id, 1)
+    _model, gateway = gateway_for(engine, verdict(1, confident=False))
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 1
+    [row] = traces(engine)
+    assert (row.judge_status, row.judge_score, row.label_status) == ("unsure", 1.0, "needed")
+    assert trace_score(row) is None and score_source(row) is None  # a person decides
+
+
+def test_a_trace_is_scored_once_however_often_and_however_many_passes_run(engine, judged):
+    set_rules(engine, DEMO_TASK, {"judge_share": 1.0}, "cli")
+    post(engine, judged.id, 4)
+    model, gateway = gateway_for(engine, verdict(1))
+    later = utcnow() + LATER
+    passes = [threading.Thread(target=score_production, args=(engine, f"w{n}"), kwargs={"gateway": gateway,
+                                                                                         "now": later})
+              for n in range(3)]
+    for thread in passes:
+        thread.start()
+    for thread in passes:
+        thread.join(timeout=60)
+    assert score_production(engine, "w9", gateway=gateway, now=later) == 0  # and once more: nothing left
+    assert model.count(STAGE) == 4
+    with Session(engine) as session:
+        assert len(list(session.exec(select(LLMCall).where(LLMCall.stage == STAGE)))) == 4
+    assert {row.judge_status for row in traces(engine)} == {"scored"}
+
+
+def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_without_feedback(engine, judged):
+    """`judge_ab`: every trace an A/B arm served without the user's feedback, and no other."""
+    candidate = import_library(engine, DEMO_TASK, "- Check the units.", "b.md", actor="system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
+    set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "system")
+    other = import_library(engine, DEMO_TASK, "- Something else.", "c.md", actor="system")
+    set_rules(engine, DEMO_TASK, {"judge_ab": True}, "cli")
+    ingest_traces(engine, [
+        TraceIn(id="prod", task=DEMO_TASK, label="production", input="q1", output="a"),
+        TraceIn(id="cand", task=DEMO_TASK, version_id=candidate.id, input="q2", output="a"),
+        TraceIn(id="thumbs", task=DEMO_TASK, label="candidate", input="q3", output="a", thumbs="up"),
+        TraceIn(id="outside", task=DEMO_TASK, version_id=other.id, input="q4", output="a")])
+    with session_scope(engine) as session:  # received a while ago (after judging began): past the minute
+        for row in session.exec(select(Trace)):
+            row.received_at = utcnow() - LATER
+            session.add(row)
+        task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
+        task.production_rules = {**task.production_rules, "judge_since": (utcnow() - 2 * LATER).isoformat()}
+        session.add(task)
+    model, gateway = gateway_for(engine, verdict(1))
+    serve(engine, once=True, owner="worker-1", gateway=gateway)
+    rows = {row.client_id: row for row in traces(engine)}
+    assert {name: row.judge_status for name, row in rows.items()} == {
+        "prod": "scored", "cand": "scored", "thumbs": "skipped", "outside": "skipped"}
+    assert model.count(STAGE) == 2
+
+
+def test_turning_judging_on_bills_no_backlog_and_a_reward_that_cannot_score_is_refused(engine, judged):
+    post(engine, judged.id, 2)
+    with session_scope(engine) as session:
+        for row in session.exec(select(Trace)):
+            row.received_at = utcnow() - timedelta(days=1)
+            session.add(row)
+    rules = set_rules(engine, DEMO_TASK, {"judge_share": 1.0, "below": 0.2}, "cli")
+    assert rules["judge_share"] == 1.0 and rules["judge_since"]
+    assert set_rules(engine, DEMO_TASK, {"judge_share": 0.5}, "cli")["judge_since"] == rules["judge_since"]
+    model, gateway = gateway_for(engine, verdict(1))
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 0
+    assert model.calls == []
+    with session_scope(engine) as session:
+        task = session.exec(select(Task).where(Task.name == DEMO_TASK)).one()
+        task.reward_method = "exact"
+        session.add(task)
+    with pytest.raises(InvalidInput, match="reference answer"):
+        set_rules(engine, DEMO_TASK, {"judge_ab": True}, "cli")
+    with pytest.raises(InvalidInput, match="judge_share"):
+        set_rules(engine, DEMO_TASK, {"judge_share": 2}, "cli")
