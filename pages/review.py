@@ -13,7 +13,8 @@ approved."). Tab out of a reason lands on a harmless note, never on Approve; E (
 editor. When a decision leaves its step with nothing to decide, the page stays on the step, says its outcome
 (applied as a version; after a measurement "landed as #5" or "the gate refused it: 0.40 → 0.38") and which
 step waits next, with a Next waiting step button (N). Every few seconds it reads the step again: a decision
-made elsewhere (the CLI, a colleague) redraws the page, saying what was decided and by whom.
+made elsewhere (the CLI, a colleague) redraws the page, saying what was decided and by whom; once the step has
+nothing left to decide it follows the run, to its next waiting step or to the line that says the run ended.
 All of the step's groups, with trajectories, are in a collapsed section at the bottom.
 
 Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
@@ -80,6 +81,8 @@ RUN_KEY, STEP_KEY = "review_run", "review_step"
 NOTE_KEY = "review_note"  # + _<step id>: a note is written for one step's failed gate, see note_key
 FOCUS_EDITOR_KEY, FOCUS_COUNT_KEY = "review_focus_editor", "review_focus_count"  # the editor to focus, E presses
 SEEN_KEY = "review_seen"  # + _<step id>: the step's state as the page last drew it (watch_step)
+RUN_SEEN_KEY = "review_run_seen"  # (run id, its status, the next waiting step's id) as the page last drew them
+FOLLOW_KEY = "review_follow"  # (run id, step id) the page follows the run to at its next draw (watch_step)
 REFRESH_S = 3  # seconds between two reads of decisions made elsewhere
 
 
@@ -289,14 +292,52 @@ def seen_key(step_id: int) -> str:
     return f"{SEEN_KEY}_{step_id}"
 
 
+def run_seen(session: Session, run: Run, step: Step) -> tuple[int, str, int | None]:
+    """What the page shows of the run around a step: its status and the step a reviewer goes on to."""
+    nxt = review.next_waiting_step(session, run.task_id, step, LEARNING_KINDS)
+    return run.id, run.status, nxt.id if nxt is not None else None
+
+
+def follow_run(step_id: int, now: review.StepState | None) -> bool:
+    """After the shown step has nothing left to decide, the run goes on without the page: when its status or the
+    step that waits next changed since the page drew it, the page follows the run to its next waiting step (or
+    says the run ended) by drawing itself again. True when it asked for that redraw."""
+    drawn = st.session_state.get(RUN_SEEN_KEY)
+    if drawn is None or now is None or any(op.status == OperationStatus.PENDING for op in now.operations):
+        return False
+    with Session(engine()) as session:
+        run, step = queries.run_by_id(session, drawn[0]), queries.steps_by_ids(session, [step_id]).get(step_id)
+        seen = run_seen(session, run, step) if run is not None and step is not None else None
+        nxt = queries.steps_by_ids(session, [seen[2]]).get(seen[2]) if seen and seen[2] is not None else None
+    if seen is None or seen == tuple(drawn):
+        return False
+    if nxt is not None and nxt.run_id == run.id:
+        st.session_state[FOLLOW_KEY] = (nxt.run_id, nxt.id)
+        FLASH.set("decisions", Outcome(True, f"Run {run.id} went on: {step_name(nxt)} waits for review (shown)."))
+    elif run.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+        FLASH.set("decisions", Outcome(run.status == JobStatus.COMPLETED, f"Run {run.id} ended: {run.status}."))
+    st.rerun(scope="app")
+    return True
+
+
+def take_follow_request() -> None:
+    """Before the run and step pickers are drawn: the step watch_step followed the run to becomes their choice."""
+    request = st.session_state.pop(FOLLOW_KEY, None)
+    if request is not None:
+        st.session_state[RUN_KEY], st.session_state[STEP_KEY] = request
+
+
 @st.fragment(run_every=REFRESH_S)
 def watch_step(step_id: int) -> None:
     """Every few seconds: whether the step changed since the page drew it (a decision by the CLI or a colleague,
     the gate's); if so the whole page is drawn again, saying which operations were decided elsewhere and by
     whom, so a reviewer never acts on a card someone else has decided. While an editor is open it only says so
-    (a redraw would replace what is being typed), until the edit is saved or cancelled."""
+    (a redraw would replace what is being typed), until the edit is saved or cancelled. Once the step has
+    nothing left to decide, it follows the run (follow_run)."""
     with Session(engine()) as session:
         now = review.step_state(session, step_id)
+    if follow_run(step_id, now):
+        return
     drawn = st.session_state.get(seen_key(step_id))
     if now is None or drawn is None or now == drawn:
         return
@@ -637,6 +678,7 @@ def page() -> None:
     st.title("Review")
     _ctx, task = require_task()
     can_decide = allowed("reviewer")
+    take_follow_request()
     with Session(engine()) as session:
         runs = queries.runs(session, task.id, kinds=LEARNING_KINDS)
         if not runs:
@@ -660,6 +702,7 @@ def page() -> None:
         st.session_state[seen_key(step_id)] = review.step_state(session, step_id)  # what this run draws
         measured = review.measurement_outcome(session, step)
         nxt = review.next_waiting_step(session, task.id, step, LEARNING_KINDS)
+        st.session_state[RUN_SEEN_KEY] = run_seen(session, run, step)
 
     st.markdown(f"Run status: **{status_label(run.status, run.heartbeat_at)}** · step status: **{step.status}**"
                 + (f" · starts from version #{before.number}" if before else ""))

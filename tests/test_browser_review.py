@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 from playwright.sync_api import expect
 from sqlmodel import Session
 
 from core.grpo.training import RunSettings, create_run, execute_run
+from core.records import review
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.db import make_engine
@@ -164,3 +166,45 @@ def test_tab_out_of_a_reason_never_lands_on_a_decision_and_enter_there_decides_n
             with Session(make_engine(app.database_url)) as session:
                 assert queries.step_operations(session, queries.steps(session, run_id)[0].id)[0].comment == (
                     "a guess, not a lesson")
+
+
+# ---- the page follows the run (issue 50) -------------------------------------------------------------------
+
+
+def run_next_step(database_url: str, run_id: int) -> None:
+    """The run goes on to its next step, which waits for review (what a worker does, on scripted replies)."""
+    engine = make_engine(database_url)
+    later = json.dumps({"operations": [{"op": "ADD", "ids": [], "text": "Name the unit of the answer before writing "
+                                        "it down.", "rationale": "a later lesson"}]})
+    _model, gateway = scripted_gateway(engine, update=later)
+    assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"
+
+
+def test_review_follows_the_run_to_its_next_waiting_step_without_a_click(tmp_path):
+    """Once a step lands the run goes on by itself; the page used to show "Run status: running" for as long as
+    it was left alone while the next step waited. A browser: only its timed fragment shows the page moving on."""
+    require_chromium()
+    with studio(tmp_path, worker=False) as app:
+        engine = make_engine(app.database_url)
+        run_id = create_run(engine, DEMO_TASK, RunSettings(epochs=1, batch_size=2, group_size=2, limit=4,
+                                                           review_mode="manual", gate="off"), created_by="cli")
+        _model, gateway = scripted_gateway(engine, update=THREE_ADDS)
+        assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"
+        with browser_page() as page:
+            page.goto(f"{app.url}/review")
+            wait_for_app(page)
+            page.get_by_text("▶ focused: operation 1").first.wait_for()
+            with Session(engine) as session:
+                first = queries.steps(session, run_id)[0].id
+            review.decide_all(engine, first, "approved", "cli")  # decided elsewhere: the step lands
+            review.apply_if_decided(engine, first, "cli")
+            expect(page.get_by_text("Applied as version #2").first).to_be_visible()
+            worker = threading.Thread(target=run_next_step, args=(app.database_url, run_id))
+            worker.start()  # a thread: Playwright's event loop in this one would stop asyncio.run
+            worker.join(timeout=120)
+            assert statuses(app.database_url, run_id)["run"] == "awaiting_review"
+            expect(page.get_by_text(f"Run {run_id} went on: run {run_id} · epoch 1 · batch 2 waits for review "
+                                    "(shown).").first).to_be_visible()
+            expect(page.get_by_text("▶ focused: operation 1").first).to_be_visible()
+            expect(page.get_by_text("Run status: awaiting_review", exact=False).first).to_be_visible()
+            screenshot(page, "review_follows_run")
