@@ -49,7 +49,7 @@ from core.records.progress import (
     status_words,
 )
 from core.records.run_defaults import Choice, chosen_defaults
-from core.records.run_outcome import learned_nothing, space_note
+from core.records.run_outcome import learned_nothing, production_note, space_note
 from core.records.run_settings import RunSettings, run_settings
 from core.records.workers import job_health
 from storage import queries
@@ -274,6 +274,10 @@ def go_evaluate(version_id: int, library: str | None, model: str) -> None:
 def next_steps(view: dict) -> None:
     """After a run completes: evaluate the version it made, or open it in the Library."""
     run = view["run"]
+    with Session(engine()) as session:
+        from_production = production_note(session, run, view["steps"])
+    if from_production:
+        st.info(from_production)
     nothing = learned_nothing(view["steps"])
     if nothing:
         st.warning(f"Run {run.id} is completed, and learned nothing: {nothing}")

@@ -107,7 +107,7 @@ def report_run(engine: Engine, run_id: int) -> int:
     from sqlmodel import Session
 
     from core.grpo.training import run_counters
-    from core.records.run_outcome import learned_nothing, space_note
+    from core.records.run_outcome import learned_nothing, production_note, space_note
     from storage import queries
     from storage.tables import LibraryVersion, Run
 
@@ -132,7 +132,10 @@ def report_run(engine: Engine, run_id: int) -> int:
             for op in queries.step_operations(session, step.id):
                 if op.status == OperationStatus.INVALID:
                     problems.append(f"{where}: {op.op} {op.target_ids} rejected: {op.validation_error}")
+        from_production = production_note(session, run, steps)
     print(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
+    if from_production:
+        print(f"  {from_production}")
     if run.status == JobStatus.COMPLETED and (nothing := learned_nothing(steps)):
         print(f"  note: {nothing}")
     if space := space_note(steps):

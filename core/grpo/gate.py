@@ -26,6 +26,7 @@ from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations, finite
 from core.records.gate_verdict import GateVerdict
 from core.records.review import library_after
+from core.records.run_outcome import is_harvested
 from core.records.run_settings import RunSettings, run_settings
 from storage import queries
 from storage.db import session_scope
@@ -37,14 +38,16 @@ def choose_validation(session: Session, task: Task, settings: RunSettings,
                       only: set[int] | None = None) -> tuple[str, list[int]]:
     """The run's validation queries: the task's `validation` split when it has one, else a seeded
     sample of its train queries (which training then never uses). Empty when the gate is off or
-    `validation_size` is 0. `only` keeps the queries a run may use (a segment library's segment)."""
+    `validation_size` is 0. `only` keeps the queries a run may use (a segment library's segment). A run from
+    production (`old_share`) never holds out a sample harvested from a trace: it must train on every one."""
     if settings.gate == GateRule.OFF or settings.validation_size == 0:
         return VALIDATION_SPLIT, []
     validation = [s for s in queries.samples(session, task.id, VALIDATION_SPLIT) if only is None or s.id in only]
     if validation:
         check_validation_size(len(validation))
         return VALIDATION_SPLIT, [s.id for s in validation]
-    train = sorted(s.id for s in queries.samples(session, task.id, "train") if only is None or s.id in only)
+    train = sorted(s.id for s in queries.samples(session, task.id, "train") if (only is None or s.id in only)
+                   and not (settings.old_share is not None and is_harvested(s)))
     size = held_out_size(len(train), settings.validation_size)
     check_validation_size(size)
     return "train", sorted(random.Random(f"validation:{settings.seed}").sample(train, size))

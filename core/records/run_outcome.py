@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sqlmodel import Session, select
+
+from core.domain.held_out import VALIDATION_SPLIT
+from core.records.run_settings import run_settings
 from storage.statuses import GroupStatus, StepStatus
-from storage.tables import Step
+from storage.tables import Run, Sample, Step
 
 
 def learned_nothing(steps: Iterable[Step]) -> str | None:
@@ -43,3 +47,31 @@ def space_note(steps: Iterable[Step]) -> str | None:
     return (f"{refused} new {examples} refused for space: the library held its most worked examples, each the "
             "only one of its need, so a need stays without its example. Raise the run's max_examples, or merge or "
             "delete examples on the Library page.")
+
+
+def is_harvested(sample: Sample) -> bool:
+    """A train sample made from a production trace by harvest (core.records.traces.harvest keeps its trace)."""
+    return "source_trace" in (sample.meta or {})
+
+
+def production_note(session: Session, run: Run, steps: Iterable[Step]) -> str | None:
+    """For a run from production (issue 50: a harvested failure was once held out of its own training): how
+    many harvested samples its steps trained on, and where its validation queries came from, never from them.
+    None for any other run."""
+    if run_settings(run).old_share is None:
+        return None
+    harvested = {sample.id for sample in session.exec(select(Sample).where(
+        Sample.task_id == run.task_id, Sample.split == "train")) if is_harvested(sample)}
+    trained = harvested & {sample_id for step in steps for sample_id in (step.sample_ids or [])}
+    progress = run.progress or {}
+    held = len(run.validation_ids or [])
+    if run.validation_ids is None:
+        source = "validation queries not chosen yet (never harvested samples)"
+    elif not held:
+        source = "no validation queries (the gate had none to read)"
+    elif progress.get("validation_split") == VALIDATION_SPLIT:
+        source = f"{held} validation queries from the task's validation split"
+    else:
+        source = f"{held} validation queries from the old train samples (harvested samples are never held out)"
+    return (f"From production: trained on {len(trained)} of the {len(harvested)} samples harvested from "
+            f"production traces; {source}.")
