@@ -19,8 +19,8 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from api.otlp import register_otlp
-from core.errors import BatchRefused, InvalidInput, StudioError
+from api.otlp import read_capped, register_otlp
+from core.errors import BatchRefused, InvalidInput, QuotaExceeded, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.api_limits import take_request
 from core.records.evaluation_figures import read_evaluation_report
@@ -32,12 +32,6 @@ from storage.db import schema_revisions, scrub_url, url_with_password
 # routes; neither refuses by itself (auto_error=False): check_key says what is missing, as JSON.
 BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key, instead of Bearer")
-
-
-class TooLarge(StudioError):
-    """A request body over the API's cap."""
-
-    http_status = 413
 
 
 class TooMany(StudioError):
@@ -85,7 +79,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
     @app.exception_handler(StudioError)
     async def studio_error(_request: Request, exc: StudioError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-        if isinstance(exc, TooMany):
+        if isinstance(exc, TooMany | QuotaExceeded):
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         return JSONResponse(error_body(exc), status_code=exc.http_status, headers=headers)
 
@@ -177,14 +171,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
         "properties": {"traces": {"type": "array", "maxItems": MAX_BATCH,
                                   "items": {"$ref": "#/components/schemas/TraceIn"}}}}}}}})
     async def traces(request: Request, key: KeyUse = Depends(caller("ingest", "posting traces"))) -> dict:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > max_body_bytes:
-            raise TooLarge(f"the request is {int(declared)} bytes; the API reads at most {max_body_bytes}")
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > max_body_bytes:
-                raise TooLarge(f"the request is over {max_body_bytes} bytes, the most the API reads")
+        body = await read_capped(request.stream(), request.headers.get("content-length"), max_body_bytes)
         try:
             payload = json.loads(body or b"null")
         except ValueError:

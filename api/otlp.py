@@ -74,7 +74,7 @@ def export_response(result: Ingested | None, kind: str) -> Response:
     """ExportTraceServiceResponse in the request's encoding; partial_success when a span was refused, or as a
     warning (rejected 0) when some spans held no model call."""
     answer = ExportTraceServiceResponse()
-    if result is not None and (result.refused or result.other):
+    if result is not None and (result.refused or result.other or result.held):
         answer.partial_success.rejected_spans = len(result.refused)
         answer.partial_success.error_message = result.message()
     if kind == PROTOBUF:

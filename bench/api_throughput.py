@@ -63,7 +63,7 @@ def main() -> None:
         version = import_library(engine, DEMO_TASK, LIBRARY, "bench.md", actor="system")
         set_label(engine, DEMO_TASK, str(version.number), "production", "system")
         read = create_key(engine, "bench-read", "read", "cli").secret
-        ingest = create_key(engine, "bench-ingest", "ingest", "cli").secret
+        ingest = create_key(engine, "bench-ingest", "ingest", "cli", any_task=True).secret
         with api_server(engine, extra_env={"TFGRPO_API_RATE_PER_MINUTE": "100000000"}) as base:
             headers = {"Authorization": f"Bearer {read}"}
             clients = [httpx.Client(base_url=base, headers=headers, timeout=30) for _ in range(args.threads)]

@@ -92,6 +92,17 @@ class PermissionDenied(StudioError, PermissionError):
     http_status = 403
 
 
+class QuotaExceeded(StudioError, PermissionError):
+    """A key has stored all it may today (TFGRPO_INGEST_KEY_DAILY_BYTES); `retry_after` is the seconds to the
+    next UTC day, when its allowance starts again."""
+
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Unauthorized(StudioError, PermissionError):
     """A request came without a usable credential (no API key, an unknown or a revoked one)."""
 

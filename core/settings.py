@@ -90,6 +90,16 @@ class Settings(BaseSettings):
                                     "(413 above it)")
     api_rate_per_minute: int = Field(default=600, ge=1, description="requests one API key may make per minute "
                                      "(429 above it)")
+    otlp_max_spans: int = Field(default=2000, ge=1, description="spans one OTLP request may carry (413 above it)")
+    ingest_request_max_bytes: int = Field(default=8_000_000, ge=1024, description="bytes one trace or OTLP request "
+                                          "may add to the database, counted as stored (413 above it)")
+    ingest_key_daily_bytes: int = Field(default=500_000_000, ge=1024, description="bytes one ingest key may add "
+                                        "to the database per UTC day, traces and OTLP spans together (429 past it)")
+    otlp_held_per_service: int = Field(default=1000, ge=0, description="spans held per OpenTelemetry service "
+                                       "that maps to no task yet (or whose message cannot be read); past it the "
+                                       "oldest are dropped and counted")
+    otlp_held_hours: float = Field(default=72.0, gt=0, description="hours a held OTLP span is kept waiting for "
+                                   "its service to be mapped; older ones are dropped and counted")
     migrate_on_start: bool = Field(default=True, description="the app, the API, the worker and every command bring "
                                    "the database's schema up to date when they open it; off (0) for a team that "
                                    "runs `python -m core migrate` as a deploy step: a process then refuses a "

@@ -28,7 +28,8 @@ def bearer(secret: str) -> dict:
 
 @pytest.fixture
 def keys(engine, demo_task) -> dict[str, str]:
-    return {role: create_key(engine, f"agent-{role}", role, "cli").secret for role in ("read", "ingest")}
+    return {role: create_key(engine, f"agent-{role}", role, "cli", any_task=role == "ingest").secret
+            for role in ("read", "ingest")}
 
 
 @pytest.fixture
@@ -161,7 +162,7 @@ def test_keys_are_stored_hashed_and_only_an_admin_makes_them(engine, keys):
     add_user(engine, "boss", "admin", "boss-password")
     add_user(engine, "lab", "labeler", "lab-password", actor="boss")
     with pytest.raises(PermissionDenied):
-        create_key(engine, "sneaky", "ingest", "lab")
+        create_key(engine, "sneaky", "ingest", "lab", any_task=True)
 
 
 def test_traces_are_stored_once_per_id_in_batches(engine, keys, production):
@@ -235,7 +236,7 @@ def test_size_batch_and_rate_limits(engine, keys, production):
     over = small.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
     assert over.status_code in (413, 422)
     # the allowance is the key's, wherever it is spent: another key for the batch checks below
-    other_key = create_key(engine, "agent-ingest-2", "ingest", "cli").secret
+    other_key = create_key(engine, "agent-ingest-2", "ingest", "cli", any_task=True).secret
     roomy = TestClient(create_app(engine, rate_per_minute=1000), headers=bearer(other_key))
     batch = roomy.post("/v1/traces", json={"traces": [trace(i, production.id) for i in range(101)]})
     assert batch.status_code == 422 and "at most 100 traces" in batch.json()["error"]

@@ -23,9 +23,11 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from api.otlp import read_capped
+from core.domain.otlp_spans import decode_spans
 from core.errors import BodyTooLarge
 from core.records.api_keys import create_key
-from core.records.otlp import map_service, other_spans, unmapped_services
+from core.records.otlp import IngestLimits, ingest_spans, map_service, other_spans, span_detail
+from core.records.otlp_held import held_services, held_spans
 from core.records.serving import served_library, set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import arm_comparison, harvest, set_rules
@@ -46,7 +48,7 @@ def production(engine, demo_task):
 
 @pytest.fixture
 def ingest_key(engine, demo_task) -> str:
-    return create_key(engine, "otel-collector", "ingest", "cli").secret
+    return create_key(engine, "otel-collector", "ingest", "cli", any_task=True).secret
 
 
 @pytest.fixture
@@ -156,23 +158,43 @@ def test_openinference_and_v1_36_span_events_are_read(engine, client, production
         assert other_spans(session) == 1
 
 
-def test_a_span_of_an_unmapped_service_is_refused_counted_and_stored_once_the_service_is_mapped(engine, client,
-                                                                                              production):
+def test_a_span_of_an_unmapped_service_is_held_shown_and_lands_once_the_service_is_mapped(engine, client,
+                                                                                          production):
     request = sdk_request(lambda tracer: [chat_span(tracer, f"q{i}") for i in range(2)],
                           resource={"service.name": "billing-agent"})
-    refused = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
-    assert refused.status_code == 200
-    partial = answer(refused).partial_success
-    assert partial.rejected_spans == 2 and "service 'billing-agent' is not mapped" in partial.error_message
+    held = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
+    assert held.status_code == 200
+    partial = answer(held).partial_success
+    assert partial.rejected_spans == 0 and "2 span(s) held" in partial.error_message
     assert stored(engine) == []
     with Session(engine) as session:
-        assert unmapped_services(session) == [{"service": "billing-agent", "refused spans": 2}]
-    map_service(engine, "billing-agent", DEMO_TASK, "default", "cli")
+        [row] = held_services(session)
+        assert (row["service"], row["held (not mapped)"], row["dropped past the bound"]) == ("billing-agent", 2, 0)
+    mapped = map_service(engine, "billing-agent", DEMO_TASK, "default", "cli")
+    assert (mapped.landed, mapped.duplicates, mapped.refused) == (2, 0, [])
+    rows = stored(engine)
+    assert [row.input for row in rows] == ["q0", "q1"]
+    assert rows[0].meta["otlp"]["service"] == "billing-agent"
+    with Session(engine) as session:
+        assert held_services(session) == []
+        assert span_detail(session, rows[0])["resource"]["service.name"] == "billing-agent"
     retried = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
     assert retried.status_code == 200 and not answer(retried).HasField("partial_success")
-    assert [row.input for row in stored(engine)] == ["q0", "q1"]
+    assert len(stored(engine)) == 2
+
+
+def test_held_spans_are_bounded_per_service_and_the_dropped_are_counted(engine, production):
+    request = sdk_request(lambda tracer: [chat_span(tracer, f"q{i}") for i in range(5)],
+                          resource={"service.name": "chatty"})
+    limits = IngestLimits(max_spans=100, request_bytes=10**7, key_daily_bytes=10**9, held_per_service=3,
+                          held_hours=1)
+    result = ingest_spans(engine, decode_spans(request), None, limits)
+    assert (result.stored, result.held) == (0, 5)
     with Session(engine) as session:
-        assert unmapped_services(session) == []
+        [row] = held_services(session)
+        assert (row["held (not mapped)"], row["dropped past the bound"]) == (3, 2)
+        assert sorted(span.span["input"] for span in held_spans(session)) == ["q2", "q3", "q4"]
+    assert map_service(engine, "chatty", DEMO_TASK, "default", "cli").landed == 3
 
 
 def test_feedback_on_a_span_or_by_otel_trace_id_feeds_labelling_harvest_and_the_ab_split(engine, client,

@@ -40,7 +40,7 @@ def test_an_instrumented_openai_agent_exports_its_calls_to_the_running_api(engin
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    ingest = create_key(engine, "math-agent", "ingest", "cli").secret
+    ingest = create_key(engine, "math-agent", "ingest", "cli", any_task=True).secret
     read = create_key(engine, "math-agent-read", "read", "cli").secret
     candidate = import_library(engine, DEMO_TASK, "- Draw the problem first.", "b.md", actor="system")
     set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")

@@ -41,7 +41,7 @@ def test_fetch_log_harvest_and_update_from_production(engine, demo_task):
     production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
     set_label(engine, DEMO_TASK, str(production.number), "production", "system")
     import_library(engine, DEMO_TASK, "- A later draft nobody promoted.", "b.md", actor="system")
-    secret = create_key(engine, "bike-shop agent", "ingest", "cli").secret
+    secret = create_key(engine, "bike-shop agent", "ingest", "cli", any_task=True).secret
 
     with api_server(engine) as base:
         agent = Client(base_url=base, api_key=secret, ttl_s=60, flush_interval_s=0.05)
@@ -105,7 +105,7 @@ def test_feedback_that_comes_later_reaches_the_trace_whether_it_was_sent_or_not(
     stored, the client asks the real API to update it. A trace the studio does not have is reported, not
     raised."""
     production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
-    secret = create_key(engine, "bike-shop agent", "ingest", "cli").secret
+    secret = create_key(engine, "bike-shop agent", "ingest", "cli", any_task=True).secret
     with api_server(engine) as base:
         agent = Client(base_url=base, api_key=secret, flush_interval_s=60)  # nothing leaves before a flush
         try:

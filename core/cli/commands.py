@@ -450,6 +450,11 @@ def _production(sub: argparse._SubParsersAction) -> None:
                    help="; ".join(f"{role}: {what}" for role, what in API_ROLES.items()))
     p.add_argument("--person", metavar="USER", help="the user the key acts for: it carries at most their role "
                                                      "(a read key needs a labeler, an ingest key a reviewer)")
+    p.add_argument("--task", help="an ingest key's task: every trace and span it sends is stored there, and one "
+                                  "naming another task is refused")
+    p.add_argument("--library", help="with --task: the library of that task it writes to")
+    p.add_argument("--any-task", action="store_true", help="an ingest key that may write to any task (what a "
+                                                           "trace or span names, or the service map, decides)")
     p.set_defaults(handler="core.cli.production:cmd_apikey_create")
     asub.add_parser("list", help="every key: name, role, prefix, last use, revoked").set_defaults(
         handler="core.cli.production:cmd_apikey_list")
@@ -457,12 +462,22 @@ def _production(sub: argparse._SubParsersAction) -> None:
     p.add_argument("id", type=int)
     p.set_defaults(handler="core.cli.production:cmd_apikey_revoke")
 
-    p = sub.add_parser("traces", help="production traces of a task: per day and version, and the lowest scored")
-    p.add_argument("--task", required=True)
+    p = sub.add_parser("traces", help="production traces of a task: per day and version, and the lowest scored; "
+                                      "OpenTelemetry services mapped to tasks and spans held for them")
+    p.add_argument("--task", help="the task (required unless a subcommand is given)")
     p.add_argument("--since", help="a date such as 2026-11-01")
     p.add_argument("--max-score", type=float)
     p.add_argument("--lowest", type=int, default=5)
     p.set_defaults(handler="core.cli.production:cmd_traces")
+    tsub = p.add_subparsers(dest="traces_command", required=False, parser_class=Parser)
+    q = tsub.add_parser("map-service", help="store an OpenTelemetry service's spans under a task from now on; the "
+                                            "spans held for it land there")
+    q.add_argument("--service", required=True, help="its resource's service.name")
+    q.add_argument("--task", dest="map_task", metavar="TASK", required=True)
+    q.add_argument("--library", default="default")
+    q.set_defaults(handler="core.cli.production:cmd_map_service")
+    tsub.add_parser("held", help="OpenTelemetry spans held per service (not mapped yet, or unreadable), and "
+                                 "those dropped past the bound").set_defaults(handler="core.cli.production:cmd_held")
 
     p = sub.add_parser("production-rules", help="which production traces go to the labelling queue")
     p.add_argument("--task", required=True)

@@ -13,11 +13,13 @@ import sys
 from collections import Counter
 from datetime import UTC, datetime
 
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.cli.base import engine_of
 from core.errors import InvalidInput
-from core.records.api_keys import create_key, list_keys, revoke_key
+from core.records.api_keys import create_key, key_writes_to, list_keys, revoke_key
+from core.records.otlp import map_service
+from core.records.otlp_held import held_services
 from core.records.serving import set_ab_split
 from core.records.traces import (
     daily_summary,
@@ -29,6 +31,7 @@ from core.records.traces import (
     trace_score,
 )
 from storage import queries
+from storage.tables import Task
 
 
 def _day(text: str | None) -> datetime | None:
@@ -53,9 +56,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_apikey_create(args: argparse.Namespace) -> int:
     engine = engine_of(args)
-    key = create_key(engine, args.name, args.role, "cli", person=args.person)
+    key = create_key(engine, args.name, args.role, "cli", person=args.person, task=args.task, library=args.library,
+                     any_task=args.any_task)
     person = f", for {args.person}" if args.person else ""
-    print(f"API key {key.id} ({key.name}, {key.role}{person}): {key.secret}")
+    where = (f", writes to task {args.task}" + (f" library {args.library}" if args.library else "") if args.task
+             else ", writes to any task" if args.any_task else "")
+    print(f"API key {key.id} ({key.name}, {key.role}{person}{where}): {key.secret}")
     print("This is the only time the key is shown; it is stored hashed.", file=sys.stderr)
     return 0
 
@@ -64,11 +70,13 @@ def cmd_apikey_list(args: argparse.Namespace) -> int:
     engine = engine_of(args)
     with Session(engine) as session:
         keys = list_keys(session)
-    print(f"{'id':>4}  {'name':<24}{'role':<8}{'prefix':<14}{'last used':<18}revoked")
+        tasks = dict(session.exec(select(Task.id, Task.name)).all()) if keys else {}
+    print(f"{'id':>4}  {'name':<24}{'role':<8}{'prefix':<14}{'writes to':<24}{'last used':<18}revoked")
     for key in keys:
         used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
         revoked = f"{key.revoked_at:%Y-%m-%d %H:%M} by {key.revoked_by}" if key.revoked_at else "no"
-        print(f"{key.id:>4}  {key.name:<24}{key.role:<8}{key.prefix:<14}{used:<18}{revoked}")
+        print(f"{key.id:>4}  {key.name:<24}{key.role:<8}{key.prefix:<14}{key_writes_to(key, tasks):<24}{used:<18}"
+              f"{revoked}")
     return 0
 
 
@@ -79,7 +87,29 @@ def cmd_apikey_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_map_service(args: argparse.Namespace) -> int:
+    engine = engine_of(args)
+    mapped = map_service(engine, args.service, args.map_task, args.library, "cli")
+    print(mapped.words(args.service, args.map_task))
+    return 0
+
+
+def cmd_held(args: argparse.Namespace) -> int:
+    with Session(engine_of(args)) as session:
+        rows = held_services(session)
+    if not rows:
+        print("no OpenTelemetry span is held")
+        return 0
+    print(f"{'service':<32}{'not mapped':>11}{'unreadable':>11}{'dropped':>9}  oldest held")
+    for row in rows:
+        print(f"{row['service'][:31]:<32}{row['held (not mapped)']:>11}{row['held (unreadable)']:>11}"
+              f"{row['dropped past the bound']:>9}  {row['oldest'] or '-'}")
+    return 0
+
+
 def cmd_traces(args: argparse.Namespace) -> int:
+    if not args.task:
+        raise InvalidInput("traces: give --task, or a subcommand (map-service, held)")
     engine = engine_of(args)
     with Session(engine) as session:
         traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)

@@ -5,9 +5,13 @@ protobuf's json_format once the specification's hex trace and span ids are turne
 json_format expects). Each span is then checked against the limits below and read by the OpenTelemetry GenAI
 semantic conventions (v1.36 attributes and span events, and the current `gen_ai.input.messages`,
 `gen_ai.output.messages`, `gen_ai.system_instructions`, `gen_ai.conversation.id`) and by OpenInference's keys
-(`input.value`, `output.value`, `llm.input_messages.*`, `llm.output_messages.*`). A span is refused with a
-reason naming it; a span with no user message in it (an HTTP client's span, a tool call) is "other": not an
-error, and not a trace. Nothing here touches the database.
+(`input.value`, `output.value`, `llm.input_messages.*`, `llm.output_messages.*`) and by openlit's (its
+`gen_ai.prompt` and `gen_ai.completion` strings, on the span or in `gen_ai.content.prompt` /
+`gen_ai.content.completion` events). A span is refused with a reason naming it (a message value nested too
+deep or not the JSON its convention says is refused too, never the request); a span that carries a model call
+(model attributes) but no message read here is "unreadable": kept to be shown, never dropped; a span with
+neither (an HTTP client's span, a tool call) is "other": not an error, and not a trace. Nothing here touches
+the database.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ MAX_TEXT = 100_000  # the longest string value read (core.records.traces.MAX_TEX
 MAX_ATTRIBUTES = 256  # per span or resource, after an array's or kvlist's items are counted
 MAX_DEPTH = 8  # arrays and kvlists inside one another
 MAX_EVENTS = 128
+MAX_MESSAGE_DEPTH = 16  # JSON inside a message attribute's string: deeper is refused (5,000 levels once raised
+# RecursionError and failed the whole request)
+# attributes that say a span is a model call even when its messages cannot be read (so it is held, not dropped)
+MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.operation.name", "gen_ai.system",
+              "gen_ai.provider.name", "llm.model_name", "llm.provider", "llm.system")
 FUTURE_SLACK_S = 600  # a clock a little ahead is tolerated; a span ending later than this is refused
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 
@@ -69,13 +78,14 @@ class SpanTrace:
     task: str | None = None
     library: str | None = None
     version_id: int | None = None
-    version_number: int | None = None
+    version: str | None = None  # tfgrpo.version as sent ("12" or "#12"), read by the one version lookup
     label: str | None = None
     score: float | None = None
     thumbs: str | None = None
     comment: str | None = None
     segment: str | None = None
     user_id: str | None = None
+    unreadable: str | None = None  # why no message was read from this model call's span (then input is "")
 
     @property
     def client_id(self) -> str:
@@ -87,6 +97,18 @@ class SpanTrace:
     def latency_ms(self) -> float:
         return round((self.end - self.start).total_seconds() * 1000, 3)
 
+    def held(self) -> dict:
+        """The span as JSON values, without its resource (stored once, apart), to be read back by `from_held`."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "resource"}
+        values["start"], values["end"] = self.start.isoformat(), self.end.isoformat()
+        return values
+
+    @classmethod
+    def from_held(cls, values: dict, resource: dict | None = None) -> SpanTrace:
+        known = {name: value for name, value in values.items() if name in cls.__dataclass_fields__}
+        known["start"], known["end"] = datetime.fromisoformat(known["start"]), datetime.fromisoformat(known["end"])
+        return cls(**{**known, "resource": resource or {}})
+
 
 @dataclass
 class Decoded:
@@ -96,10 +118,11 @@ class Decoded:
     traces: list[SpanTrace] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
     other: int = 0
+    unreadable: list[SpanTrace] = field(default_factory=list)  # model calls with no message read: held, shown
 
     @property
     def total(self) -> int:
-        return len(self.traces) + len(self.refused) + self.other
+        return len(self.traces) + len(self.refused) + self.other + len(self.unreadable)
 
 
 class SpanRefused(ValueError):
@@ -187,13 +210,16 @@ def decode_spans(request: ExportTraceServiceRequest, now: datetime | None = None
                     continue
                 if found is None:
                     decoded.other += 1
+                elif found.unreadable:
+                    decoded.unreadable.append(found)
                 else:
                     decoded.traces.append(found)
     return decoded
 
 
 def read_span(span: object, scope: object, resource: dict, now: datetime, position: int) -> SpanTrace | None:
-    """One span as a trace, None when it holds no user message, or SpanRefused."""
+    """One span as a trace; an unreadable one (`unreadable` says why) when it is a model call with no user
+    message read; None when it is no model call; or SpanRefused."""
     if len(span.trace_id) != 16 or not any(span.trace_id):
         raise SpanRefused(f"its trace id is {len(span.trace_id)} bytes{' of zeros' if span.trace_id else ''}; "
                           "OTLP trace ids are 16 bytes, not all zero")
@@ -216,8 +242,13 @@ def read_span(span: object, scope: object, resource: dict, now: datetime, positi
     outputs = output_messages(attributes, events)
     users = [text for role, text in inputs if role == "user"]
     user_input = users[-1] if users else _string(attributes.get("input.value"))
+    unreadable = None
     if not user_input or not user_input.strip():
-        return None
+        if not any(name in attributes for name in MODEL_KEYS):
+            return None
+        unreadable = ("a model call with no user message the studio reads (docs/traces-otlp.md lists the "
+                      "conventions read)")
+        user_input = ""
     reply = "\n".join(text for _role, text in outputs if text) or _string(attributes.get("output.value"))
     system = system_text(attributes, inputs)
     chat = [(role, text) for role, text in inputs if role in ("user", "assistant")]
@@ -246,10 +277,9 @@ def read_span(span: object, scope: object, resource: dict, now: datetime, positi
         conversation_id=_string(attribute("gen_ai.conversation.id") or attribute("session.id")),
         task=_string(attribute(TASK)), library=_string(attribute(LIBRARY)), label=_string(attribute(LABEL)),
         comment=_string(attributes.get(COMMENT)), segment=_string(attribute(SEGMENT)),
-        user_id=_string(attribute(USER) or attribute("user.id") or attribute("enduser.id")))
+        user_id=_string(attribute(USER) or attribute("user.id") or attribute("enduser.id")),
+        version=_string(attribute(VERSION)), unreadable=unreadable)
     trace.version_id = _whole(attribute(VERSION_ID), VERSION_ID)
-    trace.version_number = _whole(str(attribute(VERSION)).lstrip("#") if attribute(VERSION) is not None else None,
-                                  VERSION)
     score = attributes.get(SCORE)
     if score is not None:
         if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
@@ -260,7 +290,7 @@ def read_span(span: object, scope: object, resource: dict, now: datetime, positi
         if thumbs not in ("up", "down"):
             raise SpanRefused(f"{THUMBS} is {str(thumbs)[:40]!r}; use up or down")
         trace.thumbs = thumbs
-    for name in ("comment", "segment", "user_id", "task", "library", "label"):
+    for name in ("comment", "segment", "user_id", "task", "library", "label", "version"):
         value = getattr(trace, name)
         if value is not None and len(value) > (5000 if name == "comment" else 200):
             raise SpanRefused(f"its {name} is {len(value)} characters long")
@@ -337,43 +367,81 @@ def _value(value: AnyValue, counter: list[int], depth: int, what: str) -> object
 # --- the conventions: messages, system instructions ----------------------------------------------------
 
 
-def _parts_text(content: object) -> str:
+def _loads(text: str, what: str) -> object:
+    """JSON inside an attribute's string, refused (SpanRefused naming `what`) past MAX_MESSAGE_DEPTH levels;
+    ValueError when it is no JSON at all."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise SpanRefused(f"{what} is nested more than {MAX_MESSAGE_DEPTH} levels deep") from None
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_MESSAGE_DEPTH:
+            raise SpanRefused(f"{what} is nested more than {MAX_MESSAGE_DEPTH} levels deep")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return value
+
+
+def _parts_text(content: object, what: str = "a message", depth: int = 0) -> str:
     """A message's text from its content or parts, as the conventions write them (a string, a list of
     {type: text, content|text}, or a JSON string of either)."""
+    if depth > MAX_MESSAGE_DEPTH:
+        raise SpanRefused(f"{what} is nested more than {MAX_MESSAGE_DEPTH} levels deep")
     if isinstance(content, str):
         stripped = content.strip()
         if stripped[:1] in "[{" and stripped:
             try:
-                return _parts_text(json.loads(stripped))
+                return _parts_text(_loads(stripped, what), what, depth + 1)
             except ValueError:
                 return content
         return content
     if isinstance(content, dict):
         for name in ("content", "text", "parts", "message"):
             if name in content:
-                return _parts_text(content[name])
+                return _parts_text(content[name], what, depth + 1)
         return ""
     if isinstance(content, list):
-        return "\n".join(text for text in (_parts_text(part) for part in content
+        return "\n".join(text for text in (_parts_text(part, what, depth + 1) for part in content
                                            if not isinstance(part, dict) or part.get("type", "text") == "text")
                          if text)
     return ""
 
 
-def _json_messages(value: object) -> list[tuple[str, str]]:
-    """gen_ai.input.messages / gen_ai.output.messages: [{role, parts: [{type: text, content}]}] as JSON."""
+def _json_messages(value: object, what: str) -> list[tuple[str, str]]:
+    """gen_ai.input.messages / gen_ai.output.messages: [{role, parts: [{type: text, content}]}] as JSON;
+    SpanRefused when the value is not that list (a malformed value is the sender's error, said, not skipped)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = _loads(value, what)
         except ValueError:
-            return []
+            raise SpanRefused(f"{what} is not JSON (the convention writes a JSON list of messages)") from None
     if not isinstance(value, list):
-        return []
+        raise SpanRefused(f"{what} is {type(value).__name__}, not a list of messages")
     found = []
     for message in value:
         if isinstance(message, dict):
             found.append((str(message.get("role") or "assistant"),
-                          _parts_text(message.get("parts", message.get("content", "")))))
+                          _parts_text(message.get("parts", message.get("content", "")), what)))
+    return found
+
+
+OPENLIT_ROLE = re.compile(r"^(system|developer|user|assistant|tool|function):[ \t]?", re.MULTILINE)
+
+
+def _openlit_messages(text: object, default_role: str) -> list[tuple[str, str]]:
+    """openlit's `gen_ai.prompt` / `gen_ai.completion`: one string, each message a line `role: content` (a
+    message's text may run over several lines); a string with no role prefix is one message of `default_role`."""
+    if not isinstance(text, str) or not text.strip():
+        return []
+    starts = list(OPENLIT_ROLE.finditer(text))
+    if not starts or starts[0].start() != 0:
+        return [(default_role, text.strip())]
+    found = []
+    for index, match in enumerate(starts):
+        stop = starts[index + 1].start() if index + 1 < len(starts) else len(text)
+        found.append((match.group(1), text[match.end():stop].strip()))
     return found
 
 
@@ -386,7 +454,7 @@ def _indexed(attributes: dict, prefix: str, role_key: str, content_key: str) -> 
         role = attributes.get(f"{prefix}.{index}.{role_key}")
         content = attributes.get(f"{prefix}.{index}.{content_key}")
         if content is not None:
-            found.append((str(role or "assistant"), _parts_text(content)))
+            found.append((str(role or "assistant"), _parts_text(content, f"attribute {prefix}.{index}")))
     return found
 
 
@@ -396,36 +464,46 @@ EVENT_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
 
 def input_messages(attributes: dict, events: list[tuple[str, dict]]) -> list[tuple[str, str]]:
     """The prompt as (role, text): current conventions first, then OpenInference, then v1.36's span events,
-    then the older indexed gen_ai.prompt attributes."""
+    then the older indexed gen_ai.prompt attributes, then openlit's gen_ai.prompt string (attribute or event)."""
     if "gen_ai.input.messages" in attributes:
-        return _json_messages(attributes["gen_ai.input.messages"])
+        return _json_messages(attributes["gen_ai.input.messages"], "attribute gen_ai.input.messages")
     found = _indexed(attributes, "llm.input_messages", "message.role", "message.content")
     if found:
         return found
-    found = [(EVENT_ROLES[name], _parts_text(values.get("content", ""))) for name, values in events
+    found = [(EVENT_ROLES[name], _parts_text(values.get("content", ""), f"event {name}")) for name, values in events
              if name in EVENT_ROLES]
     if found:
         return found
-    return _indexed(attributes, "gen_ai.prompt", "role", "content")
+    found = _indexed(attributes, "gen_ai.prompt", "role", "content")
+    if found:
+        return found
+    prompt = attributes.get("gen_ai.prompt") or next(
+        (values.get("gen_ai.prompt") for name, values in events if name == "gen_ai.content.prompt"), None)
+    return _openlit_messages(prompt, "user")
 
 
 def output_messages(attributes: dict, events: list[tuple[str, dict]]) -> list[tuple[str, str]]:
     """The completion as (role, text), by the same conventions in the same order."""
     if "gen_ai.output.messages" in attributes:
-        return _json_messages(attributes["gen_ai.output.messages"])
+        return _json_messages(attributes["gen_ai.output.messages"], "attribute gen_ai.output.messages")
     found = _indexed(attributes, "llm.output_messages", "message.role", "message.content")
     if found:
         return found
-    found = [("assistant", _parts_text(values.get("message", values.get("content", ""))))
+    found = [("assistant", _parts_text(values.get("message", values.get("content", "")), "event gen_ai.choice"))
              for name, values in events if name == "gen_ai.choice"]
     if found:
         return found
-    return _indexed(attributes, "gen_ai.completion", "role", "content")
+    found = _indexed(attributes, "gen_ai.completion", "role", "content")
+    if found:
+        return found
+    completion = attributes.get("gen_ai.completion") or next(
+        (values.get("gen_ai.completion") for name, values in events if name == "gen_ai.content.completion"), None)
+    return _openlit_messages(completion, "assistant")
 
 
 def system_text(attributes: dict, inputs: list[tuple[str, str]]) -> str | None:
     """The system instructions: gen_ai.system_instructions, else the prompt's system messages."""
     if "gen_ai.system_instructions" in attributes:
-        return _parts_text(attributes["gen_ai.system_instructions"]) or None
+        return _parts_text(attributes["gen_ai.system_instructions"], "attribute gen_ai.system_instructions") or None
     texts = [text for role, text in inputs if role in ("system", "developer") and text]
     return "\n\n".join(texts) or None

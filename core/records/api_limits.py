@@ -10,11 +10,14 @@ address and audited at most once a minute with their count, so a flood of bad ke
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import case, update
+from sqlalchemy import case, delete, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
 
+from core.errors import QuotaExceeded
 from storage.db import session_scope
 from storage.tables import ApiCounter, AuditEvent
 
@@ -70,3 +73,30 @@ def audit_refusal(engine: Engine, address: str, reason: str, where: str, now: fl
             return True
     except IntegrityError:
         return audit_refusal(engine, address, reason, where, now)
+
+
+def charge_stored(session: Session, key_id: int, key_name: str, stored_bytes: int, per_day: int,
+                  now: float | None = None) -> None:
+    """Count `stored_bytes` against the key's daily allowance inside the caller's transaction (so a request
+    that fails later takes nothing), or QuotaExceeded (429) when they would pass `per_day`: a leaked or
+    runaway ingest key can fill at most that much disk a day. The counter is per UTC day; earlier days' go."""
+    now = time.time() if now is None else now
+    day = datetime.fromtimestamp(now, UTC)
+    prefix = f"stored:{key_id}:"
+    name = prefix + day.strftime("%Y-%m-%d")
+    charged = session.exec(update(ApiCounter).where(ApiCounter.name == name,
+                                                    ApiCounter.value + stored_bytes <= per_day)
+                           .values(value=ApiCounter.value + stored_bytes, updated_at=now)).rowcount
+    if charged == 1:
+        return
+    row = session.get(ApiCounter, name)
+    if row is None and stored_bytes <= per_day:
+        session.exec(delete(ApiCounter).where(col(ApiCounter.name).startswith(prefix)))
+        session.add(ApiCounter(name=name, value=float(stored_bytes), updated_at=now))
+        session.flush()
+        return
+    used = int(row.value) if row is not None else 0
+    tomorrow = datetime.combine(day.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    raise QuotaExceeded(f"API key {key_name!r} has stored {used} bytes today; this request would add "
+                        f"{stored_bytes} and a key may store {per_day} a day (TFGRPO_INGEST_KEY_DAILY_BYTES); "
+                        "retry after midnight UTC", (tomorrow - day).total_seconds())

@@ -1,54 +1,77 @@
 """OTLP spans stored as production traces, beside the client's: the same Trace rows, so labelling, harvest and
 the A/B split read them through core/records/traces.py exactly as they read the client's.
 
-Which task a span belongs to: its `tfgrpo.task` attribute (on the span or its resource), else its resource's
-`service.name` as mapped on the Production page (`map_service`). A span that maps to no task is refused in the
-answer's partial success and counted per service (`unmapped_services`), never dropped unseen. Which version
-served it: `tfgrpo.version_id` (the id the API served) or `tfgrpo.version` (its number) or `tfgrpo.label`,
-else the one version of the library whose prompt block its system instructions contain, else none: stored
-and shown as "unknown version", never guessed. A request's accepted spans are written in one transaction.
+Which task a span belongs to: the task its ingest key is bound to (a span naming another task is refused),
+else its `tfgrpo.task` attribute (on the span or its resource), else its resource's `service.name` as mapped
+on the Production page (`map_service`). A span that maps to no task is held (core/records/otlp_held.py) and
+lands in the task when its service is mapped; a model call with no message read is held to be shown. Which
+version served it: `tfgrpo.version_id` (the id the API served) or `tfgrpo.version` (its number) or
+`tfgrpo.label`, found by the one version lookup (core/records/serving.py `resolve_version`), else the one
+version of the library whose prompt block its system instructions contain, else none: stored and shown as
+"unknown version", never guessed.
+
+What a request may store is bounded: its spans (TFGRPO_OTLP_MAX_SPANS), the bytes it adds
+(TFGRPO_INGEST_REQUEST_MAX_BYTES, 413) and its key's bytes per day (TFGRPO_INGEST_KEY_DAILY_BYTES, 429); a
+resource is stored once by hash and referred to from each span, so a large resource costs its size once.
+A request's accepted and held spans are written in one transaction.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from sqlalchemy import insert, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from core.domain.otlp_spans import Decoded, SpanTrace
-from core.errors import InvalidInput, NotFound
-from core.records.api_keys import KeyUse
-from core.records.people import require_role
+from core.errors import BodyTooLarge, InvalidInput, NotFound
+from core.records import otlp_held
+from core.records.ab_experiments import stamp_rows
+from core.records.api_keys import KeyUse, key_scope
+from core.records.api_limits import charge_stored
+from core.records.roles import require_role
+from core.records.serving import resolve_version
 from core.records.tasks import get_task
 from core.records.traces import THUMBS, needs_label
 from core.records.versions import export_version
+from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import LabelStatus
-from storage.tables import ApiCounter, AuditEvent, Library, LibraryVersion, OtlpService, Task, Trace
+from storage.tables import (
+    ApiCounter,
+    AuditEvent,
+    Library,
+    LibraryVersion,
+    OtlpHeldSpan,
+    OtlpService,
+    Task,
+    Trace,
+)
 
-UNMAPPED = "otlp:unmapped:"  # ApiCounter name prefix: spans of a service that maps to no task
 OTHER = "otlp:other"  # ApiCounter: spans that held no model call (not traces)
 RECOGNISED_VERSIONS = 200  # the newest versions of a library whose blocks a system prompt is compared with
-NO_SERVICE = "(no service.name)"
+NO_SERVICE = otlp_held.NO_SERVICE
 
 
 @dataclass
 class Ingested:
-    """What a request's spans became: stored traces, retries already stored, refused spans
-    ({position, span_id, reason}) and spans with no model call."""
+    """What a request's spans became: stored traces, retries already stored, held spans (their service maps
+    to no task yet, or their messages cannot be read), refused spans ({position, span_id, reason}) and spans
+    with no model call."""
 
     stored: int = 0
     duplicates: int = 0
     refused: list[dict] = field(default_factory=list)
     other: int = 0
+    held: int = 0
 
     def message(self) -> str:
         """The partial success's message: every refused span's reason (the first few), and the other spans."""
@@ -58,36 +81,62 @@ class Ingested:
             parts.append(f"and {len(self.refused) - 5} more refused")
         if self.other:
             parts.append(f"{self.other} span(s) held no model call with a user message and were not stored")
+        if self.held:
+            parts.append(f"{self.held} span(s) held, not yet traces: their service maps to no task yet (they land "
+                         "when it is mapped) or their messages cannot be read; the Production page shows them")
         return "; ".join(parts)
 
 
-def ingest_spans(engine: Engine, decoded: Decoded, key: KeyUse | None = None) -> Ingested:
-    """Store the decoded spans' traces (see the module's note); a span that cannot be placed is refused, the
-    rest are written together. A concurrent retry of the same spans meets the unique key and is tried again."""
+@dataclass(frozen=True)
+class IngestLimits:
+    """What one request and one key may store (core/settings.py); tests pass their own."""
+
+    max_spans: int
+    request_bytes: int
+    key_daily_bytes: int
+    held_per_service: int
+    held_hours: float
+
+    @classmethod
+    def configured(cls) -> IngestLimits:
+        settings = get_settings()
+        return cls(settings.otlp_max_spans, settings.ingest_request_max_bytes, settings.ingest_key_daily_bytes,
+                   settings.otlp_held_per_service, settings.otlp_held_hours)
+
+
+def ingest_spans(engine: Engine, decoded: Decoded, key: KeyUse | None = None,
+                 limits: IngestLimits | None = None) -> Ingested:
+    """Store the decoded spans' traces and hold the rest (see the module's note); a span that cannot be placed
+    is refused, the rest are written together. A request over a bound is refused whole: BodyTooLarge (413) or
+    QuotaExceeded (429). A concurrent retry of the same spans meets the unique key and is tried again."""
+    limits = limits or IngestLimits.configured()
+    if decoded.total > limits.max_spans:
+        raise BodyTooLarge(f"the request holds {decoded.total} spans; one request may hold at most "
+                           f"{limits.max_spans} (TFGRPO_OTLP_MAX_SPANS)")
     try:
-        return _ingest(engine, decoded, key)
+        return _ingest(engine, decoded, key, limits)
     except IntegrityError:
-        return _ingest(engine, decoded, key)
+        return _ingest(engine, decoded, key, limits)
 
 
-def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None) -> Ingested:
+def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None, limits: IngestLimits) -> Ingested:
     result = Ingested(refused=list(decoded.refused), other=decoded.other)
     with session_scope(engine) as session:
         services = {row.service_name: row for row in session.exec(select(OtlpService))}
-        unmapped: dict[str, int] = {}
-        placed = []
+        placed, waiting = [], []
         places: dict = {}
         for span in decoded.traces:
             try:
-                task, library, version, how = _place(session, span, services, places)
-            except _Unmapped as exc:
-                unmapped[exc.service] = unmapped.get(exc.service, 0) + 1
-                result.refused.append({"position": span.position, "span_id": span.span_id, "reason": str(exc)})
+                task, library, version, how = _place(session, span, services, places, key)
+            except _Unmapped:
+                waiting.append(span)
                 continue
             except (NotFound, InvalidInput) as exc:
                 result.refused.append({"position": span.position, "span_id": span.span_id, "reason": str(exc)})
                 continue
             placed.append((span, task, library, version, how))
+        hashes, written = otlp_held.store_resources(
+            session, [span.resource for span in [*decoded.traces, *decoded.unreadable]])
         known = _known(session, placed)
         rows, received = [], datetime.now(UTC)
         for span, task, library, version, how in placed:
@@ -95,17 +144,39 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None) -> Ingested:
                 result.duplicates += 1
                 continue
             known.add((task.id, span.client_id))
-            rows.append(_row(span, task, library, version, how, key, received))
+            rows.append(_row(span, task, library, version, how, key.id if key else None, received,
+                             hashes.get(id(span.resource))))
+        held = _held_rows(session, [(span, otlp_held.UNMAPPED) for span in waiting]
+                          + [(span, otlp_held.UNREADABLE) for span in decoded.unreadable], key, received, hashes)
+        size = written + sum(len(json.dumps(row, default=str)) for row in [*rows, *held])
+        if size > limits.request_bytes:
+            raise BodyTooLarge(f"the request would store {size} bytes; one request may store at most "
+                               f"{limits.request_bytes} (TFGRPO_INGEST_REQUEST_MAX_BYTES)")
+        if key is not None and size:
+            charge_stored(session, key.id, key.name, size, limits.key_daily_bytes)
         if rows:
-            session.execute(insert(Trace), rows)
-        result.stored = len(rows)
-        now = time.time()
-        for service, count in unmapped.items():
-            _count(session, UNMAPPED + service[:250], count, now)
+            session.execute(insert(Trace), stamp_rows(session, rows))
+        if held:
+            session.execute(insert(OtlpHeldSpan), held)
+            otlp_held.prune(session, {row["service"] for row in held}, limits.held_per_service, limits.held_hours,
+                            received)
+        result.stored, result.held = len(rows), len(held)
         if decoded.other:
-            _count(session, OTHER, decoded.other, now)
+            _count(session, OTHER, decoded.other, time.time())
     result.refused.sort(key=lambda problem: problem["position"])
     return result
+
+
+def _held_rows(session: Session, spans: list[tuple[SpanTrace, str]], key: KeyUse | None, received: datetime,
+               hashes: dict[int, str]) -> list[dict]:
+    already = otlp_held.held_ids(session, {span.client_id for span, _ in spans})
+    rows = []
+    for span, reason in spans:
+        if span.client_id not in already:
+            already.add(span.client_id)
+            rows.append(otlp_held.held_row(span, reason, hashes.get(id(span.resource)), key.id if key else None,
+                                           received))
+    return rows
 
 
 class _Unmapped(InvalidInput):
@@ -116,14 +187,14 @@ class _Unmapped(InvalidInput):
 
 
 def _place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
-           cache: dict) -> tuple[Task, Library, LibraryVersion | None, str]:
+           cache: dict, key: KeyUse | None = None) -> tuple[Task, Library, LibraryVersion | None, str]:
     """The span's task, library and version, and how the version was known (attribute, system instructions,
     unknown). Spans that name the same place are resolved once per request."""
-    where = (span.task, None if span.task else span.service, span.library, span.version_id, span.version_number,
+    where = (span.task, None if span.task else span.service, span.library, span.version_id, span.version,
              span.label)
     if where not in cache:
         try:
-            cache[where] = _named_place(session, span, services)
+            cache[where] = _named_place(session, span, services, key)
         except (NotFound, InvalidInput) as exc:
             cache[where] = exc
     found = cache[where]
@@ -139,10 +210,14 @@ def _place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
     return task, library, None, "unknown"
 
 
-def _named_place(session: Session, span: SpanTrace,
-                 services: dict[str, OtlpService]) -> tuple[Task, Library, LibraryVersion | None]:
+def _named_place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
+                 key: KeyUse | None = None) -> tuple[Task, Library, LibraryVersion | None]:
     mapped = services.get(span.service or "")
-    if span.task:
+    if key is not None and key.task_id is not None:
+        task_name, library_name = key_scope(session, key, span.task, span.library)
+        task = get_task(session, task_name)
+        library_name = library_name or (mapped.library if mapped and mapped.task_id == task.id else "default")
+    elif span.task:
         task = get_task(session, span.task)
         library_name = span.library or (mapped.library if mapped and mapped.task_id == task.id else "default")
     elif mapped is not None:
@@ -150,26 +225,15 @@ def _named_place(session: Session, span: SpanTrace,
         library_name = span.library or mapped.library
     else:
         raise _Unmapped(span.service or NO_SERVICE)
-    library = queries.library_by_name(session, task.id, library_name)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {library_name!r}")
-    if span.version_id is not None:
-        version = session.get(LibraryVersion, span.version_id)
-        if version is None or version.library_id != library.id:
-            raise NotFound(f"library {library.name!r} of task {task.name!r} has no version id {span.version_id}")
-        return task, library, version
-    if span.version_number is not None:
-        version = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id,
-                                                            LibraryVersion.number == span.version_number)).first()
-        if version is None:
-            raise NotFound(f"library {library.name!r} of task {task.name!r} has no version #{span.version_number}")
-        return task, library, version
-    if span.label:
-        found = queries.label_by_name(session, library.id, span.label)
-        if found is None:
-            raise NotFound(f"library {library.name!r} of task {task.name!r} has no label {span.label!r}")
-        return task, library, session.get(LibraryVersion, found.version_id)
-    return task, library, None
+    if span.version_id is None and span.version is None and not span.label:
+        library = queries.library_by_name(session, task.id, library_name)
+        if library is None:
+            raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+        return task, library, None
+    named = ({"version_id": span.version_id} if span.version_id is not None
+             else {"version": span.version} if span.version is not None else {"label": span.label})
+    found = resolve_version(session, task.name, library_name, **named)
+    return found.task, found.library, found.version
 
 
 def _normal(text: str) -> str:
@@ -209,20 +273,20 @@ def _known(session: Session, placed: list) -> set[tuple[int, str]]:
 
 
 def _row(span: SpanTrace, task: Task, library: Library, version: LibraryVersion | None, how: str,
-         key: KeyUse | None, received: datetime) -> dict:
+         key_id: int | None, received: datetime, resource_hash: str | None) -> dict:
     """The trace's row as column values, for one INSERT of the whole request (an ORM object per span costs
     more than the database does at 1,000 spans)."""
     otlp = {"trace_id": span.trace_id, "span_id": span.span_id, "name": span.name, "scope": span.scope,
             "scope_version": span.scope_version, "service": span.service, "model": span.model,
             "provider": span.provider, "input_tokens": span.input_tokens, "output_tokens": span.output_tokens,
             "latency_ms": span.latency_ms, "conversation_id": span.conversation_id, "version_from": how,
-            "attributes": span.attributes, "resource": span.resource}
+            "attributes": span.attributes, "resource_hash": resource_hash}
     row = {"task_id": task.id, "client_id": span.client_id, "library_id": library.id,
            "version_id": version.id if version is not None else None,
            "served_label": span.label if how == "attribute" else None, "input": span.input, "output": span.output,
            "turns": span.turns, "score": span.score, "thumbs": THUMBS.get(span.thumbs or ""),
            "comment": span.comment, "segment": span.segment, "user_id": span.user_id,
-           "meta": {"source": "otlp", "otlp": otlp}, "api_key_id": key.id if key is not None else None,
+           "meta": {"source": "otlp", "otlp": otlp}, "api_key_id": key_id,
            "created_at": span.end, "received_at": received, "label_status": None, "label_value": None,
            "labelled_by": None, "sample_id": None}
     # the same rule the client's traces meet (traces.needs_label reads score, thumbs and the sender's id)
@@ -241,11 +305,15 @@ def _count(session: Session, name: str, count: int, now: float) -> None:
 # --- the Production page: where traces come from, services to tasks -----------------------------------
 
 
-def unmapped_services(session: Session) -> list[dict]:
-    """Services whose spans named no task since they were last mapped, with the count refused, most first."""
-    rows = session.exec(select(ApiCounter).where(col(ApiCounter.name).startswith(UNMAPPED)))
-    return sorted(({"service": row.name[len(UNMAPPED):], "refused spans": int(row.value)} for row in rows),
-                  key=lambda row: (-row["refused spans"], row["service"]))
+def span_detail(session: Session, trace: Trace) -> dict | None:
+    """An OTLP trace's span as received (ids, scope, model, tokens, attributes) with its resource read back
+    from where it is stored once; None for a trace the client sent."""
+    otlp = (trace.meta or {}).get("otlp")
+    if not isinstance(otlp, dict):
+        return None
+    if "resource_hash" in otlp:
+        otlp = {**otlp, "resource": otlp_held.resource_of(session, otlp["resource_hash"])}
+    return otlp
 
 
 def other_spans(session: Session) -> int:
@@ -261,9 +329,27 @@ def service_map(session: Session) -> list[dict]:
             for row in session.exec(select(OtlpService).order_by(OtlpService.service_name))]
 
 
-def map_service(engine: Engine, service: str, task_name: str, library: str, actor: str) -> None:
-    """Store spans of `service` (its resource's service.name) under a task's library from now on; an admin's
-    decision, audited. Its count of refused spans is cleared (they were refused; a retry of them is stored)."""
+@dataclass(frozen=True)
+class Mapped:
+    """What mapping a service did to the spans held for it: landed as traces, already stored, refused."""
+
+    landed: int
+    duplicates: int
+    refused: list[str]
+
+    def words(self, service: str, task_name: str) -> str:
+        text = f"Spans of {service!r} now go to {task_name!r}; {self.landed} held span(s) landed there"
+        if self.duplicates:
+            text += f", {self.duplicates} were stored already"
+        if self.refused:
+            text += f"; {len(self.refused)} could not be placed and were dropped ({self.refused[0]})"
+        return text + "."
+
+
+def map_service(engine: Engine, service: str, task_name: str, library: str, actor: str) -> Mapped:
+    """Store spans of `service` (its resource's service.name) under a task's library from now on, and land the
+    spans held for it there in the same transaction; an admin's decision, audited. A held span that cannot be
+    placed (it names a version the library lacks) is dropped and said."""
     service = service.strip()
     if not service or len(service) > 250:
         raise InvalidInput("a service name is 1 to 250 characters (its resource's service.name)")
@@ -277,8 +363,33 @@ def map_service(engine: Engine, service: str, task_name: str, library: str, acto
         row = row or OtlpService(service_name=service, task_id=task.id, created_by=actor)
         row.task_id, row.library = task.id, library
         session.add(row)
-        counter = session.get(ApiCounter, UNMAPPED + service)
-        if counter is not None:
-            session.delete(counter)
+        session.flush()
+        mapped = _land_held(session, service, {service: row})
         session.add(AuditEvent(actor=actor, action="otlp.map_service", object_type="task", object_id=task.id,
-                               before=before, after={"service": service, "library": library}))
+                               before=before, after={"service": service, "library": library,
+                                                     "landed": mapped.landed, "refused": len(mapped.refused)}))
+        return mapped
+
+
+def _land_held(session: Session, service: str, services: dict[str, OtlpService]) -> Mapped:
+    held = otlp_held.take_held(session, service)
+    placed, refused, cache = [], [], {}
+    for row, span in held:
+        try:
+            placed.append((row, span, *_place(session, span, services, cache)))
+        except (NotFound, InvalidInput) as exc:
+            refused.append(f"span {span.span_id}: {exc}")
+    known = _known(session, [(span, task) for _row_, span, task, *_ in placed])
+    rows, duplicates = [], 0
+    for held_row, span, task, library, version, how in placed:
+        if (task.id, span.client_id) in known:
+            duplicates += 1
+            continue
+        known.add((task.id, span.client_id))
+        rows.append(_row(span, task, library, version, how, held_row.api_key_id, held_row.received_at,
+                         held_row.span.get("resource_hash")))
+    if rows:
+        session.execute(insert(Trace), stamp_rows(session, rows))
+    if held:
+        session.exec(delete(OtlpHeldSpan).where(col(OtlpHeldSpan.id).in_([row.id for row, _ in held])))
+    return Mapped(len(rows), duplicates, refused)

@@ -29,7 +29,8 @@ from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
 from core.domain.metrics import Z95, mean_interval
 from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
-from core.records.api_keys import KeyUse
+from core.records.api_keys import KeyUse, key_scope
+from core.records.api_limits import charge_stored
 from core.records.people import require_role
 from core.records.production_scoring import (
     check_judge_rules,
@@ -41,6 +42,7 @@ from core.records.production_scoring import (
 from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task
 from core.records.versions import PRODUCTION
+from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import LabelStatus
@@ -150,26 +152,33 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
             try:
                 where = (trace.task, trace.library, trace.version_id, trace.label)
                 if where not in cache:
-                    cache[where] = _resolve(session, trace)
+                    cache[where] = _resolve(session, trace, key)
                 resolved.append((trace, *cache[where]))
             except (NotFound, InvalidInput) as exc:
                 problems.append({"position": position, "id": trace.id, "reason": str(exc)})
         if problems:
             raise BatchRefused(problems)
         seen = _known_ids(session, resolved)
-        stored = 0
+        stored = size = 0
         for trace, task, library, version, label in resolved:
             if (task.id, trace.id) in seen:
                 continue
             seen.add((task.id, trace.id))
             session.add(_row(trace, task, library, version, label, key))
             stored += 1
+            size += len(trace.model_dump_json())
+        if key is not None and size:  # the key's bytes per day, the OTLP route's allowance too
+            charge_stored(session, key.id, key.name, size, get_settings().ingest_key_daily_bytes)
         return stored, len(traces) - stored
 
 
-def _resolve(session: Session, trace: TraceIn) -> tuple[Task, Library, LibraryVersion, str | None]:
-    """The trace's task, library and version as a library fetch finds them; the label it named is kept."""
-    found = resolve_version(session, trace.task, trace.library, version_id=trace.version_id,
+def _resolve(session: Session, trace: TraceIn,
+             key: KeyUse | None = None) -> tuple[Task, Library, LibraryVersion, str | None]:
+    """The trace's task, library and version as a library fetch finds them (a bound key's task and library,
+    core.records.api_keys.key_scope); the label it named is kept."""
+    task_name, library_name = key_scope(session, key, trace.task,
+                                        trace.library if "library" in trace.model_fields_set else None)
+    found = resolve_version(session, task_name, library_name or "default", version_id=trace.version_id,
                             label=trace.label if trace.version_id is None else None)
     return found.task, found.library, found.version, trace.label
 
@@ -207,7 +216,7 @@ def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUs
     id updates every span stored of that trace (core/records/otlp.py)."""
     changes = update.changes()
     with session_scope(engine) as session:
-        task = get_task(session, update.task)
+        task = get_task(session, key_scope(session, key, update.task, None)[0])
         found = list(session.exec(select(Trace).where(Trace.task_id == task.id, Trace.client_id == client_id)))
         if not found and OTEL_TRACE_ID.fullmatch(client_id):  # an OTel trace id: every span stored of that trace
             found = list(session.exec(select(Trace).where(Trace.task_id == task.id,
