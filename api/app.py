@@ -24,6 +24,7 @@ from core.errors import BatchRefused, InvalidInput, QuotaExceeded, StudioError
 from core.records.api_keys import KeyUse, check_key
 from core.records.api_limits import take_request
 from core.records.evaluation_figures import read_evaluation_report
+from core.records.production_scoring import trace_scores
 from core.records.serving import served_library, served_selection
 from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
 from storage.db import schema_revisions, scrub_url, url_with_password
@@ -184,6 +185,12 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                key: KeyUse = Depends(caller("ingest", "updating traces"))) -> dict:
         """Feedback that came after the trace: score, thumbs or comment, by the sender's id (idempotent)."""
         return {"id": trace_id, "changed": update_trace(get_engine(), trace_id, update, key)}
+
+    @app.get("/v1/traces/{trace_id}")
+    def trace_scores_route(trace_id: str, task: str = Query(min_length=1, max_length=200),
+                           _key: KeyUse = Depends(caller("ingest", "reading traces"))) -> dict:
+        """A trace's score and whose it is (`score_by`: person, user or judge), by the sender's id."""
+        return trace_scores(get_engine(), task, trace_id)
 
     register_otlp(app, get_engine, caller, max_body_bytes)
     _schema_with_trace(app)

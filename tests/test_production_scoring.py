@@ -165,3 +165,31 @@ def test_turning_judging_on_bills_no_backlog_and_a_reward_that_cannot_score_is_r
         set_rules(engine, DEMO_TASK, {"judge_ab": True}, "cli")
     with pytest.raises(InvalidInput, match="judge_share"):
         set_rules(engine, DEMO_TASK, {"judge_share": 2}, "cli")
+
+
+def test_the_cli_sets_the_judge_rules_and_traces_and_the_api_say_whose_score_each_is(engine, judged, database_url,
+                                                                                      capsys):
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from core.records.api_keys import create_key
+    from tests.test_cli import run
+
+    code, out, _ = run(capsys, "--db", database_url, "production-rules", "--task", DEMO_TASK, "--judge-share", "1",
+                       "--judge-ab")
+    assert code == 0 and "The task's judge scores 100% of traces and every A/B arm's trace without feedback" in out
+    post(engine, judged.id, 2)
+    ingest_traces(engine, [TraceIn(id="sent", task=DEMO_TASK, version_id=judged.id, input="q", output="a",
+                                   score=0.5)])
+    _model, gateway = gateway_for(engine, verdict(0))
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 3
+    code, out, _ = run(capsys, "--db", database_url, "traces", "--task", DEMO_TASK)
+    assert code == 0 and "score by: user 1, judge 2" in out and "0.00 by judge" in out
+    assert "3 judge call(s) in the ledger (stage production_judge)" in out
+
+    secret = create_key(engine, "agent", "ingest", "cli", any_task=True).secret
+    client = TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})
+    body = client.get("/v1/traces/t0", params={"task": DEMO_TASK}).json()
+    assert (body["score"], body["score_by"], body["judge"]["status"]) == (0.0, "judge", "scored")
+    assert client.get("/v1/traces/sent", params={"task": DEMO_TASK}).json()["score_by"] == "user"
+    assert client.get("/v1/traces/nope", params={"task": DEMO_TASK}).status_code == 404

@@ -483,6 +483,9 @@ def _production(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", required=True)
     p.add_argument("--below", type=float, help="every trace scored under this")
     p.add_argument("--share", type=float, help="and this fraction of the rest")
+    p.add_argument("--judge-share", type=float, help="the task's own reward (its judge) scores this fraction of "
+                                                     "traces received from now on, in the worker")
+    p.add_argument("--judge-ab", action="store_true", help="and every trace without feedback an A/B arm served")
     p.set_defaults(handler="core.cli.production:cmd_production_rules")
 
     p = sub.add_parser("ab", help="serve a candidate label to a share of users beside production")

@@ -21,6 +21,7 @@ from core.records.api_keys import create_key, key_writes_to, list_keys, revoke_k
 from core.records.otlp import map_service
 from core.records.otlp_held import held_services
 from core.records.serving import set_ab_split
+from core.records.production_scoring import judge_summary, rules_words, score_source
 from core.records.traces import (
     daily_summary,
     harvest,
@@ -125,19 +126,30 @@ def cmd_traces(args: argparse.Namespace) -> int:
     sources = Counter(source_of(trace) for trace in traces)
     print("\nfrom: " + ", ".join(f"{source} {count}" for source, count in sorted(sources.items())))
     lowest = lowest_scored(traces, args.lowest)
+    scorers = Counter(score_source(trace) or "nobody" for trace in traces)
+    print("score by: " + ", ".join(f"{scorer} {scorers[scorer]}" for scorer in ("person", "user", "judge", "nobody")
+                                   if scorers[scorer]))
+    with Session(engine) as session:
+        judged = judge_summary(session, traces[0].task_id)
+    if judged.calls or judged.scored or judged.unsure:
+        print(judged.words())
     if lowest:
         print("\nlowest scored:")
         for trace in lowest:
-            print(f"  {trace_score(trace):.2f}  trace {trace.id} ({trace.client_id}): {trace.input[:100]!r}")
+            print(f"  {trace_score(trace):.2f} by {score_source(trace):<6} trace {trace.id} ({trace.client_id}): "
+                  f"{trace.input[:100]!r}")
     return 0
 
 
 def cmd_production_rules(args: argparse.Namespace) -> int:
     engine = engine_of(args)
-    rules = {name: value for name, value in (("below", args.below), ("share", args.share)) if value is not None}
+    rules = {name: value for name, value in (("below", args.below), ("share", args.share),
+                                             ("judge_share", args.judge_share), ("judge_ab", args.judge_ab or None))
+             if value is not None}
     rules = set_rules(engine, args.task, rules, "cli")
     print(f"production rules of {args.task!r}: {rules or 'none (no trace goes to people)'}")
     return 0
+    print(rules_words(rules))
 
 
 def cmd_ab(args: argparse.Namespace) -> int:

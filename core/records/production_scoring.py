@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from core.domain.draws import stable_fraction
 from core.domain.rewards import METHODS
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from core.records.versions import PRODUCTION
 from core.records.workers import stall_after
 from storage import queries
@@ -259,3 +259,21 @@ def rules_words(rules: dict) -> str:
         parts.append("every A/B arm's trace without feedback")
     return (f"The task's judge scores {' and '.join(parts)}, received since {rules.get('judge_since', '-')}, a "
             f"minute after each arrives (the worker does it, each trace once).")
+
+
+def trace_scores(engine: Engine, task_name: str, sender_id: str) -> dict:
+    """A trace's score and whose it is, by the sender's id (GET /v1/traces/{id}): what the user sent, a person's
+    label, and the judge's verdict with its status, so an agent's side sees which score counts."""
+    from core.records.tasks import get_task
+    from core.records.traces import find_trace, thumbs_word, trace_score  # traces reads this module's rules
+
+    with Session(engine) as session:
+        get_task(session, task_name)
+        trace = find_trace(session, task_name, sender_id)
+        if trace is None:
+            raise NotFound(f"task {task_name!r} has no trace {sender_id!r}")
+        return {"id": trace.client_id, "score": trace_score(trace), "score_by": score_source(trace),
+                "sent": {"score": trace.score, "thumbs": thumbs_word(trace), "comment": trace.comment},
+                "label": trace.label_value,
+                "judge": {"status": trace.judge_status, "score": trace.judge_score, "reason": trace.judge_detail},
+                "label_status": trace.label_status}
