@@ -20,8 +20,8 @@ from core.errors import InvalidInput
 from core.records.api_keys import create_key, key_writes_to, list_keys, revoke_key
 from core.records.otlp import map_service
 from core.records.otlp_held import held_services
-from core.records.serving import set_ab_split
 from core.records.production_scoring import judge_summary, rules_words, score_source
+from core.records.serving import set_ab_split
 from core.records.traces import (
     daily_summary,
     harvest,
@@ -125,7 +125,6 @@ def cmd_traces(args: argparse.Namespace) -> int:
         print(f"{row['day']!s:<12}{row['version']:<16}{row['traces']:>7}{row['scored']:>8}  {mean}")
     sources = Counter(source_of(trace) for trace in traces)
     print("\nfrom: " + ", ".join(f"{source} {count}" for source, count in sorted(sources.items())))
-    lowest = lowest_scored(traces, args.lowest)
     scorers = Counter(score_source(trace) or "nobody" for trace in traces)
     print("score by: " + ", ".join(f"{scorer} {scorers[scorer]}" for scorer in ("person", "user", "judge", "nobody")
                                    if scorers[scorer]))
@@ -133,6 +132,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
         judged = judge_summary(session, traces[0].task_id)
     if judged.calls or judged.scored or judged.unsure:
         print(judged.words())
+    lowest = lowest_scored(traces, args.lowest)
     if lowest:
         print("\nlowest scored:")
         for trace in lowest:
@@ -148,8 +148,8 @@ def cmd_production_rules(args: argparse.Namespace) -> int:
              if value is not None}
     rules = set_rules(engine, args.task, rules, "cli")
     print(f"production rules of {args.task!r}: {rules or 'none (no trace goes to people)'}")
-    return 0
     print(rules_words(rules))
+    return 0
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
