@@ -9,6 +9,9 @@ Two data sets (`--dataset`):
 - `policy`: the shop-policies demo (data/demo/policy_messages.jsonl; its train and test messages), reward
   `facts`. Knowledge the agent cannot have (the shop's policies are not in its instructions), which a small
   model can use once a lesson supplies it.
+- `fernhill`: the second knowledge task (bench/fernhill_limits.jsonl and bench/fernhill_task.json, frozen before
+  any tuning, issue 52): developers' questions about a fictional cloud platform's limits, with its own train,
+  validation and test splits, reward `facts`. A default chosen on the shop's development messages is checked here.
 
 On a fresh SQLite file this creates one task, its train queries, `validation` queries (the train rows after
 the training rows: the gate measures on them) and test queries, then:
@@ -86,6 +89,8 @@ TASK = "learning effect benchmark"
 VALIDATION = "validation"  # core.grpo.gate.VALIDATION_SPLIT: the gate uses the task's validation split when it has one
 BY_HAND = "default, by hand"  # the default path's examples, their answers written by a person (--by-hand)
 REPLIES = ROOT / "bench" / "policy_replies.jsonl"
+FERNHILL_TASK = ROOT / "bench" / "fernhill_task.json"  # frozen (issue 52): never tuned on, never changed
+FERNHILL_MESSAGES = ROOT / "bench" / "fernhill_limits.jsonl"
 GOAL = 0.05  # the goal in bench/README.md: a gated library beats the empty library of its mode by 5 points, p < 0.05
 MODES = ("direct", "python")
 
@@ -133,6 +138,9 @@ DEFAULTS = {
                    "validation_size": 4, "gate_k": 1, "modes": "direct,python"},
     "policy": {"train_limit": 4, "test_limit": 0, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
                "validation_size": 8, "gate_k": 1, "modes": "direct"},
+    # the sizes `python -m core train` gives (RunSettings' defaults): all 16 train messages, 3 epochs of 8, G=5
+    "fernhill": {"train_limit": 0, "test_limit": 0, "epochs": 3, "batch_size": 8, "group_size": 5, "k": 2,
+                 "validation_size": 8, "gate_k": 2, "modes": "direct"},
 }
 
 
@@ -265,6 +273,17 @@ def policy_records() -> tuple[list[dict], list[dict], list[str]]:
     return train, test, [f"policy_messages.jsonl: {len(train)} train and {len(test)} test messages"]
 
 
+def fernhill_records() -> tuple[list[dict], list[dict], list[dict], list[str]]:
+    """The second knowledge task's train, validation and test messages as {"query", "answer"}, split as the frozen
+    file gives them."""
+    rows = [json.loads(line) for line in FERNHILL_MESSAGES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    split = {name: [{"query": r["query"], "answer": r["reference"]} for r in rows if r["split"] == name]
+             for name in ("train", VALIDATION, "test")}
+    note = (f"{FERNHILL_MESSAGES.name}: {len(split['train'])} train, {len(split[VALIDATION])} validation and "
+            f"{len(split['test'])} test messages")
+    return split["train"], split[VALIDATION], split["test"], [note]
+
+
 def task_settings(options: argparse.Namespace):
     """The benchmark task's instructions and reward: the arithmetic demo's, or the shop-policies demo's."""
     from core.domain.prompts import PAPER_WORDING
@@ -278,6 +297,11 @@ def task_settings(options: argparse.Namespace):
 
     common = {"name": TASK, "agent_mode": "direct", "policy_model": options.model,
               "learner_model": options.learner_model, "judge_model": options.learner_model}
+    if options.dataset == "fernhill":
+        frozen = json.loads(FERNHILL_TASK.read_text(encoding="utf-8"))
+        return TaskSettings(description=frozen["description"], instructions=frozen["instructions"],
+                            answer_format=frozen["answer_format"], reward_method=frozen["reward_method"],
+                            reward_settings=frozen["reward_settings"], **common)
     if options.dataset == "policy":
         return TaskSettings(description="The shop-policies demo's messages, for bench/learning_effect.py.",
                             instructions=POLICY_INSTRUCTIONS, answer_format=POLICY_ANSWER_FORMAT,
@@ -287,18 +311,22 @@ def task_settings(options: argparse.Namespace):
                         examples_intro=PAPER_WORDING.examples_intro, **common)  # the arithmetic demo's wording
 
 
-def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict]) -> dict:
-    """The benchmark's task with its train, validation and test queries; returns the query counts per split."""
+def create_task(engine, options: argparse.Namespace, train: list[dict], test: list[dict],
+                validation: list[dict] | None = None) -> dict:
+    """The benchmark's task with its train, validation and test queries; returns the query counts per split. The
+    validation queries are the first `--validation-size` of `validation` where the data set has its own, else the
+    train rows after the training rows."""
     from core.records.task_io import save_task
     from core.records.tasks import add_samples, get_task
     from storage.db import session_scope
 
-    n_train = len(train) - options.validation_size if options.train_limit is None else options.train_limit
+    held_out = 0 if validation is not None else options.validation_size
+    n_train = len(train) - held_out if options.train_limit is None else options.train_limit
     if n_train < 1:
         raise SystemExit(f"{options.dataset}: {len(train)} train rows: not enough for training and "
                          f"{options.validation_size} validation queries")
     train_part = train[:n_train]
-    validation_part = train[n_train : n_train + options.validation_size]
+    validation_part = (validation if validation is not None else train[n_train:])[:options.validation_size]
     if len(validation_part) < options.validation_size:
         raise SystemExit(f"{options.dataset}: {len(train)} train rows: not enough for {n_train} training and "
                          f"{options.validation_size} validation queries")
@@ -846,7 +874,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help=f"trained arms, comma-separated, from {', '.join(ARMS)} (default: %(default)s)")
     parser.add_argument("--modes", default=None, help="agent modes of the empty libraries (default: direct,python "
-                        "for arithmetic, direct for policy)")
+                        "for arithmetic, direct for policy and fernhill)")
     parser.add_argument("--train-mode", choices=MODES, default="direct",
                         help="agent mode of the trained arms (default: %(default)s)")
     parser.add_argument("--gate", choices=[rule.value for rule in GateRule], default=None,
@@ -914,15 +942,18 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
     from storage.db import make_engine
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice, once per thread
+    validation = None
     if options.dataset == "policy":
         train, test, notes = policy_records()
+    elif options.dataset == "fernhill":
+        train, validation, test, notes = fernhill_records()
     else:
         (train, train_note), (test, test_note) = read_records(Path(options.train)), read_records(Path(options.test))
         notes = [train_note, test_note]
     with tempfile.TemporaryDirectory() as folder:
         base = Path(options.db) if options.db else Path(folder) / "learning_effect.db"
         engine = make_engine(f"sqlite:///{base}")
-        splits = create_task(engine, options, train, test)
+        splits = create_task(engine, options, train, test, validation)
         defaults = default_path(engine, options)
         engine.dispose()
         progress(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  load {os.getloadavg()[0]:.2f}  "

@@ -256,3 +256,27 @@ def test_the_policy_set_reports_per_policy_figures_and_what_the_library_covers(t
     default = rows["default"]
     assert default["examples"] >= 1 and default["coverage"].startswith("coverage: ")
     assert re.search(r"(\d+) of 4 train references", default["coverage"])
+
+
+def test_the_second_knowledge_task_takes_its_validation_split_from_its_own_file(tmp_path, scripted):
+    """Issue 52: `--dataset fernhill` builds the frozen second task, its train, validation and test messages as the
+    file splits them (not the train rows' tail), its instructions from bench/fernhill_task.json, and per-need figures."""
+    def gateway_for(engine):
+        _model, gateway = scripted(engine, rollout="Thanks for asking. I will check with the team.",
+                                   example="no JSON here")
+        return gateway
+
+    result = main(["--dataset", "fernhill", "--arms", "default", "--train-limit", "4", "--validation-size", "4",
+                   "--test-limit", "3", "--k", "1", "--group-size", "2", "--epochs", "1", "--batch-size", "4",
+                   "--db", str(tmp_path / "f.db")], gateway_for=gateway_for)
+    assert result["queries"] == {"train": 4, "validation": 4, "test": 3}
+    with closing(sqlite3.connect(tmp_path / "f.db")) as db:
+        validation = [q for (q,) in db.execute("select query from sample where split = 'validation' order by id")]
+        instructions = db.execute("select instructions from task").fetchone()[0]
+    frozen = [json.loads(line) for line in (Path("bench") / "fernhill_limits.jsonl").read_text().splitlines()]
+    assert validation == [row["query"] for row in frozen if row["split"] == "validation"][:4]
+    assert instructions.startswith("You are a developer support engineer at Fernhill")
+    rows = {row["name"]: row for row in result["rows"]}
+    assert set(rows["empty (direct)"]["per_policy"]) == {"rate limit per API key: 600 requests per minute",
+                                                         "maximum request body size: 25 MB", "log retention: 14 days"}
+    assert "default, by hand" not in rows
