@@ -124,14 +124,21 @@ class Settings(BaseSettings):
                                                 "with a paired comparison against it (a written reason is not enough)")
     app_url: str = Field(default="http://localhost:8501", description="the studio's address as people open it: "
                          "a webhook's link to the page, run and step starts with it")
-    webhook_allow_local: bool = Field(default=False, description="webhooks may post to loopback, link-local and "
-                                      "unspecified addresses (a receiver on this machine; off: refused)")
+    webhook_allowlist: str = Field(default="", description="comma-separated host names and CIDRs whose webhook "
+                                   "receivers may be internal (e.g. chat.internal,10.20.0.0/16,127.0.0.1); every other "
+                                   "address but public unicast is refused, and a cloud metadata address always")
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="seconds a webhook receiver may take to answer "
                                      "before the attempt counts as failed")
-    webhook_max_attempts: int = Field(default=6, ge=1, description="attempts of one webhook delivery before it is "
-                                      "given up (failed, kept in the log for a replay)")
-    webhook_backoff_s: float = Field(default=5.0, gt=0, description="wait before a webhook's second attempt; each "
-                                     "later wait doubles (exponential backoff)")
+    webhook_max_attempts: int = Field(default=8, ge=1, description="attempts of one webhook delivery before it is "
+                                      "given up (failed, kept in the log for a replay, a notice on the Overview)")
+    webhook_retry_schedule_s: list[float] = Field(default=[5, 300, 1800, 7200, 18000, 36000, 36000], min_length=1,
+                                                  description="seconds before a webhook's 2nd, 3rd, ... attempt "
+                                                  "(Standard Webhooks' schedule; a JSON list; the last repeats)")
+    webhook_threads: int = Field(default=4, ge=1, le=64, description="webhook endpoints a worker delivers to at once "
+                                 "(each endpoint's deliveries stay in order; a hanging receiver holds one thread)")
+    secret_key_file: Path = Field(default=PROJECT_DIR / "studio.key", description="the file of the key that "
+                                  "encrypts stored webhook secrets when TFGRPO_SECRET_KEY is not set: made (mode "
+                                  "0600) at the first secret; keep it out of the database's backups")
 
 
 @lru_cache(maxsize=1)

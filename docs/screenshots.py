@@ -100,7 +100,7 @@ def seed_webhook(database_url: str) -> None:
     from core.settings import get_settings
     from storage.db import make_engine
 
-    os.environ["TFGRPO_WEBHOOK_ALLOW_LOCAL"] = "1"
+    os.environ["TFGRPO_WEBHOOK_ALLOWLIST"] = "127.0.0.1"
     get_settings.cache_clear()
     add_endpoint(make_engine(database_url), "team-chat", "http://127.0.0.1:9/hooks/team-chat", "system")
 

@@ -7,6 +7,8 @@ deliveries; this page only writes intent, through the same core functions as `py
 
 from __future__ import annotations
 
+import uuid
+
 import streamlit as st
 from sqlmodel import Session
 
@@ -15,10 +17,13 @@ from core.records.webhooks import (
     add_endpoint,
     deliveries,
     describe,
+    dismiss_given_up,
     endpoint_names,
     endpoints,
+    given_up_notice,
     remove_endpoint,
     replay,
+    secrets_problem,
     send_test,
 )
 from core.settings import get_settings
@@ -29,6 +34,7 @@ from ui.display import table
 FLASH = Flash("notifications_flash")
 ADD = {name: f"notifications_add_{name}" for name in ("name", "url", "events", "secret_env")}
 REPLAY_KEY = "notifications_replay"
+PRESS_KEY = "notifications_test_press_{}"  # one token per drawn Test button: a press sent twice sends one test
 
 
 def add() -> None:
@@ -50,8 +56,11 @@ def add() -> None:
         state[key] = ""
 
 
-def test(name: str) -> None:
-    row = run_action(FLASH, f"endpoint_{name}", send_test, engine(), name, context().reviewer)
+def test(name: str, press: str) -> None:
+    """The Test button's callback: `press` is the token the button was drawn with, so a double click (two
+    callbacks of one drawing) sends one test; the token is renewed for the next drawing."""
+    st.session_state[PRESS_KEY.format(name)] = uuid.uuid4().hex
+    row = run_action(FLASH, f"endpoint_{name}", send_test, engine(), name, context().reviewer, press=press)
     if row is not None:
         FLASH.set(f"endpoint_{name}", Outcome(row.status == "delivered", plain(f"Test: {describe(row)}.")))
 
@@ -81,7 +90,8 @@ def endpoint_rows() -> None:
             left, middle, right = st.columns([5, 1, 1], vertical_alignment="center")
             left.markdown(f"**{plain(row.name)}** · {plain(row.url)} · {plain(', '.join(row.events) or 'every event')}"
                           f" · secret {plain(row.secret_from)}")
-            middle.button("Test", key=f"notifications_test_{row.name}", on_click=test, args=(row.name,),
+            press = st.session_state.setdefault(PRESS_KEY.format(row.name), uuid.uuid4().hex)
+            middle.button("Test", key=f"notifications_test_{row.name}", on_click=test, args=(row.name, press),
                           help="Send a signed test message now and show what the receiver answered.")
             right.button("Remove", key=f"notifications_remove_{row.name}", on_click=remove, args=(row.name,))
             FLASH.show(f"endpoint_{row.name}")
@@ -102,12 +112,22 @@ def add_form() -> None:
         st.form_submit_button("Add webhook", type="primary", on_click=add)
 
 
+def dismiss() -> None:
+    run_action(FLASH, "log", dismiss_given_up, engine(), context().reviewer,
+               report=lambda count: f"Dismissed the notice of {count} given-up deliveries (the log keeps them).")
+
+
 def delivery_log() -> None:
     st.subheader("Delivery log", anchor=False)
     FLASH.show("log")
     with Session(engine()) as session:
         rows = deliveries(session, limit=100)
         names = endpoint_names(session)
+        notice = given_up_notice(session)
+    if notice:
+        left, right = st.columns([5, 1], vertical_alignment="center")
+        left.warning(plain(notice), icon=":material/notifications_off:")
+        right.button("Dismiss", key="notifications_dismiss", on_click=dismiss)
     if not rows:
         st.caption("Nothing sent yet.")
         return
@@ -132,10 +152,14 @@ def page() -> None:
         role_note("admin", "configuring notifications")
         return
     settings = get_settings()
-    st.caption(f"Links start with {plain(settings.app_url)} (TFGRPO_APP_URL). Receivers on this machine are "
-               f"{'allowed' if settings.webhook_allow_local else 'refused'} (TFGRPO_WEBHOOK_ALLOW_LOCAL); a receiver "
-               f"has {settings.webhook_timeout_s:g} s to answer, and a delivery is given up after "
-               f"{settings.webhook_max_attempts} attempts. Workers send the deliveries.")
+    allowed_inside = settings.webhook_allowlist.strip() or "none"
+    st.caption(f"Links start with {plain(settings.app_url)} (TFGRPO_APP_URL). Receivers must have public addresses; "
+               f"internal ones admitted (TFGRPO_WEBHOOK_ALLOWLIST): {plain(allowed_inside)}. A receiver has "
+               f"{settings.webhook_timeout_s:g} s to answer; a delivery is retried on Standard Webhooks' schedule and "
+               f"given up after {settings.webhook_max_attempts} attempts. Workers send the deliveries.")
+    problem = secrets_problem(engine())
+    if problem:
+        st.error(plain(problem))
     endpoint_rows()
     add_form()
     delivery_log()

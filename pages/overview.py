@@ -25,6 +25,7 @@ from core.jobs.run_control import resume_run
 from core.records import labeling
 from core.records.evaluation_figures import score_text
 from core.records.tasks import quick_trial_task
+from core.records.webhooks import given_up_notice
 from core.records.workers import job_health
 from core.settings import get_settings
 from storage import queries
@@ -261,6 +262,11 @@ def page() -> None:
 
     st.header("What needs a person")
     FLASH.show("attention")
+    with Session(engine()) as session:
+        given_up = given_up_notice(session)
+    if given_up:
+        st.warning(plain(given_up), icon=":material/notifications_off:")
+        st.page_link("pages/notifications.py", label="Open Notifications", icon=":material/notifications:")
     left, middle, right = st.columns(3)
     left.metric("Operations waiting for review", data["pending_operations"])
     middle.metric("Rollouts waiting for a label", data["waiting_labels"])

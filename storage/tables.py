@@ -588,8 +588,8 @@ class ModelConnection(SQLModel, table=True):
 
 class WebhookEndpoint(SQLModel, table=True):
     """A receiver an administrator configured (core/records/webhooks.py): its URL, the events it hears (empty: all)
-    and the Standard Webhooks secret that signs what it gets. The secret must be stored to sign, so only the
-    studio's own code reads `secret`: it is shown once when created and never on a page, in a log or in a list;
+    and the Standard Webhooks secret that signs what it gets. The secret must be stored to sign: `secret` holds it
+    encrypted (core.secrets.seal), it is shown once when created and never on a page, in a log or in a list;
     `secret_env` instead names an environment variable that holds it (then nothing secret is stored)."""
 
     id: int | None = Field(default=None, primary_key=True)
@@ -623,3 +623,6 @@ class WebhookDelivery(SQLModel, table=True):
     replay_of: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     delivered_at: datetime | None = None
+    claimed_by: str | None = None  # the one sender of its attempt now (a worker's pass or a Test), until claimed_until
+    claimed_until: datetime | None = None
+    dismissed_at: datetime | None = None  # a given-up delivery whose notice a person dismissed

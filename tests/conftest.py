@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
+from cryptography.fernet import Fernet
 
 from core.models.gateway import Gateway
 from core.records.demo_data import demo_rows
@@ -24,6 +25,9 @@ from storage import db
 from storage.db import make_engine
 
 TEST_DATABASE_ENV = "TFGRPO_TEST_DATABASE_URL"
+# Stored webhook secrets are encrypted (core.secrets): one key for the session and the processes it starts, so no
+# test writes a key file into the project.
+os.environ.setdefault("TFGRPO_SECRET_KEY", Fernet.generate_key().decode())
 
 
 def pytest_configure(config):

@@ -22,7 +22,7 @@ PAGE = "pages/notifications.py"
 
 @pytest.fixture
 def receiver(app_engine, monkeypatch):
-    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOW_LOCAL", "1")
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "127.0.0.1")
     monkeypatch.setenv("TFGRPO_WEBHOOK_MAX_ATTEMPTS", "1")
     get_settings.cache_clear()
     found = Receiver()

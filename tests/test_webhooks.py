@@ -6,6 +6,8 @@ followed; a hanging one delays no run; a failed delivery is replayed from the lo
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -17,6 +19,7 @@ from sqlmodel import Session, select
 from standardwebhooks import Webhook
 
 from core.cli import main as cli
+from core.domain import webhooks as wh
 from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
@@ -81,8 +84,8 @@ class Receiver:
 
 @pytest.fixture
 def receiver(monkeypatch):
-    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOW_LOCAL", "1")  # the receiver is on loopback: an administrator's leave
-    monkeypatch.setenv("TFGRPO_WEBHOOK_BACKOFF_S", "0.001")
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "127.0.0.1")  # the receiver is on loopback: an admin's leave
+    monkeypatch.setenv("TFGRPO_WEBHOOK_RETRY_SCHEDULE_S", "[0.001]")
     monkeypatch.setenv("TFGRPO_APP_URL", "https://studio.example.com")
     get_settings.cache_clear()
     found = Receiver()
@@ -300,22 +303,22 @@ def test_a_hanging_receiver_times_out_and_delays_no_run(engine, demo_task, recei
 
 
 def test_urls_that_are_not_http_or_point_at_this_machine_are_refused_unless_allowed(engine, monkeypatch):
-    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOW_LOCAL", raising=False)
+    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOWLIST", raising=False)
     get_settings.cache_clear()
     for url, said in [("ftp://example.com/x", "http:// or https://"), ("file:///etc/passwd", "http:// or https://"),
                       ("http://127.0.0.1:8080/x", "loopback address (127.0.0.1)"),
                       ("http://[::1]/x", "loopback address (::1)"), ("http://localhost/x", "loopback"),
-                      ("http://169.254.169.254/latest", "link-local address (169.254.169.254)"),
+                      ("http://169.254.169.254/latest", "metadata address (169.254.169.254)"),
                       ("https://user:pw@example.com/x", "no user name or password"),
                       ("http://no-such-host.invalid/x", "does not resolve")]:
-        with pytest.raises(InvalidInput, match=said.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        with pytest.raises(InvalidInput, match=re.escape(said)):
             webhooks.add_endpoint(engine, "x", url, "cli")
     with Session(engine) as session:
         assert webhooks.endpoints(session) == []  # nothing half-made
-    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOW_LOCAL", "1")
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "127.0.0.0/8")
     get_settings.cache_clear()
     view, _secret = webhooks.add_endpoint(engine, "local", "http://127.0.0.1:8080/x", "cli")
-    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOW_LOCAL")
+    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOWLIST")
     get_settings.cache_clear()
     with session_scope(engine) as session:
         webhooks.raise_event(session, "run.failed", "x", {})
@@ -323,6 +326,81 @@ def test_urls_that_are_not_http_or_point_at_this_machine_are_refused_unless_allo
     [row] = deliveries(engine)
     assert row.status == "failed" and "loopback" in row.last_error and view.url == "http://127.0.0.1:8080/…"
     get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("address", "kind"), [
+    ("10.0.0.5", "private"), ("172.16.3.4", "private"), ("192.168.1.1", "private"),
+    ("100.100.100.200", "cloud metadata"), ("100.64.1.1", "carrier-grade NAT"), ("fd00:ec2::254", "cloud metadata"),
+    ("fd12:3456::1", "unique-local"), ("::ffff:10.0.0.5", "private address (10.0.0.5) inside"),
+    ("::a00:5", "private address (10.0.0.5) inside"), ("2002:a00:5::1", "private address (10.0.0.5) inside"),
+    ("64:ff9b::a9fe:a9fe", "cloud metadata address (169.254.169.254) inside"), ("0.0.0.0", "unspecified"),
+    ("224.0.0.1", "multicast"), ("192.0.2.7", "not public"), ("fe80::1", "link-local")])
+def test_every_address_but_public_unicast_is_refused(engine, monkeypatch, address, kind):
+    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOWLIST", raising=False)
+    get_settings.cache_clear()
+    host = f"[{address}]" if ":" in address else address
+    with pytest.raises(InvalidInput, match=re.escape(kind)):
+        webhooks.add_endpoint(engine, "inside", f"https://{host}/hooks", "cli")
+    assert wh.refused_reason("93.184.216.34") is None and wh.refused_reason("2606:4700::1") is None
+
+
+def test_an_allowlisted_internal_receiver_is_admitted_and_a_metadata_address_never(engine, monkeypatch):
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "chat.internal, 10.20.0.0/16, 100.64.0.0/10, fd00::/8")
+    get_settings.cache_clear()
+    webhooks.add_endpoint(engine, "net", "https://10.20.0.5/hooks", "cli")
+    resolve_as(monkeypatch, {"chat.internal": ["10.9.8.7"], "other.internal": ["10.9.8.7"]})
+    webhooks.add_endpoint(engine, "by-name", "https://chat.internal/hooks", "cli")
+    with pytest.raises(InvalidInput, match=re.escape("private address (10.9.8.7)")):
+        webhooks.add_endpoint(engine, "other", "https://other.internal/hooks", "cli")
+    for address in ("100.100.100.200", "[fd00:ec2::254]"):  # inside a listed network, still never
+        with pytest.raises(InvalidInput, match="cloud metadata"):
+            webhooks.add_endpoint(engine, "meta", f"http://{address}/latest", "cli")
+    with Session(engine) as session:
+        assert [row.name for row in webhooks.endpoints(session)] == ["by-name", "net"]
+
+
+def resolve_as(monkeypatch, answers: dict[str, list[str]], calls: list | None = None) -> None:
+    """The resolver answers these names (each call takes the next answer of a list of lists); others as usual."""
+    real = socket.getaddrinfo
+
+    def fake(host, port, *args, **kwargs):
+        if host not in answers:
+            return real(host, port, *args, **kwargs)
+        if calls is not None:
+            calls.append(host)
+        found = answers[host]
+        address = found.pop(0) if len(found) > 1 else found[0]
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, 6, "", (address, port or 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+
+
+def test_a_name_that_resolves_public_then_to_loopback_never_reaches_loopback(engine, receiver, monkeypatch):
+    """DNS rebinding: the resolver answers a public address, then 127.0.0.1. The studio connects to the address
+    it checked (pinned), so the loopback receiver gets nothing; connections to the public address are refused
+    here rather than sent out."""
+    monkeypatch.delenv("TFGRPO_WEBHOOK_ALLOWLIST")
+    get_settings.cache_clear()
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    calls: list[str] = []
+    resolve_as(monkeypatch, {"hooks.example.com": ["93.184.216.34", "93.184.216.34", "127.0.0.1"]}, calls)
+    real_connect = socket.create_connection
+    connected: list[str] = []
+
+    def connect(address, *args, **kwargs):
+        connected.append(address[0])
+        if address[0] == "93.184.216.34":
+            raise ConnectionRefusedError("the test keeps the public address off the network")
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    webhooks.add_endpoint(engine, "public", f"http://hooks.example.com:{port}/hooks/studio", "cli")  # 1st answer
+    raise_tests(engine, 1)
+    webhooks.deliver_due(engine, "test")  # resolves once (2nd answer) and connects there; a 3rd would be loopback
+    [row] = deliveries(engine)
+    assert receiver.got == [] and "127.0.0.1" not in connected and connected == ["93.184.216.34"]
+    assert row.last_error == "no connection (refused, unreachable or TLS failed)" and calls == ["hooks.example.com"] * 2
 
 
 # ---- who may, and the secret ------------------------------------------------------------------------------------

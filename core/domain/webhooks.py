@@ -1,6 +1,7 @@
 """What a webhook says, without sending it: the events a person can be told of, the body every receiver gets
 (Standard Webhooks' `type`/`timestamp`/`data`, plus a `text` line a chat tool's incoming webhook shows), the
-link that opens the exact page, the wait before a retry, and which addresses a receiver may not have.
+link that opens the exact page, the wait before a retry (Standard Webhooks' schedule), and which addresses a
+receiver may not have (every one but public unicast, unless an administrator's allowlist admits it).
 
 Pure functions; core/records/webhooks.py writes, signs and sends.
 """
@@ -20,6 +21,8 @@ EVENTS: dict[str, str] = {
     "run.failed": "a run failed (with the reason)",
     "run.stalled": "a running job stopped beating (its worker died or hangs)",
     "production.moved": "the production label moved: from which version to which, by whom, why",
+    "ab.stopped": "an A/B candidate was significantly worse: the guard ended the split (with the figure)",
+    "ab.decided": "an A/B candidate is significantly better (with the figure and a link to Promote)",
     "webhook.test": "a test message (the Test button, `core webhook test`); always sent",
 }
 
@@ -53,22 +56,85 @@ def link(base_url: str, page: str, **params: object) -> str:
     return f"{base_url.rstrip('/')}/{page}" + (f"?{query}" if query else "")
 
 
-def backoff_s(attempts: int, first_s: float) -> float:
-    """The wait after the `attempts`-th failed attempt: first_s, then doubling (capped at an hour)."""
-    return min(first_s * 2 ** max(attempts - 1, 0), 3600.0)
+def retry_wait_s(attempts: int, schedule: list[float]) -> float:
+    """The wait after the `attempts`-th failed attempt: the schedule's entry (Standard Webhooks': 5 s, 5 min, 30 min,
+    2 h, 5 h, 10 h, 10 h, so a receiver down for a day still gets every event), its last one past its end."""
+    return float(schedule[min(max(attempts, 1), len(schedule)) - 1])
 
 
-def local_reason(address: str) -> str | None:
-    """Why an IP address is not a receiver's without the administrator's leave (loopback, link-local, unspecified,
-    multicast: the studio's own machine or its cloud metadata service), or None when it may be one."""
+# Cloud metadata services (AWS, GCP, Azure, Alibaba, Oracle; AWS's IPv6 one): never a receiver, whatever an
+# administrator allows, since they hand out the machine's credentials.
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254", "169.254.170.2", "169.254.169.253", "100.100.100.200", "168.63.129.16", "192.0.0.192",
+    "fd00:ec2::254", "fd00:ec2::23"))
+_RFC1918 = tuple(ipaddress.ip_network(net) for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (IPv4-mapped, IPv4-compatible, 6to4, NAT64), which is where a
+    connection to it ends up."""
+    if ip.ipv4_mapped:
+        return ip.ipv4_mapped
+    if ip.sixtofour:
+        return ip.sixtofour
+    if ip in _NAT64 or 1 < int(ip) < 2 ** 32:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def refused_reason(address: str) -> str | None:
+    """Why an IP address is no receiver's without an administrator's leave (everything but public unicast: this
+    machine, a private network, carrier-grade NAT, unique-local IPv6, a metadata service, or one of those
+    inside an IPv6 form), or None for a public unicast address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if getattr(ip, "ipv4_mapped", None):
-        ip = ip.ipv4_mapped
+    if ip in METADATA_ADDRESSES:
+        return f"a cloud metadata address ({address})"
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = _embedded_ipv4(ip)
+        if inner is not None:
+            reason = refused_reason(str(inner))
+            return f"{reason} inside the IPv6 address {address}" if reason else None
+        if ip in _NAT64_LOCAL:
+            return f"a local NAT64 address ({address})"
     for kind, test in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
-                       ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast)):
+                       ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast),
+                       ("carrier-grade NAT", ip in _CGNAT), ("unique-local", ip in _UNIQUE_LOCAL),
+                       ("private", any(ip in net for net in _RFC1918 if ip.version == net.version))):
         if test:
             return f"a {kind} address ({address})"
+    if not ip.is_global:
+        return f"a reserved address, not public ({address})"
     return None
+
+
+def allowlist(text: str) -> tuple[frozenset[str], tuple]:
+    """An administrator's allowlist (comma-separated host names and CIDRs) as host names and networks;
+    ValueError naming an entry that is neither."""
+    hosts, networks = set(), []
+    for entry in (part.strip().lower() for part in (text or "").split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+        except ValueError:
+            if not all(label and label.replace("-", "").replace("_", "").isalnum() for label in entry.split(".")):
+                raise ValueError(f"{entry!r} is neither a host name nor a CIDR") from None
+            hosts.add(entry.rstrip("."))
+    return frozenset(hosts), tuple(networks)
+
+
+def admitted(host: str, address: str, allowed: tuple[frozenset[str], tuple]) -> bool:
+    """Whether the allowlist admits `address` (reached by the name `host`): the host by name or the address
+    in a listed network; a metadata address never."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if ip in METADATA_ADDRESSES:
+        return False
+    hosts, networks = allowed
+    return host.lower().rstrip(".") in hosts or any(ip.version == net.version and ip in net for net in networks)
 
 
 def url_problem(url: str) -> str | None:

@@ -158,14 +158,22 @@ DELIVER_EVERY = 2.0
 
 @contextmanager
 def delivering(engine: Engine, owner: str, every: float | None = None):
-    """Send the webhook outbox in a background thread while the worker serves (core/records/webhooks.py), every
-    `every` seconds (DELIVER_EVERY): between jobs and during them, never inside the job that raised an event, so a
-    receiver that hangs or is down delays nothing but its own deliveries."""
-    from core.records.webhooks import deliver_due
+    """Send the webhook outbox while the worker serves (core/records/webhooks.py): every `every` seconds
+    (DELIVER_EVERY) a background thread starts each due endpoint in the Deliverer's small pool, without waiting
+    for it, between jobs and during them, never inside the job that raised an event; so a receiver that hangs or
+    is down delays nothing but its own deliveries."""
+    from core.records.webhooks import Deliverer, secrets_problem
 
-    with _repeating("webhooks", every or DELIVER_EVERY, lambda: deliver_due(engine, owner),
-                    "webhook delivery pass failed", join_timeout=1):
-        yield
+    problem = secrets_problem(engine)
+    if problem:
+        log.warning("worker %s: %s", owner, problem)
+    deliverer = Deliverer(engine, owner)
+    try:
+        with _repeating("webhooks", every or DELIVER_EVERY, deliverer.start_due, "webhook delivery pass failed",
+                        join_timeout=1):
+            yield
+    finally:
+        deliverer.close()
 
 
 @contextmanager

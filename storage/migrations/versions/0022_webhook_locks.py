@@ -16,8 +16,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass
+    # plain ADD COLUMN (nullable, no foreign key): no batch rebuild of the outbox
+    op.add_column('webhookdelivery', sa.Column('claimed_by', sqlmodel.sql.sqltypes.AutoString(), nullable=True))
+    op.add_column('webhookdelivery', sa.Column('claimed_until', sa.DateTime(), nullable=True))
+    op.add_column('webhookdelivery', sa.Column('dismissed_at', sa.DateTime(), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('webhookdelivery', schema=None) as batch_op:
+        batch_op.drop_column('dismissed_at')
+        batch_op.drop_column('claimed_until')
+        batch_op.drop_column('claimed_by')
