@@ -2,8 +2,8 @@
 
 Traces per day and version, the mean score per version over time with its 95% interval, the share with
 a score, the lowest-scored traces as text (never Markdown or HTML: an agent's input and output are
-untrusted), filters; the task's labelling rules; an A/B split's arms compared with an interval on the
-difference; and the way back into training: harvest failures into train samples and start an update
+untrusted), filters; the task's labelling rules; the A/B experiment (ui/ab.py: its arms compared with an
+anytime-valid interval on the difference, and the guard); and the way back into training: harvest failures into train samples and start an update
 from production. All of it calls core; the page only draws.
 """
 
@@ -21,7 +21,6 @@ from core.records.otlp import map_service, other_spans, service_map, unmapped_se
 from core.records.run_settings import RunSettings
 from core.records.traces import (
     any_trace,
-    arm_comparison,
     daily_summary,
     find_trace,
     harvest,
@@ -37,6 +36,7 @@ from core.records.traces import (
 from core.records.versions import PRODUCTION
 from storage import queries
 from storage.statuses import LabelStatus
+from ui.ab import ab_section
 from ui.common import (
     Flash,
     Outcome,
@@ -213,18 +213,6 @@ def otlp_section(task_name: str, library: str) -> None:
     right.button("Map to this task", key="production_map", on_click=map_selected, args=(task_name,))
 
 
-def arms_section(library) -> None:
-    if not library.ab_label:
-        return
-    st.subheader(f"A/B: production vs {library.ab_label}", anchor=False)
-    st.caption(f"{library.ab_share:.0%} of user ids are served {library.ab_label!r}, by a stable hash of the id.")
-    with Session(engine()) as session:
-        result = arm_comparison(session, library.id, library.ab_label)
-    st.markdown(result.words)
-    if result.rows:
-        table(result.rows, key="production_arms_table")
-
-
 def page() -> None:
     st.title("Production")
     current = require_task()
@@ -278,7 +266,7 @@ def page() -> None:
                     show_long(trace.comment, f"production_comment_{trace.id}")
                 span_attributes(trace, f"production_low_attributes_{trace.id}")
     if library is not None:
-        arms_section(library)
+        ab_section(task.name, ctx.library)
     labelling_section(traces)
     rules_section(task)
     harvest_section(task.name, ctx.library, chosen)

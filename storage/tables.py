@@ -519,8 +519,9 @@ class AbExperiment(SQLModel, table=True):
     ended_at: datetime | None = None
     ended_by: str | None = None
     end_reason: str | None = _text()
-    final: dict | None = _json()  # the verdict when it ended
-    decided: dict | None = _json()  # the verdict when the candidate was found better (ab.decided, raised once)
+    # SQL NULL, not JSON null, while unset: the guard marks `decided` once with a conditional UPDATE (IS NULL)
+    final: dict | None = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))  # when it ended
+    decided: dict | None = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))  # ab.decided
 
 
 class OtlpService(SQLModel, table=True):

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from sqlmodel import Session, select
 
+from core.cli.ab import cmd_ab_status
 from core.cli.base import engine_of
 from core.errors import InvalidInput
 from core.records.api_keys import create_key, key_writes_to, list_keys, revoke_key
@@ -153,10 +154,12 @@ def cmd_production_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    if args.status:
+        return cmd_ab_status(args)
     engine = engine_of(args)
     label = None if args.off else args.label
     if label is None and not args.off:
-        raise InvalidInput("ab: name the candidate label, or give --off")
+        raise InvalidInput("ab: name the candidate label, give --off, or --status to see the experiment")
     set_ab_split(engine, args.task, args.library, label, 0.0 if args.off else args.share, "cli")
     print("A/B split ended" if args.off else f"{args.share:.0%} of users get {label!r}; the rest production")
     return 0

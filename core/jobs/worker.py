@@ -177,6 +177,20 @@ def delivering(engine: Engine, owner: str, every: float | None = None):
 
 
 @contextmanager
+def guarding(engine: Engine, every: float | None = None):
+    """Run the A/B guard (core/records/ab_verdict.py) every `every` seconds (GUARD_EVERY_S) while the worker serves:
+    a significantly worse candidate's split ends, a significantly better one is announced, whoever scored it."""
+    from core.records.ab_verdict import GUARD_EVERY_S, guard_experiments
+
+    def check() -> None:
+        for line in guard_experiments(engine):
+            log.info(line)
+
+    with _repeating("ab-guard", every or GUARD_EVERY_S, check, "A/B guard pass failed", join_timeout=1):
+        yield
+
+
+@contextmanager
 def _repeating(name: str, every: float, action: Callable[[], object], failure: str,
                join_timeout: float | None = None):
     """Run `action` every `every` seconds in a daemon thread while the block runs. A failed pass is logged and
@@ -368,7 +382,8 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
         previous = {signum: signal.signal(signum, stop.on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     log.info("worker %s started", owner)
     try:
-        with heartbeat(engine, owner, lambda: stop.lease), delivering(engine, owner):  # the job held, never "idle"
+        with (heartbeat(engine, owner, lambda: stop.lease),  # the job held, never "idle"
+              delivering(engine, owner), guarding(engine)):
             while True:
                 lease = claim_next(engine, owner)
                 if lease is None:

@@ -12,7 +12,7 @@ from sqlmodel import Session
 from storage.tables import AuditEvent, Library, LibraryLabel, LibraryVersion
 
 KINDS = {"libraryversion": "version", "librarylabel": "label", "apikey": "API key",
-         "webhookendpoint": "webhook", "webhookdelivery": "webhook delivery"}
+         "webhookendpoint": "webhook", "webhookdelivery": "webhook delivery", "abexperiment": "A/B experiment"}
 
 
 def object_names(session: Session, events: Iterable[AuditEvent]) -> dict[int, str]:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.domain.draws import stable_fraction
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
 from core.errors import InvalidInput, NotFound
 from core.records import versions
+from core.records.ab_experiments import CANDIDATE, served_arm, split_changed
 from core.records.people import require_role
 from core.records.selection import selection_of
 from core.records.tasks import get_task
@@ -170,15 +170,17 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
 
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:
     """The label that serves this user under the library's A/B split, or None when no split applies."""
-    if label != PRODUCTION or not user_id or not library.ab_label or not library.ab_share:
+    if label != PRODUCTION or not library.ab_label:
         return None
-    return library.ab_label if stable_fraction(f"{library.id}:{user_id}") < library.ab_share else PRODUCTION
+    arm = served_arm(library.id, library.ab_share, user_id)
+    return library.ab_label if arm == CANDIDATE else arm
 
 
 def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str | None, share: float,
                  actor: str) -> None:
     """Serve `label`'s version to a `share` of users in place of production (None or share 0 ends the
-    split); an admin's decision, as moving production is."""
+    split); an admin's decision, as moving production is. Each change ends the running A/B experiment and starts the
+    next one while the split is on (core/records/ab_experiments.py)."""
     if label is not None and not 0 <= share < 1:
         raise InvalidInput("the A/B share is a fraction from 0 up to (not including) 1")
     if label == PRODUCTION:
@@ -196,6 +198,7 @@ def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str |
         session.add(library)
         session.add(AuditEvent(actor=actor, action="library.ab_split", object_type="library", object_id=library.id,
                                before=before, after={"label": library.ab_label, "share": library.ab_share}))
+        split_changed(session, library, before, actor)
 
 
 def _served(task: Task, library: Library, version: LibraryVersion, label: str | None,

@@ -29,6 +29,7 @@ from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
 from core.domain.metrics import Z95, mean_interval
 from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
+from core.records.ab_experiments import Stamps, stamp
 from core.records.api_keys import KeyUse, key_scope
 from core.records.api_limits import charge_stored
 from core.records.people import require_role
@@ -158,13 +159,13 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
                 problems.append({"position": position, "id": trace.id, "reason": str(exc)})
         if problems:
             raise BatchRefused(problems)
-        seen = _known_ids(session, resolved)
+        seen, stamps = _known_ids(session, resolved), Stamps.new()
         stored = size = 0
         for trace, task, library, version, label in resolved:
             if (task.id, trace.id) in seen:
                 continue
             seen.add((task.id, trace.id))
-            session.add(_row(trace, task, library, version, label, key))
+            session.add(stamp(session, _row(trace, task, library, version, label, key), stamps))
             stored += 1
             size += len(trace.model_dump_json())
         if key is not None and size:  # the key's bytes per day, the OTLP route's allowance too

@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 from core.domain import library_io
 from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_number, validate_ops
 from core.errors import Conflict, InvalidInput, NotFound, StaleVersion, StudioError
+from core.records.ab_experiments import label_moved as ab_label_moved
 from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
 from core.records.webhook_events import notify_label_moved
@@ -256,6 +257,7 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
         after |= approval.record
     elif reason.strip():
         after["reason"] = reason.strip()
+    ab_label_moved(session, version, name, before, actor, after)
     session.add(AuditEvent(actor=actor, action="label.move", object_type="librarylabel", object_id=label.id,
                            before=before, after=after))
     notify_label_moved(session, version, name, before, actor, after)

@@ -1,0 +1,204 @@
+"""A/B experiments (core/records/ab_experiments.py, ab_verdict.py): a split starts an experiment with fixed arms;
+only traces sent after its start, by the version their user's arm serves, count; a label move ends it and starts the
+next; the guard stops a worse candidate's split (ab.stopped) and announces a better one (ab.decided), whose verdict a
+promotion carries; `core ab --status --json` answers for users served through the API."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session, select
+
+from api.app import create_app
+from core.cli import main
+from core.records.ab_experiments import BEFORE_START, CANDIDATE, NO_USER, served_arm
+from core.records.ab_verdict import ab_status, guard_experiments
+from core.records.api_keys import create_key
+from core.records.serving import served_library, set_ab_split
+from core.records.tasks import DEMO_TASK
+from core.records.traces import TraceIn, ingest_traces
+from core.records.versions import PRODUCTION, import_library, promote, set_label
+from storage import queries
+from storage.tables import AbExperiment, AuditEvent, Library, Trace
+from tests.test_webhooks import endpoint, one_event, receiver  # noqa: F401  (the fixture)
+
+SHARE = 0.5
+
+
+@pytest.fixture
+def split(engine, demo_task):
+    """Production #1 and candidate #2, the split serving the candidate to half the users."""
+    production = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, str(production.number), PRODUCTION, "system")
+    candidate = import_library(engine, DEMO_TASK, "- Check the units.", "b.md", actor="system")
+    set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
+    set_ab_split(engine, DEMO_TASK, "default", "candidate", SHARE, "cli")
+    return production, candidate
+
+
+def library_of(engine) -> Library:
+    with Session(engine) as session:
+        return queries.library_by_name(session, queries.task_by_name(session, DEMO_TASK).id, "default")
+
+
+def users(engine, arm: str, count: int, prefix: str = "u") -> list[str]:
+    """User ids the split serves `arm` (the serving hash, as the API computes it)."""
+    library = library_of(engine)
+    found = [f"{prefix}{i}" for i in range(1000) if served_arm(library.id, SHARE, f"{prefix}{i}") == arm]
+    return found[:count]
+
+
+def post(engine, rows: list[dict]) -> None:
+    ingest_traces(engine, [TraceIn(task=DEMO_TASK, input=f"question {row['id']}", **row) for row in rows])
+
+
+def status(engine, **kwargs):
+    with Session(engine) as session:
+        return ab_status(session, DEMO_TASK, "default", **kwargs)
+
+
+def open_experiments(engine) -> list[AbExperiment]:
+    with Session(engine) as session:
+        return list(session.exec(select(AbExperiment).where(AbExperiment.ended_at.is_(None))))
+
+
+def test_an_experiment_counts_only_traces_sent_after_its_start_by_the_version_their_users_arm_serves(engine, split):
+    production, candidate = split
+    [experiment] = open_experiments(engine)
+    assert (experiment.production_version_id, experiment.candidate_version_id) == (production.id, candidate.id)
+    ours, theirs = users(engine, PRODUCTION, 12), users(engine, CANDIDATE, 12)
+    earlier = datetime.now(UTC) - timedelta(days=1)
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "score": 0.25}
+                  for i, user in enumerate(ours)]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "score": 0.75}
+            for i, user in enumerate(theirs)]
+         + [{"id": "old", "user_id": theirs[0], "version_id": candidate.id, "score": 0.0, "created_at": earlier},
+            {"id": "claims-candidate", "user_id": ours[0], "version_id": candidate.id, "score": 1.0},
+            {"id": "claims-production", "user_id": theirs[1], "label": PRODUCTION, "score": 0.0},
+            {"id": "no-user", "version_id": candidate.id, "score": 1.0}])
+    found = status(engine)
+    assert found.experiment == experiment.id and found.running
+    assert {arm["arm"]: (arm["version"], arm["scored traces"], arm["mean score"]) for arm in found.arms} == {
+        PRODUCTION: (f"#{production.number}", 12, 0.25), CANDIDATE: (f"#{candidate.number}", 12, 0.75)}
+    assert found.excluded == {BEFORE_START: 1, NO_USER: 1,
+                              "names another version than the production arm serves its user": 1,
+                              "names another version than the candidate arm serves its user": 1}
+    assert found.verdict.difference == pytest.approx(0.5) and found.verdict.decided
+    with Session(engine) as session:  # flagged, not refused: every trace is stored
+        assert len(session.exec(select(Trace)).all()) == 28
+
+
+def test_a_label_move_ends_the_experiment_and_the_next_ignores_the_version_its_arm_no_longer_serves(engine, split):
+    production, candidate = split
+    theirs = users(engine, CANDIDATE, 12)
+    post(engine, [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "score": 1.0}
+                  for i, user in enumerate(theirs)])
+    [first] = open_experiments(engine)
+    newer = import_library(engine, DEMO_TASK, "- Check the units twice.", "c.md", actor="system")
+    set_label(engine, DEMO_TASK, str(newer.number), "candidate", "ada")
+    with Session(engine) as session:
+        ended = session.get(AbExperiment, first.id)
+        actions = [e.action for e in session.exec(select(AuditEvent).where(
+            AuditEvent.object_type == "abexperiment").order_by(AuditEvent.id))]
+    assert ended.ended_at is not None
+    assert ended.end_reason == f"candidate moved from #{candidate.number} to #{newer.number} by ada"
+    assert actions == ["ab.start", "ab.end", "ab.start"]
+    [second] = open_experiments(engine)
+    assert second.candidate_version_id == newer.id and second.production_version_id == production.id
+    # a user of the candidate arm still on the cached #2: stored, not counted in the new experiment
+    post(engine, [{"id": "stale", "user_id": theirs[0], "version_id": candidate.id, "score": 0.0},
+                  {"id": "fresh", "user_id": theirs[1], "version_id": newer.id, "score": 0.5}])
+    now = status(engine)
+    assert now.experiment == second.id
+    assert {arm["arm"]: arm["scored traces"] for arm in now.arms} == {PRODUCTION: 0, CANDIDATE: 1}
+    assert now.excluded == {"names another version than the candidate arm serves its user": 1}
+    before = status(engine, experiment_id=first.id)  # the ended one keeps its traces
+    assert {arm["arm"]: arm["scored traces"] for arm in before.arms}[CANDIDATE] == 12 and not before.running
+    # moving a label onto the version its arm already serves changes nothing
+    set_label(engine, DEMO_TASK, str(newer.number), "candidate", "ada")
+    assert [e.id for e in open_experiments(engine)] == [second.id]
+    set_ab_split(engine, DEMO_TASK, "default", None, 0.0, "cli")
+    assert open_experiments(engine) == []
+    assert status(engine).end_reason == "the split was turned off by cli"
+
+
+def test_the_guard_stops_a_worse_candidates_split_and_says_so(engine, split, receiver):  # noqa: F811
+    production, candidate = split
+    secret = endpoint(engine, receiver, events=["ab.stopped"])
+    ours, theirs = users(engine, PRODUCTION, 40), users(engine, CANDIDATE, 40)
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "thumbs": "up"}
+                  for i, user in enumerate(ours)]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "thumbs": "down" if i % 5 else "up"}
+            for i, user in enumerate(theirs)])
+    assert status(engine).verdict.worse
+    done = guard_experiments(engine)
+    assert len(done) == 1 and "stopped" in done[0]
+    assert guard_experiments(engine) == []  # once
+    library = library_of(engine)
+    assert (library.ab_label, library.ab_share) == (None, None)
+    with Session(engine) as session:
+        assert served_library(session, DEMO_TASK, user_id=theirs[0]).version_id == production.id
+        actions = {e.action for e in session.exec(select(AuditEvent).where(AuditEvent.actor == "A/B guard"))}
+    assert actions == {"ab.stopped", "library.ab_split"}
+    ended = status(engine)
+    assert not ended.running and ended.end_reason.startswith("stopped by the guard")
+    payload = one_event(engine, receiver, secret, "ab.stopped")
+    data = payload["data"]
+    assert data["decided"] is True and data["high"] < 0 and data["candidate_version"] == f"#{candidate.number}"
+    assert data["link"].endswith("/production?task=arithmetic+word+problems&library=default")
+
+
+def test_a_better_candidate_is_announced_once_and_promoting_it_carries_the_verdict(engine, split):
+    production, candidate = split
+    ours, theirs = users(engine, PRODUCTION, 40), users(engine, CANDIDATE, 40)
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "thumbs": "down" if i % 5 else "up"}
+                  for i, user in enumerate(ours)]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "thumbs": "up"}
+            for i, user in enumerate(theirs)])
+    assert len(guard_experiments(engine)) == 1 and guard_experiments(engine) == []
+    [experiment] = open_experiments(engine)
+    assert experiment.decided["decided"] is True and experiment.decided["low"] > 0
+    assert library_of(engine).ab_label == "candidate"  # a better candidate is not stopped
+    promote(engine, candidate.id, "cli", reason="the A/B experiment decided")
+    with Session(engine) as session:
+        move = session.exec(select(AuditEvent).where(AuditEvent.action == "label.move")
+                            .order_by(AuditEvent.id.desc())).first()
+        ended = session.get(AbExperiment, experiment.id)
+    assert move.after["ab"]["experiment"] == experiment.id and move.after["ab"]["promoted_candidate"] is True
+    assert move.after["ab"]["verdict"]["low"] == experiment.decided["low"]
+    assert ended.end_reason.startswith(f"production moved from #{production.number} to #{candidate.number}")
+    [next_one] = open_experiments(engine)  # the split stays on: both arms now serve the candidate
+    assert next_one.production_version_id == next_one.candidate_version_id == candidate.id
+
+
+def test_ab_status_json_for_users_served_through_the_api(engine, split, capsys, database_url):
+    """Users fetch `production` with `&user=ID`; each trace is posted with the version its user was served."""
+    production, candidate = split
+    read = create_key(engine, "agent-read", "read", "cli").secret
+    ingest = create_key(engine, "agent-ingest", "ingest", "cli", any_task=True).secret
+    app = create_app(engine)
+    reader = TestClient(app, headers={"Authorization": f"Bearer {read}"})
+    writer = TestClient(app, headers={"Authorization": f"Bearer {ingest}"})
+    served = {f"user-{i}": reader.get(f"/v1/tasks/{DEMO_TASK}/libraries/default",
+                                      params={"label": "production", "user": f"user-{i}"}).json() for i in range(60)}
+    traces = [{"id": f"t{i}", "task": DEMO_TASK, "version_id": body["version_id"], "user_id": user,
+               "input": f"question {i}", "thumbs": "up" if body["arm"] == "candidate" or i % 2 else "down"}
+              for i, (user, body) in enumerate(served.items())]
+    assert writer.post("/v1/traces", json={"traces": traces}).status_code == 200
+    code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status", "--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert code == 0
+    arms = {arm["arm"]: arm for arm in figures["arms"]}
+    counts = {arm: sum(1 for body in served.values() if (body["arm"] or PRODUCTION) == arm)
+              for arm in (PRODUCTION, CANDIDATE)}
+    assert {arm: row["scored traces"] for arm, row in arms.items()} == counts and figures["excluded"] == {}
+    assert arms[CANDIDATE]["version"] == f"#{candidate.number}" and arms[CANDIDATE]["mean score"] == 1.0
+    assert figures["difference"] == pytest.approx(1.0 - arms[PRODUCTION]["mean score"], abs=1e-3)
+    assert figures["low"] < figures["difference"] < figures["high"]
+    assert figures["decided"] is (figures["low"] > 0 or figures["high"] < 0)
+    code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"#{candidate.number}" in out and "anytime-valid" in out and "decided:" in out

@@ -1,0 +1,102 @@
+"""The Production page's A/B section: the experiment's figures as core.records.ab_verdict.ab_status gives them (the
+same `core ab --status` prints), the difference planned for, why traces were left out, how the last experiments
+ended, and Promote (the guarded dialog) once the candidate is decided better.
+
+Not a page itself (ui/, not pages/); state changes go through `core`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from sqlmodel import Session
+
+from core.records.ab_experiments import experiments
+from core.records.ab_verdict import EFFECT, AbStatus, ab_status
+from core.records.promotion import PRODUCTION
+from storage import queries
+from storage.tables import as_utc
+from ui.common import Flash, allowed, engine, plain, role_note
+from ui.display import table
+from ui.promote import PromoteDialog
+
+FLASH = Flash("production_ab_flash")
+PROMOTE = PromoteDialog("production_ab", FLASH, "ab")
+
+
+def ask_promote(version_id: int, reason: str) -> None:
+    """Open the guarded dialog with the A/B verdict as the reason it asks for when no offline comparison exists."""
+    PROMOTE.ask(version_id)
+    st.session_state[PROMOTE.reason_key] = reason
+
+
+def ab_section(task_name: str, library_name: str) -> None:
+    """The library's running (or newest) A/B experiment; nothing when it never had one and no split is on."""
+    effect = st.session_state.get("production_ab_effect") or EFFECT
+    with Session(engine()) as session:
+        status = ab_status(session, task_name, library_name, effect=float(effect))
+        task = queries.task_by_name(session, task_name)
+        library = queries.library_by_name(session, task.id, library_name) if task else None
+        past = experiments(session, library.id) if library else []
+        numbers = queries.version_numbers(session, sorted({v for e in past for v in (e.production_version_id,
+                                                                                      e.candidate_version_id)}))
+    if status.experiment is None:
+        if library is not None and library.ab_label:
+            st.subheader("A/B experiment", anchor=False)
+            st.info(plain(f"The split serves {library.ab_label!r}, but no experiment runs: production or that label "
+                          "points at no version yet."))
+        return
+    st.subheader(f"A/B experiment {status.experiment}: production vs {status.candidate_label}", anchor=False)
+    FLASH.show("ab")
+    started = f"{as_utc(status.started_at):%Y-%m-%d %H:%M} UTC"
+    if status.running:
+        st.caption(f"Since {started}: {status.share:.0%} of user ids are served {status.candidate_label!r}, by a stable "
+                   "hash of the id. Only traces sent after the start, with the user id the library was fetched with "
+                   "and the version that user's arm serves, count; a label move ends the experiment and starts the "
+                   "next. The interval is anytime-valid: it may be read at any time, as often as you like.")
+    else:
+        st.warning(plain(f"Experiment {status.experiment} (since {started}) ended "
+                         f"{as_utc(status.ended_at):%Y-%m-%d %H:%M} UTC: {status.end_reason}"))
+    _figures(status)
+    _promote(status)
+    if len(past) > 1:
+        st.caption("Earlier experiments")
+        table([{"experiment": e.id, "production": f"#{numbers.get(e.production_version_id, '?')}",
+                "candidate": f"{e.candidate_label} #{numbers.get(e.candidate_version_id, '?')}",
+                "started": f"{as_utc(e.started_at):%Y-%m-%d %H:%M}",
+                "ended": f"{as_utc(e.ended_at):%Y-%m-%d %H:%M}" if e.ended_at else "running",
+                "why it ended": e.end_reason or ""} for e in past if e.id != status.experiment],
+              key="production_ab_past")
+
+
+def _figures(status: AbStatus) -> None:
+    table([{key: arm[key] for key in ("arm", "label", "version", "scored traces", "mean score")}
+           for arm in status.arms], key="production_arms_table")
+    found = status.verdict
+    left, middle, right = st.columns(3)
+    left.metric("Candidate − production", "-" if found.difference is None else f"{found.difference:+.3f}")
+    middle.metric(f"{1 - found.alpha:.0%} anytime-valid interval",
+                  "-" if found.low is None else f"[{found.low:+.3f}, {found.high:+.3f}]")
+    right.metric("Decided", "yes" if found.decided else "no")
+    shown = st.success if found.better else st.error if found.worse else st.info
+    shown(plain(status.words))
+    if status.excluded:
+        st.caption("Left out of the comparison (stored, and counted everywhere else): " + "; ".join(
+            f"{count} {reason}" for reason, count in sorted(status.excluded.items())))
+    if status.running:
+        st.number_input("Difference to plan for", min_value=0.01, max_value=0.5, value=EFFECT, step=0.01,
+                        key="production_ab_effect",
+                        help="How many more scored traces a true difference of this size needs, at the current rate")
+
+
+def _promote(status: AbStatus) -> None:
+    if not (status.running and status.verdict.better):
+        return
+    candidate = next(arm for arm in status.arms if arm["arm"] != PRODUCTION)
+    if not allowed("admin"):
+        role_note("admin", "promoting the candidate")
+        return
+    if PROMOTE.pending() == candidate["version_id"]:
+        PROMOTE.draw(candidate["version_id"], candidate["version"])
+        return
+    st.button(f"Promote {candidate['version']}", key="production_ab_promote", type="primary", on_click=ask_promote,
+              args=(candidate["version_id"], f"A/B experiment {status.experiment}: {status.words}"))
