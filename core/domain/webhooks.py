@@ -23,8 +23,6 @@ EVENTS: dict[str, str] = {
     "production.moved": "the production label moved: from which version to which, by whom, why",
     "ab.stopped": "an A/B candidate was significantly worse: the guard ended the split (with the figure)",
     "ab.decided": "an A/B candidate is significantly better (with the figure and a link to Promote)",
-    "ab.stopped": "an A/B candidate was significantly worse: the guard ended the split (with the figure)",
-    "ab.decided": "an A/B candidate is significantly better (with the figure and a link to Promote)",
     "webhook.test": "a test message (the Test button, `core webhook test`); always sent",
 }
 
