@@ -9,6 +9,12 @@ One client posts protobuf bodies of 1, 100 and 1,000 spans (each span a chat cal
 conventions, ~700 bytes of messages, a fresh trace id, so every span is stored), one request at a time. It
 prints spans per second, the ratio to the bare route, and each request's p50/p99 latency. Client and servers
 share the machine's cores, so the figures are a floor.
+
+    PYTHONPATH=. python bench/otlp_ingest.py --amplification [--repeat 3]
+
+posts issue 51's request (about 351 KB of OTLP/JSON: 1,000 minimal spans under one resource carrying a
+99,000-character attribute) to the route in-process over a fresh SQLite file, and prints the file's size
+before and after (WAL checkpointed): what one such request costs the disk.
 """
 
 from __future__ import annotations
@@ -81,6 +87,50 @@ def body(spans: int) -> bytes:
             attribute("gen_ai.usage.output_tokens", 30), attribute("gen_ai.input.messages", messages_in),
             attribute("gen_ai.output.messages", messages_out), attribute("gen_ai.conversation.id", f"c{i % 50}")])
     return request.SerializeToString()
+
+
+def amplifying_body(spans: int = 1000, resource_chars: int = 99_000) -> bytes:
+    """Issue 51's request: minimal model-call spans (OpenInference's input.value) under one resource that
+    carries a 99,000-character attribute, as compact OTLP/JSON (tests/test_otlp_locks.py posts the same)."""
+    def span(i: int) -> dict:
+        return {"traceId": secrets.token_hex(16), "spanId": secrets.token_hex(8), "name": "c",
+                "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
+                "attributes": [{"key": "input.value", "value": {"stringValue": f"q{i}"}}]}
+    return json.dumps({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "agent"}},
+                                    {"key": "tfgrpo.task", "value": {"stringValue": DEMO_TASK}},
+                                    {"key": "padding", "value": {"stringValue": "x" * resource_chars}}]},
+        "scopeSpans": [{"scope": {"name": "s"}, "spans": [span(i) for i in range(spans)]}]}]},
+        separators=(",", ":")).encode()
+
+
+def file_bytes(engine) -> int:
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = Path(engine.url.database)
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def amplification(repeat: int) -> None:
+    """The SQLite file's growth from `repeat` posts of the amplifying request."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine, key = prepared(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        client = TestClient(create_app(engine), headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        before = file_bytes(engine)
+        print(f"database before: {before:,} bytes")
+        for n in range(repeat):
+            payload = amplifying_body()
+            started = time.perf_counter()
+            response = client.post("/otlp/v1/traces", content=payload)
+            took = time.perf_counter() - started
+            print(f"request {n + 1}: {len(payload):,} bytes -> {response.status_code} in {took:.2f} s; database "
+                  f"{file_bytes(engine):,} bytes (+{file_bytes(engine) - before:,})")
+        engine.dispose()
 
 
 def bare_app():
@@ -193,7 +243,13 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("TFGRPO_TEST_DATABASE_URL"),
                         help="a PostgreSQL server URL (default $TFGRPO_TEST_DATABASE_URL); none: SQLite only")
     parser.add_argument("--bare-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--amplification", action="store_true", help="the database's growth from issue 51's "
+                        "351 KB request, instead of the throughput")
+    parser.add_argument("--repeat", type=int, default=1, help="with --amplification: posts of the request")
     args = parser.parse_args()
+    if args.amplification:
+        amplification(args.repeat)
+        return
     if args.bare_port:
         import uvicorn
 

@@ -1,0 +1,177 @@
+"""The OTLP door against a careless or hostile sender (issue 51): a large resource is stored once, not per span;
+what one request and one key may store is capped; a key bound to a task writes only there; a message value
+nested 5,000 deep or malformed refuses its span, never the request; a model call with no message read is held
+and shown. Spans are the real SDK's, encoded by its own OTLP encoder (tests/otlp_support.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+
+import pytest
+from fastapi.testclient import TestClient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from sqlmodel import Session, select
+
+from api.app import create_app
+from core.records.api_keys import create_key
+from core.records.otlp_held import held_services, held_spans
+from core.records.tasks import DEMO_TASK, ensure_demo_tasks
+from core.records.versions import import_library, set_label
+from core.settings import get_settings
+from storage.tables import OtlpResource, Task, Trace
+from tests.otlp_support import JSON, PROTOBUF, chat_span, sdk_request
+
+ROUTE = "/otlp/v1/traces"
+
+
+@pytest.fixture
+def production(engine, demo_task):
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
+    return version
+
+
+def keyed(engine, **binding) -> TestClient:
+    secret = create_key(engine, f"agent-{secrets.token_hex(3)}", "ingest", "cli", **binding).secret
+    return TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})
+
+
+def stored(engine) -> list[Trace]:
+    with Session(engine) as session:
+        return list(session.exec(select(Trace).order_by(Trace.id)))
+
+
+def answer(response) -> ExportTraceServiceResponse:
+    parsed = ExportTraceServiceResponse()
+    parsed.ParseFromString(response.content)
+    return parsed
+
+
+def amplifying_request(spans: int = 1000, resource_chars: int = 99_000) -> bytes:
+    """The issue's request: minimal model-call spans (OpenInference's input.value) under one resource that
+    carries a 99,000-character attribute, as compact OTLP/JSON (about 351 KB)."""
+    def span(i: int) -> dict:
+        return {"traceId": secrets.token_hex(16), "spanId": secrets.token_hex(8), "name": "c",
+                "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
+                "attributes": [{"key": "input.value", "value": {"stringValue": f"q{i}"}}]}
+    return json.dumps({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "agent"}},
+                                    {"key": "padding", "value": {"stringValue": "x" * resource_chars}}]},
+        "scopeSpans": [{"scope": {"name": "s"}, "spans": [span(i) for i in range(spans)]}]}]},
+        separators=(",", ":")).encode()
+
+
+def database_bytes(engine) -> int:
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = engine.url.database
+    return os.path.getsize(path) + (os.path.getsize(path + "-wal") if os.path.exists(path + "-wal") else 0)
+
+
+def test_the_351_kb_request_grows_the_database_by_at_most_10_mb(engine, production):
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the file's size is SQLite's")
+    body = amplifying_request()
+    assert 330_000 < len(body) < 360_000
+    client = keyed(engine, task=DEMO_TASK)
+    before = database_bytes(engine)
+    response = client.post(ROUTE, content=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    grown = database_bytes(engine) - before
+    assert len(stored(engine)) == 1000
+    assert grown <= 10_000_000, f"the database grew by {grown} bytes"
+    with Session(engine) as session:
+        [resource] = session.exec(select(OtlpResource)).all()
+        assert len(resource.attributes["padding"]) == 99_000
+        assert {row.meta["otlp"]["resource_hash"] for row in stored(engine)} == {resource.hash}
+
+
+def test_what_one_request_and_one_key_may_store_is_capped(engine, production, monkeypatch):
+    monkeypatch.setenv("TFGRPO_INGEST_KEY_DAILY_BYTES", "20000")
+    monkeypatch.setenv("TFGRPO_OTLP_MAX_SPANS", "50")
+    get_settings.cache_clear()
+    try:
+        client = keyed(engine, task=DEMO_TASK)
+        too_many = sdk_request(lambda tracer: [chat_span(tracer, f"q{i}") for i in range(51)])
+        refused = client.post(ROUTE, content=too_many.SerializeToString(), headers=PROTOBUF)
+        assert refused.status_code == 413 and "at most 50" in refused.json()["error"]
+        day = [client.post(ROUTE, content=sdk_request(lambda tracer: [chat_span(tracer, f"day {n}.{i}")
+                                                                      for i in range(10)]).SerializeToString(),
+                           headers=PROTOBUF) for n in range(4)]
+        assert [response.status_code for response in day][:1] == [200]
+        assert 429 in [response.status_code for response in day]
+        over = next(response for response in day if response.status_code == 429)
+        assert "TFGRPO_INGEST_KEY_DAILY_BYTES" in over.json()["error"] and int(over.headers["Retry-After"]) >= 1
+        kept = len(stored(engine))
+        assert kept == 10 * sum(response.status_code == 200 for response in day)
+        other = keyed(engine, task=DEMO_TASK)  # another key's allowance is its own
+        assert other.post(ROUTE, content=sdk_request(lambda tracer: chat_span(tracer, "fresh")).SerializeToString(),
+                          headers=PROTOBUF).status_code == 200
+    finally:
+        get_settings.cache_clear()
+
+
+def test_a_bound_key_cannot_write_into_another_task(engine, production):
+    ensure_demo_tasks(engine)
+    with Session(engine) as session:
+        other = next(task.name for task in session.exec(select(Task)) if task.name != DEMO_TASK)
+    client = keyed(engine, task=DEMO_TASK)
+    request = sdk_request(lambda tracer: [chat_span(tracer, "mine"), chat_span(tracer, "theirs", **{
+        "tfgrpo.task": other})])
+    response = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
+    partial = answer(response).partial_success
+    assert response.status_code == 200 and partial.rejected_spans == 1
+    assert f"writes only to task {DEMO_TASK!r}" in partial.error_message
+    unnamed = sdk_request(lambda tracer: chat_span(tracer, "no task named"), resource={"service.name": "unmapped"})
+    assert client.post(ROUTE, content=unnamed.SerializeToString(), headers=PROTOBUF).status_code == 200
+    rows = stored(engine)
+    assert [row.input for row in rows] == ["mine", "no task named"]
+    with Session(engine) as session:
+        assert {session.get(Task, row.task_id).name for row in rows} == {DEMO_TASK}
+    refused = client.post("/v1/traces", json={"traces": [{"id": "t-1", "task": other, "label": "production",
+                                                            "input": "x", "output": "y"}]})
+    assert refused.status_code == 422 and f"writes only to task {DEMO_TASK!r}" in json.dumps(refused.json())
+    assert len(stored(engine)) == 2
+    assert client.patch("/v1/traces/t-0", json={"task": other, "score": 0.1}).status_code == 422
+
+
+def test_an_ingest_key_writes_anywhere_only_when_an_admin_chose_it(engine, demo_task):
+    from core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="bound to a task"):
+        create_key(engine, "agent", "ingest", "cli")
+    with pytest.raises(InvalidInput, match="bound to a task"):
+        create_key(engine, "agent", "ingest", "cli", task=DEMO_TASK, any_task=True)
+    assert create_key(engine, "agent", "ingest", "cli", any_task=True).role == "ingest"
+
+
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, "not json at all", json.dumps({"role": "user"})])
+def test_a_deep_or_malformed_message_value_refuses_its_span_not_the_request(engine, production, value):
+    client = keyed(engine, task=DEMO_TASK)
+    request = sdk_request(lambda tracer: [chat_span(tracer, "good one"), chat_span(tracer, "bad one", **{
+        "gen_ai.input.messages": value})])
+    response = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
+    assert response.status_code == 200
+    partial = answer(response).partial_success
+    assert partial.rejected_spans == 1 and "gen_ai.input.messages" in partial.error_message
+    assert [row.input for row in stored(engine)] == ["good one"]
+
+
+def test_a_model_call_with_no_message_read_is_held_and_shown_never_dropped(engine, production):
+    client = keyed(engine, task=DEMO_TASK)
+
+    def opaque(tracer) -> None:
+        with tracer.start_as_current_span("chat gpt-x") as span:
+            span.set_attribute("gen_ai.request.model", "gpt-x")
+            span.set_attribute("gen_ai.usage.input_tokens", 7)
+    response = client.post(ROUTE, content=sdk_request(opaque, resource={"service.name": "opaque-agent"})
+                           .SerializeToString(), headers=PROTOBUF)
+    assert response.status_code == 200 and "1 span(s) held" in answer(response).partial_success.error_message
+    assert stored(engine) == []
+    with Session(engine) as session:
+        [row] = held_services(session)
+        assert (row["service"], row["held (unreadable)"]) == ("opaque-agent", 1)
+        [span] = held_spans(session)
+        assert span.span["attributes"]["gen_ai.request.model"] == "gpt-x"
