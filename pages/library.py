@@ -251,12 +251,36 @@ def import_upload(filename: str, data: bytes, ctx: Context | None = None) -> Out
 # ---------------------------------------------------------------------------------------------- callbacks
 
 
+def follow_new_version() -> None:
+    """After a change that created a version: every version picker names the new one (the diff's From its
+    parent, Revert the version it replaced), set here in the callback, before they are drawn. Popping their keys
+    instead let the browser keep showing the old number while the page worked on the new version: a download
+    named after one version under a picker that said another, a label moved to the version not shown."""
+    ctx = context()
+    with Session(engine()) as session:
+        task = queries.task_by_name(session, ctx.task) if ctx.task else None
+        library = queries.library_by_name(session, task.id, ctx.library) if task else None
+        newest = queries.latest_version(session, library.id) if library else None
+    stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
+    for key in (*FOLLOW_LATEST_KEYS, *stale):
+        st.session_state.pop(key, None)
+    if newest is None:
+        return
+    for key in FOLLOW_LATEST_KEYS:
+        st.session_state[key] = newest.id
+    if newest.parent_id is not None:
+        st.session_state["lib_diff_from"] = st.session_state["lib_revert_version"] = newest.parent_id
+    else:
+        st.session_state.pop("lib_revert_version", None)
+
+
+CREATES_VERSION = ("edit", "revert", "import")  # the sections whose every success is a new version
+
+
 def _flash(section: str, outcome: Outcome) -> None:
     FLASH.set(section, outcome)
-    if outcome.ok:
-        stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
-        for key in (*FOLLOW_LATEST_KEYS, *stale):
-            st.session_state.pop(key, None)
+    if outcome.ok and section in CREATES_VERSION:
+        follow_new_version()
 
 
 EDIT_BASE_KEY = "lib_edit_base_version"
@@ -367,10 +391,7 @@ def _on_remove_hurting(version_id: int) -> None:
                          report=lambda new: f"Created version #{new.number} without the experiences "
                                             "that hurt.")
     if version is not None:
-        stale = [key for key in st.session_state if str(key).startswith("lib_edit_text_")]
-        for key in (*FOLLOW_LATEST_KEYS, *stale):
-            st.session_state.pop(key, None)
-        st.session_state["lib_text_version"] = version.id
+        follow_new_version()
 
 
 def _on_measure_request(change, run_id: int, done: str) -> None:
@@ -383,8 +404,12 @@ def _on_measure_request(change, run_id: int, done: str) -> None:
 
 
 def version_select(label: str, key: str, ids: list[int], data: PageData, default: int | None = None) -> int:
-    index = ids.index(default) if default in ids else 0
-    return st.selectbox(label, ids, index=index, key=key, format_func=lambda i: version_option(data.by_id.get(i)))
+    """A version picker whose choice lives in session state (follow_new_version sets it after a change), starting
+    from `default` (else the newest)."""
+    keep_valid_choice(key, ids)
+    if default in ids:
+        st.session_state.setdefault(key, default)
+    return st.selectbox(label, ids, key=key, format_func=lambda i: version_option(data.by_id.get(i)))
 
 
 def draw_versions(data: PageData) -> None:
