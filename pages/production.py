@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from core.grpo.training import create_run
 from core.records.otlp import map_service, other_spans, service_map, unmapped_services
+from core.records.production_scoring import SOURCES, cannot_score, judge_summary, rules_words, score_source
 from core.records.run_settings import RunSettings
 from core.records.traces import (
     any_trace,
@@ -28,6 +29,7 @@ from core.records.traces import (
     lowest_scored,
     set_rules,
     task_traces,
+    thumbs_word,
     trace_output,
     trace_rows,
     trace_score,
@@ -35,7 +37,7 @@ from core.records.traces import (
 )
 from core.records.versions import PRODUCTION
 from storage import queries
-from storage.statuses import LabelStatus
+from storage.statuses import LabelStatus, TraceJudgeStatus
 from ui.ab import ab_section
 from ui.common import (
     Flash,
@@ -88,9 +90,11 @@ def start_update(task_name: str, library: str) -> None:
 
 
 def save_rules(task_name: str) -> None:
-    rules = {"below": st.session_state.get("production_below"), "share": st.session_state.get("production_share")}
+    rules = {"below": st.session_state.get("production_below"), "share": st.session_state.get("production_share"),
+             "judge_share": st.session_state.get("production_judge_share"),
+             "judge_ab": bool(st.session_state.get("production_judge_ab"))}
     run_action(FLASH, "rules", set_rules, engine(), task_name, {k: v for k, v in rules.items() if v},
-               context().reviewer, success="Labelling rules saved; later traces follow them.")
+               context().reviewer, success="Rules saved; later traces follow them.")
 
 
 SCALE = {"1": 0.0, "2": 0.25, "3": 0.5, "4": 0.75, "5": 1.0}
@@ -118,13 +122,26 @@ def labelling_section(traces: list) -> None:
         return
     trace = waiting[-1]  # the oldest first
     st.caption(f"Trace {trace.client_id} · sent score {trace.score if trace.score is not None else '-'} · "
-               f"{trace.segment or 'no segment'}")
+               f"thumbs {thumbs_word(trace) or '-'} · {trace.segment or 'no segment'}")
     show_long(trace.input, f"production_label_in_{trace.id}")
     show_long(trace_output(trace), f"production_label_out_{trace.id}")
+    sent_feedback(trace)
     left, right = st.columns([3, 1], vertical_alignment="bottom")
     left.radio("Score (1 wrong or unusable ... 5 fully right)", list(SCALE), horizontal=True, index=None,
                key=f"production_label_{trace.id}")
     right.button("Save label", key="production_save_label", type="primary", on_click=save_label, args=(trace.id,))
+
+
+def sent_feedback(trace) -> None:
+    """What the trace's user and the task's judge said about it, beside the answer a person scores: the comment
+    the agent sent (as text: it is the user's), and an unsure judge's suggestion with its reason."""
+    if trace.comment:
+        st.caption(f"Comment the agent sent (thumbs {thumbs_word(trace) or '-'})")
+        show_long(trace.comment, f"production_label_comment_{trace.id}")
+    if trace.judge_status == TraceJudgeStatus.UNSURE:
+        suggestion = "-" if trace.judge_score is None else f"{trace.judge_score:.2f}"
+        st.caption(f"The task's judge was unsure (its suggestion {suggestion}); its reason:")
+        show_long(trace.judge_detail or "", f"production_label_judge_{trace.id}")
 
 
 def filters(task_id: int, versions: dict[int, int]) -> dict:
@@ -218,7 +235,8 @@ def page() -> None:
     current = require_task()
     ctx, task = current.ctx, current.task
     st.caption("Traces live agents posted to the HTTP API (`python -m core serve`, the client in client/). "
-               "A trace's score is a person's label if it has one, else the score or thumbs the agent sent.")
+               "A trace's score is a person's label if it has one, else the score or thumbs the agent sent, else "
+               "the task's judge's (the column *score by* says whose).")
     with Session(engine()) as session:
         versions = queries.trace_versions(session, task.id)
         library = queries.library_by_name(session, task.id, ctx.library)
@@ -256,7 +274,8 @@ def page() -> None:
         st.subheader("Lowest scored", anchor=False)
         for trace in lowest:
             with st.expander(f"{trace_score(trace):.2f} · {trace.client_id} · "
-                             f"{version_name(trace.version_id, versions)} · {trace.segment or 'no segment'}"):
+                             f"{version_name(trace.version_id, versions)} · {trace.segment or 'no segment'} · "
+                             f"score by {SOURCES[score_source(trace)]}"):
                 st.caption("Input")
                 show_long(trace.input, f"production_in_{trace.id}")
                 st.caption("Output")
@@ -273,20 +292,38 @@ def page() -> None:
 
 
 def rules_section(task) -> None:
-    st.subheader("Which traces go to people", anchor=False)
+    st.subheader("Which traces go to people, and which the judge scores", anchor=False)
     rules = task.production_rules or {}
     st.caption(f"Now: every trace scored under {rules.get('below', '-')} and {rules.get('share', 0):.0%} of the "
                "rest are marked for labelling.")
+    judge_section(task, rules)
     FLASH.show("rules")
     if not allowed("admin"):
         role_note("admin", "changing the labelling rules")
         return
-    left, right, button = st.columns([2, 2, 1], vertical_alignment="bottom")
+    left, right, share, arms, button = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
     left.number_input("Every trace scored under", min_value=0.0, max_value=1.0, step=0.1, key="production_below",
                       value=rules.get("below"), placeholder="none")
     right.number_input("Share of the rest", min_value=0.0, max_value=1.0, step=0.05, key="production_share",
                        value=float(rules.get("share", 0.0)))
+    share.number_input("Judge scores this share", min_value=0.0, max_value=1.0, step=0.05,
+                       key="production_judge_share", value=float(rules.get("judge_share", 0.0)),
+                       help="of every trace received from now on, a minute after it arrives; each call is in the "
+                            "ledger")
+    arms.checkbox("Judge every A/B trace without feedback", key="production_judge_ab",
+                  value=bool(rules.get("judge_ab")))
     button.button("Save rules", key="production_save_rules", on_click=save_rules, args=(task.name,))
+
+
+def judge_section(task, rules: dict) -> None:
+    """What the task's judge does with production traces, and what it has cost so far (the ledger's figure)."""
+    st.caption(rules_words(rules))
+    with Session(engine()) as session:
+        summary = judge_summary(session, task.id)
+    if summary.calls or summary.scored or summary.unsure:
+        st.caption(summary.words())
+    if reason := cannot_score(task):
+        st.caption(f"The task's reward cannot score production traces: {reason}.")
 
 
 def harvest_section(task_name: str, library: str, chosen: dict) -> None:
@@ -294,7 +331,8 @@ def harvest_section(task_name: str, library: str, chosen: dict) -> None:
     st.caption("Harvest adds the traces the filters above select (the last days, the score at most) as train "
                "samples, skipping any whose input a sample already has. An update from production starts a run "
                f"from the production version on those samples and {OLD_SHARE:.0%} of the old train split, with every "
-               "change reviewed; its gate compares each step with the version before it on validation queries. "
+               "change reviewed; its gate compares each step with the version before it on validation queries (the "
+               "validation split's, else old train samples': never a harvested one, each of which it trains on). "
                "Compare its result with production on the Evaluate page before you promote it.")
     FLASH.show("harvest")
     if not allowed("admin"):
