@@ -14,7 +14,7 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.roles import NO_ROLE, PERSON_ROLES
-from core.records.api_keys import API_ROLES, create_key, list_keys, revoke_key
+from core.records.api_keys import API_ROLES, create_key, key_writes_to, list_keys, revoke_key
 from core.records.people import ROLES, add_user, sign_in_required, update_user
 from storage import queries
 from ui.common import (
@@ -163,14 +163,19 @@ def manage_user(users: list) -> None:
     st.button("Set password", key=f"people_set_password_{user.id}", on_click=set_password, args=(name, user.id))
 
 
+ANY_TASK = "(any task: an admin's choice)"
 NEW_KEY = "people_new_api_key"  # the key just created, shown once and then dropped from the session
 
 
 def make_key() -> None:
     name, role = st.session_state.get("people_key_name", ""), st.session_state.get("people_key_role", "read")
     person = st.session_state.get("people_key_person")
+    where = st.session_state.get("people_key_task") if role == "ingest" else None
+    library = (st.session_state.get("people_key_library") or "").strip() or None
     made = run_action(FLASH, "keys", create_key, engine(), name, role, context().reviewer,
-                      person=None if person in (None, NO_PERSON) else person)
+                      person=None if person in (None, NO_PERSON) else person,
+                      task=None if where in (None, ANY_TASK) else where,
+                      library=library if where not in (None, ANY_TASK) else None, any_task=where == ANY_TASK)
     if made is not None:
         st.session_state[NEW_KEY] = made.secret
         st.session_state["people_key_name"] = ""
@@ -191,9 +196,11 @@ def api_keys_section() -> None:
         st.code(secret, language=None)
     with Session(engine()) as session:
         keys = list_keys(session)
+        tasks = {task.id: task.name for task in queries.list_tasks(session)}
         session.expunge_all()
     if keys:
-        table([{"id": k.id, "name": k.name, "role": k.role, "for": k.person or "", "starts with": k.prefix,
+        table([{"id": k.id, "name": k.name, "role": k.role, "for": k.person or "",
+                "writes to": key_writes_to(k, tasks), "starts with": k.prefix,
                 "created by": k.created_by,
                 "created at": k.created_at, "last used": k.last_used_at, "revoked at": k.revoked_at} for k in keys],
               column_config={"created at": DATETIME, "last used": DATETIME, "revoked at": DATETIME},
@@ -212,6 +219,13 @@ def api_keys_section() -> None:
     person_col.selectbox("For person", [NO_PERSON, *people], key="people_key_person",
                          help="A key for a person carries at most their role, checked at every request: a read key "
                               "needs a labeler, an ingest key a reviewer.")
+    task_col, library_col = st.columns([3, 2])
+    task_col.selectbox("An ingest key writes to task", [*tasks.values(), ANY_TASK], key="people_key_task", index=None,
+                       placeholder="choose (ingest keys)",
+                       help="Every trace and span the key sends is stored in this task, whatever it names; one naming "
+                            "another task is refused. Any task: what each trace or span names decides, so a leaked "
+                            "key can write anywhere. A read key writes nothing.")
+    library_col.text_input("Library (optional)", key="people_key_library", placeholder="any of that task's")
     right.button("Create key", key="people_key_create", type="primary", on_click=make_key)
     live = [k for k in keys if k.revoked_at is None]
     if live:

@@ -17,7 +17,8 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.grpo.training import create_run
-from core.records.otlp import map_service, other_spans, service_map, unmapped_services
+from core.records.otlp import map_service, other_spans, service_map, span_detail
+from core.records.otlp_held import UNREADABLE, held_services, held_spans
 from core.records.production_scoring import SOURCES, cannot_score, judge_summary, rules_words, score_source
 from core.records.run_settings import RunSettings
 from core.records.traces import (
@@ -190,8 +191,9 @@ def opened_trace(task_name: str, versions: dict[int, int]) -> None:
 
 def span_attributes(trace, key: str) -> None:
     """An OTLP trace's span as received (ids, scope, model, tokens, its attributes and resource), as text."""
-    otlp = (trace.meta or {}).get("otlp")
-    if isinstance(otlp, dict):
+    with Session(engine()) as session:
+        otlp = span_detail(session, trace)
+    if otlp is not None:
         st.caption(f"Span attributes (from {otlp.get('scope') or 'an unnamed scope'}; version from "
                    f"{otlp.get('version_from')})")
         show_long(json.dumps(otlp, indent=2, ensure_ascii=False, default=str), key, language="json")
@@ -201,23 +203,33 @@ def map_selected(task_name: str) -> None:
     service = st.session_state.get("production_map_service") or ""
     library = st.session_state.get("production_map_library") or "default"
     run_action(FLASH, "otlp", map_service, engine(), service, task_name, library, context().reviewer,
-               success=f"Spans of {service!r} now go to {task_name!r}.")
+               success=lambda mapped: mapped.words(service, task_name))
 
 
 def otlp_section(task_name: str, library: str) -> None:
-    """Spans received over OTLP that name no task, by service, and the map from services to tasks."""
+    """Spans received over OTLP held by service (their service maps to no task yet, or their messages cannot be
+    read), the newest unreadable ones as received, and the map from services to tasks."""
     with Session(engine()) as session:
-        waiting, mapped, other = unmapped_services(session), service_map(session), other_spans(session)
-    if not (waiting or mapped or other):
+        held, mapped, other = held_services(session), service_map(session), other_spans(session)
+        unreadable = held_spans(session, reason=UNREADABLE, limit=5)
+        session.expunge_all()
+    waiting = [row for row in held if row["held (not mapped)"]]
+    if not (held or mapped or other):
         return
     st.subheader("OpenTelemetry services", anchor=False)
     st.caption("Spans sent to /otlp/v1/traces that name no task (tfgrpo.task) go to the task their service.name is "
                f"mapped to. {other} span(s) held no model call with a user message and were counted, not stored.")
     FLASH.show("otlp")
-    if waiting:
-        st.warning(f"{sum(row['refused spans'] for row in waiting)} span(s) were refused because their service "
-                   "maps to no task; map the service to store its next spans.")
-        table(waiting, key="production_unmapped_table")
+    if held:
+        st.warning(f"{sum(row['held (not mapped)'] for row in held)} span(s) are held because their service maps "
+                   "to no task: map the service and they land in the task. "
+                   f"{sum(row['held (unreadable)'] for row in held)} model call(s) carried no message the studio "
+                   "reads (shown below). Past the bound the oldest are dropped and counted.")
+        table(held, key="production_unmapped_table")
+    for span in unreadable:
+        st.caption(f"Unreadable model call from {span.service} ({span.span.get('why') or UNREADABLE})")
+        show_long(json.dumps(span.span, indent=2, ensure_ascii=False, default=str),
+                  f"production_held_{span.id}", language="json")
     if mapped:
         table(mapped, key="production_services_table")
     if not allowed("admin"):

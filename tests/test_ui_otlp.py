@@ -1,6 +1,6 @@
 """The Production page over traces received by OTLP: where each came from (client or OTLP and the
-instrumentation's scope), "unknown version" shown as such, the span's attributes as text, and the services
-whose spans named no task, counted, with the admin's map from a service to the task."""
+instrumentation's scope), "unknown version" shown as such, the span's attributes and resource as text, and the
+spans held for services that map to no task, which land in the task when the admin maps the service."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def test_otlp_traces_show_their_source_unknown_version_and_attributes_and_a_serv
     assert "<b>otel question</b>" in codes and "**4**" in codes  # as text
     attributes = [code for code in codes if '"scope": "acme.agent"' in code]
     assert attributes and "conv-<i>9</i>" in attributes[0] and '"gen_ai.request.model": "stub"' in attributes[0]
-    unmapped = table_with(at, "refused spans")
-    assert unmapped.to_dict("records") == [{"service": "billing-agent", "refused spans": 1}]
+    assert '"service.name": "agent"' in attributes[0]  # the resource, stored once, shown with the span
+    held = table_with(at, "held (not mapped)")
+    assert held[["service", "held (not mapped)", "dropped past the bound"]].to_dict("records") == [
+        {"service": "billing-agent", "held (not mapped)": 1, "dropped past the bound": 0}]
 
     at.text_input(key="production_map_service").set_value("billing-agent")
     at.button(key="production_map").click()
@@ -53,3 +55,5 @@ def test_otlp_traces_show_their_source_unknown_version_and_attributes_and_a_serv
         mapped = session.get(OtlpService, "billing-agent")
     assert mapped is not None and mapped.library == "default"
     assert table_with(at, "task")["service"].tolist() == ["billing-agent"]
+    with Session(engine) as session:
+        assert session.exec(select(Trace).where(Trace.input == "lost")).one().task_id == otel.task_id

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.records.people import add_user, check_password
+from core.records.passwords import check_password
+from core.records.people import add_user
+from core.records.tasks import DEMO_TASK
 from storage.tables import ApiKey, AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
 from ui.common import AUTH_KEY, REVIEWER_KEY
@@ -175,10 +177,14 @@ def test_an_admin_creates_an_api_key_sees_it_once_and_revokes_it(engine):
     at.selectbox(key="people_key_role").set_value("ingest")
     at.button(key="people_key_create").click()
     at.run()
+    assert any("bound to a task" in e.value for e in at.error)  # an ingest key's task is chosen, never assumed
+    at.selectbox(key="people_key_task").set_value(DEMO_TASK)
+    at.button(key="people_key_create").click()
+    at.run()
     [shown] = [c.value for c in at.code if c.value.startswith("tfg_")]
     assert check_key(engine, shown, "ingest", "posting traces").name == "support bot"
     [table] = [d.value for d in at.dataframe if "starts with" in d.value.columns]
-    assert table[["name", "role"]].values.tolist() == [["support bot", "ingest"]]
+    assert table[["name", "role", "writes to"]].values.tolist() == [["support bot", "ingest", DEMO_TASK]]
     assert shown not in table.to_string()  # the table shows a prefix, never the key
     with Session(engine) as session:
         assert session.exec(select(ApiKey)).one().key_hash != shown
@@ -212,6 +218,7 @@ def test_admin_adds_a_person_of_the_provider_by_email_and_a_key_for_them_only_wi
 
     at.text_input(key="people_key_name").input("noa's agent")
     at.selectbox(key="people_key_role").set_value("ingest")
+    at.selectbox(key="people_key_task").set_value(DEMO_TASK)
     at.selectbox(key="people_key_person").set_value("noa@team.example")
     at.button(key="people_key_create").click().run()
     assert any("noa@team.example is a labeler; an ingest key needs a reviewer or above" in e.value for e in at.error)
