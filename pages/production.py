@@ -50,6 +50,7 @@ from ui.common import (
     role_note,
     run_action,
     run_page,
+    start_worker_if_needed,
 )
 from ui.display import show_long, table
 
@@ -96,6 +97,8 @@ def save_rules(task_name: str) -> None:
              "judge_ab": bool(st.session_state.get("production_judge_ab"))}
     run_action(FLASH, "rules", set_rules, engine(), task_name, {k: v for k, v in rules.items() if v},
                context().reviewer, success="Rules saved; later traces follow them.")
+    if rules["judge_share"] or rules["judge_ab"]:
+        start_worker_if_needed()  # the worker scores the traces the judge's rules choose
 
 
 SCALE = {"1": 0.0, "2": 0.25, "3": 0.5, "4": 0.75, "5": 1.0}

@@ -15,11 +15,12 @@ from core.errors import InvalidInput
 from core.grpo.production_scoring import score_production
 from core.jobs.worker import serve
 from core.models.gateway import Gateway
+from core.records.ab_experiments import CANDIDATE, served_arm
 from core.records.production_scoring import STAGE, judge_summary, score_source
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces, set_rules, trace_rows, trace_score
-from core.records.versions import import_library, set_label
+from core.records.versions import PRODUCTION, import_library, set_label
 from storage import queries
 from storage.db import session_scope
 from storage.tables import LLMCall, Task, Trace, utcnow
@@ -119,17 +120,23 @@ def test_a_trace_is_scored_once_however_often_and_however_many_passes_run(engine
 
 
 def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_without_feedback(engine, judged):
-    """`judge_ab`: every trace an A/B arm served without the user's feedback, and no other."""
+    """`judge_ab`: every trace that counts in the running A/B experiment and came without the user's feedback, and
+    no other (one with thumbs, one served by a version its user's arm does not serve, one without a user)."""
     candidate = import_library(engine, DEMO_TASK, "- Check the units.", "b.md", actor="system")
     set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "system")
-    other = import_library(engine, DEMO_TASK, "- Something else.", "c.md", actor="system")
     set_rules(engine, DEMO_TASK, {"judge_ab": True}, "cli")
+    library_id = judged.library_id
+    users = {arm: next(f"user-{n}" for n in range(100) if served_arm(library_id, 0.5, f"user-{n}") == arm)
+             for arm in (PRODUCTION, CANDIDATE)}
+    serves = {PRODUCTION: judged.id, CANDIDATE: candidate.id}
     ingest_traces(engine, [
-        TraceIn(id="prod", task=DEMO_TASK, label="production", input="q1", output="a"),
-        TraceIn(id="cand", task=DEMO_TASK, version_id=candidate.id, input="q2", output="a"),
-        TraceIn(id="thumbs", task=DEMO_TASK, label="candidate", input="q3", output="a", thumbs="up"),
-        TraceIn(id="outside", task=DEMO_TASK, version_id=other.id, input="q4", output="a")])
+        TraceIn(id="prod", task=DEMO_TASK, version_id=serves[PRODUCTION], user_id=users[PRODUCTION], input="q1"),
+        TraceIn(id="cand", task=DEMO_TASK, version_id=serves[CANDIDATE], user_id=users[CANDIDATE], input="q2"),
+        TraceIn(id="thumbs", task=DEMO_TASK, version_id=serves[CANDIDATE], user_id=users[CANDIDATE], input="q3",
+                thumbs="up"),
+        TraceIn(id="other arm", task=DEMO_TASK, version_id=serves[CANDIDATE], user_id=users[PRODUCTION], input="q4"),
+        TraceIn(id="no user", task=DEMO_TASK, version_id=serves[PRODUCTION], input="q5")])
     with session_scope(engine) as session:  # received a while ago (after judging began): past the minute
         for row in session.exec(select(Trace)):
             row.received_at = utcnow() - LATER
@@ -141,7 +148,7 @@ def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_witho
     serve(engine, once=True, owner="worker-1", gateway=gateway)
     rows = {row.client_id: row for row in traces(engine)}
     assert {name: row.judge_status for name, row in rows.items()} == {
-        "prod": "scored", "cand": "scored", "thumbs": "skipped", "outside": "skipped"}
+        "prod": "scored", "cand": "scored", "thumbs": "skipped", "other arm": "skipped", "no user": "skipped"}
     assert model.count(STAGE) == 2
 
 

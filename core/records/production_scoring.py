@@ -2,7 +2,8 @@
 
 A task's production rules may choose traces for its reward (its judge, for a judged task): `judge_share`, a
 stable share of all traces (by a hash of the sender's id), and `judge_ab`, every trace without feedback (no
-score, no thumbs) that an arm of the library's A/B split served. Only traces received after the rules turned
+score, no thumbs) that counts in a running A/B experiment (stamped with its user's arm and not excluded:
+core/records/ab_experiments.py), so the experiment's verdict gets a figure without waiting for people. Only traces received after the rules turned
 this on (`judge_since`, set by `set_rules`) are considered, so turning it on never bills a backlog; and a trace
 is left SETTLE_S seconds for feedback that comes a minute later before anything is spent on it.
 
@@ -26,13 +27,11 @@ from sqlmodel import Session, col, select
 from core.domain.draws import stable_fraction
 from core.domain.rewards import METHODS
 from core.errors import InvalidInput, NotFound
-from core.records.versions import PRODUCTION
 from core.records.workers import stall_after
-from storage import queries
 from storage.db import session_scope
 from storage.fencing import holding
 from storage.statuses import LabelStatus, TraceJudgeStatus
-from storage.tables import Library, LLMCall, Task, Trace, as_utc, utcnow
+from storage.tables import LLMCall, Task, Trace, as_utc, utcnow
 
 JUDGE_RULES = ("judge_share", "judge_ab")
 STAGE = "production_judge"  # the ledger's stage of these calls
@@ -111,23 +110,17 @@ def has_feedback(trace: Trace) -> bool:
     return trace.score is not None or trace.thumbs is not None
 
 
-def arm_versions(session: Session, library: Library | None) -> tuple[set[str], set[int]]:
-    """The labels and versions of a library's A/B arms (production and the candidate), empty without a split."""
-    if library is None or not library.ab_label or not library.ab_share:
-        return set(), set()
-    labels = {PRODUCTION, library.ab_label}
-    found = (queries.label_by_name(session, library.id, name) for name in labels)
-    return labels, {label.version_id for label in found if label is not None}
+def in_experiment(trace: Trace) -> bool:
+    """Whether the trace counts in an A/B experiment: its user's arm served it after the start."""
+    return trace.ab_experiment_id is not None and trace.ab_arm is not None and trace.ab_excluded is None
 
 
-def chosen(rules: dict, trace: Trace, arms: tuple[set[str], set[int]]) -> bool:
+def chosen(rules: dict, trace: Trace) -> bool:
     """Whether the rules choose this trace for the judge: in the share, or an A/B arm's trace without feedback."""
     share = rules.get("judge_share") or 0.0
     if share > 0 and stable_fraction(f"judge:{trace.client_id}") < share:
         return True
-    labels, versions = arms
-    in_arm = trace.served_label in labels or (trace.served_label is None and trace.version_id in versions)
-    return bool(rules.get("judge_ab")) and in_arm and not has_feedback(trace)
+    return bool(rules.get("judge_ab")) and in_experiment(trace) and not has_feedback(trace)
 
 
 def due_traces(engine: Engine, now: datetime | None = None, limit: int = PASS_LIMIT) -> list[int]:
@@ -146,12 +139,9 @@ def due_traces(engine: Engine, now: datetime | None = None, limit: int = PASS_LI
                 Trace.received_at <= now - timedelta(seconds=SETTLE_S),
                 *([Trace.received_at >= since] if since is not None else []))
                 .order_by(Trace.id).limit(max(limit - len(due), 0) * 20 + 20))
-            arms_of: dict[int, tuple[set[str], set[int]]] = {}
             skipped = []
             for trace in rows:
-                if trace.library_id not in arms_of:
-                    arms_of[trace.library_id] = arm_versions(session, session.get(Library, trace.library_id))
-                if trace.label_value is None and chosen(rules, trace, arms_of[trace.library_id]):
+                if trace.label_value is None and chosen(rules, trace):
                     if len(due) < limit:
                         due.append(trace.id)
                 else:
