@@ -44,6 +44,8 @@ class Receiver:
     def __init__(self) -> None:
         self.mode = "ok"
         self.got: list[tuple[dict, bytes, str]] = []  # headers, body, path
+        self.secret: str | None = None  # set: each body is verified when it arrives (at that moment's clock)
+        self.checked: list[dict] = []
         self.hit = threading.Event()
         self.release = threading.Event()
         receiver = self
@@ -51,9 +53,12 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802  (http.server's name)
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body, self.path))
-                receiver.hit.set()
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                receiver.got.append((headers, body, self.path))
                 mode = receiver.mode
+                if receiver.secret and mode == "ok":
+                    receiver.checked.append(Webhook(receiver.secret).verify(body, headers))
+                receiver.hit.set()
                 if mode == "hang":
                     receiver.release.wait(10)
                 code = {"ok": 204, "down": 503, "error": 500, "redirect": 302, "hang": 204}[mode]

@@ -1,0 +1,231 @@
+"""Webhook delivery that survives (core/records/webhooks.py), against real HTTP receivers on loopback ports whose
+bodies the `standardwebhooks` package's own verifier checks: a receiver down for ten minutes (the clock advanced,
+not waited for) gets every event on Standard Webhooks' retry schedule; a bad secret on one endpoint is recorded
+there and leaves another's deliveries flowing; a hanging receiver delays only its own; a Test is sent once, even
+while a worker's pass runs beside it or the button's press arrives twice; a given-up delivery raises a notice;
+the signing secret is not in the database file, `migrate` encrypts one stored before, and a missing key says so."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import standardwebhooks.webhooks
+from sqlmodel import Session, select
+
+from core.cli import main as cli
+from core.records import webhooks
+from core.secrets import SEALED
+from core.settings import get_settings
+from storage.db import session_scope
+from storage.tables import WebhookEndpoint, utcnow
+from tests.test_webhooks import Receiver, deliveries, raise_tests
+from tests.ui_support import run_app
+
+
+@pytest.fixture
+def receivers(monkeypatch):
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "127.0.0.1")  # receivers on loopback: an administrator's leave
+    get_settings.cache_clear()
+    made: list[Receiver] = []
+
+    def make() -> Receiver:
+        made.append(Receiver())
+        return made[-1]
+
+    yield make
+    for receiver in made:
+        receiver.close()
+    get_settings.cache_clear()
+
+
+class Clock:
+    """The studio's and the verifier's clock, moved by the test instead of waited for."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    found = Clock()
+    monkeypatch.setattr(webhooks, "utcnow", lambda: found.now)
+
+    class VerifierTime(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return found.now.astimezone(tz or UTC)
+
+    monkeypatch.setattr(standardwebhooks.webhooks, "datetime", VerifierTime)
+    return found
+
+
+def test_a_receiver_down_for_ten_minutes_gets_every_event(engine, receivers, clock):
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    receiver.mode = "down"
+    raise_tests(engine, 3)
+    while clock.now - deliveries(engine)[0].created_at.replace(tzinfo=UTC) < timedelta(minutes=10):
+        webhooks.deliver_due(engine, "worker")
+        clock.advance(10)
+    down = deliveries(engine)
+    assert {row.status for row in down} == {"pending"} and down[0].attempts == 3  # at 0 s, 5 s, 5 min 5 s
+    receiver.mode = "ok"
+    for _ in range(24 * 6):  # up to a day, ten minutes at a time
+        if {row.status for row in deliveries(engine)} == {"delivered"}:
+            break
+        webhooks.deliver_due(engine, "worker")
+        clock.advance(600)
+    assert [payload["data"]["i"] for payload in receiver.checked] == [0, 1, 2]
+    assert [row.status for row in deliveries(engine)] == ["delivered"] * 3
+    assert deliveries(engine)[0].attempts == 4  # the 4th attempt, 30 min after the 3rd
+
+
+def test_a_bad_secret_on_one_endpoint_leaves_anothers_deliveries_flowing(engine, receivers, monkeypatch):
+    bad, good = receivers(), receivers()
+    monkeypatch.setenv("BAD_HOOK_SECRET", webhooks.new_secret())
+    webhooks.add_endpoint(engine, "bad", bad.url, "cli", secret_env="BAD_HOOK_SECRET")  # made first: sent first
+    _view, good.secret = webhooks.add_endpoint(engine, "good", good.url, "cli")
+    monkeypatch.setenv("BAD_HOOK_SECRET", "not-base64")  # changed after it was added
+    with pytest.raises(Exception, match="does not hold a Standard Webhooks secret"):
+        webhooks.add_endpoint(engine, "worse", good.url, "cli", secret_env="BAD_HOOK_SECRET")
+    raise_tests(engine, 3)
+    webhooks.deliver_due(engine, "worker")
+    assert [payload["data"]["i"] for payload in good.checked] == [0, 1, 2] and bad.got == []
+    with Session(engine) as session:
+        bad_id = session.exec(select(WebhookEndpoint.id).where(WebhookEndpoint.name == "bad")).one()
+    first_bad = next(row for row in deliveries(engine) if row.endpoint_id == bad_id)
+    assert (first_bad.status, first_bad.attempts) == ("pending", 1)
+    assert "signing secret of webhook bad is not a whsec_ base64 secret" in first_bad.last_error
+
+
+def test_a_name_that_does_not_resolve_is_retried(engine, receivers, monkeypatch):
+    monkeypatch.setenv("TFGRPO_WEBHOOK_RETRY_SCHEDULE_S", "[0]")
+    get_settings.cache_clear()
+    receiver = receivers()
+    webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    raise_tests(engine, 1)
+    real, dns_down = socket.getaddrinfo, threading.Event()
+
+    def resolver(*args, **kwargs):
+        if dns_down.is_set():
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    dns_down.set()
+    webhooks.deliver_due(engine, "worker")
+    [row] = deliveries(engine)
+    assert (row.status, row.attempts) == ("pending", 1) and "does not resolve (DNS)" in row.last_error
+    dns_down.clear()
+    webhooks.deliver_due(engine, "worker")
+    assert deliveries(engine)[0].status == "delivered" and len(receiver.got) == 1
+
+
+def test_a_hanging_receiver_delays_only_its_own_deliveries(engine, receivers, monkeypatch):
+    monkeypatch.setenv("TFGRPO_WEBHOOK_TIMEOUT_S", "30")
+    get_settings.cache_clear()
+    hanging, healthy = receivers(), receivers()
+    hanging.mode = "hang"
+    webhooks.add_endpoint(engine, "hanging", hanging.url, "cli")  # made first: a pass in turn would wait for it
+    webhooks.add_endpoint(engine, "healthy", healthy.url, "cli")
+    raise_tests(engine, 2)
+    passing = threading.Thread(target=webhooks.deliver_due, args=(engine, "worker"), daemon=True)
+    passing.start()
+    assert hanging.hit.wait(10)
+    arrived = healthy.hit.wait(10)  # while the hanging receiver still holds its first delivery
+    while arrived and len(healthy.got) < 2 and passing.is_alive():
+        healthy.hit.clear()
+        healthy.hit.wait(10)
+    healthy_got, hanging_got = len(healthy.got), len(hanging.got)
+    hanging.release.set()
+    passing.join(40)
+    assert arrived and (healthy_got, hanging_got) == (2, 1)
+    assert [row.status for row in deliveries(engine)] == ["delivered"] * 4
+
+
+def test_a_test_is_sent_once_beside_a_workers_pass_and_once_per_press(engine, receivers):
+    receiver = receivers()
+    webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    receiver.mode = "hang"  # the test's post waits here while a worker's pass runs
+    tested: list = []
+    testing = threading.Thread(target=lambda: tested.append(webhooks.send_test(engine, "team", "cli")), daemon=True)
+    testing.start()
+    assert receiver.hit.wait(10)
+    receiver.mode = "ok"
+    webhooks.deliver_due(engine, "worker")  # the test's row is pending and claimed by the test: not sent again
+    receiver.release.set()
+    testing.join(20)
+    assert [tested[0].status] == ["delivered"] and len(receiver.got) == 1
+    first = webhooks.send_test(engine, "team", "cli", press="press-1")
+    again = webhooks.send_test(engine, "team", "cli", press="press-1")  # a double click: the same press
+    assert again.id == first.id and len(receiver.got) == 2
+    assert [headers["webhook-id"] for headers, _b, _p in receiver.got][1] == "msg_test_press-1"
+
+
+def test_a_given_up_delivery_raises_a_notice_on_the_overview(app_engine, receivers, monkeypatch):
+    monkeypatch.setenv("TFGRPO_WEBHOOK_MAX_ATTEMPTS", "1")
+    get_settings.cache_clear()
+    receiver = receivers()
+    receiver.mode = "error"
+    webhooks.add_endpoint(app_engine, "team", receiver.url, "cli")
+    assert webhooks.send_test(app_engine, "team", "cli").status == "failed"  # a test's failure is no notice
+    at = run_app()
+    assert not [w.value for w in at.warning if "given up" in w.value]
+    with session_scope(app_engine) as session:
+        webhooks.raise_event(session, "run.failed", "Run 7 failed", {"run": 7})
+    webhooks.deliver_due(app_engine, "worker")
+    at.run()
+    [notice] = [w.value for w in at.warning if "given up" in w.value]
+    assert "1 webhook delivery was given up" in notice and "run.failed to team" in notice
+    assert webhooks.dismiss_given_up(app_engine, "cli") == 1
+    at.run()
+    assert not [w.value for w in at.warning if "given up" in w.value]
+
+
+@pytest.mark.sqlite_only
+def test_the_signing_secret_is_not_in_the_database_file(engine, receivers):
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    assert webhooks.send_test(engine, "team", "cli").status == "delivered" and len(receiver.checked) == 1
+    engine.dispose()
+    stored = b"".join(open(path, "rb").read() for path in (engine.url.database, engine.url.database + "-wal")
+                      if os.path.exists(path))
+    key = receiver.secret.removeprefix("whsec_")
+    assert receiver.secret.encode() not in stored and key.encode() not in stored and SEALED.encode() in stored
+
+
+def test_migrate_encrypts_a_secret_stored_before_and_a_missing_key_says_so(engine, receivers, monkeypatch, tmp_path,
+                                                                          capsys):
+    receiver = receivers()
+    monkeypatch.delenv("TFGRPO_SECRET_KEY")
+    monkeypatch.setenv("TFGRPO_SECRET_KEY_FILE", str(tmp_path / "keys" / "studio.key"))
+    get_settings.cache_clear()
+    webhooks.add_endpoint(engine, "team", receiver.url, "cli")  # the first secret makes the key file
+    assert stat.S_IMODE(os.stat(tmp_path / "keys" / "studio.key").st_mode) == 0o600
+    receiver.secret = webhooks.new_secret()
+    with session_scope(engine) as session:  # as an older release stored it
+        row = session.exec(select(WebhookEndpoint)).one()
+        row.secret = receiver.secret
+        session.add(row)
+    assert "stored in plain text" in webhooks.secrets_problem(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    assert cli(["--db", url, "migrate"]) == 0
+    assert "encrypted 1 stored webhook signing secret(s)" in capsys.readouterr().out
+    with Session(engine) as session:
+        assert session.exec(select(WebhookEndpoint)).one().secret.startswith(SEALED)
+    assert webhooks.secrets_problem(engine) is None
+    assert webhooks.send_test(engine, "team", "cli").status == "delivered" and len(receiver.checked) == 1
+    (tmp_path / "keys" / "studio.key").unlink()
+    assert cli(["--db", url, "migrate"]) == 0
+    assert "the key that decrypts stored secrets is missing" in capsys.readouterr().out
+    row = webhooks.send_test(engine, "team", "cli")
+    assert row.status == "failed" and "key that decrypts stored secrets is missing" in row.last_error
+    assert len(receiver.got) == 1
