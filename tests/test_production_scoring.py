@@ -15,7 +15,8 @@ from core.errors import InvalidInput
 from core.grpo.production_scoring import score_production
 from core.jobs.worker import serve
 from core.models.gateway import Gateway
-from core.records.ab_experiments import CANDIDATE, served_arm
+from core.records.ab_experiments import CANDIDATE, open_experiment, served_arm
+from core.records.ab_verdict import experiment_scores
 from core.records.production_scoring import STAGE, judge_summary, score_source
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
@@ -150,6 +151,10 @@ def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_witho
     assert {name: row.judge_status for name, row in rows.items()} == {
         "prod": "scored", "cand": "scored", "thumbs": "skipped", "other arm": "skipped", "no user": "skipped"}
     assert model.count(STAGE) == 2
+    with Session(engine) as session:  # the experiment's verdict reads the judge's scores beside the user's thumbs
+        experiment = open_experiment(session, library_id)
+        scores, _left_out = experiment_scores(session, experiment)
+    assert (scores[PRODUCTION], sorted(scores[CANDIDATE])) == ([1.0], [1.0, 1.0])
 
 
 def test_turning_judging_on_bills_no_backlog_and_a_reward_that_cannot_score_is_refused(engine, judged):
