@@ -274,10 +274,6 @@ def go_evaluate(version_id: int, library: str | None, model: str) -> None:
 def next_steps(view: dict) -> None:
     """After a run completes: evaluate the version it made, or open it in the Library."""
     run = view["run"]
-    with Session(engine()) as session:
-        from_production = production_note(session, run, view["steps"])
-    if from_production:
-        st.info(from_production)
     nothing = learned_nothing(view["steps"])
     if nothing:
         st.warning(f"Run {run.id} is completed, and learned nothing: {nothing}")
@@ -368,6 +364,10 @@ def live_progress(run_id: int) -> None:
     else:
         st.caption(f"Validation gate: {settings.gate} on {progress.get('validation_queries', '?')} "
                    f"{progress.get('validation_split', 'validation')} queries x {settings.gate_k}")
+    with Session(engine()) as session:
+        from_production = production_note(session, run, view["steps"])
+    if from_production:
+        st.info(from_production)
     if view["gates"]:
         st.dataframe(pd.DataFrame(view["gates"]), hide_index=True, key="train_gates_table")
 

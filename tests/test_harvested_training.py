@@ -60,3 +60,19 @@ def test_update_from_production_trains_on_every_harvested_sample_of_a_task_witho
                     "traces; 4 validation queries from the old train samples (harvested samples are never held out).")
     report_run(engine, run_id)
     assert note in capsys.readouterr().out
+
+
+def test_the_train_page_says_how_many_harvested_samples_a_run_from_production_trained_on(app_engine):
+    """Said while the run waits for review (an update from production reviews every change), not only at its end."""
+    from tests.ui_support import run_app, seeded_run
+
+    run_id = seeded_run(app_engine, review_mode="manual", settings={"old_share": 1.0, "gate": "off"})
+    with session_scope(app_engine) as session:
+        step = queries.steps(session, run_id)[0]
+        sample = session.get(Sample, step.sample_ids[0])
+        sample.meta = {**sample.meta, "source_trace": 1}
+        session.add(sample)
+    at = run_app(page="pages/train.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(i.value == "From production: trained on 1 of the 1 samples harvested from production traces; no "
+                          "validation queries (the gate had none to read)." for i in at.info), [i.value for i in at.info]
