@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.facts import HELD
 from core.domain.library import EXAMPLE
 from core.domain.quality import Flag, rank_sources
 from core.grpo.attribution import effects_for_library as experience_effects
@@ -533,7 +534,11 @@ def operation_body(op: Operation, view: StepView) -> None:
     example = review.written_kind(view.step, op, view.before.experiences if view.before else []) == EXAMPLE
     show_long(f"{op.op} {', '.join(op.target_ids)}".strip() + (" · worked example" if example else ""),
               f"{key}_targets")
-    if op.status == OperationStatus.INVALID:
+    if op.status == OperationStatus.INVALID and (op.validation_error or "").startswith(HELD):
+        st.warning("Held for a person: auto review did not apply this rewrite, which changes what a verified entry "
+                   "states. Reason:")
+        show_long(op.validation_error, f"{key}_invalid")
+    elif op.status == OperationStatus.INVALID:
         st.warning("Invalid: this operation will not be applied. Reason:")
         show_long(op.validation_error, f"{key}_invalid")
     before = view.before

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from core.domain.facts import RewriteCheck
 from core.domain.library import EXAMPLE, LESSON, CheckedOp, ProposedOp, limits, normalize_text, validate_ops
 
 # Two texts at or above this difflib ratio (of their normalize_text forms) say the same thing: one changed
@@ -147,14 +148,17 @@ def flag_reason(flags: Iterable[Flag]) -> str:
 
 def screen_ops(experiences: list[dict], ops: list[ProposedOp], *, refuse_flagged: bool = False,
                query_texts: Iterable[str] = (), refused: Mapping[int, str] | None = None,
-               labels: Sequence[str] | None = None, **validation_limits: int | None) -> list[CheckedOp]:
+               labels: Sequence[str] | None = None, rewrite_checks: Mapping[int, RewriteCheck] | None = None,
+               **validation_limits: int | None) -> list[CheckedOp]:
     """validate_ops, one operation at a time against the library as the operations accepted before it leave it,
     refusing also (invalid, with the reason) the positions in `refused` (texts the learner wrote over the limit
     twice) and, with `refuse_flagged`, every operation that carries a quality flag by its kind's rules: its text
     against the library, the operations accepted before it and the step's queries. Checking in order means that of
     two near-duplicates the first stands and the second is refused, not both. `labels` name the operations in a
     flag ("operation 2", the default by position); `validation_limits` are validate_ops' (max_size, max_examples);
-    without refusals this is validate_ops."""
+    `rewrite_checks` (auto review mode), by position: a MODIFY or MERGE that drops a verified fact or adds one no
+    source holds is refused with core.domain.facts' reason, whatever the flags; without refusals this is
+    validate_ops."""
     refused = refused or {}
     query_texts = list(query_texts)
     labels = list(labels) if labels is not None else [f"operation {i + 1}" for i in range(len(ops))]
@@ -170,6 +174,10 @@ def screen_ops(experiences: list[dict], ops: list[ProposedOp], *, refuse_flagged
                                   query_texts=query_texts, entry_kind=item.op.kind)
             if flags:
                 item = CheckedOp(op=item.op, error=flag_reason(flags))
+        if item.valid and (check := (rewrite_checks or {}).get(position)) is not None:
+            held = check.held(item.op.op, item.op.target_ids, item.op.text, experiences)
+            if held:
+                item = CheckedOp(op=item.op, error=held)
         if item.valid:
             accepted.append((position, item.op))
         checked.append(item)

@@ -51,15 +51,16 @@ from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
 from core.records.duplicate_jobs import lock_task, refuse_second_run
+from core.records.fact_checks import rewrite_check
 from core.records.gate_verdict import GateVerdict
 from core.records.labeling import hold_for_labels
-from core.records.people import require_role
 from core.records.review import (
     apply_step_operations,
     decide_all,
     decided_library_unmeasured,
     reopen_after_gate,
 )
+from core.records.people import require_role
 from core.records.run_defaults import Choice, can_verify, chosen_defaults, explicit_values
 from core.records.run_settings import RunSettings, run_settings
 from core.records.scenarios import (
@@ -489,7 +490,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         found = await propose_examples(ctx.engine, ctx.gateway, ctx.task, step, advantages, scope=ctx.scope,
                                        model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens)
         store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
-                       max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings))
+                       max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings),
+                       hold_rewrites=ctx.settings.review_mode == "auto")
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id, check=lambda: _tick(ctx))
     _tick(ctx)
     if ctx.settings.review_mode == "auto":
@@ -670,7 +672,7 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
         _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
                      max_size=ctx.settings.max_experiences, refused=refused,
-                     refuse_flagged=_refuses_flagged(ctx.settings))
+                     refuse_flagged=_refuses_flagged(ctx.settings), hold_rewrites=ctx.settings.review_mode == "auto")
 
 
 # How core.domain.library.validate_ops begins the reason of a text over its kind's length limit.
@@ -745,15 +747,19 @@ def _rejected_earlier(ctx: _Ctx, step: Step) -> list[tuple[str, str]]:
 
 def store_operations(engine: Engine, step: Step, experiences: list[dict], ops: list[ProposedOp],
                      source_ids: list[int], max_size: int | None = None, *, refused: dict[int, str] | None = None,
-                     refuse_flagged: bool = False) -> list[Operation]:
+                     refuse_flagged: bool = False, hold_rewrites: bool = False) -> list[Operation]:
     """Validate and store a step's proposed operations (pending, or invalid with the reason). `refused`: positions
     whose text the learner wrote over the limit twice, with why. `refuse_flagged` (auto review mode with
     hold_flagged): an operation with a quality flag is invalid too, its flags the reason, so the validation gate
-    never measures it and it never lands (core.domain.quality.screen_ops)."""
+    never measures it and it never lands (core.domain.quality.screen_ops). `hold_rewrites` (auto review mode): a
+    MODIFY or MERGE that drops a verified fact or adds one its source groups do not hold is left to a person
+    (core.domain.facts), so the gate is not the only guard of what the library states."""
     with Session(engine) as session:
         query_texts = [s.query for s in queries.samples_by_ids(session, list(step.sample_ids or []))]
+        check = rewrite_check(session, session.get(Task, session.get(Run, step.run_id).task_id),
+                              source_ids) if hold_rewrites else None
     checked = screen_ops(experiences, ops, max_size=max_size, refused=refused, refuse_flagged=refuse_flagged,
-                         query_texts=query_texts)
+                         query_texts=query_texts, rewrite_checks={i: check for i in range(len(ops))} if check else None)
     with session_scope(engine) as session:
         for position, item in enumerate(checked):
             insert_or_skip(session, Operation(

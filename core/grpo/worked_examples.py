@@ -44,6 +44,7 @@ from core.domain.rewards import METHODS, RewardResult, score_or_error
 from core.errors import ModelCallError, StructuredOutputError
 from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
+from core.records.fact_checks import sample_check, train_references
 from core.records.review import proposed_op, record_examples
 from storage import queries
 from storage.db import session_scope
@@ -240,14 +241,15 @@ def examples_recorded(engine: Engine, step_id: int) -> bool:
 
 def store_examples(engine: Engine, step_id: int, experiences: list[dict], found: Found, *,
                    max_size: int | None = None, max_examples: int | None = None,
-                   refuse_flagged: bool = False) -> list[Operation]:
+                   refuse_flagged: bool = False, hold_rewrites: bool = False) -> list[Operation]:
     """Store the step's examples after its other operations, one per need (core.domain.coverage.plan_examples):
     an ADD, or a MODIFY / MERGE of the examples of the same need it replaces, or at the cap a MODIFY of the most
     redundant example; pending, or invalid with the reason: covered by another example, the library full with
     every example the only one of its need, over the example's length limit, a duplicate, and with
     `refuse_flagged` (auto review mode with hold_flagged) a quality flag by an example's rules or a fact no
-    reference holds, as the learner's operations are screened. Each is linked to its own group; the step records
-    where each came from, how many were dropped and how many were refused for space, in the same transaction.
+    reference holds, as the learner's operations are screened; with `hold_rewrites` (auto review mode) a MODIFY or
+    MERGE that drops a verified fact or adds one its group does not hold is left to a person. Each is linked to its
+    own group; the step records where each came from, how many were dropped and how many were refused for space, in the same transaction.
     Checked against the library as the step's earlier valid operations leave it."""
     with session_scope(engine) as session:
         step = session.get(Step, step_id)
@@ -269,10 +271,13 @@ def store_examples(engine: Engine, step_id: int, experiences: list[dict], found:
         if refuse_flagged:
             refused |= {len(valid) + i: e.flag for i, e in enumerate(found.examples)
                         if e.flag and len(valid) + i not in refused}
+        references = train_references(session, task)
+        checks = {len(valid) + i: sample_check(task, [session.get(Sample, sources[e.advantage_id])], references,
+                                               universe) for i, e in enumerate(found.examples)}
         checked = screen_ops(experiences, [*(proposed_op(step, op) for op in valid),
                                            *(plan.op for plan in planned)],
                              refuse_flagged=refuse_flagged, max_size=max_size, max_examples=max_examples,
-                             refused=refused,
+                             refused=refused, rewrite_checks=checks if hold_rewrites else None,
                              labels=[f"operation {position + 1}" for position in
                                      [*(op.position for op in valid), *positions]])[len(valid):]
         for position, example, item in zip(positions, found.examples, checked, strict=True):

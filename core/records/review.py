@@ -14,6 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from core.domain.facts import REWRITES
 from core.domain.library import (
     EXAMPLE,
     LESSON,
@@ -27,6 +28,7 @@ from core.domain.library import (
 from core.domain.quality import Flag, quality_flags
 from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
+from core.records.fact_checks import rewrite_check, train_references
 from core.records.gate_verdict import GateVerdict
 from core.records.people import require_role
 from core.records.run_settings import run_settings
@@ -35,7 +37,7 @@ from core.records.workers import job_health
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import TO_APPLY, EvaluationPurpose, JobStatus, OperationStatus, OpKind, StepStatus
-from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, utcnow
+from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Operation, Run, Step, Task, utcnow
 
 DECISIONS = {OperationStatus.APPROVED: "operation.approve", OperationStatus.REJECTED: "operation.reject"}
 
@@ -163,10 +165,20 @@ def step_flags(session: Session, step: Step, ops: list[Operation] | None = None)
     query_texts = [sample.query for sample in queries.samples_by_ids(session, list(step.sample_ids or []))]
     live = [op for op in ops if op.status != OperationStatus.INVALID]
     texts = {op.id: (f"operation {op.position + 1}", op.text or "") for op in live}
-    return {op.id: quality_flags(op.text, op.op, op.target_ids, experiences,
-                                 {label: text for other, (label, text) in texts.items() if other != op.id},
-                                 query_texts=query_texts, entry_kind=written_kind(step, op, experiences))
-            for op in live}
+    flags = {op.id: quality_flags(op.text, op.op, op.target_ids, experiences,
+                                  {label: text for other, (label, text) in texts.items() if other != op.id},
+                                  query_texts=query_texts, entry_kind=written_kind(step, op, experiences))
+             for op in live}
+    rewrites = [op for op in live if op.op in REWRITES]
+    if rewrites:  # a rewrite that changes a verified fact (core.domain.facts): what auto review would hold
+        task = session.get(Task, session.get(Run, step.run_id).task_id)
+        references = train_references(session, task)
+        for op in rewrites:
+            found = rewrite_check(session, task, op.source_advantage_ids, references).changes(
+                op.op, op.target_ids, op.text, experiences)
+            if found.changed:
+                flags[op.id].append(Flag("facts", f"It changes what a verified entry states: {found.reason}."))
+    return flags
 
 
 def decide_step(engine: Engine, step_id: int, decision: str, actor: str, comment: str | None = None) -> int:
