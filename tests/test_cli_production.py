@@ -12,7 +12,7 @@ from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
 from storage import queries
 from storage.db import get_engine
-from storage.tables import Run
+from storage.tables import Run, Trace
 from tests.test_cli import db, run  # noqa: F401  (the fixture)
 
 
@@ -69,3 +69,26 @@ def test_traces_rules_ab_harvest_and_an_update_from_production(traced, capsys):
     with Session(engine) as session:
         queued = session.exec(select(Run)).one()
     assert queued.start_version_id == version.id and queued.settings["old_share"] == 0.3
+
+
+def test_a_bound_key_from_the_cli_and_held_spans_landing_with_traces_map_service(traced, capsys):
+    from core.domain.otlp_spans import decode_spans
+    from core.records.otlp import ingest_spans
+    from tests.otlp_support import chat_span, sdk_request
+
+    url, engine, _ = traced
+    code, out, _ = run(capsys, "--db", url, "apikey", "create", "--name", "shop", "--role", "ingest", "--task", DEMO_TASK)
+    assert code == 0 and f"writes to task {DEMO_TASK}" in out
+    assert f"{DEMO_TASK}" in run(capsys, "--db", url, "apikey", "list")[1].splitlines()[1]
+    code, _, err = run(capsys, "--db", url, "apikey", "create", "--name", "loose", "--role", "ingest")
+    assert code == 2 and "--any-task" in err
+    ingest_spans(engine, decode_spans(sdk_request(lambda tracer: chat_span(tracer, "held question"),
+                                                  resource={"service.name": "shop-agent"})))
+    code, out, _ = run(capsys, "--db", url, "traces", "held")
+    assert code == 0 and "shop-agent" in out
+    code, out, _ = run(capsys, "--db", url, "traces", "map-service", "--service", "shop-agent", "--task", DEMO_TASK)
+    assert code == 0 and "1 held span(s) landed" in out
+    with Session(engine) as session:
+        landed = session.exec(select(Trace).where(Trace.input == "held question")).one()
+    assert landed.meta["otlp"]["service"] == "shop-agent"
+    assert "no OpenTelemetry span is held" in run(capsys, "--db", url, "traces", "held")[1]
