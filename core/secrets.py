@@ -4,13 +4,12 @@ Keys come from environment variables. A provider URL (`--api-base`) may still ca
 password or a token in its query; such a URL is stored and shown masked, and a process that must
 call it reads the full URL from STUDIO_API_BASE, which stays in the environment like every other key.
 
-A secret the studio itself must use (a webhook's signing secret) is stored sealed: encrypted with a key from
-TFGRPO_SECRET_KEY, or from a key file made beside the project (mode 0600) when that is not set.
+A secret the studio itself must use (a webhook's signing secret) is stored sealed: encrypted with a key the
+caller hands in (core/records/secret_key.py finds it: TFGRPO_SECRET_KEY, or a key file made with mode 0600).
 """
 
 from __future__ import annotations
 
-import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from core.errors import InvalidInput
@@ -66,33 +65,9 @@ SEALED = "fernet:"
 KEY_ENV = "TFGRPO_SECRET_KEY"
 
 
-def _key_text(create: bool) -> str | None:
-    """The encryption key: TFGRPO_SECRET_KEY, else the key file (made with mode 0600 when `create` and absent)."""
-    from core.settings import get_settings, secret
-
-    if secret(KEY_ENV):
-        return secret(KEY_ENV)
-    path = get_settings().secret_key_file
-    if path.exists():
-        return path.read_text().strip()
-    if not create:
-        return None
+def _fernet(key: str | None):
     from cryptography.fernet import Fernet
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it a moment ago
-        return path.read_text().strip()
-    with os.fdopen(descriptor, "w") as file:
-        file.write(Fernet.generate_key().decode() + "\n")
-    return path.read_text().strip()
-
-
-def _fernet(create: bool):
-    from cryptography.fernet import Fernet
-
-    key = _key_text(create)
     if not key:
         raise InvalidInput(f"the key that decrypts stored secrets is missing: set {KEY_ENV} or restore the key file "
                            "(TFGRPO_SECRET_KEY_FILE) this database's secrets were encrypted with")
@@ -104,16 +79,22 @@ def _fernet(create: bool):
                            "print(Fernet.generate_key().decode())'`") from None
 
 
-def seal(text: str) -> str:
+def new_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+def seal(text: str, key: str | None) -> str:
     """`text` encrypted for storing (Fernet: AES with an HMAC), so a copy of the database alone reveals nothing."""
-    return SEALED + _fernet(create=True).encrypt(text.encode()).decode()
+    return SEALED + _fernet(key).encrypt(text.encode()).decode()
 
 
 def is_sealed(stored: str | None) -> bool:
     return bool(stored) and stored.startswith(SEALED)
 
 
-def unseal(stored: str) -> str:
+def unseal(stored: str, key: str | None) -> str:
     """The secret a stored value holds: decrypted, or as it is when stored before encryption (until `python -m
     core migrate` seals it); InvalidInput when the key is missing or is not the one it was sealed with."""
     if not is_sealed(stored):
@@ -121,16 +102,16 @@ def unseal(stored: str) -> str:
     from cryptography.fernet import InvalidToken
 
     try:
-        return _fernet(create=False).decrypt(stored.removeprefix(SEALED).encode()).decode()
+        return _fernet(key).decrypt(stored.removeprefix(SEALED).encode()).decode()
     except InvalidToken:
         raise InvalidInput(f"a stored secret does not decrypt with this key ({KEY_ENV} or the key file): it was "
                            "encrypted with another one; restore that key") from None
 
 
-def key_problem() -> str | None:
-    """Why stored secrets could not be decrypted here (no key, or not a Fernet key), or None."""
+def key_problem(key: str | None) -> str | None:
+    """Why stored secrets could not be decrypted with `key` (none, or not a Fernet key), or None."""
     try:
-        _fernet(create=False)
+        _fernet(key)
     except InvalidInput as exc:
         return str(exc)
     return None

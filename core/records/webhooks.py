@@ -152,8 +152,8 @@ def add_endpoint(engine: Engine, name: str, url: str, actor: str, *, events: lis
         require_role(session, actor, "admin", "configuring webhooks")
         if session.exec(select(WebhookEndpoint).where(WebhookEndpoint.name == name)).first():
             raise Conflict(f"a webhook named {name} exists; remove it first or choose another name")
-        row = WebhookEndpoint(name=name, url=url, events=events, secret=seal(made) if made else None,
-                              secret_env=secret_env, created_by=actor)
+        sealed = seal(made, secret_key(create=True)) if made else None
+        row = WebhookEndpoint(name=name, url=url, events=events, secret=sealed, secret_env=secret_env, created_by=actor)
         session.add(row)
         session.flush()
         session.add(AuditEvent(actor=actor, action="webhook.add", object_type="webhookendpoint", object_id=row.id,
@@ -208,7 +208,7 @@ def usable_secret(value: str) -> bool:
 
 
 def _secret_of(endpoint: WebhookEndpoint) -> str:
-    value = secret(endpoint.secret_env) if endpoint.secret_env else unseal(endpoint.secret or "")
+    value = secret(endpoint.secret_env) if endpoint.secret_env else unseal(endpoint.secret or "", secret_key())
     if not value:
         raise InvalidInput(f"the secret of webhook {endpoint.name} is missing (environment variable "
                            f"{endpoint.secret_env} is empty)")
@@ -554,7 +554,7 @@ def seal_stored_secrets(engine: Engine) -> int:
     with session_scope(engine) as session:
         rows = [row for row in session.exec(select(WebhookEndpoint)) if row.secret and not is_sealed(row.secret)]
         for row in rows:
-            row.secret = seal(row.secret)
+            row.secret = seal(row.secret, secret_key(create=True))
             session.add(row)
         return len(rows)
 
@@ -570,7 +570,7 @@ def secrets_problem(engine: Engine) -> str | None:
                 "encrypt them")
     if stored:
         try:
-            unseal(next(value for value in stored if is_sealed(value)))
+            unseal(next(value for value in stored if is_sealed(value)), secret_key())
         except InvalidInput as exc:
             return f"webhook deliveries cannot be signed: {exc}"
     return None
