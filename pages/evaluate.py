@@ -13,7 +13,9 @@ keeps every answered rollout), resumes failed, stalled or cancelled ones (`resum
 Model output and names are shown as text or in tables through ui.display, never as Markdown. The Model picker
 offers core.records.model_options' models (a connection's as its server lists them) and keeps what was last chosen
 for the task, across page switches and finished evaluations (ui.common.model_picker); a new session starts
-from the model of the task's last evaluation.
+from the model of the task's newest run or evaluation a person chose (core.records.model_options.chosen_model, as
+`compare` does). The form sent again (Enter in a box) once an identical evaluation has ended within the last
+minute queues nothing and says so; Evaluate again queues it on purpose.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from sqlmodel import Session
 
-from core.errors import StudioError
+from core.errors import DuplicateJob, StudioError
 from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
 from core.records.comparison import compare_evaluations
@@ -39,14 +41,14 @@ from core.records.evaluation_figures import (
     score,
     score_text,
 )
-from core.records.model_options import last_evaluation_model
+from core.records.model_options import chosen_model
 from core.records.scenarios import is_conversation
 from core.records.segments import paired_by_segment, segment_libraries
 from core.records.versions import EMPTY, PRODUCTION
 from core.records.workers import job_health
 from storage import queries
-from storage.statuses import EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
-from storage.tables import Task
+from storage.statuses import ACTIVE, EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
+from storage.tables import Evaluation, Task
 from ui.common import (
     SCORE,
     Flash,
@@ -76,8 +78,11 @@ from ui.promote import PromoteDialog
 FLASH = Flash("eval_flash")
 HANDOFF_KEY = "eval_version"  # another page sets a version's id here before it switches to Evaluate
 MODEL_HANDOFF_KEY = "eval_model"  # ... and the model that version was learned with
+ARRIVAL_KEY = "train_goto"  # Train's request to open this page, asked again until this page has drawn
 PROMOTE = PromoteDialog("eval", FLASH, "promote")  # the guarded dialog, shared with the Library page's Labels
 COST = st.column_config.NumberColumn(format="$%.4f")
+AGAIN_KEY = "eval_again_scope"  # the form refused as identical to one that just ended: Evaluate again sends it
+RECENT_S = 60.0  # an evaluation identical to one that ended this recently is queued only on purpose
 DRAWN_KEY = "eval_drawn_with_figures"  # the evaluations the whole page was drawn with; the live table reruns it
 
 
@@ -150,8 +155,11 @@ def queued_words(evaluation_id: int, version: str, split: str, queries: int, k: 
             f"k={k}), model {model}.")
 
 
-def start_evaluation(scope: FormScope) -> None:
-    """Queue an evaluation of the form's choices (the Start evaluation button's callback) for a worker."""
+def start_evaluation(scope: FormScope, again: bool = False) -> None:
+    """Queue an evaluation of the form's choices (the Start evaluation button's callback) for a worker. One
+    identical to an evaluation that ended in the last minute is refused, saying so, unless `again` (the Evaluate
+    again button under that message): Enter in a box of the form sends it once more."""
+    st.session_state.pop(AGAIN_KEY, None)
     state, keys = st.session_state, scope.keys
     version, split = state.get(keys["version"]) or EMPTY, state.get(keys["split"])
     if split is None:
@@ -161,15 +169,31 @@ def start_evaluation(scope: FormScope) -> None:
     routed = bool(scope.routed_key and state.get(scope.routed_key))
     model = str(state[keys["model"]] or "").strip() or scope.default_model
     size = min(limit or scope.split_sizes.get(split, 0), scope.split_sizes.get(split, 0))
+    refused: list[DuplicateJob] = []
+
+    def queue(*args, **kwargs) -> int:
+        try:
+            return create_evaluation(*args, **kwargs)
+        except DuplicateJob as exc:
+            refused.append(exc)
+            raise
+
     evaluation_id = run_action(
-        FLASH, "new", create_evaluation, engine(), scope.task, version, split=split, k=k, limit=limit,
+        FLASH, "new", queue, engine(), scope.task, version, split=split, k=k, limit=limit,
         model=model, temperature=float(state[keys["temperature"]]), route_segments=routed,
-        created_by=context().reviewer, library_name=scope.library,
+        created_by=context().reviewer, library_name=scope.library, ended_within_s=None if again else RECENT_S,
         report=lambda new_id: plain(queued_words(new_id, scope.names.get(version, version)
                                                  + (" with a library per segment" if routed else ""),
                                                  split, size, k, model)))
     if evaluation_id is not None:
         start_worker_if_needed()
+    elif refused and not again and ended(refused[0].existing_id):
+        st.session_state[AGAIN_KEY] = scope
+
+
+def ended(evaluation_id: int) -> bool:
+    with Session(engine()) as session:
+        return getattr(session.get(Evaluation, evaluation_id), "status", None) not in ACTIVE
 
 
 def evaluation_form(setup: dict) -> None:
@@ -189,8 +213,8 @@ def evaluation_form(setup: dict) -> None:
     handed_model = st.session_state.pop(MODEL_HANDOFF_KEY, None)  # the model the run learned with
     if handed_model:
         choose_model(model_key, task.id, handed_model)
-    with Session(engine()) as session:  # a new session starts from the model the task's last evaluation used
-        start = last_evaluation_model(session, task) or task.policy_model
+    with Session(engine()) as session:  # a new session starts from the model of the newest run or evaluation a person chose
+        start = chosen_model(session, task).model
     for key, offered in ((version_key, options), (split_key, splits)):
         keep_valid_choice(key, offered)
     if splits:
@@ -203,9 +227,9 @@ def evaluation_form(setup: dict) -> None:
                      format_func=lambda s: f"{s} ({setup['splits'].get(s, 0)} queries)", key=split_key)
         c3.number_input("k (samples per query)", value=4, min_value=1, step=1, key=form_key("k", setup))
         c1.number_input("Queries limit (0 = all)", value=0, min_value=0, step=1, key=form_key("limit", setup))
-        chosen_model = model_picker(c2, "Model", model_key, models, task_id=task.id, start=start,
-                     help="What was last chosen here for this task (else the model of its last evaluation, else "
-                          "its policy model); offered: the task's models, the studio's default, each model "
+        picked_model = model_picker(c2, "Model", model_key, models, task_id=task.id, start=start,
+                     help="What was last chosen here for this task (else the model of its newest run or "
+                          "evaluation a person chose, else its policy model); offered: the task's models, the studio's default, each model "
                           "connection's models (as its server lists them), the embedded models and the configured "
                           "providers; type another name (connection/model or a litellm name) if you need one.")
         c3.number_input("Temperature", value=0.7, min_value=0.0, max_value=2.0, step=0.1, format="%.2f",
@@ -226,10 +250,14 @@ def evaluation_form(setup: dict) -> None:
                               args=(scope,))
     models_note("eval_refresh_models")
     with Session(engine()) as session:
-        untested = failed_test_warning(session, chosen_model)
+        untested = failed_test_warning(session, picked_model)
     if untested:
         st.warning(plain(untested), icon=":material/cloud_off:")
     FLASH.show("new")
+    again = st.session_state.get(AGAIN_KEY)
+    if again is not None and again.task == task.name:
+        st.button("Evaluate again", key="eval_again", icon=":material/replay:", on_click=start_evaluation,
+                  args=(again, True), help="Queue the same evaluation once more, on purpose.")
 
 
 def scores_chart(completed: list, numbers: dict[int, int]) -> go.Figure:
@@ -521,6 +549,7 @@ def promote_section(completed: list, numbers: dict[int, int], setup: dict) -> No
 
 
 def page() -> None:
+    st.session_state.pop(ARRIVAL_KEY, None)
     st.title("Evaluate")
     ctx, task = require_task()
     setup = load_setup(task, ctx.library)

@@ -287,8 +287,8 @@ def next_steps(view: dict) -> None:
                     on_click=go_evaluate, args=(run.current_version_id, view["library"],
                                                 run_settings(run).policy_model))
     right.page_link("pages/library.py", label="Open in Library", icon=":material/library_books:")
-    target = st.session_state.pop(GOTO_KEY, None)
-    if target:
+    target = st.session_state.get(GOTO_KEY)  # kept until Evaluate has drawn (it pops it): a switch lost in a
+    if target:  # rerun merged with another (a timed fragment's, on a busy machine) is asked again at the next tick
         st.switch_page(target)
 
 

@@ -352,3 +352,41 @@ def test_compare_starts_with_the_older_or_production_version_as_a(engine):
     at = run_app(page=PAGE)
     assert (at.selectbox(key="eval_compare_a").value, at.selectbox(key="eval_compare_b").value) == (
         of_production.id, of_newer.id)
+
+
+def test_the_form_sent_again_never_queues_an_evaluation_identical_to_one_that_just_ended(engine):
+    """Enter in the form's number box sends the form again; once the first evaluation had ended, an identical
+    one was queued without a word. Now it is refused, saying so, and Evaluate again queues it on purpose."""
+    version_id = imported_version(engine)
+    first = executed_evaluation(engine, typed(engine, version_id), k=2, limit=3)
+    at = run_app(page=PAGE, session_state={"ctx_reviewer": "alice"})
+    at.selectbox(key=form_key(engine, "version")).set_value(typed(engine, version_id))
+    at.number_input(key=form_key(engine, "k")).set_value(2)
+    at.number_input(key=form_key(engine, "limit")).set_value(3)
+    assert at.selectbox(key=form_key(engine, "model")).value == first.model  # the newest evaluation's model
+    at.button(key="eval_submit").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [e.id for e in all_evaluations(engine)] == [first.id]  # nothing new
+    said = " ".join(str(e.value) for e in at.error) + " ".join(str(c.value) for c in at.code)
+    assert f"evaluation {first.id} of the same version, split, k and model ended" in said
+    at.button(key="eval_again").click()
+    at.run()
+    newest = all_evaluations(engine)[0]
+    assert newest.id != first.id and newest.status == "queued"
+    assert (newest.version_id, newest.k, newest.limit, newest.model) == (version_id, 2, 3, first.model)
+    assert not [b for b in at.button if b.key == "eval_again"]
+
+
+def test_a_new_session_starts_from_the_model_of_the_newest_run(engine):
+    """After a run (here on another model than the task's), Evaluate offers the run's model first, not the task's
+    (core.records.model_options.chosen_model, which `compare` uses too)."""
+    from tests.ui_support import seeded_run
+
+    with Session(engine) as session:
+        task_model = get_task(session, DEMO_TASK).policy_model
+    run_model = "local/smollm2-135m" if task_model != "local/smollm2-135m" else "local/qwen2.5-0.5b"
+    seeded_run(engine, review_mode="auto", settings={"policy_model": run_model, "gate": "off"})
+    at = run_app(page=PAGE)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=form_key(engine, "model")).value == run_model

@@ -43,13 +43,15 @@ STOP_CHECK_EVERY = 1.0  # seconds between two reads of whether a person stopped 
 
 def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split: str = "test", k: int = 1,
                       limit: int | None = None, model: str | None = None, temperature: float = 0.7,
-                      route_segments: bool = False, created_by: str = "cli", library_name: str = "default") -> int:
+                      route_segments: bool = False, created_by: str = "cli", library_name: str = "default",
+                      ended_within_s: float | None = None) -> int:
     """Queue an evaluation of a version of `library_name` (its number, a label, `latest` or `empty`:
     core.records.versions.resolve_version). With `route_segments` each scenario
     of a conversation task is played with the library of its persona's segment (its production version,
     else its newest) and the version given for the rest (core/records/segments.py). The library's entry
     selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now.
-    One identical to an evaluation already queued or running is refused (DuplicateJob names that one)."""
+    One identical to an evaluation already queued or running is refused (DuplicateJob names that one), and with
+    `ended_within_s` one identical to an evaluation that ended that recently (a form sent again by Enter)."""
     if k < 1:
         raise InvalidInput("k must be at least 1")
     if limit is not None and limit < 1:
@@ -74,7 +76,7 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                          model=model, temperature=temperature,
                          routes=routes, selection=evaluation_frozen(session, version, routes), created_by=created_by)
         lock_task(session, task.id)
-        refuse_second_evaluation(session, row)
+        refuse_second_evaluation(session, row, ended_within_s=ended_within_s)
         session.add(row)
         session.flush()
         session.add(AuditEvent(actor=created_by, action="evaluation.create", object_type="evaluation",

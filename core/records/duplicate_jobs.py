@@ -10,6 +10,7 @@ requests at the same moment are queued one after the other and the second sees t
 from __future__ import annotations
 
 import json
+from datetime import UTC, timedelta
 from typing import Any
 
 from sqlalchemy import update
@@ -17,7 +18,7 @@ from sqlmodel import Session, col, select
 
 from core.errors import DuplicateJob
 from storage.statuses import ACTIVE, EvaluationPurpose
-from storage.tables import Evaluation, Run, Task
+from storage.tables import Evaluation, Run, Task, utcnow
 
 
 def lock_task(session: Session, task_id: int) -> None:
@@ -34,18 +35,36 @@ def _when(job: Evaluation | Run) -> str:
     return f"queued by {job.created_by} at {job.created_at:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def refuse_second_evaluation(session: Session, new: Evaluation) -> None:
+def _same_evaluation(ev: Evaluation, new: Evaluation) -> bool:
+    return ((ev.version_id, ev.split, ev.k, ev.limit, ev.model) == (new.version_id, new.split, new.k, new.limit,
+                                                                    new.model)
+            and _same(ev.temperature, new.temperature) and _same(ev.routes or None, new.routes or None))
+
+
+def refuse_second_evaluation(session: Session, new: Evaluation, *, ended_within_s: float | None = None) -> None:
     """Raise DuplicateJob when an evaluation a person asked for with the same version, split, k, query limit,
-    model, temperature and segment routes is queued or running (call with the task locked)."""
+    model, temperature and segment routes is queued or running (call with the task locked); with
+    `ended_within_s` (a form: Enter pressed again in a box once the first had ended) also when one ended that
+    recently, saying when and how it ended."""
     for ev in session.exec(select(Evaluation).where(
             Evaluation.task_id == new.task_id, Evaluation.purpose == EvaluationPurpose.EVALUATION,
             col(Evaluation.status).in_(ACTIVE)).order_by(Evaluation.id)):
-        if (ev.version_id, ev.split, ev.k, ev.limit, ev.model) == (new.version_id, new.split, new.k, new.limit,
-                                                                   new.model) \
-                and _same(ev.temperature, new.temperature) and _same(ev.routes or None, new.routes or None):
+        if _same_evaluation(ev, new):
             raise DuplicateJob(f"evaluation {ev.id} of the same version, split, k and model is already {ev.status} "
                                f"({_when(ev)}): nothing new was queued; follow evaluation {ev.id} (cancel it first "
                                "to queue it again)", "evaluation", ev.id)
+    if not ended_within_s:
+        return
+    since = utcnow() - timedelta(seconds=ended_within_s)
+    for ev in session.exec(select(Evaluation).where(
+            Evaluation.task_id == new.task_id, Evaluation.purpose == EvaluationPurpose.EVALUATION,
+            col(Evaluation.finished_at).is_not(None)).order_by(col(Evaluation.id).desc()).limit(50)):
+        ended = ev.finished_at if ev.finished_at.tzinfo else ev.finished_at.replace(tzinfo=UTC)
+        if ended >= since and _same_evaluation(ev, new):
+            ago = max(0, round((utcnow() - ended).total_seconds()))
+            raise DuplicateJob(f"evaluation {ev.id} of the same version, split, k and model ended {ago} s ago "
+                               f"({ev.status}): nothing new was queued; its figures are in the table. To measure it "
+                               "again on purpose, press Evaluate again", "evaluation", ev.id)
 
 
 def refuse_second_run(session: Session, new: Run) -> None:
