@@ -229,3 +229,56 @@ def test_migrate_encrypts_a_secret_stored_before_and_a_missing_key_says_so(engin
     row = webhooks.send_test(engine, "team", "cli")
     assert row.status == "failed" and "key that decrypts stored secrets is missing" in row.last_error
     assert len(receiver.got) == 1
+
+
+def self_signed(tmp_path, host: str) -> tuple[str, str]:
+    """A certificate for `host` signed by itself, and its key: the receiver's, and the only root trusted."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_https_to_the_pinned_address_still_checks_the_certificate_by_name(engine, receivers, monkeypatch, tmp_path):
+    """The connection goes to the checked address, while the Host header, TLS's SNI and the certificate check use
+    the URL's name: a receiver whose certificate names another host is refused."""
+    import ssl
+
+    import certifi
+
+    receiver = receivers()
+    cert, key = self_signed(tmp_path, "hooks.example.com")
+    served_names: list[str | None] = []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: served_names.append(name)
+    receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
+    monkeypatch.setattr(certifi, "where", lambda: cert)  # the one root the studio trusts here
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **k: real(
+        "127.0.0.1" if host in ("hooks.example.com", "other.example.com") else host, port, *a, **k))
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "127.0.0.1")
+    get_settings.cache_clear()
+    port = receiver.server.server_address[1]
+    _view, receiver.secret = webhooks.add_endpoint(engine, "tls", f"https://hooks.example.com:{port}/h", "cli")
+    assert webhooks.send_test(engine, "tls", "cli").status == "delivered"
+    assert served_names == ["hooks.example.com"] and receiver.got[0][0]["host"] == f"hooks.example.com:{port}"
+    webhooks.add_endpoint(engine, "wrong-name", f"https://other.example.com:{port}/h", "cli")
+    row = webhooks.send_test(engine, "wrong-name", "cli")
+    assert row.status == "failed" and row.last_error == "no connection (refused, unreachable or TLS failed)"
+    assert len(receiver.checked) == 1
