@@ -25,14 +25,16 @@ from api.app import create_app
 from api.otlp import read_capped
 from core.domain.otlp_spans import decode_spans
 from core.errors import BodyTooLarge
+from core.records.ab_experiments import served_arm
+from core.records.ab_verdict import ab_status
 from core.records.api_keys import create_key
 from core.records.otlp import IngestLimits, ingest_spans, map_service, other_spans, span_detail
 from core.records.otlp_held import held_services, held_spans
 from core.records.serving import served_library, set_ab_split
 from core.records.tasks import DEMO_TASK
-from core.records.traces import arm_comparison, harvest, set_rules
+from core.records.traces import harvest, set_rules
 from core.records.versions import import_library, set_label
-from storage.tables import ApiCounter, Library, Sample, Trace
+from storage.tables import ApiCounter, Sample, Trace
 from tests.otlp_support import JSON, PROTOBUF, chat_span, sdk_request, to_json
 
 ROUTE = "/otlp/v1/traces"
@@ -203,15 +205,21 @@ def test_feedback_on_a_span_or_by_otel_trace_id_feeds_labelling_harvest_and_the_
     set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
+    # the arm the studio serves each user: a span's claim is checked against it (core/records/ab_experiments.py)
+    arms = {arm: [f"user-{i}" for i in range(100) if served_arm(production.library_id, 0.5, f"user-{i}") == arm][:4]
+            for arm in ("production", "candidate")}
 
     def make(tracer):
         for i, score in enumerate([0.1, 0.2, 0.3]):
             chat_span(tracer, f"p{i}", **{"tfgrpo.task": DEMO_TASK, "tfgrpo.label": "production",
-                                          "tfgrpo.score": score})
+                                          "tfgrpo.score": score, "tfgrpo.user_id": arms["production"][i]})
         for i in range(3):
             chat_span(tracer, f"c{i}", **{"tfgrpo.task": DEMO_TASK, "tfgrpo.version": candidate.number,
-                                          "tfgrpo.thumbs": "up"})
-        chat_span(tracer, "late", **{"tfgrpo.task": DEMO_TASK, "tfgrpo.label": "production"})
+                                          "tfgrpo.thumbs": "up", "tfgrpo.user_id": arms["candidate"][i]})
+        chat_span(tracer, "late", **{"tfgrpo.task": DEMO_TASK, "tfgrpo.label": "production",
+                                     "tfgrpo.user_id": arms["production"][3]})
+        chat_span(tracer, "claims the other arm", **{"tfgrpo.task": DEMO_TASK, "tfgrpo.label": "candidate",
+                                                     "tfgrpo.thumbs": "up", "tfgrpo.user_id": arms["production"][0]})
 
     request = sdk_request(make)
     assert client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF).status_code == 200
@@ -225,10 +233,10 @@ def test_feedback_on_a_span_or_by_otel_trace_id_feeds_labelling_harvest_and_the_
     assert late.thumbs == -1 and late.label_status == "needed"
 
     with Session(engine) as session:
-        library = session.get(Library, production.library_id)
-        comparison = arm_comparison(session, library.id, "candidate")
-    counts = {row["arm"]: row["scored traces"] for row in comparison.rows}
-    assert counts == {"production": 4, "candidate": 3} and comparison.difference > 0
+        comparison = ab_status(session, DEMO_TASK)
+    counts = {row["arm"]: row["scored traces"] for row in comparison.arms}
+    assert counts == {"production": 4, "candidate": 3} and comparison.verdict.difference > 0
+    assert comparison.excluded == {"names another version than the production arm serves its user": 1}
     assert harvest(engine, DEMO_TASK, "cli", max_score=0.4) == (4, 0)
     with Session(engine) as session:
         queries_ = {s.query for s in session.exec(select(Sample).where(Sample.external_id.startswith("trace-")))}

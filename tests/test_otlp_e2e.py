@@ -14,13 +14,15 @@ import pytest
 from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
+from core.records.ab_experiments import NO_USER, served_arm
+from core.records.ab_verdict import ab_status
 from core.records.api_keys import create_key
 from core.records.otlp import map_service
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
-from core.records.traces import arm_comparison, harvest, set_rules
+from core.records.traces import harvest, set_rules
 from core.records.versions import import_library, set_label
-from storage.tables import Library, Sample, Trace
+from storage.tables import Sample, Trace
 from tests.api_support import api_server
 from tests.otlp_support import JSON, chat_span, sdk_request, to_json
 
@@ -74,17 +76,18 @@ def test_an_instrumented_openai_agent_exports_its_calls_to_the_running_api(engin
             provider.shutdown()
 
         # OTLP/JSON (the exporter speaks protobuf only): the SDK's own encoding through json_format, gzip
+        candidate_user = next(f"user-{i}" for i in range(100)
+                              if served_arm(production.library_id, 0.5, f"user-{i}") == "candidate")
         request = sdk_request(lambda tracer: chat_span(tracer, "JSON question?", "0", **{
-            "tfgrpo.task": DEMO_TASK, "tfgrpo.label": "candidate", "tfgrpo.thumbs": "up"}))
+            "tfgrpo.task": DEMO_TASK, "tfgrpo.label": "candidate", "tfgrpo.thumbs": "up",
+            "tfgrpo.user_id": candidate_user}))
         posted = httpx.post(f"{base}/otlp/v1/traces", content=gzip.compress(to_json(request)), timeout=10,
                             headers={**JSON, "Content-Encoding": "gzip", "Authorization": f"Bearer {ingest}"})
         assert posted.status_code == 200 and posted.json() == {}
 
     with Session(engine) as session:
         rows = list(session.exec(select(Trace).order_by(Trace.id)))
-        library = session.get(Library, production.library_id)
         by_version = {row.input: row.version_id for row in rows}
-        comparison = arm_comparison(session, library.id, "candidate")
     assert [row.input for row in rows[:4]] == [f"Tom has {i} apples and buys 2. How many now?" for i in range(4)]
     for row in rows[:4]:
         otlp = row.meta["otlp"]
@@ -111,6 +114,8 @@ def test_an_instrumented_openai_agent_exports_its_calls_to_the_running_api(engin
     assert harvest(engine, DEMO_TASK, "cli", max_score=0.5) == (4, 0)
     with Session(engine) as session:
         harvested = session.exec(select(Sample).where(Sample.external_id.startswith("trace-"))).all()
-        comparison = arm_comparison(session, library.id, "candidate")
+        comparison = ab_status(session, DEMO_TASK)
     assert len(harvested) == 4
-    assert sum(row["scored traces"] for row in comparison.rows) == 5
+    # the instrumentation's spans carry no user id, so the A/B experiment cannot place them; the JSON span's user can
+    assert {row["arm"]: row["scored traces"] for row in comparison.arms} == {"production": 0, "candidate": 1}
+    assert comparison.excluded == {NO_USER: 4}

@@ -7,6 +7,7 @@ import pytest
 from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
+from core.records.ab_experiments import served_arm
 from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
@@ -31,10 +32,16 @@ def versions(engine):
     return production, candidate
 
 
-def post(engine, version_id: int, prefix: str, scores: list[float]) -> None:
+def post(engine, version_id: int, prefix: str, scores: list[float], users: list[str] | None = None) -> None:
     ingest_traces(engine, [TraceIn(id=f"{prefix}{i}", task=DEMO_TASK, version_id=version_id, segment="web",
-                                   input=f"<b>{prefix} question {i}</b>", output="**42**", score=score)
+                                   input=f"<b>{prefix} question {i}</b>", output="**42**", score=score,
+                                   user_id=users[i] if users else None)
                            for i, score in enumerate(scores)])
+
+
+def arm_users(library_id: int, arm: str, count: int) -> list[str]:
+    """User ids a split of half the users serves `arm` (the hash serving uses)."""
+    return [f"user-{i}" for i in range(500) if served_arm(library_id, 0.5, f"user-{i}") == arm][:count]
 
 
 def open_page():
@@ -52,8 +59,10 @@ def test_no_trace_says_how_to_get_some(engine):
 def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine, versions):
     production, candidate = versions
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
-    post(engine, production.id, "p", [0.0, 0.2, 0.4, 0.3, 0.1, 0.2] * 5)
-    post(engine, candidate.id, "c", [0.9, 1.0, 0.8, 1.0, 0.9, 0.7] * 5)
+    post(engine, production.id, "p", [0.0, 0.2, 0.4, 0.3, 0.1, 0.2] * 5, arm_users(production.library_id,
+                                                                                 "production", 30))
+    post(engine, candidate.id, "c", [0.9, 1.0, 0.8, 1.0, 0.9, 0.7] * 5, arm_users(production.library_id,
+                                                                                "candidate", 30))
     at = open_page()
     assert [m.value for m in at.metric][:2] == ["60", "100%"]
     daily = table_with(at, "scored share")
@@ -64,9 +73,13 @@ def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine,
     codes = [c.value for c in at.code]
     assert "<b>p question 0</b>" in codes and "**42**" in codes  # as text, never rendered
     words = " ".join(markdown_texts(at))
-    assert "candidate − production: +0." in words and "the gain is real" in words.lower()
+    words = words.replace("\\", "")  # plain(): Markdown's characters escaped
+    assert f"candidate #{candidate.number} − production #{production.number}: +0." in words
+    assert "anytime-valid" in words and "candidate is better" in words
     arms = table_with(at, "arm")
-    assert arms["arm"].tolist() == ["production", "candidate"]
+    assert arms["arm"].tolist() == ["production", "candidate"] and arms["scored traces"].tolist() == [30, 30]
+    assert [m.value for m in at.metric if m.label == "Decided"] == ["yes"]
+    assert any(b.label == f"Promote #{candidate.number}" for b in at.button)
 
 
 def test_rules_harvest_and_an_update_from_production(engine, versions):

@@ -164,20 +164,20 @@ def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str
         figures = (f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}] ({1 - found.alpha:.0%} "
                    f"anytime-valid: it may be read at any time; n = {candidate.n} and {production.n})")
     if found.better:
-        outcome = f"{status.candidate_label} is better: the interval excludes no difference. Promote it"
+        outcome = f"{status.candidate_label} is better: the interval excludes 0. Promote it"
     elif found.worse:
-        outcome = (f"{status.candidate_label} is worse: the interval excludes no difference"
+        outcome = (f"{status.candidate_label} is worse: the interval excludes 0"
                    + (". The guard ends the split at the worker's next check" if status.running else ""))
     elif found.low is not None:
         outcome = "No difference shown yet: the interval includes 0"
     else:
         outcome = ""
     more = ""
-    if status.running and status.needed is not None:
-        days = f" (about {_days(status.days)} at the current rate)" if status.days is not None else ""
+    if status.running and not found.decided and status.needed is not None:
+        days = f" ({_days(status.days)} at the current rate)" if status.days is not None else ""
         more = (f" A true difference of {status.effect:.2f} would be found with 80% chance after about "
                 f"{status.needed:,} more scored traces{days}.")
-    elif status.running:
+    elif status.running and not found.decided:
         more = f" A difference of {status.effect:.2f} is too small to find at this rate of scored traces."
     return f"{name}: {figures}." + (f" {outcome}." if outcome else "") + more
 
@@ -185,7 +185,7 @@ def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str
 def _days(days: float | None) -> str:
     if days is None or not math.isfinite(days):
         return "an unknown time"
-    return "less than a day" if days < 1 else f"{days:,.0f} day{'s' if round(days) != 1 else ''}"
+    return "less than a day" if days < 1 else f"about {days:,.0f} day{'s' if round(days) != 1 else ''}"
 
 
 # --- the guard: stop a worse candidate, announce a better one -------------------------------------------------
