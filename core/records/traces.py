@@ -12,12 +12,10 @@ a trace with none of them is unscored.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from statistics import mean, stdev
+from statistics import mean
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import func
@@ -27,7 +25,7 @@ from sqlmodel import Session, select
 
 from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
-from core.domain.metrics import Z95, mean_interval
+from core.domain.metrics import mean_interval
 from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
 from core.records.ab_experiments import Stamps, stamp
 from core.records.api_keys import KeyUse, key_scope
@@ -42,7 +40,6 @@ from core.records.production_scoring import (
 )
 from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task
-from core.records.versions import PRODUCTION
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
@@ -450,58 +447,3 @@ def harvest(engine: Engine, task_name: str, actor: str, *, since: datetime | Non
                                after={"added": added, "skipped": skipped, "since": since.isoformat() if since else None,
                                       "max_score": max_score, "labelled_only": labelled_only}))
         return added, skipped
-
-
-# --- A/B: the two arms of a split compared ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ArmComparison:
-    """The arms' scores and the candidate's difference from production with a 95% interval. Different
-    users are in each arm, so this is an unpaired comparison (Welch's interval), said in `words`."""
-
-    rows: list[dict]
-    difference: float | None
-    low: float | None
-    high: float | None
-    words: str
-
-
-def arm_comparison(session: Session, library_id: int, candidate: str) -> ArmComparison:
-    """Traces served by production's version against those served by `candidate`'s version."""
-    arms = {}
-    for label in (PRODUCTION, candidate):
-        found = queries.label_by_name(session, library_id, label)
-        if found is not None:
-            arms[label] = found.version_id
-    scores: dict[str, list[float]] = {label: [] for label in arms}
-    if arms:
-        traces = session.exec(select(Trace).where(Trace.library_id == library_id,
-                                                  Trace.version_id.in_(list(arms.values()))))
-        by_version = {version: label for label, version in arms.items()}
-        for trace in traces:
-            score = trace_score(trace)
-            if score is not None:
-                scores[by_version[trace.version_id]].append(score)
-    numbers = queries.version_numbers(session, list(arms.values()))
-    rows = []
-    for label, values in scores.items():
-        low, high = mean_interval(values) if values else (None, None)
-        rows.append({"arm": label, "version": f"#{numbers.get(arms[label], '?')}", "scored traces": len(values),
-                     "mean score": round(mean(values), 3) if values else None, "low": low, "high": high})
-    a, b = scores.get(PRODUCTION, []), scores.get(candidate, [])
-    if len(a) < 2 or len(b) < 2:
-        return ArmComparison(rows, None, None, None, "Not enough scored traces in both arms to compare them yet "
-                                                     "(at least 2 each).")
-    difference = mean(b) - mean(a)
-    half = Z95 * math.sqrt(stdev(a) ** 2 / len(a) + stdev(b) ** 2 / len(b))
-    low, high = difference - half, difference + half
-    if low > 0:
-        verdict = f"{candidate} scores higher, and the interval excludes no difference: the gain is real"
-    elif high < 0:
-        verdict = f"{candidate} scores lower, and the interval excludes no difference: it is really worse"
-    else:
-        verdict = "the interval includes 0: no real difference shown yet"
-    words = (f"{candidate} − production: {difference:+.3f} [{low:+.3f}, {high:+.3f}] (95%, unpaired: different users "
-             f"in each arm; n = {len(b)} and {len(a)}). {verdict.capitalize()}.")
-    return ArmComparison(rows, difference, low, high, words)
