@@ -76,7 +76,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -679,7 +679,8 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
 
 def load_models(options: argparse.Namespace) -> None:
     """Load the embedded model(s) before any timing, so the first phase does not pay for it: where the calls go,
-    the machine's model server (started if none runs), or this process with TFGRPO_LOCAL_IN_PROCESS."""
+    the machine's model server (started if none runs: the benchmark is a command-line job, so on every core, and
+    stopped at its end), or this process with TFGRPO_LOCAL_IN_PROCESS."""
     from core.models import gateway, model_server  # noqa: F401  (importing the gateway registers local/...)
     from core.models.local_model import LOCAL_PREFIX, get_server
     from core.settings import get_settings
@@ -693,6 +694,8 @@ def load_models(options: argparse.Namespace) -> None:
                 where = "in this process"
             else:
                 where = model_server.address(name)
+                record = model_server.read_record(name)
+                where += f", {record.threads if record else '?'} threads"
             progress(f"{model} loaded in {time.perf_counter() - started:.1f} s ({where})")
 
 
@@ -938,7 +941,7 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
     options = parse_args(argv)
     command = shlex.join(["PYTHONPATH=.", ".venv/bin/python", "bench/learning_effect.py", *argv])
 
-    from core.settings import get_settings
+    from core.models.model_server import command_line_job, job_threads
     from storage.db import make_engine
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice, once per thread
@@ -956,11 +959,12 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
         splits = create_task(engine, options, train, test, validation)
         defaults = default_path(engine, options)
         engine.dispose()
-        progress(f"cpu_count {os.cpu_count()}  n_threads {get_settings().threads}  load {os.getloadavg()[0]:.2f}  "
+        progress(f"cpu_count {os.cpu_count()}  threads of a server it starts {job_threads()}  load {os.getloadavg()[0]:.2f}  "
                  f"database {base if options.db else 'temporary (--db PATH keeps it)'}  queries {splits}")
-        if gateway_for is None:
-            load_models(options)
-        arms = asyncio.run(run_arms(base, options, gateway_for))
+        with command_line_job() if gateway_for is None else nullcontext():
+            if gateway_for is None:
+                load_models(options)
+            arms = asyncio.run(run_arms(base, options, gateway_for))
     for arm in arms:
         if arm.library is not None and not arm.by_hand:
             arm.changes = (["a direct run: experiences asked for, no rollouts"] if arm.plan["direct"]

@@ -187,6 +187,96 @@ def test_model_server_stop_ends_the_running_supervisor(tmp_path, monkeypatch, ca
         get_settings.cache_clear()
 
 
+def _stand_in_supervisors(tmp_path, monkeypatch):
+    """`start_detached` replaced by a stand-in supervisor (a sleeping process) that records itself as the server,
+    with the threads it was given: what a job's server would run with, without loading a model."""
+    from core.models import local_model
+
+    started = []
+
+    def start_detached(name, *, idle_exit_s=None, threads=None):
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        started.append((process, threads))
+        (tmp_path / f"server-{name}.json").write_text(json.dumps(
+            {"model": name, "address": "http://127.0.0.1:9", "supervisor_pid": process.pid,
+             "server_pid": process.pid, "slots": 1, "restarts": [], "threads": threads or 0}))
+        return process
+
+    monkeypatch.setattr(model_server, "start_detached", start_detached)
+    monkeypatch.setattr(model_server, "model_path", lambda name: tmp_path / "model.gguf")
+    monkeypatch.setattr(local_model, "model_path", lambda name: tmp_path / "model.gguf")
+    return started
+
+
+@pytest.mark.parametrize(("threads_env", "load", "threads"), [(None, 0.2, 8), (None, 2.6, 5), (None, 30.0, 1),
+                                                               ("1", 0.0, 1)],
+                         ids=["every core", "the free cores", "one on a busy machine", "TFGRPO_THREADS set"])
+def test_a_command_line_job_starts_its_own_server_on_every_free_core_and_stops_it_at_the_end(
+        tmp_path, monkeypatch, threads_env, load, threads):
+    """Issue 52 item 5: a job run in the terminal that finds no server has no page waiting on its model, so its
+    server gets every core that other processes leave free (unless TFGRPO_THREADS says otherwise), and is stopped
+    when the job ends; outside a job a server keeps a core for the pages (TFGRPO_THREADS' default) and stays."""
+    from core.settings import get_settings
+
+    monkeypatch.setenv("TFGRPO_MODEL_DIR", str(tmp_path))
+    if threads_env is None:
+        monkeypatch.delenv("TFGRPO_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("TFGRPO_THREADS", threads_env)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    get_settings.cache_clear()
+    started = _stand_in_supervisors(tmp_path, monkeypatch)
+    try:
+        with model_server.command_line_job():
+            assert model_server.address(SMALL) == "http://127.0.0.1:9"
+            with model_server.command_line_job():  # nested: the same job, nothing stopped at its end
+                model_server.address(SMALL)
+            assert started[0][0].poll() is None
+        [(process, _threads)] = started
+        assert started[0][1] == threads
+        assert process.wait(timeout=10) == -signal.SIGTERM
+        assert model_server.read_record(SMALL) is None
+
+        model_server.address(SMALL)  # a server a worker or page starts: TFGRPO_THREADS' own (cores minus one)
+        assert started[1][1] is None
+        assert started[1][0].poll() is None
+    finally:
+        for process, _threads in started:
+            process.kill()
+            process.wait()
+        get_settings.cache_clear()
+
+
+def test_a_server_that_already_ran_before_the_job_is_used_as_it_is_and_left_running(tmp_path, monkeypatch):
+    """A server someone else started (`make run`, the app's worker) may be serving the pages: a job uses it with
+    its threads and never stops it."""
+    from core.settings import get_settings
+
+    monkeypatch.setenv("TFGRPO_MODEL_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    started = _stand_in_supervisors(tmp_path, monkeypatch)
+    model_server.start_detached(SMALL)
+    try:
+        with model_server.command_line_job():
+            model_server.address(SMALL)
+        assert len(started) == 1 and started[0][0].poll() is None
+    finally:
+        started[0][0].kill()
+        started[0][0].wait()
+        get_settings.cache_clear()
+
+
+def test_train_and_eval_in_the_terminal_run_as_command_line_jobs(monkeypatch):
+    """`python -m core train`/`eval`/`compare` execute their job here (not queued): inside command_line_job."""
+    from core.cli import jobs
+
+    seen = []
+    monkeypatch.setattr(jobs, "execute_job", lambda engine, lease, **kwargs: seen.append(model_server._job))
+    jobs._execute_here(None, None)
+    assert seen and seen[0] is not None and model_server._job is None
+
+
 # ---- the real server --------------------------------------------------------------------------------------
 
 

@@ -334,7 +334,8 @@ def test_a_reference_example_is_the_reply_a_person_would_send(engine, scripted):
 def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine, scripted, reply):
     op, advantage, reference, _prompts = reference_example_run(engine, scripted, reply)
     assert op.status == "applied"
-    assert answer_of(op) == "The return window is 45 days. Your ticket reference is PC-48213."
+    assert answer_of(op) == ("The return window is 45 days. Your ticket reference is PC-48213, made of PC- and your "
+                             "order number.")
     assert all(fact.wordings[0] in op.text for fact in parse_facts(reference)) and op.text.endswith(".")
     assert score("facts", answer_of(op), reference).value == 1.0
     assert "a sentence per part" in advantage.text and "the learner's reply" in advantage.text
@@ -347,9 +348,11 @@ def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
         reply = template_reply(reference_parts("facts", row["reference"]))
         assert reply.endswith(".") and score("facts", reply, row["reference"]).value == 1.0, row["id"]
     replies = [template_reply(reference_parts("facts", row["reference"])) for row in records()[:4]]
-    assert replies == ["The return window is 45 days. Your ticket reference is PC-48213.",
-                       "Refund to the original payment method within 7 business days.",
-                       "Your ticket reference is PC-47758.", "Damaged or unsafe items go to Quality Desk."]
+    assert replies == ["The return window is 45 days. Your ticket reference is PC-48213, made of PC- and your order "
+                       "number.",
+                       "We offer refund to the original payment method within 7 business days.",
+                       "Your ticket reference is PC-47758, made of PC- and your order number.",
+                       "Damaged or unsafe items go to Quality Desk."]
     reply = template_reply(reference_parts("contains_all", "7 years;LK-72886"))
     assert reply == "We can confirm 7 years. Your reference is LK-72886."
     assert score("contains_all", reply, "7 years;LK-72886").value == 1.0

@@ -22,8 +22,9 @@ from core.grpo.training import check_resumable, create_run_with_defaults
 from core.jobs.run_control import cancel_attribution, cancel_evaluation, resume_evaluation
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id
 from core.models.gateway import Gateway
+from core.models.model_server import command_line_job
 from core.records.comparison import compare_evaluations
-from core.records.evaluation_figures import evaluation_report, figures_line
+from core.records.evaluation_figures import figures_line, read_evaluation_report
 from core.records.learner_advice import learner_advice
 from core.records.run_settings import run_settings
 from core.records.segments import paired_by_segment
@@ -82,6 +83,13 @@ def _override(field: str, value) -> str:
     return flag.replace("--", "--no-", 1) if value is True else flag if isinstance(value, bool) else f"{flag} N"
 
 
+def _execute_here(engine: Engine, lease: Lease, **kwargs):
+    """A job executed in this terminal, not by a worker: no page waits on it, so an embedded model server it has to
+    start gets every core and stops when the job ends (core.models.model_server.command_line_job)."""
+    with command_line_job():
+        return execute_job(engine, lease, **kwargs)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     engine = engine_of(args)
     if args.resume is not None:
@@ -119,7 +127,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = StageProgress()
     try:
-        execute_job(engine, lease, on_progress=progress)
+        _execute_here(engine, lease, on_progress=progress)
     finally:
         progress.close()
     return report_run(engine, run_id)
@@ -151,9 +159,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     lease = _claim(engine, "evaluation", eval_id)
     gateway = Gateway(engine, concurrency=args.concurrency) if args.concurrency else None
-    ev = execute_job(engine, lease, gateway=gateway)
+    ev = _execute_here(engine, lease, gateway=gateway)
     if args.json:
-        print(json.dumps(evaluation_report(ev)))
+        print(json.dumps(read_evaluation_report(engine, ev.id)))
     elif ev.status in EVALUATION_HAS_FIGURES:
         print(f"evaluation {ev.id}: {ev.n} queries x k={ev.k} on {ev.split}")
         print(figures_line(ev) + f"  cost ${ev.cost:.4f}")
@@ -188,7 +196,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             return 1
         if status == JobStatus.QUEUED:
             print(f"running evaluation {eval_id} ...", file=sys.stderr)
-            ev = execute_job(engine, _claim(engine, "evaluation", eval_id))
+            ev = _execute_here(engine, _claim(engine, "evaluation", eval_id))
             if ev.status not in EVALUATION_HAS_FIGURES:
                 print(f"evaluation {eval_id} is {ev.status}: {ev.error or 'waiting for labels'}", file=sys.stderr)
                 return 1
@@ -289,7 +297,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     print(f"measurement run {run_id} on {describe_url(str(engine.url))}", file=sys.stderr)
     progress = VariantProgress(engine, run_id)
     try:
-        run = execute_job(engine, lease, on_progress=progress)
+        run = _execute_here(engine, lease, on_progress=progress)
     finally:
         progress.close()
     if run.status != JobStatus.COMPLETED:

@@ -29,7 +29,11 @@ _CODE = re.compile(r"[A-Z]{1,6}[-_/]?\d[A-Z0-9-]*")
 # A label that ends in one of these words runs straight into its value ("refund within 7 business days",
 # "damaged items go to Quality Desk"); any other label is a noun ("the return window is 45 days").
 _JOINING = frozenset("within to over under at in on for by from of after before until than about into via".split())
-_ASIDE = re.compile(r"\s*\([^()]*\)")  # "ticket reference (PC- and the order number)": a note for the verifier
+_ASIDE = re.compile(r"\s*\([^()]*\)")  # "ticket reference (PC- and the order number)": how the code is formed
+# A label with one of these is a clause ("damaged items go to", "deliveries are retried for"); without, a noun phrase.
+_VERBS = frozenset("is are was were be been go goes get gets come comes take takes has have must can will may "
+                   "should expire expires apply applies".split())
+_NAME_START = re.compile(r"[A-Z][A-Z]|[A-Z][a-z]+ [A-Z]")  # a label that opens with a name or acronym keeps its case
 ECHO_WORDS = 8  # a reply that repeats this many words of the message in a row repeats the message
 
 
@@ -73,16 +77,30 @@ def _sentence(text: str) -> str:
 
 
 def fact_sentence(label: str, text: str) -> str:
-    """A labelled fact as a sentence: "The return window is 45 days.", a code as the customer's ("Your ticket
-    reference is PC-48213.": the label's asides in brackets are left out), or where the label ends in a joining
-    word, "Refund to the original payment method within 7 business days."."""
+    """A labelled fact as a sentence a person would send: "The return window is 45 days.", a code as the
+    customer's with how it is formed where the label says it ("Your ticket reference is PC-48213, made of PC- and
+    your order number."), a label that ends in a joining word as its words and value ("Damaged or unsafe items go to
+    Quality Desk."), and such a label without a verb as what the sender offers ("We offer price match within 10
+    days.", not the fragment "Price match within 10 days." the agent copied as it stood)."""
+    asides = [aside.strip(" ()") for aside in _ASIDE.findall(label)]
     label = " ".join(_ASIDE.sub("", label).split()).rstrip(":")
     words = label.split()
     if words and words[-1].lower() in _JOINING:
+        if not _VERBS & {word.lower() for word in words}:
+            return _sentence(f"We offer {label[:1].lower() if not _NAME_START.match(label) else label[:1]}"
+                             f"{label[1:]} {text}")
         return _sentence(f"{label[:1].upper()}{label[1:]} {text}")
     if not label:
         return _sentence(text)
-    return _sentence(f"{'Your' if _CODE.fullmatch(text) else 'The'} {label} is {text}")
+    if _CODE.fullmatch(text):
+        how = f", made of {_yours(asides[0])}" if asides else ""
+        return _sentence(f"Your {label} is {text}{how}")
+    return _sentence(f"The {label} is {text}")
+
+
+def _yours(aside: str) -> str:
+    """A label's note in the customer's terms: "PC- and the order number" -> "PC- and your order number"."""
+    return re.sub(r"\bthe\b", "your", aside, count=1)
 
 
 def template_reply(parts: Sequence[Part]) -> str:
@@ -163,7 +181,7 @@ def invented_facts(text: str, known: Sequence[str], *, numbers: bool = True) -> 
     as a worked example. With `numbers` off (a task whose examples compute numbers on the way, such as arithmetic)
     only codes and names count."""
     known_text = " ".join(known)
-    known_words = {w.lower() for w in re.findall(r"[\w'’-]+", known_text)}
+    known_words = {w.lower().strip("'’-") for w in re.findall(r"[\w'’-]+", known_text)}  # "PC-" is known as "pc"
     known_numbers = {n.replace(",", "") for n in _NUMBER.findall(known_text)}
     known_codes = {c.upper() for c in _CODE.findall(known_text)}
     found: list[str] = []

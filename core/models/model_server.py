@@ -8,6 +8,12 @@ token is produced for `model_stall_s`, is killed and started again, and the rest
 reason. A native call cannot be cancelled inside a process; a process can be killed, so the stalled model
 runs in one. A process that needs the embedded model and finds no server starts one (`address`); a server
 started that way exits after `model_idle_s` unused, one started by hand (or by `make run`) stays.
+
+A server runs llama.cpp on TFGRPO_THREADS threads, by default every core but one, so the studio's pages keep a
+core while a run works. A command-line job (`train` or `eval` run in the terminal, the learning benchmark) that
+finds no server running has no page waiting on its server: inside `command_line_job` it starts one on every free
+core (`job_threads`) and stops it when the job ends. A server already running (`make run`, the app's worker, another job) may be
+serving pages' work, so it is used as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +50,7 @@ class ServerRecord:
     server_pid: int
     slots: int
     restarts: list[dict] = field(default_factory=list)
+    threads: int = 0  # llama.cpp threads of its server (0: a record written before it was kept)
 
 
 def local_name(model: str) -> str:
@@ -93,9 +102,60 @@ def _alive(pid: int) -> bool:
     return process_state(pid) != "Z"  # without /proc (not Linux) signal 0 is all there is
 
 
+@dataclass
+class _Job:
+    """The command-line job this process runs (`command_line_job`): the threads a server it starts gets, and the
+    supervisors it started (model name -> pid), stopped when the job ends."""
+
+    threads: int
+    started: dict[str, int] = field(default_factory=dict)
+
+
+_job: _Job | None = None
+_job_lock = threading.Lock()
+
+
+def job_threads() -> int:
+    """The threads of a server a command-line job starts: every core other processes leave free (the cores minus the
+    1-minute load average, rounded; at least one), unless TFGRPO_THREADS says otherwise. Not simply every core:
+    llama.cpp's threads wait for each other at every step, so on a machine that other processes keep busy two
+    threads were far slower than one (2 cores at load 8: 30-120 s per agent call against about 7 s; bench/README.md)."""
+    settings = get_settings()
+    if "threads" in settings.model_fields_set:
+        return settings.threads
+    cores = max(1, os.cpu_count() or 1)
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system
+        busy = 0.0
+    return max(1, min(cores, cores - int(busy + 0.5)))
+
+
+@contextmanager
+def command_line_job() -> Iterator[None]:
+    """A job run from the terminal with no page waiting on its model: a server this process starts meanwhile
+    (none ran) gets every core (`job_threads`) and is stopped at the end, so the next page's work gets a server
+    that leaves a core to the pages again. A server that already ran is used as it is and left running. Nested
+    uses are one job."""
+    global _job
+    with _job_lock:
+        outer, _job = _job, _job or _Job(job_threads())
+    try:
+        yield
+    finally:
+        with _job_lock:
+            job, _job = _job, outer
+        if outer is None:
+            for name, pid in job.started.items():
+                record = read_record(name)
+                if record is not None and record.supervisor_pid == pid:
+                    stop(name)
+
+
 def address(name: str, *, start: bool = True) -> str:
     """The base URL (`http://127.0.0.1:PORT`) of the model's server; without one, a server is started (or,
-    when another process is starting it, awaited) unless `start` is False."""
+    when another process is starting it, awaited) unless `start` is False. Inside `command_line_job` the server
+    started here gets every core and belongs to the job."""
     record = read_record(name)
     if record is not None and record.address:
         return record.address
@@ -105,7 +165,11 @@ def address(name: str, *, start: bool = True) -> str:
             raise LocalModelError(f"no model server runs for {name}; start one with `python -m core model-server "
                                   f"--model {name}`")
         model_path(name)  # a missing or corrupt model file is said here, not as a server that never comes up
-        process = start_detached(name, idle_exit_s=get_settings().model_idle_s)
+        job = _job
+        process = start_detached(name, idle_exit_s=get_settings().model_idle_s,
+                                 threads=job.threads if job else None)
+        if job is not None:
+            job.started[name] = process.pid
     deadline = time.monotonic() + get_settings().model_start_s
     while time.monotonic() < deadline:
         record = read_record(name)
@@ -118,15 +182,18 @@ def address(name: str, *, start: bool = True) -> str:
                           f"its log: {_path(name, 'log')}")
 
 
-def start_detached(name: str, *, idle_exit_s: float | None = None) -> subprocess.Popen:
+def start_detached(name: str, *, idle_exit_s: float | None = None, threads: int | None = None) -> subprocess.Popen:
     """A supervisor in its own session, so it outlives the process that needed it; its output goes to the log.
-    When another supervisor holds the lock, this one exits at once and the other's record is used."""
+    When another supervisor holds the lock, this one exits at once and the other's record is used. `threads`:
+    its llama.cpp threads (default TFGRPO_THREADS)."""
     log = _path(name, "log")
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "core", "model-server", "--model", name]
     if idle_exit_s:
         command += ["--idle-exit", f"{idle_exit_s:g}"]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    if threads is not None:
+        env["TFGRPO_THREADS"] = str(threads)
     with log.open("ab") as out:
         return subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -187,12 +254,13 @@ def serve(name: str, slots: int | None = None, *, idle_exit_s: float | None = No
     try:
         while not stopping.is_set():
             child, where = _start_child(name, slots)
-            _write_record(ServerRecord(name, where, os.getpid(), child.pid, slots, restarts))
-            print(f"model server for {name} at {where} (pid {child.pid}, {slots} slots)", flush=True)
+            _write_record(ServerRecord(name, where, os.getpid(), child.pid, slots, restarts, settings.threads))
+            print(f"model server for {name} at {where} (pid {child.pid}, {slots} slots, {settings.threads} threads)",
+                  flush=True)
             reason = _watch(child, where, stopping, stall_s=stall_s, idle_exit_s=idle_exit_s, poll_s=poll_s)
             if reason is not None:  # callers wait for the new address instead of retrying the dead one
                 restarts.append({"at": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason})
-                _write_record(ServerRecord(name, "", os.getpid(), child.pid, slots, restarts))
+                _write_record(ServerRecord(name, "", os.getpid(), child.pid, slots, restarts, settings.threads))
                 print(reason, flush=True)
             _end(child)
             if reason is None:
