@@ -126,6 +126,8 @@ def refusal(host: str, addresses: list[str]) -> str | None:
         reason = wh.refused_reason(address)
         if reason and not wh.admitted(host, address, allowed):
             return (f"the webhook host {host} resolves to {reason}: refused (an administrator admits an internal "
+            if address != host.strip("[]"):  # a name's internal address is not told: no probing internal DNS
+                reason = reason.replace(f" ({address})", "")
                     "receiver by its host or network in TFGRPO_WEBHOOK_ALLOWLIST; a metadata address never)")
     return None
 
