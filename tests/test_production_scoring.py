@@ -205,3 +205,28 @@ def test_the_cli_sets_the_judge_rules_and_traces_and_the_api_say_whose_score_eac
     assert (body["score"], body["score_by"], body["judge"]["status"]) == (0.0, "judge", "scored")
     assert client.get("/v1/traces/sent", params={"task": DEMO_TASK}).json()["score_by"] == "user"
     assert client.get("/v1/traces/nope", params={"task": DEMO_TASK}).status_code == 404
+
+
+def test_a_production_conversation_is_scored_by_the_tasks_rubric_judge(engine, demo_task):
+    """A conversation task's reward is its rubric judge: the trace's turns are the transcript it reads."""
+    from core.records.tasks import CONVERSATION_TASK, ensure_demo_tasks
+    from tests.test_conversation_engine import rubric_reply
+
+    ensure_demo_tasks(engine)
+    with session_scope(engine) as session:
+        task = session.exec(select(Task).where(Task.name == CONVERSATION_TASK)).one()
+        task.judge_model, task.reward_settings = "openai/gpt-4o-mini", {**task.reward_settings, "rules": []}
+        session.add(task)
+    version = import_library(engine, CONVERSATION_TASK, "- Ask for the order number first.", "a.md", actor="system")
+    set_rules(engine, CONVERSATION_TASK, {"judge_share": 1.0}, "cli")
+    turns = [{"role": "user", "text": "My parcel never came."},
+             {"role": "agent", "text": "I am sorry. What is your order number?"},
+             {"role": "user", "text": "NW-48213."}, {"role": "agent", "text": "A new one ships today."}]
+    ingest_traces(engine, [TraceIn(id="c1", task=CONVERSATION_TASK, version_id=version.id, input=turns[0]["text"],
+                                   turns=turns)])
+    model, gateway = gateway_for(engine, rubric_reply(empathy=5, discovery=5, resolution=5))
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 1
+    [row] = traces(engine)
+    assert (row.judge_status, row.judge_score, score_source(row)) == ("scored", 1.0, "judge"), row.judge_detail
+    transcript = model.calls[-1][1][1]["content"]
+    assert "NW-48213." in transcript and "A new one ships today." in transcript

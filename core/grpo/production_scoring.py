@@ -28,6 +28,7 @@ from core.settings import get_settings
 from storage.tables import Sample, Task, Trace
 
 log = logging.getLogger(__name__)
+OPENING_CHARS = 2000  # the judge reads the turns; the scenario's opening only has to be a valid one
 PRODUCTION_USER = Persona(name="production user", segment="production",
                           description="A real user of the live agent; what they wanted is in their own turns.")
 
@@ -36,8 +37,9 @@ async def verdict(gateway: Gateway, task: Task, trace: Trace) -> tuple[float | N
     """(value in [0, 1] or None, why, unsure) for one trace, by the task's reward as evaluation applies it."""
     scope = Scope(trace_id=trace.id)
     if is_conversation(task):
-        turns = trace.turns or [{"role": "user", "text": trace.input}, {"role": "agent", "text": trace.output or ""}]
-        scenario = Scenario(persona=PRODUCTION_USER.name, opening=trace.input,
+        sent = trace.turns or [{"role": "user", "text": trace.input}, {"role": "agent", "text": trace.output or ""}]
+        turns = [{"role": "assistant" if turn["role"] == "agent" else "user", "text": turn["text"]} for turn in sent]
+        scenario = Scenario(persona=PRODUCTION_USER.name, opening=trace.input[:OPENING_CHARS],
                             goal="Help the user with what they asked, as the agent's instructions say.")
         found = await judge_conversation(gateway, task, PRODUCTION_USER, scenario, turns, scope=scope, stage=STAGE)
         return found.value, found.detail, found.unsure
