@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core import cli
-from core.domain.selection import Selection, ranked_entries, scored_entries, select_entries
+from core.domain.selection import Selection, ranked_entries, ranking_text, scored_entries, select_entries
 from core.errors import InvalidInput
 from core.grpo.attribution import create_attribution, experience_effects
 from core.grpo.evaluation import create_evaluation, evaluation_of, execute_evaluation
@@ -270,3 +270,21 @@ def test_the_cli_sets_the_selection_and_shows_what_a_query_gets(engine, library,
     assert cli.main(["--db", url, "library", "selection", "--task", DEMO_TASK, "--k", "40"]) != 0
     assert "k must be a whole number from 1 to 30" in capsys.readouterr().err
     assert library_selection(engine, DEMO_TASK) == Selection.build("top_k", 2)
+
+
+def test_an_example_is_ranked_by_what_it_answers_not_by_the_other_customers_story():
+    """Issue 52: the agent states the facts of the example it reads last (the most similar). A shipping question
+    that mentions tent pegs was shown the tent warranty example last, because that customer's story shared the word
+    "tent"; ranked by what each example answers, the free-shipping example comes last (a shop development message)."""
+    warranty = {"id": "E3", "kind": "example", "text": "Problem: I bought a two-person tent from you last spring for "
+                "our canoe trips. What warranty does it come with? Answer: The tent warranty is 3 years."}
+    shipping = {"id": "E2", "kind": "example", "text": "Problem: How much do I have to spend to get free delivery? My "
+                "basket is at 48 euros right now with a fleece and some hiking socks. Answer: We offer free shipping "
+                "on orders over 60 euros."}
+    lesson = {"id": "E1", "text": "State the policy's number."}
+    query = ("I was charged 5.90 for shipping on a 35 euro order of tent pegs. At what order total does shipping "
+             "become free?")
+    shown = select_entries([warranty, shipping, lesson], query, Selection.build("top_k", 2))
+    assert [entry["id"] for entry in shown] == ["E3", "E2"]
+    assert ranking_text(lesson) == lesson["text"]
+    assert ranking_text(shipping).count("free shipping on orders over 60 euros") == 2
