@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from functools import partial
 
 import pytest
 from fastapi.testclient import TestClient
@@ -97,9 +98,11 @@ def test_what_one_request_and_one_key_may_store_is_capped(engine, production, mo
         too_many = sdk_request(lambda tracer: [chat_span(tracer, f"q{i}") for i in range(51)])
         refused = client.post(ROUTE, content=too_many.SerializeToString(), headers=PROTOBUF)
         assert refused.status_code == 413 and "at most 50" in refused.json()["error"]
-        day = [client.post(ROUTE, content=sdk_request(lambda tracer: [chat_span(tracer, f"day {n}.{i}")
-                                                                      for i in range(10)]).SerializeToString(),
-                           headers=PROTOBUF) for n in range(4)]
+        def ten(tracer, n: int) -> None:
+            for i in range(10):
+                chat_span(tracer, f"day {n}.{i}")
+        day = [client.post(ROUTE, content=sdk_request(partial(ten, n=n)).SerializeToString(), headers=PROTOBUF)
+               for n in range(4)]
         assert [response.status_code for response in day][:1] == [200]
         assert 429 in [response.status_code for response in day]
         over = next(response for response in day if response.status_code == 429)
@@ -175,3 +178,17 @@ def test_a_model_call_with_no_message_read_is_held_and_shown_never_dropped(engin
         assert (row["service"], row["held (unreadable)"]) == ("opaque-agent", 1)
         [span] = held_spans(session)
         assert span.span["attributes"]["gen_ai.request.model"] == "gpt-x"
+
+
+def test_openlits_prompt_and_completion_events_alone_are_read(engine, production):
+    client = keyed(engine, task=DEMO_TASK)
+
+    def openlit_events(tracer) -> None:
+        with tracer.start_as_current_span("chat gpt-x") as span:
+            span.set_attribute("gen_ai.request.model", "gpt-x")
+            span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": "system: Be brief.\nuser: What is 3 + 3?\nThink."})
+            span.add_event("gen_ai.content.completion", {"gen_ai.completion": "6"})
+    response = client.post(ROUTE, content=sdk_request(openlit_events).SerializeToString(), headers=PROTOBUF)
+    assert response.status_code == 200
+    [trace] = stored(engine)
+    assert (trace.input, trace.output) == ("What is 3 + 3?\nThink.", "6")
