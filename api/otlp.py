@@ -5,8 +5,9 @@ own JSON route already holds /v1/traces).
 Protobuf or OTLP/JSON, plain or gzip, parsed by opentelemetry-proto's ExportTraceServiceRequest (core/domain/
 otlp_spans.py); the answer is an ExportTraceServiceResponse in the request's encoding, with `partial_success`
 naming the spans refused. The body's size is checked before it is read (Content-Length), while it is read, and
-while it is inflated: a gzip bomb stops at the cap with bounded memory. The API key and the rate limit are the
-JSON route's (`caller`).
+while it is inflated: a gzip bomb stops at the cap with bounded memory (`read_capped` is the JSON route's too: one
+cap, one 413). The API key and the rate limit are the JSON route's (`caller`); what a request and a key may store
+is bounded in core/records/otlp.py.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def inflate(body: bytes, encoding: str | None, cap: int) -> bytes:
 
 def export_response(result: Ingested | None, kind: str) -> Response:
     """ExportTraceServiceResponse in the request's encoding; partial_success when a span was refused, or as a
-    warning (rejected 0) when some spans held no model call."""
+    warning (rejected 0) when some spans held no model call or were held (core/records/otlp_held.py)."""
     answer = ExportTraceServiceResponse()
     if result is not None and (result.refused or result.other or result.held):
         answer.partial_success.rejected_spans = len(result.refused)
