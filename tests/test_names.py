@@ -98,10 +98,11 @@ def test_an_id_typed_as_a_number_is_refused_naming_both(engine, versions):
 # ---------------------------------------------------------------------------------------------- command line
 
 
-def test_the_cli_takes_and_prints_numbers_and_refuses_an_id(engine, versions, capsys):
+def test_the_cli_takes_and_prints_numbers_and_refuses_an_id(engine, versions, capsys, tmp_path):
     code, out, _ = cli(capsys, engine, "export", "--task", DEMO_TASK, "--version", "2", "--format", "json")
     exported = json.loads(out)
-    assert code == 0 and exported["version_number"] == 2 and exported["version_id"] == versions["#2"].id
+    assert code == 0 and exported["number"] == 2 and exported["version_id"] == versions["#2"].id  # the API's keys
+    older = tmp_path / "older.json"  # a file exported before the key was `number`, imported at the end
 
     code, out, err = cli(capsys, engine, "export", "--task", DEMO_TASK, "--version", "7")  # #3's id
     assert code == 2 and out == "" and "type 3 (or #3)" in err and "7 is the database id of version #3" in err
@@ -126,6 +127,10 @@ def test_the_cli_takes_and_prints_numbers_and_refuses_an_id(engine, versions, ca
     assert queued.version_id == versions["other #3"].id
     code, _, err = cli(capsys, engine, "eval", "--task", DEMO_TASK, "--version", "6", "--queue")
     assert code == 2 and "type 2 (or #2)" in err
+
+    older.write_text(json.dumps({**{k: v for k, v in exported.items() if k != "number"}, "version_number": 2}))
+    code, out, err = cli(capsys, engine, "import", "--task", DEMO_TASK, str(older))
+    assert code == 0 and "#4" in out, err
 
 
 def test_the_promotion_refusal_names_a_compare_command_that_compares_what_it_says(engine, versions, capsys):
@@ -268,3 +273,26 @@ def test_an_id_of_another_tasks_version_is_refused_naming_that_task(engine, vers
     assert str(refused.value).endswith(f"{elsewhere.id} is the database id of version #{elsewhere.number} of library "
                                        f"'default' of task '{SUPPORT_TASK}', and a version is named by its number "
                                        "in its library")
+
+
+def test_an_evaluation_names_its_version_by_number_in_the_api_and_eval_json(engine, versions, capsys):
+    """GET /v1/evaluations/{id} and `eval --json` named the version only by its database id."""
+    from bench.stub_server import StubServer
+    from core.records.connections import add_connection
+
+    with StubServer() as stub:
+        add_connection(engine, "stubby", "openai", base_url=stub.url, actor="cli")
+        code, out, err = cli(capsys, engine, "eval", "--task", DEMO_TASK, "--version", "#2", "--limit", "1",
+                             "--model", "stubby/stub", "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    assert (printed["version_number"], printed["library"], printed["version_id"]) == (2, "default",
+                                                                                      versions["#2"].id)
+    client = TestClient(create_app(engine), headers={
+        "Authorization": f"Bearer {create_key(engine, 'agent', 'read', 'cli').secret}"})
+    answered = client.get(f"/v1/evaluations/{printed['evaluation_id']}").json()
+    assert (answered["version_number"], answered["library"], answered["version_id"]) == (2, "default",
+                                                                                         versions["#2"].id)
+    empty = create_evaluation(engine, DEMO_TASK, "empty", limit=1, model="stubby/stub")
+    assert {key: client.get(f"/v1/evaluations/{empty}").json()[key] for key in ("version_number", "library")} == {
+        "version_number": None, "library": None}

@@ -373,7 +373,7 @@ def test_export_in_three_formats(engine):
     assert len(documents) == 1
     assert documents[0]["experiences"] == [{"id": "E1", "text": UNITS}, {"id": "E2", "text": REREAD}]
     assert documents[0]["task"] == DEMO_TASK
-    assert (documents[0]["version_id"], documents[0]["version_number"]) == (version_id, 2)
+    assert (documents[0]["version_id"], documents[0]["number"]) == (version_id, 2)  # the API's keys
 
     at.radio(key="lib_export_format").set_value("prompt")
     rerun(at)

@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from core.errors import NotFound
 from storage.statuses import EVALUATION_HAS_FIGURES
-from storage.tables import Evaluation
+from storage.tables import Evaluation, Library, LibraryVersion
 
 NO_FIGURE = "—"
 SCORES = ("mean_at_k", "pass_at_k")
@@ -82,11 +82,16 @@ def figures_line(ev: Evaluation) -> str:
     return f"{'  '.join(parts)}{counted}  rollout errors {errors}"
 
 
-def evaluation_report(ev: Evaluation) -> dict:
+def evaluation_report(ev: Evaluation, version: LibraryVersion | None = None,
+                      library: str | None = None) -> dict:
     """An evaluation as JSON: what `eval --json` prints and the HTTP API answers. Mean@k, Pass@k and their
-    intervals are null where nothing was answered, and for an evaluation that is not finished."""
+    intervals are null where nothing was answered, and for an evaluation that is not finished. The version is
+    named as people name it, by its number in its library (`version_number`, `library`: null for the empty
+    library), beside its `version_id`."""
     m = ev.metrics or {}
-    return {"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id, "split": ev.split, "k": ev.k,
+    return {"evaluation_id": ev.id, "status": ev.status, "version_id": ev.version_id,
+            "version_number": version.number if version is not None else None, "library": library,
+            "split": ev.split, "k": ev.k,
             "n": ev.n, **{key: score(ev, key) for key in SCORES},
             **{f"{key}_ci": interval(ev, key) for key in SCORES},
             "errors": m.get("errors"), "answered": m.get("answered"), "rollouts": m.get("rollouts"),
@@ -96,9 +101,12 @@ def evaluation_report(ev: Evaluation) -> dict:
 
 
 def read_evaluation_report(engine: Engine, evaluation_id: int) -> dict:
-    """evaluation_report of a stored evaluation; NotFound when there is none."""
+    """evaluation_report of a stored evaluation, its version named by number and library; NotFound when there is
+    none."""
     with Session(engine) as session:
         ev = session.get(Evaluation, evaluation_id)
         if ev is None:
             raise NotFound(f"no evaluation {evaluation_id}")
-        return evaluation_report(ev)
+        version = session.get(LibraryVersion, ev.version_id) if ev.version_id is not None else None
+        library = session.get(Library, version.library_id) if version is not None else None
+        return evaluation_report(ev, version, library.name if library is not None else None)

@@ -265,8 +265,10 @@ def _move_label(session: Session, version: LibraryVersion, name: str, actor: str
 
 
 def version_json_meta(task: Task, version: LibraryVersion | None) -> dict:
+    """What a JSON export says of its version, in the keys the HTTP API uses for a version (`version_id`, `number`);
+    an import reads only the experiences, so files written with the older `version_number` still import."""
     return {"task": task.name, "version_id": version.id if version else None,
-            "version_number": version.number if version else None}
+            "number": version.number if version else None}
 
 
 
