@@ -6,6 +6,7 @@ promotion carries; `core ab --status --json` answers for users served through th
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core.cli import main
+from core.jobs.worker import guarding
 from core.records.ab_experiments import BEFORE_START, CANDIDATE, NO_USER, served_arm
 from core.records.ab_verdict import ab_status, guard_experiments
 from core.records.api_keys import create_key
@@ -202,3 +204,18 @@ def test_ab_status_json_for_users_served_through_the_api(engine, split, capsys, 
     code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status"])
     out = capsys.readouterr().out
     assert code == 0 and f"#{candidate.number}" in out and "anytime-valid" in out and "decided:" in out
+
+
+def test_the_worker_runs_the_guard_beside_its_jobs(engine, split):
+    """core.jobs.worker.guarding: the worker's background pass is what stops a worse split without anyone looking."""
+    production, candidate = split
+    ours, theirs = users(engine, PRODUCTION, 40), users(engine, CANDIDATE, 40)
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "thumbs": "up"}
+                  for i, user in enumerate(ours)]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "thumbs": "down"}
+            for i, user in enumerate(theirs)])
+    with guarding(engine, every=0.05):
+        deadline = time.monotonic() + 30
+        while open_experiments(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert open_experiments(engine) == [] and library_of(engine).ab_label is None
