@@ -334,7 +334,7 @@ def test_a_reference_example_is_the_reply_a_person_would_send(engine, scripted):
 def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine, scripted, reply):
     op, advantage, reference, _prompts = reference_example_run(engine, scripted, reply)
     assert op.status == "applied"
-    assert answer_of(op) == ("The return window is 45 days. Your ticket reference is PC-48213, made of PC- and your "
+    assert answer_of(op) == ("Our return window is 45 days. Your ticket reference is PC-48213, made of PC- and your "
                              "order number.")
     assert all(fact.wordings[0] in op.text for fact in parse_facts(reference)) and op.text.endswith(".")
     assert score("facts", answer_of(op), reference).value == 1.0
@@ -348,7 +348,7 @@ def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
         reply = template_reply(reference_parts("facts", row["reference"]))
         assert reply.endswith(".") and score("facts", reply, row["reference"]).value == 1.0, row["id"]
     replies = [template_reply(reference_parts("facts", row["reference"])) for row in records()[:4]]
-    assert replies == ["The return window is 45 days. Your ticket reference is PC-48213, made of PC- and your order "
+    assert replies == ["Our return window is 45 days. Your ticket reference is PC-48213, made of PC- and your order "
                        "number.",
                        "We offer refund to the original payment method within 7 business days.",
                        "Your ticket reference is PC-47758, made of PC- and your order number.",

@@ -77,7 +77,7 @@ def _sentence(text: str) -> str:
 
 
 def fact_sentence(label: str, text: str) -> str:
-    """A labelled fact as a sentence a person would send: "The return window is 45 days.", a code as the
+    """A labelled fact as a sentence a person would send: "Our return window is 45 days.", a code as the
     customer's with how it is formed where the label says it ("Your ticket reference is PC-48213, made of PC- and
     your order number."), a label that ends in a joining word as its words and value ("Damaged or unsafe items go to
     Quality Desk."), and such a label without a verb as what the sender offers ("We offer price match within 10
@@ -95,7 +95,7 @@ def fact_sentence(label: str, text: str) -> str:
     if _CODE.fullmatch(text):
         how = f", made of {_yours(asides[0])}" if asides else ""
         return _sentence(f"Your {label} is {text}{how}")
-    return _sentence(f"The {label} is {text}")
+    return _sentence(f"Our {label} is {text}")
 
 
 def _yours(aside: str) -> str:
