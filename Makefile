@@ -73,13 +73,14 @@ bench: install
 # run created as `python -m core train` creates it: the default path (nothing set but the sizes), default+lessons,
 # default-hold (hold_flagged off) and paper (lessons only, the paper's defaults), on the shop-policies demo and on
 # the arithmetic data (bench/README.md has the sizes, the measured minutes and a larger size); options for both,
-# e.g. BENCH_LEARNING="--k 1". It runs alone, so the model server it starts gets every core (the studio's default
-# leaves one to the pages); a model server already running keeps its own threads: stop it first
-# (`python -m core model-server --stop`).
+# e.g. BENCH_LEARNING="--k 1". A command-line job: the model server it starts gets every core other processes leave
+# free (the studio's default leaves one to the pages) and stops at its end; a model server already running keeps
+# its own threads: stop it first (`python -m core model-server --stop`). BENCH_THREADS=N forces N threads.
 BENCH_LEARNING ?=
-BENCH_THREADS ?= $(shell nproc 2>/dev/null || echo 2)
+BENCH_THREADS ?=
 bench-learning: install
 	TFGRPO_THREADS=$(BENCH_THREADS) PYTHONPATH=. $(PY) bench/learning_effect.py --dataset policy $(BENCH_LEARNING)
+	TFGRPO_THREADS=$(BENCH_THREADS) PYTHONPATH=. $(PY) bench/learning_effect.py --dataset fernhill $(BENCH_LEARNING)
 	TFGRPO_THREADS=$(BENCH_THREADS) PYTHONPATH=. $(PY) bench/learning_effect.py --dataset arithmetic $(BENCH_LEARNING)
 
 # What containment costs: a jailed code run, a score in a scoring process, a password check (seconds).
