@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 from sqlmodel import Session, select
 
 from api.app import create_app
@@ -24,6 +25,7 @@ from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import PRODUCTION, import_library, promote, set_label
 from storage import queries
+from storage.db import make_engine
 from storage.tables import AbExperiment, AuditEvent, Library, Trace
 from tests.test_webhooks import endpoint, one_event, receiver  # noqa: F401  (the fixture)
 
@@ -219,3 +221,31 @@ def test_the_worker_runs_the_guard_beside_its_jobs(engine, split):
         while open_experiments(engine) and time.monotonic() < deadline:
             time.sleep(0.05)
     assert open_experiments(engine) == [] and library_of(engine).ab_label is None
+
+
+def test_a_split_already_on_becomes_an_experiment_that_starts_at_the_migration(tmp_path):
+    """Migration 0019: traces from before it were counted under whatever the labels pointed at, so the split's first
+    experiment starts at the upgrade, with the versions the labels point at then."""
+    from tests.test_migrations import upgrade_to
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'before.db'}", migrate=False)
+    upgrade_to(engine, "0018")
+    now = "2026-11-01 00:00:00"
+    with engine.begin() as connection:
+        for sql in (
+            "INSERT INTO task (id, name, description, instructions, answer_format, reward_method, reward_settings, "
+            f"policy_model, learner_model, judge_model, agent_mode, created_at) VALUES (1, 't', '', '', '', 'exact', "
+            f"'{{}}', 'm', 'm', 'm', 'direct', '{now}')",
+            f"INSERT INTO library (id, task_id, name, created_at, ab_label, ab_share) VALUES (1, 1, 'default', '{now}', "
+            "'candidate', 0.2), (2, 1, 'other', '" + now + "', 'gone', 0.5)",
+            *(f"INSERT INTO libraryversion (id, library_id, number, experiences, source, note, created_by, created_at) "
+              f"VALUES ({n}, 1, {n}, '[]', 'import', '', 'x', '{now}')" for n in (1, 2)),
+            f"INSERT INTO librarylabel (library_id, name, version_id, moved_by, moved_at) VALUES "
+            f"(1, 'production', 1, 'x', '{now}'), (1, 'candidate', 2, 'x', '{now}'), (2, 'production', 1, 'x', '{now}')"):
+            connection.execute(text(sql))
+    upgrade_to(engine, "0019")
+    with Session(engine) as session:
+        [experiment] = session.exec(select(AbExperiment)).all()  # library 2's split names a label it lacks
+    assert (experiment.library_id, experiment.candidate_label, experiment.share) == (1, "candidate", 0.2)
+    assert (experiment.production_version_id, experiment.candidate_version_id) == (1, 2)
+    assert experiment.ended_at is None and experiment.started_by == "migration 0019"
