@@ -192,3 +192,36 @@ def test_openlits_prompt_and_completion_events_alone_are_read(engine, production
     assert response.status_code == 200
     [trace] = stored(engine)
     assert (trace.input, trace.output) == ("What is 3 + 3?\nThink.", "6")
+
+
+def test_migration_0021_moves_the_resource_each_stored_trace_copied_into_one_row(engine, production):
+    import importlib.util
+
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import delete
+
+    from storage.db import MIGRATIONS_DIR
+
+    client = keyed(engine, task=DEMO_TASK)
+    request = sdk_request(lambda tracer: [chat_span(tracer, f"q{i}") for i in range(3)],
+                          resource={"service.name": "old-agent", "host.name": "h1"})
+    assert client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF).status_code == 200
+    with Session(engine) as session:  # the rows as the release before stored them: the resource in each
+        [resource] = session.exec(select(OtlpResource)).all()
+        for trace in session.exec(select(Trace)):
+            otlp = {key: value for key, value in trace.meta["otlp"].items() if key != "resource_hash"}
+            trace.meta = {**trace.meta, "otlp": {**otlp, "resource": resource.attributes}}
+            session.add(trace)
+        session.exec(delete(OtlpResource))
+        session.commit()
+    spec = importlib.util.spec_from_file_location("m0021", MIGRATIONS_DIR / "versions" / "0021_otlp_locks.py")
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    with engine.begin() as connection, Operations.context(MigrationContext.configure(connection)):
+        migration._resources_once()
+    with Session(engine) as session:
+        [moved] = session.exec(select(OtlpResource)).all()
+        assert moved.attributes["host.name"] == "h1" and moved.hash == resource.hash
+        metas = [trace.meta["otlp"] for trace in session.exec(select(Trace))]
+    assert len(metas) == 3 and all("resource" not in otlp and otlp["resource_hash"] == moved.hash for otlp in metas)
