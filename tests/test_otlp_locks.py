@@ -225,3 +225,19 @@ def test_migration_0021_moves_the_resource_each_stored_trace_copied_into_one_row
         assert moved.attributes["host.name"] == "h1" and moved.hash == resource.hash
         metas = [trace.meta["otlp"] for trace in session.exec(select(Trace))]
     assert len(metas) == 3 and all("resource" not in otlp and otlp["resource_hash"] == moved.hash for otlp in metas)
+
+
+def test_the_json_routes_traces_count_against_the_same_caps(engine, production, monkeypatch):
+    monkeypatch.setenv("TFGRPO_INGEST_REQUEST_MAX_BYTES", "2000")
+    get_settings.cache_clear()
+    try:
+        client = keyed(engine, task=DEMO_TASK)
+        small = {"traces": [{"id": "t-1", "task": DEMO_TASK, "label": "production", "input": "hi", "output": "yo"}]}
+        assert client.post("/v1/traces", json=small).status_code == 200
+        large = {"traces": [{"id": f"t-{i}", "task": DEMO_TASK, "label": "production", "input": "x" * 500,
+                             "output": "y"} for i in range(2, 8)]}
+        refused = client.post("/v1/traces", json=large)
+        assert refused.status_code == 413 and "TFGRPO_INGEST_REQUEST_MAX_BYTES" in refused.json()["error"]
+        assert len(stored(engine)) == 1
+    finally:
+        get_settings.cache_clear()

@@ -26,7 +26,14 @@ from sqlmodel import Session, select
 from core.domain.datasets import SampleRow
 from core.domain.draws import stable_fraction
 from core.domain.metrics import mean_interval
-from core.errors import BatchRefused, InvalidInput, NotFound, describe_errors, describe_validation
+from core.errors import (
+    BatchRefused,
+    BodyTooLarge,
+    InvalidInput,
+    NotFound,
+    describe_errors,
+    describe_validation,
+)
 from core.records.ab_experiments import Stamps, stamp
 from core.records.api_keys import KeyUse, key_scope
 from core.records.api_limits import charge_stored
@@ -165,6 +172,9 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
             session.add(stamp(session, _row(trace, task, library, version, label, key), stamps))
             stored += 1
             size += len(trace.model_dump_json())
+        if size > get_settings().ingest_request_max_bytes:
+            raise BodyTooLarge(f"the request would store {size} bytes; one request may store at most "
+                               f"{get_settings().ingest_request_max_bytes} (TFGRPO_INGEST_REQUEST_MAX_BYTES)")
         if key is not None and size:  # the key's bytes per day, the OTLP route's allowance too
             charge_stored(session, key.id, key.name, size, get_settings().ingest_key_daily_bytes)
         return stored, len(traces) - stored
