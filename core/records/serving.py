@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
@@ -48,6 +48,7 @@ class ServedLibrary:
     selection: dict = field(default_factory=lambda: Selection().as_dict())
     # Each entry with its id and kind (lesson or worked example), in library order; `experiences` is their texts.
     entries: tuple[dict, ...] = ()
+    note: str | None = None  # why this version was served when no label named it (Resolved.note)
 
     @property
     def etag(self) -> str:
@@ -57,7 +58,8 @@ class ServedLibrary:
     def as_dict(self) -> dict:
         return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
                 "label": self.label, "experiences": self.experiences, "entries": list(self.entries),
-                "prompt": self.prompt, "arm": self.arm, "selection": self.selection}
+                "prompt": self.prompt, "arm": self.arm, "selection": self.selection,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class ServedSelection:
     entries: list[dict]
     prompt: str
     arm: str | None = None
+    note: str | None = None  # as ServedLibrary.note
 
     @property
     def experiences(self) -> list[str]:
@@ -93,7 +96,8 @@ class ServedSelection:
     def as_dict(self) -> dict:
         return {"task": self.task, "library": self.library, "version_id": self.version_id, "number": self.number,
                 "label": self.label, "arm": self.arm, "query": self.query, "selection": self.selection,
-                "entries": self.entries, "experiences": self.experiences, "prompt": self.prompt}
+                "entries": self.entries, "experiences": self.experiences, "prompt": self.prompt,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,12 @@ class Resolved:
     version: LibraryVersion
     label: str | None
     arm: str | None = None
+    note: str | None = None  # why this version, when it is not what the request named (no production yet)
+
+
+def first_version_note(library: Library) -> str:
+    return (f"no version of library {library.name!r} is labelled production yet: this is version #1, the library's "
+            "first (empty); promote a version to serve it here")
 
 
 def resolve_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
@@ -136,6 +146,11 @@ def resolve_version(session: Session, task_name: str, library_name: str = "defau
     arm = ab_arm(library, label or PRODUCTION, user_id)
     label = arm or label or PRODUCTION
     found = queries.label_by_name(session, library.id, label)
+    if found is None and label == PRODUCTION:  # a fresh library: its agents run on its first, empty version
+        first = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id,
+                                                          LibraryVersion.number == 1)).first()
+        if first is not None:
+            return Resolved(task, library, first, None, arm, note=first_version_note(library))
     if found is None:
         raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
     return Resolved(task, library, session.get(LibraryVersion, found.version_id), label, arm)
@@ -145,7 +160,8 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
                    version: str | None = None, user_id: str | None = None) -> ServedLibrary:
     """What an agent fetches of the version `resolve_version` finds (`version`: its number)."""
     found = resolve_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
-    return _served(found.task, found.library, found.version, found.label, arm=found.arm)
+    served = _served(found.task, found.library, found.version, found.label, arm=found.arm)
+    return replace(served, note=found.note) if found.note else served
 
 
 def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
@@ -165,7 +181,7 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
                            number=found.version.number, label=found.label, query=query,
                            selection=selection.as_dict(), entries=entries,
                            prompt=export_version([entry for entry, _score in chosen], "prompt", task=found.task),
-                           arm=found.arm)
+                           arm=found.arm, note=found.note)
 
 
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:

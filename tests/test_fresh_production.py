@@ -1,0 +1,49 @@
+"""A fresh install has no `production` label: an agent that fetches production (as the Production and OTLP pages
+tell it to) gets the library's first version, #1 (empty), with a `note` saying so, instead of a 404 until someone
+promotes; a trace it sends by that label lands on version #1. Once a version is promoted, production is that one
+and the note is gone."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlmodel import Session, select
+
+from api.app import create_app
+from core.records.api_keys import create_key
+from core.records.tasks import DEMO_TASK
+from core.records.versions import import_library, set_label
+from storage import queries
+from storage.tables import Trace
+
+URL = f"/v1/tasks/{DEMO_TASK}/libraries/default"
+
+
+def test_production_before_any_promotion_is_the_first_empty_version_said_so(engine, demo_task):
+    read = TestClient(create_app(engine), headers={
+        "Authorization": f"Bearer {create_key(engine, 'agent', 'read', 'cli').secret}"})
+    with Session(engine) as session:
+        library = queries.library_by_name(session, demo_task.id, "default")
+        first = next(v for v in queries.versions(session, library.id) if v.number == 1)
+        assert queries.label_by_name(session, library.id, "production") is None
+    fetched = read.get(URL)
+    body = fetched.json()
+    assert fetched.status_code == 200, body
+    assert (body["version_id"], body["number"], body["label"], body["experiences"]) == (first.id, 1, None, [])
+    assert "no version of library 'default' is labelled production yet" in body["note"]
+    selected = read.get(f"{URL}/select", params={"query": "What is 2 + 2?"}).json()
+    assert selected["number"] == 1 and "labelled production yet" in selected["note"]
+
+    ingest = TestClient(create_app(engine), headers={
+        "Authorization": f"Bearer {create_key(engine, 'sender', 'ingest', 'cli', any_task=True).secret}"})
+    sent = ingest.post("/v1/traces", json={"traces": [{"id": "t-1", "task": DEMO_TASK, "label": "production",
+                                                       "input": "What is 2 + 2?", "output": "4"}]})
+    assert sent.status_code == 200 and sent.json()["stored"] == 1, sent.json()
+    with Session(engine) as session:
+        [row] = session.exec(select(Trace)).all()
+    assert row.version_id == first.id
+
+    promoted = import_library(engine, DEMO_TASK, "- Re-read the question.", "a.md", actor="system")
+    set_label(engine, DEMO_TASK, str(promoted.number), "production", "system")
+    after = read.get(URL).json()
+    assert (after["number"], after["label"]) == (promoted.number, "production") and "note" not in after
+    assert read.get(URL, params={"label": "staging"}).status_code == 404  # only production falls back
