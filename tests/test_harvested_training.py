@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlmodel import Session, select
 
 from core.cli.report import report_run
-from core.grpo.training import create_run, execute_run
+from core.grpo.training import _train_sample_ids, create_run, execute_run
 from core.models.gateway import Gateway
 from core.records.run_outcome import is_harvested, production_note
 from core.records.run_settings import RunSettings
@@ -16,7 +16,7 @@ from core.records.traces import TraceIn, harvest, ingest_traces
 from core.records.versions import import_library, set_label
 from storage import queries
 from storage.db import session_scope
-from storage.tables import Rollout, Run, Sample
+from storage.tables import Rollout, Run, Sample, Task
 from tests.conftest import ScriptedModel, default_replies, per_query
 
 OLD = 6
@@ -60,6 +60,11 @@ def test_update_from_production_trains_on_every_harvested_sample_of_a_task_witho
                     "traces; 4 validation queries from the old train samples (harvested samples are never held out).")
     report_run(engine, run_id)
     assert note in capsys.readouterr().out
+
+    with Session(engine) as session:  # a limit below the harvest still takes harvested samples first
+        task = session.get(Task, run.task_id)
+        limited = _train_sample_ids(session, task, 3, list(run.validation_ids), None, 1.0, 3)
+    assert len(limited) == 3 and set(limited) <= harvested
 
 
 def test_the_train_page_says_how_many_harvested_samples_a_run_from_production_trained_on(app_engine):

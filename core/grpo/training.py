@@ -361,13 +361,15 @@ def _train_sample_ids(session: Session, task: Task, limit: int | None, held_out:
     """The training queries: the train split without the held-out validation queries (and, for a library
     bound to a segment, only that segment's scenarios), the first `limit`. An update from production
     (`old_share`) keeps every sample harvested from a trace and a stable share of the others, so the
-    library learns from the failures without forgetting what the old train split taught it."""
+    library learns from the failures without forgetting what the old train split taught it; the harvested come
+    first, so a `limit` never leaves out the failures the run is for."""
     only = segment_sample_ids(session, task, segment)
     kept = [s for s in queries.samples(session, task.id, "train")
             if s.id not in set(held_out) and (only is None or s.id in only)]
     if old_share is not None:
         kept = [s for s in kept if "source_trace" in (s.meta or {})
                 or stable_fraction(f"{seed}:{s.id}") < old_share]
+        kept.sort(key=lambda s: "source_trace" not in (s.meta or {}))
     ids = [s.id for s in kept]
     return ids[:limit] if limit else ids
 
