@@ -53,6 +53,8 @@ def test_an_admin_adds_tests_reads_the_log_and_replays(app_engine, receiver):
     at.run()
     [log] = [df.value for df in at.dataframe]
     assert list(log["status"])[:1] == ["failed"] and "HTTP 500; gave up after 1 attempts" in log["what happened"][0]
+    [notice] = [w.value for w in at.warning if "given up" in w.value]  # a test's failure raised none; this does
+    assert "1 webhook delivery was given up: the newest, run.failed to team-chat" in notice
     receiver.mode = "ok"
     assert at.selectbox(key="notifications_replay").value == int(log["id"][0])  # the failed one is offered first
     click(at, "notifications_replay_button")
@@ -61,6 +63,7 @@ def test_an_admin_adds_tests_reads_the_log_and_replays(app_engine, receiver):
     [log] = [df.value for df in at.dataframe]
     assert list(log["status"]) == ["delivered", "failed", "delivered"]
     assert receiver.verified(secret)[-1]["text"] == "Run 7 failed"
+    assert not [w.value for w in at.warning if "given up" in w.value]  # replayed: its notice has done its work
 
 
 def test_a_person_without_the_admin_role_sees_no_webhook(app_engine, receiver):
