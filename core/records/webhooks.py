@@ -45,6 +45,7 @@ from standardwebhooks import Webhook
 from core.domain import webhooks as wh
 from core.errors import Conflict, InvalidInput, NotFound
 from core.records.people import require_role
+from core.records.secret_key import secret_key
 from core.records.webhook_events import notify_stalled_jobs, raise_event
 from core.secrets import is_sealed, seal, unseal
 from core.settings import get_settings, secret
@@ -125,9 +126,9 @@ def refusal(host: str, addresses: list[str]) -> str | None:
     for address in addresses:
         reason = wh.refused_reason(address)
         if reason and not wh.admitted(host, address, allowed):
-            return (f"the webhook host {host} resolves to {reason}: refused (an administrator admits an internal "
             if address != host.strip("[]"):  # a name's internal address is not told: no probing internal DNS
                 reason = reason.replace(f" ({address})", "")
+            return (f"the webhook host {host} resolves to {reason}: refused (an administrator admits an internal "
                     "receiver by its host or network in TFGRPO_WEBHOOK_ALLOWLIST; a metadata address never)")
     return None
 
