@@ -172,7 +172,8 @@ def test_a_better_candidate_is_announced_once_and_promoting_it_carries_the_verdi
                             .order_by(AuditEvent.id.desc())).first()
         ended = session.get(AbExperiment, experiment.id)
     assert move.after["ab"]["experiment"] == experiment.id and move.after["ab"]["promoted_candidate"] is True
-    assert move.after["ab"]["verdict"]["low"] == experiment.decided["low"]
+    assert move.after["ab"]["verdict"]["low"] == experiment.decided["low"] == ended.final["low"]
+    assert move.after["ab"]["decided_by_guard"]["decided"] is True
     assert ended.end_reason.startswith(f"production moved from #{production.number} to #{candidate.number}")
     [next_one] = open_experiments(engine)  # the split stays on: both arms now serve the candidate
     assert next_one.production_version_id == next_one.candidate_version_id == candidate.id

@@ -12,7 +12,7 @@ from core.records.serving import set_ab_split
 from core.records.tasks import DEMO_TASK
 from core.records.traces import TraceIn, ingest_traces
 from core.records.versions import import_library, set_label
-from storage.tables import Run, Sample, Task
+from storage.tables import AuditEvent, Run, Sample, Task
 from tests.ui_support import APP, markdown_texts, run_app, table_with
 
 PAGE = "pages/production.py"
@@ -79,7 +79,14 @@ def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine,
     arms = table_with(at, "arm")
     assert arms["arm"].tolist() == ["production", "candidate"] and arms["scored traces"].tolist() == [30, 30]
     assert [m.value for m in at.metric if m.label == "Decided"] == ["yes"]
-    assert any(b.label == f"Promote #{candidate.number}" for b in at.button)
+    # Promote from the verdict: the guarded dialog, its reason the verdict; the promotion's record carries it
+    at.button(key="production_ab_promote").click().run()
+    assert "A/B experiment" in at.text_area(key="production_ab_promote_reason").value
+    at.button(key="production_ab_promote_confirm").click().run()
+    with Session(engine) as session:
+        move = session.exec(select(AuditEvent).where(AuditEvent.action == "label.move")
+                            .order_by(AuditEvent.id.desc())).first()
+    assert move.after["version_id"] == candidate.id and move.after["ab"]["verdict"]["decided"] is True
 
 
 def test_rules_harvest_and_an_update_from_production(engine, versions):

@@ -101,7 +101,7 @@ def end(session: Session, experiment: AbExperiment, reason: str, actor: str, *, 
 def restart(session: Session, library: Library, reason: str, actor: str) -> AbExperiment | None:
     """End the running experiment (if any) for `reason`, and start the next one if the split is still on."""
     running = open_experiment(session, library.id)
-    if running is not None and not end(session, running, reason, actor, final=running.decided):
+    if running is not None and not end(session, running, reason, actor, final=figures(session, running)):
         return None  # another transaction ended it, and starts the next
     return start(session, library, actor)
 
@@ -133,12 +133,20 @@ def label_moved(session: Session, version: LibraryVersion, name: str, before: di
     if running is not None and name == PRODUCTION:
         record["ab"] = {"experiment": running.id, "candidate_version": _number(session, running.candidate_version_id),
                         "promoted_candidate": version.id == running.candidate_version_id,
-                        "verdict": running.decided or "not decided when production moved"}
+                        "verdict": figures(session, running), "decided_by_guard": running.decided}
     was = (before or {}).get("number")
     if running is not None and version.id == arm_versions(running)[PRODUCTION if name == PRODUCTION else CANDIDATE]:
         return  # the label moved onto the version its arm already serves: the arms are unchanged
     restart(session, library, f"{name} moved from {f'#{was}' if was else 'no version'} to #{version.number} by "
                               f"{actor}", actor)
+
+
+def figures(session: Session, experiment: AbExperiment) -> dict:
+    """The experiment's verdict as it stands (core.records.ab_verdict), for the record of what ended it. Imported
+    here: ab_verdict reads traces, whose serving and versions import this module."""
+    from core.records.ab_verdict import experiment_figures
+
+    return experiment_figures(session, experiment)
 
 
 def _number(session: Session, version_id: int) -> int | None:

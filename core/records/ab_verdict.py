@@ -114,6 +114,12 @@ def ab_status(session: Session, task_name: str, library_name: str = "default", *
     return _status(session, task, library, experiment, effect, now or utcnow())
 
 
+def experiment_figures(session: Session, experiment: AbExperiment) -> dict:
+    """`ab_status(...).as_dict()` of one experiment, as the audit records of its end and of a promotion keep it."""
+    library = session.get(Library, experiment.library_id)
+    return _status(session, session.get(Task, library.task_id), library, experiment, EFFECT, utcnow()).as_dict()
+
+
 def experiment_scores(session: Session, experiment: AbExperiment) -> tuple[dict[str, list[float]], dict[str, int]]:
     """The scores of the traces that count, per arm, and the count of those left out, per reason."""
     rows = session.exec(select(Trace).where(Trace.ab_experiment_id == experiment.id)
