@@ -230,3 +230,23 @@ def test_a_production_conversation_is_scored_by_the_tasks_rubric_judge(engine, d
     assert (row.judge_status, row.judge_score, score_source(row)) == ("scored", 1.0, "judge"), row.judge_detail
     transcript = model.calls[-1][1][1]["content"]
     assert "NW-48213." in transcript and "A new one ships today." in transcript
+
+
+def test_a_claim_is_taken_over_only_from_a_worker_no_longer_alive(engine, judged):
+    """A worker killed mid-call leaves its trace `judging`: another worker scores it. A live worker's claim stays
+    its own however long its judge takes (a second call would pay twice)."""
+    from core.jobs.worker import register
+
+    set_rules(engine, DEMO_TASK, {"judge_share": 1.0}, "cli")
+    post(engine, judged.id, 2)
+    register(engine, "alive-worker")
+    with session_scope(engine) as session:
+        rows = list(session.exec(select(Trace).order_by(Trace.id)))
+        for row, owner in zip(rows, ("killed-worker", "alive-worker"), strict=True):
+            row.judge_status, row.judge_claim, row.judged_at = "judging", owner, utcnow() - timedelta(minutes=5)
+            session.add(row)
+    model, gateway = gateway_for(engine, verdict(1))
+    assert score_production(engine, "w2", gateway=gateway, now=utcnow() + LATER) == 1
+    orphaned, held = traces(engine)
+    assert (orphaned.judge_status, orphaned.judge_claim) == ("scored", "w2")
+    assert (held.judge_status, held.judge_claim) == ("judging", "alive-worker") and model.count(STAGE) == 1

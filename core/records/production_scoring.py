@@ -8,10 +8,10 @@ this on (`judge_since`, set by `set_rules`) are considered, so turning it on nev
 is left SETTLE_S seconds for feedback that comes a minute later before anything is spent on it.
 
 Each trace is scored at most once: a pass claims it with one conditional UPDATE (`judging`, by this worker, at
-this time), and its verdict lands only while that claim holds; a claim older than the stall window may be taken
-over (a dead worker), and the call it made comes back from the ledger's cache. A sure verdict becomes the
-trace's judge score (`scored`); an unsure one, or one without a value, waits for a person as the labelling rules'
-traces do (`unsure`, label status `needed`), its value only a suggestion. A trace's score is a person's label
+this time), and its verdict lands only while that claim holds; only the claim of a worker no longer alive (its
+heartbeat older than the stall window) is taken over, and a call it finished comes back from the ledger's cache.
+A sure verdict becomes the trace's judge score (`scored`); an unsure one, or one without a value, waits for a
+person as the labelling rules' traces do (`unsure`, label status `needed`), its value only a suggestion. A trace's score is a person's label
 first, then what its user sent, then the judge's (core.records.traces.trace_score); `score_source` names which.
 """
 
@@ -27,7 +27,7 @@ from sqlmodel import Session, col, select
 from core.domain.draws import stable_fraction
 from core.domain.rewards import METHODS
 from core.errors import InvalidInput, NotFound
-from core.records.workers import stall_after
+from core.records.workers import alive_workers, stall_after
 from storage.db import session_scope
 from storage.fencing import holding
 from storage.statuses import LabelStatus, TraceJudgeStatus
@@ -151,7 +151,19 @@ def due_traces(engine: Engine, now: datetime | None = None, limit: int = PASS_LI
                              .values(judge_status=TraceJudgeStatus.SKIPPED))
             if len(due) >= limit:
                 break
+        if len(due) < limit:  # a claim whose worker died mid-call: taken over, the call back from the cache
+            due += list(session.exec(select(Trace.id).where(_orphaned(session, now))
+                                     .order_by(Trace.id).limit(limit - len(due))))
     return due
+
+
+def _orphaned(session: Session, now: datetime):
+    """Claims older than the stall window held by no live worker (killed or stopped mid-call). A live worker's
+    claim is never taken, however slow its judge: the call may take up to its deadline, and must not be made twice."""
+    alive = [worker.id for worker in alive_workers(session)]
+    return ((col(Trace.judge_status) == TraceJudgeStatus.JUDGING)
+            & (col(Trace.judged_at).is_(None) | (Trace.judged_at < now - timedelta(seconds=stall_after())))
+            & (col(Trace.judge_claim).is_(None) | col(Trace.judge_claim).not_in(alive)))
 
 
 def _since(rules: dict) -> datetime | None:
@@ -167,13 +179,11 @@ def _since(rules: dict) -> datetime | None:
 
 def claim(engine: Engine, trace_id: int, owner: str, now: datetime | None = None) -> bool:
     """Take the trace for this worker's judge call: one conditional UPDATE, so two workers (or two passes)
-    never both score it. A claim older than the stall window is taken over."""
-    now = now or utcnow()
-    stale = (col(Trace.judge_status) == TraceJudgeStatus.JUDGING) & (
-        col(Trace.judged_at).is_(None) | (Trace.judged_at < now - timedelta(seconds=stall_after())))
+    never both score it. A claim is taken over only from a worker no longer alive (_orphaned)."""
+    now = as_utc(now or utcnow())
     with holding(None), session_scope(engine) as session:
         result = session.exec(update(Trace).where(Trace.id == trace_id, col(Trace.label_value).is_(None),
-                                                  or_(col(Trace.judge_status).is_(None), stale))
+                                                  or_(col(Trace.judge_status).is_(None), _orphaned(session, now)))
                               .values(judge_status=TraceJudgeStatus.JUDGING, judge_claim=owner, judged_at=now))
         return result.rowcount == 1
 
