@@ -136,6 +136,9 @@ class Settings(BaseSettings):
                                                   "(Standard Webhooks' schedule; a JSON list; the last repeats)")
     webhook_threads: int = Field(default=4, ge=1, le=64, description="webhook endpoints a worker delivers to at once "
                                  "(each endpoint's deliveries stay in order; a hanging receiver holds one thread)")
+    webhook_ca_file: Path | None = Field(default=None, description="a PEM bundle of the certificate authorities an "
+                                         "https webhook receiver may be signed by (an internal chat server's private "
+                                         "CA); unset: certifi's public roots")
     secret_key_file: Path = Field(default=PROJECT_DIR / "studio.key", description="the file of the key that "
                                   "encrypts stored webhook secrets when TFGRPO_SECRET_KEY is not set: made (mode "
                                   "0600) at the first secret; keep it out of the database's backups")

@@ -259,8 +259,6 @@ def test_https_to_the_pinned_address_still_checks_the_certificate_by_name(engine
     the URL's name: a receiver whose certificate names another host is refused."""
     import ssl
 
-    import certifi
-
     receiver = receivers()
     cert, key = self_signed(tmp_path, "hooks.example.com")
     served_names: list[str | None] = []
@@ -268,7 +266,7 @@ def test_https_to_the_pinned_address_still_checks_the_certificate_by_name(engine
     context.load_cert_chain(cert, key)
     context.sni_callback = lambda sock, name, ctx: served_names.append(name)
     receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
-    monkeypatch.setattr(certifi, "where", lambda: cert)  # the one root the studio trusts here
+    monkeypatch.setenv("TFGRPO_WEBHOOK_CA_FILE", cert)  # a private CA, the one root the studio trusts here
     real = socket.getaddrinfo
     monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **k: real(
         "127.0.0.1" if host in ("hooks.example.com", "other.example.com") else host, port, *a, **k))

@@ -248,11 +248,12 @@ class _PinnedBackend(httpcore.NetworkBackend):
 
 class PinnedTransport(httpx.HTTPTransport):
     """An httpx transport bound to one checked address (no second resolution, so no DNS rebinding), verifying
-    https against the host name with certifi's roots, as httpx does by default."""
+    https against the host name with certifi's roots, as httpx does by default (or TFGRPO_WEBHOOK_CA_FILE's)."""
 
     def __init__(self, address: str) -> None:
         super().__init__(retries=0)
-        self._pool = httpcore.ConnectionPool(ssl_context=ssl.create_default_context(cafile=certifi.where()),
+        roots = str(get_settings().webhook_ca_file or certifi.where())
+        self._pool = httpcore.ConnectionPool(ssl_context=ssl.create_default_context(cafile=roots),
                                              max_connections=1, network_backend=_PinnedBackend(address))
 
 
