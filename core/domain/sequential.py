@@ -30,8 +30,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import lambertw
-from scipy.stats import norm
 
 ALPHA = 0.05
 OPTIMAL_AT = 500  # scored traces (both arms) where the sequence is tightest: a few weeks of a small agent's traffic
@@ -42,7 +40,11 @@ POWER = 0.8  # the chance `traces_needed` aims for
 
 
 def mixture_rho2(optimal_at: float = OPTIMAL_AT, alpha: float = ALPHA) -> float:
-    """The mixture's rho² that makes the sequence narrowest after `optimal_at` units (exact, by Lambert's W)."""
+    """The mixture's rho² that makes the sequence narrowest after `optimal_at` units (exact, by Lambert's W).
+    scipy is imported here and in `traces_needed`, not with the module: the worker imports the A/B guard at start,
+    and scipy.stats cost 0.6 s of CPU before every run's first call (issue 52, item 6)."""
+    from scipy.special import lambertw
+
     return float((-lambertw(-alpha * alpha / math.e, k=-1).real - 1.0) / optimal_at)
 
 
@@ -142,6 +144,8 @@ def traces_needed(production: ArmScores, candidate: ArmScores, effect: float, *,
     have = production.n + candidate.n
     share = candidate.n / have if production.n and candidate.n else candidate_share
     share = min(max(share, 1e-3), 1 - 1e-3)
+    from scipy.stats import norm
+
     z = float(norm.ppf(power))
 
     def enough(total: int) -> bool:

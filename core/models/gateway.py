@@ -282,9 +282,12 @@ class Gateway:
             held = self._semaphores[model] = (loop, asyncio.Semaphore(max(1, size)))
         return held[1]
 
-    def _cached(self, key: str) -> LLMCall | None:
-        with Session(self.engine) as session:
-            return session.exec(select(LLMCall).where(LLMCall.cache_key == key, *reusable_calls())).first()
+    def _cached(self, key: str):
+        """The reusable ledger row for `key` as (id, response), or None. Two columns, read without the ORM: every
+        call asks this first, and loading the whole row cost a paper-scale run 0.5 s of the engine's CPU."""
+        with self.engine.connect() as connection:
+            return connection.execute(select(LLMCall.id, LLMCall.response)
+                                      .where(LLMCall.cache_key == key, *reusable_calls())).first()
 
     def _record(self, row: LLMCall) -> int | None:
         with Session(self.engine, expire_on_commit=False) as session:
