@@ -299,26 +299,25 @@ def run_seen(session: Session, run: Run, step: Step) -> tuple[int, str, int | No
     return run.id, run.status, nxt.id if nxt is not None else None
 
 
-def follow_run(step_id: int, now: review.StepState | None) -> bool:
+def follow_run(step_id: int, now: review.StepState | None) -> None:
     """After the shown step has nothing left to decide, the run goes on without the page: when its status or the
     step that waits next changed since the page drew it, the page follows the run to its next waiting step (or
-    says the run ended) by drawing itself again. True when it asked for that redraw."""
+    says the run ended) by drawing itself again."""
     drawn = st.session_state.get(RUN_SEEN_KEY)
     if drawn is None or now is None or any(op.status == OperationStatus.PENDING for op in now.operations):
-        return False
+        return
     with Session(engine()) as session:
         run, step = queries.run_by_id(session, drawn[0]), queries.steps_by_ids(session, [step_id]).get(step_id)
         seen = run_seen(session, run, step) if run is not None and step is not None else None
         nxt = queries.steps_by_ids(session, [seen[2]]).get(seen[2]) if seen and seen[2] is not None else None
     if seen is None or seen == tuple(drawn):
-        return False
+        return
     if nxt is not None and nxt.run_id == run.id:
         st.session_state[FOLLOW_KEY] = (nxt.run_id, nxt.id)
         FLASH.set("decisions", Outcome(True, f"Run {run.id} went on: {step_name(nxt)} waits for review (shown)."))
     elif run.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
         FLASH.set("decisions", Outcome(run.status == JobStatus.COMPLETED, f"Run {run.id} ended: {run.status}."))
     st.rerun(scope="app")
-    return True
 
 
 def take_follow_request() -> None:
@@ -333,14 +332,13 @@ def watch_step(step_id: int) -> None:
     """Every few seconds: whether the step changed since the page drew it (a decision by the CLI or a colleague,
     the gate's); if so the whole page is drawn again, saying which operations were decided elsewhere and by
     whom, so a reviewer never acts on a card someone else has decided. While an editor is open it only says so
-    (a redraw would replace what is being typed), until the edit is saved or cancelled. Once the step has
-    nothing left to decide, it follows the run (follow_run)."""
+    (a redraw would replace what is being typed), until the edit is saved or cancelled. While the step stays as
+    drawn and has nothing left to decide, it follows the run (follow_run)."""
     with Session(engine()) as session:
         now = review.step_state(session, step_id)
-    if follow_run(step_id, now):
-        return
     drawn = st.session_state.get(seen_key(step_id))
-    if now is None or drawn is None or now == drawn:
+    if now is None or drawn is None or now == drawn:  # the step as drawn: what may have moved is the run
+        follow_run(step_id, now)
         return
     lines = review.decided_elsewhere(drawn, now)
     said = plain("Decided elsewhere: " + "; ".join(lines) + ".") if lines else ""
