@@ -49,6 +49,11 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
+def stem(word: str) -> str:
+    """A word's first five letters without a plural s: "logs" and "log", "returned" and "return" meet."""
+    return word[:5].removesuffix("s")
+
+
 def question(query: str) -> str:
     asked = [s for s in sentences(query) if s.endswith("?")]
     return " ".join(asked or sentences(query)[-1:])
@@ -61,12 +66,12 @@ def reading(query: str, reference: str, answer: str) -> dict[str, bool]:
     said = sentences(answer)
     stating = [s for s in said if score_or_error("facts", s, reference, {"partial": True}).value > 0]
     asked = {w for w in words(question(query)) if w not in STOP and not w.isdigit()}
-    stems = {w[:5] for w in asked}
+    stems = {stem(w) for w in asked}
     return {
         "facts": score_or_error("facts", answer, reference, {}).value >= 1.0,
         "reply": bool({"you", "your", "we", "our"} & set(words(answer))) and not {"i", "my"} & set(words(answer)),
         "sentences": all(VERBS & set(words(s)) for s in said),
-        "asked": any({w[:5] for w in words(s) if w not in STOP} & stems for s in stating),
+        "asked": any({stem(w) for w in words(s) if w not in STOP} & stems for s in stating),
         "no template": not TEMPLATE.search(answer) and " ".join(reference.split()) not in answer,
     }
 
