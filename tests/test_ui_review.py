@@ -451,3 +451,17 @@ def test_a_step_whose_examples_did_not_fit_says_so_above_its_operations(engine):
     at = open_review()
     assert any(w.value.startswith("1 new worked example was refused for space") for w in at.warning), \
         [w.value for w in at.warning]
+
+
+def test_a_rewrite_that_changes_a_verified_fact_is_shown_held_for_a_person_with_its_reason(engine, scripted):
+    """Auto review holds a MODIFY that drops a verified fact and invents one (issue 52); its card says so, with the
+    reason in words."""
+    from core.records.tasks import POLICY_TASK
+    from tests.test_fact_checks import INVENTED, run_with_modify
+    from ui.common import TASK_KEY
+
+    op, _entry, _library = run_with_modify(engine, scripted, INVENTED)
+    at = open_review(**{TASK_KEY: POLICY_TASK, "review_run": op.run_id})
+    assert any(w.value.startswith("Held for a person") for w in at.warning)
+    shown = " ".join(c.value for c in at.code)
+    assert "drops: return window: 45 days; adds: 'Trailpeak'" in shown
