@@ -1,7 +1,9 @@
 """No second job by accident: a form sent twice (Enter in a box, a double click, a second tab) must not queue an
 evaluation or a run identical to one already queued or running; the queueing functions
 (core.grpo.evaluation.create_evaluation, core.grpo.training.create_run) refuse it with DuplicateJob, which names
-the job to follow, so the pages, the CLI and the API all say the same.
+the job to follow, so the pages, the CLI and the API all say the same. A form also refuses an evaluation identical to
+one that ended within the last minute (`ended_within_s`): Enter in a box sends it again once the first has ended,
+and the page says so and offers to queue it on purpose.
 
 The check holds the task's row until the transaction ends (PostgreSQL's row lock, SQLite's write lock), so two
 requests at the same moment are queued one after the other and the second sees the first.
