@@ -78,6 +78,14 @@ def check(connection, lease: Lease) -> None:
         raise lease.lose()
 
 
+def fence(connection) -> None:
+    """The current lease's check in a Core connection's transaction, for a write made without a Session (the
+    ledger's insert, core/models/gateway.py); nothing when no lease is held."""
+    lease = current_lease.get()
+    if lease is not None:
+        check(connection, lease)
+
+
 @event.listens_for(Session, "before_flush")
 def _fence_flush(session: Session, _flush_context, _instances) -> None:
     lease = current_lease.get()

