@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, SQLModel, select
 
 M = TypeVar("M", bound=SQLModel)
@@ -25,6 +26,25 @@ def insert_or_skip(session: Session, row: SQLModel) -> bool:
         return True
     statement = insert(table).values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
     return session.execute(statement).first() is not None  # rowcount is -1 on PostgreSQL with RETURNING
+
+
+def inserted_or_stored(session: Session, row: M, **key) -> M:
+    """`row` inserted unless one with the same natural `key` exists: then that one. An inserted row is returned
+    as if read back (its id set, detached; a later session.add updates it), without the SELECT `stored` makes:
+    a paper-scale run reads back 1,500 rollouts with their messages (0.5 s of CPU)."""
+    table = type(row).__table__
+    insert = INSERTS.get(session.get_bind().dialect.name)
+    if insert is None:
+        return stored(session, type(row), **key) if not insert_or_skip(session, row) else row
+    values = {c.name: getattr(row, c.name) for c in table.columns
+              if not (c.primary_key and getattr(row, c.name) is None)}
+    [primary] = table.primary_key.columns
+    found = session.execute(insert(table).values(**values).on_conflict_do_nothing().returning(primary)).first()
+    if found is None:
+        return stored(session, type(row), **key)
+    setattr(row, primary.name, found[0])
+    make_transient_to_detached(row)
+    return row
 
 
 def stored(session: Session, model: type[M], **key) -> M:

@@ -27,7 +27,7 @@ from core.records.scenarios import is_conversation, persona_of, personas_by_name
 from storage.db import session_scope
 from storage.statuses import LabelStatus
 from storage.tables import Rollout, Sample, Task
-from storage.writes import insert_or_skip, stored
+from storage.writes import inserted_or_stored
 
 ALL_ENTRIES = Selection()  # the paper's behaviour: every entry of the library in every prompt
 
@@ -77,9 +77,9 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     with session_scope(engine) as session:
-        insert_or_skip(session, row)  # a row another writer stored meanwhile stays; it is the one returned
-        return stored(session, Rollout, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
-                      group_index=group_index)
+        # a row another writer stored meanwhile stays; it is the one returned
+        return inserted_or_stored(session, row, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
+                                  group_index=group_index)
 
 
 async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Rollout, scope: Scope,
