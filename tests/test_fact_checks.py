@@ -117,3 +117,13 @@ def test_auto_review_applies_a_faithful_modify(engine, scripted):
     op, entry, library = run_with_modify(engine, scripted, FAITHFUL)
     assert op.status == "applied", op.validation_error
     assert FAITHFUL in [e["text"] for e in library] and VERIFIED not in [e["text"] for e in library]
+
+
+def test_a_code_prefix_the_reference_writes_joined_to_its_number_is_no_invented_name():
+    """The template names how a ticket is formed ("made of PC- and your order number"): the "PC" of that sentence
+    is stated by the reference's "PC-48213", so a faithful rewrite in that voice is not held (two were, in a run)."""
+    rewrite = example_text(QUERY, "Our return window is 45 days. Your ticket reference is PC-48213, made of PC- "
+                                  "and your order number.")
+    found = fact_changes(rewrite, [VERIFIED], references=[RETURNS_REF], known=[QUERY, RETURNS_REF],
+                         needs=needs_of("facts", RETURNS_REF))
+    assert not found.changed, found.reason

@@ -164,6 +164,7 @@ def states(texts: Sequence[str], fact: Fact) -> bool:
     if fact.kind == "code":
         return fact.key in {m.group(0).upper() for m in CODE.finditer(joined)}
     words = set(re.findall(r"[\w'’&-]+", joined.lower()))
+    words |= {part for w in words for part in re.split(r"['’-]", w) if part}  # "PC" is stated by "PC-48213"
     if fact.kind == "name":
         return all(w in words for w in re.findall(r"[\w'’&-]+", fact.key))
     return fact.key in " ".join(joined.lower().split())
