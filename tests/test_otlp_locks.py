@@ -12,7 +12,6 @@ from functools import partial
 
 import pytest
 from fastapi.testclient import TestClient
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from sqlmodel import Session, select
 
 from api.app import create_app
@@ -23,6 +22,7 @@ from core.records.versions import import_library, set_label
 from core.settings import get_settings
 from storage.tables import OtlpResource, Task, Trace
 from tests.otlp_support import JSON, PROTOBUF, chat_span, sdk_request
+from tests.test_otlp import answer, stored
 
 ROUTE = "/otlp/v1/traces"
 
@@ -37,17 +37,6 @@ def production(engine, demo_task):
 def keyed(engine, **binding) -> TestClient:
     secret = create_key(engine, f"agent-{secrets.token_hex(3)}", "ingest", "cli", **binding).secret
     return TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})
-
-
-def stored(engine) -> list[Trace]:
-    with Session(engine) as session:
-        return list(session.exec(select(Trace).order_by(Trace.id)))
-
-
-def answer(response) -> ExportTraceServiceResponse:
-    parsed = ExportTraceServiceResponse()
-    parsed.ParseFromString(response.content)
-    return parsed
 
 
 def amplifying_request(spans: int = 1000, resource_chars: int = 99_000) -> bytes:
