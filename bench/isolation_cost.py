@@ -44,7 +44,7 @@ def main() -> None:
     from core.domain import scoring
     from core.domain.rewards import METHODS, score
     from core.domain.sandbox import run_python
-    from core.records import people
+    from core.records import passwords
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice
     print(f"machine: {sys.platform}, python {sys.version.split()[0]}")
@@ -74,7 +74,7 @@ def main() -> None:
     scoring.shutdown()
 
     salt = b"0" * 16
-    for n in (2**14, people.SCRYPT_N):
+    for n in (2**14, passwords.SCRYPT_N):
         line(f"password check: scrypt N=2^{n.bit_length() - 1}", timed(lambda n=n: hashlib.scrypt(
             b"a-long-secret-1", salt=salt, n=n, r=8, p=1, dklen=32, maxmem=256 * 1024 * 1024), 5))
 

@@ -3,7 +3,7 @@
 With no active user the studio serves one local user with every permission; the first user added
 switches sign-in on. Admins add users (with a password, or by email for the team's OpenID Connect provider) and
 change their role, activity and password here, and make API keys, each for a person if they like; every change
-goes through `core.records.people`, which checks the role again and writes the audit event. Password hashes are
+goes through `core.records.people` (and `core.records.roles`), which checks the role again and writes the audit event. Password hashes are
 never read into the page beyond the query, and never shown.
 """
 
@@ -13,9 +13,10 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.domain.roles import NO_ROLE, PERSON_ROLES
+from core.domain.roles import NO_ROLE, PERSON_ROLES, ROLES
 from core.records.api_keys import API_ROLES, create_key, key_writes_to, list_keys, revoke_key
-from core.records.people import ROLES, add_user, sign_in_required, update_user
+from core.records.people import add_user, update_user
+from core.records.roles import sign_in_required
 from storage import queries
 from ui.common import (
     DATETIME,

@@ -401,6 +401,9 @@ class AuditEvent(SQLModel, table=True):
 class User(SQLModel, table=True):
     """A person who signs in; the password is kept only as a salted scrypt hash."""
 
+    # One provider identity is one person: two first sign-ins at once cannot both bind it (core/records/oidc.py).
+    __table_args__ = (Index("ux_user_identity", "issuer", "subject", unique=True),)
+
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True)
     role: str = "labeler"  # none | labeler | reviewer | admin (core/domain/roles.py)
@@ -408,11 +411,14 @@ class User(SQLModel, table=True):
     active: bool = True
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
-    # The provider's identity (core/records/people.py, provider_sign_in): the verified email the studio knows the
+    # The provider's identity (core/records/oidc.py, provider_sign_in): the verified email the studio knows the
     # person by (lower case), and the issuer and subject recorded at their first sign-in through the provider.
     email: str | None = Field(default=None, index=True, unique=True)
     issuer: str | None = None
     subject: str | None = None
+    # The issue time (iat, epoch seconds) of the ID token whose sign-in the audit log has: a page load of the same
+    # sign-in writes no second `user.sign_in`.
+    provider_iat: int | None = None
 
 
 class SignInAttempt(SQLModel, table=True):

@@ -246,9 +246,9 @@ def database_url(postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
 def cheap_password_hashes(request, monkeypatch):
     """scrypt at N=2^10 in-process (N=2^17 costs ~0.4 s a hash); tests marked real_hash_cost keep the real one."""
     if request.node.get_closest_marker("real_hash_cost") is None:
-        from core.records import people
+        from core.records import passwords
 
-        monkeypatch.setattr(people, "SCRYPT_N", 2**10)
+        monkeypatch.setattr(passwords, "SCRYPT_N", 2**10)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.cli import main
-from core.records.people import check_password
+from core.records.passwords import check_password
 from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine

@@ -6,6 +6,9 @@ request. The browser side, against a real provider, is tests/test_browser_oidc.p
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
@@ -13,26 +16,24 @@ from sqlmodel import Session, select
 from api.app import create_app
 from core.errors import InvalidInput, PermissionDenied, SignInRefused
 from core.records.api_keys import create_key
-from core.records.people import (
-    NewPeople,
-    ProviderIdentity,
-    add_user,
-    authenticate,
-    provider_sign_in,
-    require_role,
-    role_of,
-    update_user,
-)
+from core.records.oidc import NewPeople, ProviderIdentity, provider_sign_in
+from core.records.people import add_user, update_user
+from core.records.roles import require_role, role_of
+from core.records.sign_in import authenticate
 from core.records.tasks import DEMO_TASK
 from core.records.versions import import_library, set_label
 from storage.tables import AuditEvent, User
 
 ISSUER = "https://id.team.example"
 TEAM = NewPeople(domains=("team.example",))
+ISSUED = itertools.count(int(time.time()))
 
 
-def who(sub: str, email: str | None, verified: bool = True, issuer: str = ISSUER) -> ProviderIdentity:
-    return ProviderIdentity.from_claims({"iss": issuer, "sub": sub, "email": email, "email_verified": verified})
+def who(sub: str, email: str | None, verified: bool = True, issuer: str = ISSUER, iat: int | None = None,
+        ) -> ProviderIdentity:
+    """A fresh sign-in (an ID token of its own, issued a second after the last) unless `iat` names one."""
+    return ProviderIdentity.from_claims({"iss": issuer, "sub": sub, "email": email, "email_verified": verified,
+                                         "iat": next(ISSUED) if iat is None else iat})
 
 
 def events(engine, action: str) -> list[AuditEvent]:

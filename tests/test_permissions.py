@@ -6,18 +6,14 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.library import ProposedOp
+from core.errors import PermissionDenied, SignInLocked
 from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import pause_run
-from core.records.people import (
-    PermissionDenied,
-    add_user,
-    authenticate,
-    check_password,
-    hash_password,
-    sign_in_required,
-    update_user,
-)
+from core.records.passwords import check_password, hash_password
+from core.records.people import add_user, update_user
 from core.records.review import decide_operation, decide_step
+from core.records.roles import sign_in_required
+from core.records.sign_in import authenticate
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import edit_library, ensure_library, set_label
 from storage.db import session_scope
@@ -173,14 +169,14 @@ def test_the_first_user_from_a_page_is_an_admin_and_the_last_admin_stays(engine)
 def test_repeated_failed_sign_ins_make_the_name_wait_a_while(engine, monkeypatch):
     from datetime import timedelta
 
-    from core.records import people
+    from core.records import sign_in
 
     add_user(engine, "ann", "admin", "right-password")
     assert authenticate(engine, "ann", "right-password").name == "ann"
-    for _ in range(people.MAX_FAILURES):
+    for _ in range(sign_in.MAX_FAILURES):
         assert authenticate(engine, "ann", "wrong-password") is None
-    with pytest.raises(people.SignInLocked, match="too many failed sign-ins for this user name; try again in 30 s"):
+    with pytest.raises(SignInLocked, match="too many failed sign-ins for this user name; try again in 30 s"):
         authenticate(engine, "ann", "right-password")  # even the right password waits
     assert authenticate(engine, "bob", "anything") is None  # other names do not wait
-    monkeypatch.setattr(people, "FIRST_WAIT", timedelta(seconds=0))  # as if the 30 seconds had passed
+    monkeypatch.setattr(sign_in, "FIRST_WAIT", timedelta(seconds=0))  # as if the 30 seconds had passed
     assert authenticate(engine, "ann", "right-password").name == "ann"

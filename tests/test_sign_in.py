@@ -21,8 +21,11 @@ import pytest
 from sqlmodel import Session, select
 
 from core.errors import PermissionDenied, SignInLocked
-from core.records import people
-from core.records.people import add_user, authenticate, check_password, hash_password, page_actor, update_user
+from core.records import passwords, roles, sign_in
+from core.records.passwords import check_password, hash_password
+from core.records.people import add_user, update_user
+from core.records.roles import page_actor
+from core.records.sign_in import authenticate
 from storage.tables import Operation, SignInAttempt, User
 from tests.ui_support import run_app, seeded_run
 from ui.common import AUTH_KEY, REVIEWER_KEY
@@ -36,11 +39,11 @@ ADD_NAME, ADD_ROLE, ADD_PASSWORD, ADD_REPEAT = "people_add_name", "people_add_ro
 @pytest.fixture
 def cheap(monkeypatch):
     """scrypt at N=2^10, for tests about something other than its cost (N=2^17 takes ~0.4 s a hash)."""
-    monkeypatch.setattr(people, "SCRYPT_N", CHEAP_N)
+    monkeypatch.setattr(passwords, "SCRYPT_N", CHEAP_N)
 
 
 class Clock:
-    """core.records.people's clock, moved by hand: back-off tests wait minutes without sleeping."""
+    """core.records.sign_in's clock, moved by hand: back-off tests wait minutes without sleeping."""
 
     def __init__(self) -> None:
         self.now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -55,7 +58,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(people, "utcnow", fake)
+    monkeypatch.setattr(sign_in, "utcnow", fake)
     return fake
 
 
@@ -76,14 +79,14 @@ def users(engine) -> dict[str, User]:
 # --- who a page acts for --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("typed", ["cli", "system", "auto", "gate", " CLI ", "Auto", people.NOBODY])
+@pytest.mark.parametrize("typed", ["cli", "system", "auto", "gate", " CLI ", "Auto", roles.NOBODY])
 def test_internal_names_are_refused_as_typed_names(engine, typed):
     with Session(engine) as session:
         assert page_actor(session, None, "ana") == "ana"
-        assert page_actor(session, None, "  ") == people.LOCAL_USER
+        assert page_actor(session, None, "  ") == roles.LOCAL_USER
         with pytest.raises(PermissionDenied, match="reserved for the studio itself"):
             page_actor(session, None, typed)
-        assert not people.can(session, people.NOBODY, "labeler")  # what a refused page acts as
+        assert not roles.can(session, roles.NOBODY, "labeler")  # what a refused page acts as
 
 
 def test_with_sign_in_on_only_the_signed_in_active_user_acts(engine, cheap):
@@ -172,7 +175,7 @@ def test_64_parallel_wrong_passwords_are_checked_at_most_as_often_as_allowed(eng
     add_user(engine, "ann", "admin", PASSWORD)
     checks: list[str] = []
     guard = threading.Lock()
-    real_check = people.check_password
+    real_check = sign_in.check_password
 
     def counting_check(password: str, stored: str) -> bool:
         with guard:
@@ -180,7 +183,7 @@ def test_64_parallel_wrong_passwords_are_checked_at_most_as_often_as_allowed(eng
         time.sleep(0.05)  # the others arrive while this one is being checked
         return real_check(password, stored)
 
-    monkeypatch.setattr(people, "check_password", counting_check)
+    monkeypatch.setattr(sign_in, "check_password", counting_check)
     start = threading.Barrier(64)
 
     def attempt(i: int) -> object:
@@ -194,14 +197,14 @@ def test_64_parallel_wrong_passwords_are_checked_at_most_as_often_as_allowed(eng
     with ThreadPoolExecutor(max_workers=64) as pool:
         results = list(pool.map(attempt, range(64)))
 
-    allowed = people.MAX_FAILURES if spread == "one name" else people.CLIENT_MAX_FAILURES
+    allowed = sign_in.MAX_FAILURES if spread == "one name" else sign_in.CLIENT_MAX_FAILURES
     assert 1 <= len(checks) <= allowed
     assert results.count(None) == len(checks) and results.count("waits") == 64 - len(checks)
 
 
 def test_the_wait_doubles_and_is_capped(engine, cheap, clock):
     add_user(engine, "ann", "admin", PASSWORD)
-    for i in range(people.MAX_FAILURES):
+    for i in range(sign_in.MAX_FAILURES):
         assert authenticate(engine, "ann", "guess", client=f"ip:10.0.0.{i}") is None
     waits = []
     for i in range(6):  # a new client each time: only the name's back-off counts
@@ -228,7 +231,7 @@ def test_a_strangers_failures_delay_the_real_user_only_briefly(engine, cheap, cl
     try:  # ann, from her own browser, right after the stranger's latest failure
         user = authenticate(engine, "ann", PASSWORD, client=OWNER)
     except SignInLocked as exc:
-        assert wait_of(exc) <= people.MAX_WAIT <= timedelta(minutes=5)
+        assert wait_of(exc) <= sign_in.MAX_WAIT <= timedelta(minutes=5)
         clock.advance(wait_of(exc))
         user = authenticate(engine, "ann", PASSWORD, client=OWNER)
     assert user is not None and user.name == "ann"
@@ -236,21 +239,21 @@ def test_a_strangers_failures_delay_the_real_user_only_briefly(engine, cheap, cl
 
 def test_one_client_trying_many_names_is_slowed_on_every_name(engine, cheap, clock):
     add_user(engine, "ann", "admin", PASSWORD)
-    for i in range(people.CLIENT_MAX_FAILURES):  # never more than one failure per name
+    for i in range(sign_in.CLIENT_MAX_FAILURES):  # never more than one failure per name
         assert authenticate(engine, f"guess{i}", "guess", client=STRANGER) is None
     with pytest.raises(SignInLocked, match="from this connection") as refused:
         authenticate(engine, "ann", PASSWORD, client=STRANGER)
-    assert timedelta(0) < wait_of(refused.value) <= people.CLIENT_MAX_WAIT
+    assert timedelta(0) < wait_of(refused.value) <= sign_in.CLIENT_MAX_WAIT
     assert authenticate(engine, "ann", PASSWORD, client=OWNER).name == "ann"  # others are not slowed
     clock.advance(wait_of(refused.value))
     assert authenticate(engine, "ann", PASSWORD, client=STRANGER).name == "ann"
 
 
 def test_a_tab_is_known_by_a_hash_of_its_session_not_the_session_itself():
-    assert people.client_key("203.0.113.9", "abc") == "ip:203.0.113.9"
-    key = people.client_key(None, "session-secret")
+    assert sign_in.client_key("203.0.113.9", "abc") == "ip:203.0.113.9"
+    key = sign_in.client_key(None, "session-secret")
     assert key.startswith("tab:") and "session-secret" not in key
-    assert people.client_key(None, None) == ""
+    assert sign_in.client_key(None, None) == ""
 
 
 # --- the cost of a hash ---------------------------------------------------------------------------
@@ -258,7 +261,7 @@ def test_a_tab_is_known_by_a_hash_of_its_session_not_the_session_itself():
 
 @pytest.mark.real_hash_cost
 def test_the_default_cost_is_n_2_17_and_an_old_hash_is_remade_at_sign_in(engine):
-    assert (people.SCRYPT_N, people.SCRYPT_R, people.SCRYPT_P) == (2**17, 8, 1)
+    assert (passwords.SCRYPT_N, passwords.SCRYPT_R, passwords.SCRYPT_P) == (2**17, 8, 1)
     salt = secrets.token_bytes(16)
     old = f"scrypt$16384$8$1${salt.hex()}${hashlib.scrypt(PASSWORD.encode(), salt=salt, n=2**14, r=8, p=1, dklen=32).hex()}"
     with Session(engine) as session:  # a user from before issue 12, with an N=2^14 hash
@@ -269,15 +272,15 @@ def test_the_default_cost_is_n_2_17_and_an_old_hash_is_remade_at_sign_in(engine)
 
     remade = users(engine)["old"].password_hash
     assert remade.startswith("scrypt$131072$8$1$") and remade != old
-    assert check_password(PASSWORD, remade) and not people.needs_rehash(remade)
+    assert check_password(PASSWORD, remade) and not passwords.needs_rehash(remade)
     assert authenticate(engine, "old", "wrong-password") is None
 
 
 def test_an_unknown_name_costs_as_much_as_a_real_password(engine, cheap, monkeypatch):
     add_user(engine, "ann", "admin", PASSWORD)
     seen: list[str] = []
-    real_check = people.check_password
-    monkeypatch.setattr(people, "check_password", lambda password, stored: seen.append(stored) or real_check(
+    real_check = sign_in.check_password
+    monkeypatch.setattr(sign_in, "check_password", lambda password, stored: seen.append(stored) or real_check(
         password, stored))
 
     assert authenticate(engine, "nobody-here", PASSWORD) is None
@@ -303,7 +306,7 @@ def test_the_sign_in_form_counts_this_tab_and_clears_the_password(app_engine, ch
 
 
 def test_a_failed_sign_in_is_not_recorded_as_acted_by_the_name_typed(engine, cheap):
-    from core.records.people import FAILED_SIGN_IN_ACTOR
+    from core.records.sign_in import FAILED_SIGN_IN_ACTOR
     from storage.tables import AuditEvent
 
     add_user(engine, "ann", "admin", PASSWORD)

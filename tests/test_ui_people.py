@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.records.people import add_user, check_password
+from core.records.passwords import check_password
+from core.records.people import add_user
 from core.records.tasks import DEMO_TASK
 from storage.tables import ApiKey, AuditEvent, User
 from tests.ui_support import markdown_texts, run_app

@@ -35,7 +35,8 @@ from core.errors import PermissionDenied, StudioError
 from core.jobs.worker import ensure_worker
 from core.records.labeling import Labelled
 from core.records.model_options import ModelOption, connection_listings, model_options, option_names
-from core.records.people import LOCAL_USER, NOBODY, can, client_key, is_reserved, page_actor
+from core.records.roles import LOCAL_USER, NOBODY, can, is_reserved, page_actor
+from core.records.sign_in import client_key
 from core.records.task_io import TaskSettings
 from core.records.workers import job_health
 from core.settings import engine as settings_engine
@@ -111,7 +112,7 @@ def default_reviewer() -> str:
 
 
 def acting_person() -> str:
-    """Who this tab acts for, asked anew from core.records.people.page_actor; raises PermissionDenied when nobody may.
+    """Who this tab acts for, asked anew from core.records.roles.page_actor; raises PermissionDenied when nobody may.
 
     Button callbacks run before streamlit_app.py's sign-in gate, so every action asks this itself."""
     with Session(engine()) as session:
@@ -147,7 +148,7 @@ def checks_sign_in(action: Callable[..., Outcome]) -> Callable[..., Outcome]:
 
 
 def sign_in_client() -> str:
-    """The client the sign-in back-off counts: the browser's address, else this tab (core.records.people.client_key)."""
+    """The client the sign-in back-off counts: the browser's address, else this tab (core.records.sign_in.client_key)."""
     try:
         ip = st.context.ip_address
     except Exception:  # noqa: BLE001  (no browser connection)
@@ -159,7 +160,7 @@ def sign_in_client() -> str:
 def context() -> Context:
     """The sidebar's choices and who acts: the signed-in user with sign-in on, else the typed name.
 
-    When nobody may act the person is core.records.people.NOBODY, whom every role check refuses."""
+    When nobody may act the person is core.records.roles.NOBODY, whom every role check refuses."""
     try:
         person = acting_person()
     except PermissionDenied:

@@ -34,7 +34,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from core.grpo.evaluation import run_fixed_evaluation
 from core.models.gateway import Gateway
 from core.records.comparison import Paired, compare_evaluations
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.run_settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
 from core.records.selection import frozen
 from core.records.tasks import get_task

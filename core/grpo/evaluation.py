@@ -20,7 +20,7 @@ from core.models.gateway import Gateway, Scope
 from core.models.model_choice import check_model
 from core.records.duplicate_jobs import lock_task, refuse_second_evaluation
 from core.records.labeling import hold_for_labels
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.scenarios import check_task_kind, personas_by_name
 from core.records.segments import breakdown, route_versions
 from core.records.selection import evaluation_frozen, library_for, selection_of

@@ -60,7 +60,7 @@ from core.records.review import (
     decided_library_unmeasured,
     reopen_after_gate,
 )
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.run_defaults import Choice, can_verify, chosen_defaults, explicit_values
 from core.records.run_settings import RunSettings, run_settings
 from core.records.scenarios import (

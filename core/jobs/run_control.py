@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from core.errors import Conflict, NotFound
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.workers import job_health
 from storage.db import session_scope
 from storage.statuses import (

@@ -27,8 +27,8 @@ from sqlmodel import Session, select
 from core.domain.roles import API_ROLE_NEEDS, API_ROLES
 from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
 from core.records.api_limits import API_ACTOR, audit_refusal
-from core.records.people import RANK as PERSON_RANK
-from core.records.people import require_role, role_of
+from core.records.roles import RANK as PERSON_RANK
+from core.records.roles import require_role, role_of
 from core.records.tasks import get_task
 from storage import queries
 from storage.db import session_scope

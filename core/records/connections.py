@@ -23,7 +23,7 @@ from core.errors import InvalidInput, ModelCallError, NotFound
 from core.models.connections import KINDS, endpoint_of, split_model
 from core.models.gateway import Gateway
 from core.models.model_server import LOCAL_PREFIX
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.secrets import has_credentials, mask_url
 from core.settings import secret
 from storage.db import session_scope

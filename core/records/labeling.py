@@ -42,7 +42,7 @@ from core.domain.rubric import Criterion, scale_point, score_transcript
 from core.errors import InvalidInput, NotFound
 from core.models.conversation_judge import criteria_of, rubric_settings
 from core.models.judge import GENERIC_ANCHORS, SCALES, choices, scale_of, score_of, to_value
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.scenarios import is_conversation, scenario_of
 from core.records.webhook_events import notify_dispute, notify_labels_waiting
 from storage import queries

@@ -30,7 +30,7 @@ from core.errors import AlreadyDecided, Conflict, InvalidInput, NotFound
 from core.models.gateway import clean_text
 from core.records.fact_checks import rewrite_check, train_references
 from core.records.gate_verdict import GateVerdict
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.run_settings import run_settings
 from core.records.versions import all_ids, create_version
 from core.records.workers import job_health

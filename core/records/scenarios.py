@@ -16,7 +16,7 @@ from sqlmodel import Session
 from core.domain.datasets import SPLITS, scenario_rows
 from core.domain.personas import Persona, Scenario, parse_scenarios
 from core.errors import InvalidInput
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.task_io import task_personas
 from core.records.tasks import add_samples, get_task
 from storage import queries

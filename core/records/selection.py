@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from core.domain.selection import Selection
 from core.errors import NotFound
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.scenarios import personas_by_name, segment_of
 from core.records.tasks import get_task
 from storage import queries

@@ -21,7 +21,7 @@ from core.domain.selection import Selection, scored_entries
 from core.errors import InvalidInput, NotFound
 from core.records import versions
 from core.records.ab_experiments import CANDIDATE, served_arm, split_changed
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.selection import selection_of
 from core.records.tasks import get_task
 from core.records.versions import PRODUCTION, export_version, version_number

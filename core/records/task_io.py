@@ -38,7 +38,7 @@ from core.domain.personas import TASK_KINDS, Persona, persona_dicts, personas_fr
 from core.domain.prompts import MAX_WORDING_CHARS
 from core.domain.rewards import check_settings, get_method
 from core.errors import InvalidInput
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.tasks import add_samples, get_task
 from core.records.versions import ensure_library
 from core.settings import get_settings

@@ -24,7 +24,7 @@ from core.domain.sandbox import jail_status
 from core.errors import NotFound
 from core.models.model_choice import LOCAL_PREFIX
 from core.records.demo_data import conversation_demo, demo_rows, policy_rows, support_rows
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.versions import ensure_library
 from core.settings import get_settings
 from storage import queries

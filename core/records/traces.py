@@ -37,7 +37,6 @@ from core.errors import (
 from core.records.ab_experiments import Stamps, stamp
 from core.records.api_keys import KeyUse, key_scope
 from core.records.api_limits import charge_stored
-from core.records.people import require_role
 from core.records.production_scoring import (
     check_judge_rules,
     judge_counted,
@@ -45,6 +44,7 @@ from core.records.production_scoring import (
     score_source,
     with_start,
 )
+from core.records.roles import require_role
 from core.records.serving import resolve_version
 from core.records.tasks import add_samples, get_task
 from core.settings import get_settings

@@ -14,8 +14,8 @@ from core.domain import library_io
 from core.domain.library import LESSON, ProposedOp, apply_ops, entry, next_id_number, validate_ops
 from core.errors import Conflict, InvalidInput, NotFound, StaleVersion, StudioError
 from core.records.ab_experiments import label_moved as ab_label_moved
-from core.records.people import require_role
 from core.records.promotion import PRODUCTION, Approval, preview_promotion
+from core.records.roles import require_role
 from core.records.webhook_events import notify_label_moved
 from storage import queries
 from storage.db import session_scope

@@ -44,7 +44,7 @@ from standardwebhooks import Webhook
 
 from core.domain import webhooks as wh
 from core.errors import Conflict, InvalidInput, NotFound
-from core.records.people import require_role
+from core.records.roles import require_role
 from core.records.secret_key import secret_key
 from core.records.webhook_events import notify_stalled_jobs, raise_event
 from core.secrets import is_sealed, seal, unseal
