@@ -14,7 +14,7 @@ from core.settings import get_settings
 from storage.tables import AuditEvent
 from tests.ui_support import run_app
 from ui.common import AUTH_KEY
-from ui.sign_in import SINCE_KEY, VIA_KEY, expired
+from ui.sign_in import SINCE_KEY, VIA_KEY, expired, token_expired
 
 PASSWORD = "a-long-secret-1"
 
@@ -113,3 +113,59 @@ def test_a_provider_sign_in_older_than_the_configured_hours_asks_again(app_engin
     # a tab signed in earlier whose token has grown old meanwhile is signed out at its next run
     stale = signed_in_by_provider(time.time() - 3 * 3600, {AUTH_KEY: "ana@team.example", VIA_KEY: "provider"})
     assert [t.value for t in stale.title] == ["Sign in"] and AUTH_KEY not in stale.session_state
+
+
+def test_an_id_token_without_an_issue_time_never_lasts(hours):
+    now = 1_000_000.0
+    assert token_expired(None, now) and token_expired("yesterday", now) and token_expired(True, now)
+    assert not token_expired(now - 3600, now) and token_expired(now - 3 * 3600, now)
+
+
+def test_a_tab_signed_in_by_a_token_without_an_issue_time_is_signed_out(app_engine, provider):
+    """A token that says no issue time would otherwise keep its tab signed in for ever (issue 51)."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.ui_support import APP
+
+    add_user(app_engine, "boss", "admin", PASSWORD)
+    add_user(app_engine, "ana@team.example", "reviewer", None, actor="boss")
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.user = {"is_logged_in": True, "iss": "https://id.team.example", "sub": "ana-1", "email": "ana@team.example",
+               "email_verified": True}
+    at.session_state[AUTH_KEY], at.session_state[VIA_KEY] = "ana@team.example", "provider"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Sign in"] and AUTH_KEY not in at.session_state
+    assert any("says no issue time" in w.value or "iat" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_a_secrets_file_without_cookie_secret_is_refused_like_the_environment(app_engine):
+    """The file route is checked as the environment route is: an [auth] section without cookie_secret would let
+    Streamlit make one per process, signing everyone out silently at the next restart (issue 51 item 9)."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.ui_support import APP
+    from ui.sign_in import configure_provider
+
+    add_user(app_engine, "ada", "admin", PASSWORD)
+    configure_provider.clear()
+    try:
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.secrets["auth"] = {"server_metadata_url": "https://id.team.example/.well-known/openid-configuration",
+                              "client_id": "studio", "client_secret": "s3cret",
+                              "redirect_uri": "http://localhost:8501/oauth2callback"}
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert [t.value for t in at.title] == ["Sign in"]
+        shown = [e.value.replace("\\_", "_") for e in at.error]
+        assert any("secrets.toml lacks cookie_secret" in text for text in shown), shown
+        assert at.text_input(key="sign_in_name") is not None  # the studio's own accounts still work
+    finally:
+        configure_provider.clear()
+
+
+def test_the_sign_in_secrets_file_is_never_committed():
+    from pathlib import Path
+
+    ignored = Path(__file__).resolve().parents[1].joinpath(".gitignore").read_text().splitlines()
+    assert ".streamlit/secrets.toml" in ignored

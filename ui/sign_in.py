@@ -69,11 +69,29 @@ def _file_section() -> dict:
         return {}
 
 
+FILE_KEYS = ("server_metadata_url", "client_id", "client_secret", "cookie_secret", "redirect_uri")
+
+
+def file_section_problem(section: dict) -> str | None:
+    """Why an `[auth]` section of .streamlit/secrets.toml cannot be used, or None; checked as the environment's
+    parts are, so a section without cookie_secret (Streamlit then makes one per process: everyone is signed out
+    silently at the next restart) is refused with the key it lacks."""
+    missing = [key for key in FILE_KEYS if not section.get(key)]
+    if not missing:
+        return None
+    return ("sign-in through the provider is half configured: the [auth] section of .streamlit/secrets.toml "
+            "lacks " + ", ".join(missing))
+
+
 @st.cache_resource(show_spinner=False)
 def configure_provider() -> str:
     """Once per app process: where the provider's configuration comes from ("file", "environment", or "" for
     none). The environment's is handed to Streamlit only when no secrets file has an `[auth]` section."""
-    if _file_section().get("server_metadata_url"):
+    file_section = _file_section()
+    if any(file_section.get(key) for key in FILE_KEYS):
+        problem = file_section_problem(file_section)
+        if problem:
+            raise InvalidInput(problem)
         return "file"
     section = provider_from_environment()
     if section is None:
@@ -124,6 +142,14 @@ def expired(since: float | None, now: float | None = None) -> bool:
     return (now if now is not None else time.time()) - since > get_settings().session_hours * 3600
 
 
+def token_expired(issued: object, now: float | None = None) -> bool:
+    """Whether an ID token issued at `issued` (its `iat` claim) is too old to go on with; a token that says no
+    issue time has no age to measure and never lasts (it would otherwise never expire)."""
+    if not isinstance(issued, int | float) or isinstance(issued, bool):
+        return True
+    return expired(float(issued), now)
+
+
 def person_from_provider() -> str | None:
     """If Streamlit holds a provider sign-in for this browser: the studio's person for it (signed in to this tab,
     AUTH_KEY), else None with NOTE_KEY saying why (refused, expired). Asked while nobody is signed in."""
@@ -135,8 +161,7 @@ def person_from_provider() -> str | None:
     except InvalidInput as exc:
         st.session_state[NOTE_KEY] = str(exc)
         return None
-    issued = claims.get("iat")
-    if expired(float(issued) if isinstance(issued, int | float) else None):
+    if token_expired(claims.get("iat")):
         st.session_state[NOTE_KEY] = (f"your sign-in through {provider_host()} is older than "
                                       f"{get_settings().session_hours:g} hours; sign in again")
         return None
@@ -285,8 +310,9 @@ def session_ended() -> bool:
             reason = "you signed out of the provider"
         else:
             issued = st.user.to_dict().get("iat")
-            reason = "" if not expired(float(issued) if isinstance(issued, int | float) else None) else \
-                f"your sign-in through {provider_host()} is older than {get_settings().session_hours:g} hours"
+            reason = "" if not token_expired(issued) else \
+                f"your sign-in through {provider_host()} is older than {get_settings().session_hours:g} hours" \
+                if isinstance(issued, int | float) else f"your sign-in through {provider_host()} says no issue time"
     else:
         reason = f"your sign-in is older than {get_settings().session_hours:g} hours" \
             if expired(st.session_state.get(SINCE_KEY)) else ""
