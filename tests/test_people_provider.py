@@ -159,3 +159,55 @@ def test_the_api_refuses_a_key_above_its_persons_role_at_every_request(team, ser
     assert api.get(f"/v1/tasks/{DEMO_TASK}/libraries/default").status_code == 403
     denied = events(team, "api.denied")
     assert len(denied) == 2 and all(e.actor == "(api key ana's agent)" for e in denied)
+
+
+def test_an_id_token_without_an_issue_time_is_refused():
+    with pytest.raises(InvalidInput, match="iat"):
+        ProviderIdentity.from_claims({"iss": ISSUER, "sub": "ana-1", "email": "ana@team.example",
+                                      "email_verified": True})
+
+
+def test_a_sign_in_is_audited_once_however_often_its_pages_load(team):
+    """Every page load of a signed-in tab asks provider_sign_in with the same ID token; the audit counts sign-ins
+    (issue 51: 53 events for 9 sign-ins before)."""
+    first = who("ana-1", "ana@team.example")
+    for _ in range(5):
+        provider_sign_in(team, first, TEAM)
+    assert len(events(team, "user.sign_in")) == 1
+    provider_sign_in(team, who("ana-1", "ana@team.example"), TEAM)  # a new sign-in: a new token
+    assert len(events(team, "user.sign_in")) == 2
+
+
+def test_one_issuer_and_subject_is_one_person_even_when_two_first_sign_ins_race(team):
+    import threading
+
+    from sqlalchemy.exc import IntegrityError
+
+    start, names, errors = threading.Barrier(2), [], []
+
+    def sign_in() -> None:
+        start.wait(timeout=10)
+        try:
+            names.append(provider_sign_in(team, who("new-7", "new@team.example"), TEAM).name)
+        except Exception as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sign_in) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors and names == ["new@team.example"] * 2
+    with Session(team) as session:
+        bound = session.exec(select(User).where(User.issuer == ISSUER, User.subject == "new-7")).all()
+        assert len(bound) == 1
+        session.add(User(name="someone-else", role="labeler", issuer=ISSUER, subject="new-7"))
+        with pytest.raises(IntegrityError):  # the database itself holds the rule, whatever the code's timing
+            session.commit()
+
+
+def test_a_plus_in_an_emails_local_part_is_a_person_of_their_own(team):
+    add_user(team, "ana+ops@team.example", "labeler", None, actor="boss")
+    with Session(team) as session:
+        names = set(session.exec(select(User.name)).all())
+    assert {"ana@team.example", "ana+ops@team.example"} <= names

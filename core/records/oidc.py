@@ -137,6 +137,8 @@ def _provider_person(session: Session, identity: ProviderIdentity, new_people: N
         if not identity.email_verified:
             return None, f"the provider has not verified the email {identity.email}, so the studio cannot go by it"
         user = by_email(session, identity.email)
+        if user is not None and _bound_to(user, identity):
+            return _active(user)  # a first sign-in of the same identity bound it a moment ago
         if user is not None and user.subject is not None:
             return None, (f"{identity.email} belongs to another identity of the provider than {identity.words()}")
         if user is None:
@@ -145,7 +147,10 @@ def _provider_person(session: Session, identity: ProviderIdentity, new_people: N
             if not valid_name(identity.email):
                 return None, f"{identity.email} cannot be a user name here (a user name is 1-64 letters, digits, or " \
                              ". _ @ + -), so it cannot be added by its email"
-            if queries.user_by_name(session, identity.email) is not None:
+            named = queries.user_by_name(session, identity.email)
+            if named is not None and _bound_to(named, identity):
+                return _active(named)  # a first sign-in of the same identity added it a moment ago
+            if named is not None:
                 return None, f"{identity.email} cannot be added by its email: a user of that name exists already"
             user = User(name=identity.email, role=new_people.role, password_hash="", email=identity.email,
                         created_by=PROVIDER_ACTOR)
@@ -156,6 +161,14 @@ def _provider_person(session: Session, identity: ProviderIdentity, new_people: N
                                           "domain": identity.email.rsplit("@", 1)[-1]}))
         user.issuer, user.subject = identity.issuer, identity.subject
         session.add(user)
+    return _active(user)
+
+
+def _bound_to(user: User, identity: ProviderIdentity) -> bool:
+    return (user.issuer, user.subject) == (identity.issuer, identity.subject)
+
+
+def _active(user: User) -> tuple[User | None, str]:
     if not user.active:
         return None, f"{user.name} is switched off in this studio"
     return user, ""
