@@ -18,6 +18,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.otlp import read_capped, register_otlp
 from core.errors import BatchRefused, InvalidInput, QuotaExceeded, StudioError
@@ -84,6 +85,15 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         return JSONResponse(error_body(exc), status_code=exc.http_status, headers=headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own answers (no such route, a method the route does not take) in the one error shape."""
+        path, allow = request.url.path[:200], {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow")
+        message = {404: f"no route {path} (the routes are listed at /docs)",
+                   405: f"{request.method} is not allowed on {path}; it takes {allow or 'other methods'}"
+                   }.get(exc.status_code, str(exc.detail))
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
@@ -130,7 +140,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
     @app.get("/v1/tasks/{task}/libraries/{library}")
     def library(task: str, library: str, label: str | None = Query(None, description="default production"),
                 version: str | None = Query(None, description="a version's number in the library, as every page shows "
-                                                      "it (#12 is version=12), instead of a label"),
+                                                      "it (#12 is version=12), or latest, instead of a label"),
                 user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                 if_none_match: str | None = Header(None),
                 _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
@@ -146,7 +156,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                query: str = Query(..., min_length=1, description="the query the agent is about to answer"),
                label: str | None = Query(None, description="default production"),
                version: str | None = Query(None, description="a version's number in the library, as every page shows "
-                                                      "it (#12 is version=12), instead of a label"),
+                                                      "it (#12 is version=12), or latest, instead of a label"),
                user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                if_none_match: str | None = Header(None),
                _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:

@@ -6,7 +6,8 @@ else its `tfgrpo.task` attribute (on the span or its resource), else its resourc
 on the Production page (`map_service`). A span that maps to no task is held (core/records/otlp_held.py) and
 lands in the task when its service is mapped; a model call with no message read is held to be shown. Which
 version served it: `tfgrpo.version_id` (the id the API served) or `tfgrpo.version` (its number) or
-`tfgrpo.label`, found by the one version lookup (core/records/serving.py `resolve_version`), else the one
+`tfgrpo.label`, found as a library fetch finds it (core/records/serving.py `served_version`, whose number or
+`latest` is read by the one version lookup, core/records/versions.py `resolve_version`), else the one
 version of the library whose prompt block its system instructions contain, else none: stored and shown as
 "unknown version", never guessed.
 
@@ -37,7 +38,7 @@ from core.records.ab_experiments import stamp_rows
 from core.records.api_keys import KeyUse, key_scope
 from core.records.api_limits import charge_stored
 from core.records.roles import require_role
-from core.records.serving import resolve_version
+from core.records.serving import served_version
 from core.records.tasks import get_task
 from core.records.traces import THUMBS, needs_label
 from core.records.versions import export_version
@@ -232,7 +233,7 @@ def _named_place(session: Session, span: SpanTrace, services: dict[str, OtlpServ
         return task, library, None
     named = ({"version_id": span.version_id} if span.version_id is not None
              else {"version": span.version} if span.version is not None else {"label": span.label})
-    found = resolve_version(session, task.name, library_name, **named)
+    found = served_version(session, task.name, library_name, **named)
     return found.task, found.library, found.version
 
 

@@ -24,7 +24,7 @@ from core.records.ab_experiments import CANDIDATE, served_arm, split_changed
 from core.records.roles import require_role
 from core.records.selection import selection_of
 from core.records.tasks import get_task
-from core.records.versions import PRODUCTION, export_version, version_number
+from core.records.versions import PRODUCTION, export_version
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Library, LibraryVersion, Task
@@ -117,12 +117,12 @@ def first_version_note(library: Library) -> str:
             "first (empty); promote a version to serve it here")
 
 
-def resolve_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                    version_id: int | None = None, user_id: str | None = None, version: str | None = None) -> Resolved:
-    """The version of `library_name` that `label` points at (default `production`), or `version`, its number as a
-    person reads it ("12" or "#12", core.records.versions.resolve_version: an id given as a number is refused), or,
-    for a machine that holds it (a trace naming the version that served it), its database id `version_id`;
-    NotFound names what is missing, InvalidInput a request that asks for more than one.
+def served_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
+                   version_id: int | None = None, user_id: str | None = None, version: str | None = None) -> Resolved:
+    """The version of `library_name` that `label` points at (default `production`), or `version` as a person names
+    it, its number ("12" or "#12") or `latest`, read by the one lookup core.records.versions.resolve_version (an id
+    given as a number is refused), or, for a machine that holds it (a trace naming the version that served it), its
+    database id `version_id`; NotFound names what is missing, InvalidInput a request that asks for more than one.
 
     With an A/B split on the library and a `user_id`, a request for `production` is served the split's
     label for a stable share of users (the same user always gets the same arm) and says which in `arm`.
@@ -134,10 +134,10 @@ def resolve_version(session: Session, task_name: str, library_name: str = "defau
     if library is None:
         raise NotFound(f"task {task.name!r} has no library {library_name!r}")
     if version is not None:
-        if version_number(version) is None:
-            raise InvalidInput(f"version {version!r}: give a version's number in the library (e.g. 3), or a label "
-                               "with label=")
-        return Resolved(task, library, versions.resolve_version(session, task, version, library_name), None)
+        named = versions.resolve_version(session, task, version, library_name, labels=False)
+        if named is None:
+            raise NotFound(f"library {library_name!r} of task {task.name!r} has no version yet")
+        return Resolved(task, library, named, None)
     if version_id is not None:
         version = session.get(LibraryVersion, version_id)
         if version is None or version.library_id != library.id:
@@ -158,8 +158,8 @@ def resolve_version(session: Session, task_name: str, library_name: str = "defau
 
 def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
                    version: str | None = None, user_id: str | None = None) -> ServedLibrary:
-    """What an agent fetches of the version `resolve_version` finds (`version`: its number)."""
-    found = resolve_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
+    """What an agent fetches of the version `served_version` finds (`version`: its number or latest)."""
+    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
     served = _served(found.task, found.library, found.version, found.label, arm=found.arm)
     return replace(served, note=found.note) if found.note else served
 
@@ -167,12 +167,12 @@ def served_library(session: Session, task_name: str, library_name: str = "defaul
 def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
                      label: str | None = None, version: str | None = None,
                      user_id: str | None = None) -> ServedSelection:
-    """The entries of the version `resolve_version` finds that the library's selection shows for `query`: the
+    """The entries of the version `served_version` finds that the library's selection shows for `query`: the
     same entries, in the same order, as a rollout of that query was shown in a training run or an evaluation
     made under this selection (core.grpo.rollouts.stored_rollout calls the same select function)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("give the query to choose entries for (query=...)")
-    found = resolve_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
+    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
     selection = selection_of(found.library)
     chosen = scored_entries(found.version.experiences or [], query, selection)
     entries = [{"id": str(entry.get("id")), "text": entry["text"], "kind": kind_of(entry),

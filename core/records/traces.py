@@ -45,7 +45,7 @@ from core.records.production_scoring import (
     with_start,
 )
 from core.records.roles import require_role
-from core.records.serving import resolve_version
+from core.records.serving import served_version
 from core.records.tasks import add_samples, get_task
 from core.settings import get_settings
 from storage import queries
@@ -186,8 +186,8 @@ def _resolve(session: Session, trace: TraceIn,
     core.records.api_keys.key_scope); the label it named is kept."""
     task_name, library_name = key_scope(session, key, trace.task,
                                         trace.library if "library" in trace.model_fields_set else None)
-    found = resolve_version(session, task_name, library_name or "default", version_id=trace.version_id,
-                            label=trace.label if trace.version_id is None else None)
+    found = served_version(session, task_name, library_name or "default", version_id=trace.version_id,
+                           label=trace.label if trace.version_id is None else None)
     return found.task, found.library, found.version, trace.label
 
 

@@ -99,17 +99,30 @@ def new_experiences(session: Session, library: Library, texts: list[str] | list[
     return [entry(f"E{start + i}", item["text"], item.get("kind") or LESSON) for i, item in enumerate(items)]
 
 
+LATEST = "latest"
+MAX_DIGITS = 18  # a larger number is no version's (and would not fit the database's integer)
+
+
 def version_number(ref: str) -> int | None:
-    """The number a person typed for a version ("12" or "#12"), or None when `ref` is no number (a label,
-    `latest`, `empty`)."""
+    """The number a person typed for a version ("12" or "#12", ASCII digits), or None when `ref` is no number (a
+    label, `latest`, `empty`). Other digits (`²`, `١٢`) and numbers too long to be a version's are refused with
+    InvalidInput rather than read or taken for a label."""
     text = str(ref).strip().removeprefix("#").strip()
-    return int(text) if text.isdigit() else None
+    if not text.isdigit():
+        return None
+    if not text.isascii():
+        raise InvalidInput(f"version {ref!r}: write a version's number in the digits 0-9 (e.g. 3 or #3)")
+    if len(text) > MAX_DIGITS:
+        raise InvalidInput(f"version {ref!r}: no version has a number that long")
+    return int(text)
 
 
-def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default") -> LibraryVersion | None:
+def resolve_version(session: Session, task: Task, ref: str, library_name: str = "default", *,
+                    labels: bool = True) -> LibraryVersion | None:
     """The version a person named: its number in the library ("12" or "#12", what every page shows), a label
-    (`production`), `latest`, or None for `empty` (the empty library). The one resolution the CLI, the pages and
-    the HTTP API use.
+    (`production`), `latest`, or None for `empty` (the empty library). The one resolution the CLI, the pages,
+    the HTTP API and OTLP use; `labels=False` (the HTTP API's `version=`, whose labels come by `label=`) takes
+    only a number or `latest` and refuses anything else with InvalidInput.
 
     A version's database id is never taken for its number: a number the library does not have, but that is the
     id of a version, is refused with a message naming both (scripts written when the CLI took ids then stop
@@ -118,19 +131,22 @@ def resolve_version(session: Session, task: Task, ref: str, library_name: str = 
         raise TypeError("resolve_version takes what a person typed (a number, a label, latest or empty); "
                         f"got {type(ref).__name__} {ref!r}: a caller holding a database id has the version already")
     ref = ref.strip()
+    number = version_number(ref)
+    if not labels and number is None and ref.lower() != LATEST:
+        raise InvalidInput(f"version {ref!r}: give a version's number in the library (e.g. 3) or latest, or a label "
+                           "with label=")
     if ref.lower() == EMPTY:
         return None
     lib = queries.library_by_name(session, task.id, library_name)
     if lib is None:
         raise NotFound(f"task {task.name!r} has no library {library_name!r}")
-    number = version_number(ref)
     if number is not None:
         version = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == lib.id,
                                                             LibraryVersion.number == number)).first()
         if version is None:
             raise _no_such_number(session, task, lib, number)
         return version
-    if ref.lower() == "latest":
+    if ref.lower() == LATEST:
         return queries.latest_version(session, lib.id)
     label = queries.label_by_name(session, lib.id, ref)
     if label is None:
