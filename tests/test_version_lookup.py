@@ -19,7 +19,10 @@ from core.errors import InvalidInput
 from core.records.api_keys import create_key
 from core.records.tasks import DEMO_TASK, get_task
 from core.records.versions import resolve_version, set_label
+from storage.tables import Trace
+from tests.otlp_support import PROTOBUF, chat_span, sdk_request
 from tests.test_names import cli, diverging
+from tests.test_otlp import ROUTE, answer, stored
 
 URL = f"/v1/tasks/{DEMO_TASK}/libraries/default"
 
@@ -87,6 +90,21 @@ def test_the_cli_and_the_api_resolve_a_name_to_the_same_version(client, engine, 
     assert answered.status_code == 200, answered.text
     assert json.loads(out)["version_id"] == answered.json()["version_id"] == looked_up.id
     assert looked_up.id == (versions["#3"] if typed == "latest" else versions["#2"]).id
+
+
+def test_otlp_reads_tfgrpo_version_through_the_same_lookup(engine, versions):
+    """A span's `tfgrpo.version` is read as the API's version= is: `latest` and `#2` found, `²` refused in the
+    partial success (the span alone), never a 500."""
+    secret = create_key(engine, "otel-collector", "ingest", "cli", any_task=True).secret
+    exporter = TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})
+    request = sdk_request(lambda tracer: [chat_span(tracer, typed, **{"tfgrpo.task": DEMO_TASK, "tfgrpo.version": typed})
+                                          for typed in ("latest", "#2", "²")])
+    response = exporter.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
+    assert response.status_code == 200, response.text
+    partial = answer(response).partial_success
+    assert partial.rejected_spans == 1 and "digits 0-9" in partial.error_message
+    rows: list[Trace] = stored(engine)
+    assert {row.input: row.version_id for row in rows} == {"latest": versions["#3"].id, "#2": versions["#2"].id}
 
 
 def test_the_api_version_parameter_takes_no_label_and_the_lookup_says_so(engine, versions):
