@@ -123,7 +123,7 @@ def _tasks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--library", default="default")
     p.add_argument("--query", required=True)
     p.add_argument("--label", default="production")
-    p.add_argument("--version", help="a version's number in the library (e.g. 3) instead of a label")
+    p.add_argument("--version", help="a version's number in the library (e.g. 3) or latest, instead of a label")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="core.cli.tasks:cmd_library_select")
     p = lsub.add_parser("coverage", help="which train references a version covers: an example that its selection "
