@@ -111,3 +111,18 @@ def test_the_api_version_parameter_takes_no_label_and_the_lookup_says_so(engine,
     """The API names labels with label= (where the A/B split applies); its version= stays a number or latest."""
     with Session(engine) as session, pytest.raises(InvalidInput, match="label="):
         resolve_version(session, get_task(session, DEMO_TASK), "staging", labels=False)
+
+
+def test_a_version_id_too_large_or_in_other_digits_refuses_its_span_not_the_request(engine, versions):
+    """`tfgrpo.version_id` past a database integer (or in another script's digits) is that span's refusal in the
+    partial success; the request's other spans are stored (a 10**30 id once could reach the database)."""
+    secret = create_key(engine, "otel-collector", "ingest", "cli", any_task=True).secret
+    exporter = TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})
+    ids = {"huge": str(10**30), "arabic": "١٢", "good": str(versions["#2"].id)}
+    request = sdk_request(lambda tracer: [chat_span(tracer, name, **{"tfgrpo.task": DEMO_TASK,
+                                                                      "tfgrpo.version_id": value})
+                                          for name, value in ids.items()])
+    response = exporter.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
+    assert response.status_code == 200, response.text
+    assert answer(response).partial_success.rejected_spans == 2
+    assert {row.input: row.version_id for row in stored(engine)} == {"good": versions["#2"].id}

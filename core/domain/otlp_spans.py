@@ -304,6 +304,9 @@ def _time(nanos: int) -> datetime:
         raise SpanRefused(f"its time {nanos} ns is out of range") from None
 
 
+MAX_ID = 2**63 - 1  # the largest id a database integer holds; a larger one names nothing
+
+
 def _whole(value: object, name: str) -> int | None:
     if value is None:
         return None
@@ -311,7 +314,9 @@ def _whole(value: object, name: str) -> int | None:
         number = int(value) if not isinstance(value, bool | float) else None
     except (TypeError, ValueError):
         number = None
-    if number is None or number < 1:
+    if isinstance(value, str) and not (value.strip().isascii() and value.strip().isdigit()):
+        number = None  # other scripts' digits ("١٢") name no id a person typed
+    if number is None or not 1 <= number <= MAX_ID:
         raise SpanRefused(f"{name} is {str(value)[:40]!r}; it is a whole number from 1")
     return number
 

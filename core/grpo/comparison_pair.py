@@ -41,7 +41,7 @@ def evaluation_ref(ref: str) -> int | None:
     """The evaluation id `e12` or `eval:12` names, else None (a version reference)."""
     text = str(ref).strip().lower()
     for prefix in ("eval:", "e"):
-        if text.startswith(prefix) and text[len(prefix):].isdigit():
+        if text.startswith(prefix) and text[len(prefix):].isascii() and text[len(prefix):].isdigit():
             return int(text[len(prefix):])
     return None
 

@@ -354,7 +354,7 @@ def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "tes
     the same queries."""
     text = str(ref).strip().lower()
     for prefix in ("eval:", "e"):
-        if text.startswith(prefix) and text[len(prefix):].isdigit():
+        if text.startswith(prefix) and text[len(prefix):].isascii() and text[len(prefix):].isdigit():
             return int(text[len(prefix):])
     with Session(engine) as session:
         task = get_task(session, task_name)
