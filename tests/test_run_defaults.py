@@ -160,7 +160,7 @@ def test_an_auto_review_run_on_the_policy_demo_with_the_defaults_completes_with_
     assert not [op for op in ops if op.status == "pending"]
     applied = [op for op in ops if op.status == "applied"]
     assert [(op.status, op.validation_error) for op in ops] == [("applied", None)] * 4  # one per group, whole
-    assert any(re.search(r"Answer: .*PC-\d+\.$", op.text) for op in applied)  # the ticket's code, in a sentence
+    assert any(re.search(r"Answer: .*\bPC-\d+\b.*\.$", op.text) for op in applied)  # the ticket's code, in a sentence
     assert all(flags[op.id] == [] for op in applied)
     assert not [op for op in ops if "cut off" in (op.validation_error or "")]
 
