@@ -39,10 +39,11 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
           "reference_when_all_fail": "learning from the reference where every attempt failed",
           SELECTION: "entries per query", "max_examples": "worked examples kept"}
 
-# The figures behind each choice, as bench/README.md ("Learning effect": the default path on 2026-11-28, the
+# The figures behind each choice, as bench/README.md ("Learning effect": the default path on both knowledge tasks, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.594 [+0.375, +0.812] (11 messages better, none worse, p 0.001) on the shop-policies demo's 16 "
-                   "held-out messages, trained on 16 with train's defaults")
+EXAMPLES_FIGURE = ("+0.438 [+0.250, +0.656] (9 messages better, none worse, p 0.004) on the shop-policies demo's 16 "
+                   "held-out messages and +0.594 [+0.406, +0.781] (12 better, none worse, p 0.0005) on Fernhill, a "
+                   "second task frozen before tuning, each trained on 16 with train's defaults")
 EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its 3 most "
                f"similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
 LESSONS_OFF = ("Off: the embedded learner's lessons retell problems instead of teaching, and moved the agent by "
