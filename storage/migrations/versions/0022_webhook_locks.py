@@ -18,8 +18,8 @@ depends_on = None
 def upgrade() -> None:
     # plain ADD COLUMN (nullable, no foreign key): no batch rebuild of the outbox
     op.add_column('webhookdelivery', sa.Column('claimed_by', sqlmodel.sql.sqltypes.AutoString(), nullable=True))
-    op.add_column('webhookdelivery', sa.Column('claimed_until', sa.DateTime(), nullable=True))
-    op.add_column('webhookdelivery', sa.Column('dismissed_at', sa.DateTime(), nullable=True))
+    op.add_column('webhookdelivery', sa.Column('claimed_until', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
+    op.add_column('webhookdelivery', sa.Column('dismissed_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
 
 
 def downgrade() -> None:
