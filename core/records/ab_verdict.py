@@ -31,7 +31,7 @@ from core.domain.sequential import MIN_PER_ARM, ArmScores, Verdict, traces_neede
 from core.errors import InvalidInput, NotFound
 from core.records.ab_experiments import CANDIDATE, arm_versions, end, experiments, open_experiment
 from core.records.promotion import PRODUCTION
-from core.records.tasks import get_task
+from core.records.tasks import get_library, get_task
 from core.records.traces import trace_score
 from core.records.webhook_events import raise_event
 from core.settings import get_settings
@@ -98,9 +98,7 @@ def ab_status(session: Session, task_name: str, library_name: str = "default", *
     if not 0 < effect < 1:
         raise InvalidInput("the difference to plan for is a score difference between 0 and 1, e.g. 0.05")
     task = get_task(session, task_name)
-    library = queries.library_by_name(session, task.id, library_name)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    library = get_library(session, task, library_name)
     if experiment_id is not None:
         experiment = session.get(AbExperiment, experiment_id)
         if experiment is None or experiment.library_id != library.id:

@@ -39,11 +39,10 @@ from core.records.api_keys import KeyUse, key_scope
 from core.records.api_limits import charge_stored
 from core.records.roles import require_role
 from core.records.serving import served_version
-from core.records.tasks import get_task
+from core.records.tasks import get_library, get_task
 from core.records.traces import THUMBS, needs_label
 from core.records.versions import export_version
 from core.settings import get_settings
-from storage import queries
 from storage.db import session_scope
 from storage.statuses import LabelStatus
 from storage.tables import (
@@ -227,9 +226,7 @@ def _named_place(session: Session, span: SpanTrace, services: dict[str, OtlpServ
     else:
         raise _Unmapped(span.service or NO_SERVICE)
     if span.version_id is None and span.version is None and not span.label:
-        library = queries.library_by_name(session, task.id, library_name)
-        if library is None:
-            raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+        library = get_library(session, task, library_name)
         return task, library, None
     named = ({"version_id": span.version_id} if span.version_id is not None
              else {"version": span.version} if span.version is not None else {"label": span.label})
@@ -357,8 +354,7 @@ def map_service(engine: Engine, service: str, task_name: str, library: str, acto
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "mapping an OpenTelemetry service to a task")
         task = get_task(session, task_name)
-        if queries.library_by_name(session, task.id, library) is None:
-            raise NotFound(f"task {task.name!r} has no library {library!r}")
+        get_library(session, task, library)
         row = session.get(OtlpService, service)
         before = None if row is None else {"task_id": row.task_id, "library": row.library}
         row = row or OtlpService(service_name=service, task_id=task.id, created_by=actor)

@@ -13,10 +13,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.domain.selection import Selection
-from core.errors import NotFound
 from core.records.roles import require_role
 from core.records.scenarios import personas_by_name, segment_of
-from core.records.tasks import get_task
+from core.records.tasks import get_library, get_task
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Sample, Step, Task
@@ -36,7 +35,7 @@ def frozen(library: Library | None) -> dict:
 
 def library_selection(engine: Engine, task_name: str, library_name: str = "default") -> Selection:
     with Session(engine) as session:
-        return selection_of(_library(session, get_task(session, task_name), library_name))
+        return selection_of(get_library(session, get_task(session, task_name), library_name))
 
 
 def set_selection(engine: Engine, task_name: str, library_name: str, mode: str | None, k: int | None,
@@ -48,7 +47,7 @@ def set_selection(engine: Engine, task_name: str, library_name: str, mode: str |
     apart from one that never chose (core.records.run_defaults gives the latter `top_k` for worked examples)."""
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "changing a library's selection")
-        library = _library(session, get_task(session, task_name), library_name)
+        library = get_library(session, get_task(session, task_name), library_name)
         after = Selection.build(mode, selection_of(library).k if k is None else k)
         if after != selection_of(library) or not selection_chosen(session, library):
             adopt_selection(session, library, after, actor)
@@ -72,13 +71,6 @@ def adopt_selection(session: Session, library: Library, selection: Selection, ac
     session.add(AuditEvent(actor=actor, action="library.selection", object_type="library", object_id=library.id,
                            before=before.as_dict(),
                            after={**selection.as_dict(), **({"reason": reason} if reason else {})}))
-
-
-def _library(session: Session, task: Task, name: str) -> Library:
-    library = queries.library_by_name(session, task.id, name)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {name!r}")
-    return library
 
 
 # ---------------------------------------------------------------------------------------------- what a group saw

@@ -23,7 +23,7 @@ from core.records import versions
 from core.records.ab_experiments import CANDIDATE, served_arm, split_changed
 from core.records.roles import require_role
 from core.records.selection import selection_of
-from core.records.tasks import get_task
+from core.records.tasks import get_library, get_task
 from core.records.versions import PRODUCTION, export_version
 from storage import queries
 from storage.db import session_scope
@@ -130,9 +130,7 @@ def served_version(session: Session, task_name: str, library_name: str = "defaul
     if sum(given is not None for given in (label, version_id, version)) > 1:
         raise InvalidInput("ask for a label or a version, not both")
     task = get_task(session, task_name)
-    library = queries.library_by_name(session, task.id, library_name)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+    library = get_library(session, task, library_name)
     if version is not None:
         named = versions.resolve_version(session, task, version, library_name, labels=False)
         if named is None:
@@ -204,9 +202,7 @@ def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str |
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "splitting production traffic")
         task = get_task(session, task_name)
-        library = queries.library_by_name(session, task.id, library_name)
-        if library is None:
-            raise NotFound(f"task {task.name!r} has no library {library_name!r}")
+        library = get_library(session, task, library_name)
         if label and share and queries.label_by_name(session, library.id, label) is None:
             raise NotFound(f"library {library_name!r} of task {task.name!r} has no label {label!r}")
         before = {"label": library.ab_label, "share": library.ab_share}

@@ -29,7 +29,7 @@ from core.records.versions import ensure_library
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
-from storage.tables import AuditEvent, Sample, Task
+from storage.tables import AuditEvent, Library, Sample, Task
 from storage.tables import Persona as PersonaRow
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,14 @@ def get_task(session: Session, name: str) -> Task:
         known = ", ".join(t.name for t in queries.list_tasks(session)) or "none yet"
         raise NotFound(f"no task named {name!r} (tasks: {known})")
     return task
+
+
+def get_library(session: Session, task: Task, name: str) -> Library:
+    """The task's library of that name, or NotFound saying which is missing."""
+    library = queries.library_by_name(session, task.id, name)
+    if library is None:
+        raise NotFound(f"task {task.name!r} has no library {name!r}")
+    return library
 
 
 def check_reference_patterns(task: Task, rows: list[SampleRow]) -> None:
