@@ -482,9 +482,7 @@ def input_messages(attributes: dict, events: list[tuple[str, dict]]) -> list[tup
     found = _indexed(attributes, "gen_ai.prompt", "role", "content")
     if found:
         return found
-    prompt = attributes.get("gen_ai.prompt") or next(
-        (values.get("gen_ai.prompt") for name, values in events if name == "gen_ai.content.prompt"), None)
-    return _openlit_messages(prompt, "user")
+    return _openlit_messages(_openlit_text(attributes, events, "prompt"), "user")
 
 
 def output_messages(attributes: dict, events: list[tuple[str, dict]]) -> list[tuple[str, str]]:
@@ -501,9 +499,14 @@ def output_messages(attributes: dict, events: list[tuple[str, dict]]) -> list[tu
     found = _indexed(attributes, "gen_ai.completion", "role", "content")
     if found:
         return found
-    completion = attributes.get("gen_ai.completion") or next(
-        (values.get("gen_ai.completion") for name, values in events if name == "gen_ai.content.completion"), None)
-    return _openlit_messages(completion, "assistant")
+    return _openlit_messages(_openlit_text(attributes, events, "completion"), "assistant")
+
+
+def _openlit_text(attributes: dict, events: list[tuple[str, dict]], part: str) -> object:
+    """openlit's gen_ai.prompt / gen_ai.completion string: an attribute, or its gen_ai.content.<part> event's."""
+    key = f"gen_ai.{part}"
+    return attributes.get(key) or next((values.get(key) for name, values in events if name == f"gen_ai.content.{part}"),
+                                       None)
 
 
 def system_text(attributes: dict, inputs: list[tuple[str, str]]) -> str | None:
