@@ -136,9 +136,10 @@ SWITCHES = {"examples": "examples", "lessons": "lessons", "reference_when_all_fa
 DEFAULTS = {
     "arithmetic": {"train_limit": 4, "test_limit": 12, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
                    "validation_size": 4, "gate_k": 1, "modes": "direct,python"},
-    "policy": {"train_limit": 4, "test_limit": 0, "epochs": 1, "batch_size": 4, "group_size": 4, "k": 2,
-               "validation_size": 8, "gate_k": 1, "modes": "direct"},
-    # the sizes `python -m core train` gives (RunSettings' defaults): all 16 train messages, 3 epochs of 8, G=5
+    # both knowledge tasks at the sizes `python -m core train` gives (RunSettings' defaults): 16 train messages,
+    # 3 epochs of 8, G=5, the gate at k=2 on 8 validation messages
+    "policy": {"train_limit": 16, "test_limit": 0, "epochs": 3, "batch_size": 8, "group_size": 5, "k": 2,
+               "validation_size": 8, "gate_k": 2, "modes": "direct"},
     "fernhill": {"train_limit": 0, "test_limit": 0, "epochs": 3, "batch_size": 8, "group_size": 5, "k": 2,
                  "validation_size": 8, "gate_k": 2, "modes": "direct"},
 }

@@ -124,8 +124,8 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     assert rows["paper"]["changes"] == ["examples off", "lessons on", "reference off", "selection all"]
     assert rows["lessons+reference"]["changes"] == ["examples off", "lessons on", "selection all"]
     assert [line.split(":")[0] for line in rows["default"]["choices"]] == [
-        "worked examples", "lessons", "learning from the reference where every attempt failed", "entries per query",
-        "worked examples kept"]
+        "worked examples", "lessons", "learning from the reference where every attempt failed",
+        "example replies by the learner", "entries per query", "worked examples kept"]
 
     assert rows["paper"]["examples"] == 0
     assert len(models) == 1 + len(ARMS)  # a gateway per database: the empty library's, then one copy per arm
@@ -155,10 +155,11 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
                        "direct": "a direct run: experiences asked for, no rollouts"}
     chosen = lines.index(next(line for line in lines if line.startswith("the default path (its run's)")))
     assert "for the learner local/" in lines[chosen]
-    assert [line.strip() for line in lines[chosen + 1 : chosen + 6]] == rows["default"]["choices"]
+    assert [line.strip() for line in lines[chosen + 1 : chosen + 7]] == rows["default"]["choices"]
     assert lines[chosen + 1].strip().startswith("worked examples: on. ")
     assert lines[chosen + 2].strip().startswith("lessons: off. ")
-    assert lines[chosen + 4].strip().startswith("entries per query: the 3 entries most similar")
+    assert lines[chosen + 4].strip().startswith("example replies by the learner: off. ")
+    assert lines[chosen + 5].strip().startswith("entries per query: the 3 entries most similar")
     assert any(line.startswith("default: run") and "gate no_worse: passed" in line for line in lines)
     assert any(line.startswith("default: run") and "refused before the gate: invalid, or flagged)" in line
                for line in lines)

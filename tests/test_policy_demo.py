@@ -341,6 +341,54 @@ def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine
     assert "a sentence per part" in advantage.text and "the learner's reply" in advantage.text
 
 
+def test_with_learner_replies_off_the_learner_is_not_asked_and_a_sentence_per_fact_lands(engine, scripted):
+    """The embedded learner's default (core.records.run_defaults): its replies were never used in the measured runs,
+    so the run writes the example from the reference without the call."""
+    ensure_policy_task(engine)
+    model, gateway = scripted(engine, rollout=NO_POLICY, example=json.dumps({"reply": "never asked"}))
+    settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", gate="off",
+                           examples=True, lessons=False, reference_when_all_fail=True, learner_replies=False)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, settings), gateway=gateway)
+    assert run.status == "completed", run.error
+    assert model.count("example") == 0
+    with Session(engine) as session:
+        [op] = session.exec(select(Operation).where(Operation.run_id == run.id)).all()
+        advantage = session.exec(select(Advantage).where(Advantage.step_id == op.step_id)).one()
+    assert op.status == "applied" and answer_of(op) == ("Our return window is 45 days. Your ticket reference is "
+                                                        "PC-48213, made of PC- and your order number.")
+    assert "the run does not ask the learner for replies" in advantage.text
+
+
+def covered_run(engine, scripted, **settings) -> tuple[int, list[Step], dict[int, int], dict[int, Advantage]]:
+    """Two epochs over one message (every attempt fails), examples only: the first epoch's example covers it.
+    The run's id, its steps, rollouts per step and the second step's advantage by sample."""
+    ensure_policy_task(engine)
+    _model, gateway = scripted(engine, rollout=NO_POLICY)
+    base = dict(epochs=2, batch_size=1, group_size=2, limit=1, review_mode="auto", gate="off", examples=True,
+                lessons=False, reference_when_all_fail=True, learner_replies=False)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, RunSettings(**{**base, **settings})), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as session:
+        steps = queries.steps(session, run.id)
+        rollouts = {step.id: len(queries.step_rollouts(session, step.id)) for step in steps}
+        advantages = {a.sample_id: a for a in session.exec(select(Advantage).where(Advantage.step_id == steps[1].id))}
+    return run.id, steps, rollouts, advantages
+
+
+def test_a_message_the_library_already_covers_is_not_rolled_out_again(engine, scripted):
+    """Epoch 2 meets the message whose example epoch 1 landed: an example from it would be refused as covered
+    (core.domain.coverage.plan_examples), so its group is skipped with the reason and costs no call; with
+    skip_covered off it is rolled out as before."""
+    _run, steps, rollouts, advantages = covered_run(engine, scripted)
+    assert [rollouts[step.id] for step in steps] == [2, 0]
+    [advantage] = advantages.values()
+    assert advantage.status == "skipped" and advantage.text.startswith("covered: E1, shown to this query")
+    assert steps[1].version_after_id in (None, steps[1].version_before_id)  # nothing changed, nothing paid
+
+    _run, steps, rollouts, advantages = covered_run(engine, scripted, skip_covered=False, seed=1)
+    assert [rollouts[step.id] for step in steps] == [2, 2]
+
+
 def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
     """The fallback is generic: every reference of the demo file, written a sentence per fact, scores 1 with the
     task's reward; a `contains_all` reference of a code and a quantity reads as the issue's reply."""

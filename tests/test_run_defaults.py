@@ -46,7 +46,8 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     settings, choices = chosen(engine, POLICY_TASK, {"learner_model": EMBEDDED})
     assert switches(settings) == (True, False, True)
     assert settings.selection == TOP_3
-    assert set(choices) == {*SWITCHES, "selection", "max_examples"}
+    assert set(choices) == {*SWITCHES, "selection", "max_examples", "learner_replies"}
+    assert settings.learner_replies is False and "used 0 times for 51 examples" in choices["learner_replies"].reason
     assert choices["examples"].line().startswith("worked examples: on. On: worked examples made from the reference")
     assert EXAMPLES_FIGURE in choices["examples"].reason
     assert "-0.125 [-0.375, +0.083]" in choices["lessons"].reason and "+0.017 [-0.050, +0.083]" in choices["lessons"].reason
@@ -65,13 +66,16 @@ def test_a_hosted_learner_keeps_the_papers_defaults_and_the_library_keeps_its_se
     assert settings.selection is None and "selection" not in choices
     assert all("as in the paper" in choices[name].reason for name in SWITCHES)
     assert HOSTED in choices["lessons"].reason
+    assert "learner_replies" not in choices and settings.learner_replies  # no examples: nothing to write
+    settings, choices = chosen(engine, POLICY_TASK, {"learner_model": HOSTED, "examples": True})
+    assert settings.learner_replies and choices["learner_replies"].line().startswith("example replies by the learner: on")
 
 
 def test_a_value_given_explicitly_wins_and_the_rest_stay_consistent(engine, demo_task):
     settings, choices = chosen(engine, DEMO_TASK, RunSettings(learner_model=EMBEDDED, lessons=True,
                                                               reference_when_all_fail=False))
     assert switches(settings) == (True, True, False)
-    assert set(choices) == {"examples", "selection", "max_examples"}  # only what was not given is chosen
+    assert set(choices) == {"examples", "selection", "max_examples", "learner_replies"}  # only what was not given
     # examples off by hand: lessons stay on (a run must learn something), nothing from the reference
     settings, choices = chosen(engine, DEMO_TASK, {"learner_model": EMBEDDED, "examples": False})
     assert switches(settings) == (False, True, False) and "selection" not in choices
@@ -101,7 +105,7 @@ def test_where_examples_cannot_be_checked_the_embedded_learner_falls_back_with_t
 def test_a_run_with_the_defaults_gives_its_library_top_k_unless_a_person_chose_the_selection(engine, demo_task,
                                                                                             monkeypatch):
     run_id, choices = create_run_with_defaults(engine, DEMO_TASK, {"learner_model": EMBEDDED, "epochs": 1})
-    assert [c.field for c in choices] == [*SWITCHES, "selection", "max_examples"]
+    assert [c.field for c in choices] == [*SWITCHES, "learner_replies", "selection", "max_examples"]
     with Session(engine) as session:
         run = queries.run_by_id(session, run_id)
     assert run.settings["max_examples"] == MAX_EXAMPLES_TOP_K  # the cap follows the selection: top_k, large
@@ -151,6 +155,7 @@ def test_an_auto_review_run_on_the_policy_demo_with_the_defaults_completes_with_
     run = execute_run(engine, run_id, gateway=gateway)
     assert run.status == "completed", run.error
     assert model.count("summary") == model.count("advantage") == model.count("update") == 0  # lessons off
+    assert model.count("example") == 0  # the embedded learner is not asked for replies: a sentence per fact
     with Session(engine) as session:
         step = session.exec(select(Step).where(Step.run_id == run_id)).one()
         ops = queries.step_operations(session, step.id)

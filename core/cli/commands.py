@@ -222,6 +222,13 @@ def _jobs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference-when-all-fail", action=argparse.BooleanOptionalAction, help="a group in which "
                    "every attempt failed goes to the learner with the reference answer as the successful side, "
                    "instead of being skipped (the paper skips it)" + chosen)
+    p.add_argument("--learner-replies", action=argparse.BooleanOptionalAction, help="the learner writes the "
+                   "reply of a worked example made from a reference (checked; a sentence per fact where it fails); "
+                   "--no-learner-replies: the sentence per fact, no call" +
+                   chosen.replace("on for the embedded one, off for others", "off for the embedded one, on for others"))
+    p.add_argument("--skip-covered", action=argparse.BooleanOptionalAction, help="with lessons off, a training "
+                   "query whose reference the examples shown to it already state is not rolled out again; "
+                   "default: on")
     p.add_argument("--max-tokens", type=int, help=_default("max_tokens") + ": the agent's reply")
     p.add_argument("--learner-max-tokens", type=int, help=_default("learner_max_tokens"))
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))

@@ -106,6 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
                  "examples": args.examples, "max_examples": args.max_examples,
                  "reference_when_all_fail": args.reference_when_all_fail, "lessons": args.lessons,
+                 "learner_replies": args.learner_replies, "skip_covered": args.skip_covered,
                  "max_tokens": args.max_tokens, "learner_max_tokens": args.learner_max_tokens,
                  "budget_usd": args.budget, "api_base": args.api_base, "gate": args.gate,
                  "validation_size": args.validation_size, "gate_k": args.gate_k,

@@ -241,3 +241,18 @@ def coverage(entries: Sequence[dict], references: Sequence[tuple[str, str, str |
         ok = bool(shown) and needs <= stated
         (result.covered if ok else result.uncovered).append(name)
     return result
+
+
+def covering(entries: Sequence[dict], query: str, reference: str | None, method: str, settings: dict | None,
+             selection: Selection) -> list[str]:
+    """The ids of the worked examples shown to `query` that together state every need of its reference, or []
+    when they do not (or the reference has no need: a task whose reward counts no facts is never covered here).
+    A run that learns examples only need not roll such a query out again (RunSettings.skip_covered): an example
+    from its group would be refused as covered by plan_examples."""
+    needs = needs_of(method, reference, settings)
+    if not needs:
+        return []
+    shown = [e for e in select_entries(list(entries), query, selection) if e.get("kind") == EXAMPLE]
+    stating = [e for e in shown if needs_stated(e["text"], needs)]
+    stated = frozenset().union(*(needs_stated(e["text"], needs) for e in stating)) if stating else frozenset()
+    return [str(e["id"]) for e in stating] if needs <= stated else []

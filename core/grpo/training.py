@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.domain.conversation import numbered_transcript
+from core.domain.coverage import covering
 from core.domain.draws import stable_fraction
 from core.domain.library import ProposedOp, validate_ops
 from core.domain.metrics import is_answered
@@ -490,7 +491,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
         await _consolidate(ctx, step, experiences, proposals, source_ids)
     if ctx.settings.examples and not examples_recorded(ctx.engine, step.id):  # before the gate measures the step
         found = await propose_examples(ctx.engine, ctx.gateway, ctx.task, step, advantages, scope=ctx.scope,
-                                       model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens)
+                                       model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens,
+                                       learner_replies=ctx.settings.learner_replies)
         store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
                        max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings),
                        hold_rewrites=ctx.settings.review_mode == "auto")
@@ -529,6 +531,11 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                                      Advantage.sample_id == sample.id)).first()
     if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
         return done
+    if (covered_by := _covered_by(ctx, sample, experiences)):
+        return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
+                               text=f"covered: {', '.join(covered_by)}, shown to this query, state every fact of its "
+                                    "reference, so it was not rolled out; an example from its group would be refused "
+                                    "as covered")
     try:
         rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
                                           for g in range(ctx.settings.group_size)))
@@ -579,6 +586,16 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
     except Exception as exc:  # noqa: BLE001  (one bad group never stops the run)
         log.warning("group of sample %s failed: %s", sample.id, exc)
         return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+
+
+def _covered_by(ctx: _Ctx, sample: Sample, experiences: list[dict]) -> list[str]:
+    """The examples that already cover the sample's reference, where the run learns examples only and skips what
+    is covered (RunSettings.skip_covered): rolling it out could bring no change, only its cost."""
+    s = ctx.settings
+    if not (s.skip_covered and s.examples and not s.lessons and s.ground_truth):
+        return []
+    return covering(experiences, sample.query, sample.reference, ctx.task.reward_method, ctx.task.reward_settings,
+                    ctx.selection)
 
 
 def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,

@@ -93,17 +93,19 @@ class Found:
 
 
 async def propose_examples(engine: Engine, gateway: Gateway, task: Task, step: Step, advantages: list[Advantage], *,
-                           model: str, max_tokens: int, scope: Scope) -> Found:
-    """One verified worked example per group of the step that has a mixed result, in the groups' order."""
+                           model: str, max_tokens: int, scope: Scope, learner_replies: bool = True) -> Found:
+    """One verified worked example per group of the step that has a mixed result, in the groups' order;
+    `learner_replies` (RunSettings') says whether the learner writes the reply of an example made from a reference."""
     tried = await asyncio.gather(*(_group_example(engine, gateway, task, step, advantage, model=model,
-                                                  max_tokens=max_tokens, scope=scope)
+                                                  max_tokens=max_tokens, scope=scope, learner_replies=learner_replies)
                                    for advantage in advantages if advantage.status == GroupStatus.OK))
     examples = [example for done, example in tried if done and example is not None]
     return Found(examples, sum(1 for done, example in tried if done and example is None))
 
 
 async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Step, advantage: Advantage, *,
-                         model: str, max_tokens: int, scope: Scope) -> tuple[bool, WorkedExample | None]:
+                         model: str, max_tokens: int, scope: Scope,
+                         learner_replies: bool = True) -> tuple[bool, WorkedExample | None]:
     """(whether the group had a rollout to learn from, its verified example or None when it was dropped)."""
     with Session(engine) as session:
         rollouts = queries.step_rollouts(session, step.id, advantage.sample_id)
@@ -112,7 +114,7 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
     if source is None:
         if learned_from_reference(advantage):
             return True, await _reference_example(engine, gateway, task, sample, advantage, model=model,
-                                                  max_tokens=max_tokens, scope=scope)
+                                                  max_tokens=max_tokens, scope=scope, learner_replies=learner_replies)
         return False, None
     answered = [r for r in rollouts if is_answered(r)]
     failed = sum(1 for r in answered if r.reward < RIGHT)
@@ -159,19 +161,22 @@ async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult
 
 
 async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sample: Sample, advantage: Advantage, *,
-                             model: str, max_tokens: int, scope: Scope) -> WorkedExample | None:
+                             model: str, max_tokens: int, scope: Scope,
+                             learner_replies: bool = True) -> WorkedExample | None:
     """A group where every attempt failed has no successful rollout; with the run's reference option its
     reference answer is the successful side, and the example is the problem and the reply a person would send,
     stating each part of the reference in a sentence (core.domain.reference_answers), never its raw form. The
-    learner writes that reply; where it cannot (its reply is unusable or does not score as right), a template
-    writes a sentence per part. Either is scored with the task's reward as the agent's own reply would be, and
+    learner writes that reply (unless the run's `learner_replies` is off); where it cannot (its reply is unusable
+    or does not score as right), a template writes a sentence per part. Either is scored with the task's reward as the agent's own reply would be, and
     only a right one lands; a reference of one value that no sentence of the template carries (an `exact` text
     answer) stays as it is, checked as before; otherwise the group gives no example."""
     parts = reference_parts(task.reward_method, sample.reference, task.reward_settings)
     why = "the task's reward is not computed from the answer"
     if METHODS.get(task.reward_method) is not None and METHODS[task.reward_method].scored_by_function and parts:
-        reply, why = await _learner_reply(gateway, task, sample, parts, model=model, max_tokens=max_tokens,
-                                          scope=scope)
+        reply, why = None, "the run does not ask the learner for replies"
+        if learner_replies:
+            reply, why = await _learner_reply(gateway, task, sample, parts, model=model, max_tokens=max_tokens,
+                                              scope=scope)
         if reply is not None:
             check = await _reply_check(task, sample, reply)
             if check.value >= RIGHT:

@@ -37,7 +37,8 @@ from storage.tables import Task
 SELECTION = "selection"  # the library's entry selection, chosen with the run (not a RunSettings field of its own)
 LABELS = {"examples": "worked examples", "lessons": "lessons",
           "reference_when_all_fail": "learning from the reference where every attempt failed",
-          SELECTION: "entries per query", "max_examples": "worked examples kept"}
+          SELECTION: "entries per query", "max_examples": "worked examples kept",
+          "learner_replies": "example replies by the learner"}
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on both knowledge tasks, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
@@ -60,6 +61,12 @@ LESSONS_PAPER = ("On, as in the paper: lessons from each group's semantic advant
 EXAMPLES_PAPER = (f"Off, as in the paper; on the embedded model they gave {EXAMPLES_FIGURE}, so turn them on where "
                   "the agent lacks knowledge that only the references hold.")
 REFERENCE_PAPER = "Off, as in the paper: a group where every attempt failed is skipped."
+REPLIES_TEMPLATE = ("Off: a sentence per fact of the reference, without asking the learner. The embedded learner's "
+                    "own replies were used 0 times for 51 examples made from references in five runs of the default "
+                    "path (each repeated the message, invented a figure or was cut off, and the sentence per fact "
+                    "was used instead), and asking cost 81 to 228 s a run.")
+REPLIES_LEARNER = ("On: the learner writes each example's reply, checked against the reference; a sentence per fact "
+                   "where it fails.")
 CAP_TOP_K = (f"Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
              "costs no prompt length, and the cap serves coverage (one example per need); retrieval stayed right up "
              "to 28 examples (bench/retrieval_cap.py: 14-15 of 16 held-out shop messages shown every fact of their "
@@ -152,7 +159,7 @@ def _cap_choice(session: Session, task: Task, library_name: str, settings: RunSe
 
 
 def _run_choices(task: Task, explicit: dict[str, Any], learner: str) -> list[Choice]:
-    """The defaults of the three learning switches a person did not set, for this learner and task."""
+    """The defaults of the learning switches a person did not set, for this learner and task."""
     chosen: dict[str, Choice] = {}
     ground_truth = explicit.get("ground_truth", True)
     blocked = ("worked examples are checked against the reference answer, and ground truth is off"
@@ -185,6 +192,9 @@ def _run_choices(task: Task, explicit: dict[str, Any], learner: str) -> list[Cho
             chosen["reference_when_all_fail"] = Choice("reference_when_all_fail", True, REFERENCE_ON)
         else:
             chosen["reference_when_all_fail"] = Choice("reference_when_all_fail", False, REFERENCE_PAPER)
+    if "learner_replies" not in explicit and examples_on:
+        chosen["learner_replies"] = Choice("learner_replies", not measured,
+                                           REPLIES_TEMPLATE if measured else REPLIES_LEARNER)
     return list(chosen.values())
 
 

@@ -108,6 +108,13 @@ class RunSettings(JobSettings):
                                           "answer as the successful side, instead of being skipped (needs ground "
                                           "truth and a reference): knowledge the agent cannot have is learned "
                                           "only this way")
+    learner_replies: bool = Field(True, description="a worked example made from a reference is written by the "
+                                  "learner as the reply a person would send (checked against the reference; a "
+                                  "sentence per fact where it fails); off: the sentence per fact, without asking "
+                                  "the learner")
+    skip_covered: bool = Field(True, description="in a run that learns worked examples only (lessons off), a "
+                               "training query whose reference the examples shown to it already state in full is "
+                               "not rolled out again: an example from its group would be refused as covered")
     start_label: str | None = Field(None, description="start from the version this label points at (e.g. "
                                     "production) instead of the library's latest")
     old_share: float | None = Field(None, ge=0.0, le=1.0, description="an update from production: train on the "
