@@ -224,7 +224,7 @@ def test_a_command_line_job_starts_its_own_server_on_every_free_core_and_stops_i
     else:
         monkeypatch.setenv("TFGRPO_THREADS", threads_env)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(model_server, "others_busy_cores", lambda cores: load)
     get_settings.cache_clear()
     started = _stand_in_supervisors(tmp_path, monkeypatch)
     try:
@@ -246,6 +246,21 @@ def test_a_command_line_job_starts_its_own_server_on_every_free_core_and_stops_i
             process.kill()
             process.wait()
         get_settings.cache_clear()
+
+
+def test_the_free_cores_are_what_other_processes_use_now_not_what_this_job_did_a_minute_ago():
+    """The 1-minute load average still counted a job's own start and the test run before it (2 idle cores at load
+    0.7 gave a job one thread): the free cores are sampled now, this process's own use left out."""
+    # 2 cores, 200 jiffies between the samples: 100 idle, 60 this process's own, 40 another process's
+    assert model_server.busy_between((1000, 400, 50), (1200, 500, 110), 2) == pytest.approx(0.4)
+    assert model_server.busy_between((1000, 400, 50), (1000, 400, 50), 2) == 0.0
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert model_server.others_busy_cores(os.cpu_count() or 1, window_s=0.5) >= 0.5
+    finally:
+        burner.kill()
+        burner.wait()
 
 
 def test_a_server_that_already_ran_before_the_job_is_used_as_it_is_and_left_running(tmp_path, monkeypatch):

@@ -116,19 +116,52 @@ _job_lock = threading.Lock()
 
 
 def job_threads() -> int:
-    """The threads of a server a command-line job starts: every core other processes leave free (the cores minus the
-    1-minute load average, rounded; at least one), unless TFGRPO_THREADS says otherwise. Not simply every core:
-    llama.cpp's threads wait for each other at every step, so on a machine that other processes keep busy two
-    threads were far slower than one (2 cores at load 8: 30-120 s per agent call against about 7 s; bench/README.md)."""
+    """The threads of a server a command-line job starts: every core other processes leave free (the cores minus what
+    they use now, rounded; at least one), unless TFGRPO_THREADS says otherwise. Not simply every core: llama.cpp's
+    threads wait for each other at every step, so on a machine that other processes keep busy two threads were far
+    slower than one (2 cores at load 8: 30-120 s per agent call against about 7 s; bench/README.md)."""
     settings = get_settings()
     if "threads" in settings.model_fields_set:
         return settings.threads
     cores = max(1, os.cpu_count() or 1)
+    return max(1, min(cores, cores - int(others_busy_cores(cores) + 0.5)))
+
+
+CpuSample = tuple[int, int, int]  # jiffies: all cores' total, their idle, this process's own
+
+
+def others_busy_cores(cores: int, window_s: float = 0.3) -> float:
+    """The cores other processes keep busy now, sampled over `window_s` from /proc (this process's own use left
+    out). Not the 1-minute load average, which still counts for a minute what this job did just before it (its
+    own imports, a test run a minute ago: 2 cores at load 0.7 gave the job one thread on an idle machine); that
+    average where /proc cannot be read."""
+    before = _cpu_sample()
+    if before is None:
+        try:
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this system
+            return 0.0
+    time.sleep(window_s)
+    after = _cpu_sample()
+    return busy_between(before, after, cores) if after is not None else 0.0
+
+
+def busy_between(before: CpuSample, after: CpuSample, cores: int) -> float:
+    """The cores other processes used between two samples."""
+    total, idle, own = (b - a for a, b in zip(before, after, strict=True))
+    return 0.0 if total <= 0 else max(0.0, (total - idle - own) / total * cores)
+
+
+def _cpu_sample() -> CpuSample | None:
     try:
-        busy = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this system
-        busy = 0.0
-    return max(1, min(cores, cores - int(busy + 0.5)))
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        with open("/proc/self/stat", encoding="ascii") as own:
+            mine = own.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and waiting on I/O
+    return sum(fields[:8]), idle, int(mine[11]) + int(mine[12])  # utime, stime (fields 14 and 15)
 
 
 @contextmanager
