@@ -85,6 +85,17 @@ def test_a_near_duplicate_replaces_instead_of_adding():
     assert plans[2].error.startswith("covered: E1 already states these facts")
 
 
+def test_an_example_the_query_is_never_shown_does_not_cover_it():
+    """The shop run of 2026-11-29: a message about returning a rain jacket was refused three times as covered by the
+    return-and-ticket example, which retrieval never showed it. Covered means covered for what the query is shown."""
+    lib = library(f"{RETURNS}; {TICKET.format(n=11)}")
+    needs = universe(RETURNS, TICKET.format(n=1))
+    [shown] = plan_examples(lib, [new(RETURNS)], needs, cap=6, shown=[frozenset({"E1"})])
+    assert shown.error.startswith("covered: E1 already states these facts")
+    [unseen] = plan_examples(lib, [new(RETURNS)], needs, cap=6, shown=[frozenset()])
+    assert unseen.error is None and (unseen.op.op, unseen.op.target_ids) == ("ADD", [])
+
+
 def test_a_full_library_gives_up_its_most_redundant_example_never_the_only_one_of_a_need():
     # the issue's library: 4 of 6 on one policy, none for the warranty
     refs = (RETURNS, RETURNS, REFUND, RETURNS, TICKET.format(n=1), RETURNS)

@@ -106,7 +106,8 @@ class Planned:
 
 
 def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozenset[Need]]],
-                  universe: frozenset[Need] | set[Need], cap: int | None) -> list[Planned]:
+                  universe: frozenset[Need] | set[Need], cap: int | None,
+                  shown: Sequence[frozenset[str]] | None = None) -> list[Planned]:
     """One operation per new example (text, rationale, need), in order, against the library's examples.
 
     - covered: another new example of this step, or an example of the library, states its need and more (or
@@ -117,7 +118,10 @@ def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozens
       example, the one whose facts are stated most often; an example that states no fact first), and where every
       example is the only one of some need it is refused for space.
     Where the task counts no facts (an empty `universe`) every new example is an ADD, refused for space at the cap
-    as before: nothing tells which example is redundant."""
+    as before: nothing tells which example is redundant. `shown` (one per new example: the ids of the library's
+    examples retrieval shows its query) limits "covered" to what the query is shown: an example of the library that
+    states the need but that retrieval never shows this query serves it nothing (a shop message about returning a
+    jacket was refused three times as covered by the return example it was never shown)."""
     universe = frozenset(universe) | frozenset(n for _t, _r, need in new for n in need)
     current = {e["id"]: needs_stated(e["text"], universe) for e in examples(library)}  # the library as planned
     order = list(current)
@@ -159,7 +163,8 @@ def plan_examples(library: Sequence[dict], new: Sequence[tuple[str, str, frozens
                                    f"It replaces {', '.join(replaced)}: the same need ({describe(need)}), one "
                                    "example per need."))
                 continue
-            wider = next((i for i in order if need < current[i]), None)
+            wider = next((i for i in order if need < current[i]
+                          and (shown is None or i.startswith("new:") or i in shown[index])), None)
             if wider is not None:
                 out.append(Planned(planned("ADD", []).op, f"covered: {wider} already states these facts "
                                                           f"({describe(need)}) and more"))

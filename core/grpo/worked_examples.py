@@ -41,6 +41,7 @@ from core.domain.reference_answers import (
 )
 from core.domain.replies import ExampleReply, ReferenceReply
 from core.domain.rewards import METHODS, RewardResult, score_or_error
+from core.domain.selection import Selection, select_entries
 from core.errors import ModelCallError, StructuredOutputError
 from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
@@ -267,11 +268,14 @@ def store_examples(engine: Engine, step_id: int, experiences: list[dict], found:
                                        for s in queries.samples(session, task.id, "train")))
         sources = {a.id: a.sample_id for a in session.exec(
             select(Advantage).where(Advantage.id.in_([e.advantage_id for e in found.examples] or [-1])))}
-        needs = [needs_of(task.reward_method, session.get(Sample, sources[e.advantage_id]).reference,
-                          task.reward_settings) for e in found.examples]
+        samples = [session.get(Sample, sources[e.advantage_id]) for e in found.examples]
+        needs = [needs_of(task.reward_method, sample.reference, task.reward_settings) for sample in samples]
+        selection = Selection.from_dict(session.get(Run, step.run_id).settings.get("selection"))
+        shown = [frozenset(str(e["id"]) for e in select_entries(experiences, sample.query, selection)
+                           if e.get("kind") == EXAMPLE) for sample in samples]
         planned = plan_examples(experiences, [(e.text, e.rationale, need) for e, need in zip(found.examples, needs,
                                                                                              strict=True)],
-                                universe, max_examples)
+                                universe, max_examples, shown)
         refused = {len(valid) + i: plan.error for i, plan in enumerate(planned) if plan.error}
         if refuse_flagged:
             refused |= {len(valid) + i: e.flag for i, e in enumerate(found.examples)
