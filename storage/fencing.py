@@ -64,16 +64,20 @@ def raise_if_lost() -> None:
         raise lease.lose()
 
 
+# Built once: every write of a job runs one, and text() parses its statement each time it is made.
+TOUCH = {table: text(f"UPDATE {table} SET lease = lease WHERE id = :id AND worker_id = :owner AND lease = :generation")
+         for table in ("run", "evaluation")}
+
+
 def check(connection, lease: Lease) -> None:
     """Touch the job's row on the lease's terms, in the caller's transaction; raise LeaseLost on no match.
 
     An UPDATE rather than a SELECT: it takes the row's lock (PostgreSQL) or the write lock (SQLite) until
     the transaction ends, so a claim by another worker waits for this write or comes after it."""
-    if lease.table not in ("run", "evaluation"):
+    statement = TOUCH.get(lease.table)
+    if statement is None:
         raise ValueError(f"no lease on table {lease.table!r}")
-    result = connection.execute(
-        text(f"UPDATE {lease.table} SET lease = lease WHERE id = :id AND worker_id = :owner AND lease = :generation"),
-        {"id": lease.job_id, "owner": lease.owner, "generation": lease.generation})
+    result = connection.execute(statement, {"id": lease.job_id, "owner": lease.owner, "generation": lease.generation})
     if result.rowcount != 1:
         raise lease.lose()
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import json_repair
 from pydantic import ValidationError
-from sqlalchemy import insert, or_
+from sqlalchemy import bindparam, insert, or_, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
@@ -92,6 +92,10 @@ Mock = Callable[[str, list[dict]], "str | Exception"]
 
 LEDGER = LLMCall.__table__
 LEDGER_INSERT = insert(LEDGER)  # compiled once: the ledger gets a row per call
+# A ledger row's columns with their model defaults (default, or a factory such as created_at's clock), so a row is
+# written from a dict without building an LLMCall object for it.
+LEDGER_DEFAULTS = [(column.name, LLMCall.model_fields[column.name]) for column in LEDGER.columns
+                   if not column.primary_key]
 
 # After a call found its address unreachable, the gateway's further calls there fail at once for this long,
 # without a request: a job's hundred calls end in milliseconds, not one connection attempt (or DNS lookup) each.
@@ -171,6 +175,22 @@ def reusable_calls() -> tuple:
     themselves cache hits), and never a reply that failed validation."""
     return (LLMCall.error.is_(None), LLMCall.cache_hit.is_(False),
             or_(col(LLMCall.reply_status).is_(None), LLMCall.reply_status != MALFORMED))
+
+
+# Built once: every call asks it first, and building the statement anew cost five times its execution.
+CACHED = select(LLMCall.id, LLMCall.response).where(LLMCall.cache_key == bindparam("key"), *reusable_calls())
+MARK = update(LEDGER).where(LEDGER.c.id == bindparam("call_id")).values(reply_status=bindparam("status"))
+
+
+def ledger_values(**given: Any) -> dict[str, Any]:
+    """A ledger row's values: `given`, and every other column's model default."""
+    values = {}
+    for name, info in LEDGER_DEFAULTS:
+        if name in given:
+            values[name] = given[name]
+        else:
+            values[name] = info.default_factory() if info.default_factory is not None else info.default
+    return values
 
 
 @dataclass
@@ -289,28 +309,24 @@ class Gateway:
         """The reusable ledger row for `key` as (id, response), or None. Two columns, read without the ORM: every
         call asks this first, and loading the whole row cost a paper-scale run 0.5 s of the engine's CPU."""
         with self.engine.connect() as connection:
-            return connection.execute(select(LLMCall.id, LLMCall.response)
-                                      .where(LLMCall.cache_key == key, *reusable_calls())).first()
+            return connection.execute(CACHED, {"key": key}).first()
 
-    def _record(self, row: LLMCall) -> int | None:
-        """Write a ledger row; its id. One compiled INSERT through a connection, with the job's lease checked in
-        the same transaction as a Session's flush checks it (storage.fencing): every call writes one, and through
-        the ORM it cost twice the CPU (0.53 against 0.27 ms a row on SQLite)."""
-        values = {column.name: getattr(row, column.name) for column in LEDGER.columns if not column.primary_key}
+    def _record(self, **given: Any) -> int | None:
+        """Write a ledger row of these columns (ledger_values); its id. One compiled INSERT through a connection,
+        with the job's lease checked in the same transaction as a Session's flush checks it (storage.fencing):
+        every call writes one, and through the ORM it cost twice the CPU (0.53 against 0.27 ms a row on SQLite)."""
+        values = ledger_values(**given)
         with self.engine.begin() as connection:
             fence(connection)
             return connection.execute(LEDGER_INSERT, values).inserted_primary_key[0]
 
     def _mark(self, call_id: int | None, status: str) -> None:
-        """Note on a ledger row how its structured reply was read."""
+        """Note on a ledger row how its structured reply was read: one fenced UPDATE, as the ledger's insert."""
         if call_id is None:
             return
-        with Session(self.engine) as session:
-            row = session.get(LLMCall, call_id)
-            if row is not None:
-                row.reply_status = status
-                session.add(row)
-                session.commit()
+        with self.engine.begin() as connection:
+            fence(connection)
+            connection.execute(MARK, {"call_id": call_id, "status": status})
 
     async def complete(
         self,
@@ -369,9 +385,9 @@ class Gateway:
             self._in_flight.pop(key, None)
 
     def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None, text: str) -> CallResult:
-        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
-                                       model=model, cache_key=key, request={"cached_from": source_id},
-                                       response=text, cache_hit=True, trace_id=scope.trace_id))
+        call_id = self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                               cache_key=key, request={"cached_from": source_id}, response=text, cache_hit=True,
+                               trace_id=scope.trace_id)
         return CallResult(text=text, cache_hit=True, call_id=call_id)
 
     async def _call(self, *, stage: str, model: str, messages: list[dict], scope: Scope, params: dict, key: str,
@@ -451,9 +467,9 @@ class Gateway:
                 message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
             if unreachable:
                 message = f"{unreachable}, not retried: {message}"[:2000]
-            self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
-                                 cache_key=key, request=request, latency_ms=latency, attempts=attempts,
-                                 error=message, connection=named, trace_id=scope.trace_id))
+            self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                         cache_key=key, request=request, latency_ms=latency, attempts=attempts, error=message,
+                         connection=named, trace_id=scope.trace_id)
             said = f"{model} ({stage}){where}: {message}"
             if unreachable:
                 first = self._unreachable.get(self._address(model), (0.0, said))[1]  # the first finding says it
@@ -463,10 +479,10 @@ class Gateway:
         latency = (time.perf_counter() - started - queued) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
-        call_id = self._record(LLMCall(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
-                                       cache_key=key, request=request, response=text, tokens_in=tokens_in,
-                                       tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts,
-                                       connection=named, trace_id=scope.trace_id))
+        call_id = self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                               cache_key=key, request=request, response=text, tokens_in=tokens_in,
+                               tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts,
+                               connection=named, trace_id=scope.trace_id)
         return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
                           call_id=call_id)
 
