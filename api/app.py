@@ -198,9 +198,10 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
 
     @app.get("/v1/traces/{trace_id}")
     def trace_scores_route(trace_id: str, task: str = Query(min_length=1, max_length=200),
-                           _key: KeyUse = Depends(caller("ingest", "reading traces"))) -> dict:
-        """A trace's score and whose it is (`score_by`: person, user or judge), by the sender's id."""
-        return trace_scores(get_engine(), task, trace_id)
+                           key: KeyUse = Depends(caller("ingest", "reading traces"))) -> dict:
+        """A trace's score and whose it is (`score_by`: person, user or judge), by the sender's id; a key bound to
+        a task reads only that task's traces."""
+        return trace_scores(get_engine(), task, trace_id, key)
 
     register_otlp(app, get_engine, caller, max_body_bytes)
     _schema_with_trace(app)

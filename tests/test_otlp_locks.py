@@ -129,6 +129,24 @@ def test_a_bound_key_cannot_write_into_another_task(engine, production):
     assert client.patch("/v1/traces/t-0", json={"task": other, "score": 0.1}).status_code == 422
 
 
+def test_a_bound_key_reads_no_other_tasks_trace(engine, production):
+    """GET /v1/traces/{id} let any ingest key read any task's trace by naming the task: a bound key now reads only
+    where it may write."""
+    ensure_demo_tasks(engine)
+    with Session(engine) as session:
+        other = next(task.name for task in session.exec(select(Task)) if task.name != DEMO_TASK)
+    anywhere = keyed(engine, any_task=True)
+    posted = anywhere.post("/v1/traces", json={"traces": [{"id": "t-9", "task": DEMO_TASK, "label": "production",
+                                                          "input": "x", "output": "y", "score": 0.7}]})
+    assert posted.status_code == 200, posted.text
+    assert anywhere.get("/v1/traces/t-9", params={"task": DEMO_TASK}).json()["score"] == 0.7
+    elsewhere = keyed(engine, task=other)
+    refused = elsewhere.get("/v1/traces/t-9", params={"task": DEMO_TASK})
+    assert refused.status_code == 422 and f"writes only to task {other!r}" in refused.text
+    assert "0.7" not in refused.text
+    assert keyed(engine, task=DEMO_TASK).get("/v1/traces/t-9", params={"task": DEMO_TASK}).json()["score"] == 0.7
+
+
 def test_an_ingest_key_writes_anywhere_only_when_an_admin_chose_it(engine, demo_task):
     from core.errors import InvalidInput
 

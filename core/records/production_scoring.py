@@ -27,6 +27,7 @@ from sqlmodel import Session, col, select
 from core.domain.draws import stable_fraction
 from core.domain.rewards import METHODS
 from core.errors import InvalidInput, NotFound
+from core.records.api_keys import KeyUse, key_scope
 from core.records.workers import alive_workers, stall_after
 from storage.db import session_scope
 from storage.fencing import holding
@@ -261,13 +262,15 @@ def rules_words(rules: dict) -> str:
             f"minute after each arrives (the worker does it, each trace once).")
 
 
-def trace_scores(engine: Engine, task_name: str, sender_id: str) -> dict:
+def trace_scores(engine: Engine, task_name: str, sender_id: str, key: KeyUse | None = None) -> dict:
     """A trace's score and whose it is, by the sender's id (GET /v1/traces/{id}): what the user sent, a person's
-    label, and the judge's verdict with its status, so an agent's side sees which score counts."""
+    label, and the judge's verdict with its status, so an agent's side sees which score counts. A key bound to a
+    task reads only that task's traces, as it writes only there (core.records.api_keys.key_scope)."""
     from core.records.tasks import get_task
     from core.records.traces import find_trace, thumbs_word, trace_score  # traces reads this module's rules
 
     with Session(engine) as session:
+        task_name = key_scope(session, key, task_name, None)[0]
         get_task(session, task_name)
         trace = find_trace(session, task_name, sender_id)
         if trace is None:
