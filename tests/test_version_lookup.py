@@ -126,3 +126,11 @@ def test_a_version_id_too_large_or_in_other_digits_refuses_its_span_not_the_requ
     assert response.status_code == 200, response.text
     assert answer(response).partial_success.rejected_spans == 2
     assert {row.input: row.version_id for row in stored(engine)} == {"good": versions["#2"].id}
+
+
+@pytest.mark.parametrize("name", ["3", "#2", "latest", "Empty"])
+def test_a_label_named_like_a_number_latest_or_empty_is_refused(engine, versions, name):
+    """Every lookup reads such a name as a version's number, latest or empty, so the label could never be reached."""
+    with pytest.raises(InvalidInput, match="a label cannot be named"):
+        set_label(engine, DEMO_TASK, "1", name, "system")
+    assert set_label(engine, DEMO_TASK, "1", "candidate", "system").name == "candidate"

@@ -212,6 +212,9 @@ def set_label(engine: Engine, task_name: str, version_ref: str, name: str, actor
     name = (name or "").strip()
     if not name:
         raise InvalidInput("give the label a name, e.g. production")
+    if version_number(name) is not None or name.lower() in (LATEST, EMPTY):
+        raise InvalidInput(f"a label cannot be named {name!r}: every lookup reads it as a version's number, latest or "
+                           "empty, so the label could never be reached; choose a word, e.g. candidate")
     if name == PRODUCTION:
         with Session(engine) as session:
             version_id = version_in_library(session, task_name, version_ref, library_name).id
