@@ -192,14 +192,22 @@ def test_ab_status_json_for_users_served_through_the_api(engine, split, capsys, 
     traces = [{"id": f"t{i}", "task": DEMO_TASK, "version_id": body["version_id"], "user_id": user,
                "input": f"question {i}", "thumbs": "up" if body["arm"] == "candidate" or i % 2 else "down"}
               for i, (user, body) in enumerate(served.items())]
-    assert writer.post("/v1/traces", json={"traces": traces}).status_code == 200
+    answered = writer.post("/v1/traces", json={"traces": traces})
+    assert answered.status_code == 200 and answered.json() == {"stored": 60, "duplicates": 0,
+                                                               "outside_experiment": []}
+    ours = next(user for user, body in served.items() if body["arm"] == PRODUCTION)
+    claims = writer.post("/v1/traces", json={"traces": [  # a trace naming the version the user's arm does not serve
+        {"id": "claims", "task": DEMO_TASK, "version_id": candidate.id, "user_id": ours, "input": "q"}]})
+    assert claims.json() == {"stored": 1, "duplicates": 0, "outside_experiment": [
+        {"id": "claims", "reason": "names another version than the production arm serves its user"}]}
     code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status", "--json"])
     figures = json.loads(capsys.readouterr().out)
     assert code == 0
     arms = {arm["arm"]: arm for arm in figures["arms"]}
     counts = {arm: sum(1 for body in served.values() if (body["arm"] or PRODUCTION) == arm)
               for arm in (PRODUCTION, CANDIDATE)}
-    assert {arm: row["scored traces"] for arm, row in arms.items()} == counts and figures["excluded"] == {}
+    assert {arm: row["scored traces"] for arm, row in arms.items()} == counts
+    assert figures["excluded"] == {"names another version than the production arm serves its user": 1}
     assert arms[CANDIDATE]["version"] == f"#{candidate.number}" and arms[CANDIDATE]["mean score"] == 1.0
     assert figures["difference"] == pytest.approx(1.0 - arms[PRODUCTION]["mean score"], abs=1e-3)
     assert figures["low"] < figures["difference"] < figures["high"]

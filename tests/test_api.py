@@ -169,9 +169,9 @@ def test_traces_are_stored_once_per_id_in_batches(engine, keys, production):
     ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))
     batch = [trace(i, production.id, score=i / 10, segment="web") for i in range(10)]
     first = ingest.post("/v1/traces", json={"traces": batch})
-    assert first.status_code == 200 and first.json() == {"stored": 10, "duplicates": 0}
+    assert first.status_code == 200 and first.json() == {"stored": 10, "duplicates": 0, "outside_experiment": []}
     again = ingest.post("/v1/traces", json={"traces": batch[5:] + [trace("new", production.id, thumbs="down")]})
-    assert again.json() == {"stored": 1, "duplicates": 5}
+    assert again.json() == {"stored": 1, "duplicates": 5, "outside_experiment": []}
     by_label = ingest.post("/v1/traces", json={"traces": [{**trace("lbl", None), "version_id": None,
                                                            "label": "production"}]})
     assert by_label.json()["stored"] == 1
@@ -297,7 +297,7 @@ def test_a_real_uvicorn_process_serves_the_library_and_takes_traces(engine, keys
         assert httpx.get(f"{base}{URL}", timeout=10).status_code == 401
         posted = httpx.post(f"{base}/v1/traces", headers=bearer(keys["ingest"]),
                             json={"traces": [trace(i, production.id) for i in range(3)]}, timeout=10)
-        assert posted.json() == {"stored": 3, "duplicates": 0}
+        assert posted.json() == {"stored": 3, "duplicates": 0, "outside_experiment": []}
         assert httpx.get(f"{base}/docs", timeout=10).status_code == 200
         schema = httpx.get(f"{base}/openapi.json", timeout=10).json()
         assert "TraceIn" in schema["components"]["schemas"] and "/v1/traces" in schema["paths"]

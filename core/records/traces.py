@@ -16,6 +16,7 @@ import re
 from collections import defaultdict
 from datetime import UTC, date, datetime
 from statistics import mean
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import func
@@ -138,8 +139,17 @@ def _sender_id(item: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> tuple[int, int]:
-    """Store a batch of traces: (stored, already there). All are resolved first; one that cannot be
+class Ingested(NamedTuple):
+    """What a batch of traces did: how many were stored, how many were there already, and each stored trace that a
+    running A/B experiment does not count, with why (the agent is told, since it never sends a trace again)."""
+
+    stored: int
+    duplicates: int
+    outside_experiment: list[dict]
+
+
+def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> Ingested:
+    """Store a batch of traces (Ingested). All are resolved first; one that cannot be
     refuses the whole batch with InvalidInput naming it, and nothing is written. Two posts of the same id
     at once (a client retrying while its first post is still in flight) meet at the unique key: the
     loser's transaction is rolled back and tried once more, when it finds the id stored."""
@@ -149,7 +159,7 @@ def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = No
         return _ingest(engine, traces, key)
 
 
-def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[int, int]:
+def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> Ingested:
     with session_scope(engine) as session:
         resolved, problems = [], []
         cache: dict[tuple, tuple[Task, Library, LibraryVersion, str | None]] = {}
@@ -165,11 +175,15 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
             raise BatchRefused(problems)
         seen, stamps = _known_ids(session, resolved), Stamps.new()
         stored = size = 0
+        outside: list[dict] = []
         for trace, task, library, version, label in resolved:
             if (task.id, trace.id) in seen:
                 continue
             seen.add((task.id, trace.id))
-            session.add(stamp(session, _row(trace, task, library, version, label, key), stamps))
+            row = stamp(session, _row(trace, task, library, version, label, key), stamps)
+            session.add(row)
+            if row.ab_experiment_id is not None and row.ab_excluded:
+                outside.append({"id": trace.id, "reason": row.ab_excluded})
             stored += 1
             size += len(trace.model_dump_json())
         if size > get_settings().ingest_request_max_bytes:
@@ -177,7 +191,7 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> tuple[
                                f"{get_settings().ingest_request_max_bytes} (TFGRPO_INGEST_REQUEST_MAX_BYTES)")
         if key is not None and size:  # the key's bytes per day, the OTLP route's allowance too
             charge_stored(session, key.id, key.name, size, get_settings().ingest_key_daily_bytes)
-        return stored, len(traces) - stored
+        return Ingested(stored, len(traces) - stored, outside)
 
 
 def _resolve(session: Session, trace: TraceIn,
