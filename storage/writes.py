@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import TypeVar
 
-from sqlalchemy import Table
+from sqlalchemy import Table, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import make_transient_to_detached
@@ -86,3 +86,19 @@ def written_or_stored(engine: Engine, row: M, **key) -> M:
     setattr(row, primary.name, found[0])
     make_transient_to_detached(row)
     return row
+
+
+@functools.cache
+def _update_by_id(table: Table, names: tuple[str, ...]):
+    [primary] = table.primary_key.columns
+    return table.update().where(primary == bindparam("_id")).values({name: bindparam(name) for name in names})
+
+
+def update_by_id(engine: Engine, model: type[SQLModel], row_id: int, **values) -> None:
+    """Set `values` on the row of `model` with this id in a transaction of its own: one compiled UPDATE through a
+    connection, the job's lease checked first in the same transaction as a Session's flush checks it
+    (storage.fencing), without loading the row (a rollout's summary: loading it read back its messages)."""
+    table = model.__table__
+    with engine.begin() as connection:
+        fence(connection)
+        connection.execute(_update_by_id(table, tuple(sorted(values))), {"_id": row_id, **values})

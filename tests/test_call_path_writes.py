@@ -18,7 +18,7 @@ from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
 from storage.tables import Evaluation, LLMCall, Rollout, Step, Task
-from storage.writes import written_or_stored
+from storage.writes import update_by_id, written_or_stored
 
 SETTINGS = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, concurrency=2, gate="off")
 
@@ -46,6 +46,23 @@ def test_a_rollout_written_through_a_connection_is_fenced_and_a_second_writer_ke
     assert first.id is not None and (second.id, second.response) == (first.id, "first")
     with Session(engine) as session:
         assert [r.response for r in session.exec(select(Rollout))] == ["first"]
+
+
+def test_a_column_set_by_id_is_fenced_and_leaves_the_rest_of_the_row(engine, demo_task):
+    run_id, step, sample = _step_and_sample(engine, demo_task)
+    lease = claim(engine, "run", run_id, "A")
+    key = {"step_id": step.id, "evaluation_id": None, "sample_id": sample.id, "group_index": 0}
+    with holding(lease):
+        row = written_or_stored(engine, Rollout(**key, response="an answer", messages=[{"role": "user",
+                                                                                      "content": "q"}]), **key)
+    with holding(Lease("run", run_id, "A", lease.generation + 1)), pytest.raises(LeaseLost):
+        update_by_id(engine, Rollout, row.id, summary="from a worker that lost the run")
+    with holding(lease):
+        update_by_id(engine, Rollout, row.id, summary="the attempt boxed 3")
+    with Session(engine) as session:
+        stored = session.get(Rollout, row.id)
+        assert (stored.summary, stored.response, stored.messages) == ("the attempt boxed 3", "an answer",
+                                                                      [{"role": "user", "content": "q"}])
 
 
 def test_a_ledger_mark_from_a_worker_that_lost_its_run_lands_nowhere(engine, demo_task):
