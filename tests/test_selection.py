@@ -19,7 +19,8 @@ from core import cli
 from core.domain.selection import Selection, ranked_entries, ranking_text, scored_entries, select_entries
 from core.errors import InvalidInput
 from core.grpo.attribution import create_attribution, experience_effects
-from core.grpo.evaluation import create_evaluation, evaluation_of, execute_evaluation
+from core.grpo.comparison_pair import comparison_pair
+from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import create_run, execute_run
 from core.records.api_keys import create_key
 from core.records.run_settings import RunSettings
@@ -164,14 +165,15 @@ def test_all_shows_every_rollout_the_whole_library_in_order_as_before(engine, li
 
 def test_a_comparison_reuses_an_evaluation_only_under_the_same_selection(engine, library, scripted):
     _model, gateway = scripted(engine)
-    first = evaluation_of(engine, DEMO_TASK, str(library.id), split=SPLIT)
-    execute_evaluation(engine, first, gateway=gateway)
-    assert evaluation_of(engine, DEMO_TASK, str(library.id), split=SPLIT) == first
+    first = comparison_pair(engine, DEMO_TASK, str(library.number), "empty", split=SPLIT)
+    for eval_id in first.ids:
+        execute_evaluation(engine, eval_id, gateway=gateway)
+    assert comparison_pair(engine, DEMO_TASK, str(library.number), "empty", split=SPLIT).ids == first.ids
     set_selection(engine, DEMO_TASK, "default", "top_k", 2, "system")
-    second = evaluation_of(engine, DEMO_TASK, str(library.id), split=SPLIT)
-    assert second != first
+    second = comparison_pair(engine, DEMO_TASK, str(library.number), "empty", split=SPLIT)
+    assert second.ids[0] != first.ids[0] and second.ids[1] == first.ids[1]  # the empty library shows nothing either way
     with Session(engine) as session:
-        assert session.get(Evaluation, second).selection == {"mode": "top_k", "k": 2}
+        assert session.get(Evaluation, second.ids[0]).selection == {"mode": "top_k", "k": 2}
 
 
 # ---------------------------------------------------------------------------------------------- training, gate

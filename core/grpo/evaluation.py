@@ -23,7 +23,7 @@ from core.records.labeling import hold_for_labels
 from core.records.roles import require_role
 from core.records.scenarios import check_task_kind, personas_by_name
 from core.records.segments import breakdown, route_versions
-from core.records.selection import evaluation_frozen, library_for, selection_of
+from core.records.selection import evaluation_frozen, library_for
 from core.records.tasks import get_task
 from core.records.versions import resolve_version
 from core.records.webhook_events import notify_evaluation_ended
@@ -32,7 +32,7 @@ from storage import queries
 from storage.db import session_scope
 from storage.fencing import LeaseLost
 from storage.statuses import EVALUATION_HAS_FIGURES, EvaluationPurpose, JobStatus
-from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Rollout, Run, Task
+from storage.tables import AuditEvent, Evaluation, LibraryVersion, Rollout, Run, Task
 from storage.tables import utcnow as now
 
 log = logging.getLogger(__name__)
@@ -344,27 +344,3 @@ def incomplete_reason(metrics: dict, evaluation_id: int | str = "ID", *, unreach
                 f"answers), then: {retry}")
     return (f"{metrics['errors']} of {metrics['rollouts']} rollouts have no reward (a model call or the scoring "
             f"failed); Mean@k and Pass@k count the {metrics['answered']} answered ones. {retry}")
-
-
-def evaluation_of(engine: Engine, task_name: str, ref: str, *, split: str = "test", k: int = 1,
-                  limit: int | None = None, created_by: str = "cli", library_name: str = "default") -> int:
-    """The evaluation a comparison should use for `ref`: `e12` / `eval:12` names one; a version reference
-    (its number in `library_name`, a label, latest, empty) reuses a completed evaluation of that version with the same split, k and
-    query limit under the task's policy model and the library's current entry selection, or queues a new one on
-    the same queries."""
-    text = str(ref).strip().lower()
-    for prefix in ("eval:", "e"):
-        if text.startswith(prefix) and text[len(prefix):].isascii() and text[len(prefix):].isdigit():
-            return int(text[len(prefix):])
-    with Session(engine) as session:
-        task = get_task(session, task_name)
-        version = resolve_version(session, task, ref, library_name)
-        version_id = version.id if version else None
-        selection = selection_of(session.get(Library, version.library_id) if version else None)
-        for ev in queries.evaluations(session, task.id):
-            if (ev.version_id == version_id and ev.split == split and ev.k == k and ev.limit == limit
-                    and ev.status == JobStatus.COMPLETED and ev.model == task.policy_model and not ev.routes
-                    and (version is None or Selection.from_dict(ev.selection).shows_same(selection))):
-                return ev.id
-    return create_evaluation(engine, task_name, ref, split=split, k=k, limit=limit, created_by=created_by,
-                             library_name=library_name)
