@@ -207,8 +207,14 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
     return app
 
 
+ERROR_BODY = {"title": "Error", "type": "object", "required": ["error"],
+              "properties": {"error": {"type": "string", "description": "what was wrong, in words"}}}
+
+
 def _schema_with_trace(app: FastAPI) -> None:
-    """The trace's JSON schema in /docs, since the route reads its body itself (to cap its size first)."""
+    """The trace's JSON schema in /docs, since the route reads its body itself (to cap its size first); and the
+    error body every 4xx answer has (`{"error": ...}`) in place of FastAPI's default 422 schema (`{"detail": [...]}`),
+    which this API never sends."""
     from core.records.traces import TraceIn
 
     def openapi() -> dict:
@@ -220,6 +226,8 @@ def _schema_with_trace(app: FastAPI) -> None:
             trace_schema = TraceIn.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(trace_schema.pop("$defs", {}))
             components["TraceIn"] = trace_schema
+            components["HTTPValidationError"] = ERROR_BODY
+            components.pop("ValidationError", None)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -59,6 +59,16 @@ def test_health_needs_no_key(engine, demo_task):
     assert response.status_code == 200 and response.json() == {"status": "ok", "database": "reachable"}
 
 
+def test_the_openapi_document_describes_the_error_body_the_api_sends(engine, client, production):
+    """Every 4xx answer is {"error": ...}; the document said FastAPI's {"detail": [...]} for 422."""
+    document = client.get("/openapi.json").json()
+    declared = document["components"]["schemas"]["HTTPValidationError"]
+    assert declared["required"] == ["error"] and "detail" not in declared["properties"]
+    assert "ValidationError" not in document["components"]["schemas"]
+    refused = client.get(f"/v1/tasks/{DEMO_TASK}/libraries/default", params={"version": "x"})
+    assert refused.status_code == 422 and set(refused.json()) == set(declared["required"])
+
+
 def test_the_openapi_document_declares_the_key_so_docs_offer_authorize(engine, keys, production):
     """/docs draws its Authorize button from the document's security schemes: every keyed route names both ways
     of sending the key, the health and readiness routes none; a key sent through X-API-Key works as Bearer does."""
