@@ -24,7 +24,7 @@ from core.records.demo_data import DEMO_DIR, policy_rows
 from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
 from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
 from storage import queries
-from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Step
+from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 
 POLICY_FILE = DEMO_DIR / "policy_messages.jsonl"
 TICKET = "ticket reference (PC- and the order number)"
@@ -379,8 +379,11 @@ def test_a_message_the_library_already_covers_is_not_rolled_out_again(engine, sc
     """Epoch 2 meets the message whose example epoch 1 landed: an example from it would be refused as covered
     (core.domain.coverage.plan_examples), so its group is skipped with the reason and costs no call; with
     skip_covered off it is rolled out as before."""
-    _run, steps, rollouts, advantages = covered_run(engine, scripted)
+    run_id, steps, rollouts, advantages = covered_run(engine, scripted)
     assert [rollouts[step.id] for step in steps] == [2, 0]
+    with Session(engine) as session:  # the plan shrank with it: the Train page's time left counts only what runs
+        progress = session.get(Run, run_id).progress
+    assert progress["rollouts_total"] == progress["rollouts_done"] == 2
     [advantage] = advantages.values()
     assert advantage.status == "skipped" and advantage.text.startswith("covered: E1, shown to this query")
     assert steps[1].version_after_id in (None, steps[1].version_before_id)  # nothing changed, nothing paid

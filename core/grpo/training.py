@@ -532,10 +532,16 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
     if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
         return done
     if (covered_by := _covered_by(ctx, sample, experiences)):
-        return _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
-                               text=f"covered: {', '.join(covered_by)}, shown to this query, state every fact of its "
-                                    "reference, so it was not rolled out; an example from its group would be refused "
-                                    "as covered")
+        skipped = _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
+                                  text=f"covered: {', '.join(covered_by)}, shown to this query, state every fact of "
+                                       "its reference, so it was not rolled out; an example from its group would be "
+                                       "refused as covered")
+        with session_scope(ctx.engine) as session:  # the plan's rollouts shrink, so the time left follows
+            run = session.get(Run, ctx.run_id)
+            run.progress = {**run.progress, "rollouts_total": max(
+                0, int(run.progress.get("rollouts_total") or 0) - ctx.settings.group_size)}
+            session.add(run)
+        return skipped
     try:
         rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
                                           for g in range(ctx.settings.group_size)))
