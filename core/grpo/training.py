@@ -101,7 +101,7 @@ from storage.tables import (
     Task,
 )
 from storage.tables import utcnow as now
-from storage.writes import insert_or_skip, stored
+from storage.writes import insert_or_skip, stored, update_by_id
 
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
@@ -671,10 +671,7 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
         call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
                                           scope=ctx.scope,
                                           max_tokens=min(SUMMARY_TOKENS, ctx.settings.learner_max_tokens))
-    with session_scope(ctx.engine) as session:
-        row = session.get(Rollout, rollout.id)
-        row.summary = call.text.strip()
-        session.add(row)
+    update_by_id(ctx.engine, Rollout, rollout.id, summary=call.text.strip())  # one fenced UPDATE, no row load
     _tick(ctx)
     return call.text.strip()
 
