@@ -22,14 +22,12 @@ INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 def insert_or_skip(session: Session, row: SQLModel) -> bool:
     """Insert `row` unless one with the same unique key exists; True when this row was inserted."""
     table = type(row).__table__
-    values = {c.name: getattr(row, c.name) for c in table.columns
-              if not (c.primary_key and getattr(row, c.name) is None)}
     insert = INSERTS.get(session.get_bind().dialect.name)
     if insert is None:  # another backend: a plain insert, which the unique key still guards
         session.add(row)
         session.flush()
         return True
-    statement = insert(table).values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+    statement = insert(table).values(**_values(row)).on_conflict_do_nothing().returning(*table.primary_key.columns)
     return session.execute(statement).first() is not None  # rowcount is -1 on PostgreSQL with RETURNING
 
 
@@ -37,24 +35,30 @@ def inserted_or_stored(session: Session, row: M, **key) -> M:
     """`row` inserted unless one with the same natural `key` exists: then that one. An inserted row is returned
     as if read back (its id set, detached; a later session.add updates it), without the SELECT `stored` makes:
     a paper-scale run reads back 1,500 rollouts with their messages (0.5 s of CPU)."""
-    table = type(row).__table__
-    insert = INSERTS.get(session.get_bind().dialect.name)
-    if insert is None:
+    dialect = session.get_bind().dialect.name
+    if dialect not in INSERTS:
         return stored(session, type(row), **key) if not insert_or_skip(session, row) else row
-    values = {c.name: getattr(row, c.name) for c in table.columns
-              if not (c.primary_key and getattr(row, c.name) is None)}
-    [primary] = table.primary_key.columns
-    found = session.execute(insert(table).values(**values).on_conflict_do_nothing().returning(primary)).first()
-    if found is None:
-        return stored(session, type(row), **key)
-    setattr(row, primary.name, found[0])
-    make_transient_to_detached(row)
-    return row
+    found = session.execute(_insert_once(type(row).__table__, dialect), _values(row)).first()
+    return stored(session, type(row), **key) if found is None else _as_inserted(row, found[0])
 
 
 def stored(session: Session, model: type[M], **key) -> M:
     """The row of `model` with these natural-key values (after an insert-or-skip)."""
     return session.exec(select(model).filter_by(**key)).one()
+
+
+def _values(row: SQLModel) -> dict:
+    """The row's column values for an INSERT; an id not yet given is left to the database."""
+    return {c.name: getattr(row, c.name) for c in type(row).__table__.columns
+            if not (c.primary_key and getattr(row, c.name) is None)}
+
+
+def _as_inserted(row: M, row_id: int) -> M:
+    """`row` as if read back after its INSERT: its id set and detached, so a later session.add updates it."""
+    [primary] = type(row).__table__.primary_key.columns
+    setattr(row, primary.name, row_id)
+    make_transient_to_detached(row)
+    return row
 
 
 @functools.cache
@@ -73,19 +77,13 @@ def written_or_stored(engine: Engine, row: M, **key) -> M:
             found = inserted_or_stored(session, row, **key)
             session.commit()
             return found
-    table = type(row).__table__
-    values = {c.name: getattr(row, c.name) for c in table.columns
-              if not (c.primary_key and getattr(row, c.name) is None)}
     with engine.begin() as connection:
         fence(connection)
-        found = connection.execute(_insert_once(table, dialect), values).first()
+        found = connection.execute(_insert_once(type(row).__table__, dialect), _values(row)).first()
     if found is None:
         with Session(engine, expire_on_commit=False) as session:
             return stored(session, type(row), **key)
-    [primary] = table.primary_key.columns
-    setattr(row, primary.name, found[0])
-    make_transient_to_detached(row)
-    return row
+    return _as_inserted(row, found[0])
 
 
 @functools.cache
