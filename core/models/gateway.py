@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import json_repair
 from pydantic import ValidationError
-from sqlalchemy import bindparam, insert, or_, update
+from sqlalchemy import bindparam, insert, or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
@@ -50,6 +50,7 @@ from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
 from core.settings import get_settings, secret, secrets_in_environment
 from storage.fencing import fence, raise_if_lost
 from storage.tables import AuditEvent, LLMCall
+from storage.writes import update_by_id
 
 R = TypeVar("R", bound=Reply)
 log = logging.getLogger(__name__)
@@ -179,7 +180,6 @@ def reusable_calls() -> tuple:
 
 # Built once: every call asks it first, and building the statement anew cost five times its execution.
 CACHED = select(LLMCall.id, LLMCall.response).where(LLMCall.cache_key == bindparam("key"), *reusable_calls())
-MARK = update(LEDGER).where(LEDGER.c.id == bindparam("call_id")).values(reply_status=bindparam("status"))
 
 
 def ledger_values(**given: Any) -> dict[str, Any]:
@@ -322,11 +322,8 @@ class Gateway:
 
     def _mark(self, call_id: int | None, status: str) -> None:
         """Note on a ledger row how its structured reply was read: one fenced UPDATE, as the ledger's insert."""
-        if call_id is None:
-            return
-        with self.engine.begin() as connection:
-            fence(connection)
-            connection.execute(MARK, {"call_id": call_id, "status": status})
+        if call_id is not None:
+            update_by_id(self.engine, LLMCall, call_id, reply_status=status)
 
     async def complete(
         self,
