@@ -240,9 +240,9 @@ def coverage(entries: Sequence[dict], references: Sequence[tuple[str, str, str |
         return Coverage(counted=False)
     result = Coverage(total=len(references))
     for name, query, reference in references:
-        shown = [e for e in select_entries(list(entries), query, selection) if e.get("kind") == EXAMPLE]
+        shown = _shown_examples(entries, query, selection)
         needs = needs_of(method, reference, settings)
-        stated = frozenset().union(*(needs_stated(e["text"], needs) for e in shown)) if shown else frozenset()
+        stated = _stated(shown, needs)
         ok = bool(shown) and needs <= stated
         (result.covered if ok else result.uncovered).append(name)
     return result
@@ -257,7 +257,15 @@ def covering(entries: Sequence[dict], query: str, reference: str | None, method:
     needs = needs_of(method, reference, settings)
     if not needs:
         return []
-    shown = [e for e in select_entries(list(entries), query, selection) if e.get("kind") == EXAMPLE]
-    stating = [e for e in shown if needs_stated(e["text"], needs)]
-    stated = frozenset().union(*(needs_stated(e["text"], needs) for e in stating)) if stating else frozenset()
-    return [str(e["id"]) for e in stating] if needs <= stated else []
+    stating = [e for e in _shown_examples(entries, query, selection) if needs_stated(e["text"], needs)]
+    return [str(e["id"]) for e in stating] if needs <= _stated(stating, needs) else []
+
+
+def _shown_examples(entries: Sequence[dict], query: str, selection: Selection) -> list[dict]:
+    """The worked examples among the entries the selection shows `query`."""
+    return [e for e in select_entries(list(entries), query, selection) if e.get("kind") == EXAMPLE]
+
+
+def _stated(examples: Sequence[dict], needs: frozenset[Need]) -> frozenset[Need]:
+    """The needs of `needs` that the examples state between them."""
+    return frozenset().union(*(needs_stated(e["text"], needs) for e in examples))
