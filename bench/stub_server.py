@@ -259,6 +259,17 @@ def completion(body: dict, content: str) -> dict:
     }
 
 
+def streamed(reply: dict) -> str:
+    """A completion as the server-sent events of a streamed one (`"stream": true`): its text word by word, then
+    its usage, then [DONE], as OpenAI's and llama.cpp's servers send them."""
+    head = {key: reply[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    words = re.findall(r"\S*\s*", reply["choices"][0]["message"]["content"])
+    events = [head | {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+              for word in words if word]
+    events.append(head | {"choices": [], "usage": reply["usage"]})
+    return "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+
+
 def error_body(outcome: str) -> dict:
     kinds = {"429": ("Rate limit reached for requests (stub)", "rate_limit_error", "rate_limit_exceeded"),
              "500": ("The server had an error while processing your request (stub)", "server_error", None),
@@ -344,6 +355,8 @@ class _App:
                                 content_type="application/json")
         content = (self.replier.bad_content(key) if outcome == "bad_reply"
                    else self.replier.content(stage, body, key))
+        if body.get("stream"):
+            return web.Response(text=streamed(completion(body, content)), content_type="text/event-stream")
         return web.Response(text=json.dumps(completion(body, content)), content_type="application/json")
 
     async def models_list(self, _request):

@@ -155,8 +155,8 @@ def test_stop_is_part_of_the_cache_key(engine):
 def test_stop_reaches_the_openai_compatible_request(engine, monkeypatch):
     sent: list[dict] = []
 
-    async def chat(api_base, payload, timeout_s, api_key=None):
-        sent.append(payload)
+    async def chat(api_base, payload, timeout_s, api_key=None, cut_loops=False):
+        sent.append({**payload, "cut_loops": cut_loops})
         return openai_http.Reply(text="ok", tokens_in=1, tokens_out=1)
 
     monkeypatch.setattr(openai_http, "chat", chat)
@@ -164,6 +164,7 @@ def test_stop_reaches_the_openai_compatible_request(engine, monkeypatch):
     asyncio.run(gateway.complete(stage="rollout", model="openai/qwen", messages=[{"role": "user", "content": "hi"}],
                                  stop=STOP_SEQUENCES))
     assert sent[0]["stop"] == ["```output"] and sent[0]["model"] == "qwen"
+    assert not sent[0]["cut_loops"]  # another server's reply is not streamed
 
 
 def test_stop_reaches_the_embedded_models_server(engine, monkeypatch):
@@ -171,8 +172,8 @@ def test_stop_reaches_the_embedded_models_server(engine, monkeypatch):
     comes from the model server's record, and the request carries stop, seed and max_tokens."""
     sent: list[tuple[str, dict]] = []
 
-    async def chat(api_base, payload, timeout_s, api_key=None):
-        sent.append((api_base, payload))
+    async def chat(api_base, payload, timeout_s, api_key=None, cut_loops=False):
+        sent.append((api_base, {**payload, "cut_loops": cut_loops}))
         return openai_http.Reply(text="```python\nprint(1)\n```", tokens_in=3, tokens_out=4)
 
     monkeypatch.setattr(model_server, "address", lambda name, start=True: f"http://127.0.0.1:9/{name}")
@@ -182,6 +183,7 @@ def test_stop_reaches_the_embedded_models_server(engine, monkeypatch):
     (api_base, payload), = sent
     assert api_base == "http://127.0.0.1:9/qwen2.5-coder-0.5b/v1"
     assert payload["stop"] == ["```output"] and payload["model"] == "qwen2.5-coder-0.5b" and "seed" in payload
+    assert payload["cut_loops"]  # streamed, and cut where it falls into a loop (tests/test_reply_loops.py)
     assert call.text == "```python\nprint(1)\n```" and (call.tokens_in, call.tokens_out) == (3, 4)
 
 

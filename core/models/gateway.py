@@ -433,7 +433,7 @@ class Gateway:
                         restarts = model_server.restart_count(local_name(model))
                         endpoint = await asyncio.to_thread(model_server.address, local_name(model)) + "/v1"
                     if direct:  # an OpenAI-compatible server: our own request, no translation layer
-                        reply = await openai_http.chat(endpoint, payload, timeout, api_key=api_key)
+                        reply = await openai_http.chat(endpoint, payload, timeout, api_key=api_key, cut_loops=served)
                         break
                     if self.mock is not None:
                         kwargs["mock_response"] = self.mock(stage, messages)
@@ -475,6 +475,8 @@ class Gateway:
             raise ModelCallError(said) from error
         latency = (time.perf_counter() - started - queued) * 1000
         text, tokens_in, tokens_out = reply.text, reply.tokens_in, reply.tokens_out
+        if reply.cut:  # the ledger says why the reply ends before its token limit without a stop
+            request = {**request, "cut": "the reply fell into a loop: kept up to the loop's first copy"}
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
         call_id = self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                cache_key=key, request=request, response=text, tokens_in=tokens_in,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import socket
 import weakref
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from core.domain.repeats import loop_cut
 from core.settings import secret
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -76,6 +78,7 @@ class Reply:
     text: str
     tokens_in: int
     tokens_out: int
+    cut: bool = False  # streamed and cut where it fell into a loop (core.domain.repeats)
 
 
 _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -105,13 +108,19 @@ def endpoint_url(api_base: str) -> str:
     return api_base.rstrip("/") + "/chat/completions"
 
 
-async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | None = None) -> Reply:
+async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | None = None, *,
+               cut_loops: bool = False) -> Reply:
     """One POST of `payload` to the endpoint's chat completions; raises Transient- or PermanentHTTPError.
-    `api_key` is sent as the bearer token ("" for none); None sends OPENAI_API_KEY when it is set."""
+    `api_key` is sent as the bearer token ("" for none); None sends OPENAI_API_KEY when it is set.
+    `cut_loops` streams the reply (llama.cpp's server: it stops generating when the request is closed) and
+    closes it where the text falls into a loop, keeping the loop's first copy (core.domain.repeats)."""
     headers = {"Content-Type": "application/json"}
     key = secret("OPENAI_API_KEY") if api_key is None else api_key
     if key:
         headers["Authorization"] = f"Bearer {key}"
+    if cut_loops:  # llama.cpp's server ends the connection after a stream, so it is not kept for the next request
+        payload = {**payload, "stream": True, "stream_options": {"include_usage": True}, "timings_per_token": True}
+        headers["Connection"] = "close"
     session = await _session()
     try:
         async with session.post(endpoint_url(api_base), json=payload, headers=headers,
@@ -120,6 +129,8 @@ async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | No
                 body = (await response.text(errors="replace"))[:300]
                 kind = TransientHTTPError if response.status in TRANSIENT_STATUS else PermanentHTTPError
                 raise kind(f"HTTP {response.status}: {body}", dict(response.headers))
+            if cut_loops:
+                return await _streamed(response)
             try:
                 data = await response.json(content_type=None)
                 message = data["choices"][0]["message"]
@@ -134,3 +145,37 @@ async def chat(api_base: str, payload: dict, timeout_s: float, api_key: str | No
     usage = data.get("usage") or {}
     return Reply(text=message.get("content") or "", tokens_in=int(usage.get("prompt_tokens") or 0),
                  tokens_out=int(usage.get("completion_tokens") or 0))
+
+
+CHECK_EVERY = 4  # streamed chunks (a token each) between two looks for a loop
+
+
+async def _streamed(response: aiohttp.ClientResponse) -> Reply:
+    """The text of a streamed chat completion (server-sent events), closed early where it falls into a loop.
+    The token counts come from the last event's usage, or, for a reply closed early, from llama.cpp's per-token
+    timings (prompt tokens computed plus those reused from its cache; tokens predicted so far)."""
+    parts: list[str] = []
+    tokens_in = tokens_out = chunks = 0
+    try:
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise TransientHTTPError(f"the stream ended with an error: {str(event['error'])[:300]}")
+            if timings := event.get("timings"):
+                tokens_in = int(timings.get("cache_n") or 0) + int(timings.get("prompt_n") or 0)
+                tokens_out = int(timings.get("predicted_n") or 0)
+            if usage := event.get("usage"):
+                tokens_in, tokens_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            for choice in event.get("choices") or ():
+                if piece := (choice.get("delta") or {}).get("content"):
+                    parts.append(piece)
+                    chunks += 1
+            if chunks and chunks % CHECK_EVERY == 0 and (cut := loop_cut(text := "".join(parts))) is not None:
+                response.close()  # the server stops generating for a request whose connection is gone
+                return Reply(text=text[:cut].rstrip(), tokens_in=tokens_in, tokens_out=tokens_out, cut=True)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise TransientHTTPError(f"the stream is not a chat completion: {type(exc).__name__}") from None
+    return Reply(text="".join(parts), tokens_in=tokens_in, tokens_out=tokens_out)
