@@ -10,7 +10,7 @@ import re
 
 from sqlmodel import Session, select
 
-from core.domain.coverage import FULL, coverage, needs_of, needs_stated, plan_examples
+from core.domain.coverage import FULL, coverage, covering, needs_of, needs_stated, plan_examples
 from core.domain.library import EXAMPLE, apply_ops, validate_ops
 from core.domain.reference_answers import (
     example_text,
@@ -170,6 +170,21 @@ def test_an_example_inventing_a_place_is_flagged_and_not_applied_in_auto_review(
         version = session.get(LibraryVersion, queries.run_by_id(session, run.id).current_version_id)
     assert op.status == "invalid" and "'Larkspur', 'Ontario', 'Canada'" in op.validation_error
     assert not any(e.get("kind") == EXAMPLE for e in version.experiences)  # not applied
+
+
+def test_a_query_is_covered_only_by_one_shown_example_stating_all_its_facts():
+    """The shop's price-match question with an order number was shown the price-match example and a ticket
+    example, skipped as covered, and answered at test time with the price-match example's reply and no ticket: the
+    agent copies the nearest answer, so two examples that state the facts between them do not cover a query."""
+    query = "Can I still get a price match on order 59013, the watch I bought last week?"
+    price = "price match within: 10 days | ten days"
+    apart = [{"id": "E1", "kind": EXAMPLE, "text": made(price, "Is there a price match on the watch I bought?")},
+             {"id": "E2", "kind": EXAMPLE, "text": made(TICKET.format(n=51904), "My order 51904 has not arrived.")}]
+    reference = f"{price}; {TICKET.format(n=59013)}"
+    assert covering(apart, query, reference, "facts", {}, Selection.build("top_k", 3)) == []
+    together = apart + [{"id": "E3", "kind": EXAMPLE, "text": made(f"{price}; {TICKET.format(n=51904)}",
+                                                                     "A price match for order 51904, please.")}]
+    assert covering(together, query, reference, "facts", {}, Selection.build("top_k", 3)) == ["E3"]
 
 
 def test_coverage_names_the_train_references_no_shown_example_states():

@@ -250,15 +250,17 @@ def coverage(entries: Sequence[dict], references: Sequence[tuple[str, str, str |
 
 def covering(entries: Sequence[dict], query: str, reference: str | None, method: str, settings: dict | None,
              selection: Selection) -> list[str]:
-    """The ids of the worked examples shown to `query` that together state every need of its reference, or []
-    when they do not (or the reference has no need: a task whose reward counts no facts is never covered here).
+    """The ids of the worked examples shown to `query` each of which states every need of its reference, or []
+    when none does (or the reference has no need: a task whose reward counts no facts is never covered here).
     A run that learns examples only need not roll such a query out again (RunSettings.skip_covered): an example
-    from its group would be refused as covered by plan_examples."""
+    from its group would be refused as covered by plan_examples, or would only replace one of the same facts.
+    Two examples that state the needs between them do not cover it: the agent copies the one answer nearest its
+    message (a shop's price-match question with an order number got the price-match example's reply, without
+    the ticket reference that another example showed)."""
     needs = needs_of(method, reference, settings)
     if not needs:
         return []
-    stating = [e for e in _shown_examples(entries, query, selection) if needs_stated(e["text"], needs)]
-    return [str(e["id"]) for e in stating] if needs <= _stated(stating, needs) else []
+    return [str(e["id"]) for e in _shown_examples(entries, query, selection) if needs <= needs_stated(e["text"], needs)]
 
 
 def _shown_examples(entries: Sequence[dict], query: str, selection: Selection) -> list[dict]:
