@@ -85,8 +85,9 @@ def test_an_experiment_counts_only_traces_sent_after_its_start_by_the_version_th
             {"id": "no-user", "version_id": candidate.id, "score": 1.0}])
     found = status(engine)
     assert found.experiment == experiment.id and found.running
-    assert {arm["arm"]: (arm["version"], arm["scored traces"], arm["mean score"]) for arm in found.arms} == {
-        PRODUCTION: (f"#{production.number}", 12, 0.25), CANDIDATE: (f"#{candidate.number}", 12, 0.75)}
+    assert {arm["arm"]: (arm["version"], arm["users"], arm["scored traces"], arm["mean per user"])
+            for arm in found.arms} == {PRODUCTION: (f"#{production.number}", 12, 12, 0.25),
+                                       CANDIDATE: (f"#{candidate.number}", 12, 12, 0.75)}
     assert found.excluded == {BEFORE_START: 1, NO_USER: 1,
                               "names another version than the production arm serves its user": 1,
                               "names another version than the candidate arm serves its user": 1}
@@ -206,15 +207,77 @@ def test_ab_status_json_for_users_served_through_the_api(engine, split, capsys, 
     arms = {arm["arm"]: arm for arm in figures["arms"]}
     counts = {arm: sum(1 for body in served.values() if (body["arm"] or PRODUCTION) == arm)
               for arm in (PRODUCTION, CANDIDATE)}
-    assert {arm: row["scored traces"] for arm, row in arms.items()} == counts
+    assert {arm: (row["users"], row["scored traces"]) for arm, row in arms.items()} == {
+        arm: (count, count) for arm, count in counts.items()}  # one trace per user here
+    assert figures["unit"] == "user" and "more_users_needed" in figures
     assert figures["excluded"] == {"names another version than the production arm serves its user": 1}
-    assert arms[CANDIDATE]["version"] == f"#{candidate.number}" and arms[CANDIDATE]["mean score"] == 1.0
-    assert figures["difference"] == pytest.approx(1.0 - arms[PRODUCTION]["mean score"], abs=1e-3)
+    assert arms[CANDIDATE]["version"] == f"#{candidate.number}" and arms[CANDIDATE]["mean per user"] == 1.0
+    assert figures["difference"] == pytest.approx(1.0 - arms[PRODUCTION]["mean per user"], abs=1e-3)
     assert figures["low"] < figures["difference"] < figures["high"]
     assert figures["decided"] is (figures["low"] > 0 or figures["high"] < 0)
     code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status"])
     out = capsys.readouterr().out
     assert code == 0 and f"#{candidate.number}" in out and "anytime-valid" in out and "decided:" in out
+    assert "users" in out and "traces" in out and "each user counted once" in out
+
+
+NEUTRAL = (0.25, 0.75)  # each ordinary user's two scored traces: a mean of 0.5, in both arms alike
+
+
+def neutral_traces(users_of_arm: list[str], version_id: int, prefix: str) -> list[dict]:
+    return [{"id": f"{prefix}{i}-{k}", "user_id": user, "version_id": version_id, "score": score}
+            for i, user in enumerate(users_of_arm) for k, score in enumerate(NEUTRAL)]
+
+
+def test_one_heavy_user_with_many_good_traces_does_not_decide_the_experiment(engine, split):
+    """The split randomises users, so a user is one observation: 200 traces scored 1.0 from one candidate user, among
+    15 users an arm who otherwise score alike, are one user of mean 1.0, not 200 independent wins (counted per trace,
+    as before, the candidate was "decided better" at about +0.4)."""
+    production, candidate = split
+    ours, theirs = users(engine, PRODUCTION, 15), users(engine, CANDIDATE, 15)
+    heavy = theirs[0]
+    post(engine, neutral_traces(ours, production.id, "p") + neutral_traces(theirs[1:], candidate.id, "c")
+         + [{"id": f"heavy{i}", "user_id": heavy, "version_id": candidate.id, "score": 1.0} for i in range(200)])
+    found = status(engine)
+    arms = {arm["arm"]: arm for arm in found.arms}
+    assert {arm: (row["users"], row["scored traces"]) for arm, row in arms.items()} == {
+        PRODUCTION: (15, 30), CANDIDATE: (15, 228)}
+    assert arms[CANDIDATE]["mean per user"] == pytest.approx((14 * 0.5 + 1.0) / 15, abs=1e-4)
+    assert found.verdict.difference == pytest.approx(0.5 / 15, abs=1e-4)
+    assert found.verdict.low < 0 < found.verdict.high and not found.verdict.decided
+    assert "15 and 15 users, from 228 and 30 scored traces" in found.words
+    assert guard_experiments(engine) == []
+    [experiment] = open_experiments(engine)
+    assert experiment.decided is None
+
+
+def test_the_same_per_user_data_decides_when_many_users_show_the_effect(engine, split, receiver):  # noqa: F811
+    """Every candidate user behaving like the heavy user above (all traces 1.0) is an effect across users: decided
+    better, announced once, and the webhook names users beside traces."""
+    production, candidate = split
+    secret = endpoint(engine, receiver, events=["ab.decided"])
+    ours, theirs = users(engine, PRODUCTION, 15), users(engine, CANDIDATE, 15)
+    post(engine, neutral_traces(ours, production.id, "p")
+         + [{"id": f"c{i}-{k}", "user_id": user, "version_id": candidate.id, "score": 1.0}
+            for i, user in enumerate(theirs) for k in range(4)])
+    found = status(engine)
+    assert found.verdict.better and found.verdict.difference == pytest.approx(0.5)
+    assert len(guard_experiments(engine)) == 1 and guard_experiments(engine) == []
+    data = one_event(engine, receiver, secret, "ab.decided")["data"]
+    assert data["users"] == {PRODUCTION: 15, CANDIDATE: 15} and data["scored"] == {PRODUCTION: 30, CANDIDATE: 60}
+    assert data["decided"] is True and data["low"] > 0
+
+
+def test_no_verdict_before_each_arm_has_ten_users_however_many_traces_they_send(engine, split):
+    production, candidate = split
+    ours, theirs = users(engine, PRODUCTION, 9), users(engine, CANDIDATE, 9)
+    post(engine, [{"id": f"p{i}-{k}", "user_id": user, "version_id": production.id, "score": 0.0}
+                  for i, user in enumerate(ours) for k in range(10)]
+         + [{"id": f"c{i}-{k}", "user_id": user, "version_id": candidate.id, "score": 1.0}
+            for i, user in enumerate(theirs) for k in range(10)])
+    found = status(engine)
+    assert found.verdict.low is None and not found.verdict.decided
+    assert "not enough users yet (9 and 9 users, from 90 and 90 scored traces" in found.words
 
 
 def test_the_worker_runs_the_guard_beside_its_jobs(engine, split):

@@ -154,7 +154,8 @@ def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_witho
     with Session(engine) as session:  # the experiment's verdict reads the judge's scores beside the user's thumbs
         experiment = open_experiment(session, library_id)
         scores, _left_out = experiment_scores(session, experiment)
-    assert (scores[PRODUCTION], sorted(scores[CANDIDATE])) == ([1.0], [1.0, 1.0])
+    assert ([s for user in scores[PRODUCTION].values() for s in user],
+            sorted(s for user in scores[CANDIDATE].values() for s in user)) == ([1.0], [1.0, 1.0])
 
 
 def test_turning_judging_on_bills_no_backlog_and_a_reward_that_cannot_score_is_refused(engine, judged):

@@ -1,5 +1,5 @@
 """The anytime-valid A/B verdict (core/domain/sequential.py): its A/A error rate when read every day, against the
-fixed-sample interval it replaced, its tuning, its small-sample guards, and the traces a difference needs."""
+fixed-sample interval it replaced, its tuning, its small-sample guards, and the users a difference needs."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from core.domain.sequential import (
     excludes_zero,
     mixture_rho2,
     shrunk_variance,
-    traces_needed,
     unit_margin,
+    users_needed,
     verdict,
 )
 
@@ -78,12 +78,12 @@ def test_the_mixture_is_tightest_where_it_was_tuned():
     assert (margins > norm.ppf(1 - alpha / 2)).all() and (np.diff(unit_margin(sizes)) < 0).all()
 
 
-def test_traces_needed_is_the_first_count_where_a_difference_of_that_size_would_be_found():
+def test_users_needed_is_the_first_count_where_a_difference_of_that_size_would_be_found():
     rng = np.random.default_rng(3)
     production = ArmScores.of(list(rng.binomial(1, 0.5, 60).astype(float)))
     candidate = ArmScores.of(list(rng.binomial(1, 0.5, 40).astype(float)))
-    small = traces_needed(production, candidate, 0.05, candidate_share=0.4)
-    large = traces_needed(production, candidate, 0.10, candidate_share=0.4)
+    small = users_needed(production, candidate, 0.05, candidate_share=0.4)
+    large = users_needed(production, candidate, 0.10, candidate_share=0.4)
     assert small > large > 0
 
     def found_at(total: int) -> bool:
@@ -94,6 +94,18 @@ def test_traces_needed_is_the_first_count_where_a_difference_of_that_size_would_
 
     total = large + 100
     assert found_at(total) and not found_at(total - 1)
-    assert traces_needed(production, candidate, 1e-6, candidate_share=0.4, cap=10_000) is None
+    assert users_needed(production, candidate, 1e-6, candidate_share=0.4, cap=10_000) is None
     with pytest.raises(ValueError):
-        traces_needed(production, candidate, 0.0, candidate_share=0.4)
+        users_needed(production, candidate, 0.0, candidate_share=0.4)
+
+
+def test_a_user_is_one_unit_whatever_their_number_of_traces():
+    """ArmScores.of_users: each user's mean is one value; `traces` is kept beside `n`, never counted as units."""
+    neutral = {f"u{i}": [0.25, 0.75] for i in range(15)}
+    heavy = {**{f"v{i}": [0.25, 0.75] for i in range(14)}, "heavy": [1.0] * 200}
+    production, candidate = ArmScores.of_users(neutral), ArmScores.of_users(heavy)
+    assert (candidate.n, candidate.traces, production.n, production.traces) == (15, 228, 15, 30)
+    assert candidate.mean == pytest.approx(8 / 15) and not verdict(production, candidate).decided
+    flat = [score for scores in heavy.values() for score in scores]  # counted per trace, the heavy user decides
+    assert verdict(ArmScores.of([s for scores in neutral.values() for s in scores]), ArmScores.of(flat)).better
+    assert ArmScores.of_users({"none": []}).n == 0

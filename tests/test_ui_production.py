@@ -78,6 +78,7 @@ def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine,
     assert "anytime-valid" in words and "candidate is better" in words
     arms = table_with(at, "arm")
     assert arms["arm"].tolist() == ["production", "candidate"] and arms["scored traces"].tolist() == [30, 30]
+    assert arms["users"].tolist() == [30, 30] and "mean per user" in arms.columns  # the unit the split randomises
     assert [m.value for m in at.metric if m.label == "Decided"] == ["yes"]
     # Promote from the verdict: the guarded dialog, its reason the verdict; the promotion's record carries it
     at.button(key="production_ab_promote").click().run()

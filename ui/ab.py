@@ -69,8 +69,10 @@ def ab_section(task_name: str, library_name: str) -> None:
 
 
 def _figures(status: AbStatus) -> None:
-    table([{key: arm[key] for key in ("arm", "label", "version", "scored traces", "mean score")}
+    table([{key: arm[key] for key in ("arm", "label", "version", "users", "scored traces", "mean per user")}
            for arm in status.arms], key="production_arms_table")
+    st.caption("Each user counts once (the mean of their scored traces): the split randomises users, so the "
+               "interval, *Decided* and the minimum of 10 per arm count users, not traces.")
     found = status.verdict
     left, middle, right = st.columns(3)
     left.metric("Candidate − production", "-" if found.difference is None else f"{found.difference:+.3f}")
@@ -85,7 +87,8 @@ def _figures(status: AbStatus) -> None:
     if status.running:
         st.number_input("Difference to plan for", min_value=0.01, max_value=0.5, value=EFFECT, step=0.01,
                         key="production_ab_effect",
-                        help="How many more scored traces a true difference of this size needs, at the current rate")
+                        help="How many more users with a scored trace a true difference of this size needs, at the "
+                             "current rate of new users")
 
 
 def _promote(status: AbStatus) -> None:

@@ -27,13 +27,15 @@ def cmd_ab_status(args: argparse.Namespace) -> int:
     state = "running" if status.running else f"ended {status.ended_at:%Y-%m-%d %H:%M} UTC: {status.end_reason}"
     print(f"A/B experiment {status.experiment} of {status.task!r} / {status.library}: {status.candidate_label!r} to "
           f"{status.share:.0%} of users since {status.started_at:%Y-%m-%d %H:%M} UTC, {state}")
-    print(f"{'arm':<12}{'label':<16}{'version':<9}{'scored':>7}  mean")
+    print(f"{'arm':<12}{'label':<16}{'version':<9}{'users':>6}{'traces':>8}  mean per user")
     for arm in status.arms:
-        mean = "-" if arm["mean score"] is None else f"{arm['mean score']:.3f}"
-        print(f"{arm['arm']:<12}{arm['label'][:15]:<16}{arm['version']:<9}{arm['scored traces']:>7}  {mean}")
+        mean = "-" if arm["mean per user"] is None else f"{arm['mean per user']:.3f}"
+        print(f"{arm['arm']:<12}{arm['label'][:15]:<16}{arm['version']:<9}{arm['users']:>6}{arm['scored traces']:>8}"
+              f"  {mean}")
     found = status.verdict
     interval = "-" if found.low is None else f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
-    print(f"difference  {interval}  ({1 - found.alpha:.0%} anytime-valid)  decided: {str(found.decided).lower()}")
+    print(f"difference  {interval}  ({1 - found.alpha:.0%} anytime-valid, each user counted once)  "
+          f"decided: {str(found.decided).lower()}")
     for reason, count in sorted(status.excluded.items()):
         print(f"left out    {count} trace(s): {reason}")
     print(status.words)

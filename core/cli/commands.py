@@ -502,12 +502,12 @@ def _production(sub: argparse._SubParsersAction) -> None:
     p.add_argument("label", nargs="?")
     p.add_argument("--share", type=float, default=0.1)
     p.add_argument("--off", action="store_true", help="end the split: everyone gets production")
-    p.add_argument("--status", action="store_true", help="each arm's version, scored traces and mean, the "
-                   "difference with its anytime-valid interval and whether it is decided (what the Production "
-                   "page shows)")
+    p.add_argument("--status", action="store_true", help="each arm's version, users, scored traces and mean per "
+                   "user, the difference with its anytime-valid interval (each user counted once) and whether it "
+                   "is decided (what the Production page shows)")
     p.add_argument("--json", action="store_true", help="with --status: as JSON (difference, low, high, decided, ...)")
     p.add_argument("--effect", type=float, default=0.05, help="with --status: the difference to plan for: how "
-                   "many more scored traces it needs at the current rate (default 0.05)")
+                   "many more users with a scored trace it needs at the current rate (default 0.05)")
     p.set_defaults(handler="core.cli.production:cmd_ab")
 
     p = sub.add_parser("harvest", help="turn production traces into train samples (deduplicated)")

@@ -1,11 +1,14 @@
 """What an A/B experiment shows, and the guard that acts on it.
 
 `ab_status` is the one set of figures the Production page and `python -m core ab --status` print: each arm's version
-(#N), its scored traces and mean score, the candidate's difference from production with its anytime-valid interval
-(core/domain/sequential.py: it may be read at any time, as often as anyone likes), `decided` only when that interval
-excludes zero, how many more scored traces a difference of a given size needs at the current rates, and the traces
-left out of the comparison by reason (core/records/ab_experiments.py). Only traces the experiment stamped as
-counting are read: served after its start, by the version their user's arm serves.
+(#N), its users and their scored traces, the mean of its users' mean scores, the candidate's difference from
+production with its anytime-valid interval (core/domain/sequential.py: it may be read at any time, as often as anyone
+likes), `decided` only when that interval excludes zero, how many more users a difference of a given size needs at
+the current rate, and the traces left out of the comparison by reason (core/records/ab_experiments.py). Only traces
+the experiment stamped as counting are read: served after its start, by the version their user's arm serves.
+
+The unit is the user, not the trace: the split randomises users, so each user is one observation (the mean of their
+scored traces), and a heavy user's many traces weigh as one user, never as many independent ones.
 
 The guard (`guard_experiments`) runs in the worker, every GUARD_EVERY_S seconds beside its webhook deliveries: scores
 arrive from the API, from people labelling and from the judge the worker runs itself (core/records/production_scoring.py),
@@ -27,7 +30,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from core.domain import webhooks as wh
-from core.domain.sequential import MIN_PER_ARM, ArmScores, Verdict, traces_needed, verdict
+from core.domain.sequential import MIN_PER_ARM, ArmScores, Verdict, users_needed, verdict
 from core.errors import InvalidInput, NotFound
 from core.records.ab_experiments import CANDIDATE, arm_versions, end, experiments, open_experiment
 from core.records.promotion import PRODUCTION
@@ -42,7 +45,7 @@ from storage.tables import AbExperiment, AuditEvent, Library, Task, Trace, as_ut
 
 GUARD_EVERY_S = 30.0
 GUARD = "A/B guard"  # the actor of what the guard does
-EFFECT = 0.05  # the difference `traces_needed` is asked about unless a person names another
+EFFECT = 0.05  # the difference `users_needed` is asked about unless a person names another
 MIN_DAYS = 1 / 24  # an experiment younger than an hour is rated as an hour old
 
 
@@ -79,8 +82,8 @@ class AbStatus:
                 "arms": self.arms, "difference": _rounded(figures["difference"]), "low": _rounded(figures["low"]),
                 "high": _rounded(figures["high"]), "decided": self.verdict.decided,
                 "better": self.verdict.better, "worse": self.verdict.worse, "alpha": self.verdict.alpha,
-                "interval": "anytime-valid (asymptotic confidence sequence)", "excluded": self.excluded,
-                "effect": self.effect, "more_scored_traces_needed": self.needed,
+                "interval": "anytime-valid (asymptotic confidence sequence)", "unit": "user",
+                "excluded": self.excluded, "effect": self.effect, "more_users_needed": self.needed,
                 "days_at_current_rate": None if self.days is None else round(self.days, 1), "words": self.words}
 
 
@@ -118,37 +121,40 @@ def experiment_figures(session: Session, experiment: AbExperiment) -> dict:
     return _status(session, session.get(Task, library.task_id), library, experiment, EFFECT, utcnow()).as_dict()
 
 
-def experiment_scores(session: Session, experiment: AbExperiment) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """The scores of the traces that count, per arm, and the count of those left out, per reason."""
+def experiment_scores(session: Session,
+                      experiment: AbExperiment) -> tuple[dict[str, dict[str, list[float]]], dict[str, int]]:
+    """The scores of the traces that count, per arm and per user (the unit the split randomises), and the count of
+    those left out, per reason. A trace without a user never counts (ab_experiments.excluded: NO_USER)."""
     rows = session.exec(select(Trace).where(Trace.ab_experiment_id == experiment.id)
                         .options(defer(Trace.input), defer(Trace.output), defer(Trace.turns), defer(Trace.meta),
                                  defer(Trace.comment)))
-    scores: dict[str, list[float]] = {PRODUCTION: [], CANDIDATE: []}
+    scores: dict[str, dict[str, list[float]]] = {PRODUCTION: {}, CANDIDATE: {}}
     excluded: dict[str, int] = {}
     for trace in rows:
         if trace.ab_excluded is not None:
             excluded[trace.ab_excluded] = excluded.get(trace.ab_excluded, 0) + 1
             continue
         score = trace_score(trace)
-        if score is not None and trace.ab_arm in scores:
-            scores[trace.ab_arm].append(score)
+        if score is not None and trace.ab_arm in scores and trace.user_id:
+            scores[trace.ab_arm].setdefault(trace.user_id, []).append(score)
     return scores, excluded
 
 
 def _status(session: Session, task: Task, library: Library, experiment: AbExperiment, effect: float,
             now: datetime) -> AbStatus:
     scores, excluded = experiment_scores(session, experiment)
-    production, candidate = ArmScores.of(scores[PRODUCTION]), ArmScores.of(scores[CANDIDATE])
+    production, candidate = ArmScores.of_users(scores[PRODUCTION]), ArmScores.of_users(scores[CANDIDATE])
     found = verdict(production, candidate)
     versions = arm_versions(experiment)
     numbers = queries.version_numbers(session, list(versions.values()))
     arms = [{"arm": arm, "label": PRODUCTION if arm == PRODUCTION else experiment.candidate_label,
              "version": f"#{numbers.get(versions[arm], '?')}", "version_id": versions[arm],
-             "scored traces": figures.n, "mean score": None if figures.mean is None else round(figures.mean, 4)}
+             "users": figures.n, "scored traces": figures.traces,
+             "mean per user": None if figures.mean is None else round(figures.mean, 4)}
             for arm, figures in ((PRODUCTION, production), (CANDIDATE, candidate))]
     elapsed = ((as_utc(experiment.ended_at) if experiment.ended_at else now) - as_utc(experiment.started_at))
-    per_day = (production.n + candidate.n) / max(elapsed.total_seconds() / 86400, MIN_DAYS)
-    needed = traces_needed(production, candidate, effect, candidate_share=experiment.share)
+    per_day = (production.n + candidate.n) / max(elapsed.total_seconds() / 86400, MIN_DAYS)  # users with a score
+    needed = users_needed(production, candidate, effect, candidate_share=experiment.share)
     days = needed / per_day if needed is not None and per_day > 0 else None
     status = AbStatus(task.name, library.name, experiment.id, experiment.candidate_label, experiment.share,
                       experiment.started_at, experiment.ended_at, experiment.end_reason, arms, found, excluded,
@@ -161,12 +167,13 @@ def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str
     found = status.verdict
     arms = {arm["arm"]: arm for arm in status.arms}
     name = f"{status.candidate_label} {arms[CANDIDATE]['version']} − production {arms[PRODUCTION]['version']}"
+    counted = (f"{candidate.n} and {production.n} users, from {candidate.traces} and {production.traces} scored "
+               "traces")
     if found.low is None:
-        figures = (f"not enough scored traces yet (n = {candidate.n} and {production.n}; each arm needs "
-                   f"{MIN_PER_ARM})")
+        figures = f"not enough users yet ({counted}; each arm needs {MIN_PER_ARM} users with a scored trace)"
     else:
         figures = (f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}] ({1 - found.alpha:.0%} "
-                   f"anytime-valid: it may be read at any time; n = {candidate.n} and {production.n})")
+                   f"anytime-valid: it may be read at any time; each user counts once, {counted})")
     if found.better:
         outcome = f"{status.candidate_label} is better: the interval excludes 0. Promote it"
     elif found.worse:
@@ -180,9 +187,9 @@ def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str
     if status.running and not found.decided and status.needed is not None:
         days = f" ({_days(status.days)} at the current rate)" if status.days is not None else ""
         more = (f" A true difference of {status.effect:.2f} would be found with 80% chance after about "
-                f"{status.needed:,} more scored traces{days}.")
+                f"{status.needed:,} more users with a scored trace{days}.")
     elif status.running and not found.decided:
-        more = f" A difference of {status.effect:.2f} is too small to find at this rate of scored traces."
+        more = f" A difference of {status.effect:.2f} is too small to find at this rate of new users."
     return f"{name}: {figures}." + (f" {outcome}." if outcome else "") + more
 
 
@@ -256,5 +263,6 @@ def _event_data(status: AbStatus) -> dict:
             "candidate_label": status.candidate_label, "candidate_version": arms[CANDIDATE]["version"],
             "production_version": arms[PRODUCTION]["version"], "difference": figures["difference"],
             "low": figures["low"], "high": figures["high"], "decided": figures["decided"],
+            "users": {arm: row["users"] for arm, row in arms.items()},
             "scored": {arm: row["scored traces"] for arm, row in arms.items()},
             "link": wh.link(get_settings().app_url, "production", task=status.task, library=status.library)}
