@@ -128,9 +128,22 @@ def test_a_version_id_too_large_or_in_other_digits_refuses_its_span_not_the_requ
     assert {row.input: row.version_id for row in stored(engine)} == {"good": versions["#2"].id}
 
 
-@pytest.mark.parametrize("name", ["3", "#2", "latest", "Empty"])
+@pytest.mark.parametrize("name", ["3", "#2", "latest", "Empty", "٣", "#٣", "３", "3²"])
 def test_a_label_named_like_a_number_latest_or_empty_is_refused(engine, versions, name):
-    """Every lookup reads such a name as a version's number, latest or empty, so the label could never be reached."""
+    """Every lookup reads such a name as a version's number, latest or empty, so the label could never be reached.
+    A name in other digits (Arabic-Indic "٣", full-width "３") was refused by the version-number check with "write a
+    version's number in the digits 0-9", as if the person had named a version: it is refused as a label name."""
     with pytest.raises(InvalidInput, match="a label cannot be named"):
         set_label(engine, DEMO_TASK, "1", name, "system")
     assert set_label(engine, DEMO_TASK, "1", "candidate", "system").name == "candidate"
+
+
+@pytest.mark.parametrize("name", ["Ⅲ", "三", "½", "v٣"])
+def test_a_label_in_numerals_that_are_not_digits_is_a_label_everywhere(engine, client, versions, name):
+    """Names that no lookup reads as a number (no digit characters, or not only digits) are labels: set_label takes
+    them, and resolve_version and the API's `label=` reach the version they point at."""
+    set_label(engine, DEMO_TASK, "#2", name, "system")
+    with Session(engine) as session:
+        assert resolve_version(session, get_task(session, DEMO_TASK), name).id == versions["#2"].id
+    fetched = client.get(URL, params={"label": name})
+    assert fetched.status_code == 200 and fetched.json()["version_id"] == versions["#2"].id, fetched.text

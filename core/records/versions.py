@@ -103,12 +103,19 @@ LATEST = "latest"
 MAX_DIGITS = 18  # a larger number is no version's (and would not fit the database's integer)
 
 
+def _digits(ref: str) -> str | None:
+    """The digits of `ref` when every lookup takes it for a version's number ("12", "#12", and also "٣" or "²",
+    which `version_number` then refuses), else None: the one test both the lookup and `set_label` apply."""
+    text = str(ref).strip().removeprefix("#").strip()
+    return text if text.isdigit() else None
+
+
 def version_number(ref: str) -> int | None:
     """The number a person typed for a version ("12" or "#12", ASCII digits), or None when `ref` is no number (a
     label, `latest`, `empty`). Other digits (`²`, `١٢`) and numbers too long to be a version's are refused with
     InvalidInput rather than read or taken for a label."""
-    text = str(ref).strip().removeprefix("#").strip()
-    if not text.isdigit():
+    text = _digits(ref)
+    if text is None:
         return None
     if not text.isascii():
         raise InvalidInput(f"version {ref!r}: write a version's number in the digits 0-9 (e.g. 3 or #3)")
@@ -212,9 +219,10 @@ def set_label(engine: Engine, task_name: str, version_ref: str, name: str, actor
     name = (name or "").strip()
     if not name:
         raise InvalidInput("give the label a name, e.g. production")
-    if version_number(name) is not None or name.lower() in (LATEST, EMPTY):
-        raise InvalidInput(f"a label cannot be named {name!r}: every lookup reads it as a version's number, latest or "
-                           "empty, so the label could never be reached; choose a word, e.g. candidate")
+    if _digits(name) is not None or name.lower() in (LATEST, EMPTY):
+        raise InvalidInput(f"a label cannot be named {name!r}: every lookup reads it as a version's number (digits of "
+                           "any script), latest or empty, so the label could never be reached; choose a word, e.g. "
+                           "candidate")
     if name == PRODUCTION:
         with Session(engine) as session:
             version_id = version_in_library(session, task_name, version_ref, library_name).id
