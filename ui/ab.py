@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
+from core.domain.sequential import MIN_PER_ARM
 from core.records.ab_experiments import experiments
 from core.records.ab_verdict import EFFECT, AbStatus, ab_status
 from core.records.promotion import PRODUCTION
@@ -72,7 +73,7 @@ def _figures(status: AbStatus) -> None:
     table([{key: arm[key] for key in ("arm", "label", "version", "users", "scored traces", "mean per user")}
            for arm in status.arms], key="production_arms_table")
     st.caption("Each user counts once (the mean of their scored traces): the split randomises users, so the "
-               "interval, *Decided* and the minimum of 10 per arm count users, not traces.")
+               f"interval, *Decided* and the minimum of {MIN_PER_ARM} per arm count users, not traces.")
     found = status.verdict
     left, middle, right = st.columns(3)
     left.metric("Candidate − production", "-" if found.difference is None else f"{found.difference:+.3f}")

@@ -9,7 +9,8 @@ significantly worse, and the split with it.
 A trace's arm is the one the studio serves its user: `served_arm`, the hash of the user id that serving itself uses,
 recomputed from the experiment's own share, never read from what the trace claims. Each trace is stamped when it
 arrives (`stamp`) with the experiment then running, its user's arm, and why it does not count there, if it does not:
-no user id (the split assigns arms by user id, so such a trace was not randomised), sent from before the experiment
+no user id (the split assigns arms by user id, so such a trace was not randomised, and the verdict's unit is the
+user: core/records/ab_verdict.py), sent from before the experiment
 started, or naming a version other than the one its user's arm serves (a copy cached across a label move, or a claim
 about the other arm). Such a trace is flagged, not refused: it is stored as usual (labelling, harvest and the daily
 figures read it) and only left out of the comparison. Refusing it would throw away the rest of its batch, or of an
