@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.domain.conversation import numbered_transcript
-from core.domain.coverage import covering
+from core.domain.coverage import covering, stating_all
 from core.domain.draws import stable_fraction
 from core.domain.library import ProposedOp, validate_ops
 from core.domain.metrics import is_answered
@@ -531,11 +531,8 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
                                                      Advantage.sample_id == sample.id)).first()
     if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
         return done
-    if (covered_by := _covered_by(ctx, sample, experiences)):
-        skipped = _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED,
-                                  text=f"covered: {', '.join(covered_by)}, shown to this query, state every fact of "
-                                       "its reference, so it was not rolled out; an example from its group would be "
-                                       "refused as covered")
+    if (unchanging := _no_change_possible(ctx, step, sample, experiences)):
+        skipped = _save_advantage(ctx, step, sample, done, status=GroupStatus.SKIPPED, text=unchanging)
         with session_scope(ctx.engine) as session:  # the plan's rollouts shrink, so the time left follows
             run = session.get(Run, ctx.run_id)
             run.progress = {**run.progress, "rollouts_total": max(
@@ -594,14 +591,32 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
         return _save_advantage(ctx, step, sample, done, status=GroupStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
 
 
-def _covered_by(ctx: _Ctx, sample: Sample, experiences: list[dict]) -> list[str]:
-    """The examples that already cover the sample's reference, where the run learns examples only and skips what
-    is covered (RunSettings.skip_covered): rolling it out could bring no change, only its cost."""
-    s = ctx.settings
+def _no_change_possible(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> str | None:
+    """Why rolling the sample out could bring no change, only its cost, where the run learns examples only and
+    skips such queries (RunSettings.skip_covered); None when it could. Either examples shown to it already state
+    every fact of its reference, so an example from its group would be refused as covered; or an example stating
+    them all was rejected earlier in this run (by the gate or a reviewer), and any example from its group states
+    the same facts (a shop run's gate refused the return-window example in epoch 2 and was asked again in epoch 3,
+    each time a group's five rollouts and a validation pass)."""
+    s, task = ctx.settings, ctx.task
     if not (s.skip_covered and s.examples and not s.lessons and s.ground_truth):
-        return []
-    return covering(experiences, sample.query, sample.reference, ctx.task.reward_method, ctx.task.reward_settings,
-                    ctx.selection)
+        return None
+    if covered_by := covering(experiences, sample.query, sample.reference, task.reward_method, task.reward_settings,
+                              ctx.selection):
+        return (f"covered: {', '.join(covered_by)}, shown to this query, each state every fact of its reference, so "
+                "it was not rolled out; an example from its group would be refused as covered")
+    with Session(ctx.engine) as session:
+        rejected = session.exec(select(Operation).where(
+            Operation.run_id == ctx.run_id, Operation.step_id < step.id,
+            Operation.status == OperationStatus.REJECTED).order_by(Operation.id)).all()
+    refused = stating_all([op.text or "" for op in rejected], sample.reference, task.reward_method,
+                          task.reward_settings)
+    if refused is None:
+        return None
+    op = rejected[refused]
+    return (f"refused before: operation #{op.id}, an example stating every fact of its reference, was rejected in "
+            f"step {op.step_id} by {op.reviewer or 'a reviewer'}, so it was not rolled out; an example from its group "
+            "would state the same facts")
 
 
 def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
