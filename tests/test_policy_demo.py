@@ -392,6 +392,20 @@ def test_a_message_the_library_already_covers_is_not_rolled_out_again(engine, sc
     assert [rollouts[step.id] for step in steps] == [2, 2]
 
 
+def test_a_message_whose_example_the_gate_refused_is_not_rolled_out_again(engine, scripted):
+    """The gate refuses epoch 1's example (it asks for a significantly better validation score, which an agent
+    that never answers cannot give): epoch 2 would make the same example from the same reference, so the message is
+    skipped, naming the refused operation, and costs no call."""
+    _run_id, steps, rollouts, advantages = covered_run(engine, scripted, gate="better")
+    assert [rollouts[step.id] for step in steps] == [2, 0]
+    with Session(engine) as session:
+        [refused] = queries.step_operations(session, steps[0].id)
+    assert refused.status == "rejected" and refused.reviewer == "gate"
+    [advantage] = advantages.values()
+    assert advantage.status == "skipped"
+    assert advantage.text.startswith(f"refused before: operation #{refused.id}, an example stating every fact")
+
+
 def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
     """The fallback is generic: every reference of the demo file, written a sentence per fact, scores 1 with the
     task's reward; a `contains_all` reference of a code and a quantity reads as the issue's reply."""

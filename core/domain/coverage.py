@@ -261,6 +261,15 @@ def covering(entries: Sequence[dict], query: str, reference: str | None, method:
     return [str(e["id"]) for e in _shown_examples(entries, query, selection) if needs <= needs_stated(e["text"], needs)]
 
 
+def stating_all(texts: Sequence[str], reference: str | None, method: str, settings: dict | None) -> int | None:
+    """The position of the first text that states every need of the reference (an example refused earlier that
+    would have covered it), or None; a reference with no need is stated by none."""
+    needs = needs_of(method, reference, settings)
+    if not needs:
+        return None
+    return next((i for i, text in enumerate(texts) if needs <= needs_stated(text, needs)), None)
+
+
 def _shown_examples(entries: Sequence[dict], query: str, selection: Selection) -> list[dict]:
     """The worked examples among the entries the selection shows `query`."""
     return [e for e in select_entries(list(entries), query, selection) if e.get("kind") == EXAMPLE]
