@@ -227,8 +227,8 @@ def _jobs(sub: argparse._SubParsersAction) -> None:
                    "--no-learner-replies: the sentence per fact, no call" +
                    chosen.replace("on for the embedded one, off for others", "off for the embedded one, on for others"))
     p.add_argument("--skip-covered", action=argparse.BooleanOptionalAction, help="with lessons off, a training "
-                   "query whose reference the examples shown to it already state is not rolled out again; "
-                   "default: on")
+                   "query is not rolled out again where an example shown to it states its reference, or where an "
+                   "example stating it was rejected earlier in the run; default: on")
     p.add_argument("--max-tokens", type=int, help=_default("max_tokens") + ": the agent's reply")
     p.add_argument("--learner-max-tokens", type=int, help=_default("learner_max_tokens"))
     p.add_argument("--max-operations", type=int, help=_default("max_operations"))

@@ -113,8 +113,9 @@ class RunSettings(JobSettings):
                                   "sentence per fact where it fails); off: the sentence per fact, without asking "
                                   "the learner")
     skip_covered: bool = Field(True, description="in a run that learns worked examples only (lessons off), a "
-                               "training query whose reference the examples shown to it already state in full is "
-                               "not rolled out again: an example from its group would be refused as covered")
+                               "training query is not rolled out again where one example shown to it already "
+                               "states its reference in full, or where an example stating it in full was rejected "
+                               "earlier in the run: an example from its group would be refused again")
     start_label: str | None = Field(None, description="start from the version this label points at (e.g. "
                                     "production) instead of the library's latest")
     old_share: float | None = Field(None, ge=0.0, le=1.0, description="an update from production: train on the "
