@@ -5,19 +5,20 @@ found whether it belongs to a step or an evaluation (NULL keys), and a ledger ro
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from sqlmodel import Session, select
 
 from core.grpo.agent import agent_settings
 from core.grpo.rollouts import stored_rollout
-from core.grpo.training import RunSettings, create_run
+from core.grpo.training import RunSettings, _save_advantage, create_run
 from core.jobs.worker import claim
 from core.models.gateway import Gateway, Scope
 from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
-from storage.tables import Evaluation, LLMCall, Rollout, Step, Task
+from storage.tables import Advantage, Evaluation, LLMCall, Rollout, Step, Task
 from storage.writes import update_by_id, written_or_stored
 
 SETTINGS = RunSettings(epochs=1, batch_size=2, group_size=2, limit=2, concurrency=2, gate="off")
@@ -121,3 +122,25 @@ def test_a_stored_rollout_is_reused_and_a_failed_one_replaced_for_a_step_and_an_
         keys = [(r.step_id, r.evaluation_id) for r in session.exec(select(Rollout))]
     assert sorted(keys, key=str) == sorted([(step.id, None) if owner == "step" else (None, evaluation.id),
                                             (None, evaluation.id) if owner == "step" else (step.id, None)], key=str)
+
+
+def test_a_groups_advantage_is_fenced_and_a_stored_one_is_updated_in_place(engine, demo_task):
+    run_id, step, sample = _step_and_sample(engine, demo_task)
+    lease = claim(engine, "run", run_id, "A")
+    ctx = SimpleNamespace(engine=engine)
+    with holding(Lease("run", run_id, "A", lease.generation + 1)), pytest.raises(LeaseLost):
+        _save_advantage(ctx, step, sample, None, status="ok", text="from a worker that lost the run")
+    with holding(lease):
+        failed = _save_advantage(ctx, step, sample, None, status="failed", error="the learner's reply was not JSON",
+                                 raw="{oops")
+        retried = _save_advantage(ctx, step, sample, failed, status="ok", text="lesson", proposals=["P1"])
+        # a row another writer stored meanwhile (no `existing` known here) is updated, not duplicated
+        again = _save_advantage(ctx, step, sample, None, status="skipped", text="all rewards equal")
+    with holding(Lease("run", run_id, "A", lease.generation + 1)), pytest.raises(LeaseLost):
+        _save_advantage(ctx, step, sample, again, status="ok", text="from a worker that lost the run")
+    assert failed.id is not None and retried.id == failed.id == again.id
+    assert (retried.status, retried.text, retried.proposals, retried.error) == ("ok", "lesson", ["P1"], None)
+    with Session(engine) as session:
+        rows = session.exec(select(Advantage)).all()
+    assert [(r.id, r.status, r.text, r.proposals, r.raw_response, r.error) for r in rows] == [
+        (failed.id, "skipped", "all rewards equal", [], None, None)]

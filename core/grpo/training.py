@@ -9,6 +9,7 @@ A failure inside one group is recorded on that group's Advantage row and the run
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import random
@@ -16,6 +17,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +103,7 @@ from storage.tables import (
     Task,
 )
 from storage.tables import utcnow as now
-from storage.writes import insert_or_skip, stored, update_by_id
+from storage.writes import insert_or_skip, stored, update_by_id, written_or_stored
 
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
@@ -231,8 +233,27 @@ def check_resumable(session: Session, run_id: int) -> Run:
     return run
 
 
+@contextmanager
+def collector_spared():
+    """The objects alive when a job starts (the imported libraries: litellm's, openai's and pydantic's alone are
+    hundreds of thousands) are left out of the garbage collector's full passes until it ends. Each full pass over
+    them stopped the event loop for 0.3 s, four times in a paper-scale run (bench/README.md, issue 52 item 6); what
+    the job itself makes is still collected, and at the end everything is handed back to the collector."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def execute_run_async(engine: Engine, run_id: int, *, gateway: Gateway | None = None,
                             on_progress: ProgressCallback | None = None) -> Run:
+    with collector_spared():
+        return await _execute_run(engine, run_id, gateway=gateway, on_progress=on_progress)
+
+
+async def _execute_run(engine: Engine, run_id: int, *, gateway: Gateway | None,
+                       on_progress: ProgressCallback | None) -> Run:
     with session_scope(engine) as session:
         run = check_resumable(session, run_id)
         settings = run_settings(run)
@@ -622,14 +643,19 @@ def _no_change_possible(ctx: _Ctx, step: Step, sample: Sample, experiences: list
 def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage | None, *, status: str,
                     text: str | None = None, proposals: list[str] | None = None, raw: str | None = None,
                     error: str | None = None) -> Advantage:
-    with session_scope(ctx.engine) as session:
-        if existing is None:
-            insert_or_skip(session, Advantage(step_id=step.id, sample_id=sample.id, status=status))
-        row = stored(session, Advantage, step_id=step.id, sample_id=sample.id)
-        row.status, row.text, row.proposals, row.raw_response, row.error = status, text, proposals or [], raw, error
-        session.add(row)
-        session.flush()
-        return row
+    """The group's advantage row with these values: a new one is one fenced INSERT (storage.writes.written_or_stored,
+    no Session: a paper-scale run writes 300 and the Session's insert, read-back and flush cost 2.5 ms each); a row
+    already stored (a failed group retried, or another writer's) is updated by id, fenced the same way."""
+    values = {"status": status, "text": text, "proposals": proposals or [], "raw_response": raw, "error": error}
+    if existing is None:
+        new = Advantage(step_id=step.id, sample_id=sample.id, **values)
+        existing = written_or_stored(ctx.engine, new, step_id=step.id, sample_id=sample.id)
+        if existing is new:
+            return new
+    update_by_id(ctx.engine, Advantage, existing.id, **values)
+    for name, value in values.items():
+        setattr(existing, name, value)
+    return existing
 
 
 async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
