@@ -376,3 +376,24 @@ def test_a_rejection_and_its_reason_are_told_to_the_learner_in_later_steps(engin
     assert execute_run(engine, run_id, gateway=gateway).status == "awaiting_review"  # the second step
     later = [m for stage, m in model.calls if stage == "update"][-1][-1]["content"]
     assert f"Rejected earlier: {op.text} — rejected because too vague to help" in later
+
+
+def test_a_redone_step_asks_nothing_again_for_its_finished_groups(engine, demo_task, scripted):
+    """A step redone after a failure reads which of its groups and rollouts are stored (once, for the whole step)
+    and leaves the finished ones alone: no call, not even one answered from the cache."""
+    model, gateway = scripted(engine, rollout=mixed_rollouts())
+    run_id = create_run(engine, DEMO_TASK, small(epochs=1))
+    assert execute_run(engine, run_id, gateway=gateway).status == "completed"
+    with Session(engine) as s:
+        run = s.get(Run, run_id)
+        step = queries.steps(s, run_id)[0]
+        run.status, step.status = "failed", "failed"  # as if the step had failed after its groups were done
+        s.add(run)
+        s.add(step)
+        s.commit()
+        ledger_before = len(s.exec(select(LLMCall)).all())
+    paid_before = len(model.calls)
+    assert execute_run(engine, run_id, gateway=gateway).status == "completed"
+    with Session(engine) as s:
+        assert len(s.exec(select(LLMCall)).all()) == ledger_before
+    assert len(model.calls) == paid_before

@@ -39,7 +39,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                          selection: Selection = ALL_ENTRIES,
                          step_id: int | None = None, evaluation_id: int | None = None,
                          score: bool = True, stage: str = "rollout", people: bool = True,
-                         pool: asyncio.Semaphore | None = None) -> Rollout:
+                         pool: asyncio.Semaphore | None = None, stored: bool = True) -> Rollout:
     """The rollout of (step or evaluation, sample, group index). The agent is shown the entries of
     `experiences` that `selection` chooses for the sample's query (core.domain.selection, the one place that
     choice is made), and the rollout stores their ids. `score=False` leaves the reward
@@ -47,9 +47,11 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     calls in the ledger (a validation gate's rollouts are `gate`, so their cost shows apart).
     `people=False` keeps the judge's reward and never queues the rollout for a label (the engine's own
     measurements cannot wait for people). `pool` bounds how many rollouts read the database and sample at
-    once (their scoring runs outside it, so the order of model calls depends on nothing but the loop)."""
+    once (their scoring runs outside it, so the order of model calls depends on nothing but the loop).
+    `stored=False` says the caller read that no such rollout is stored (a training step reads its rollouts' keys
+    once), so it is not looked for; a row written meanwhile by another writer is still the one kept."""
     async with pool or contextlib.nullcontext():
-        if _stored_id(engine, step_id, evaluation_id, sample.id, group_index) is not None:
+        if stored and _stored_id(engine, step_id, evaluation_id, sample.id, group_index) is not None:
             with session_scope(engine) as session:
                 row = session.exec(select(Rollout).where(
                     Rollout.step_id == step_id, Rollout.evaluation_id == evaluation_id, Rollout.sample_id == sample.id,

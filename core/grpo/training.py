@@ -478,7 +478,8 @@ def _fail_step(ctx: _Ctx, step: Step, reason: str) -> None:
 async def _run_step(ctx: _Ctx, step: Step) -> None:
     with session_scope(ctx.engine) as session:
         before = session.get(LibraryVersion, step.version_before_id)
-        samples = [session.get(Sample, sid) for sid in step.sample_ids]
+        by_id = {sample.id: sample for sample in queries.samples_by_ids(session, list(step.sample_ids))}
+        samples = [by_id.get(sid) for sid in step.sample_ids]
         if step.status == StepStatus.FAILED:  # a resumed run redoes the step that failed it
             row = session.get(Step, step.id)
             row.status, row.error = StepStatus.RUNNING, None
@@ -487,7 +488,9 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
             session.add(row)
     experiences = before.experiences
     while True:
-        advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences) for sample in samples))
+        done, rolled = _stored_groups(ctx, step)
+        advantages = await asyncio.gather(*(_process_group(ctx, step, sample, experiences, done.get(sample.id),
+                                                           rolled.get(sample.id, set())) for sample in samples))
         if not any(a.status == GroupStatus.WAITING for a in advantages):
             break
         if hold_for_labels(ctx.engine, step_id=step.id, run_id=ctx.run_id):
@@ -545,11 +548,23 @@ def _decide_unattended(ctx: _Ctx, step: Step, verdict: GateVerdict | None) -> No
         decide_all(ctx.engine, step.id, OperationStatus.APPROVED, actor="auto")
 
 
-async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict]) -> Advantage:
-    """Rollouts, rewards, summaries and the semantic advantage of one query's group."""
+def _stored_groups(ctx: _Ctx, step: Step) -> tuple[dict[int, Advantage], dict[int, set[int]]]:
+    """The step's stored advantages by sample, and the group indices of its stored rollouts by sample: read once
+    per step instead of once per group and per rollout (a paper-scale step asked 600 times, nearly always for
+    nothing)."""
     with Session(ctx.engine) as session:
-        done = session.exec(select(Advantage).where(Advantage.step_id == step.id,
-                                                     Advantage.sample_id == sample.id)).first()
+        advantages = {a.sample_id: a for a in session.exec(select(Advantage).where(Advantage.step_id == step.id))}
+        keys = session.exec(select(Rollout.sample_id, Rollout.group_index).where(Rollout.step_id == step.id)).all()
+    rolled: dict[int, set[int]] = {}
+    for sample_id, group_index in keys:
+        rolled.setdefault(sample_id, set()).add(group_index)
+    return advantages, rolled
+
+
+async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: list[dict], done: Advantage | None,
+                         rolled: set[int]) -> Advantage:
+    """Rollouts, rewards, summaries and the semantic advantage of one query's group; `done` is its stored advantage
+    and `rolled` the group indices of its stored rollouts (_stored_groups)."""
     if done is not None and done.status in (GroupStatus.OK, GroupStatus.SKIPPED):
         return done
     if (unchanging := _no_change_possible(ctx, step, sample, experiences)):
@@ -561,7 +576,7 @@ async def _process_group(ctx: _Ctx, step: Step, sample: Sample, experiences: lis
             session.add(run)
         return skipped
     try:
-        rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences)
+        rollouts = await asyncio.gather(*(_rollout(ctx, step, sample, g, experiences, stored=g in rolled)
                                           for g in range(ctx.settings.group_size)))
         rollouts = _assign_rewards(ctx, sample, rollouts)
         if any(r.label_status == LabelStatus.NEEDED for r in rollouts):
@@ -658,11 +673,12 @@ def _save_advantage(ctx: _Ctx, step: Step, sample: Sample, existing: Advantage |
     return existing
 
 
-async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict]) -> Rollout:
+async def _rollout(ctx: _Ctx, step: Step, sample: Sample, g: int, experiences: list[dict], *,
+                   stored: bool = True) -> Rollout:
     row = await stored_rollout(ctx.engine, ctx.gateway, ctx.agent, ctx.task, sample, group_index=g,
                                sample_index=ctx.settings.seed * 10_000 + g, experiences=experiences,
                                selection=ctx.selection, scope=ctx.scope, step_id=step.id,
-                               score=ctx.settings.ground_truth, pool=ctx.slots)
+                               score=ctx.settings.ground_truth, pool=ctx.slots, stored=stored)
     _tick(ctx)
     return row
 
