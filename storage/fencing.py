@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from sqlalchemy import event, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 
@@ -69,15 +70,31 @@ TOUCH = {table: text(f"UPDATE {table} SET lease = lease WHERE id = :id AND worke
          for table in ("run", "evaluation")}
 
 
+_DRIVER_TOUCH: dict[tuple[str, str, str], tuple[str, tuple[str, ...] | None]] = {}
+
+
+def _driver_touch(table: str, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
+    """TOUCH[table] in the driver's own SQL and parameter style (its parameter names in order for a positional
+    style), compiled once per kind of database: run as driver SQL it skips SQLAlchemy's per-statement work, a third
+    of the check's cost on a paper-scale run's 6,600 checks."""
+    key = (table, dialect.name, dialect.paramstyle)
+    if key not in _DRIVER_TOUCH:
+        compiled = TOUCH[table].compile(dialect=dialect)
+        order = tuple(compiled.positiontup) if compiled.positiontup is not None else None
+        _DRIVER_TOUCH[key] = (compiled.string, order)
+    return _DRIVER_TOUCH[key]
+
+
 def check(connection, lease: Lease) -> None:
     """Touch the job's row on the lease's terms, in the caller's transaction; raise LeaseLost on no match.
 
     An UPDATE rather than a SELECT: it takes the row's lock (PostgreSQL) or the write lock (SQLite) until
     the transaction ends, so a claim by another worker waits for this write or comes after it."""
-    statement = TOUCH.get(lease.table)
-    if statement is None:
+    if lease.table not in TOUCH:
         raise ValueError(f"no lease on table {lease.table!r}")
-    result = connection.execute(statement, {"id": lease.job_id, "owner": lease.owner, "generation": lease.generation})
+    sql, order = _driver_touch(lease.table, connection.dialect)
+    values = {"id": lease.job_id, "owner": lease.owner, "generation": lease.generation}
+    result = connection.exec_driver_sql(sql, tuple(values[name] for name in order) if order is not None else values)
     if result.rowcount != 1:
         raise lease.lose()
 
