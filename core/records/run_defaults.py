@@ -42,9 +42,9 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on both knowledge tasks, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.438 to +0.500 over three seeds (each p < 0.005) on the shop-policies demo's 16 held-out "
-                   "messages and +0.594 to +0.656 over two (each p < 0.001) on Fernhill, a second task frozen "
-                   "before tuning, no message worse, each trained on 16 messages with train's defaults in 3 to 4.5 "
+EXAMPLES_FIGURE = ("+0.438 to +0.531 over four seeds (each p < 0.005) on the shop-policies demo's 16 held-out "
+                   "messages and +0.594 to +0.656 over three (each p < 0.001) on Fernhill, a second task frozen "
+                   "before tuning, no message worse, each trained on 16 messages with train's defaults in 2 to 4.5 "
                    "minutes on 2 cores")
 EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its 3 most "
                f"similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
