@@ -84,6 +84,12 @@ def needs_stated(text: str, universe: frozenset[Need] | set[Need]) -> frozenset[
     return frozenset(need for need in universe if states(taught, need))
 
 
+def states_all(text: str, needs: frozenset[Need]) -> bool:
+    """Whether one example teaches every need of `needs`: the rule `coverage`, `covering` and `stating_all` share
+    (two examples that teach them between them do not count)."""
+    return needs <= needs_stated(text, needs)
+
+
 def _taught(text: str) -> str:
     """An example's steps and answer: what follows its first "Steps:", else its first "Answer:", else all of it."""
     for mark in ("Steps:", "Answer:"):
@@ -241,7 +247,7 @@ def coverage(entries: Sequence[dict], references: Sequence[tuple[str, str, str |
     result = Coverage(total=len(references))
     for name, query, reference in references:
         needs = needs_of(method, reference, settings)
-        ok = any(needs <= needs_stated(e["text"], needs) for e in _shown_examples(entries, query, selection))
+        ok = any(states_all(e["text"], needs) for e in _shown_examples(entries, query, selection))
         (result.covered if ok else result.uncovered).append(name)
     return result
 
@@ -258,7 +264,7 @@ def covering(entries: Sequence[dict], query: str, reference: str | None, method:
     needs = needs_of(method, reference, settings)
     if not needs:
         return []
-    return [str(e["id"]) for e in _shown_examples(entries, query, selection) if needs <= needs_stated(e["text"], needs)]
+    return [str(e["id"]) for e in _shown_examples(entries, query, selection) if states_all(e["text"], needs)]
 
 
 def stating_all(texts: Sequence[str], reference: str | None, method: str, settings: dict | None) -> int | None:
@@ -267,7 +273,7 @@ def stating_all(texts: Sequence[str], reference: str | None, method: str, settin
     needs = needs_of(method, reference, settings)
     if not needs:
         return None
-    return next((i for i, text in enumerate(texts) if needs <= needs_stated(text, needs)), None)
+    return next((i for i, text in enumerate(texts) if states_all(text, needs)), None)
 
 
 def _shown_examples(entries: Sequence[dict], query: str, selection: Selection) -> list[dict]:
