@@ -155,7 +155,7 @@ async def _streamed(response: aiohttp.ClientResponse) -> Reply:
     The token counts come from the last event's usage, or, for a reply closed early, from llama.cpp's per-token
     timings (prompt tokens computed plus those reused from its cache; tokens predicted so far)."""
     parts: list[str] = []
-    tokens_in = tokens_out = chunks = 0
+    tokens_in = tokens_out = 0
     try:
         async for raw in response.content:
             line = raw.strip()
@@ -172,8 +172,7 @@ async def _streamed(response: aiohttp.ClientResponse) -> Reply:
             for choice in event.get("choices") or ():
                 if piece := (choice.get("delta") or {}).get("content"):
                     parts.append(piece)
-                    chunks += 1
-            if chunks and chunks % CHECK_EVERY == 0 and (cut := loop_cut(text := "".join(parts))) is not None:
+            if parts and len(parts) % CHECK_EVERY == 0 and (cut := loop_cut(text := "".join(parts))) is not None:
                 response.close()  # the server stops generating for a request whose connection is gone
                 return Reply(text=text[:cut].rstrip(), tokens_in=tokens_in, tokens_out=tokens_out, cut=True)
     except (ValueError, TypeError, AttributeError) as exc:
