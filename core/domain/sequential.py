@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -119,8 +119,7 @@ class ArmScores:
     def of_users(cls, by_user: Mapping[str, Sequence[float]]) -> ArmScores:
         """One unit per user with a scored trace: the mean of that user's scores (see the module's note)."""
         means = [sum(scores) / len(scores) for scores in by_user.values() if scores]
-        arm = cls.of(means)
-        return cls(arm.n, arm.mean, arm.variance, sum(len(scores) for scores in by_user.values()))
+        return replace(cls.of(means), traces=sum(len(scores) for scores in by_user.values()))
 
 
 @dataclass(frozen=True)
