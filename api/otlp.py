@@ -33,7 +33,7 @@ INFLATE_CHUNK = 64 * 1024  # the most one inflate step may produce, so memory st
 async def read_capped(stream: AsyncIterator[bytes], declared: str | None, cap: int) -> bytes:
     """The body, refused with 413 as soon as it is known to pass `cap`: by its Content-Length before reading,
     else while reading."""
-    if declared and declared.isdigit() and int(declared) > cap:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > cap:
         raise BodyTooLarge(f"the request is {int(declared)} bytes; the API reads at most {cap}")
     body = bytearray()
     async for chunk in stream:

@@ -306,6 +306,25 @@ def test_each_review_row_opens_its_own_task_library_run_and_step(engine):
     assert demo_run not in at.selectbox(key="review_run").options
 
 
+ARABIC_INDIC, SUPERSCRIPT = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"), \
+    str.maketrans("0123456789", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+@pytest.mark.parametrize("digits", [ARABIC_INDIC, SUPERSCRIPT], ids=["arabic-indic", "superscript"])
+def test_an_address_whose_id_is_not_ascii_digits_opens_the_page_on_its_own_choice(engine, digits):
+    """An id in the address is the plain number the page wrote there. Other digits pass `isdigit`: "²" then broke
+    `int`, so an edited or forged link crashed the page, and "٣" opened run 3."""
+    older, _step = run_awaiting_review(engine, DEMO_TASK)
+    run_awaiting_review(engine, DEMO_TASK)
+    at = run_app("pages/review.py")
+    own = at.selectbox(key="review_run").value
+    assert own != older
+    at.query_params["run"] = str(older).translate(digits)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="review_run").value == own
+
+
 def test_labels_and_disputes_waiting_elsewhere_are_on_the_to_do_list_and_open_their_task(engine):
     """Rollouts waiting for a label and disputes waiting for a reviewer, per task, each row opening its task
     (Labeling said "Nothing waiting for you in this task" while they waited in another)."""

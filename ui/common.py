@@ -222,7 +222,7 @@ def url_choice(key: str, param: str, options: list[int]) -> None:
     label changes with its status; here the URL holds the plain id."""
     raw = (st.session_state.get(OPEN_ADDRESS_KEY) or {}).pop(param, None) or st.query_params.get(param)
     written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
-    if raw is None or raw == written.get(param) or not raw.isdigit() or int(raw) not in options:
+    if raw is None or raw == written.get(param) or not (raw.isascii() and raw.isdigit()) or int(raw) not in options:
         return
     st.session_state[key] = int(raw)
     written[param] = raw
