@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python bench/ab_peeking.py [--experiments 4000] [--base 0.5] [--scores binary|beta] [--seed 50]
 
-Simulated experiments, each arm receiving `rate` scored traces a day (10, 40, 200), looked at once a day. A/A: both
+Simulated experiments, each arm receiving `rate` new users a day (10, 40, 200), each with one scored trace (the verdict
+counts users, each the mean of their traces; bench/ab_users.py simulates users with several), looked at once a day. A/A: both
 arms score alike (mean `--base`); the share of experiments that ever declared a difference within 1, 7, 14 and 30
 days must stay at or under 0.05. Power: the candidate's true mean is higher by 0.05 or 0.10; the share declared
 within 30 days. Each figure is printed for the studio's verdict (core.domain.sequential, the very functions the
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.experiments} experiments per cell, {args.scores} scores, production's mean {args.base}, "
           f"looked at daily; seed {args.seed}\n")
     print("A/A: share that ever declared a difference within N days (must be <= 0.05)")
-    print(f"{'traces/arm/day':>15}  {'rule':<9}" + "".join(f"{f'{d} d':>8}" for d in LOOKS))
+    print(f"{'users/arm/day':>15}  {'rule':<9}" + "".join(f"{f'{d} d':>8}" for d in LOOKS))
     worst = 0.0
     for rate in RATES:
         ever = declared_days(rng, args.base, 0.0, rate, args.experiments, days, args.scores)
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 worst = max(worst, *shares)
             print(f"{rate:>15}  {rule:<9}" + "".join(f"{share:>8.3f}" for share in shares))
     print(f"\nPower: share of A/B experiments declared within {days} days (candidate better by the effect)")
-    print(f"{'traces/arm/day':>15}  {'rule':<9}" + "".join(f"{f'+{e:.2f}':>8}" for e in EFFECTS))
+    print(f"{'users/arm/day':>15}  {'rule':<9}" + "".join(f"{f'+{e:.2f}':>8}" for e in EFFECTS))
     for rate in RATES:
         cells = {effect: declared_days(rng, args.base, effect, rate, args.experiments, days, args.scores)
                  for effect in EFFECTS}
