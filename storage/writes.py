@@ -14,6 +14,7 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, SQLModel, select
 
 from storage.fencing import fence
+from storage.group_commit import committed
 
 M = TypeVar("M", bound=SQLModel)
 INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
@@ -100,3 +101,25 @@ def update_by_id(engine: Engine, model: type[SQLModel], row_id: int, **values) -
     with engine.begin() as connection:
         fence(connection)
         connection.execute(_update_by_id(table, tuple(sorted(values))), {"_id": row_id, **values})
+
+
+async def written_or_stored_together(engine: Engine, row: M, **key) -> M:
+    """written_or_stored in a transaction shared with the writes the loop's other tasks ask for meanwhile
+    (storage.group_commit), fenced the same way: a level's 500 rollouts are written as their replies arrive,
+    together, and each rollout's own transaction was most of its write's cost."""
+    dialect = engine.dialect.name
+    if dialect not in INSERTS:
+        return written_or_stored(engine, row, **key)
+    statement, values = _insert_once(type(row).__table__, dialect), _values(row)
+    found = await committed(engine, lambda connection: connection.execute(statement, values).first())
+    if found is None:
+        with Session(engine, expire_on_commit=False) as session:
+            return stored(session, type(row), **key)
+    return _as_inserted(row, found[0])
+
+
+async def updated_by_id_together(engine: Engine, model: type[SQLModel], row_id: int, **values) -> None:
+    """update_by_id in a transaction shared with the loop's other writes (storage.group_commit), fenced the same
+    way: a level's 500 summaries are set as their replies arrive, together."""
+    statement = _update_by_id(model.__table__, tuple(sorted(values)))
+    await committed(engine, lambda connection: connection.execute(statement, {"_id": row_id, **values}))

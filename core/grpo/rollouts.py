@@ -29,7 +29,7 @@ from core.records.scenarios import is_conversation, persona_of, personas_by_name
 from storage.db import session_scope
 from storage.statuses import LabelStatus
 from storage.tables import Rollout, Sample, Task
-from storage.writes import written_or_stored
+from storage.writes import written_or_stored_together
 
 ALL_ENTRIES = Selection()  # the paper's behaviour: every entry of the library in every prompt
 
@@ -82,8 +82,8 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     # a row another writer stored meanwhile stays; it is the one returned
-    return written_or_stored(engine, row, step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id,
-                             group_index=group_index)
+    return await written_or_stored_together(engine, row, step_id=step_id, evaluation_id=evaluation_id,
+                                            sample_id=sample.id, group_index=group_index)
 
 
 @functools.cache

@@ -103,7 +103,7 @@ from storage.tables import (
     Task,
 )
 from storage.tables import utcnow as now
-from storage.writes import insert_or_skip, stored, update_by_id, written_or_stored
+from storage.writes import insert_or_skip, stored, update_by_id, updated_by_id_together, written_or_stored
 
 log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict], None]
@@ -728,7 +728,7 @@ async def _summarise(ctx: _Ctx, sample: Sample, rollout: Rollout, experiences: l
         call = await ctx.gateway.complete(stage="summary", model=ctx.settings.learner_model, messages=messages,
                                           scope=ctx.scope,
                                           max_tokens=min(SUMMARY_TOKENS, ctx.settings.learner_max_tokens))
-    update_by_id(ctx.engine, Rollout, rollout.id, summary=call.text.strip())  # one fenced UPDATE, no row load
+    await updated_by_id_together(ctx.engine, Rollout, rollout.id, summary=call.text.strip())  # fenced, no row load
     _tick(ctx)
     return call.text.strip()
 

@@ -48,7 +48,8 @@ from core.models.model_server import LOCAL_PREFIX, local_name
 from core.models.prices import price_per_token, token_cost
 from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
 from core.settings import get_settings, secret, secrets_in_environment
-from storage.fencing import fence, raise_if_lost
+from storage.fencing import raise_if_lost
+from storage.group_commit import committed
 from storage.tables import AuditEvent, LLMCall
 from storage.writes import update_by_id
 
@@ -311,14 +312,14 @@ class Gateway:
         with self.engine.connect() as connection:
             return connection.execute(CACHED, {"key": key}).first()
 
-    def _record(self, **given: Any) -> int | None:
-        """Write a ledger row of these columns (ledger_values); its id. One compiled INSERT through a connection,
-        with the job's lease checked in the same transaction as a Session's flush checks it (storage.fencing):
-        every call writes one, and through the ORM it cost twice the CPU (0.53 against 0.27 ms a row on SQLite)."""
+    async def _record(self, **given: Any) -> int | None:
+        """Write a ledger row of these columns (ledger_values) and return its id once committed. One compiled INSERT
+        through a connection, in a transaction shared with the writes the loop's other tasks ask for meanwhile and
+        fenced by the job's lease (storage.group_commit): every call writes one, the replies of a level arrive
+        together, and a transaction of its own cost each row four times the CPU (0.23 against 0.06 ms on SQLite)."""
         values = ledger_values(**given)
-        with self.engine.begin() as connection:
-            fence(connection)
-            return connection.execute(LEDGER_INSERT, values).inserted_primary_key[0]
+        return await committed(self.engine, lambda connection: connection.execute(
+            LEDGER_INSERT, values).inserted_primary_key[0])
 
     def _mark(self, call_id: int | None, status: str) -> None:
         """Note on a ledger row how its structured reply was read: one fenced UPDATE, as the ledger's insert."""
@@ -360,12 +361,12 @@ class Gateway:
         key = cache_key(model, messages, self._sent_params(model, params), sample_index, self._endpoint(model))
         hit = self._cached(key)
         if hit is not None:
-            return self._reuse(scope, stage, model, key, hit.id, hit.response or "")
+            return await self._reuse(scope, stage, model, key, hit.id, hit.response or "")
         self._raise_if_held(model, stage)
         pending = self._in_flight.get(key)
         if pending is not None:
             first: CallResult = await asyncio.shield(pending)
-            return self._reuse(scope, stage, model, key, first.call_id, first.text)
+            return await self._reuse(scope, stage, model, key, first.call_id, first.text)
         future = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
@@ -381,8 +382,9 @@ class Gateway:
         finally:
             self._in_flight.pop(key, None)
 
-    def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None, text: str) -> CallResult:
-        call_id = self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+    async def _reuse(self, scope: Scope, stage: str, model: str, key: str, source_id: int | None,
+                     text: str) -> CallResult:
+        call_id = await self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
                                cache_key=key, request={"cached_from": source_id}, response=text, cache_hit=True,
                                trace_id=scope.trace_id)
         return CallResult(text=text, cache_hit=True, call_id=call_id)
@@ -464,9 +466,9 @@ class Gateway:
                 message = f"gave up after {attempts} attempts in {latency / 1000:.1f} s: {message}"[:2000]
             if unreachable:
                 message = f"{unreachable}, not retried: {message}"[:2000]
-            self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
-                         cache_key=key, request=request, latency_ms=latency, attempts=attempts, error=message,
-                         connection=named, trace_id=scope.trace_id)
+            await self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
+                               cache_key=key, request=request, latency_ms=latency, attempts=attempts, error=message,
+                               connection=named, trace_id=scope.trace_id)
             said = f"{model} ({stage}){where}: {message}"
             if unreachable:
                 first = self._unreachable.get(self._address(model), (0.0, said))[1]  # the first finding says it
@@ -478,10 +480,10 @@ class Gateway:
         if reply.cut:  # the ledger says why the reply ends before its token limit without a stop
             request = {**request, "cut": "the reply fell into a loop: kept up to the loop's first copy"}
         cost = token_cost(model, tokens_in, tokens_out) if direct else _cost(response, model)
-        call_id = self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage, model=model,
-                               cache_key=key, request=request, response=text, tokens_in=tokens_in,
-                               tokens_out=tokens_out, cost=cost, latency_ms=latency, attempts=attempts,
-                               connection=named, trace_id=scope.trace_id)
+        call_id = await self._record(run_id=scope.run_id, evaluation_id=scope.evaluation_id, stage=stage,
+                                     model=model, cache_key=key, request=request, response=text,
+                                     tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
+                                     attempts=attempts, connection=named, trace_id=scope.trace_id)
         return CallResult(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_ms=latency,
                           call_id=call_id)
 
