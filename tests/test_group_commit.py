@@ -115,3 +115,18 @@ def test_a_write_asked_for_is_made_when_its_task_is_cancelled(engine, demo_task)
         asyncio.run(cancelled_after_asking())
     with Session(engine) as session:
         assert [r.response for r in session.exec(select(LLMCall).where(LLMCall.run_id == run_id))] == ["paid"]
+
+
+def test_the_cache_lookups_of_calls_asked_together_are_one_query(engine, demo_task):
+    run_id = create_run(engine, DEMO_TASK, SETTINGS)
+    lease = claim(engine, "run", run_id, "A")
+    gateway = Gateway(engine, mock=lambda stage, messages: f"reply to {messages[-1]['content']}")
+    with holding(lease):
+        first = asyncio.run(_calls(gateway, run_id))
+        lookups: list[str] = []
+        event.listen(engine, "before_cursor_execute", lambda _c, _cursor, statement, *_: lookups.append(statement)
+                     if "cache_key" in statement and statement.lstrip().upper().startswith("SELECT") else None)
+        again = asyncio.run(_calls(gateway, run_id))
+    assert len(lookups) == 1  # a lookup each was CALLS queries
+    assert [result.text for result in again] == [result.text for result in first]
+    assert all(result.cache_hit for result in again) and not any(result.cache_hit for result in first)

@@ -28,7 +28,7 @@ from core.records.labeling import labels_per_rollout, needs_person
 from core.records.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
 from storage.db import session_scope
 from storage.statuses import LabelStatus
-from storage.tables import Rollout, Sample, Task
+from storage.tables import Rollout, Sample, Task, utcnow
 from storage.writes import written_or_stored_together
 
 ALL_ENTRIES = Selection()  # the paper's behaviour: every entry of the library in every prompt
@@ -78,7 +78,8 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
     row = Rollout(step_id=step_id, evaluation_id=evaluation_id, sample_id=sample.id, group_index=group_index,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
-                  latency_ms=result.latency_ms, error=result.error, shown_ids=entry_ids(experiences))
+                  latency_ms=result.latency_ms, error=result.error, shown_ids=entry_ids(experiences),
+                  created_at=utcnow())  # given: pydantic reads a default factory's signature at every row
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     # a row another writer stored meanwhile stays; it is the one returned

@@ -49,7 +49,7 @@ from core.models.prices import price_per_token, token_cost
 from core.secrets import API_BASE_ENV, mask_url, resolve_api_base
 from core.settings import get_settings, secret, secrets_in_environment
 from storage.fencing import raise_if_lost
-from storage.group_commit import committed
+from storage.group_commit import committed, looked_up
 from storage.tables import AuditEvent, LLMCall
 from storage.writes import update_by_id
 
@@ -180,7 +180,18 @@ def reusable_calls() -> tuple:
 
 
 # Built once: every call asks it first, and building the statement anew cost five times its execution.
-CACHED = select(LLMCall.id, LLMCall.response).where(LLMCall.cache_key == bindparam("key"), *reusable_calls())
+CACHED = (select(LLMCall.id, LLMCall.response, LLMCall.cache_key)
+          .where(LLMCall.cache_key.in_(bindparam("keys", expanding=True)), *reusable_calls()).order_by(LLMCall.id))
+_KEYS_A_QUERY = 500
+
+
+def reusable_rows(connection: Any, keys: list[str]) -> dict[str, Any]:
+    """The first reusable ledger row of each of `keys` that has one, as (id, response, cache_key), by key."""
+    found: dict[str, Any] = {}
+    for start in range(0, len(keys), _KEYS_A_QUERY):
+        for row in connection.execute(CACHED, {"keys": keys[start:start + _KEYS_A_QUERY]}):
+            found.setdefault(row.cache_key, row)
+    return found
 
 
 def ledger_values(**given: Any) -> dict[str, Any]:
@@ -306,11 +317,12 @@ class Gateway:
             held = self._semaphores[model] = (loop, asyncio.Semaphore(max(1, size)))
         return held[1]
 
-    def _cached(self, key: str):
-        """The reusable ledger row for `key` as (id, response), or None. Two columns, read without the ORM: every
-        call asks this first, and loading the whole row cost a paper-scale run 0.5 s of the engine's CPU."""
-        with self.engine.connect() as connection:
-            return connection.execute(CACHED, {"key": key}).first()
+    async def _cached(self, key: str):
+        """The reusable ledger row for `key` as (id, response, key), or None. Read without the ORM (loading the whole
+        row cost a paper-scale run 0.5 s of the engine's CPU), and every call asks this first, so the keys asked for
+        together are one query on one connection (storage.group_commit.looked_up): a level's calls are asked
+        together."""
+        return await looked_up(self.engine, reusable_rows, key)
 
     async def _record(self, **given: Any) -> int | None:
         """Write a ledger row of these columns (ledger_values) and return its id once committed. One compiled INSERT
@@ -359,7 +371,7 @@ class Gateway:
         if stop:
             params["stop"] = list(stop)
         key = cache_key(model, messages, self._sent_params(model, params), sample_index, self._endpoint(model))
-        hit = self._cached(key)
+        hit = await self._cached(key)
         if hit is not None:
             return await self._reuse(scope, stage, model, key, hit.id, hit.response or "")
         self._raise_if_held(model, stage)
