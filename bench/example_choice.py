@@ -15,7 +15,9 @@ example; never the test split) under each variant (comma-separated, `+` combines
 - `rank`: the ranking now: an example matched by what it teaches, its answer weighted over its problem
   (core.domain.selection.ranking_text);
 - `intro`: the examples' intro saying they are other people's messages, and to use the one that asks what the
-  message asks (core.domain.prompts.EXAMPLES_INTRO's candidate, set as the task's intro).
+  message asks (core.domain.prompts.EXAMPLES_INTRO's candidate, set as the task's intro);
+- `k2`, `k1`: each message shown its 2 (or 1) most similar examples instead of 3 (the library's selection);
+- `first`: the most similar example shown first instead of last, next to the message.
 
     PYTHONPATH=. .venv/bin/python bench/example_choice.py --variants old,reply+rank,reply+rank+intro
 
@@ -38,7 +40,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PARTS = {"old", "reply", "rank", "intro"}
+PARTS = {"old", "reply", "rank", "intro", "k1", "k2", "first"}
 INTRO = ("Worked examples: other people's messages, each answered correctly. Use the example that asks what your "
          "message asks and state its facts; ignore the others:")
 
@@ -93,7 +95,7 @@ def build(database: Path, parts: set[str]) -> tuple[str, list[dict]]:
     write = template_reply if "reply" in parts else old_reply
     experiences = [entry(f"E{i + 1}", example_text(row["query"], write(reference_parts("facts", row["answer"]))),
                          EXAMPLE) for i, row in enumerate(library_rows(train[:16]))]
-    set_selection(engine, le.TASK, "default", "top_k", 3, "cli")
+    set_selection(engine, le.TASK, "default", "top_k", 1 if "k1" in parts else 2 if "k2" in parts else 3, "cli")
     with session_scope(engine) as session:
         task = get_task(session, le.TASK)
         if "intro" in parts:
@@ -144,10 +146,11 @@ def main(argv: list[str] | None = None) -> None:
         offline()
         return
     import core.domain.selection as selection
+    import core.grpo.rollouts as rollouts
     from bench.example_order import measure
     from core.models.model_server import command_line_job
 
-    now = selection.ranking_text
+    now, shown = selection.ranking_text, rollouts.select_entries
     work = Path(tempfile.mkdtemp(prefix="example_choice."))
     print(f"library: one template example per need of the shop's first 16 train messages; top_k 3; k={options.k}; "
           "development messages: 8 validation and the train messages that are no example")
@@ -157,12 +160,13 @@ def main(argv: list[str] | None = None) -> None:
             if parts - PARTS:
                 parser.error(f"unknown variant part(s) {sorted(parts - PARTS)}; known: {sorted(PARTS)}")
             selection.ranking_text = now if "rank" in parts else (lambda e: str(e.get("text") or ""))
-            database = work / f"{re.sub(r'[^a-z]+', '_', variant)}.db"
+            rollouts.select_entries = (lambda *a, **kw: shown(*a, **kw)[::-1]) if "first" in parts else shown
+            database = work / f"{re.sub(r'[^a-z0-9]+', '_', variant)}.db"
             number, experiences = build(database, parts)
             means = measure(database, int(number), experiences, options.k)
             print(f"{variant:<22} {len(means)} messages  mean reward {sum(means.values()) / max(1, len(means)):.3f}  "
                   f"{json.dumps({k: round(v, 2) for k, v in sorted(means.items())})}", flush=True)
-    selection.ranking_text = now
+    selection.ranking_text, rollouts.select_entries = now, shown
 
 
 if __name__ == "__main__":
