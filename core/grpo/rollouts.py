@@ -79,7 +79,7 @@ async def stored_rollout(engine: Engine, gateway: Gateway, agent: AgentSettings,
                   messages=result.messages, response=result.response, final_answer=result.final_answer,
                   tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost=result.cost,
                   latency_ms=result.latency_ms, error=result.error, shown_ids=entry_ids(experiences),
-                  created_at=utcnow())  # given: pydantic reads a default factory's signature at every row
+                  scores=None, created_at=utcnow())  # given: pydantic reads a default factory's signature each time
     if result.error is None and score:
         await _assign_reward(gateway, task, sample, row, scope, sample_index, people, played)
     # a row another writer stored meanwhile stays; it is the one returned
