@@ -219,3 +219,47 @@ def test_the_same_limits_keep_the_scoring_processes_and_new_limits_replace_them(
         assert _children_pids().isdisjoint(warm) and len(_children_pids()) == 1
     finally:
         scoring.configure(time_limit_s=before.time_s, memory_limit_mb=before.memory_mb, processes=before.processes)
+
+
+def test_a_batch_of_scores_gives_each_its_own_result_and_a_costly_one_only_its_timeout(limits):
+    from core.domain.rewards import scores_or_errors
+
+    answers = [("aaa", None), ("a" * 26 + "!", None), ("b", None), ("aaaa", None)]
+    results = scores_or_errors("regex", answers, {"pattern": "(a+)+$"})  # as stored: no validation
+    assert [(r.value, r.source) for r in results] == [(1.0, "verifier"), (0.0, "error"), (0.0, "verifier"),
+                                                      (1.0, "verifier")]
+    assert results[1] == TIMED_OUT
+    assert scores_or_errors("math", [(r"\boxed{3}", "3"), (r"\boxed{4}", ""), (r"\boxed{5}", "6")]) == [
+        RewardResult(1.0, "verifier", "correct: expected 3, got 3"),
+        RewardResult(0.0, "error", "reward method 'math' needs a reference answer"),
+        RewardResult(0.0, "verifier", "wrong: expected 6, got 5")]
+
+
+def test_a_process_that_dies_inside_a_batch_fails_only_that_score(limits, test_methods):
+    from core.domain.rewards import scores_or_errors
+
+    results = scores_or_errors("hog", [("1", "x"), ("exit", "x"), ("2", "x")])
+    assert [(r.value, r.source) for r in results] == [(1.0, "verifier"), (0.0, "error"), (1.0, "verifier")]
+    assert results[1].detail.startswith("scoring process stopped during the score (exit code 3")
+    long = scores_or_errors("length", [("x" * 30_000 + "END", "x"), ("short", "x")])
+    assert [r.detail for r in long] == [
+        "read 20,000 characters ending END (scored the last 20,000 of 30,003 characters)", "read 5 characters ending ort"]
+
+
+def test_the_rollouts_scored_together_take_one_round_trip_per_scoring_process(limits, monkeypatch):
+    from core.grpo.rollouts import _assign_reward
+    from storage.tables import Rollout, Sample, Task
+
+    trips: list[int] = []
+    request = scoring._Child.request
+    monkeypatch.setattr(scoring._Child, "request", lambda self, *args: trips.append(1) or request(self, *args))
+    task = Task(id=1, name="t", reward_method="math", reward_settings={})
+    rows = [Rollout(sample_id=1, group_index=i, response=rf"so the answer is \boxed{{{i}}}") for i in range(12)]
+
+    async def score_all() -> None:
+        await asyncio.gather(*(_assign_reward(None, task, Sample(id=1, task_id=1, query="q", reference="4"), row,
+                                              None, 0) for row in rows))
+
+    asyncio.run(score_all())
+    assert [r.reward for r in rows] == [1.0 if i == 4 else 0.0 for i in range(12)]
+    assert len(trips) <= scoring.limits().processes  # a round trip each was 12

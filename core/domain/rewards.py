@@ -600,6 +600,31 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
     return found.score(response or "", str(reference or ""), settings)
 
 
+def scores_or_errors(method: str, answers: list[tuple[str | None, str | None]],
+                     settings: dict | None = None) -> list[RewardResult]:
+    """score_or_error of each (response, reference) under one method and its settings, an isolated method's all in
+    one round trip to a scoring process (core.domain.scoring.score_many_in_child): the rollouts of a training level
+    are scored together, and a round trip each was most of a score's cost."""
+    found = METHODS.get(method)
+    if not (found is not None and found.isolated and isinstance(found, Method) and found.scorer is not None):
+        return [score_or_error(method, response, reference, settings) for response, reference in answers]
+    settings = dict(settings or {})
+    results: list[RewardResult | None] = [None] * len(answers)
+    asked: list[int] = []
+    for i, (_response, reference) in enumerate(answers):
+        has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
+        if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
+            results[i] = RewardResult(0.0, "error", f"reward method {method!r} needs a reference answer")
+        else:
+            asked.append(i)
+    outcomes = scoring.score_many_in_child(found.scorer, [(answers[i][0] or "", str(answers[i][1] or ""), settings)
+                                                          for i in asked]) if asked else []
+    for i, outcome in zip(asked, outcomes, strict=True):
+        results[i] = (RewardResult(0.0, "error", str(outcome)) if isinstance(outcome, InvalidInput)
+                      else RewardResult(*outcome))
+    return results
+
+
 def score_or_error(method: str, response: str, reference: str | None, settings: dict | None = None) -> RewardResult:
     """`score` for use inside a run: a configuration problem becomes a 0.0 reward from source
     `error` with the reason, so one sample without a reference never stops a run."""

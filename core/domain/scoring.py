@@ -44,7 +44,7 @@ from core.domain.sandbox import child_environment, signal_name
 from core.errors import InvalidInput
 
 __all__ = ["MAX_TEXT_CHARS", "MEMORY_LIMIT_MB", "PROCESSES", "TIME_LIMIT_S", "Limits", "configure", "limits",
-           "score_in_child", "shutdown", "start"]
+           "score_in_child", "score_many_in_child", "shutdown", "start"]
 
 TIME_LIMIT_S = 5.0  # wall-clock seconds per score; an ordinary math-verify score takes under 1 ms
 MEMORY_LIMIT_MB = 512  # address space of a scoring process; a warm one uses about 80 MB
@@ -106,6 +106,10 @@ class _Child:
             self.proc.stdin.flush()
         except OSError as exc:
             raise _ChildStale(str(exc)) from None
+        return self._read_line(time.monotonic() + timeout_s)
+
+    def read_reply(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next reply to requests already sent, waiting up to `timeout_s`; None when the time is up."""
         return self._read_line(time.monotonic() + timeout_s)
 
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
@@ -179,6 +183,32 @@ class _Pool:
                 finally:
                     self._give_back(child, healthy)
         raise AssertionError("unreachable")
+
+    def run_many(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """run() for several requests sent to one child together, its replies read one by one, each within the time
+        limit from the one before. From a reply past its limit ({"timeout": True}), one that ran out of memory, or
+        a child that died, the child is replaced and the requests not answered are {"redo": True}: the caller runs
+        them alone."""
+        with self._slots:
+            child = self._borrow()
+            if isinstance(child, str):
+                return [{"unstarted": child}] * len(payloads)
+            replies: list[dict[str, Any]] = []
+            try:
+                reply = child.request({"many": payloads}, self.limits.time_s)
+                while True:
+                    replies.append({"timeout": True} if reply is None else reply)
+                    if reply is None or "memory" in reply or len(replies) == len(payloads):
+                        break
+                    reply = child.read_reply(self.limits.time_s)
+            except _ChildStale:
+                replies = []  # dead before it read them: each is run alone, on a fresh child
+            except _ChildGone as exc:
+                replies.append({"gone": str(exc)})
+            finally:
+                healthy = len(replies) == len(payloads) and not any("memory" in r or "timeout" in r for r in replies)
+                self._give_back(child, healthy)
+        return replies + [{"redo": True}] * (len(payloads) - len(replies))
 
     def start(self) -> None:
         """Start every child now, so the first scores wait for no start-up."""
@@ -340,6 +370,38 @@ def score_in_child(scorer: Callable, response: str, reference: str, settings: di
     return value, source, detail
 
 
+def score_many_in_child(scorer: Callable, items: list[tuple[str, str, dict[str, Any]]]) -> list[Outcome | InvalidInput]:
+    """score_in_child for several (response, reference, settings) in one round trip to one scoring process: a
+    level's hundreds of scores, each a round trip of its own, were most of their cost. Each item's outcome, or the
+    InvalidInput score_in_child would raise for it; each reply is waited for within the time limit. Past it, or when
+    the process dies, the items not yet answered are scored alone, so only a costly one ends in its limit's error."""
+    if len(items) == 1:
+        return [_outcome_or_invalid(lambda: score_in_child(scorer, *items[0]))]
+    pool = _current_pool()
+    name = _function_name(scorer)
+    replies = pool.run_many([{"fn": name, "args": [response[-MAX_TEXT_CHARS:], reference, settings],
+                              "cpu_s": math.ceil(pool.limits.time_s) + 2} for response, reference, settings in items])
+    outcomes: list[Outcome | InvalidInput] = []
+    for item, reply in zip(items, replies, strict=True):
+        if "redo" in reply:  # after a costly one or a process that died: alone, within its own limits
+            outcomes.append(_outcome_or_invalid(lambda item=item: score_in_child(scorer, *item)))
+            continue
+        outcome = _outcome_or_invalid(lambda reply=reply: _outcome(reply, pool.limits))
+        response = item[0]
+        if not isinstance(outcome, InvalidInput) and len(response) > MAX_TEXT_CHARS:
+            value, source, detail = outcome
+            outcome = (value, source, f"{detail} (scored the last {MAX_TEXT_CHARS:,} of {len(response):,} characters)")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _outcome_or_invalid(score: Callable[[], Outcome]) -> Outcome | InvalidInput:
+    try:
+        return score()
+    except InvalidInput as exc:
+        return exc
+
+
 def _outcome(reply: dict[str, Any], limits: Limits) -> Outcome:
     """The child's reply as (value, source, detail); InvalidInput for a scorer's configuration error."""
     if "ok" in reply:
@@ -428,6 +490,7 @@ def _serve() -> None:
     out.write(json.dumps({"ready": True}).encode() + b"\n")
     out.flush()
     for line in sys.stdin.buffer:
-        reply = _answer(json.loads(line))
-        out.write(json.dumps(reply, default=str).encode() + b"\n")
-        out.flush()
+        request = json.loads(line)
+        for one in request.get("many", [request]):  # a reply a line, each written when it is ready
+            out.write(json.dumps(_answer(one), default=str).encode() + b"\n")
+            out.flush()

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
+import weakref
 
 from sqlalchemy import bindparam
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from core.domain import scoring
 from core.domain.personas import Persona
 from core.domain.prompts import LibraryWording
-from core.domain.rewards import METHODS, score_or_error
+from core.domain.rewards import METHODS, RewardResult, scores_or_errors
 from core.domain.selection import Selection, entry_ids, select_entries
 from core.grpo.agent import AgentSettings, run_agent
 from core.grpo.conversation_rollouts import TurnKey, play_conversation
@@ -120,8 +123,7 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
         return
     method = METHODS.get(task.reward_method)
     if method is None or method.scored_by_function:  # an unknown method becomes an `error` reward here
-        reward = await asyncio.to_thread(score_or_error, task.reward_method, row.response, sample.reference,
-                                         task.reward_settings)
+        reward = await _scored_together(task.reward_method, task.reward_settings, row.response, sample.reference)
         row.reward, row.reward_source, row.reward_detail = reward.value, reward.source, reward.detail
         return
     unsure = False
@@ -135,6 +137,48 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
         row.reward, row.reward_source, row.reward_detail = verdict.value, "judge", verdict.detail
         row.suggested_reward, row.suggested_detail = verdict.value, verdict.detail
     _queue_if_needed(task, row, unsure, people)
+
+
+_asked: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list]] = weakref.WeakKeyDictionary()
+
+
+async def _scored_together(method: str, settings: dict | None, response: str | None,
+                           reference: str | None) -> RewardResult:
+    """score_or_error in a thread, for the responses the loop's tasks ask to score under the same method and settings
+    before its next pass all at once: split among the scoring processes, each share one round trip to one process
+    (scores_or_errors). A level's 500 rollouts reply together, and a thread and a round trip each cost the loop
+    more than the scores."""
+    loop = asyncio.get_running_loop()
+    pending = _asked.setdefault(loop, {})
+    key = json.dumps([method, settings or {}], sort_keys=True, default=str)
+    batch = pending.get(key)
+    if batch is None:
+        batch = pending[key] = []
+        loop.call_soon(_send, loop, key, method, settings)
+    future = loop.create_future()
+    batch.append(((response, reference), future))
+    return await future
+
+
+def _send(loop: asyncio.AbstractEventLoop, key: str, method: str, settings: dict | None) -> None:
+    """The batch asked for under `key`, a share to each scoring process, each share in a thread of its own."""
+    batch = _asked[loop].pop(key)
+    shares = max(1, min(scoring.limits().processes, len(batch)))
+    for part in (batch[i::shares] for i in range(shares)):
+        done = loop.run_in_executor(None, scores_or_errors, method, [answer for answer, _ in part], settings)
+        done.add_done_callback(functools.partial(_settle, [future for _, future in part]))
+
+
+def _settle(futures: list[asyncio.Future], done: asyncio.Future) -> None:
+    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+    results = [error] * len(futures) if error is not None else done.result()
+    for future, result in zip(futures, results, strict=True):
+        if future.done():
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
 
 
 def _queue_if_needed(task: Task, row: Rollout, unsure: bool, people: bool) -> None:
