@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import json
-import weakref
+from dataclasses import dataclass, field
 
 from sqlalchemy import bindparam
 from sqlalchemy.engine import Engine
@@ -30,6 +30,7 @@ from core.models.judge import judge_response
 from core.records.labeling import labels_per_rollout, needs_person
 from core.records.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
 from storage.db import session_scope
+from storage.loop_batches import Batch, asked_together, queues, settle
 from storage.statuses import LabelStatus
 from storage.tables import Rollout, Sample, Task, utcnow
 from storage.writes import written_or_stored_together
@@ -139,33 +140,35 @@ async def _assign_reward(gateway: Gateway, task: Task, sample: Sample, row: Roll
     _queue_if_needed(task, row, unsure, people)
 
 
-_asked: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Scoring:
+    """What makes the scores asked for in one pass one batch: the method and its settings (compared as sorted JSON)."""
+
+    method: str
+    key: str
+    settings: dict | None = field(compare=False, hash=False)
+
+
+_scores = queues()
 
 
 async def _scored_together(method: str, settings: dict | None, response: str | None,
                            reference: str | None) -> RewardResult:
     """score_or_error in a thread, for the responses the loop's tasks ask to score under the same method and settings
-    before its next pass all at once: split among the scoring processes, each share one round trip to one process
-    (scores_or_errors). A level's 500 rollouts reply together, and a thread and a round trip each cost the loop
-    more than the scores."""
+    before its next pass all at once (storage.loop_batches): split among the scoring processes, each share one round
+    trip to one process (scores_or_errors). A level's 500 rollouts reply together, and a thread and a round trip
+    each cost the loop more than the scores."""
+    group = _Scoring(method, json.dumps([method, settings or {}], sort_keys=True, default=str), settings)
+    return await asked_together(_scores, group, (response, reference), _send)
+
+
+def _send(group: _Scoring, batch: Batch) -> None:
+    """The batch asked for under `group`, a share to each scoring process, each share in a thread of its own."""
     loop = asyncio.get_running_loop()
-    pending = _asked.setdefault(loop, {})
-    key = json.dumps([method, settings or {}], sort_keys=True, default=str)
-    batch = pending.get(key)
-    if batch is None:
-        batch = pending[key] = []
-        loop.call_soon(_send, loop, key, method, settings)
-    future = loop.create_future()
-    batch.append(((response, reference), future))
-    return await future
-
-
-def _send(loop: asyncio.AbstractEventLoop, key: str, method: str, settings: dict | None) -> None:
-    """The batch asked for under `key`, a share to each scoring process, each share in a thread of its own."""
-    batch = _asked[loop].pop(key)
     shares = max(1, min(scoring.limits().processes, len(batch)))
     for part in (batch[i::shares] for i in range(shares)):
-        done = loop.run_in_executor(None, scores_or_errors, method, [answer for answer, _ in part], settings)
+        done = loop.run_in_executor(None, scores_or_errors, group.method, [answer for answer, _ in part],
+                                    group.settings)
         done.add_done_callback(functools.partial(_settle, [future for _, future in part]))
 
 
@@ -173,12 +176,10 @@ def _settle(futures: list[asyncio.Future], done: asyncio.Future) -> None:
     error = done.exception() if not done.cancelled() else asyncio.CancelledError()
     results = [error] * len(futures) if error is not None else done.result()
     for future, result in zip(futures, results, strict=True):
-        if future.done():
-            continue
         if isinstance(result, BaseException):
-            future.set_exception(result)
+            settle(future, error=result)
         else:
-            future.set_result(result)
+            settle(future, result=result)
 
 
 def _queue_if_needed(task: Task, row: Rollout, unsure: bool, people: bool) -> None:
