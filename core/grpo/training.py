@@ -497,9 +497,8 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
             raise _Stop()
     _tick(ctx)
     with session_scope(ctx.engine) as session:
-        scored = session.exec(select(Rollout.reward, Rollout.reward_source, Rollout.error)  # not 500 rows' messages
-                              .where(Rollout.step_id == step.id)).all()
-        rewards = [r.reward for r in scored if is_answered(r)]
+        rewards = list(session.exec(select(Rollout.reward)  # the rewards alone, not 500 rows with their messages
+                                    .where(Rollout.step_id == step.id, queries.answered())).all())
         row = session.get(Step, step.id)
         row.reward_mean = statistics.fmean(rewards) if rewards else None
         row.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0 if rewards else None
