@@ -81,10 +81,16 @@ def written_or_stored(engine: Engine, row: M, **key) -> M:
     with engine.begin() as connection:
         fence(connection)
         found = connection.execute(_insert_once(type(row).__table__, dialect), _values(row)).first()
-    if found is None:
+    return _inserted_or_found(engine, row, found, key)
+
+
+def _inserted_or_found(engine: Engine, row: M, inserted, key: dict) -> M:
+    """After an INSERT ... ON CONFLICT DO NOTHING RETURNING id: `row` as inserted, or the row another writer stored
+    under the same natural `key` (nothing returned)."""
+    if inserted is None:
         with Session(engine, expire_on_commit=False) as session:
             return stored(session, type(row), **key)
-    return _as_inserted(row, found[0])
+    return _as_inserted(row, inserted[0])
 
 
 @functools.cache
@@ -112,10 +118,7 @@ async def written_or_stored_together(engine: Engine, row: M, **key) -> M:
         return written_or_stored(engine, row, **key)
     statement, values = _insert_once(type(row).__table__, dialect), _values(row)
     found = await committed(engine, lambda connection: connection.execute(statement, values).first())
-    if found is None:
-        with Session(engine, expire_on_commit=False) as session:
-            return stored(session, type(row), **key)
-    return _as_inserted(row, found[0])
+    return _inserted_or_found(engine, row, found, key)
 
 
 async def updated_by_id_together(engine: Engine, model: type[SQLModel], row_id: int, **values) -> None:
