@@ -358,16 +358,22 @@ def score_in_child(scorer: Callable, response: str, reference: str, settings: di
     raises (a configuration mistake) is raised here again; only the response's last MAX_TEXT_CHARS
     characters are scored.
     """
-    length = len(response)
-    if length > MAX_TEXT_CHARS:
-        response = response[-MAX_TEXT_CHARS:]
     pool = _current_pool()
-    payload = {"fn": _function_name(scorer), "args": [response, reference, settings],
-               "cpu_s": math.ceil(pool.limits.time_s) + 2}
-    value, source, detail = _outcome(pool.run(payload), pool.limits)
-    if length > MAX_TEXT_CHARS:
-        detail += f" (scored the last {MAX_TEXT_CHARS:,} of {length:,} characters)"
-    return value, source, detail
+    return _clipped(_outcome(pool.run(_payload(_function_name(scorer), response, reference, settings, pool.limits)),
+                             pool.limits), response)
+
+
+def _payload(name: str, response: str, reference: str, settings: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """A scoring process's request: the scorer by name and its arguments, only the response's last MAX_TEXT_CHARS."""
+    return {"fn": name, "args": [response[-MAX_TEXT_CHARS:], reference, settings], "cpu_s": math.ceil(limits.time_s) + 2}
+
+
+def _clipped(outcome: Outcome, response: str) -> Outcome:
+    """The outcome, its detail saying so when only the response's last MAX_TEXT_CHARS characters were scored."""
+    if len(response) <= MAX_TEXT_CHARS:
+        return outcome
+    value, source, detail = outcome
+    return value, source, f"{detail} (scored the last {MAX_TEXT_CHARS:,} of {len(response):,} characters)"
 
 
 def score_many_in_child(scorer: Callable, items: list[tuple[str, str, dict[str, Any]]]) -> list[Outcome | InvalidInput]:
@@ -379,19 +385,14 @@ def score_many_in_child(scorer: Callable, items: list[tuple[str, str, dict[str, 
         return [_outcome_or_invalid(lambda: score_in_child(scorer, *items[0]))]
     pool = _current_pool()
     name = _function_name(scorer)
-    replies = pool.run_many([{"fn": name, "args": [response[-MAX_TEXT_CHARS:], reference, settings],
-                              "cpu_s": math.ceil(pool.limits.time_s) + 2} for response, reference, settings in items])
+    replies = pool.run_many([_payload(name, *item, pool.limits) for item in items])
     outcomes: list[Outcome | InvalidInput] = []
     for item, reply in zip(items, replies, strict=True):
         if "redo" in reply:  # after a costly one or a process that died: alone, within its own limits
             outcomes.append(_outcome_or_invalid(lambda item=item: score_in_child(scorer, *item)))
-            continue
-        outcome = _outcome_or_invalid(lambda reply=reply: _outcome(reply, pool.limits))
-        response = item[0]
-        if not isinstance(outcome, InvalidInput) and len(response) > MAX_TEXT_CHARS:
-            value, source, detail = outcome
-            outcome = (value, source, f"{detail} (scored the last {MAX_TEXT_CHARS:,} of {len(response):,} characters)")
-        outcomes.append(outcome)
+        else:
+            outcomes.append(_outcome_or_invalid(lambda reply=reply, item=item: _clipped(_outcome(reply, pool.limits),
+                                                                                         item[0])))
     return outcomes
 
 
