@@ -592,12 +592,24 @@ def score(method: str, response: str, reference: str | None, settings: dict | No
         known = ", ".join(sorted(name for name, m in METHODS.items() if m.scored_by_function))
         raise InvalidInput(f"unknown reward method {method!r}; known methods: {known}")
     settings = dict(settings or {})
+    if missing := _missing_reference(method, found, reference, settings):
+        raise InvalidInput(missing)
+    if (scorer := _isolated_scorer(found)) is not None:
+        return RewardResult(*scoring.score_in_child(scorer, response or "", str(reference or ""), settings))
+    return found.score(response or "", str(reference or ""), settings)
+
+
+def _missing_reference(method: str, found: RewardMethod, reference: str | None, settings: dict) -> str | None:
+    """Why `reference` cannot be scored against (the method needs one and no setting stands in for it), or None."""
     has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
     if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
-        raise InvalidInput(f"reward method {method!r} needs a reference answer")
-    if found.isolated and isinstance(found, Method) and found.scorer is not None:
-        return RewardResult(*scoring.score_in_child(found.scorer, response or "", str(reference or ""), settings))
-    return found.score(response or "", str(reference or ""), settings)
+        return f"reward method {method!r} needs a reference answer"
+    return None
+
+
+def _isolated_scorer(found: RewardMethod) -> Callable | None:
+    """The scorer a method runs in a scoring process (core.domain.scoring), or None where it scores in place."""
+    return found.scorer if found.isolated and isinstance(found, Method) and found.scorer is not None else None
 
 
 def scores_or_errors(method: str, answers: list[tuple[str | None, str | None]],
@@ -606,19 +618,19 @@ def scores_or_errors(method: str, answers: list[tuple[str | None, str | None]],
     one round trip to a scoring process (core.domain.scoring.score_many_in_child): the rollouts of a training level
     are scored together, and a round trip each was most of a score's cost."""
     found = METHODS.get(method)
-    if not (found is not None and found.isolated and isinstance(found, Method) and found.scorer is not None):
+    scorer = _isolated_scorer(found) if found is not None else None
+    if scorer is None:
         return [score_or_error(method, response, reference, settings) for response, reference in answers]
     settings = dict(settings or {})
     results: list[RewardResult | None] = [None] * len(answers)
     asked: list[int] = []
     for i, (_response, reference) in enumerate(answers):
-        has_setting = bool(found.reference_setting and settings.get(found.reference_setting))
-        if found.needs_reference and (reference is None or not str(reference).strip()) and not has_setting:
-            results[i] = RewardResult(0.0, "error", f"reward method {method!r} needs a reference answer")
+        if missing := _missing_reference(method, found, reference, settings):
+            results[i] = RewardResult(0.0, "error", missing)
         else:
             asked.append(i)
-    outcomes = scoring.score_many_in_child(found.scorer, [(answers[i][0] or "", str(answers[i][1] or ""), settings)
-                                                          for i in asked]) if asked else []
+    outcomes = scoring.score_many_in_child(scorer, [(answers[i][0] or "", str(answers[i][1] or ""), settings)
+                                                    for i in asked]) if asked else []
     for i, outcome in zip(asked, outcomes, strict=True):
         results[i] = (RewardResult(0.0, "error", str(outcome)) if isinstance(outcome, InvalidInput)
                       else RewardResult(*outcome))
