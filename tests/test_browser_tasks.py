@@ -48,8 +48,8 @@ def upload(page, name: str, data: bytes) -> None:
     header = data.split(b"\n", 1)[0].decode().replace(",", ", ")
     expect(page.locator("[data-testid='stCode'] code").filter(
         has_text=re.compile(f"^{re.escape(header)}$"))).to_have_count(1)
+    wait_for_app(page)  # the previous run's copies gone, so each sign below is on the page once
     expect(page.get_by_text("Check the file to see a preview")).to_be_visible()
-    wait_for_app(page)
 
 
 def test_an_uploaded_file_is_checked_previewed_and_added(tmp_path):
