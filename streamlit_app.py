@@ -34,6 +34,7 @@ from ui.common import (
     Outcome,
     acting_person,
     default_reviewer,
+    keep_open_context,
     keep_valid_choice,
     plain,
     refusal,
@@ -186,6 +187,7 @@ def sidebar(url: str, required: bool) -> None:
     reload or a shared link opens the same ones), who acts, the worker, the database and the default model."""
     with Session(engine()) as session:
         tasks = [t.name for t in queries.list_tasks(session)]
+    keep_open_context()
     with st.sidebar:
         task = None
         if tasks:

@@ -228,6 +228,25 @@ def test_quick_trial_opens_train_with_the_quick_preset_filled(engine):
     assert at.session_state["task"] == POLICY_TASK  # the default model is the embedded one: the policies demo
 
 
+def test_a_page_a_button_opened_keeps_the_asked_task_over_the_browsers_value_from_before_the_click(engine):
+    """The switch's rerun can carry the sidebar's value from before the click, and a browser's widget value beats
+    the session's: a first visit's Quick trial once opened Train on the first task (the arithmetic demo) instead
+    of the shop demo (CI). The task and library asked for are kept until the page has drawn."""
+    from ui.common import LIBRARY_KEY, OPEN_CONTEXT_KEY, TASK_KEY
+
+    at = run_app()
+    assert at.selectbox(key=TASK_KEY).value == DEMO_TASK  # a first visit: the first task
+    at.session_state[OPEN_CONTEXT_KEY] = {TASK_KEY: POLICY_TASK, LIBRARY_KEY: "default"}  # as the button left it
+    at.selectbox(key=TASK_KEY).set_value(DEMO_TASK)  # the browser's value from before the click
+    switch(at, "pages/train.py")
+
+    assert at.session_state[TASK_KEY] == POLICY_TASK and at.selectbox(key=TASK_KEY).value == POLICY_TASK
+    assert OPEN_CONTEXT_KEY not in at.session_state  # taken: the sidebar is the person's again
+    at.selectbox(key=TASK_KEY).set_value(SUPPORT_TASK).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state[TASK_KEY] == SUPPORT_TASK
+
+
 def test_on_another_default_model_the_quick_trial_keeps_the_chosen_task(engine, monkeypatch):
     from core.settings import get_settings
 

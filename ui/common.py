@@ -87,7 +87,8 @@ def run_page(page: Callable[[], None]) -> None:
         return
     if _IN_STUDIO.get():
         page()
-        st.session_state.pop(OPEN_ADDRESS_KEY, None)  # a drawn page has taken what it shows of it
+        for key in (OPEN_ADDRESS_KEY, OPEN_CONTEXT_KEY):  # a drawn page has taken what it shows of them
+            st.session_state.pop(key, None)
         return
     code = compile(ENTRY_SCRIPT.read_text(encoding="utf-8"), str(ENTRY_SCRIPT), "exec")
     exec(code, {"__name__": "__main__", "__file__": str(ENTRY_SCRIPT)})  # noqa: S102  (our own entry script)
@@ -374,6 +375,7 @@ def run_action(flash: Flash, section: str, action: Callable[..., Any], *args: An
 LABEL_TAB_KEY = "label_tab"  # the Labeling page's tabs, bound to the URL as ?label_tab=Agreement (pages/labeling.py)
 OPEN_REQUEST_KEY = "_open_request"  # the page and address a to-do button asked for (open_in_context)
 OPEN_ADDRESS_KEY = "_open_address"  # that address, until the page it opened has drawn (follow_open_request)
+OPEN_CONTEXT_KEY = "_open_context"  # the task and library it asked for, until then too (keep_open_context)
 
 
 def open_in_context(page: str, task: str, library: str | None = None, params: dict[str, int] | None = None,
@@ -387,14 +389,23 @@ def open_in_context(page: str, task: str, library: str | None = None, params: di
     the address; forgetting that this session wrote them there lets the page's id_select take them (a
     session that had shown run 3 before would otherwise ignore ?run=3 and fall back to its default). The
     switch itself waits for the page run (follow_open_request): in a callback the pages are not known yet."""
-    st.session_state[TASK_KEY] = task
-    if library is not None:
-        st.session_state[LIBRARY_KEY] = library
+    asked = {TASK_KEY: task} if library is None else {TASK_KEY: task, LIBRARY_KEY: library}
+    st.session_state.update(asked)
+    st.session_state[OPEN_CONTEXT_KEY] = asked
     st.session_state.update(state or {})
     written = st.session_state.setdefault(URL_WRITTEN_KEY, {})
     for param in params or {}:
         written.pop(param, None)
     st.session_state[OPEN_REQUEST_KEY] = (page, {param: str(value) for param, value in (params or {}).items()})
+
+
+def keep_open_context() -> None:
+    """Before the sidebar's task and library draw: the ones a button opened this page on (open_in_context),
+    until that page has drawn. The switch's rerun can carry the browser's widget values from before the click,
+    and a widget value from the browser beats the session's; a first visit's Quick trial once trained the
+    sidebar's first task instead of the shop demo (CI, tests/test_browser_first_visit.py). A value the code
+    sets in this run beats both."""
+    st.session_state.update(st.session_state.get(OPEN_CONTEXT_KEY) or {})
 
 
 def follow_open_request() -> None:
