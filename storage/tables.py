@@ -115,9 +115,9 @@ class Library(SQLModel, table=True):
     ab_share: float | None = None
     # Which entries an agent is shown per query (core.domain.selection): `all` (the paper's behaviour) or
     # `top_k`, the `selection_k` most similar to the query by BM25. The defaults repeat core's, which storage
-    # may not import.
+    # may not import; the server default is the k migration 0012 gave the libraries that existed then.
     selection: str = Field(default="all", sa_column=Column(AutoString, nullable=False, server_default="all"))
-    selection_k: int = Field(default=3, sa_column=Column(Integer, nullable=False, server_default="3"))
+    selection_k: int = Field(default=2, sa_column=Column(Integer, nullable=False, server_default="3"))
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -10,6 +10,7 @@ from contextlib import closing
 from pathlib import Path
 
 from bench.learning_effect import main, read_records
+from core.domain.selection import DEFAULT_K
 from tests.conftest import per_query
 
 TRAIN = [{"question": f"Tom has {n} apples and buys {n + 1} more. How many apples does he have?", "answer": 2 * n + 1}
@@ -113,11 +114,11 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
         (stored,) = db.execute("SELECT settings FROM run").fetchone()
     stored = json.loads(stored)
     assert stored["examples"] is True and stored["lessons"] is False and stored["reference_when_all_fail"] is True
-    assert stored["hold_flagged"] is True and stored["selection"] == {"mode": "top_k", "k": 3}
+    assert stored["hold_flagged"] is True and stored["selection"] == {"mode": "top_k", "k": DEFAULT_K}
     assert stored["learner_model"].startswith("local/") and stored["gate"] == "no_worse"
     assert rows["default"]["switches"] == result["default_path"]["switches"] == {
         "examples": True, "lessons": False, "reference_when_all_fail": True, "hold_flagged": True,
-        "selection": "top_k 3"}
+        "selection": f"top_k {DEFAULT_K}"}
     assert rows["default"]["changes"] == []
     assert rows["default+lessons"]["changes"] == ["lessons on"]
     assert rows["default-hold"]["changes"] == ["hold_flagged off"]
@@ -159,7 +160,7 @@ def test_one_row_per_arm_with_figures_gate_decisions_and_the_goal(tmp_path, caps
     assert lines[chosen + 1].strip().startswith("worked examples: on. ")
     assert lines[chosen + 2].strip().startswith("lessons: off. ")
     assert lines[chosen + 4].strip().startswith("example replies by the learner: off. ")
-    assert lines[chosen + 5].strip().startswith("entries per query: the 3 entries most similar")
+    assert lines[chosen + 5].strip().startswith(f"entries per query: the {DEFAULT_K} entries most similar")
     assert any(line.startswith("default: run") and "gate no_worse: passed" in line for line in lines)
     assert any(line.startswith("default: run") and "refused before the gate: invalid, or flagged)" in line
                for line in lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
+from core.domain.selection import DEFAULT_K
 from core.records.run_defaults import EXAMPLES_FIGURE
 from core.records.run_settings import run_settings
 from core.records.tasks import POLICY_TASK, ensure_demo_tasks
@@ -29,7 +30,7 @@ def test_train_on_the_embedded_learner_prints_the_chosen_defaults_and_a_flag_ove
     assert "learning from the reference where every attempt failed: on." in out
     first = stored(engine, 1)
     assert (first.examples, first.lessons, first.reference_when_all_fail) == (True, False, True)
-    assert first.selection == {"mode": "top_k", "k": 3}
+    assert first.selection == {"mode": "top_k", "k": DEFAULT_K}
 
     code, _, out = cli("train", "--task", POLICY_TASK, "--queue", "--lessons", "--no-examples",
                        "--max-tokens", "200", "--learner-max-tokens", "300")

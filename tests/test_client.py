@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from core.domain.selection import DEFAULT_K
 from core.records.serving import ServedLibrary, ServedSelection
 from core.records.versions import export_version
 
@@ -400,7 +401,7 @@ def test_entries_for_a_query_are_cached_per_query_and_revalidated_with_the_etag(
     stub.publish_selection(107, PRICE_QUERY, [("E3", "Price times one minus the discount.")])
     client = make_client(ttl_s=0.3)
 
-    assert client.get_library(TASK).selection == {"mode": "all", "k": 3}
+    assert client.get_library(TASK).selection == {"mode": "all", "k": DEFAULT_K}
     train = client.get_entries(TASK, TRAIN_QUERY)
     assert (train.source, train.version_id, train.query) == ("server", 107, TRAIN_QUERY)
     assert train.entry_ids == ("E4", "E1") and train.experiences == ("Distance is speed times time.",

@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 
 from core.domain.library import EXAMPLE, MAX_EXAMPLES, MAX_EXAMPLES_TOP_K, ProposedOp
 from core.domain.quality import screen_ops
+from core.domain.selection import DEFAULT_K
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run_with_defaults, execute_run
 from core.records.review import operation_kind, step_flags
@@ -24,7 +25,7 @@ from storage.tables import AuditEvent, Operation, Step
 
 EMBEDDED = "local/qwen2.5-coder-0.5b"
 HOSTED = "openai/gpt-4o-mini"
-TOP_3 = {"mode": "top_k", "k": 3}
+TOP_K = {"mode": "top_k", "k": DEFAULT_K}
 SWITCHES = ("examples", "lessons", "reference_when_all_fail")
 NO_POLICY = "Thank you for your message. I will look into it for you."
 
@@ -45,7 +46,7 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     ensure_policy_task(engine)
     settings, choices = chosen(engine, POLICY_TASK, {"learner_model": EMBEDDED})
     assert switches(settings) == (True, False, True)
-    assert settings.selection == TOP_3
+    assert settings.selection == TOP_K
     assert set(choices) == {*SWITCHES, "selection", "max_examples", "learner_replies"}
     assert settings.learner_replies is False and "used 0 times for 51 examples" in choices["learner_replies"].reason
     assert choices["examples"].line().startswith("worked examples: on. On: worked examples made from the reference")
@@ -53,7 +54,7 @@ def test_the_embedded_learner_gets_the_measured_defaults_each_with_its_figure(en
     assert "-0.125 [-0.375, +0.083]" in choices["lessons"].reason and "+0.017 [-0.050, +0.083]" in choices["lessons"].reason
     assert choices["lessons"].line().startswith("lessons: off.")
     assert "0.000" in choices["reference_when_all_fail"].reason
-    assert choices["selection"].line().startswith("entries per query: the 3 entries most similar to the query")
+    assert choices["selection"].line().startswith(f"entries per query: the {DEFAULT_K} entries most similar to the query")
     # a RunSettings says what it sets explicitly (model_fields_set): the same defaults for what it leaves out
     settings, _choices = chosen(engine, POLICY_TASK, RunSettings(learner_model=EMBEDDED, epochs=1))
     assert switches(settings) == (True, False, True) and settings.epochs == 1
@@ -112,10 +113,10 @@ def test_a_run_with_the_defaults_gives_its_library_top_k_unless_a_person_chose_t
     assert choices[-1].line().startswith(f"worked examples kept: {MAX_EXAMPLES_TOP_K}. Each query is shown only")
     with Session(engine) as session:
         [event] = session.exec(select(AuditEvent).where(AuditEvent.action == "library.selection")).all()
-    assert run.settings["selection"] == TOP_3 and run.settings["examples"] and not run.settings["lessons"]
-    assert library_selection(engine, DEMO_TASK).as_dict() == TOP_3  # what the run measures, the library serves
+    assert run.settings["selection"] == TOP_K and run.settings["examples"] and not run.settings["lessons"]
+    assert library_selection(engine, DEMO_TASK).as_dict() == TOP_K  # what the run measures, the library serves
     assert (event.actor, event.before, event.after) == (
-        "cli", {"mode": "all", "k": 3}, {**TOP_3, "reason": f"chosen with run {run_id}'s settings"})
+        "cli", {"mode": "all", "k": DEFAULT_K}, {**TOP_K, "reason": f"chosen with run {run_id}'s settings"})
 
     set_selection(engine, DEMO_TASK, "default", "all", None, "alice")  # a person's choice, recorded
     run_id, choices = create_run_with_defaults(engine, DEMO_TASK, {"learner_model": EMBEDDED, "epochs": 1})
@@ -123,7 +124,7 @@ def test_a_run_with_the_defaults_gives_its_library_top_k_unless_a_person_chose_t
     assert choices[-1].field == "max_examples" and choices[-1].value == MAX_EXAMPLES  # every entry shown: small
     assert "every query all its entries" in choices[-1].reason
     with Session(engine) as session:
-        assert queries.run_by_id(session, run_id).settings["selection"] == {"mode": "all", "k": 3}
+        assert queries.run_by_id(session, run_id).settings["selection"] == {"mode": "all", "k": DEFAULT_K}
         assert queries.run_by_id(session, run_id).settings["max_examples"] == MAX_EXAMPLES
     assert not library_selection(engine, DEMO_TASK).chooses
 
@@ -139,7 +140,7 @@ def test_a_person_choosing_the_stored_selection_is_recorded_once(engine, demo_ta
     set_selection(engine, DEMO_TASK, "default", "all", None, "alice")  # no change: no second event
     with Session(engine) as session:
         events = session.exec(select(AuditEvent).where(AuditEvent.action == "library.selection")).all()
-    assert [(e.actor, e.before, e.after) for e in events] == [("alice", {"mode": "all", "k": 3}, {"mode": "all", "k": 3})]
+    assert [(e.actor, e.before, e.after) for e in events] == [("alice", {"mode": "all", "k": DEFAULT_K}, {"mode": "all", "k": DEFAULT_K})]
 
 
 # --- auto review finishes ------------------------------------------------------------------------------------------

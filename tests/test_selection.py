@@ -16,7 +16,14 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core import cli
-from core.domain.selection import Selection, ranked_entries, ranking_text, scored_entries, select_entries
+from core.domain.selection import (
+    DEFAULT_K,
+    Selection,
+    ranked_entries,
+    ranking_text,
+    scored_entries,
+    select_entries,
+)
 from core.errors import InvalidInput
 from core.grpo.attribution import create_attribution, experience_effects
 from core.grpo.comparison_pair import comparison_pair
@@ -119,7 +126,7 @@ def test_a_bad_selection_is_refused_naming_what_is_wrong(mode, k, words):
 
 
 def test_changing_the_selection_is_checked_and_audited(engine, demo_task):
-    assert library_selection(engine, DEMO_TASK) == Selection()  # the default: all, k 3
+    assert library_selection(engine, DEMO_TASK) == Selection()  # the default: all, k DEFAULT_K
     with pytest.raises(InvalidInput, match="k must be"):
         set_selection(engine, DEMO_TASK, "default", "top_k", 0, "alice")
     assert set_selection(engine, DEMO_TASK, "default", "top_k", 2, "alice") == Selection.build("top_k", 2)
@@ -127,7 +134,7 @@ def test_changing_the_selection_is_checked_and_audited(engine, demo_task):
     with Session(engine) as session:
         events = session.exec(select(AuditEvent).where(AuditEvent.action == "library.selection")).all()
     assert [(e.actor, e.before, e.after) for e in events] == [
-        ("alice", {"mode": "all", "k": 3}, {"mode": "top_k", "k": 2})]
+        ("alice", {"mode": "all", "k": DEFAULT_K}, {"mode": "top_k", "k": 2})]
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
+from core.domain.selection import DEFAULT_K
 from core.grpo.training import RunSettings, create_run
 from core.records.progress import PYTHON_TURNS
 from core.records.review import decide_step
@@ -492,7 +493,7 @@ def test_the_form_starts_from_the_defaults_chosen_for_the_embedded_learner_and_s
     assert "- worked examples: on. On: worked examples made from the reference" in notice
     assert EXAMPLES_FIGURE in notice and "- lessons: off. Off:" in notice
     assert "-0.125 [-0.375, +0.083]" in notice
-    assert "- entries per query: the 3 entries most similar to the query" in notice
+    assert f"- entries per query: the {DEFAULT_K} entries most similar to the query" in notice
     at.button(key="train_submit").click()
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -500,8 +501,8 @@ def test_the_form_starts_from_the_defaults_chosen_for_the_embedded_learner_and_s
     (run,) = all_runs(engine)
     s = run.settings
     assert (s["examples"], s["lessons"], s["reference_when_all_fail"]) == (True, False, True)
-    assert s["selection"] == {"mode": "top_k", "k": 3}
-    assert library_selection(engine, DEMO_TASK).as_dict() == {"mode": "top_k", "k": 3}
+    assert s["selection"] == {"mode": "top_k", "k": DEFAULT_K}
+    assert library_selection(engine, DEMO_TASK).as_dict() == {"mode": "top_k", "k": DEFAULT_K}
 
 
 def test_the_switches_follow_the_learner_unless_changed_by_hand(engine, no_provider_keys, monkeypatch):

@@ -20,7 +20,7 @@ from enum import StrEnum
 from core.domain.library import EXAMPLE, kind_of
 from core.errors import InvalidInput
 
-DEFAULT_K = 3  # the default for worked examples: a few relevant ones, not the whole library
+DEFAULT_K = 2  # a few worked examples, not the whole library: 2 beat 3 on the shop's development messages
 MAX_K = 30  # no more than a library may hold (core.domain.library.MAX_EXPERIENCES)
 STOPWORDS = "en"  # words such as "the" and "how" say nothing about which entry fits a query
 _TAUGHT = (" Steps: ", " Answer: ")  # where a worked example's problem ends and what it teaches begins

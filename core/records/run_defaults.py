@@ -42,12 +42,12 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on both knowledge tasks, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.438 to +0.531 over four seeds (each p < 0.005) on the shop-policies demo's 16 held-out "
-                   "messages and +0.594 to +0.656 over three (each p < 0.001) on Fernhill, a second task frozen "
-                   "before tuning, no message worse, each trained on 16 messages with train's defaults in 2 to 4.5 "
+EXAMPLES_FIGURE = ("+0.406 to +0.562 over four seeds (each p < 0.01) on the shop-policies demo's 16 held-out "
+                   "messages and +0.594 to +0.656 over three (each p ≤ 0.001) on Fernhill, a second task frozen "
+                   "before tuning, no message worse, each trained on 16 messages with train's defaults in 2 to 4 "
                    "minutes on 2 cores")
-EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its 3 most "
-               f"similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
+EXAMPLES_ON = ("On: worked examples made from the reference where every attempt failed, each query shown its "
+               f"{DEFAULT_K} most similar, lifted the embedded agent by {EXAMPLES_FIGURE}.")
 LESSONS_OFF = ("Off: the embedded learner's lessons retell problems instead of teaching, and moved the agent by "
                "+0.000 on the shop-policies demo, -0.125 [-0.375, +0.083] on arithmetic and +0.017 [-0.050, +0.083] "
                "on 60 GSM8K problems (no detectable difference).")
@@ -70,8 +70,8 @@ REPLIES_LEARNER = ("On: the learner writes each example's reply, checked against
                    "where it fails.")
 CAP_TOP_K = (f"Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
              "costs no prompt length, and the cap serves coverage (one example per need); retrieval stayed right up "
-             "to 28 examples (bench/retrieval_cap.py: 14-15 of 16 held-out shop messages shown every fact of their "
-             "reference from 8 to 28 examples).")
+             "to 28 examples (bench/retrieval_cap.py, top_k 2: 11-14 of 16 held-out shop messages shown every fact "
+             "of their reference from 8 to 28 examples, 9 at 6).")
 CAP_ALL = ("The library shows every query all its entries, so each example lengthens every prompt; "
            "a small library, one example per need.")
 
