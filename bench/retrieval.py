@@ -173,8 +173,8 @@ def measure(dataset: Dataset, rank: Ranker) -> dict:
             key = " + ".join(sorted(case.labels))
             missed[key] = missed.get(key, 0) + 1
     n = len(dataset.cases)
-    return {"queries": n, "examples": len(labels), "first": first, "top3": top,
-            "first_share": first / n if n else None, "top3_share": top / n if n else None,
+    return {"queries": n, "examples": len(labels), "first": first, "top_k": top,
+            "first_share": first / n if n else None, "top_k_share": top / n if n else None,
             "missed_first": dict(sorted(missed.items()))}
 
 
@@ -213,10 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         for method, rank in methods.items():
             results.append({"dataset": dataset.name, "method": method, **measure(dataset, rank)})
     print()
-    print(f"{'dataset':<14} {'method':<18} {'queries':>7} {'examples':>8} {'own first':>13} {f'all own in top {DEFAULT_K}':>17}")
+    print(f"{'dataset':<14} {'method':<18} {'queries':>7} {'examples':>8} {'own first':>13} "
+          f"{f'all own in top {DEFAULT_K}':>17}")
     for row in results:
         print(f"{row['dataset']:<14} {row['method']:<18} {row['queries']:>7} {row['examples']:>8} "
-              f"{row['first']:>4} ({row['first_share']:>5.1%}) {row['top3']:>6} ({row['top3_share']:>6.1%})")
+              f"{row['first']:>4} ({row['first_share']:>5.1%}) {row['top_k']:>6} ({row['top_k_share']:>6.1%})")
     for row in results:
         if row["dataset"] == "shop policies":
             misses = ", ".join(f"{label} {n}" for label, n in row["missed_first"].items())

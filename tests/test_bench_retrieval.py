@@ -27,7 +27,7 @@ def test_the_figures_are_the_share_of_queries_whose_own_example_ranks_first_and_
                              [retrieval.Case("pears please", frozenset({"a"})),
                               retrieval.Case("a boat on a river", frozenset({"a", "b"}))])
     figures = retrieval.measure(data, retrieval.bm25_rankings)
-    assert (figures["first"], figures["top3"], figures["queries"]) == (2, 2, 2)
+    assert (figures["first"], figures["top_k"], figures["queries"]) == (2, 2, 2)
     assert retrieval.main(["--json", str(tmp_path / "r.json")]) == 0
     rows = json.loads((tmp_path / "r.json").read_text())["results"]
     assert {(row["dataset"], row["method"]) for row in rows} >= {("shop policies", "BM25 (default)"),
