@@ -17,7 +17,7 @@ example; never the test split) under each variant (comma-separated, `+` combines
 - `intro`: the examples' intro saying they are other people's messages, and to use the one that asks what the
   message asks (core.domain.prompts.EXAMPLES_INTRO's candidate, set as the task's intro);
 - `k2`, `k1`: each message shown its 2 (or 1) most similar examples instead of 3 (the default selection when this
-  was measured; `k2` became the default at stop 57, core.domain.selection.DEFAULT_K);
+  was measured; 2 is the default now, core.domain.selection.DEFAULT_K);
 - `first`: the most similar example shown first instead of last, next to the message.
 
     PYTHONPATH=. .venv/bin/python bench/example_choice.py --variants old,reply+rank,reply+rank+intro

@@ -28,9 +28,10 @@ KINDS = (LESSON, EXAMPLE)
 EXAMPLE_MAX_WORDS = 120
 EXAMPLE_MAX_CHARS = 1000
 MAX_EXAMPLES = 6  # the most worked examples a library holds by default (RunSettings.max_examples) when all are shown
-# With top_k selection a query is shown its few nearest entries (selection.DEFAULT_K), so size costs no prompt length; the cap is as large
-# as retrieval stays right: bench/retrieval_cap.py measured, with top_k 2, 11-14 of 16 held-out messages shown every
-# fact of their reference from 8 to 28 examples (9 of 16 at 6; with top_k 3, 14-16 from 8 on). Also an import's limit.
+# With top_k selection a query is shown its few nearest entries (selection.DEFAULT_K), so size costs no prompt
+# length; the cap is as large as retrieval stays no worse than at 6: bench/retrieval_cap.py measured, with top_k 2,
+# 11-14 of 16 held-out messages shown every fact of their reference from 8 to 28 examples (9 of 16 at 6; with
+# top_k 3, 14-16 from 8 on). Also an import's limit.
 MAX_EXAMPLES_TOP_K = 24
 
 

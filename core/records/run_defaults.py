@@ -69,7 +69,7 @@ REPLIES_TEMPLATE = ("Off: a sentence per fact of the reference, without asking t
 REPLIES_LEARNER = ("On: the learner writes each example's reply, checked against the reference; a sentence per fact "
                    "where it fails.")
 CAP_TOP_K = (f"Each query is shown only its {DEFAULT_K} nearest entries, so a larger library "
-             "costs no prompt length, and the cap serves coverage (one example per need); retrieval stayed right up "
+             "costs no prompt length, and the cap serves coverage (one example per need); retrieval got no worse up "
              "to 28 examples (bench/retrieval_cap.py, top_k 2: 11-14 of 16 held-out shop messages shown every fact "
              "of their reference from 8 to 28 examples, 9 at 6).")
 CAP_ALL = ("The library shows every query all its entries, so each example lengthens every prompt; "
