@@ -25,7 +25,7 @@ the training rows: the gate measures on them) and test queries, then:
    sets it:
    - `default`: the default path, nothing set beyond the sizes: what a person gets. For the embedded learner:
      worked examples on, a group where every attempt failed learning from its reference, lessons off,
-     flagged operations refused before the gate (hold_flagged on), the library's selection `top_k` (3);
+     flagged operations refused before the gate (hold_flagged on), the library's selection `top_k` (2);
    - `default+lessons`: the default path with lessons on (lessons and worked examples);
    - `default-hold`: the default path with hold_flagged off: flagged operations go to the gate like the others;
    - `paper`: lessons only, the paper's defaults (examples and the reference option off; the library shows

@@ -200,8 +200,8 @@ def _run_choices(task: Task, explicit: dict[str, Any], learner: str) -> list[Cho
 
 
 def _selection_choice(session: Session, task: Task, library_name: str, settings: RunSettings) -> Choice | None:
-    """`top_k` (3) for a library that will hold worked examples (this run proposes them, or its latest version
-    has some) and whose selection nobody chose; None where the library keeps its own."""
+    """`top_k` (selection.DEFAULT_K, 2) for a library that will hold worked examples (this run proposes them, or its
+    latest version has some) and whose selection nobody chose; None where the library keeps its own."""
     library = queries.library_by_name(session, task.id, library_name)
     if selection_chosen(session, library) or selection_of(library).chooses:
         return None
