@@ -21,10 +21,12 @@ from core.errors import InvalidInput
 from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.records.demo_data import DEMO_DIR, policy_rows
+from core.records.review import example_sources
 from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
 from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
 from storage import queries
 from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
+from tests.conftest import per_query
 
 POLICY_FILE = DEMO_DIR / "policy_messages.jsonl"
 TICKET = "ticket reference (PC- and the order number)"
@@ -357,6 +359,39 @@ def test_with_learner_replies_off_the_learner_is_not_asked_and_a_sentence_per_fa
     assert op.status == "applied" and answer_of(op) == ("Our return window is 45 days. Your ticket reference is "
                                                         "PC-48213, made of PC- and your order number.")
     assert "the run does not ask the learner for replies" in advantage.text
+
+
+@pytest.mark.parametrize("learner_replies", [False, True])
+def test_with_learner_replies_off_a_group_with_a_right_attempt_gets_its_example_from_the_reference(
+        engine, scripted, learner_replies):
+    """A mixed group on a task whose reward reads stated facts: with learner replies off (the embedded learner's
+    default) its example is the reference's sentences, not a compression of the right attempt, whose other
+    sentences nothing verifies (here an invented claim about logs); with them on, the learner compresses it."""
+    ensure_policy_task(engine)
+    right = ("According to the warehouse logs your boots can still come back: our return window is 45 days, and "
+             "your ticket reference is PC-48213.")
+    rollout = per_query(lambda _query, n: right if n == 1 else NO_POLICY)
+    compressed = json.dumps({"problem": "Boots that pinch, order 48213.", "steps": "The logs say so.",
+                             "answer": right})
+    model, gateway = scripted(engine, rollout=rollout, example=compressed)
+    settings = RunSettings(epochs=1, batch_size=1, group_size=2, limit=1, review_mode="auto", gate="off",
+                           examples=True, lessons=False, reference_when_all_fail=True, learner_replies=learner_replies)
+    run = execute_run(engine, create_run(engine, POLICY_TASK, settings), gateway=gateway)
+    assert run.status == "completed", run.error
+    with Session(engine) as session:
+        [op] = session.exec(select(Operation).where(Operation.run_id == run.id)).all()
+        step = session.get(Step, op.step_id)
+        advantage = session.exec(select(Advantage).where(Advantage.step_id == op.step_id)).one()
+    rollout_id = example_sources(step)[op.position]["rollout_id"]
+    if learner_replies:
+        assert model.count("example") == 1 and rollout_id is not None and "logs" in op.text
+        assert "compressed from output" in advantage.text
+        return
+    assert model.count("example") == 0 and rollout_id is None and "logs" not in op.text
+    assert op.status == "applied" and answer_of(op) == ("Our return window is 45 days. Your ticket reference is "
+                                                        "PC-48213, made of PC- and your order number.")
+    assert "a sentence per part: 1 of 2 attempts failed" in advantage.text
+    assert "a group where 1 of 2 attempts failed" in op.rationale
 
 
 def covered_run(engine, scripted, **settings) -> tuple[int, list[Step], dict[int, int], dict[int, Advantage]]:

@@ -1,4 +1,6 @@
-"""Worked examples from a step's groups (issue 26, point 2): a successful rollout, compressed and verified.
+"""Worked examples from a step's groups (issue 26, point 2): a successful rollout, compressed and verified, or the
+group's reference written as a reply (issue 36; with `learner_replies` off, the only source on a task whose reward
+reads stated facts).
 
 A small agent gains nothing from abstract lessons but does from worked examples of problems like its own
 (DESIGN §8, "A small agent learns knowledge, not reasoning"). The group-relative advantage already says
@@ -119,6 +121,10 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
         return False, None
     answered = [r for r in rollouts if is_answered(r)]
     failed = sum(1 for r in answered if r.reward < RIGHT)
+    if not learner_replies and _reads_stated_facts(task):
+        return True, await _reference_example(engine, gateway, task, sample, advantage, model=model,
+                                              max_tokens=max_tokens, scope=scope, learner_replies=False,
+                                              group=f"{failed} of {len(answered)} attempts failed")
     where = f"output {source.group_index} (reward {source.reward:g}; {failed} of {len(answered)} attempts failed)"
     try:
         reply, _call = await gateway.complete_json(
@@ -134,7 +140,7 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
         _note(engine, advantage.id, f"dropped, compressed from {where}: its own answer {answer!r} scores "
                                     f"{check.value:g} against the reference{reason}.")
         return True, None
-    invented = invented_facts(reply.entry_text(), _known(task, sample), numbers=_counts_numbers(task))
+    invented = invented_facts(reply.entry_text(), _known(task, sample), numbers=_reads_stated_facts(task))
     flag = f"Flagged: {invented_reason(invented)}." if invented else None
     _note(engine, advantage.id, f"proposed, compressed from {where}; its answer {answer!r} scores "
                                 f"{check.value:g} against the reference.{' ' + flag if flag else ''}")
@@ -149,9 +155,10 @@ def _known(task: Task, sample: Sample) -> list[str]:
     return [sample.reference or "", sample.query, task.instructions or "", task.answer_format or ""]
 
 
-def _counts_numbers(task: Task) -> bool:
-    """Whether a number no reference holds is an invented fact: yes where the reward counts facts or phrases, not
-    where an example computes its numbers on the way (math, numeric, exact)."""
+def _reads_stated_facts(task: Task) -> bool:
+    """Whether the task's reward reads the facts or phrases a reply states, so a number no reference holds is an
+    invented fact and the reference alone says what an example may state; not where an example computes its
+    numbers on the way (math, numeric, exact)."""
     return task.reward_method in ("facts", "contains_all", "contains")
 
 
@@ -162,15 +169,21 @@ async def _answer_check(task: Task, sample: Sample, answer: str) -> RewardResult
 
 
 async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sample: Sample, advantage: Advantage, *,
-                             model: str, max_tokens: int, scope: Scope,
-                             learner_replies: bool = True) -> WorkedExample | None:
+                             model: str, max_tokens: int, scope: Scope, learner_replies: bool = True,
+                             group: str = "every attempt failed") -> WorkedExample | None:
     """A group where every attempt failed has no successful rollout; with the run's reference option its
     reference answer is the successful side, and the example is the problem and the reply a person would send,
     stating each part of the reference in a sentence (core.domain.reference_answers), never its raw form. The
     learner writes that reply (unless the run's `learner_replies` is off); where it cannot (its reply is unusable
-    or does not score as right), a template writes a sentence per part. Either is scored with the task's reward as the agent's own reply would be, and
-    only a right one lands; a reference of one value that no sentence of the template carries (an `exact` text
-    answer) stays as it is, checked as before; otherwise the group gives no example."""
+    or does not score as right), a template writes a sentence per part. Either is scored with the task's reward as
+    the agent's own reply would be, and only a right one lands; a reference of one value that no sentence of the
+    template carries (an `exact` text answer) stays as it is, checked as before; otherwise the group gives no
+    example.
+
+    With `learner_replies` off, a mixed group (`group` says how it went) on a task whose reward reads the facts a
+    reply states gets its example here too, not compressed from its right attempt: the embedded learner's
+    compressions kept the attempt's unverified sentences (an invented "According to the sandbox logs", a "Steps:
+    The agent's solution:" form), and the reference states only verified facts."""
     parts = reference_parts(task.reward_method, sample.reference, task.reward_settings)
     why = "the task's reward is not computed from the answer"
     if METHODS.get(task.reward_method) is not None and METHODS[task.reward_method].scored_by_function and parts:
@@ -182,19 +195,19 @@ async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sampl
             check = await _reply_check(task, sample, reply)
             if check.value >= RIGHT:
                 _note(engine, advantage.id, f"proposed from the reference answer, written as a reply by the learner: "
-                                            f"every attempt failed; the reply scores {check.value:g}.")
+                                            f"{group}; the reply scores {check.value:g}.")
                 return WorkedExample(advantage.id, None, example_text(sample.query, reply),
-                                     "A worked example from the reference answer of a group where every attempt "
-                                     "failed, written as the reply a person would send; it scores "
-                                     f"{check.value:g} with the task's reward.")
+                                     f"A worked example from the reference answer of a group where {group}, written "
+                                     f"as the reply a person would send; it scores {check.value:g} with the task's "
+                                     "reward.")
             why = f"the learner's reply scores {check.value:g} ({check.detail})"
         template = template_reply(parts)
         check = await _reply_check(task, sample, template)
         if check.value >= RIGHT and unusable(template, sample.query, sample.reference, parts) is None:
-            _note(engine, advantage.id, f"proposed from the reference answer, a sentence per part ({why}).")
+            _note(engine, advantage.id, f"proposed from the reference answer, a sentence per part: {group} ({why}).")
             return WorkedExample(advantage.id, None, example_text(sample.query, template),
-                                 "A worked example from the reference answer of a group where every attempt failed, "
-                                 f"a sentence per part of the reference ({why}).")
+                                 f"A worked example from the reference answer of a group where {group}, a sentence "
+                                 f"per part of the reference ({why}).")
         why = f"{why}; the template scores {check.value:g} ({check.detail})"
     answer = reference_as_answer(task.reward_method, sample.reference, task.reward_settings)
     check = await _answer_check(task, sample, answer)
@@ -202,9 +215,9 @@ async def _reference_example(engine: Engine, gateway: Gateway, task: Task, sampl
         _note(engine, advantage.id, f"dropped, from the reference answer: {why}; as it is, it scores "
                                     f"{check.value:g} ({check.detail}).")
         return None
-    _note(engine, advantage.id, f"proposed from the reference answer as it is: every attempt failed ({why}).")
+    _note(engine, advantage.id, f"proposed from the reference answer as it is: {group} ({why}).")
     return WorkedExample(advantage.id, None, example_text(sample.query, answer),
-                         "A worked example from the reference answer of a group where every attempt failed.")
+                         f"A worked example from the reference answer of a group where {group}.")
 
 
 async def _learner_reply(gateway: Gateway, task: Task, sample: Sample, parts: list, *, model: str, max_tokens: int,

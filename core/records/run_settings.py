@@ -111,7 +111,9 @@ class RunSettings(JobSettings):
     learner_replies: bool = Field(True, description="a worked example made from a reference is written by the "
                                   "learner as the reply a person would send (checked against the reference; a "
                                   "sentence per fact where it fails); off: the sentence per fact, without asking "
-                                  "the learner")
+                                  "the learner, and on a task whose reward reads the facts a reply states (facts, "
+                                  "contains_all, contains) a group with a right attempt also gets its example from "
+                                  "the reference, not compressed from the attempt")
     skip_covered: bool = Field(True, description="in a run that learns worked examples only (lessons off), a "
                                "training query is not rolled out again where one example shown to it already "
                                "states its reference in full, or where an example stating it in full was rejected "
