@@ -224,7 +224,8 @@ def _jobs(sub: argparse._SubParsersAction) -> None:
                    "instead of being skipped (the paper skips it)" + chosen)
     p.add_argument("--learner-replies", action=argparse.BooleanOptionalAction, help="the learner writes the "
                    "reply of a worked example made from a reference (checked; a sentence per fact where it fails); "
-                   "--no-learner-replies: the sentence per fact, no call" +
+                   "--no-learner-replies: the sentence per fact, no call, and on a task whose reward reads stated "
+                   "facts a group with a right attempt also gets its example from the reference" +
                    chosen.replace("on for the embedded one, off for others", "off for the embedded one, on for others"))
     p.add_argument("--skip-covered", action=argparse.BooleanOptionalAction, help="with lessons off, a training "
                    "query is not rolled out again where an example shown to it states its reference, or where an "
