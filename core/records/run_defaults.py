@@ -42,8 +42,8 @@ LABELS = {"examples": "worked examples", "lessons": "lessons",
 
 # The figures behind each choice, as bench/README.md ("Learning effect": the default path on both knowledge tasks, the
 # lessons earlier) and core.records.learner_advice report them, all on the embedded model with held-out queries.
-EXAMPLES_FIGURE = ("+0.406 to +0.562 over four seeds (each p < 0.01) on the shop-policies demo's 16 held-out "
-                   "messages and +0.594 to +0.656 over three (each p ≤ 0.001) on Fernhill, a second task frozen "
+EXAMPLES_FIGURE = ("+0.406 to +0.562 over five seeds (each p < 0.01) on the shop-policies demo's 16 held-out "
+                   "messages and +0.406 to +0.656 over five (each p ≤ 0.002) on Fernhill, a second task frozen "
                    "before tuning, no message worse, each trained on 16 messages with train's defaults in 2 to 4 "
                    "minutes on 2 cores")
 EXAMPLES_ON = ("On: worked examples made from the references of the messages the agent failed, each query shown "
