@@ -18,7 +18,9 @@ example; never the test split) under each variant (comma-separated, `+` combines
   message asks (core.domain.prompts.EXAMPLES_INTRO's candidate, set as the task's intro);
 - `k2`, `k1`: each message shown its 2 (or 1) most similar examples instead of 3 (the default selection when this
   was measured; 2 is the default now, core.domain.selection.DEFAULT_K);
-- `first`: the most similar example shown first instead of last, next to the message.
+- `first`: the most similar example shown first instead of last, next to the message;
+- `clear`: the most similar example shown alone where its BM25 score is at least `--clear-ratio` (2) times the
+  second's, else as the selection says (stop 58: two shop misses copied the other example's fact).
 
     PYTHONPATH=. .venv/bin/python bench/example_choice.py --variants old,reply+rank,reply+rank+intro
 
@@ -41,7 +43,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PARTS = {"old", "reply", "rank", "intro", "k1", "k2", "first"}
+PARTS = {"old", "reply", "rank", "intro", "k1", "k2", "first", "clear"}
 INTRO = ("Worked examples: other people's messages, each answered correctly. Use the example that asks what your "
          "message asks and state its facts; ignore the others:")
 
@@ -137,11 +139,24 @@ def offline() -> None:
               f"{len(development)}")
 
 
+def clear_or(shown, ratio: float):
+    """`shown`, except that a message whose top example scores `ratio` times the second's sees that one alone."""
+    from core.domain import selection
+
+    def select(entries, query, chosen):
+        ranked = selection.ranked_entries(entries, query, chosen)
+        if len(ranked) >= 2 and ranked[0][1] is not None and ranked[0][1] >= ratio * max(ranked[1][1] or 0.0, 1e-9):
+            return [ranked[0][0]]
+        return shown(entries, query, chosen)
+    return select
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default="old,reply+rank")
     parser.add_argument("--k", type=int, default=2, help="samples per message")
     parser.add_argument("--offline", action="store_true", help="only the ranking, no model call")
+    parser.add_argument("--clear-ratio", type=float, default=2.0, help="`clear`: the top score over the second's")
     options = parser.parse_args(argv)
     if options.offline:
         offline()
@@ -162,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
                 parser.error(f"unknown variant part(s) {sorted(parts - PARTS)}; known: {sorted(PARTS)}")
             selection.ranking_text = now if "rank" in parts else (lambda e: str(e.get("text") or ""))
             rollouts.select_entries = (lambda *a, **kw: shown(*a, **kw)[::-1]) if "first" in parts else shown
+            if "clear" in parts:
+                rollouts.select_entries = clear_or(rollouts.select_entries, options.clear_ratio)
             database = work / f"{re.sub(r'[^a-z0-9]+', '_', variant)}.db"
             number, experiences = build(database, parts)
             means = measure(database, int(number), experiences, options.k)
