@@ -39,6 +39,7 @@ from sqlmodel import Session
 
 from core.domain.facts import HELD
 from core.domain.library import EXAMPLE
+from core.domain.metrics import attempts_failed
 from core.domain.quality import Flag, rank_sources
 from core.grpo.attribution import effects_for_library as experience_effects
 from core.records import review
@@ -511,7 +512,8 @@ def show_example_source(op: Operation, view: StepView, key: str) -> None:
         show_long(op.text, f"{key}_example", empty="(no text)")
     with right:
         if source["rollout_id"] is None:
-            st.caption("Made from the sample's reference answer: every attempt of its group failed.")
+            went = attempts_failed(group.rollouts if group else [], of=" of its group")
+            st.caption(f"Made from the sample's reference answer: {went}.")
             return
         if rollout is None:
             st.caption(f"Compressed from rollout {source['rollout_id']}, not found in this step.")

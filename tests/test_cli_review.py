@@ -276,3 +276,27 @@ def test_an_example_made_from_the_reference_says_so(engine, cli, scripted):
     assert "operation 1 · ADD example · pending" in out
     assert (f"  example    made from sample #{op['example_source']['sample_id']}'s reference answer: every attempt "
             "of group 1 failed") in out
+
+
+def test_an_example_made_from_the_reference_of_a_group_with_a_right_attempt_says_how_the_group_went(engine, cli,
+                                                                                                     scripted):
+    """Without learner replies, a facts task's mixed group also gets its example from the reference: the review
+    says how many attempts failed, not that every one did."""
+    from core.domain.reference_answers import reference_parts, template_reply
+    from core.grpo.training import RunSettings, create_run, execute_run
+    from core.records.tasks import POLICY_TASK, ensure_policy_task
+    from tests.conftest import per_query
+    from tests.test_policy_demo import NO_POLICY
+
+    task = ensure_policy_task(engine)
+    with Session(engine) as session:
+        references = {s.query: s.reference for s in queries.samples(session, task.id, "train")}
+    rollout = per_query(lambda query, n: template_reply(reference_parts("facts", references[query])) if n == 1
+                        else NO_POLICY)
+    _model, gateway = scripted(engine, rollout=rollout)
+    run_id = execute_run(engine, create_run(engine, POLICY_TASK, RunSettings(
+        epochs=1, batch_size=1, group_size=2, limit=1, gate="off", review_mode="manual", examples=True,
+        lessons=False, reference_when_all_fail=True, learner_replies=False)), gateway=gateway).id
+    code, out, _ = cli("review", str(run_id))
+    assert code == 0 and "reference answer: 1 of 2 attempts of group 1 failed" in out
+    assert "every attempt" not in out

@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from core.cli.base import UsageError, engine_of, name_list
 from core.cli.report import plural, step_title, steps_total, worker_or_here
+from core.domain.metrics import attempts_failed
 from core.domain.quality import rank_sources
 from core.errors import InvalidInput, NotFound
 from core.records.gate_verdict import GateVerdict
@@ -92,13 +93,14 @@ def _evidence(op: Operation, groups: dict[int, dict]) -> list[dict]:
 
 
 def _example_source(step: Step, op: Operation, groups: dict[int, dict]) -> dict | None:
-    """Where a worked example came from: the sample's reference (every attempt failed) or one output."""
+    """Where a worked example came from: the sample's reference (with how its group went) or one output."""
     source = example_sources(step).get(op.position)
     if source is None:
         return None
     group = groups.get(source["advantage_id"]) or {}
     if source["rollout_id"] is None:
-        return {"from": "reference", "group": group.get("group"), "sample_id": group.get("sample_id")}
+        return {"from": "reference", "group": group.get("group"), "sample_id": group.get("sample_id"),
+                "attempts": group.get("attempts")}
     rollout = next((r for r in group.get("rollouts", []) if r["rollout_id"] == source["rollout_id"]), None)
     return {"from": "rollout", "group": group.get("group"), "rollout_id": source["rollout_id"],
             "output": rollout and rollout["output"], "reward": rollout and rollout["reward"]}
@@ -111,6 +113,7 @@ def _groups(session: Session, step: Step) -> dict[int, dict]:
     queries_of = {sample_id: sample.query for sample_id, sample in samples.items()}
     return {adv.id: {"group": index, "sample_id": sample_id, "advantage_id": adv.id, "query": queries_of.get(sample_id),
                      "advantage": adv.text, "proposals": list(adv.proposals or []), "advantage_status": adv.status,
+                     "attempts": attempts_failed(rollouts.get(sample_id, []), of=f" of group {index}"),
                      "rollouts": [{"rollout_id": r.id, "output": r.group_index, "reward": r.reward,
                                    "source": r.reward_source, "answer": r.final_answer, "summary": r.summary}
                                   for r in rollouts.get(sample_id, [])]}
@@ -209,8 +212,7 @@ def print_step(record: dict) -> None:
         _field("rationale", op["rationale"] or "(no rationale)")
         source = op["example_source"]
         if source is not None and source["from"] == "reference":
-            _field("example", f"made from sample #{source['sample_id']}'s reference answer: every attempt of "
-                              f"group {source['group']} failed")
+            _field("example", f"made from sample #{source['sample_id']}'s reference answer: {source['attempts']}")
         elif source is not None:
             _field("example", f"compressed from group {source['group']} output {source['output']} · reward "
                               f"{_reward(source['reward'])}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from statistics import mean, stdev
 from typing import Protocol
 
@@ -20,6 +21,15 @@ def is_answered(rollout: Scored) -> bool:
     """A rollout with a reward to count (storage.queries.answered is the same test in SQL): one whose model
     call failed, or whose reward could not be given (source `error`), is not a wrong answer."""
     return rollout.error is None and rollout.reward is not None and rollout.reward_source != "error"
+
+
+def attempts_failed(rollouts: Iterable[Scored], of: str = "") -> str:
+    """How a group went, as an example made from its reference says it: "every attempt failed", or "1 of 5
+    attempts failed" where some were right (a run without learner replies makes that group's example from the
+    reference too, on a task whose reward reads stated facts); `of` names the group (" of group 3")."""
+    answered = [r for r in rollouts if is_answered(r)]
+    failed = sum(1 for r in answered if r.reward < SUCCESS)
+    return f"every attempt{of} failed" if failed == len(answered) else f"{failed} of {len(answered)} attempts{of} failed"
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

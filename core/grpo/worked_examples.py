@@ -28,7 +28,7 @@ from sqlmodel import Session, select
 
 from core.domain.coverage import FULL, needs_of, plan_examples
 from core.domain.library import EXAMPLE, ProposedOp
-from core.domain.metrics import is_answered
+from core.domain.metrics import SUCCESS, attempts_failed, is_answered
 from core.domain.prompts import example_messages, reference_reply_messages, trajectory_text
 from core.domain.quality import screen_ops
 from core.domain.reference_answers import (
@@ -56,7 +56,7 @@ from storage.tables import Advantage, Operation, Rollout, Run, Sample, Step, Tas
 from storage.writes import insert_or_skip
 
 log = logging.getLogger(__name__)
-RIGHT = 0.5  # a reward at or above this is a right answer (Pass@k counts the same way)
+RIGHT = SUCCESS  # a reward at or above this is a right answer, as Pass@k counts it
 STAGE = "example"  # the ledger's stage for the learner's calls: compressions, and replies written from a reference
 NOTE_MARK = "\n\nWorked example: "  # starts the note on an Advantage's text (written again, never twice)
 
@@ -119,13 +119,11 @@ async def _group_example(engine: Engine, gateway: Gateway, task: Task, step: Ste
             return True, await _reference_example(engine, gateway, task, sample, advantage, model=model,
                                                   max_tokens=max_tokens, scope=scope, learner_replies=learner_replies)
         return False, None
-    answered = [r for r in rollouts if is_answered(r)]
-    failed = sum(1 for r in answered if r.reward < RIGHT)
     if not learner_replies and _reads_stated_facts(task):
         return True, await _reference_example(engine, gateway, task, sample, advantage, model=model,
                                               max_tokens=max_tokens, scope=scope, learner_replies=False,
-                                              group=f"{failed} of {len(answered)} attempts failed")
-    where = f"output {source.group_index} (reward {source.reward:g}; {failed} of {len(answered)} attempts failed)"
+                                              group=attempts_failed(rollouts))
+    where = f"output {source.group_index} (reward {source.reward:g}; {attempts_failed(rollouts)})"
     try:
         reply, _call = await gateway.complete_json(
             stage=STAGE, model=model, messages=example_messages(sample.query, trajectory_text(source.messages)),
