@@ -40,8 +40,9 @@ worker: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/import_cycles.py
 
-# `make test`: ruff and the layer contracts, the manual's strict build, then the pytest sessions of scripts/test_sessions.py: the model tests
+# `make test`: ruff, the layer contracts and the import-circle check (imports inside functions too), the manual's strict build, then the pytest sessions of scripts/test_sessions.py: the model tests
 # beside the fast suite on SQLite and then its database tests on PostgreSQL (when TFGRPO_TEST_DATABASE_URL names a
 # server: a role with CREATEDB; .ci/run sets it), then the browser tests alone. It ends with one line per session
 # and the total wall time (CI has a time limit); every session prints its slowest tests.

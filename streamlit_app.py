@@ -17,9 +17,9 @@ from core.api_probe import api_status
 from core.domain.sandbox import harden_process
 from core.errors import PermissionDenied, SignInLocked
 from core.jobs.worker import worker_summary
-from core.records.roles import role_of, sign_in_required
-from core.records.sign_in import authenticate
-from core.records.tasks import ensure_demo_tasks
+from core.records.people.roles import role_of, sign_in_required
+from core.records.people.sign_in import authenticate
+from core.records.tasks.demos import ensure_demo_tasks
 from core.settings import configure_scoring, engine, get_settings
 from storage import queries
 from storage.db import describe_url, scrub_url
@@ -85,7 +85,7 @@ def prepare_database(url: str) -> int:
 
 def signed_in_person() -> str | None:
     """With sign-in on, the signed-in user's name if still an active user; a removed or switched-off user
-    is signed out (core.records.roles.page_actor decides, as it does inside every action)."""
+    is signed out (core.records.people.roles.page_actor decides, as it does inside every action)."""
     try:
         return acting_person()
     except PermissionDenied:
@@ -96,7 +96,7 @@ def signed_in_person() -> str | None:
 def sign_in() -> None:
     """The Sign in button's callback: with the right password, the run that follows draws the studio.
 
-    core.records.sign_in's back-off counts the name and this browser's address (else its tab); the password field is
+    core.records.people.sign_in's back-off counts the name and this browser's address (else its tab); the password field is
     emptied whatever the outcome, so a password never stays in the session."""
     name, password = st.session_state.get("sign_in_name", ""), st.session_state.get("sign_in_password", "")
     st.session_state["sign_in_password"] = ""

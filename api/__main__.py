@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sqlmodel import Session
 
-    from core.records.roles import sign_in_required
+    from core.records.people.roles import sign_in_required
     from core.settings import engine
 
     with Session(engine()) as session:

@@ -2,7 +2,7 @@
 
 `create_app(engine)` builds the app over a database engine (tests pass their own); the routes call core
 and hold no logic of their own. Every route but health and readiness needs an API key (`Authorization: Bearer <key>`,
-or `X-API-Key`): a read key fetches libraries, an ingest key also posts traces (core/records/api_keys.py).
+or `X-API-Key`): a read key fetches libraries, an ingest key also posts traces (core/records/keys/api_keys.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,21 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import core.records.subscribers  # noqa: F401  (a label moved here is heard: core/records/subscribers.py)
 from api.otlp import read_capped, register_otlp
 from core.errors import BatchRefused, InvalidInput, QuotaExceeded, StudioError
-from core.records.api_keys import KeyUse, check_key
-from core.records.api_limits import take_request
-from core.records.evaluation_figures import read_evaluation_report
-from core.records.production_scoring import trace_scores
-from core.records.serving import served_library, served_selection
-from core.records.traces import MAX_BATCH, TraceUpdate, ingest_traces, parse_batch, update_trace
+from core.records.evaluation.figures import read_evaluation_report
+from core.records.keys.api_keys import KeyUse, check_key
+from core.records.keys.limits import take_request
+from core.records.production.serving import served_library, served_selection
+from core.records.production.traces import (
+    MAX_BATCH,
+    TraceUpdate,
+    ingest_traces,
+    parse_batch,
+    trace_scores,
+    update_trace,
+)
 from storage.db import schema_revisions, scrub_url, url_with_password
 
 # Declared as security schemes (not plain headers) so the OpenAPI document and /docs offer Authorize for the keyed
@@ -172,7 +179,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
 
     @app.get("/v1/evaluations/{evaluation_id}")
     def evaluation(evaluation_id: int, _key: KeyUse = Depends(caller("read", "reading an evaluation"))) -> dict:
-        """An evaluation's status and figures (core.records.evaluation_figures.evaluation_report): Mean@k, Pass@k
+        """An evaluation's status and figures (core.records.evaluation.figures.evaluation_report): Mean@k, Pass@k
         and their intervals are null where no rollout was answered or the evaluation is not finished; `answered`
         and `errors` say what the figures count."""
         return read_evaluation_report(get_engine(), evaluation_id)
@@ -215,7 +222,7 @@ def _schema_with_trace(app: FastAPI) -> None:
     """The trace's JSON schema in /docs, since the route reads its body itself (to cap its size first); and the
     error body every 4xx answer has (`{"error": ...}`) in place of FastAPI's default 422 schema (`{"detail": [...]}`),
     which this API never sends."""
-    from core.records.traces import TraceIn
+    from core.records.production.traces import TraceIn
 
     def openapi() -> dict:
         if app.openapi_schema is None:

@@ -7,7 +7,7 @@ otlp_spans.py); the answer is an ExportTraceServiceResponse in the request's enc
 naming the spans refused. The body's size is checked before it is read (Content-Length), while it is read, and
 while it is inflated: a gzip bomb stops at the cap with bounded memory (`read_capped` is the JSON route's too: one
 cap, one 413). The API key and the rate limit are the JSON route's (`caller`); what a request and a key may store
-is bounded in core/records/otlp.py.
+is bounded in core/records/production/otlp.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 
 from core.domain.otlp_spans import JSON, PROTOBUF, decode_spans, media_type, parse_request
 from core.errors import BodyTooLarge, MalformedBody, UnsupportedMedia
-from core.records.api_keys import KeyUse
-from core.records.otlp import Ingested, ingest_spans
+from core.records.keys.api_keys import KeyUse
+from core.records.production.otlp import Ingested, ingest_spans
 
 INFLATE_CHUNK = 64 * 1024  # the most one inflate step may produce, so memory stays near the cap
 
@@ -73,7 +73,7 @@ def inflate(body: bytes, encoding: str | None, cap: int) -> bytes:
 
 def export_response(result: Ingested | None, kind: str) -> Response:
     """ExportTraceServiceResponse in the request's encoding; partial_success when a span was refused, or as a
-    warning (rejected 0) when some spans held no model call or were held (core/records/otlp_held.py)."""
+    warning (rejected 0) when some spans held no model call or were held (core/records/production/otlp_held.py)."""
     answer = ExportTraceServiceResponse()
     if result is not None and (result.refused or result.other or result.held):
         answer.partial_success.rejected_spans = len(result.refused)

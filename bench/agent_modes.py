@@ -5,7 +5,7 @@ first `--limit` test problems with the same k, temperature and seeds (the agent 
 sample index and turn): once in `direct` mode, once in `python` mode (the code jail must work here). Each
 evaluation runs through the engine's own path (core.grpo.evaluation), so the python arm stops at "```output",
 runs the code in the jail and stores each run on its rollout. The two are compared query by query
-(core.records.comparison: paired interval and sign test).
+(core.records.evaluation.comparison: paired interval and sign test).
 
 Prints one line per mode (right answers, Mean@k, rollouts that ran code, code runs, rollouts that reached the
 turn limit with code not yet run, model calls, tokens out, wall time), the paired difference and the command
@@ -31,8 +31,8 @@ from sqlmodel import Session, select  # noqa: E402
 
 from core.domain.code_runs import code_runs, pending_code  # noqa: E402
 from core.grpo.evaluation import create_evaluation, execute_evaluation  # noqa: E402
-from core.records.comparison import compare_evaluations  # noqa: E402
-from core.records.tasks import DEMO_TASK, ensure_demo_task  # noqa: E402
+from core.records.evaluation.comparison import compare_evaluations  # noqa: E402
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_task  # noqa: E402
 from storage.db import make_engine, session_scope  # noqa: E402
 from storage.tables import LLMCall, Rollout, Task  # noqa: E402
 

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "client"))
 
-from core.records.api_keys import create_key  # noqa: E402
-from core.records.tasks import DEMO_TASK, ensure_demo_tasks  # noqa: E402
-from core.records.versions import import_library, set_label  # noqa: E402
+from core.records.keys.api_keys import create_key  # noqa: E402
+from core.records.library.versions import import_library, set_label  # noqa: E402
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_tasks  # noqa: E402
 from storage.db import get_engine  # noqa: E402
 
 LIBRARY = "\n".join(f"- Experience {i}: check the units and re-read the question before answering." for i in range(20))

@@ -36,9 +36,10 @@ def main() -> int:
 
     from core.grpo.evaluation import create_evaluation, execute_evaluation
     from core.grpo.training import RunSettings, create_run, execute_run
-    from core.records.comparison import compare_evaluations
-    from core.records.segments import paired_by_segment
-    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+    from core.records.evaluation.comparison import compare_evaluations
+    from core.records.library.segments import paired_by_segment
+    from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+    from core.records.tasks.lookup import get_task
     from core.settings import engine as settings_engine
     from storage.db import session_scope
     from storage.statuses import JobStatus, LabelStatus

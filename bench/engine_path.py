@@ -110,7 +110,7 @@ def temp_db_url(directory: str, name: str) -> str:
 
 def prepare(db_url: str):
     """A migrated database with the demo task; returns (engine, task name)."""
-    from core.records.tasks import DEMO_TASK, ensure_demo_task
+    from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
     from storage.db import make_engine
 
     engine = make_engine(db_url)
@@ -120,7 +120,7 @@ def prepare(db_url: str):
 
 def settings_for(args: argparse.Namespace, stub_url: str, concurrency: int):
     """RunSettings for a run on the stub; fields the checkout does not know are left out."""
-    from core.records.run_settings import RunSettings
+    from core.records.runs.settings import RunSettings
 
     values = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
               "limit": args.queries, "concurrency": concurrency, "policy_model": STUB_MODEL,

@@ -85,9 +85,9 @@ def build(database: Path, parts: set[str]) -> tuple[str, list[dict]]:
     import bench.learning_effect as le
     from core.domain.library import EXAMPLE, entry
     from core.domain.reference_answers import example_text, reference_parts, template_reply
-    from core.records.selection import set_selection
-    from core.records.tasks import get_task
-    from core.records.versions import create_version, ensure_library
+    from core.records.library.selection import set_selection
+    from core.records.library.versions import create_version
+    from core.records.tasks.lookup import ensure_library, get_task
     from storage.db import make_engine, session_scope
 
     options = le.parse_args(["--dataset", "policy", "--train-limit", "16", "--validation-size", "8", "--db",

@@ -44,7 +44,7 @@ def main() -> None:
     from core.domain import scoring
     from core.domain.rewards import METHODS, score
     from core.domain.sandbox import run_python
-    from core.records import passwords
+    from core.records.people import passwords
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" notice
     print(f"machine: {sys.platform}, python {sys.version.split()[0]}")

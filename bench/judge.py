@@ -163,7 +163,8 @@ def main() -> None:
 
     from sqlmodel import Session, select
 
-    from core.records.tasks import SUPPORT_TASK, ensure_demo_tasks, get_task
+    from core.records.tasks.demos import SUPPORT_TASK, ensure_demo_tasks
+    from core.records.tasks.lookup import get_task
     from core.settings import get_settings
     from storage.db import make_engine
     from storage.tables import Sample

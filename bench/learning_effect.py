@@ -21,7 +21,7 @@ the training rows: the gate measures on them) and test queries, then:
 2. trains each arm of `--arms` in the mode `--train-mode`, every run created as `python -m core train` creates
    it (core.grpo.training.create_run_with_defaults): the options' sizes given (epochs, batch size, group size,
    seed, the gate's validation size and k; the gate rule only with `--gate`), and every learning switch a run
-   of `train` would leave unset chosen by core.records.run_defaults for the task's learner, unless the arm
+   of `train` would leave unset chosen by core.records.runs.defaults for the task's learner, unless the arm
    sets it:
    - `default`: the default path, nothing set beyond the sizes: what a person gets. For the embedded learner:
      worked examples on, a group where every attempt failed learning from its reference, lessons off,
@@ -50,7 +50,7 @@ first step's answers from the same empty library with the same seeds, is answere
 on 2 cores, 62 without sharing); `--no-share-cache` makes every arm pay for all its calls, so that its wall
 time is what it costs alone. The evaluations share common random numbers (the same seed per query and sample
 index), so each library is compared with the empty library of its mode query by query
-(core.records.comparison: paired bootstrap interval, sign test, and the smallest difference these queries
+(core.records.evaluation.comparison: paired bootstrap interval, sign test, and the smallest difference these queries
 could detect).
 
 Prints one table (entries, Mean@k, Pass@k, difference to the empty library of the same mode with its 95%
@@ -103,7 +103,7 @@ ANSWER_FIELDS = ("answer", "reference", "target")
 @dataclass(frozen=True)
 class ArmPlan:
     """What one trained arm sets beyond the sizes; None leaves the switch to the defaults a new run gets for its
-    learner (core.records.run_defaults.chosen_defaults), as `python -m core train` without the switch does."""
+    learner (core.records.runs.defaults.chosen_defaults), as `python -m core train` without the switch does."""
 
     lessons: bool | None = None
     examples: bool | None = None
@@ -179,7 +179,7 @@ class Arm:
     pass_at_k: float | None = None
     rollout_errors: int = 0
     reference: str | None = None  # the empty arm this one is compared with
-    comparison: dict | None = None  # core.records.comparison.Paired as a dict (B = this arm, A = its reference)
+    comparison: dict | None = None  # core.records.evaluation.comparison.Paired as a dict (B = this arm, A = its reference)
     by_hand: bool = False  # BY_HAND: no run; the default path's library with its examples' answers hand-written
     against_default_path: dict | None = None  # for BY_HAND: Paired with A = the default path, B = this arm
     train_calls: dict = field(default_factory=dict)  # storage.queries.call_totals of the run
@@ -266,7 +266,7 @@ def sample_rows(records: list[dict], prefix: str, split: str) -> list:
 
 def policy_records() -> tuple[list[dict], list[dict], list[str]]:
     """The shop-policies demo's train and test messages as {"query", "answer"} (the answer: its facts)."""
-    from core.records.demo_data import policy_rows
+    from core.records.tasks.demo_data import policy_rows
 
     rows = policy_rows()
     train = [{"query": r.query, "answer": r.reference} for r in rows if r.split == "train"]
@@ -288,13 +288,13 @@ def fernhill_records() -> tuple[list[dict], list[dict], list[dict], list[str]]:
 def task_settings(options: argparse.Namespace):
     """The benchmark task's instructions and reward: the arithmetic demo's, or the shop-policies demo's."""
     from core.domain.prompts import PAPER_WORDING
-    from core.records.task_io import TaskSettings
-    from core.records.tasks import (
+    from core.records.tasks.demos import (
         DEMO_ANSWER_FORMAT,
         DEMO_INSTRUCTIONS,
         POLICY_ANSWER_FORMAT,
         POLICY_INSTRUCTIONS,
     )
+    from core.records.tasks.task_io import TaskSettings
 
     common = {"name": TASK, "agent_mode": "direct", "policy_model": options.model,
               "learner_model": options.learner_model, "judge_model": options.learner_model}
@@ -317,8 +317,9 @@ def create_task(engine, options: argparse.Namespace, train: list[dict], test: li
     """The benchmark's task with its train, validation and test queries; returns the query counts per split. The
     validation queries are the first `--validation-size` of `validation` where the data set has its own, else the
     train rows after the training rows."""
-    from core.records.task_io import save_task
-    from core.records.tasks import add_samples, get_task
+    from core.records.tasks.lookup import get_task
+    from core.records.tasks.samples import add_samples
+    from core.records.tasks.task_io import save_task
     from storage.db import session_scope
 
     held_out = 0 if validation is not None else options.validation_size
@@ -348,7 +349,7 @@ def progress(message: str) -> None:
 
 def set_mode(engine, mode: str) -> None:
     """The task's agent mode in this arm's own database (each arm has its copy)."""
-    from core.records.tasks import get_task
+    from core.records.tasks.lookup import get_task
     from storage.db import session_scope
 
     with session_scope(engine) as session:
@@ -394,8 +395,8 @@ def per_policy(engine, arm: Arm) -> None:
 
     from core.domain.coverage import coverage, needs_of, needs_stated
     from core.domain.library import examples
-    from core.records.selection import library_selection
-    from core.records.tasks import get_task
+    from core.records.library.selection import library_selection
+    from core.records.tasks.lookup import get_task
     from storage import queries
     from storage.tables import LibraryVersion
 
@@ -455,8 +456,8 @@ def default_path(engine, options: argparse.Namespace) -> tuple[dict, list[str]]:
     with, whether or not the `default` arm runs."""
     from sqlmodel import Session
 
-    from core.records.run_defaults import chosen_defaults
-    from core.records.tasks import get_task
+    from core.records.runs.defaults import chosen_defaults
+    from core.records.tasks.lookup import get_task
 
     given = arm_given(Arm(DEFAULT_PATH, plan=asdict(ARMS[DEFAULT_PATH])), options)
     with Session(engine) as session:
@@ -471,8 +472,8 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
     from core.domain.library import EXAMPLE, kind_of
     from core.grpo.training import create_run_with_defaults, execute_run_async, run_counters
-    from core.records.gate_verdict import GateVerdict
-    from core.records.run_outcome import refused_for_space
+    from core.records.review.gate_verdict import GateVerdict
+    from core.records.runs.outcome import refused_for_space
     from storage import queries
     from storage.statuses import RunKind
     from storage.tables import LibraryVersion, Run
@@ -511,7 +512,7 @@ async def train(engine, arm: Arm, options: argparse.Namespace, gateway) -> None:
 
 
 def compare(engine, empty: Arm, arm: Arm, seed: int) -> None:
-    from core.records.comparison import compare_evaluations
+    from core.records.evaluation.comparison import compare_evaluations
     from storage.statuses import JobStatus
 
     arm.reference = empty.name
@@ -551,8 +552,8 @@ async def by_hand(base: Path, default: Arm, empty: Arm, options: argparse.Namesp
     every example's answer written by a person (the same library, so the same entry selection), evaluated like
     every arm and compared with the empty library and with the default path, query by query."""
     from core.domain.library import examples
-    from core.records.comparison import compare_evaluations
-    from core.records.versions import create_version
+    from core.records.evaluation.comparison import compare_evaluations
+    from core.records.library.versions import create_version
     from storage.db import make_engine, session_scope
     from storage.statuses import JobStatus
     from storage.tables import Library, LibraryVersion

@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     from bench.local_throughput import resident_mb
     from core.models import model_server
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
 
     with tempfile.TemporaryDirectory() as folder:
         counter = iter(range(100))

@@ -45,9 +45,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 
-from core.records.api_keys import create_key  # noqa: E402
-from core.records.tasks import DEMO_TASK, ensure_demo_tasks  # noqa: E402
-from core.records.versions import import_library, set_label  # noqa: E402
+from core.records.keys.api_keys import create_key  # noqa: E402
+from core.records.library.versions import import_library, set_label  # noqa: E402
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_tasks  # noqa: E402
 from storage.db import get_engine  # noqa: E402
 
 BATCHES = (1, 100, 1000)

@@ -39,8 +39,9 @@ LOREM = ("First I read the question carefully and list each quantity with its un
 def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
     """A run as a real one would leave it; returns what was written."""
     from core.grpo.training import RunSettings, create_run, run_counters
-    from core.records.tasks import DEMO_TASK, ensure_demo_task
-    from core.records.versions import create_version, ensure_library
+    from core.records.library.versions import create_version
+    from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
+    from core.records.tasks.lookup import ensure_library
     from storage import queries
     from storage.db import make_engine, session_scope
     from storage.tables import Advantage, Evaluation, LLMCall, Operation, Rollout, Run, Step
@@ -204,7 +205,7 @@ def start_busy_worker(url: str, threads: int | None, timeout: float = 600) -> tu
     from sqlmodel import Session, func, select
 
     from core.grpo.training import RunSettings, create_run
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
     from storage.db import make_engine
     from storage.tables import LLMCall
 

@@ -37,10 +37,10 @@ def main() -> int:
 
     from core.grpo.production_scoring import score_production
     from core.models.gateway import Gateway
-    from core.records.production_scoring import STAGE
-    from core.records.tasks import DEMO_TASK, ensure_demo_task
-    from core.records.traces import TraceIn, ingest_traces, set_rules
-    from core.records.versions import import_library
+    from core.records.library.versions import import_library
+    from core.records.production.scoring import STAGE
+    from core.records.production.traces import TraceIn, ingest_traces, set_rules
+    from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
     from storage.db import make_engine, session_scope
     from storage.tables import LLMCall, Task, utcnow
 

@@ -48,7 +48,7 @@ def main() -> None:
     os.environ.update({"TFGRPO_WEBHOOK_ALLOWLIST": "127.0.0.1", "TFGRPO_WEBHOOK_TIMEOUT_S": str(args.timeout),
                        "TFGRPO_SECRET_KEY_FILE": f"{folder}/studio.key", "TFGRPO_WEBHOOK_RETRY_SCHEDULE_S": "[1]"})
     from core.jobs.worker import delivering
-    from core.records import webhooks
+    from core.records.notifications import webhooks
     from storage.db import make_engine, session_scope
 
     engine = make_engine(f"sqlite:///{folder}/bench.db")

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def queue_run(url: str) -> int:
     from core.grpo.training import RunSettings, create_run
-    from core.records.tasks import DEMO_TASK, ensure_demo_task
+    from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
     from storage.db import make_engine
 
     engine = make_engine(url)

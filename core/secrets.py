@@ -5,7 +5,7 @@ password or a token in its query; such a URL is stored and shown masked, and a p
 call it reads the full URL from STUDIO_API_BASE, which stays in the environment like every other key.
 
 A secret the studio itself must use (a webhook's signing secret) is stored sealed: encrypted with a key the
-caller hands in (core/records/secret_key.py finds it: TFGRPO_SECRET_KEY, or a key file made with mode 0600).
+caller hands in (core/records/notifications/secret_key.py finds it: TFGRPO_SECRET_KEY, or a key file made with mode 0600).
 """
 
 from __future__ import annotations

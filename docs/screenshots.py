@@ -31,7 +31,7 @@ def seed_labels(database_url: str) -> None:
     from sqlmodel import select
 
     from core.grpo.training import RunSettings, create_run, execute_run
-    from core.records.tasks import SUPPORT_TASK
+    from core.records.tasks.demos import SUPPORT_TASK
     from storage.db import make_engine, session_scope
     from storage.tables import Task
     from tests.ui_support import scripted_gateway
@@ -74,9 +74,9 @@ def seed_production(database_url: str) -> None:
     """A week of traces from a live agent on the production version."""
     from datetime import UTC, datetime, timedelta
 
-    from core.records.tasks import DEMO_TASK
-    from core.records.traces import TraceIn, ingest_traces
-    from core.records.versions import import_library, set_label
+    from core.records.library.versions import import_library, set_label
+    from core.records.production.traces import TraceIn, ingest_traces
+    from core.records.tasks.demos import DEMO_TASK
     from storage.db import make_engine
 
     engine = make_engine(database_url)
@@ -96,7 +96,7 @@ def seed_webhook(database_url: str) -> None:
     is a closed port on this machine, so its log shows a retry waiting)."""
     import os
 
-    from core.records.webhooks import add_endpoint
+    from core.records.notifications.webhooks import add_endpoint
     from core.settings import get_settings
     from storage.db import make_engine
 
@@ -106,7 +106,7 @@ def seed_webhook(database_url: str) -> None:
 
 
 def deliver_once(database_url: str) -> None:
-    from core.records.webhooks import deliver_due
+    from core.records.notifications.webhooks import deliver_due
     from storage.db import make_engine
 
     deliver_due(make_engine(database_url))
@@ -114,7 +114,7 @@ def deliver_once(database_url: str) -> None:
 
 def seed_connection(database_url: str) -> None:
     """A model connection to an OpenAI-compatible server (not reached: the picture shows the form)."""
-    from core.records.connections import add_connection
+    from core.records.models.connections import add_connection
     from storage.db import make_engine
 
     add_connection(make_engine(database_url), "team-vllm", "openai", actor="system",
@@ -137,7 +137,7 @@ def seed_example_and_gate(database_url: str) -> tuple[int, int]:
 
 
 def main() -> None:
-    from core.records.tasks import SUPPORT_TASK
+    from core.records.tasks.demos import SUPPORT_TASK
     from storage.db import make_engine
     from tests.browser_support import browser_page, studio, wait_for_app
     from tests.test_browser_context import seed_promotion
@@ -177,7 +177,7 @@ def main() -> None:
     # People, Audit and a dispute need accounts: a second studio where sign-in is on, photographed as an admin.
     # A signed-in session lasts as long as the tab's, so this part moves by the sidebar's links, never by a URL.
     with studio(Path(tempfile.mkdtemp()), worker=False) as app:
-        from core.records.people import add_user
+        from core.records.people.users import add_user
 
         disputed_rollouts(app.database_url)
         add_user(make_engine(app.database_url), "ada", "admin", "ada-password")

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 from sqlmodel import Session
 
-from core.records.audit_names import object_names
+from core.records.library.audit_names import object_names
 from storage import queries
 from storage.tables import AuditEvent
 from ui.common import DATETIME, engine, run_page

@@ -4,16 +4,16 @@ evaluations query by query, and promote the better version to `production`.
 The form's widgets are keyed by task and library, so after a switch in the sidebar it never shows one
 task's version and split while queuing another's; the queued message echoes what was queued. The two
 compared evaluations are in the URL (?a=&b=). Promote first shows what changes against production and
-the paired comparison's verdict (core.records.promotion), then asks for a confirmation.
+the paired comparison's verdict (core.records.library.promotion), then asks for a confirmation.
 
 The worker executes queued evaluations; this page queues them (`core.grpo.evaluation.create_evaluation`),
 cancels queued or running ones (`core.jobs.run_control.cancel_evaluation`: the worker stops within seconds and
 keeps every answered rollout), resumes failed, stalled or cancelled ones (`resume_evaluation`) and moves the label
-(`core.records.versions.promote`). Two evaluations are compared by `core.records.comparison.compare_evaluations`.
+(`core.records.library.versions.promote`). Two evaluations are compared by `core.records.evaluation.comparison.compare_evaluations`.
 Model output and names are shown as text or in tables through ui.display, never as Markdown. The Model picker
-offers core.records.model_options' models (a connection's as its server lists them) and keeps what was last chosen
+offers core.records.models.options' models (a connection's as its server lists them) and keeps what was last chosen
 for the task, across page switches and finished evaluations (ui.common.model_picker); a new session starts
-from the model of the task's newest run or evaluation a person chose (core.records.model_options.chosen_model, as
+from the model of the task's newest run or evaluation a person chose (core.records.models.options.chosen_model, as
 `compare` does). The form sent again (Enter in a box) once an identical evaluation has ended within the last
 minute queues nothing and says so; Evaluate again queues it on purpose.
 """
@@ -30,10 +30,9 @@ from sqlmodel import Session
 from core.errors import DuplicateJob, StudioError
 from core.grpo.evaluation import create_evaluation
 from core.jobs.run_control import cancel_evaluation, resume_evaluation
-from core.records.comparison import compare_evaluations
-from core.records.connections import failed_test_warning
-from core.records.evaluation_counts import Counts, evaluation_counts
-from core.records.evaluation_figures import (
+from core.records.evaluation.comparison import compare_evaluations
+from core.records.evaluation.counts import Counts, evaluation_counts
+from core.records.evaluation.figures import (
     NO_FIGURE,
     answered_words,
     figure,
@@ -41,11 +40,12 @@ from core.records.evaluation_figures import (
     score,
     score_text,
 )
-from core.records.model_options import chosen_model
-from core.records.scenarios import is_conversation
-from core.records.segments import paired_by_segment, segment_libraries
-from core.records.versions import EMPTY, PRODUCTION
-from core.records.workers import job_health
+from core.records.library.segments import paired_by_segment, segment_libraries
+from core.records.library.versions import EMPTY, PRODUCTION
+from core.records.models.connections import failed_test_warning
+from core.records.models.options import chosen_model
+from core.records.runs.workers import job_health
+from core.records.tasks.scenarios import is_conversation
 from storage import queries
 from storage.statuses import ACTIVE, EVALUATION_HAS_FIGURES, EVALUATION_MAY_CANCEL, JobStatus
 from storage.tables import Evaluation, Task
@@ -199,7 +199,7 @@ def ended(evaluation_id: int) -> bool:
 def evaluation_form(setup: dict) -> None:
     """What to evaluate; Start evaluation queues it for the worker. Every widget is keyed by task and library."""
     task = setup["task"]
-    # A version is chosen, queued and echoed by its number in the library (core.records.versions.resolve_version)
+    # A version is chosen, queued and echoed by its number in the library (core.records.library.versions.resolve_version)
     options = [str(v["number"]) for v in setup["versions"]] + [EMPTY]
     names = {str(v["number"]): f"#{v['number']} {' '.join(v['labels'])}".strip() for v in setup["versions"]}
     names[EMPTY] = "empty (no library)"
@@ -294,7 +294,7 @@ def cancel(evaluation_id: int) -> None:
 def job_buttons(e, counts: Counts) -> None:
     """Below the table, for each evaluation that needs it: Cancel while it is queued or running, Retry or Resume
     when it is incomplete, failed, stalled or cancelled, each with a line saying why (and how many answers a
-    cancelled one keeps: core.records.evaluation_counts)."""
+    cancelled one keeps: core.records.evaluation.counts)."""
     shown = job_health(e.status, e.heartbeat_at)
     if shown in EVALUATION_MAY_CANCEL:
         if allowed("reviewer"):
@@ -368,7 +368,7 @@ def with_figures(evaluations: list) -> list[int]:
 
 def segments_section(completed: list, numbers: dict[int, int]) -> None:
     """A conversation task's scores per segment, per persona and per rubric criterion, for each completed
-    evaluation (core.records.segments.breakdown, stored with the evaluation)."""
+    evaluation (core.records.library.segments.breakdown, stored with the evaluation)."""
     with_segments = [e for e in completed if (e.metrics or {}).get("segments")]
     if not with_segments:
         st.info("No completed evaluation of this conversation task yet.")
@@ -428,7 +428,7 @@ def default_pair(evaluations: list, production: int | None) -> tuple[int, int]:
 
 
 def compare_section(completed: list, numbers: dict[int, int], production: int | None = None) -> None:
-    """B against A on the same queries (core.records.comparison): the paired difference with its interval, the
+    """B against A on the same queries (core.records.evaluation.comparison): the paired difference with its interval, the
     tests, the verdict in words, and every query sorted by difference with both versions' outputs. A is first the
     older version's (or production's) evaluation and B the newer's (default_pair)."""
     if len(completed) < 2:

@@ -1,6 +1,6 @@
 """Labeling: domain experts score rollouts of the sidebar's task where no automatic check decides.
 
-One rollout at a time from `core.records.labeling.next_item`, with the query, criteria, reference, answer and
+One rollout at a time from `core.records.review.labeling.next_item`, with the query, criteria, reference, answer and
 the judge's suggestion; below it the agreement between labellers, the disagreements a reviewer settles
 (with the same evidence), and the latest labels.
 
@@ -18,7 +18,7 @@ must-not) and its transcript turn by turn, `Turn N · User` / `Turn N · Agent` 
 code, the rules the judge found broken with what that means for the reward, and, when the task is
 scored by a rubric, one radio per criterion with the meaning of each point and the judge's score marked
 (not preselected: a label that only echoes the judge is taken with "Accept judge", which says so in its
-comment) and one Submit (`core.records.labeling.submit_criteria_label`, once). A reviewer decides such a
+comment) and one Submit (`core.records.review.labeling.submit_criteria_label`, once). A reviewer decides such a
 disagreement per criterion the same way. Digits label nothing there; A and S work as above.
 
 A dispute's form (score, reason, Decide) is keyed by the rollout it decides, and the picker by the disputes
@@ -29,7 +29,7 @@ The tab is bound to the address (`?label_tab=Agreement` once a person picks it),
 one; the Overview's "Settle disputes" chooses Agreement through the session (ui.common.open_in_context).
 
 Buttons act in callbacks, so the page that follows is drawn from the state after the label. Every
-change goes through `core.records.labeling`; text written by models or people is shown as code (long texts
+change goes through `core.records.review.labeling`; text written by models or people is shown as code (long texts
 clipped with a "Show all" toggle) or in tables, through ui.display, short rubric words as escaped
 captions.
 """
@@ -44,8 +44,8 @@ from sqlmodel import Session
 
 from core.domain.rubric import SCALES
 from core.models.judge import anchors, choices, criteria_text, score_of
-from core.records import labeling
-from core.records.labeling import (
+from core.records.review import labeling
+from core.records.review.labeling import (
     Agreement,
     ConversationView,
     CriterionChoice,

@@ -1,13 +1,13 @@
 """Library: the versions of the sidebar's library, their text, what each experience of a version does
 (measured by leaving it out), a diff between any two, manual edits, revert, labels, export and import.
 
-Versions are immutable: every change here goes through `core.records.versions` and appends a new version
+Versions are immutable: every change here goes through `core.records.library.versions` and appends a new version
 (the actor is the sidebar's reviewer). Moving `production` opens the Evaluate page's guarded Promote dialog
 (ui.promote); other labels move at once. Reads go through `storage.queries`. Experience texts are
 written by a model or a person, so they are shown only as text, in tables, or in a diff block, through
 ui.display (long texts clipped with a "Show all" toggle, table cells spreadsheet-safe).
 
-"Entries per query" sets the library's selection (core.records.selection: all entries, or the k most similar to
+"Entries per query" sets the library's selection (core.records.library.selection: all entries, or the k most similar to
 each query by BM25) and previews the entries a typed query would be shown, through the function the HTTP API's
 selection route uses.
 
@@ -38,11 +38,11 @@ from core.domain.selection import MAX_K, Selection, SelectionMode
 from core.errors import StudioError
 from core.grpo import attribution
 from core.jobs.run_control import cancel_attribution, resume_run
-from core.records import versions as core_versions
-from core.records.coverage import version_coverage
-from core.records.selection import selection_of, set_selection
-from core.records.serving import served_selection
-from core.records.workers import job_health
+from core.records.library import versions as core_versions
+from core.records.library.coverage import version_coverage
+from core.records.library.selection import selection_of, set_selection
+from core.records.production.serving import served_selection
+from core.records.runs.workers import job_health
 from storage import queries
 from storage.statuses import PERSON_MAY_CANCEL, PERSON_MAY_RESUME, UNFINISHED, JobStatus
 from ui.common import (
@@ -182,7 +182,7 @@ def export_file_name(task_name: str, library_name: str, number: int, fmt: str) -
 
 
 # ---------------------------------------------------------------------------------------------- actions
-# Each takes its inputs explicitly and returns an Outcome; all writing is done by core.records.versions.
+# Each takes its inputs explicitly and returns an Outcome; all writing is done by core.records.library.versions.
 
 
 @checks_sign_in

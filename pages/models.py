@@ -6,7 +6,7 @@ the key itself is never stored or shown. Tasks, runs and evaluations then pick `
 Test makes one short call and shows the latency and the reply, or the exact error with the masked address.
 Each connection shows the models its server lists (its /models, kept a few minutes: core.models.connections),
 which every model picker offers; Refresh models asks the servers again.
-Admins add and remove connections; everything goes through core.records.connections.
+Admins add and remove connections; everything goes through core.records.models.connections.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import streamlit as st
 from sqlmodel import Session
 
-from core.records.connections import (
+from core.records.models.connections import (
     KINDS,
     add_connection,
     describe,
@@ -24,7 +24,7 @@ from core.records.connections import (
     remove_connection,
     try_connection,
 )
-from core.records.model_options import connection_listings
+from core.records.models.options import connection_listings
 from ui.common import (
     Flash,
     Outcome,

@@ -1,4 +1,4 @@
-"""Notifications: the webhooks that tell a team's tools when a person is needed (core/records/webhooks.py).
+"""Notifications: the webhooks that tell a team's tools when a person is needed (core/records/notifications/webhooks.py).
 
 An administrator adds a receiver (its URL, the events it hears, its signing secret shown once), sends it a
 test, reads the delivery log (status, response code, attempts) and replays a failed delivery. Workers send the
@@ -13,7 +13,7 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.webhooks import EVENTS
-from core.records.webhooks import (
+from core.records.notifications.webhooks import (
     add_endpoint,
     deliveries,
     describe,

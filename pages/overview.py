@@ -7,7 +7,7 @@ the review, and the evaluation. Empty sections offer a button to the page that f
 Each to-do row has its own button, which opens that row's task and library (in the sidebar) and its run and
 step (in the address) on Review, or its task on Labeling (the Agreement tab for disputes), whatever the
 sidebar had chosen: runs whose step waits for review, runs waiting for labels, and per task the rollouts
-waiting for a label and the disputes waiting for a reviewer (core.records.labeling.progress).
+waiting for a label and the disputes waiting for a reviewer (core.records.review.labeling.progress).
 
 Read-only but for Resume. Everything comes through `storage.queries` and core's read functions; text written
 by a model or a person (experiences, notes, errors) is shown as code or in tables (ui.display), never as
@@ -22,11 +22,11 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.jobs.run_control import resume_run
-from core.records import labeling
-from core.records.evaluation_figures import score_text
-from core.records.tasks import quick_trial_task
-from core.records.webhooks import given_up_notice
-from core.records.workers import job_health
+from core.records.evaluation.figures import score_text
+from core.records.notifications.webhooks import given_up_notice
+from core.records.review import labeling
+from core.records.runs.workers import job_health
+from core.records.tasks.demos import quick_trial_task
 from core.settings import get_settings
 from storage import queries
 from storage.statuses import LEARNING_KINDS, JobStatus
@@ -220,7 +220,7 @@ def resume(run_id: int) -> None:
 
 def quick_trial() -> None:
     """Step 1 (a button's callback): Train with the quick-trial preset selected (a small run whose changes a
-    person reviews), on the task core.records.tasks.quick_trial_task chooses for the default model (the
+    person reviews), on the task core.records.tasks.demos.quick_trial_task chooses for the default model (the
     shop-policies demo on the embedded model, where a library visibly helps), else the sidebar's task."""
     st.session_state[PRESET_REQUEST] = "quick"
     ctx = context()

@@ -3,7 +3,7 @@
 With no active user the studio serves one local user with every permission; the first user added
 switches sign-in on. Admins add users (with a password, or by email for the team's OpenID Connect provider) and
 change their role, activity and password here, and make API keys, each for a person if they like; every change
-goes through `core.records.people` (and `core.records.roles`), which checks the role again and writes the audit event. Password hashes are
+goes through `core.records.people.users` (and `core.records.people.roles`), which checks the role again and writes the audit event. Password hashes are
 never read into the page beyond the query, and never shown.
 """
 
@@ -14,9 +14,9 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.roles import NO_ROLE, PERSON_ROLES, ROLES
-from core.records.api_keys import API_ROLES, create_key, key_writes_to, list_keys, revoke_key
-from core.records.people import add_user, update_user
-from core.records.roles import sign_in_required
+from core.records.keys.api_keys import API_ROLES, create_key, key_writes_to, list_keys, revoke_key
+from core.records.people.roles import sign_in_required
+from core.records.people.users import add_user, update_user
 from storage import queries
 from ui.common import (
     DATETIME,
@@ -187,7 +187,7 @@ def drop_key(key_id: int) -> None:
 
 
 def api_keys_section() -> None:
-    """Keys for live agents (core/records/api_keys.py): a new key is shown once; the table never shows one."""
+    """Keys for live agents (core/records/keys/api_keys.py): a new key is shown once; the table never shows one."""
     st.header("API keys", anchor=False)
     st.caption("Live agents send one to the HTTP API (`Authorization: Bearer <key>`). "
                + " ".join(f"A {role} key may {what}." for role, what in API_ROLES.items()))

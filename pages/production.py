@@ -1,4 +1,4 @@
-"""Production: what live agents sent back through the API (core/records/traces.py).
+"""Production: what live agents sent back through the API (core/records/production/traces.py).
 
 Traces per day and version, the mean score per version over time with its 95% interval, the share with
 a score, the lowest-scored traces as text (never Markdown or HTML: an agent's input and output are
@@ -17,28 +17,34 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.grpo.training import create_run
-from core.records.otlp import map_service, other_spans, service_map, span_detail
-from core.records.otlp_held import UNREADABLE, held_services, held_spans
-from core.records.production_scoring import SOURCES, cannot_score, judge_summary, rules_words, score_source
-from core.records.run_settings import RunSettings
-from core.records.traces import (
+from core.records.library.versions import PRODUCTION
+from core.records.production.otlp import map_service, other_spans, service_map, span_detail
+from core.records.production.otlp_held import UNREADABLE, held_services, held_spans
+from core.records.production.scores import score_source, thumbs_word, trace_score
+from core.records.production.scoring import SOURCES, cannot_score, judge_summary, rules_words
+from core.records.production.trace_views import (
+    LOWEST,
+    PAGE_SIZE,
+    daily_rows,
+    lowest_traces,
+    oldest_waiting,
+    page_of_traces,
+    totals,
+)
+from core.records.production.traces import (
+    TraceFilter,
     any_trace,
-    daily_summary,
     find_trace,
     harvest,
     label_trace,
-    lowest_scored,
     set_rules,
-    task_traces,
-    thumbs_word,
     trace_output,
     trace_rows,
-    trace_score,
     version_name,
 )
-from core.records.versions import PRODUCTION
+from core.records.runs.settings import RunSettings
 from storage import queries
-from storage.statuses import LabelStatus, TraceJudgeStatus
+from storage.statuses import TraceJudgeStatus
 from ui.ab import ab_section
 from ui.common import (
     Flash,
@@ -55,8 +61,6 @@ from ui.common import (
 from ui.display import show_long, table
 
 FLASH = Flash("production_flash")
-LOWEST = 10
-LISTED = 200
 OLD_SHARE = 0.3
 
 
@@ -113,18 +117,17 @@ def save_label(trace_id: int) -> None:
                success=f"Trace labelled {point}.")
 
 
-def labelling_section(traces: list) -> None:
-    """The traces the task's rules sent to people, one at a time: input and output as text, a 1-5 score."""
-    waiting = [trace for trace in traces if trace.label_status == LabelStatus.NEEDED]
-    st.subheader(f"Waiting for a person ({len(waiting)})", anchor=False)
+def labelling_section(trace, waiting: int) -> None:
+    """The traces the task's rules sent to people, one at a time, the oldest first: input and output as text, a
+    1-5 score."""
+    st.subheader(f"Waiting for a person ({waiting})", anchor=False)
     FLASH.show("labels")
-    if not waiting:
+    if trace is None:
         st.caption("No trace waits: the labelling rules below choose which ones do.")
         return
     if not allowed("labeler"):
         role_note("labeler", "labelling production traces")
         return
-    trace = waiting[-1]  # the oldest first
     st.caption(f"Trace {trace.client_id} · sent score {trace.score if trace.score is not None else '-'} · "
                f"thumbs {thumbs_word(trace) or '-'} · {trace.segment or 'no segment'}")
     show_long(trace.input, f"production_label_in_{trace.id}")
@@ -146,6 +149,14 @@ def sent_feedback(trace) -> None:
         suggestion = "-" if trace.judge_score is None else f"{trace.judge_score:.2f}"
         st.caption(f"The task's judge was unsure (its suggestion {suggestion}); its reason:")
         show_long(trace.judge_detail or "", f"production_label_judge_{trace.id}")
+
+
+def traces_page(pages: int) -> int:
+    """Which page of the traces table to show (0-based): a number box when there is more than one."""
+    if pages <= 1:
+        return 0
+    return int(st.number_input(f"Page of the traces table (of {pages})", min_value=1, max_value=pages, value=1,
+                               step=1, key="production_page")) - 1
 
 
 def filters(task_id: int, versions: dict[int, int]) -> dict:
@@ -266,25 +277,34 @@ def page() -> None:
         return
     opened_trace(task.name, versions)
     chosen = filters(task.id, versions)
+    window = TraceFilter(**chosen)
     with Session(engine()) as session:
-        traces = task_traces(session, task.name, **chosen)
+        counted = totals(session, task.name, window)
+        rows = daily_rows(session, task.name, window, versions)
+        lowest = lowest_traces(session, task.name, window, LOWEST)
+        waiting = oldest_waiting(session, task.name, window)
         session.expunge_all()
-    rows = daily_summary(traces, versions)
-    scored = sum(1 for trace in traces if trace_score(trace) is not None)
     a, b, c = st.columns(3)
-    a.metric("Traces", len(traces))
-    b.metric("With a score", f"{scored / len(traces):.0%}" if traces else "-")
-    c.metric("Waiting for a person", sum(1 for trace in traces if trace.label_status == LabelStatus.NEEDED))
+    a.metric("Traces", counted.traces)
+    b.metric("With a score", "-" if counted.scored_share is None else f"{counted.scored_share:.0%}")
+    c.metric("Waiting for a person", counted.waiting)
     if rows:
         st.plotly_chart(score_chart(rows), key="production_chart")
         table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],
               key="production_daily_table")
-    if traces:
+    if counted.traces:
         st.subheader("Traces", anchor=False)
-        st.caption(f"The newest {min(len(traces), LISTED)} of {len(traces)}, by what their sender gave; open one by "
-                   "its sender id above (or link to it: this page's address with ?trace=<sender id>).")
-        table(trace_rows(traces[:LISTED], versions), key="production_traces_table")
-    lowest = lowest_scored(traces, LOWEST)
+        pages = -(-counted.traces // PAGE_SIZE)
+        page_number = traces_page(pages)
+        with Session(engine()) as session:
+            listed = page_of_traces(session, task.name, window, page_number)
+            session.expunge_all()
+        first = page_number * PAGE_SIZE + 1
+        st.caption(f"{first}-{first + len(listed) - 1} of {counted.traces}, newest first, by what their sender gave "
+                   "(page "
+                   f"{page_number + 1} of {pages}); open one by its sender id above (or link to it: this page's "
+                   "address with ?trace=<sender id>).")
+        table(trace_rows(listed, versions), key="production_traces_table")
     if lowest:
         st.subheader("Lowest scored", anchor=False)
         for trace in lowest:
@@ -301,7 +321,7 @@ def page() -> None:
                 span_attributes(trace, f"production_low_attributes_{trace.id}")
     if library is not None:
         ab_section(task.name, ctx.library)
-    labelling_section(traces)
+    labelling_section(waiting, counted.waiting)
     rules_section(task)
     harvest_section(task.name, ctx.library, chosen)
 

@@ -1,6 +1,6 @@
 """Review: per step, the proposed operations, each card carrying its evidence, its quality flags and its decision.
 
-A pending operation is a full card: its quality flags (core.records.review.step_flags: cut off, near duplicate, a
+A pending operation is a full card: its quality flags (core.records.review.decisions.step_flags: cut off, near duplicate, a
 query's numbers, too long), the before → after diff, the rationale, and the groups it came from (query,
 semantic advantage, rollouts with rewards) in "Evidence" expanders; a decided or invalid one shrinks to one
 collapsed line. One pending card is focused (the first, or one chosen with Next / Previous / Focus) and only
@@ -17,11 +17,11 @@ made elsewhere (the CLI, a colleague) redraws the page, saying what was decided 
 nothing left to decide it follows the run, to its next waiting step or to the line that says the run ended.
 All of the step's groups, with trajectories, are in a collapsed section at the bottom.
 
-Every decision goes through `core.records.review`; once nothing in a step that waits for review is pending, core
+Every decision goes through `core.records.review.decisions`; once nothing in a step that waits for review is pending, core
 applies it (a new library version) and queues the run again, and this page starts a worker for it. When the
 decided library is not the one the validation gate measured (part of the step approved, an operation edited),
 core queues its measurement instead: the page then says how far it is ("measuring the decided library: N of M",
-core.records.review.remeasure_progress, every two seconds) with no Apply button, redraws itself when it ends, and
+core.records.review.decisions.remeasure_progress, every two seconds) with no Apply button, redraws itself when it ends, and
 shows the gate's line before review and after it. The table's reason column is each decision's reason (a reject's
 reason, a note, the gate's).
 Buttons act in callbacks, so the page that follows is drawn from the state after the decision.
@@ -38,15 +38,15 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.facts import HELD
-from core.domain.library import EXAMPLE
+from core.domain.library import EXAMPLE, replaced_ids
 from core.domain.metrics import attempts_failed
 from core.domain.quality import Flag, rank_sources
 from core.grpo.attribution import effects_for_library as experience_effects
-from core.records import review
-from core.records.gate_verdict import GateVerdict
-from core.records.run_outcome import space_note
-from core.records.run_settings import run_settings
-from core.records.scenarios import is_conversation
+from core.records.review import decisions as review
+from core.records.review.gate_verdict import GateVerdict
+from core.records.runs.outcome import space_note
+from core.records.runs.settings import run_settings
+from core.records.tasks.scenarios import is_conversation
 from storage import queries
 from storage.statuses import (
     DECIDED,
@@ -54,7 +54,6 @@ from storage.statuses import (
     GateDecision,
     JobStatus,
     OperationStatus,
-    OpKind,
     StepStatus,
 )
 from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
@@ -126,7 +125,7 @@ def after_decision(run_id: int) -> None:
 
 
 def act(run_id: int, action, *args, success: str, step_id: int | None = None) -> object:
-    """Call a core.records.review function for a button; errors (e.g. AlreadyDecided) show as messages.
+    """Call a core.records.review.decisions function for a button; errors (e.g. AlreadyDecided) show as messages.
     Given the step the decision was made in, a step left with nothing to decide gives way to the next one
     that waits (move_on)."""
     result = run_action(FLASH, "decisions", action, engine(), *args, success=success)
@@ -415,7 +414,7 @@ def effect_lines(op: Operation, before: LibraryVersion | None, effects: dict) ->
     on the Library page), saying when it was measured on another text of that id."""
     texts = {exp.get("id"): exp.get("text") for exp in (before.experiences if before else [])}
     lines = []
-    for exp_id in op.target_ids if op.op in (OpKind.MODIFY, OpKind.MERGE, OpKind.DELETE) else []:
+    for exp_id in replaced_ids(op.op, op.target_ids):
         effect = effects.get(exp_id)
         if effect is None:
             lines.append(f"{exp_id}: not measured")
@@ -499,7 +498,7 @@ def show_evidence(op: Operation, view: StepView, key: str) -> None:
 
 
 def show_example_source(op: Operation, view: StepView, key: str) -> None:
-    """A worked example beside the rollout it was compressed from (core.records.review.example_sources): the
+    """A worked example beside the rollout it was compressed from (core.records.review.decisions.example_sources): the
     reviewer checks that the example's steps are the ones that reached the right answer."""
     source = review.example_sources(view.step).get(op.position)
     if source is None:
@@ -759,9 +758,8 @@ def page() -> None:
                   if (advantage := advantages.get(sample_id)) is not None}
         show_operations(operations, StepView(
             step, before, run_id, can_decide, experience_effects(engine(), run.library_id), flags, groups,
-            holds_flagged=settings.review_mode == "auto" and settings.hold_flagged, conversation=conversation))
-    gate = GateVerdict.of(step)
-    if step.status == StepStatus.AWAITING_REVIEW and not pending and can_decide and not (gate and gate.remeasure):
+            holds_flagged=settings.refuses_flagged(), conversation=conversation))
+    if can_decide and review.waits_for_apply(step, operations):
         st.warning("Every operation of this step is decided, but the step was not applied yet.")
         st.button("Apply decisions", key="review_apply", type="primary", on_click=apply_decisions,
                   args=(step_id, run_id, step_name(step)))

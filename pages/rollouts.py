@@ -1,7 +1,7 @@
 """Rollouts: one query's group of outputs side by side, from a training step or an evaluation.
 
 Read-only but for one action: a person's label on an output, which overrides its automatic reward
-(core.records.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
+(core.records.review.labeling.submit_label; every label is kept). Only the chosen group is loaded (`storage.queries.step_rollouts` with a sample id, or
 `evaluation_sample_rollouts`); the query list is counted in SQL. Everything a model or a dataset
 wrote (query, reference, answers, summaries, trajectories, errors) is shown as text, long texts clipped
 with a "Show all" toggle (ui.display).
@@ -18,9 +18,9 @@ from sqlmodel import Session
 
 from core.domain.code_runs import code_runs
 from core.models.judge import choices
-from core.records.labeling import label_scale, submit_label
-from core.records.scenarios import is_conversation, persona_name, personas_by_name, segment_of
-from core.records.selection import ShownEntries, shown_entries
+from core.records.library.selection import ShownEntries, shown_entries
+from core.records.review.labeling import label_scale, submit_label
+from core.records.tasks.scenarios import is_conversation, persona_name, personas_by_name, segment_of
 from storage import queries
 from storage.statuses import EvaluationPurpose, LabelStatus
 from storage.tables import Rollout, Sample, Task

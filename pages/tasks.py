@@ -1,6 +1,6 @@
 """Tasks: edit the sidebar's task or create one, add data to it, try its reward, and export or import it.
 
-Every change goes through `core.records.task_io` or `core.records.tasks.add_dataset_file`, which check the admin role
+Every change goes through `core.records.tasks.task_io` or `core.records.tasks.samples.add_dataset_file`, which check the admin role
 again and write the audit log. Buttons act in callbacks, before the page (and the sidebar) is drawn
 again, so a renamed, created or imported task can become the sidebar's task at once. Their outcome is
 kept in session state and shown once beside the section that caused it: our message in an alert, any
@@ -11,8 +11,8 @@ hold-out of rows for test and validation (core.domain.datasets.hold_out). *Test 
 answer through core.domain.rewards.try_reward, the engine's own scoring call, and writes nothing.
 
 A conversation task has a *Personas* tab: its personas with the splits their scenarios are in, an editor, a
-file upload and a download (core.domain.personas, core.records.task_io.save_personas), and the held-out personas whose
-scenarios go to test (core.records.scenarios.split_by_persona). A task's kind is fixed when it is created (a task file
+file upload and a download (core.domain.personas, core.records.tasks.task_io.save_personas), and the held-out personas whose
+scenarios go to test (core.records.tasks.scenarios.split_by_persona). A task's kind is fixed when it is created (a task file
 or a built-in task): TaskSettings, which the form edits, does not hold it.
 """
 
@@ -29,12 +29,13 @@ from sqlmodel import Session
 from core.domain.agent_modes import AGENT_MODES
 from core.domain.datasets import SPLITS, mapping_note, parse_dataset_file, resolve_columns, split_summary
 from core.domain.personas import (
-    LIST_SEPARATOR,
     TASK_KINDS,
     Persona,
+    join_list_cell,
     parse_personas,
     persona_dicts,
     personas_from_objects,
+    split_list_cell,
 )
 from core.domain.prompts import EXAMPLES_INTRO, LIBRARY_HEADER, MAX_WORDING_CHARS, LibraryWording
 from core.domain.rewards import (
@@ -53,19 +54,20 @@ from core.domain.rubric import DEFAULT_RUBRIC
 from core.domain.sandbox import jail_status
 from core.domain.scoring import MAX_TEXT_CHARS
 from core.errors import InvalidInput
-from core.records.model_options import ModelOption
-from core.records.scenarios import is_conversation, persona_splits, split_by_persona
-from core.records.task_io import (
+from core.records.models.options import ModelOption
+from core.records.tasks.samples import add_dataset_file
+from core.records.tasks.scenarios import is_conversation, persona_splits, split_by_persona
+from core.records.tasks.task_io import (
     TaskSettings,
     columns_of,
     export_filename,
     export_task_json,
+    form_setting,
     import_task,
     save_personas,
     save_task,
     task_personas,
 )
-from core.records.tasks import add_dataset_file
 from storage import queries
 from storage.tables import Task
 from ui.common import (
@@ -192,17 +194,6 @@ def method_fields(prefix: str, method: str, current: dict) -> None:
                   step=0.05, key=setting_key(prefix, "spot_check_share"))
 
 
-def json_setting(name: str, text: object) -> list:
-    """A list setting typed as JSON; a typo is a message naming the setting, not a traceback."""
-    try:
-        value = json.loads(str(text) or "[]")
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(value, list):
-        raise InvalidInput(f"{name} must be a JSON list of objects")
-    return value
-
-
 def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
     """The reward settings from the inputs of `method`, plus keys no method reads (kept as they were); a
     setting of `method` that has no input on this page (a method added to the registry) keeps its value."""
@@ -214,17 +205,7 @@ def collect_method_settings(prefix: str, method: str, kept: dict) -> dict:
             if kept.get(name) is not None:
                 result[name] = kept[name]
             continue
-        value = state[key]
-        if name == "phrases":
-            value = [line.strip() for line in str(value).splitlines() if line.strip()]
-        elif name in ("pattern", "criteria"):
-            value = str(value) if name == "pattern" else str(value).strip()
-        elif name in ("rubric", "rules"):
-            value = json_setting(name, value)
-        elif name == "labels_per_rollout":
-            value = int(value)
-        elif name in ("rel_tol", "abs_tol", "spot_check_share"):
-            value = float(value)
+        value = form_setting(name, state[key])
         if value in ("", []):
             continue
         result[name] = value
@@ -586,7 +567,7 @@ def draw_try(task: Task | None) -> None:
 def persona_rows(personas: list[Persona]) -> list[dict]:
     """Personas as the editor's rows: hidden facts in one cell, separated by `;` as in a CSV file."""
     return [{"name": p.name, "segment": p.segment, "description": p.description,
-             "hidden facts": f"{LIST_SEPARATOR} ".join(p.hidden_facts)} for p in personas]
+             "hidden facts": join_list_cell(p.hidden_facts)} for p in personas]
 
 
 def _cell(value: Any) -> str:
@@ -601,7 +582,7 @@ def edited_personas(frame: pd.DataFrame) -> list[dict]:
         if not any(cell.strip() for cell in cells.values()):
             continue
         item: dict[str, Any] = {PERSONA_FIELDS[column]: cells[column] for column in PERSONA_COLUMNS}
-        item["hidden_facts"] = [fact.strip() for fact in cells["hidden facts"].split(LIST_SEPARATOR) if fact.strip()]
+        item["hidden_facts"] = split_list_cell(cells["hidden facts"])
         items.append(item)
     return items
 

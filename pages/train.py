@@ -4,9 +4,9 @@ size, tokens and cost, time left) and pause, resume or cancel it.
 Runs are executed by the worker; this page only queues them (`core.grpo.training.create_run`) and writes
 a person's requests (`core.jobs.run_control`). Counters come from `run.progress`, which the worker keeps
 up to date, so the live view costs a handful of small reads every two seconds. Time left, the estimate
-before Start, a queued run's place in line and the status in words come from `core.records.progress`; the model
-choices from `core.records.model_options` (the task's models, the default, each connection's served models; a
-name can be typed); the notice about an embedded learner from `core.records.learner_advice`.
+before Start, a queued run's place in line and the status in words come from `core.records.runs.progress`; the model
+choices from `core.records.models.options` (the task's models, the default, each connection's served models; a
+name can be typed); the notice about an embedded learner from `core.records.models.learner_advice`.
 
 The settings are plain widgets (no st.form), so a preset fills them and the estimate under them follows
 every change. A preset is a button, not a choice that tracks the form: a widget that a callback rewrites
@@ -18,7 +18,7 @@ chose for this task (also across a page switch, ui.common.restore_model), and a 
 
 The learning switches (worked examples, lessons, learning from the reference) and the library's entry selection
 start from the defaults core chooses for the run's learner with the measured reason for each
-(`core.records.run_defaults.chosen_defaults`, shown under the settings); the switches follow a change of the
+(`core.records.runs.defaults.chosen_defaults`, shown under the settings); the switches follow a change of the
 learner or of ground truth while they still hold the defaults chosen before, and one a person changed stays.
 """
 
@@ -35,10 +35,12 @@ from sqlmodel import Session
 from core.errors import DuplicateJob, InvalidInput
 from core.grpo.training import create_run_with_defaults
 from core.jobs.run_control import cancel_run, pause_run, resume_run
-from core.records.connections import failed_test_warning
-from core.records.gate_verdict import GateVerdict
-from core.records.learner_advice import learner_advice
-from core.records.progress import (
+from core.records.models.connections import failed_test_warning
+from core.records.models.learner_advice import learner_advice
+from core.records.review.gate_verdict import GateVerdict
+from core.records.runs.defaults import Choice, chosen_defaults
+from core.records.runs.outcome import learned_nothing, production_note, space_note
+from core.records.runs.progress import (
     compact,
     duration,
     estimate_words,
@@ -48,10 +50,8 @@ from core.records.progress import (
     run_estimate,
     status_words,
 )
-from core.records.run_defaults import Choice, chosen_defaults
-from core.records.run_outcome import learned_nothing, production_note, space_note
-from core.records.run_settings import RunSettings, run_settings
-from core.records.workers import job_health
+from core.records.runs.settings import RunSettings, run_settings
+from core.records.runs.workers import job_health
 from storage import queries
 from storage.statuses import (
     LEARNING_KINDS,
@@ -93,7 +93,7 @@ EVAL_MODEL_HANDOFF_KEY = "eval_model"  # ... and the model the run learned with
 PRESET_REQUEST = "train_preset_request"  # another page (Overview's Quick trial) asks for a preset here
 CHOSEN_KEY = "train_chosen"  # the learning switches' widget values core last chose for the form's learner
 PRESET_SWITCHES_KEY = "train_preset_switches"  # the learning switches the last preset sets itself (not defaults)
-# The settings core chooses a default for (core.records.run_defaults), by the widget that holds each.
+# The settings core chooses a default for (core.records.runs.defaults), by the widget that holds each.
 CHOSEN_WIDGETS = {"examples": "train_examples", "lessons": "train_lessons",
                   "reference_when_all_fail": "train_reference_when_all_fail"}
 # A quick trial: 4 queries, G=4, one epoch, one step. Manual review, so the person sees what the learner
@@ -125,7 +125,7 @@ def elapsed(run, shown: str) -> float | None:
 
 
 def time_left(run, shown: str) -> tuple[float | None, str]:
-    """Seconds left over all stages (core.records.progress) and what the figure rests on, for the metric's help."""
+    """Seconds left over all stages (core.records.runs.progress) and what the figure rests on, for the metric's help."""
     if shown == JobStatus.COMPLETED:
         return 0.0, "The run is completed."
     if shown == JobStatus.CANCELLED:
@@ -514,7 +514,7 @@ def start_run(task) -> None:
 
 def model_fields(task) -> None:
     """Policy and Learner: the task's models, the default, each connection's served models and the rest
-    (core.records.model_options); a preset never changes them."""
+    (core.records.models.options); a preset never changes them."""
     options = offered_models(task)
     m1, m2 = st.columns(2)
     for column, label, key, task_model, role in (
@@ -610,7 +610,7 @@ def use_learner(model: str) -> None:
 def learner_notice(task) -> None:
     """With the embedded model as learner, say plainly that it rarely writes a usable lesson (the measured figures),
     name model connections as the way to a capable one and offer a hosted learner where a provider's key is set
-    (core.records.learner_advice)."""
+    (core.records.models.learner_advice)."""
     try:
         settings = form_settings()
     except InvalidInput:
@@ -626,7 +626,7 @@ def learner_notice(task) -> None:
 
 
 def run_estimate_line(task) -> None:
-    """Calls, tokens and time of a run with the form's settings, before it is queued (core.records.progress)."""
+    """Calls, tokens and time of a run with the form's settings, before it is queued (core.records.runs.progress)."""
     try:
         settings = form_settings()
     except InvalidInput:

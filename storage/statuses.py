@@ -62,7 +62,7 @@ class LabelStatus(StrEnum):
 
 
 class TraceJudgeStatus(StrEnum):
-    """A production trace and the task's own reward (None: not considered yet; core/records/production_scoring.py)."""
+    """A production trace and the task's own reward (None: not considered yet; core/records/production/scoring.py)."""
 
     SKIPPED = "skipped"  # the task's rules did not choose it
     JUDGING = "judging"  # claimed by a worker, its verdict not yet in
@@ -157,7 +157,7 @@ TO_APPLY = (OperationStatus.APPROVED, OperationStatus.EDITED)
 
 
 class DeliveryStatus(StrEnum):
-    """A webhook delivery in the outbox (core/records/webhooks.py): waiting for its (next) attempt, delivered (a 2xx
+    """A webhook delivery in the outbox (core/records/notifications/webhooks.py): waiting for its (next) attempt, delivered (a 2xx
     answer), or failed: given up after the last attempt, or refused at once (a redirect, an address not allowed)."""
 
     PENDING = "pending"

@@ -64,7 +64,7 @@ class Task(SQLModel, table=True):
     # A conversation task's user simulator ("" = the policy model) and the most agent turns a conversation has.
     simulator_model: str = Field(default="", sa_column=Column(AutoString, nullable=False, server_default=""))
     max_turns: int = Field(default=4, sa_column=Column(Integer, nullable=False, server_default="4"))
-    # Which production traces go to people (core/records/traces.py): {"below": score, "share": fraction}.
+    # Which production traces go to people (core/records/production/traces.py): {"below": score, "share": fraction}.
     production_rules: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
     # The line above the library in the agent's system prompt and the line that opens its worked examples
     # (core.domain.prompts.LibraryWording); None: the neutral default.
@@ -108,8 +108,8 @@ class Library(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     task_id: int = Field(foreign_key="task.id", index=True)
     name: str = "default"
-    segment: str | None = None  # a conversation task's persona segment this library serves (core/records/segments.py)
-    # A/B in production (core/records/serving.py): a fetch of `production` with a user id is served the
+    segment: str | None = None  # a conversation task's persona segment this library serves (core/records/library/segments.py)
+    # A/B in production (core/records/production/serving.py): a fetch of `production` with a user id is served the
     # version of label `ab_label` for a stable `ab_share` of user ids.
     ab_label: str | None = None
     ab_share: float | None = None
@@ -380,7 +380,7 @@ class LLMCall(SQLModel, table=True):
     # How a structured reply was read: parsed | repaired (json-repair mended it) | malformed; None when no JSON was asked
     reply_status: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
-    connection: str | None = None  # the model connection the call went through (core/records/connections.py)
+    connection: str | None = None  # the model connection the call went through (core/records/models/connections.py)
     # the production trace a judge call scored (no foreign key: adding one would rebuild the ledger on SQLite)
     trace_id: int | None = Field(default=None, index=True)
 
@@ -401,7 +401,7 @@ class AuditEvent(SQLModel, table=True):
 class User(SQLModel, table=True):
     """A person who signs in; the password is kept only as a salted scrypt hash."""
 
-    # One provider identity is one person: two first sign-ins at once cannot both bind it (core/records/oidc.py).
+    # One provider identity is one person: two first sign-ins at once cannot both bind it (core/records/people/oidc.py).
     __table_args__ = (Index("ux_user_identity", "issuer", "subject", unique=True),)
 
     id: int | None = Field(default=None, primary_key=True)
@@ -411,7 +411,7 @@ class User(SQLModel, table=True):
     active: bool = True
     created_by: str = "cli"
     created_at: datetime = Field(default_factory=utcnow)
-    # The provider's identity (core/records/oidc.py, provider_sign_in): the verified email the studio knows the
+    # The provider's identity (core/records/people/oidc.py, provider_sign_in): the verified email the studio knows the
     # person by (lower case), and the issuer and subject recorded at their first sign-in through the provider.
     email: str | None = Field(default=None, index=True, unique=True)
     issuer: str | None = None
@@ -450,7 +450,7 @@ class ApiKey(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str
-    role: str = "read"  # read | ingest (core/records/api_keys.py)
+    role: str = "read"  # read | ingest (core/records/keys/api_keys.py)
     prefix: str
     key_hash: str = Field(index=True, unique=True)
     created_by: str = "cli"
@@ -459,7 +459,7 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
     person: str | None = None  # the user the key acts for: it carries at most their role, checked at every request
-    # where an ingest key writes (core/records/api_keys.py): its task (and library), whatever a trace or span
+    # where an ingest key writes (core/records/keys/api_keys.py): its task (and library), whatever a trace or span
     # names; an ingest key with no task writes anywhere only when an admin chose that (any_task)
     task_id: int | None = None  # no foreign key: SQLite cannot add one to a table others reference
     library: str | None = None
@@ -495,14 +495,14 @@ class Trace(SQLModel, table=True):
     label_value: float | None = None  # a person's score in [0, 1]
     labelled_by: str | None = None
     sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into
-    # the task's own reward scoring it in the worker (core/records/production_scoring.py): None (not considered
+    # the task's own reward scoring it in the worker (core/records/production/scoring.py): None (not considered
     # yet) | skipped (its rules did not choose it) | judging (claimed by judge_claim at judged_at) | scored | unsure
     judge_status: str | None = Field(default=None, index=True)
     judge_score: float | None = None  # counts only when scored; an unsure one is the suggestion a person sees
     judge_detail: str | None = _text()
     judge_claim: str | None = None
     judged_at: datetime | None = None
-    # The A/B experiment running when it arrived (core/records/ab_experiments.py; no FK, like run_id: provenance), the
+    # The A/B experiment running when it arrived (core/records/production/ab_experiments.py; no FK, like run_id: provenance), the
     # arm the studio serves its user there, and why it does not count in that experiment (None: it counts).
     ab_experiment_id: int | None = Field(default=None, index=True)
     ab_arm: str | None = None
@@ -511,7 +511,7 @@ class Trace(SQLModel, table=True):
 
 class AbExperiment(SQLModel, table=True):
     """One A/B experiment: a library's split of production traffic from its start to its end, with the versions its
-    arms served throughout (core/records/ab_experiments.py). A label move or a change of the split ends it."""
+    arms served throughout (core/records/production/ab_experiments.py). A label move or a change of the split ends it."""
 
     id: int | None = Field(default=None, primary_key=True)
     task_id: int = Field(foreign_key="task.id", index=True)
@@ -532,7 +532,7 @@ class AbExperiment(SQLModel, table=True):
 
 class OtlpService(SQLModel, table=True):
     """An OpenTelemetry service (its resource's `service.name`) mapped on the Production page to the task and
-    library its spans are stored under, for spans that name no task themselves (core/records/otlp.py)."""
+    library its spans are stored under, for spans that name no task themselves (core/records/production/otlp.py)."""
 
     service_name: str = Field(primary_key=True, max_length=300)
     task_id: int = Field(foreign_key="task.id", index=True)
@@ -551,7 +551,7 @@ class OtlpResource(SQLModel, table=True):
 
 
 class OtlpHeldSpan(SQLModel, table=True):
-    """A span received over OTLP but not yet a trace (core/records/otlp_held.py): its service maps to no task
+    """A span received over OTLP but not yet a trace (core/records/production/otlp_held.py): its service maps to no task
     (`unmapped`, it lands when the service is mapped) or it carries a model call with no message the studio can
     read (`unreadable`, shown with its attributes). Bounded per service by count and age; the dropped are
     counted."""
@@ -594,7 +594,7 @@ class ModelConnection(SQLModel, table=True):
 
 
 class WebhookEndpoint(SQLModel, table=True):
-    """A receiver an administrator configured (core/records/webhooks.py): its URL, the events it hears (empty: all)
+    """A receiver an administrator configured (core/records/notifications/webhooks.py): its URL, the events it hears (empty: all)
     and the Standard Webhooks secret that signs what it gets. The secret must be stored to sign: `secret` holds it
     encrypted (core.secrets.seal), it is shown once when created and never on a page, in a log or in a list;
     `secret_env` instead names an environment variable that holds it (then nothing secret is stored)."""

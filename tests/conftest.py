@@ -17,9 +17,10 @@ import pytest
 import streamlit as st
 from cryptography.fernet import Fernet
 
+import core.records.subscribers  # noqa: F401  (as every entry point: core/records/subscribers.py)
 from core.models.gateway import Gateway
-from core.records.demo_data import demo_rows
-from core.records.tasks import ensure_demo_task, ensure_demo_tasks
+from core.records.tasks.demo_data import demo_rows
+from core.records.tasks.demos import ensure_demo_task, ensure_demo_tasks
 from core.settings import engine as settings_engine
 from storage import db
 from storage.db import make_engine
@@ -246,7 +247,7 @@ def database_url(postgres_databases, migrated_db, tmp_path) -> Iterator[str]:
 def cheap_password_hashes(request, monkeypatch):
     """scrypt at N=2^10 in-process (N=2^17 costs ~0.4 s a hash); tests marked real_hash_cost keep the real one."""
     if request.node.get_closest_marker("real_hash_cost") is None:
-        from core.records import passwords
+        from core.records.people import passwords
 
         monkeypatch.setattr(passwords, "SCRYPT_N", 2**10)
 

@@ -1,4 +1,4 @@
-"""A/B experiments (core/records/ab_experiments.py, ab_verdict.py): a split starts an experiment with fixed arms;
+"""A/B experiments (core/records/production/ab_experiments.py, ab_verdict.py): a split starts an experiment with fixed arms;
 only traces sent after its start, by the version their user's arm serves, count; a label move ends it and starts the
 next; the guard stops a worse candidate's split (ab.stopped) and announces a better one (ab.decided), whose verdict a
 promotion carries; `core ab --status --json` answers for users served through the API."""
@@ -17,13 +17,13 @@ from sqlmodel import Session, select
 from api.app import create_app
 from core.cli import main
 from core.jobs.worker import guarding
-from core.records.ab_experiments import BEFORE_START, CANDIDATE, NO_USER, served_arm
-from core.records.ab_verdict import ab_status, guard_experiments
-from core.records.api_keys import create_key
-from core.records.serving import served_library, set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces
-from core.records.versions import PRODUCTION, import_library, promote, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import PRODUCTION, import_library, promote, set_label
+from core.records.production.ab_experiments import BEFORE_START, CANDIDATE, NO_USER, served_arm
+from core.records.production.ab_verdict import ab_status, guard_experiments
+from core.records.production.serving import served_library, set_ab_split
+from core.records.production.traces import TraceIn, ingest_traces
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import make_engine
 from storage.tables import AbExperiment, AuditEvent, Library, Trace

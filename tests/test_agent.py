@@ -20,8 +20,8 @@ from core.grpo.agent import AgentSettings, run_agent
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models import local_model, model_server, openai_http
 from core.models.gateway import Gateway, Scope
-from core.records.demo_data import demo_rows
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demo_data import demo_rows
+from core.records.tasks.demos import DEMO_TASK
 from core.settings import get_settings
 from storage.tables import LLMCall, Rollout
 from tests.conftest import ScriptedModel

@@ -13,10 +13,10 @@ from sqlmodel import Session, select
 from api.__main__ import main as serve_main
 from api.app import create_app
 from core.errors import PermissionDenied
-from core.records.api_keys import create_key, revoke_key
-from core.records.serving import set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key, revoke_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.serving import set_ab_split
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import ApiKey, AuditEvent, Trace
 
 URL = "/v1/tasks/arithmetic word problems/libraries/default"
@@ -146,7 +146,7 @@ def test_missing_unknown_revoked_and_wrong_role_keys_are_refused_and_audited(eng
 
 
 def test_a_flood_of_made_up_keys_is_audited_once_a_minute_per_address_with_its_count(engine, demo_task):
-    from core.records.api_limits import audit_refusal
+    from core.records.keys.limits import audit_refusal
 
     bare = TestClient(create_app(engine))
     assert {bare.get(URL, headers=bearer(f"tfg_guess-{i}")).status_code for i in range(30)} == {401}
@@ -162,7 +162,7 @@ def test_a_flood_of_made_up_keys_is_audited_once_a_minute_per_address_with_its_c
 
 
 def test_keys_are_stored_hashed_and_only_an_admin_makes_them(engine, keys):
-    from core.records.people import add_user
+    from core.records.people.users import add_user
 
     with Session(engine) as session:
         rows = list(session.exec(select(ApiKey)))
@@ -208,7 +208,7 @@ def test_one_bad_trace_refuses_the_batch_and_nothing_is_stored(engine, keys, pro
 
 
 def test_a_trace_naming_another_tasks_version_is_refused(engine, keys, production):
-    from core.records.tasks import SUPPORT_TASK, ensure_demo_tasks
+    from core.records.tasks.demos import SUPPORT_TASK, ensure_demo_tasks
 
     ensure_demo_tasks(engine)
     other = import_library(engine, SUPPORT_TASK, "- Be kind.", "c.md", actor="system")
@@ -330,7 +330,7 @@ def test_served_entries_carry_their_kind_so_an_agent_can_tell_a_worked_example_f
 
 def test_a_late_thumbs_down_updates_the_trace_once_audited_and_seen_by_the_rules_and_harvest(engine, keys,
                                                                                             production):
-    from core.records.traces import harvest, set_rules
+    from core.records.production.traces import harvest, set_rules
 
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
     ingest = TestClient(create_app(engine), headers=bearer(keys["ingest"]))

@@ -22,8 +22,9 @@ from core.grpo.attribution import (
     run_effects,
 )
 from core.grpo.training import execute_run
-from core.records.tasks import DEMO_TASK, demo_rows, get_task
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import DEMO_TASK, demo_rows
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import url_with_password
 from storage.statuses import EvaluationPurpose, JobStatus, RunKind

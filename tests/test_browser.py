@@ -79,7 +79,7 @@ def gate_failed(database_url: str) -> bool:
     note before an approval)."""
     from sqlmodel import Session, select
 
-    from core.records.gate_verdict import GateVerdict
+    from core.records.review.gate_verdict import GateVerdict
     from storage.db import make_engine
     from storage.tables import Step
 
@@ -139,7 +139,7 @@ def models_on_the_stub(database_url: str) -> None:
     """The demo task's policy and learner models (the Train and Evaluate forms' defaults) are the stub."""
     from sqlmodel import select
 
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
     from storage.db import make_engine, session_scope
     from storage.tables import Task
 

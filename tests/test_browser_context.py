@@ -15,8 +15,8 @@ from playwright.sync_api import expect
 from sqlmodel import Session, select
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK
-from core.records.versions import PRODUCTION, import_library, set_label
+from core.records.library.versions import PRODUCTION, import_library, set_label
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import make_engine
 from storage.tables import Evaluation, Task

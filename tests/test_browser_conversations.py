@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 from sqlmodel import Session
 
-from core.records.tasks import CONVERSATION_TASK
+from core.records.tasks.demos import CONVERSATION_TASK
 from storage import queries
 from storage.db import make_engine
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 from sqlmodel import Session, select
 
-from core.records.tasks import POLICY_TASK
+from core.records.tasks.demos import POLICY_TASK
 from storage.db import make_engine
 from storage.tables import Run, Task
 from tests.browser_support import (

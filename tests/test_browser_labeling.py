@@ -17,9 +17,9 @@ from playwright.sync_api import expect
 from sqlmodel import Session, select
 
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.labeling import ACCEPTED
-from core.records.people import add_user
-from core.records.tasks import DEMO_TASK
+from core.records.people.users import add_user
+from core.records.review.labeling import ACCEPTED
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import make_engine, session_scope
 from storage.tables import RewardLabel, Rollout, Run, Task
 from tests.browser_support import (
@@ -211,7 +211,7 @@ def disputed_rollouts(database_url: str, count: int = 3, users: bool = True) -> 
     """`count` rollouts of a 1-5 human-labelled run that two labellers scored 5 and 1 (disputed), and a
     reviewer `rev` who settles them; the run waits for nothing but the reviewer. Without `users` the studio
     keeps no accounts, so it runs without sign-in."""
-    from core.records.labeling import submit_label
+    from core.records.review.labeling import submit_label
 
     engine = make_engine(database_url)
     with session_scope(engine) as session:

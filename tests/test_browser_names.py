@@ -19,9 +19,9 @@ from playwright.sync_api import expect
 
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
-from core.records.task_io import TaskSettings, save_task
-from core.records.tasks import add_dataset
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.tasks.samples import add_dataset
+from core.records.tasks.task_io import TaskSettings, save_task
 from storage.db import make_engine
 from storage.statuses import GateRule
 from tests.browser_support import browser_page, require_chromium, screenshot, studio, wait_for_app

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from core.records.people import add_user
+from core.records.people.users import add_user
 from storage.db import make_engine
 from storage.tables import AuditEvent
 from tests.browser_support import (

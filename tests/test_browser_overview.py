@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from core.domain.library import ProposedOp
 from core.grpo.training import RunSettings, create_run, store_operations
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK
 from storage.db import make_engine, session_scope
 from storage.tables import Run, Step
 from tests.browser_support import (

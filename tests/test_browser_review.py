@@ -16,8 +16,8 @@ from playwright.sync_api import expect
 from sqlmodel import Session
 
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records import review
-from core.records.tasks import DEMO_TASK
+from core.records.review import decisions as review
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import make_engine
 from storage.tables import Run

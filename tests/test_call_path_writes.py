@@ -15,7 +15,7 @@ from core.grpo.rollouts import stored_rollout
 from core.grpo.training import RunSettings, _save_advantage, create_run
 from core.jobs.worker import claim
 from core.models.gateway import Gateway, Scope
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
 from storage.tables import Advantage, Evaluation, LLMCall, Rollout, Step, Task

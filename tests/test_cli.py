@@ -10,8 +10,8 @@ import pytest
 from sqlmodel import Session, select
 
 from core.cli import main
-from core.records.passwords import check_password
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
+from core.records.people.passwords import check_password
+from core.records.tasks.demos import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
 from storage import queries
 from storage.db import get_engine
 from storage.tables import AuditEvent, Evaluation, Run, Sample, User

@@ -117,7 +117,7 @@ print([n for n in ("alembic", "numpy", *{HEAVY!r}) if n in sys.modules])
 
 def test_the_api_on_a_database_at_the_newest_revision_starts_without_alembic_or_numpy(database_url):
     """What `python -m api` does before it serves: build the app and open the database; without Alembic, and
-    without numpy, which only a paired comparison uses (core.records.comparison, reached through promotion)."""
+    without numpy, which only a paired comparison uses (core.records.evaluation.comparison, reached through promotion)."""
     probe = python(API_START, env={"DATABASE_URL": database_url})
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
@@ -133,14 +133,14 @@ class Watch:
         if name == "litellm":
             seen.append(os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP"))
 sys.meta_path.insert(0, Watch())
-from core.records.connections import check_connection
+from core.records.models.connections import check_connection
 check_connection("my-openai", "litellm", None, "openai", None, None)
 print(seen)
 """
 
 
 def test_litellm_loads_its_bundled_price_map_when_a_record_module_imports_it_first():
-    """core.records.connections is the one module outside core.models that uses litellm: imported first, it
+    """core.records.models.connections is the one module outside core.models that uses litellm: imported first, it
     must still leave litellm to read the price map it ships with instead of fetching one."""
     probe = python(COST_MAP_AT_IMPORT)
     assert probe.returncode == 0, probe.stderr

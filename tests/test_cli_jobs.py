@@ -9,7 +9,7 @@ from sqlmodel import Session, select
 
 from core.grpo.evaluation import create_evaluation
 from core.grpo.training import RunSettings, create_run
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import AuditEvent, Evaluation, Run
 from tests.test_cli_review import in_process
 
@@ -92,7 +92,7 @@ def test_an_evaluation_is_cancelled_once_and_a_gate_evaluation_is_not(engine, cl
 
 def test_a_measurement_is_cancelled_and_a_training_run_is_not_one(engine, cli):
     from core.grpo.attribution import create_attribution
-    from core.records.versions import import_library
+    from core.records.library.versions import import_library
 
     version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "lib.md", actor="bob")
     run_id = create_attribution(engine, DEMO_TASK, str(version.number), k=1, limit=2)

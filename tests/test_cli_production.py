@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.records.api_keys import check_key
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import check_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.traces import TraceIn, ingest_traces
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import get_engine
 from storage.tables import Run, Trace
@@ -73,7 +73,7 @@ def test_traces_rules_ab_harvest_and_an_update_from_production(traced, capsys):
 
 def test_a_bound_key_from_the_cli_and_held_spans_landing_with_traces_map_service(traced, capsys):
     from core.domain.otlp_spans import decode_spans
-    from core.records.otlp import ingest_spans
+    from core.records.production.otlp import ingest_spans
     from tests.otlp_support import chat_span, sdk_request
 
     url, engine, _ = traced

@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.cli import main
-from core.records.gate_verdict import GateVerdict
+from core.records.review.gate_verdict import GateVerdict
 from storage import queries
 from storage.tables import AuditEvent, LibraryVersion, Operation, Rollout, Run, Step
 from tests.test_review import TWO_ADDS
@@ -244,7 +244,7 @@ def test_run_names_what_waits_and_the_command_that_decides_it(engine, cli):
 
 def test_a_worked_example_is_listed_as_one_with_the_output_it_was_compressed_from(engine, cli, scripted):
     from core.grpo.training import create_run, execute_run
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
     from tests.conftest import mixed_rollouts
     from tests.test_worked_examples import example_reply, settings
 
@@ -263,7 +263,7 @@ def test_a_worked_example_is_listed_as_one_with_the_output_it_was_compressed_fro
 
 def test_an_example_made_from_the_reference_says_so(engine, cli, scripted):
     from core.grpo.training import create_run, execute_run
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
     from tests.test_worked_examples import settings
 
     _model, gateway = scripted(engine)  # every attempt fails: the reference is the example
@@ -284,7 +284,7 @@ def test_an_example_made_from_the_reference_of_a_group_with_a_right_attempt_says
     says how many attempts failed, not that every one did."""
     from core.domain.reference_answers import reference_parts, template_reply
     from core.grpo.training import RunSettings, create_run, execute_run
-    from core.records.tasks import POLICY_TASK, ensure_policy_task
+    from core.records.tasks.demos import POLICY_TASK, ensure_policy_task
     from tests.conftest import per_query
     from tests.test_policy_demo import NO_POLICY
 

@@ -1,14 +1,14 @@
 """`train` with no switches gets the defaults the studio measured for its learner and prints them with their
-reasons and the flag that overrides each (core.records.run_defaults, the Train page's rule); a flag wins."""
+reasons and the flag that overrides each (core.records.runs.defaults, the Train page's rule); a flag wins."""
 
 from __future__ import annotations
 
 from sqlmodel import Session
 
 from core.domain.selection import DEFAULT_K
-from core.records.run_defaults import EXAMPLES_FIGURE
-from core.records.run_settings import run_settings
-from core.records.tasks import POLICY_TASK, ensure_demo_tasks
+from core.records.runs.defaults import EXAMPLES_FIGURE
+from core.records.runs.settings import run_settings
+from core.records.tasks.demos import POLICY_TASK, ensure_demo_tasks
 from storage.tables import Run
 from tests.test_cli_review import in_process
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from core.domain.selection import DEFAULT_K
-from core.records.serving import ServedLibrary, ServedSelection
-from core.records.versions import export_version
+from core.records.library.versions import export_version
+from core.records.production.serving import ServedLibrary, ServedSelection
 
 CLIENT_DIR = Path(__file__).resolve().parents[1] / "client"
 sys.path.insert(0, str(CLIENT_DIR))

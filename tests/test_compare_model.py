@@ -1,4 +1,4 @@
-"""`python -m core compare A B` on the model a person chose (core/grpo/comparison_pair.py, core.records.model_options
+"""`python -m core compare A B` on the model a person chose (core/grpo/comparison_pair.py, core.records.models.options
 .chosen_model): it reuses the newest finished pair of evaluations made on one model and says which; where none
 exists it evaluates on the model of the task's newest evaluation or run a person chose, never on the embedded
 model after a team's work on a connection (here the embedded model cannot even start: loading it raises)."""
@@ -15,10 +15,11 @@ from core.cli import main
 from core.domain.library import ProposedOp
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.models import local_model, model_server
-from core.records.connections import add_connection
-from core.records.model_options import chosen_model
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import edit_library
+from core.records.library.versions import edit_library
+from core.records.models.connections import add_connection
+from core.records.models.options import chosen_model
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import session_scope, url_with_password
 from storage.tables import Evaluation, Run

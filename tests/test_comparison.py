@@ -10,8 +10,14 @@ from scipy.stats import binomtest
 
 from core.errors import InvalidInput
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.comparison import bootstrap_interval, compare_evaluations, mcnemar_exact, paired, sign_test
-from core.records.tasks import DEMO_TASK
+from core.records.evaluation.comparison import (
+    bootstrap_interval,
+    compare_evaluations,
+    mcnemar_exact,
+    paired,
+    sign_test,
+)
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import url_with_password
 
 
@@ -98,7 +104,7 @@ def test_compare_evaluations_on_stored_rollouts(engine, demo_task, scripted):
 def test_two_versions_draw_the_same_seed_per_query_and_sample(engine, demo_task, scripted, monkeypatch):
     """Common random numbers: the library is the only difference between two evaluations."""
     import core.models.gateway as gateway_module
-    from core.records.versions import import_library
+    from core.records.library.versions import import_library
 
     seen: dict[str, list[tuple[str, int]]] = {}
     real = gateway_module.providers().acompletion
@@ -125,7 +131,7 @@ def test_cli_compare_prints_the_paired_figures_and_reuses_evaluations(engine, de
     import json
 
     from core.cli import main
-    from core.records.versions import import_library
+    from core.records.library.versions import import_library
 
     version = import_library(engine, DEMO_TASK, "- Re-read the question.", "lib.md")
     ids = []

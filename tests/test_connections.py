@@ -1,4 +1,4 @@
-"""Model connections (core/records/connections.py, core/models/connections.py, `python -m core models`):
+"""Model connections (core/records/models/connections.py, core/models/connections.py, `python -m core models`):
 a model served anywhere is named once and then picked as `<connection>/<model>`; its key stays in the
 environment; every call's ledger row names the connection; a failure names the masked address."""
 
@@ -16,8 +16,8 @@ from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.models.gateway import Gateway
 from core.models.model_choice import check_model
-from core.records.connections import add_connection, remove_connection, try_connection
-from core.records.tasks import DEMO_TASK
+from core.records.models.connections import add_connection, remove_connection, try_connection
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import url_with_password
 from storage.tables import AuditEvent, LLMCall, ModelConnection
 
@@ -51,7 +51,7 @@ def test_a_connection_that_cannot_be_used_is_refused_by_its_field(engine, fields
 
 
 def test_only_an_admin_manages_connections(engine):
-    from core.records.people import add_user
+    from core.records.people.users import add_user
 
     add_user(engine, "ada", "admin", "pw-ada-123456", actor="cli")
     add_user(engine, "rita", "reviewer", "pw-rita-123456", actor="cli")

@@ -15,11 +15,12 @@ from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.rollouts import stored_rollout
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Scope
-from core.records.demo_data import conversation_demo
-from core.records.labeling import submit_label
-from core.records.scenarios import personas_by_name, segment_of
-from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.review.labeling import submit_label
+from core.records.tasks.demo_data import conversation_demo
+from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
+from core.records.tasks.scenarios import personas_by_name, segment_of
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import JobStatus

@@ -14,7 +14,8 @@ from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
 from core.grpo.training import RunSettings, create_run
-from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
 from storage.db import session_scope, url_with_password
 from storage.tables import ConversationTurn, LLMCall, Run
 from tests.ui_support import ROOT

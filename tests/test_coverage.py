@@ -21,7 +21,7 @@ from core.domain.reference_answers import (
 )
 from core.domain.selection import Selection
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.tasks import POLICY_TASK, ensure_policy_task
+from core.records.tasks.demos import POLICY_TASK, ensure_policy_task
 from storage import queries
 from storage.tables import LibraryVersion, Operation
 

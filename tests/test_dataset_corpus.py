@@ -16,7 +16,8 @@ from sqlmodel import Session, func, select
 from core.cli import main
 from core.domain import datasets
 from core.domain.datasets import MAX_FIELD_CHARS, MAX_FILE_BYTES, DatasetError, parse_dataset
-from core.records.tasks import DEMO_TASK, add_dataset
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.samples import add_dataset
 from storage.tables import AuditEvent, Sample
 
 CORPUS = Path(__file__).resolve().parent / "data" / "malformed"

@@ -17,7 +17,7 @@ from core.domain.datasets import (
     read_dataset,
     sample_id,
 )
-from core.records.demo_data import demo_rows
+from core.records.tasks.demo_data import demo_rows
 
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 REPO = Path(__file__).resolve().parent.parent
@@ -529,7 +529,8 @@ def stored(engine, task_name: str) -> dict[str, tuple[str, str | None]]:
 
 
 def test_two_files_without_ids_add_every_row(engine, demo_task):
-    from core.records.tasks import DEMO_TASK, add_dataset
+    from core.records.tasks.demos import DEMO_TASK
+    from core.records.tasks.samples import add_dataset
 
     before = stored(engine, DEMO_TASK)
     assert add_dataset(engine, DEMO_TASK, b"question,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\n", "a.csv") == (2, 0)
@@ -550,7 +551,8 @@ def test_rows_without_an_id_get_the_same_id_and_split_in_any_row_order():
 
 
 def test_the_same_file_added_twice_adds_nothing_and_names_each_row_with_the_sample_it_repeats(engine, demo_task):
-    from core.records.tasks import DEMO_TASK, add_dataset_file
+    from core.records.tasks.demos import DEMO_TASK
+    from core.records.tasks.samples import add_dataset_file
 
     data = b"query,answer\nWhat is 2+2?,4\nWhat is 3+3?,6\n"
     first = add_dataset_file(engine, DEMO_TASK, data, "a.csv")
@@ -563,7 +565,8 @@ def test_the_same_file_added_twice_adds_nothing_and_names_each_row_with_the_samp
 
 
 def test_a_row_repeated_in_one_file_is_added_once_and_named(engine, demo_task):
-    from core.records.tasks import DEMO_TASK, add_dataset
+    from core.records.tasks.demos import DEMO_TASK
+    from core.records.tasks.samples import add_dataset
 
     before = len(stored(engine, DEMO_TASK))
     data = jsonl({"query": "What is 2+2?", "answer": 4}, {"query": "What is 3+3?", "answer": 6},
@@ -577,7 +580,8 @@ def test_a_row_repeated_in_one_file_is_added_once_and_named(engine, demo_task):
 def test_an_id_stored_with_other_content_is_refused_naming_both_texts_and_nothing_is_written(engine, demo_task):
     from sqlmodel import Session, func, select
 
-    from core.records.tasks import DEMO_TASK, add_dataset
+    from core.records.tasks.demos import DEMO_TASK
+    from core.records.tasks.samples import add_dataset
     from storage.tables import AuditEvent
 
     assert add_dataset(engine, DEMO_TASK, jsonl({"id": "n1", "query": "What is 2+2?", "answer": 4}).encode(),
@@ -598,7 +602,8 @@ def test_an_id_stored_with_other_content_is_refused_naming_both_texts_and_nothin
 
 
 def test_samples_stored_with_row_numbers_as_ids_are_still_recognised(engine, demo_task):
-    from core.records.tasks import DEMO_TASK, add_dataset_file
+    from core.records.tasks.demos import DEMO_TASK
+    from core.records.tasks.samples import add_dataset_file
     from storage.db import session_scope
     from storage.tables import Sample
 

@@ -10,8 +10,8 @@ from sqlmodel import Session, func, select
 from core.domain.datasets import formula_like
 from core.domain.rewards import METHODS
 from core.models.judge import scale_of
-from core.records.demo_data import DEMO_DIR, support_rows
-from core.records.tasks import (
+from core.records.tasks.demo_data import DEMO_DIR, support_rows
+from core.records.tasks.demos import (
     CONVERSATION_TASK,
     DEMO_TASK,
     POLICY_TASK,
@@ -113,7 +113,7 @@ def test_the_arithmetic_demo_runs_in_python_mode_where_the_jail_works(engine, ja
 
 def test_without_a_jail_the_arithmetic_demo_falls_back_to_direct_and_says_why(engine, monkeypatch, caplog):
     from core.domain.sandbox import JailStatus
-    from core.records import tasks
+    from core.records.tasks import demos as tasks
 
     probes: list[int] = []
 

@@ -16,9 +16,9 @@ from core.grpo.gate import check_validation_size, passes
 from core.grpo.training import create_run, execute_run
 from core.jobs.run_control import resume_evaluation
 from core.models.gateway import Gateway
-from core.records.comparison import compare_evaluations, paired
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK
+from core.records.evaluation.comparison import compare_evaluations, paired
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
 from core.settings import get_settings
 from storage.db import session_scope, url_with_password
 from storage.tables import Evaluation, LLMCall, Operation, Rollout, Step

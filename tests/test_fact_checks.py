@@ -15,8 +15,8 @@ from core.domain.library_io import to_json
 from core.domain.quality import screen_ops
 from core.domain.reference_answers import example_text, reference_parts, template_reply
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.tasks import POLICY_TASK, ensure_policy_task
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import POLICY_TASK, ensure_policy_task
 from storage import queries
 from storage.tables import LibraryVersion, Operation
 from tests.test_coverage import NO_POLICY, json_rows

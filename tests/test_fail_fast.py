@@ -21,10 +21,11 @@ from core.grpo.training import create_run, execute_run
 from core.jobs.run_control import cancel_evaluation
 from core.models.gateway import Gateway
 from core.models.openai_http import REFUSED, UNRESOLVED
-from core.records.connections import add_connection, failed_test_warning, try_connection
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.models.connections import add_connection, failed_test_warning, try_connection
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import url_with_password
 from storage.tables import Evaluation, LLMCall, ModelConnection, Run

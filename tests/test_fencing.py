@@ -17,8 +17,8 @@ from core.grpo.training import RunSettings, create_run
 from core.jobs import worker as worker_module
 from core.jobs.run_control import resume_run
 from core.jobs.worker import claim, claim_next, execute_job, serve
-from core.records.tasks import DEMO_TASK
-from core.records.versions import edit_library, import_library
+from core.records.library.versions import edit_library, import_library
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.fencing import Lease, LeaseLost, holding
 from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Step, utcnow

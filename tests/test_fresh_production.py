@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from api.app import create_app
-from core.records.api_keys import create_key
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.tables import Trace
 

@@ -9,11 +9,11 @@ from sqlmodel import Session, select
 from core.errors import InvalidInput
 from core.grpo.gate import choose_validation, gate_line, held_out_size, passes
 from core.grpo.training import create_run, execute_run
-from core.records.comparison import paired
-from core.records.gate_verdict import GateVerdict
-from core.records.review import decide_operation, decide_step
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK, demo_rows
+from core.records.evaluation.comparison import paired
+from core.records.review.decisions import decide_operation, decide_step
+from core.records.review.gate_verdict import GateVerdict
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK, demo_rows
 from storage import queries
 from storage.db import url_with_password
 from storage.tables import (

@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 from core.grpo.training import RunSettings, create_run
 from core.jobs.worker import claim
 from core.models.gateway import Gateway, Scope
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage.fencing import Lease, LeaseLost, holding
 from storage.group_commit import committed
 from storage.tables import LLMCall

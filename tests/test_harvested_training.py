@@ -9,11 +9,11 @@ from sqlmodel import Session, select
 from core.cli.report import report_run
 from core.grpo.training import _train_sample_ids, create_run, execute_run
 from core.models.gateway import Gateway
-from core.records.run_outcome import is_harvested, production_note
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, harvest, ingest_traces
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.production.traces import TraceIn, harvest, ingest_traces
+from core.records.runs.outcome import is_harvested, production_note
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import session_scope
 from storage.tables import Rollout, Run, Sample, Task

@@ -16,7 +16,7 @@ from core.domain import json_input
 from core.domain.datasets import DatasetError, parse_dataset, spreadsheet_safe
 from core.domain.library_io import LibraryFormatError, parse_library_text
 from core.errors import InvalidInput
-from core.records.task_io import columns_of, read_task_file
+from core.records.tasks.task_io import columns_of, read_task_file
 from ui.display import SHOWN_CHARS, csv_text, safe_frame
 
 DEEP = "[" * 100_000

@@ -18,8 +18,8 @@ from core.grpo.training import RunSettings, create_run, execute_run
 from core.jobs.run_control import cancel_attribution, cancel_evaluation, resume_evaluation
 from core.jobs.worker import claim_next, serve
 from core.models.gateway import Gateway
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.tables import AuditEvent, Evaluation, Rollout, Run
 from tests.ui_support import run_app, scripted_gateway

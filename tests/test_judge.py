@@ -24,7 +24,7 @@ from core.models.judge import (
     score_of,
     to_value,
 )
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import session_scope
 from storage.tables import Rollout, Sample, Task
 from tests.conftest import ScriptedModel

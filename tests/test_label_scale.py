@@ -1,12 +1,12 @@
 """Scores shown on the scale people press (issue 25): core.domain.rubric.scale_point is the reverse of
-normalise, and core.records.labeling.label_score puts a task's label values on its labelling scale."""
+normalise, and core.records.review.labeling.label_score puts a task's label values on its labelling scale."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.domain.rubric import normalise, scale_point
-from core.records.labeling import label_score
+from core.records.review.labeling import label_score
 from storage.tables import Task
 
 

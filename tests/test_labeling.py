@@ -1,4 +1,4 @@
-"""The labeling queue (core.records.labeling): runs and evaluations wait for labels, labels settle rewards,
+"""The labeling queue (core.records.review.labeling): runs and evaluations wait for labels, labels settle rewards,
 agreement between labellers, and a label overriding an automatic reward."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from sqlmodel import Session, select
 from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.labeling import (
+from core.records.people.users import add_user
+from core.records.review.labeling import (
     ACCEPTED,
     accept_suggestion,
     agreement,
@@ -23,8 +24,7 @@ from core.records.labeling import (
     spot_checked,
     submit_label,
 )
-from core.records.people import add_user
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks
 from storage import queries
 from storage.db import session_scope
 from storage.queries import label_history

@@ -1,4 +1,4 @@
-"""Labelling a conversation per rubric criterion (core.records.labeling.submit_criteria_label): the scores are checked
+"""Labelling a conversation per rubric criterion (core.records.review.labeling.submit_criteria_label): the scores are checked
 against the task's criteria, the label keeps them raw and is worth their weighted mean, and from there it is a
 label like any other (roles, audit, once, agreement, disputes, the waiting evaluation queued again). The queue
 item carries the scenario, the turns, the criteria with their anchors and the judge's scores and rule findings."""
@@ -17,8 +17,8 @@ from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.rollouts import stored_rollout
 from core.models.gateway import Scope
 from core.models.judge import GENERIC_ANCHORS
-from core.records.demo_data import conversation_demo
-from core.records.labeling import (
+from core.records.people.users import add_user
+from core.records.review.labeling import (
     ACCEPTED,
     accept_suggestion,
     agree,
@@ -30,8 +30,9 @@ from core.records.labeling import (
     submit_criteria_label,
     submit_label,
 )
-from core.records.people import add_user
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
+from core.records.tasks.demo_data import conversation_demo
+from core.records.tasks.demos import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Evaluation, RewardLabel, Rollout, Sample, Task

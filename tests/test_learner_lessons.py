@@ -23,8 +23,8 @@ from core.domain.prompts import (
 from core.domain.quality import screen_ops
 from core.domain.replies import AdvantageReply, UpdateReply
 from core.grpo.training import create_run, execute_run
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK, demo_rows
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK, demo_rows
 from storage import queries
 from storage.tables import Advantage, Evaluation, LibraryVersion, Operation, Step
 from tests.conftest import mixed_rollouts

@@ -175,7 +175,7 @@ def test_library_format_error_is_a_value_error():
 
 def test_an_import_has_the_learners_limits():
     from core.domain.library import MAX_CHARS, MAX_EXPERIENCES, MAX_WORDS
-    from core.records.run_settings import RunSettings
+    from core.records.runs.settings import RunSettings
 
     assert RunSettings.model_fields["max_experiences"].default == MAX_EXPERIENCES  # one number, not two
     fits = ["Check the units. " * 20 + "Then answer."] * MAX_EXPERIENCES  # 62 words, 352 characters

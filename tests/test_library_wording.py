@@ -25,19 +25,19 @@ from core.domain.prompts import (
 )
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.api_keys import create_key
-from core.records.segments import routed_export
-from core.records.serving import served_library, served_selection
-from core.records.task_io import TaskSettings, export_task, export_task_json, import_task, save_task
-from core.records.tasks import (
+from core.records.keys.api_keys import create_key
+from core.records.library.segments import routed_export
+from core.records.library.versions import export_version, import_library
+from core.records.production.serving import served_library, served_selection
+from core.records.tasks.demos import (
     DEMO_TASK,
     POLICY_TASK,
     ensure_conversation_task,
     ensure_demo_task,
     ensure_policy_task,
-    get_task,
 )
-from core.records.versions import export_version, import_library
+from core.records.tasks.lookup import get_task
+from core.records.tasks.task_io import TaskSettings, export_task, export_task_json, import_task, save_task
 from storage import queries
 from storage.db import MIGRATIONS_DIR, make_engine, url_with_password
 from storage.tables import Task

@@ -214,7 +214,7 @@ def test_0012_reads_existing_libraries_as_all_and_old_rollouts_as_unrecorded(tmp
     from sqlalchemy import text
 
     from core.domain.selection import Selection
-    from core.records.selection import selection_of
+    from core.records.library.selection import selection_of
     from storage.tables import Library
 
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}", migrate=False)

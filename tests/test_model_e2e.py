@@ -31,7 +31,8 @@ from sqlmodel import Session, select
 from core.domain.replies import clean_text
 from core.models.gateway import Gateway, Scope
 from core.models.judge import judge_response, to_value
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks, get_task
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK, ensure_demo_tasks
+from core.records.tasks.lookup import get_task
 from storage.db import make_engine, session_scope
 from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample, Step, Task
 

@@ -1,4 +1,4 @@
-"""The models every picker offers (core/records/model_options.py): the task's, the studio's default, each
+"""The models every picker offers (core/records/models/options.py): the task's, the studio's default, each
 connection's as its server lists them at /v1/models (kept for a while, asked again on refresh, the last list
 kept with the reason when the server stops answering), then the embedded ones and those of providers with a
 key; and the embedded learner's notice names connections as the way to a capable learner."""
@@ -10,11 +10,17 @@ from sqlmodel import Session
 
 from bench.stub_server import StubServer
 from core.models import connections as served
-from core.records.connections import add_connection
-from core.records.learner_advice import learner_advice
-from core.records.model_options import connection_listings, last_evaluation_model, model_options, option_names
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK, get_task
+from core.records.models.connections import add_connection
+from core.records.models.learner_advice import learner_advice
+from core.records.models.options import (
+    connection_listings,
+    last_evaluation_model,
+    model_options,
+    option_names,
+)
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from core.settings import get_settings
 from storage.db import session_scope
 from storage.tables import Evaluation

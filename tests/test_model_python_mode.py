@@ -19,7 +19,8 @@ from sqlmodel import Session, select
 from core.domain.code_runs import OUTPUT_FENCE, code_runs
 from core.domain.sandbox import run_python
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.tasks import DEMO_TASK, add_dataset, ensure_demo_task
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
+from core.records.tasks.samples import add_dataset
 from storage.tables import LLMCall, Rollout
 
 pytestmark = pytest.mark.model

@@ -22,7 +22,7 @@ from sqlmodel import Session, select
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models import model_server
 from core.models.gateway import Gateway
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import AuditEvent
 
 ROOT = Path(__file__).resolve().parent.parent

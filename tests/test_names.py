@@ -19,10 +19,11 @@ from api.app import create_app
 from core.cli import main
 from core.errors import InvalidInput, NotFound
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.api_keys import create_key
-from core.records.promotion import preview_promotion
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import PRODUCTION, import_library, promote, resolve_version, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.promotion import preview_promotion
+from core.records.library.versions import PRODUCTION, import_library, promote, resolve_version, set_label
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import url_with_password
 from storage.tables import Evaluation, LibraryVersion
@@ -264,7 +265,7 @@ def test_pickers_and_tables_name_versions_by_number_only(page_engine):
 
 
 def test_an_id_of_another_tasks_version_is_refused_naming_that_task(engine, versions):
-    from core.records.tasks import SUPPORT_TASK, ensure_support_task
+    from core.records.tasks.demos import SUPPORT_TASK, ensure_support_task
 
     ensure_support_task(engine)
     elsewhere = import_library(engine, SUPPORT_TASK, "- Apologise once.", "s.md", actor="system")
@@ -278,7 +279,7 @@ def test_an_id_of_another_tasks_version_is_refused_naming_that_task(engine, vers
 def test_an_evaluation_names_its_version_by_number_in_the_api_and_eval_json(engine, versions, capsys):
     """GET /v1/evaluations/{id} and `eval --json` named the version only by its database id."""
     from bench.stub_server import StubServer
-    from core.records.connections import add_connection
+    from core.records.models.connections import add_connection
 
     with StubServer() as stub:
         add_connection(engine, "stubby", "openai", base_url=stub.url, actor="cli")

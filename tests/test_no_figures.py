@@ -11,17 +11,17 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.api_keys import create_key
-from core.records.comparison import compare_evaluations, paired
-from core.records.evaluation_figures import (
+from core.records.evaluation.comparison import compare_evaluations, paired
+from core.records.evaluation.figures import (
     NO_FIGURE,
     evaluation_report,
     figures_line,
     read_evaluation_report,
     score_text,
 )
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import session_scope
 from storage.tables import Evaluation
 from tests.ui_support import run_app, scripted_gateway, table_with

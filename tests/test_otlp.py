@@ -25,15 +25,15 @@ from api.app import create_app
 from api.otlp import read_capped
 from core.domain.otlp_spans import decode_spans
 from core.errors import BodyTooLarge
-from core.records.ab_experiments import served_arm
-from core.records.ab_verdict import ab_status
-from core.records.api_keys import create_key
-from core.records.otlp import IngestLimits, ingest_spans, map_service, other_spans, span_detail
-from core.records.otlp_held import held_services, held_spans
-from core.records.serving import served_library, set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.traces import harvest, set_rules
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.ab_experiments import served_arm
+from core.records.production.ab_verdict import ab_status
+from core.records.production.otlp import IngestLimits, ingest_spans, map_service, other_spans, span_detail
+from core.records.production.otlp_held import held_services, held_spans
+from core.records.production.serving import served_library, set_ab_split
+from core.records.production.traces import harvest, set_rules
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import ApiCounter, Sample, Trace
 from tests.otlp_support import JSON, PROTOBUF, chat_span, sdk_request, to_json
 
@@ -205,7 +205,7 @@ def test_feedback_on_a_span_or_by_otel_trace_id_feeds_labelling_harvest_and_the_
     set_label(engine, DEMO_TASK, str(candidate.number), "candidate", "system")
     set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.5, "cli")
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")
-    # the arm the studio serves each user: a span's claim is checked against it (core/records/ab_experiments.py)
+    # the arm the studio serves each user: a span's claim is checked against it (core/records/production/ab_experiments.py)
     arms = {arm: [f"user-{i}" for i in range(100) if served_arm(production.library_id, 0.5, f"user-{i}") == arm][:4]
             for arm in ("production", "candidate")}
 

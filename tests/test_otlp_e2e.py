@@ -14,14 +14,14 @@ import pytest
 from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
-from core.records.ab_experiments import NO_USER, served_arm
-from core.records.ab_verdict import ab_status
-from core.records.api_keys import create_key
-from core.records.otlp import map_service
-from core.records.serving import set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.traces import harvest, set_rules
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.ab_experiments import NO_USER, served_arm
+from core.records.production.ab_verdict import ab_status
+from core.records.production.otlp import map_service
+from core.records.production.serving import set_ab_split
+from core.records.production.traces import harvest, set_rules
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import Sample, Trace
 from tests.api_support import api_server
 from tests.otlp_support import JSON, chat_span, sdk_request, to_json

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from api.app import create_app
-from core.records.api_keys import create_key
-from core.records.otlp_held import held_services, held_spans
-from core.records.tasks import DEMO_TASK, ensure_demo_tasks
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.otlp_held import held_services, held_spans
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_tasks
 from core.settings import get_settings
 from storage.tables import OtlpResource, Task, Trace
 from tests.otlp_support import JSON, PROTOBUF, chat_span, sdk_request

@@ -14,10 +14,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from sqlmodel import Session, select
 
 from api.app import create_app
-from core.records.api_keys import create_key
-from core.records.otlp_held import held_services
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.otlp_held import held_services
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import Trace
 
 RECORDED = Path(__file__).parent / "data" / "openlit"

@@ -27,7 +27,7 @@ def top_level_imports(path: Path) -> set[str]:
 def test_the_app_and_every_page_import_no_model_library():
     scripts = [ROOT / "streamlit_app.py", *sorted((ROOT / "pages").glob("*.py"))]
     modules = sorted(set().union(*(top_level_imports(path) for path in scripts)))
-    assert "ui.common" in modules and "core.records.labeling" in modules
+    assert "ui.common" in modules and "core.records.review.labeling" in modules
     probe = python("import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
                    + f"print([name for name in {MODEL_LIBRARIES!r} if name in sys.modules])")
     assert probe.returncode == 0, probe.stderr

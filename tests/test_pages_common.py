@@ -10,8 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.jobs.run_control import cancel_evaluation
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK
 from tests.browser_support import PATIENCE_MS, browser_page, require_chromium, studio, wait_for_app
 from tests.ui_support import APP, markdown_texts, run_app, scripted_gateway, seeded_run
 from ui.common import Outcome, failed, plain

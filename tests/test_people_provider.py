@@ -15,13 +15,13 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core.errors import InvalidInput, PermissionDenied, SignInRefused
-from core.records.api_keys import create_key
-from core.records.oidc import NewPeople, ProviderIdentity, provider_sign_in
-from core.records.people import add_user, update_user
-from core.records.roles import require_role, role_of
-from core.records.sign_in import authenticate
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.people.oidc import NewPeople, ProviderIdentity, provider_sign_in
+from core.records.people.roles import require_role, role_of
+from core.records.people.sign_in import authenticate
+from core.records.people.users import add_user, update_user
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import AuditEvent, User
 
 ISSUER = "https://id.team.example"

@@ -9,13 +9,14 @@ from core.domain.library import ProposedOp
 from core.errors import PermissionDenied, SignInLocked
 from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import pause_run
-from core.records.passwords import check_password, hash_password
-from core.records.people import add_user, update_user
-from core.records.review import decide_operation, decide_step
-from core.records.roles import sign_in_required
-from core.records.sign_in import authenticate
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import edit_library, ensure_library, set_label
+from core.records.library.versions import edit_library, set_label
+from core.records.people.passwords import check_password, hash_password
+from core.records.people.roles import sign_in_required
+from core.records.people.sign_in import authenticate
+from core.records.people.users import add_user, update_user
+from core.records.review.decisions import decide_operation, decide_step
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import ensure_library, get_task
 from storage.db import session_scope
 from storage.tables import AuditEvent, LibraryLabel, Operation, User
 from tests.ui_support import run_app, seeded_run
@@ -169,7 +170,7 @@ def test_the_first_user_from_a_page_is_an_admin_and_the_last_admin_stays(engine)
 def test_repeated_failed_sign_ins_make_the_name_wait_a_while(engine, monkeypatch):
     from datetime import timedelta
 
-    from core.records import sign_in
+    from core.records.people import sign_in
 
     add_user(engine, "ann", "admin", "right-password")
     assert authenticate(engine, "ann", "right-password").name == "ann"

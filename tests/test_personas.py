@@ -12,9 +12,9 @@ from sqlmodel import Session, select
 from core.cli import main
 from core.domain.personas import Persona, Scenario, parse_personas, parse_scenarios
 from core.errors import InvalidInput, PermissionDenied
-from core.records.people import add_user
-from core.records.task_io import save_personas, task_personas
-from core.records.tasks import DEMO_TASK
+from core.records.people.users import add_user
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.task_io import save_personas, task_personas
 from storage import queries
 from storage.db import url_with_password
 from storage.tables import AuditEvent

@@ -20,10 +20,10 @@ from core.domain.rewards import METHODS, parse_facts, score
 from core.errors import InvalidInput
 from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.demo_data import DEMO_DIR, policy_rows
-from core.records.review import example_sources
-from core.records.task_io import TaskSettings, export_task, export_task_json, import_task
-from core.records.tasks import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
+from core.records.review.decisions import example_sources
+from core.records.tasks.demo_data import DEMO_DIR, policy_rows
+from core.records.tasks.demos import POLICY_INSTRUCTIONS, POLICY_TASK, ensure_policy_task
+from core.records.tasks.task_io import TaskSettings, export_task, export_task_json, import_task
 from storage import queries
 from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Run, Step
 from tests.conftest import per_query
@@ -344,7 +344,7 @@ def test_where_the_learners_reply_does_not_score_a_sentence_per_fact_does(engine
 
 
 def test_with_learner_replies_off_the_learner_is_not_asked_and_a_sentence_per_fact_lands(engine, scripted):
-    """The embedded learner's default (core.records.run_defaults): its replies were never used in the measured runs,
+    """The embedded learner's default (core.records.runs.defaults): its replies were never used in the measured runs,
     so the run writes the example from the reference without the call."""
     ensure_policy_task(engine)
     model, gateway = scripted(engine, rollout=NO_POLICY, example=json.dumps({"reply": "never asked"}))

@@ -22,7 +22,8 @@ from sqlalchemy.engine import make_url
 from sqlmodel import Session, SQLModel, select
 
 from core.errors import InvalidInput
-from core.records.tasks import DEMO_TASK, ensure_demo_task, get_task
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
+from core.records.tasks.lookup import get_task
 from core.settings import database_pool, get_settings
 from storage.db import (
     MIGRATIONS_DIR,

@@ -13,12 +13,12 @@ from sqlmodel import Session, select
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import create_run, execute_run
 from core.models.gateway import Gateway
-from core.records.api_keys import create_key
-from core.records.comparison import compare_evaluations
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK
-from core.records.traces import harvest
-from core.records.versions import import_library, set_label
+from core.records.evaluation.comparison import compare_evaluations
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import import_library, set_label
+from core.records.production.traces import harvest
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import LibraryVersion, Rollout, Run, Sample, Trace
 from tests.api_support import api_server
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts, per_query

@@ -15,13 +15,14 @@ from core.errors import InvalidInput
 from core.grpo.production_scoring import score_production
 from core.jobs.worker import serve
 from core.models.gateway import Gateway
-from core.records.ab_experiments import CANDIDATE, open_experiment, served_arm
-from core.records.ab_verdict import experiment_scores
-from core.records.production_scoring import STAGE, judge_summary, score_source
-from core.records.serving import set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces, set_rules, trace_rows, trace_score
-from core.records.versions import PRODUCTION, import_library, set_label
+from core.records.library.versions import PRODUCTION, import_library, set_label
+from core.records.production.ab_experiments import CANDIDATE, open_experiment, served_arm
+from core.records.production.ab_verdict import experiment_scores
+from core.records.production.scores import score_source, trace_score
+from core.records.production.scoring import STAGE, judge_summary
+from core.records.production.serving import set_ab_split
+from core.records.production.traces import TraceIn, ingest_traces, set_rules, trace_rows
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import session_scope
 from storage.tables import LLMCall, Task, Trace, utcnow
@@ -185,7 +186,7 @@ def test_the_cli_sets_the_judge_rules_and_traces_and_the_api_say_whose_score_eac
     from fastapi.testclient import TestClient
 
     from api.app import create_app
-    from core.records.api_keys import create_key
+    from core.records.keys.api_keys import create_key
     from tests.test_cli import run
 
     code, out, _ = run(capsys, "--db", database_url, "production-rules", "--task", DEMO_TASK, "--judge-share", "1",
@@ -210,7 +211,7 @@ def test_the_cli_sets_the_judge_rules_and_traces_and_the_api_say_whose_score_eac
 
 def test_a_production_conversation_is_scored_by_the_tasks_rubric_judge(engine, demo_task):
     """A conversation task's reward is its rubric judge: the trace's turns are the transcript it reads."""
-    from core.records.tasks import CONVERSATION_TASK, ensure_demo_tasks
+    from core.records.tasks.demos import CONVERSATION_TASK, ensure_demo_tasks
     from tests.test_conversation_engine import rubric_reply
 
     ensure_demo_tasks(engine)

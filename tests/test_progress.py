@@ -1,4 +1,4 @@
-"""core.records.progress: time left over every stage, the estimate before Start, the place in the queue, the status in
+"""core.records.runs.progress: time left over every stage, the estimate before Start, the place in the queue, the status in
 words. The arithmetic is tested on hand-made figures; the reads on a real database."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from core.grpo.training import create_run
-from core.records.progress import (
+from core.records.runs.progress import (
     DEFAULT_MIXED,
     Shape,
     Speed,
@@ -25,8 +25,8 @@ from core.records.progress import (
     shape_from_counts,
     status_words,
 )
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK, ensure_demo_task
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
 from storage import db
 from storage.tables import LLMCall, Run, Step, Worker, utcnow
 
@@ -146,7 +146,7 @@ def test_words_for_durations_and_places():
         "under a minute", "2 min", "12 min", "1 h", "1 h 20 min"]
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
-    from core.records.progress import QueuePlace
+    from core.records.runs.progress import QueuePlace
 
     assert queue_words(QueuePlace(2, 240, workers=1)) == "queued: 2nd in line, starts in about 4 min"
     assert queue_words(QueuePlace(1, 0, workers=1)) == "queued: 1st in line, starts in a moment"
@@ -259,8 +259,8 @@ def test_the_queue_is_in_the_order_the_worker_claims_and_sums_what_is_before(eng
 def test_a_conversation_tasks_estimate_counts_every_turn_and_each_judge_rule(engine):
     from sqlmodel import Session
 
-    from core.records.progress import form_estimate, task_facts
-    from core.records.tasks import CONVERSATION_TASK, ensure_demo_tasks
+    from core.records.runs.progress import form_estimate, task_facts
+    from core.records.tasks.demos import CONVERSATION_TASK, ensure_demo_tasks
     from storage import queries
 
     ensure_demo_tasks(engine)
@@ -276,7 +276,7 @@ def test_a_conversation_tasks_estimate_counts_every_turn_and_each_judge_rule(eng
 
 def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_embedded_models():
     from core.models.prices import price_per_token
-    from core.records.progress import DEFAULT_TOKENS
+    from core.records.runs.progress import DEFAULT_TOKENS
 
     hosted = "openai/gpt-4o-mini"
     prompt_price, completion_price = price_per_token(hosted)  # litellm's local price map
@@ -302,8 +302,8 @@ def test_the_estimate_shows_a_priced_hosted_learners_cost_and_no_cost_for_the_em
 
 
 def test_a_run_with_worked_examples_plans_one_compression_per_mixed_group():
-    from core.records.progress import Shape, planned_calls
-    from core.records.run_settings import RunSettings
+    from core.records.runs.progress import Shape, planned_calls
+    from core.records.runs.settings import RunSettings
 
     shape = Shape(steps=2, groups=8, validation=0)
     without = planned_calls(RunSettings(gate="off"), shape)
@@ -314,7 +314,7 @@ def test_a_run_with_worked_examples_plans_one_compression_per_mixed_group():
 
 
 def test_learning_from_the_reference_plans_every_group_and_lessons_off_plans_no_lesson_calls():
-    from core.records.progress import Shape, mixed_share, planned_calls
+    from core.records.runs.progress import Shape, mixed_share, planned_calls
 
     paper, with_reference = RunSettings(gate="off"), RunSettings(gate="off", reference_when_all_fail=True)
     assert mixed_share(paper, {}) == 0.5 and mixed_share(with_reference, {}) == 1.0

@@ -12,10 +12,10 @@ from core.cli import main
 from core.errors import Conflict, InvalidInput
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.models.gateway import Gateway
-from core.records.demo_data import demo_rows
-from core.records.promotion import preview_promotion
-from core.records.tasks import DEMO_TASK
-from core.records.versions import PRODUCTION, _move_label, import_library, promote, set_label
+from core.records.library.promotion import preview_promotion
+from core.records.library.versions import PRODUCTION, _move_label, import_library, promote, set_label
+from core.records.tasks.demo_data import demo_rows
+from core.records.tasks.demos import DEMO_TASK
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope, url_with_password
@@ -133,8 +133,8 @@ def test_a_candidate_the_comparison_finds_worse_needs_a_reason(engine, versions)
 def test_a_comparison_that_cannot_decide_needs_a_reason():
     from dataclasses import replace
 
-    from core.records.comparison import EvaluationComparison, paired
-    from core.records.promotion import PromotionPreview
+    from core.records.evaluation.comparison import EvaluationComparison, paired
+    from core.records.library.promotion import PromotionPreview
     from storage.tables import Evaluation
 
     stats = replace(paired({1: [1.0], 2: [0.0]}, {1: [1.0], 2: [0.0]}), undecided="3 of 6 queries lack answers")

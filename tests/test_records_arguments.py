@@ -12,10 +12,10 @@ RECORDS = Path(__file__).resolve().parent.parent / "core" / "records"
 
 def public_functions() -> list[tuple[str, ast.FunctionDef]]:
     found = []
-    for path in sorted(RECORDS.glob("*.py")):
+    for path in sorted(RECORDS.rglob("*.py")):
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.args.args:
-                found.append((f"{path.stem}.{node.name}", node))
+                found.append((f"{path.relative_to(RECORDS).with_suffix('')}.{node.name}", node))
     return found
 
 

@@ -14,7 +14,7 @@ from core.domain.replies import AdvantageReply, DirectReply, JudgeReply, UpdateR
 from core.errors import StructuredOutputError
 from core.grpo.training import RunSettings, create_run, execute_run, run_counters
 from core.models.gateway import Gateway
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.tables import LLMCall, Run
 from tests.conftest import ScriptedModel, mixed_rollouts

@@ -1,4 +1,4 @@
-"""Reviewer decisions (core.records.review) and manual library changes (core.records.versions)."""
+"""Reviewer decisions (core.records.review.decisions) and manual library changes (core.records.library.versions)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sqlmodel import Session, select
 from core.domain.library import ProposedOp
 from core.errors import AlreadyDecided
 from core.grpo.training import execute_run
-from core.records.review import (
+from core.records.library.versions import edit_library, revert_to
+from core.records.review.decisions import (
     decide_operation,
     decide_step,
     decided_elsewhere,
@@ -21,8 +22,8 @@ from core.records.review import (
     reopen_operation,
     step_state,
 )
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import edit_library, ensure_library, revert_to
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import ensure_library, get_task
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Evaluation, LibraryVersion, Operation, Run, Step

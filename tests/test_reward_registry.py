@@ -32,9 +32,9 @@ from core.domain.rewards import (
 from core.errors import InvalidInput
 from core.grpo.rollouts import _assign_reward
 from core.models import judge
-from core.records.labeling import is_person_method, needs_person
-from core.records.task_io import TaskSettings
-from core.records.tasks import DEMO_TASK
+from core.records.review.labeling import is_person_method, needs_person
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.task_io import TaskSettings
 from storage import queries
 from storage.tables import Rollout, Sample, Task
 from tests.ui_support import run_app

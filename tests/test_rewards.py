@@ -12,7 +12,7 @@ from core.domain.rewards import (
     try_reward,
 )
 from core.errors import InvalidInput
-from core.records.task_io import TaskSettings
+from core.records.tasks.task_io import TaskSettings
 from storage.tables import Task
 
 

@@ -16,10 +16,16 @@ from core.domain.quality import screen_ops
 from core.domain.selection import DEFAULT_K
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run_with_defaults, execute_run
-from core.records.review import operation_kind, step_flags
-from core.records.run_defaults import EXAMPLES_FIGURE, chosen_defaults
-from core.records.selection import library_selection, set_selection
-from core.records.tasks import DEMO_TASK, POLICY_TASK, SUPPORT_TASK, ensure_policy_task, ensure_support_task
+from core.records.library.selection import library_selection, set_selection
+from core.records.review.decisions import operation_kind, step_flags
+from core.records.runs.defaults import EXAMPLES_FIGURE, chosen_defaults
+from core.records.tasks.demos import (
+    DEMO_TASK,
+    POLICY_TASK,
+    SUPPORT_TASK,
+    ensure_policy_task,
+    ensure_support_task,
+)
 from storage import queries
 from storage.tables import AuditEvent, Operation, Step
 

@@ -13,7 +13,7 @@ from sqlmodel import Session
 from core.errors import InvalidInput
 from core.grpo.training import create_run
 from core.models.gateway import Gateway
-from core.records.run_settings import RunSettings
+from core.records.runs.settings import RunSettings
 from core.secrets import API_BASE_ENV, has_credentials, mask_url, resolve_api_base
 from storage.db import describe_url, scrub_url
 from storage.tables import Run
@@ -107,7 +107,7 @@ def test_importing_the_studio_makes_no_outside_request():
 def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from core.records import tasks
+    from core.records.tasks import demos as tasks
     from tests.ui_support import APP
 
     url = "postgresql+psycopg://bob:hunter2-db-pw@db.example.com:5432/grpo"
@@ -132,7 +132,7 @@ def test_the_database_error_page_shows_neither_the_url_nor_its_password(app_db, 
 
 def test_the_cli_stores_a_credentialed_api_base_masked_and_says_what_a_worker_needs(tmp_path, capsys, monkeypatch):
     from core.cli import main
-    from core.records.tasks import DEMO_TASK
+    from core.records.tasks.demos import DEMO_TASK
     from storage.db import get_engine
 
     monkeypatch.setenv(API_BASE_ENV, "")  # recorded, so the value the CLI sets is undone after the test

@@ -11,10 +11,11 @@ from core import cli
 from core.cli.jobs import breakdown_lines
 from core.errors import InvalidInput
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.scenarios import personas_by_name, segment_of, split_by_persona
-from core.records.segments import bind_library, paired_by_segment
-from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.records.versions import import_library
+from core.records.library.segments import bind_library, paired_by_segment
+from core.records.library.versions import import_library
+from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
+from core.records.tasks.scenarios import personas_by_name, segment_of, split_by_persona
 from storage import queries
 from storage.db import url_with_password
 from storage.statuses import JobStatus
@@ -143,7 +144,7 @@ def test_a_segments_breakdown_leaves_an_unscored_rollout_out_instead_of_counting
                                                                                             conversation_task):
     """Issue 41: a rollout whose call failed or whose reward could not be given counted as 0.0 in its segment's
     Mean@k; it is no wrong answer, so it is left out of the figures and counted apart."""
-    from core.records.segments import breakdown
+    from core.records.library.segments import breakdown
     from storage.tables import Rollout
 
     with Session(engine) as session:

@@ -29,11 +29,11 @@ from core.grpo.attribution import create_attribution, experience_effects
 from core.grpo.comparison_pair import comparison_pair
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import create_run, execute_run
-from core.records.api_keys import create_key
-from core.records.run_settings import RunSettings
-from core.records.selection import library_selection, set_selection
-from core.records.tasks import DEMO_TASK
-from core.records.versions import import_library, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.selection import library_selection, set_selection
+from core.records.library.versions import import_library, set_label
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import url_with_password
 from storage.statuses import EvaluationPurpose, JobStatus
 from storage.tables import AuditEvent, Evaluation, Rollout, Sample, Step

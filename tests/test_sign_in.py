@@ -21,11 +21,11 @@ import pytest
 from sqlmodel import Session, select
 
 from core.errors import PermissionDenied, SignInLocked
-from core.records import passwords, roles, sign_in
-from core.records.passwords import check_password, hash_password
-from core.records.people import add_user, update_user
-from core.records.roles import page_actor
-from core.records.sign_in import authenticate
+from core.records.people import passwords, roles, sign_in
+from core.records.people.passwords import check_password, hash_password
+from core.records.people.roles import page_actor
+from core.records.people.sign_in import authenticate
+from core.records.people.users import add_user, update_user
 from storage.tables import Operation, SignInAttempt, User
 from tests.ui_support import run_app, seeded_run
 from ui.common import AUTH_KEY, REVIEWER_KEY
@@ -43,7 +43,7 @@ def cheap(monkeypatch):
 
 
 class Clock:
-    """core.records.sign_in's clock, moved by hand: back-off tests wait minutes without sleeping."""
+    """core.records.people.sign_in's clock, moved by hand: back-off tests wait minutes without sleeping."""
 
     def __init__(self) -> None:
         self.now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -306,7 +306,7 @@ def test_the_sign_in_form_counts_this_tab_and_clears_the_password(app_engine, ch
 
 
 def test_a_failed_sign_in_is_not_recorded_as_acted_by_the_name_typed(engine, cheap):
-    from core.records.sign_in import FAILED_SIGN_IN_ACTOR
+    from core.records.people.sign_in import FAILED_SIGN_IN_ACTOR
     from storage.tables import AuditEvent
 
     add_user(engine, "ann", "admin", PASSWORD)

@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlmodel import Session, select
 
-from core.records.people import add_user
+from core.records.people.users import add_user
 from core.settings import get_settings
 from storage.tables import AuditEvent
 from tests.ui_support import run_app

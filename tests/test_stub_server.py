@@ -13,7 +13,7 @@ import pytest
 from bench.stub_server import ALL_FAULTS, StubServer, request_key
 from core.domain.prompts import summary_messages, update_messages
 from core.domain.replies import AdvantageReply, JudgeReply, update_reply
-from core.records.demo_data import demo_rows
+from core.records.tasks.demo_data import demo_rows
 
 
 def _body(content: str = "What is 2 + 3?", **extra) -> dict:

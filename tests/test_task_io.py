@@ -1,4 +1,4 @@
-"""Task settings, export and import (core/records/task_io.py): one path for the page and scripts, all or nothing."""
+"""Task settings, export and import (core/records/tasks/task_io.py): one path for the page and scripts, all or nothing."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from sqlmodel import Session, func, select
 
 from core.errors import NotFound, PermissionDenied
-from core.records.people import add_user
-from core.records.task_io import (
+from core.records.people.users import add_user
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.task_io import (
     FORMAT,
     TaskSettings,
     columns_of,
@@ -19,7 +20,6 @@ from core.records.task_io import (
     import_task,
     save_task,
 )
-from core.records.tasks import DEMO_TASK
 from storage import queries
 from storage.tables import AuditEvent, Library, LibraryVersion, Sample, Task
 
@@ -266,7 +266,7 @@ def test_columns_of_reads_names_and_never_raises(data, filename, columns):
 
 
 def test_a_task_file_with_a_formula_cell_is_refused(engine, demo_task):
-    from core.records.task_io import read_task_file
+    from core.records.tasks.task_io import read_task_file
 
     data = {"format": "tfgrpo-task", "version": 1,
             "task": {"name": "x", "instructions": "Answer.", "reward_method": "exact"},
@@ -277,7 +277,7 @@ def test_a_task_file_with_a_formula_cell_is_refused(engine, demo_task):
 
 def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_exponential_time(engine):
     from core.domain.datasets import DatasetError
-    from core.records.tasks import add_dataset
+    from core.records.tasks.samples import add_dataset
 
     save_task(engine, settings(name="codes", reward_method="regex", reward_settings={}), "cli")
     bad = b'{"id": "q1", "query": "Say a", "reference": "^\\\\d+$"}\n{"id": "q2", "query": "Say b", "reference": "(a+)+$"}\n'
@@ -288,7 +288,7 @@ def test_a_reference_used_as_the_regex_pattern_is_refused_when_it_can_take_expon
 
 def test_adding_a_file_with_a_test_share_holds_rows_out_and_the_audit_keeps_the_shares(engine, demo_task):
     from core.domain.datasets import DatasetError
-    from core.records.tasks import add_dataset
+    from core.records.tasks.samples import add_dataset
 
     data = ("id,query\n" + "".join(f"h{i},Question {i}?\n" for i in range(8))).encode()
     before = counts(engine)
@@ -322,7 +322,7 @@ def test_the_cli_dataset_add_takes_the_same_shares(engine, demo_task, tmp_path, 
 
 def test_kind_and_personas_survive_an_export_and_import(engine, demo_task):
     from core.domain.personas import Persona
-    from core.records.task_io import save_personas, task_personas
+    from core.records.tasks.task_io import save_personas, task_personas
 
     personas = [Persona(name="Ann", description="Terse; hides that she opened the box.", segment="resistant",
                         hidden_facts=["opened the box"]),

@@ -9,18 +9,19 @@ import pytest
 from sqlmodel import Session, select
 
 from core.errors import InvalidInput
-from core.records.tasks import DEMO_TASK
-from core.records.traces import (
+from core.records.library.versions import import_library, set_label
+from core.records.production.scores import trace_score
+from core.records.production.trace_views import daily_rows
+from core.records.production.traces import (
+    TraceFilter,
     TraceIn,
-    daily_summary,
     harvest,
     ingest_traces,
     label_trace,
     set_rules,
     task_traces,
-    trace_score,
 )
-from core.records.versions import import_library, set_label
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.tables import Sample, Trace
 
@@ -61,7 +62,7 @@ def test_daily_summary_per_version_with_an_interval_and_a_label_counting_first(e
     label_trace(engine, first.id, 1.0, "cli")
     with Session(engine) as session:
         traces = task_traces(session, DEMO_TASK)
-        [row] = daily_summary(traces, queries.version_numbers(session, [t.version_id for t in traces]))
+        [row] = daily_rows(session, DEMO_TASK, TraceFilter(), queries.version_numbers(session, [t.version_id for t in traces]))
     assert (row["traces"], row["scored"], row["scored share"]) == (4, 3, 0.75)
     assert row["mean score"] == 1.0 and row["low"] <= row["mean score"] <= row["high"]
     assert trace_score(rows(engine)[1]) == 1.0 and rows(engine)[1].score == 0.0
@@ -91,7 +92,7 @@ def test_harvest_adds_failures_once_and_keeps_their_source(engine, production):
 
 def test_an_update_from_production_starts_at_production_on_the_harvest_and_a_share_of_the_old(engine, production):
     from core.grpo.training import _train_sample_ids, create_run
-    from core.records.run_settings import RunSettings
+    from core.records.runs.settings import RunSettings
     from storage.tables import Run
 
     later = import_library(engine, DEMO_TASK, "- A later draft.", "b.md", actor="system")  # latest, not production

@@ -14,7 +14,7 @@ from collections import Counter
 from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
-from core.records.tasks import DEMO_TASK, ensure_demo_task
+from core.records.tasks.demos import DEMO_TASK, ensure_demo_task
 from storage.db import url_with_password
 from storage.tables import LLMCall, Run
 from tests.ui_support import ROOT

@@ -9,8 +9,8 @@ from sqlmodel import Session, select
 
 import core.grpo.training as training
 from core.grpo.training import RunSettings, create_run, execute_run, plan_batches
-from core.records.review import apply_step_operations, decide_all, decide_operation
-from core.records.tasks import DEMO_TASK
+from core.records.review.decisions import apply_step_operations, decide_all, decide_operation
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.tables import Advantage, LibraryVersion, LLMCall, Operation, Rollout, Run, Sample
 from tests.conftest import mixed_rollouts

@@ -11,9 +11,10 @@ from sqlmodel import Session, col, select
 
 from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import pause_run
-from core.records.people import add_user, update_user
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import set_label
+from core.records.library.versions import set_label
+from core.records.people.users import add_user, update_user
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, User

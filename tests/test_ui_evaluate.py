@@ -9,8 +9,9 @@ from sqlmodel import Session, col, select
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.jobs.run_control import cancel_evaluation
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK, get_task
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK
+from core.records.tasks.lookup import get_task
 from storage import db, queries
 from storage.tables import AuditEvent, Evaluation, LibraryVersion
 from tests.ui_support import incomplete_evaluation, run_app, scripted_gateway, table_with
@@ -380,7 +381,7 @@ def test_the_form_sent_again_never_queues_an_evaluation_identical_to_one_that_ju
 
 def test_a_new_session_starts_from_the_model_of_the_newest_run(engine):
     """After a run (here on another model than the task's), Evaluate offers the run's model first, not the task's
-    (core.records.model_options.chosen_model, which `compare` uses too)."""
+    (core.records.models.options.chosen_model, which `compare` uses too)."""
     from tests.ui_support import seeded_run
 
     with Session(engine) as session:

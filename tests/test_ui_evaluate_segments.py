@@ -9,9 +9,10 @@ import pytest
 from sqlmodel import Session
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.segments import bind_library
-from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
-from core.records.versions import import_library
+from core.records.library.segments import bind_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.tables import Evaluation
 from tests.test_conversation_engine import conversation_replies

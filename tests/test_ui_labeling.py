@@ -1,5 +1,5 @@
 """UI tests of the Labeling page (Streamlit AppTest): a real training run waits for labels, people label
-it through the page, and every change lands in the database through core.records.labeling."""
+it through the page, and every change lands in the database through core.records.review.labeling."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from sqlmodel import Session, select
 
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import execute_run
-from core.records.people import add_user
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task, get_task
+from core.records.people.users import add_user
+from core.records.tasks.demos import CONVERSATION_TASK, DEMO_TASK, ensure_conversation_task
+from core.records.tasks.lookup import get_task
 from storage import db, queries
 from storage.tables import Evaluation, RewardLabel, Rollout, Run
 from tests.ui_support import markdown_texts, run_app, scripted_gateway, seeded_run, table_with
@@ -260,7 +261,7 @@ def test_two_labellers_see_their_own_progress_disagree_and_a_reviewer_decides_wi
 
 def disputes(engine, count: int = 4) -> list[Rollout]:
     """The waiting run's rollouts, each labelled 5 by alice and 1 by bob: `count` disputes for a reviewer."""
-    from core.records.labeling import submit_label
+    from core.records.review.labeling import submit_label
 
     _run_id, queued = waiting_run(engine, labels_per_rollout=2)
     for item in queued[:count]:
@@ -452,7 +453,7 @@ def run_status_of_evaluation(engine, evaluation_id: int) -> str:
 
 
 def test_a_reviewer_decides_a_conversation_disagreement_per_criterion(engine, scripted):
-    from core.records.labeling import submit_criteria_label
+    from core.records.review.labeling import submit_criteria_label
 
     ensure_conversation_task(engine)
     with db.session_scope(engine) as session:  # two labels per conversation

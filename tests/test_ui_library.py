@@ -8,8 +8,9 @@ import pytest
 
 from core.domain.library import ProposedOp
 from core.domain.prompts import PAPER_WORDING
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import edit_library, import_library
+from core.records.library.versions import edit_library, import_library
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from pages import library as page
 from storage import db, queries
 from storage.tables import LibraryVersion
@@ -275,7 +276,7 @@ def promote_on_the_page(at, version_id: int) -> None:
 
 
 def production_and_candidate(engine) -> tuple[int, int]:
-    from core.records.versions import set_label
+    from core.records.library.versions import set_label
 
     current = import_texts(engine, UNITS)
     set_label(engine, DEMO_TASK, str(number_of(engine, current)), "production", "bob")
@@ -558,7 +559,7 @@ def test_the_import_handler_has_the_clis_limits(engine, name, data, problem):
 
 
 def test_a_stale_tab_cannot_revert_once_sign_in_is_on(engine):
-    from core.records.people import add_user
+    from core.records.people.users import add_user
 
     imported_id = import_texts(engine, UNITS, REREAD)
     modify(engine, "E2", "Re-read the question and underline what it asks for.")
@@ -573,7 +574,7 @@ def test_a_stale_tab_cannot_revert_once_sign_in_is_on(engine):
 
 
 def test_the_selection_is_saved_by_a_reviewer_and_a_typed_query_previews_its_entries(engine):
-    from core.records.selection import library_selection
+    from core.records.library.selection import library_selection
 
     import_texts(engine, UNITS, REREAD, ESTIMATE)
     at = open_page()

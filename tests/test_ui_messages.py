@@ -13,9 +13,9 @@ import pytest
 
 from core.domain.library import ProposedOp
 from core.grpo.evaluation import incomplete_reason
-from core.records.connections import ConnectionTest
-from core.records.tasks import DEMO_TASK
-from core.records.versions import edit_library, import_library, set_label
+from core.records.library.versions import edit_library, import_library, set_label
+from core.records.models.connections import ConnectionTest
+from core.records.tasks.demos import DEMO_TASK
 from tests.ui_support import click, incomplete_evaluation, run_app
 from ui.common import REVIEWER_KEY, plain
 from ui.messages import escaped, message_markdown, message_text
@@ -100,7 +100,7 @@ def test_a_connection_test_shows_the_models_reply_as_text(engine, monkeypatch):
     """The reply of the model tried is model output: its Markdown (an image fetched from elsewhere, a link,
     emphasis) is shown as typed."""
     reply = "**yes** ![seen](http://tracker.example/p.png) [click](http://e.com)"
-    monkeypatch.setattr("core.records.connections.try_connection",
+    monkeypatch.setattr("core.records.models.connections.try_connection",
                         lambda engine, name, model, **_: ConnectionTest(True, f"{name}/{model}", "http://lab/v1", 12.0,
                                                                         reply=reply))
     at = run_app(page="pages/models.py", session_state={REVIEWER_KEY: REVIEWER})

@@ -10,8 +10,8 @@ from sqlmodel import Session
 from bench.stub_server import StubServer
 from core.grpo.evaluation import execute_evaluation
 from core.models.connections import forget_served_models
-from core.records.connections import add_connection
-from core.records.tasks import DEMO_TASK
+from core.records.models.connections import add_connection
+from core.records.tasks.demos import DEMO_TASK
 from storage import db, queries
 from tests.ui_support import click, run_app, scripted_gateway, switch
 
@@ -75,7 +75,7 @@ def test_train_offers_a_connections_models_and_a_preset_keeps_the_tasks_connecti
 
 
 def test_the_overviews_quick_trial_keeps_the_models_the_task_names(engine):
-    from core.records.tasks import POLICY_TASK
+    from core.records.tasks.demos import POLICY_TASK
 
     with db.session_scope(engine) as session:
         task = queries.task_by_name(session, POLICY_TASK)

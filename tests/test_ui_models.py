@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import Session, select
 
 from bench.stub_server import StubServer
-from core.records.people import add_user
+from core.records.people.users import add_user
 from storage.tables import LLMCall, ModelConnection
 from tests.ui_support import run_app, table_with
 
@@ -74,7 +74,7 @@ def test_a_bad_connection_is_refused_with_its_reason_and_nothing_saved(engine):
 
 
 def test_a_reviewer_sees_the_connections_but_cannot_change_them(engine):
-    from core.records.connections import add_connection
+    from core.records.models.connections import add_connection
 
     add_user(engine, "ada", "admin", "pw-ada-123456", actor="cli")
     add_user(engine, "rita", "reviewer", "pw-rita-123456", actor="cli")
@@ -87,7 +87,7 @@ def test_a_reviewer_sees_the_connections_but_cannot_change_them(engine):
 
 def test_a_connection_without_a_key_variable_says_no_key_is_needed(engine):
     """Its key cell read `'-` (a dash made spreadsheet-safe): it says what it means instead."""
-    from core.records.connections import add_connection
+    from core.records.models.connections import add_connection
 
     add_connection(engine, "open-server", "openai", actor="cli", base_url="http://127.0.0.1:9/v1")
     at = run_app(page=PAGE)

@@ -8,8 +8,8 @@ import pytest
 from sqlmodel import Session, select
 from standardwebhooks import Webhook
 
-from core.records import webhooks
-from core.records.people import add_user
+from core.records.notifications import webhooks
+from core.records.people.users import add_user
 from core.settings import get_settings
 from storage.db import session_scope
 from storage.tables import WebhookDelivery

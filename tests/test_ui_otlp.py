@@ -7,10 +7,10 @@ from __future__ import annotations
 from sqlmodel import Session, select
 
 from core.domain.otlp_spans import decode_spans
-from core.records.otlp import ingest_spans
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.production.otlp import ingest_spans
+from core.records.production.traces import TraceIn, ingest_traces
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import OtlpService, Trace
 from tests.otlp_support import chat_span, sdk_request
 from tests.ui_support import run_app, table_with

@@ -12,8 +12,9 @@ from core.domain.library import ProposedOp
 from core.domain.sandbox import jail_status
 from core.grpo.evaluation import create_evaluation
 from core.grpo.training import RunSettings, create_run, store_operations
-from core.records.tasks import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK, get_task
-from core.records.versions import import_library
+from core.records.library.versions import import_library
+from core.records.tasks.demos import CONVERSATION_TASK, DEMO_TASK, POLICY_TASK, SUPPORT_TASK
+from core.records.tasks.lookup import get_task
 from storage import db, queries
 from storage.db import describe_url
 from storage.tables import LibraryVersion, Run, Step
@@ -54,7 +55,7 @@ def test_overview_lists_the_demo_task_with_its_samples(engine):
     row = tasks[tasks["name"] == DEMO_TASK]
     assert len(row) == 1
     assert row.iloc[0]["reward method"] == "math"
-    # python where the code jail works, else direct (core.records.tasks.choose_demo_mode)
+    # python where the code jail works, else direct (core.records.tasks.demos.choose_demo_mode)
     assert row.iloc[0]["agent mode"] == ("python" if jail_status().available else "direct")
     assert row.iloc[0]["train samples"] == counts["train"] > 0
     assert row.iloc[0]["test samples"] == counts["test"] > 0
@@ -187,8 +188,9 @@ IMAGE = "![x](http://127.0.0.1:9/pixel.png)"
 
 def test_task_library_and_label_names_are_never_markdown(engine):
     """A name holding a Markdown image would make every visitor's browser fetch it."""
-    from core.records.task_io import TaskSettings, save_task
-    from core.records.versions import ensure_library, set_label
+    from core.records.library.versions import set_label
+    from core.records.tasks.lookup import ensure_library
+    from core.records.tasks.task_io import TaskSettings, save_task
 
     name = f"Task {IMAGE}"
     save_task(engine, TaskSettings(name=name, instructions="Answer."), "cli")
@@ -301,8 +303,8 @@ def run_awaiting_review(engine, task: str, library: str = "default") -> tuple[in
 def test_each_review_row_opens_its_own_task_library_run_and_step(engine):
     """The sidebar is on the demo task; the row of another task's run opens that task, its library, the run and
     the step that waits (the links opened the sidebar's task: a completed run of another task)."""
-    from core.records.tasks import ensure_demo_tasks
-    from core.records.versions import ensure_library
+    from core.records.tasks.demos import ensure_demo_tasks
+    from core.records.tasks.lookup import ensure_library
     from ui.common import LIBRARY_KEY, TASK_KEY
 
     ensure_demo_tasks(engine)
@@ -347,8 +349,8 @@ def test_an_address_whose_id_is_not_ascii_digits_opens_the_page_on_its_own_choic
 def test_labels_and_disputes_waiting_elsewhere_are_on_the_to_do_list_and_open_their_task(engine):
     """Rollouts waiting for a label and disputes waiting for a reviewer, per task, each row opening its task
     (Labeling said "Nothing waiting for you in this task" while they waited in another)."""
-    from core.records.labeling import submit_label
-    from core.records.tasks import ensure_demo_tasks
+    from core.records.review.labeling import submit_label
+    from core.records.tasks.demos import ensure_demo_tasks
     from tests.test_labeling import set_reward
     from tests.ui_support import seeded_run
     from ui.common import TASK_KEY
@@ -392,8 +394,8 @@ def test_a_page_a_row_opened_shows_the_rows_run_and_step_when_the_address_did_no
     """st.switch_page sends the row's ?run= and ?step= to the browser and reruns after a fixed pause; on a busy
     machine the rerun came first and Review opened on its defaults (a browser test waited 90 s for ?run=). The
     address is kept in the session until the page has drawn, and the page's id selectboxes read it first."""
-    from core.records.tasks import ensure_demo_tasks
-    from core.records.versions import ensure_library
+    from core.records.tasks.demos import ensure_demo_tasks
+    from core.records.tasks.lookup import ensure_library
     from ui.common import LIBRARY_KEY, OPEN_ADDRESS_KEY, TASK_KEY
 
     ensure_demo_tasks(engine)

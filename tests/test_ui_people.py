@@ -1,4 +1,4 @@
-"""The People page (AppTest): sign-in off is said plainly, admins add and change users through core.records.people,
+"""The People page (AppTest): sign-in off is said plainly, admins add and change users through core.records.people.users,
 a mismatched password writes nothing, non-admins only read, and no password hash is ever shown."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.records.passwords import check_password
-from core.records.people import add_user
-from core.records.tasks import DEMO_TASK
+from core.records.people.passwords import check_password
+from core.records.people.users import add_user
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import ApiKey, AuditEvent, User
 from tests.ui_support import markdown_texts, run_app
 from ui.common import AUTH_KEY, REVIEWER_KEY
@@ -169,7 +169,7 @@ def test_admin_changes_role_active_and_password(engine):
 
 def test_an_admin_creates_an_api_key_sees_it_once_and_revokes_it(engine):
     from core.errors import Unauthorized
-    from core.records.api_keys import check_key
+    from core.records.keys.api_keys import check_key
     from storage.tables import ApiKey
 
     at = open_people()

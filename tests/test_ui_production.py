@@ -7,11 +7,11 @@ import pytest
 from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
-from core.records.ab_experiments import served_arm
-from core.records.serving import set_ab_split
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.production.ab_experiments import served_arm
+from core.records.production.serving import set_ab_split
+from core.records.production.traces import TraceIn, ingest_traces
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import AuditEvent, Run, Sample, Task
 from tests.ui_support import APP, markdown_texts, run_app, table_with
 
@@ -120,7 +120,7 @@ def test_rules_harvest_and_an_update_from_production(engine, versions):
 
 
 def test_a_trace_the_rules_send_to_people_is_labelled_on_the_page(engine, versions):
-    from core.records.traces import set_rules
+    from core.records.production.traces import set_rules
 
     production, _ = versions
     set_rules(engine, DEMO_TASK, {"below": 0.5}, "cli")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from core.records.tasks import DEMO_TASK
-from core.records.traces import TraceIn, ingest_traces, set_rules
-from core.records.versions import import_library, set_label
+from core.records.library.versions import import_library, set_label
+from core.records.production.traces import TraceIn, ingest_traces, set_rules
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import session_scope
 from storage.tables import Task, Trace
 from tests.ui_support import run_app, table_with

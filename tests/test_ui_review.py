@@ -1,4 +1,4 @@
-"""UI tests of the Review page (Streamlit AppTest): decisions go to the database through core.records.review."""
+"""UI tests of the Review page (Streamlit AppTest): decisions go to the database through core.records.review.decisions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from core.records import review
-from core.records.review import decide_all
+from core.records.review import decisions as review
+from core.records.review.decisions import decide_all
 from storage import queries
 from storage.tables import AuditEvent, Run
 from tests.ui_support import markdown_texts, run_app, seeded_run, table_with
@@ -95,7 +95,7 @@ def test_reject_all_leaves_the_library_unchanged(engine):
 
 
 def test_an_invalid_edit_shows_an_error_and_a_valid_one_is_applied(engine):
-    # gate off: an edited step that a gate measured is measured again before it lands (core.records.review), a
+    # gate off: an edited step that a gate measured is measured again before it lands (core.records.review.decisions), a
     # worker's job; this test is about the page's edit, applied as the step's last decision
     run_id = seeded_run(engine, "manual", settings={"gate": "off"})
     [op] = state(engine, run_id)["ops"]
@@ -367,7 +367,7 @@ def test_a_partly_approved_gated_step_says_it_is_measured_before_it_lands_then_s
     measurement ends it shows the gate's line before review and after it, and the reject's reason."""
     from core.grpo.evaluation import create_fixed_evaluation
     from core.grpo.training import execute_run
-    from core.records.run_settings import run_settings
+    from core.records.runs.settings import run_settings
     from storage.db import session_scope
     from storage.tables import Step, Task, utcnow
     from tests.test_review import TWO_ADDS
@@ -456,7 +456,7 @@ def test_a_step_whose_examples_did_not_fit_says_so_above_its_operations(engine):
 def test_a_rewrite_that_changes_a_verified_fact_is_shown_held_for_a_person_with_its_reason(engine, scripted):
     """Auto review holds a MODIFY that drops a verified fact and invents one (issue 52); its card says so, with the
     reason in words."""
-    from core.records.tasks import POLICY_TASK
+    from core.records.tasks.demos import POLICY_TASK
     from tests.test_fact_checks import INVENTED, run_with_modify
     from ui.common import TASK_KEY
 

@@ -10,7 +10,7 @@ from sqlmodel import Session
 from core.domain.code_runs import code_runs
 from core.domain.prompts import SIMULATOR_CUE
 from core.grpo.evaluation import create_evaluation, execute_evaluation
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage import queries
 from storage.db import session_scope
 from storage.tables import Rollout
@@ -217,7 +217,7 @@ def conversation_replies() -> dict:
     """Scripted replies for a conversation group of two: the first conversation of a scenario is careful (it
     asks for the order number), the second careless (it asks for the card number, which the task's regex rule
     forbids, and never asks for the order: the scenario's must-rule fails with no turn to point at)."""
-    from core.records.demo_data import conversation_demo
+    from core.records.tasks.demo_data import conversation_demo
 
     forbidden = {text for row in conversation_demo()[1] for text in row.meta["must_not"]}
     started: dict[str, int] = {}
@@ -254,7 +254,8 @@ def seeded_conversations(engine, k: int = 2) -> int:
     """An evaluation of the demo conversation task on its first train scenario, k conversations (no spot checks,
     so every reward is the judge's); returns its id."""
     from core.models.gateway import Gateway
-    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task, get_task
+    from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
+    from core.records.tasks.lookup import get_task
     from tests.conftest import ScriptedModel, default_replies
 
     ensure_conversation_task(engine)
@@ -280,7 +281,7 @@ def shown_in_order(block) -> list[tuple[str, str]]:
 
 
 def open_conversation_evaluation(eval_id: int):
-    from core.records.tasks import CONVERSATION_TASK
+    from core.records.tasks.demos import CONVERSATION_TASK
 
     at = run_app(page=PAGE, session_state={"task": CONVERSATION_TASK})
     at.radio(key="rollouts_source").set_value("Evaluation").run()
@@ -355,8 +356,8 @@ def test_a_conversation_group_larger_than_four_wraps_into_rows_of_four(engine):
 
 def test_a_group_shows_the_entries_its_selection_chose_and_how_many_outputs_saw_each(engine):
     from core.domain.library import ProposedOp
-    from core.records.selection import set_selection
-    from core.records.versions import edit_library
+    from core.records.library.selection import set_selection
+    from core.records.library.versions import edit_library
 
     texts = ["Write the unit next to every number you compute.",
              "Count the pieces of candy eaten before making the piles of candy."]

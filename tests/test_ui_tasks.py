@@ -12,9 +12,9 @@ import pytest
 from sqlmodel import Session, func, select
 
 from core.domain.rewards import METHODS, setting_keys
-from core.records.people import add_user
-from core.records.task_io import TaskSettings, export_task_json, save_task
-from core.records.tasks import DEMO_TASK
+from core.records.people.users import add_user
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.task_io import TaskSettings, export_task_json, save_task
 from storage import queries
 from storage.tables import AuditEvent, Sample, Task
 from tests.ui_support import markdown_texts, run_app, table_with
@@ -519,7 +519,7 @@ def test_a_labeller_may_try_the_reward_too(engine):
 
 
 def conversation_task(engine) -> Task:
-    from core.records.tasks import CONVERSATION_TASK, ensure_conversation_task
+    from core.records.tasks.demos import CONVERSATION_TASK, ensure_conversation_task
 
     ensure_conversation_task(engine)
     with Session(engine) as session:
@@ -527,7 +527,7 @@ def conversation_task(engine) -> Task:
 
 
 def stored_personas(engine, task: Task) -> list:
-    from core.records.task_io import task_personas
+    from core.records.tasks.task_io import task_personas
 
     with Session(engine) as session:
         return task_personas(session, task.id)

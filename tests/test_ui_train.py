@@ -12,11 +12,11 @@ from sqlmodel import Session, select
 
 from core.domain.selection import DEFAULT_K
 from core.grpo.training import RunSettings, create_run
-from core.records.progress import PYTHON_TURNS
-from core.records.review import decide_step
-from core.records.run_defaults import EXAMPLES_FIGURE
-from core.records.selection import library_selection
-from core.records.tasks import DEMO_TASK
+from core.records.library.selection import library_selection
+from core.records.review.decisions import decide_step
+from core.records.runs.defaults import EXAMPLES_FIGURE
+from core.records.runs.progress import PYTHON_TURNS
+from core.records.tasks.demos import DEMO_TASK
 from storage import db, queries
 from storage.db import session_scope
 from storage.tables import LibraryVersion, Run, Step, Worker, utcnow

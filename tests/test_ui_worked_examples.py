@@ -8,8 +8,8 @@ import re
 import pytest
 from sqlmodel import Session
 
-from core.records.demo_data import demo_rows
-from core.records.review import example_sources
+from core.records.review.decisions import example_sources
+from core.records.tasks.demo_data import demo_rows
 from storage import queries
 from storage.tables import Rollout
 from tests.conftest import mixed_rollouts

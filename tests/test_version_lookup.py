@@ -1,5 +1,5 @@
 """One version lookup for every face (issue 51, item 11 and the smaller items): the CLI, the HTTP API and OTLP read
-a version's name through core.records.versions.resolve_version, so `latest` means the same everywhere, a digit
+a version's name through core.records.library.versions.resolve_version, so `latest` means the same everywhere, a digit
 that is not 0-9 is a clear 4xx instead of a 500, and the API's own 404 and 405 answers have its one error shape.
 
 The database is test_names.py's: the default library's versions #2 and #3 have the ids 6 and 7, so a number is
@@ -16,9 +16,10 @@ from sqlmodel import Session
 
 from api.app import create_app
 from core.errors import InvalidInput
-from core.records.api_keys import create_key
-from core.records.tasks import DEMO_TASK, get_task
-from core.records.versions import resolve_version, set_label
+from core.records.keys.api_keys import create_key
+from core.records.library.versions import resolve_version, set_label
+from core.records.tasks.demos import DEMO_TASK
+from core.records.tasks.lookup import get_task
 from storage.tables import Trace
 from tests.otlp_support import PROTOBUF, chat_span, sdk_request
 from tests.test_names import cli, diverging

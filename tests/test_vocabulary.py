@@ -20,8 +20,8 @@ from core.errors import (
     exit_code,
 )
 from core.grpo.training import create_run, execute_run
-from core.records.run_settings import RunSettings
-from core.records.tasks import DEMO_TASK
+from core.records.runs.settings import RunSettings
+from core.records.tasks.demos import DEMO_TASK
 from core.settings import get_settings
 from storage.db import url_with_password
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, StepStatus, WorkerStatus

@@ -1,4 +1,4 @@
-"""Webhooks (core/records/webhooks.py) against a real HTTP receiver on a loopback port: every event arrives once,
+"""Webhooks (core/records/notifications/webhooks.py) against a real HTTP receiver on a loopback port: every event arrives once,
 signed so that the `standardwebhooks` package's own verifier accepts it; a receiver that is down gets its
 deliveries later and in order; one that answers 500 is given up after N attempts and one that redirects is not
 followed; a hanging one delays no run; a failed delivery is replayed from the log; the secret stays hidden."""
@@ -24,11 +24,11 @@ from core.errors import InvalidInput, PermissionDenied
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.jobs.worker import delivering
-from core.records import webhooks
-from core.records.labeling import submit_label
-from core.records.people import add_user
-from core.records.tasks import DEMO_TASK
-from core.records.versions import promote
+from core.records.library.versions import promote
+from core.records.notifications import webhooks
+from core.records.people.users import add_user
+from core.records.review.labeling import submit_label
+from core.records.tasks.demos import DEMO_TASK
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope

@@ -1,4 +1,4 @@
-"""Webhook delivery that survives (core/records/webhooks.py), against real HTTP receivers on loopback ports whose
+"""Webhook delivery that survives (core/records/notifications/webhooks.py), against real HTTP receivers on loopback ports whose
 bodies the `standardwebhooks` package's own verifier checks: a receiver down for ten minutes (the clock advanced,
 not waited for) gets every event on Standard Webhooks' retry schedule; a bad secret on one endpoint is recorded
 there and leaves another's deliveries flowing; a hanging receiver delays only its own; a Test is sent once, even
@@ -18,7 +18,7 @@ import standardwebhooks.webhooks
 from sqlmodel import Session, select
 
 from core.cli import main as cli
-from core.records import webhooks
+from core.records.notifications import webhooks
 from core.secrets import SEALED
 from core.settings import get_settings
 from storage.db import session_scope

@@ -33,10 +33,10 @@ from core.domain.reference_answers import reference_as_answer
 from core.domain.rewards import score
 from core.errors import InvalidInput
 from core.grpo.training import RunSettings, create_run, execute_run
-from core.records.demo_data import demo_rows
-from core.records.review import edit_operation, example_sources, operation_kind, step_flags
-from core.records.tasks import DEMO_TASK, SUPPORT_TASK, ensure_support_task
-from core.records.versions import export_version, import_library
+from core.records.library.versions import export_version, import_library
+from core.records.review.decisions import edit_operation, example_sources, operation_kind, step_flags
+from core.records.tasks.demo_data import demo_rows
+from core.records.tasks.demos import DEMO_TASK, SUPPORT_TASK, ensure_support_task
 from storage import queries
 from storage.tables import Advantage, LibraryVersion, Operation, Rollout, Sample, Step
 from tests.conftest import mixed_rollouts

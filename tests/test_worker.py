@@ -18,8 +18,8 @@ from core.grpo.evaluation import create_evaluation
 from core.grpo.training import RunSettings, create_run
 from core.jobs.run_control import cancel_run, pause_run, resume_evaluation, resume_run
 from core.jobs.worker import beat, claim, claim_next, heartbeat, serve
-from core.records.tasks import DEMO_TASK
-from core.records.workers import alive_workers, is_stale, job_health
+from core.records.runs.workers import alive_workers, is_stale, job_health
+from core.records.tasks.demos import DEMO_TASK
 from storage.db import session_scope, url_with_password
 from storage.fencing import Lease
 from storage.tables import Evaluation, Run, Worker, utcnow

@@ -17,7 +17,7 @@ from storage.db import make_engine
 from core.jobs.worker import serve
 engine = make_engine(sys.argv[1])
 serve(engine, once=True, poll=0.01)
-print(json.dumps({name: name in sys.modules for name in ("scipy", "core.records.webhooks")}))
+print(json.dumps({name: name in sys.modules for name in ("scipy", "core.records.notifications.webhooks")}))
 """
 
 
@@ -26,4 +26,4 @@ def test_a_worker_with_nothing_to_do_imports_neither_the_guards_statistics_nor_t
            "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", SCRIPT, f"sqlite:///{tmp_path / 'w.db'}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"scipy": False, "core.records.webhooks": False}
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"scipy": False, "core.records.notifications.webhooks": False}

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
-from core.records.tasks import DEMO_TASK
+from core.records.tasks.demos import DEMO_TASK
 from storage.tables import Evaluation
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
 

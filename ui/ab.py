@@ -1,4 +1,4 @@
-"""The Production page's A/B section: the experiment's figures as core.records.ab_verdict.ab_status gives them (the
+"""The Production page's A/B section: the experiment's figures as core.records.production.ab_verdict.ab_status gives them (the
 same `core ab --status` prints), the difference planned for, why traces were left out, how the last experiments
 ended, and Promote (the guarded dialog) once the candidate is decided better.
 
@@ -11,9 +11,9 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.domain.sequential import MIN_PER_ARM
-from core.records.ab_experiments import experiments
-from core.records.ab_verdict import EFFECT, AbStatus, ab_status
-from core.records.promotion import PRODUCTION
+from core.records.library.promotion import PRODUCTION
+from core.records.production.ab_experiments import experiments
+from core.records.production.ab_verdict import EFFECT, AbStatus, ab_status
 from storage import queries
 from storage.tables import as_utc
 from ui.common import Flash, allowed, engine, plain, role_note

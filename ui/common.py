@@ -30,15 +30,16 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+import core.records.subscribers  # noqa: F401  (a label moved on a page is heard: core/records/subscribers.py)
 from core.domain.library import EXAMPLE, kind_of
 from core.errors import PermissionDenied, StudioError
 from core.jobs.worker import ensure_worker
-from core.records.labeling import Labelled
-from core.records.model_options import ModelOption, connection_listings, model_options, option_names
-from core.records.roles import LOCAL_USER, NOBODY, can, is_reserved, page_actor
-from core.records.sign_in import client_key
-from core.records.task_io import TaskSettings
-from core.records.workers import job_health
+from core.records.models.options import ModelOption, connection_listings, model_options, option_names
+from core.records.people.roles import LOCAL_USER, NOBODY, can, is_reserved, page_actor
+from core.records.people.sign_in import client_key
+from core.records.review.labeling import Labelled
+from core.records.runs.workers import job_health
+from core.records.tasks.task_io import TaskSettings
 from core.settings import engine as settings_engine
 from core.settings import get_settings
 from storage import queries
@@ -113,7 +114,7 @@ def default_reviewer() -> str:
 
 
 def acting_person() -> str:
-    """Who this tab acts for, asked anew from core.records.roles.page_actor; raises PermissionDenied when nobody may.
+    """Who this tab acts for, asked anew from core.records.people.roles.page_actor; raises PermissionDenied when nobody may.
 
     Button callbacks run before streamlit_app.py's sign-in gate, so every action asks this itself."""
     with Session(engine()) as session:
@@ -149,7 +150,7 @@ def checks_sign_in(action: Callable[..., Outcome]) -> Callable[..., Outcome]:
 
 
 def sign_in_client() -> str:
-    """The client the sign-in back-off counts: the browser's address, else this tab (core.records.sign_in.client_key)."""
+    """The client the sign-in back-off counts: the browser's address, else this tab (core.records.people.sign_in.client_key)."""
     try:
         ip = st.context.ip_address
     except Exception:  # noqa: BLE001  (no browser connection)
@@ -161,7 +162,7 @@ def sign_in_client() -> str:
 def context() -> Context:
     """The sidebar's choices and who acts: the signed-in user with sign-in on, else the typed name.
 
-    When nobody may act the person is core.records.roles.NOBODY, whom every role check refuses."""
+    When nobody may act the person is core.records.people.roles.NOBODY, whom every role check refuses."""
     try:
         person = acting_person()
     except PermissionDenied:
@@ -431,7 +432,7 @@ MODEL_OWNER_KEY = "_models_owner"  # picker key -> the task id its widget's valu
 
 
 def offered_models(task: Task | TaskSettings | None) -> list[ModelOption]:
-    """What every model picker offers, in order, with where each came from (core.records.model_options)."""
+    """What every model picker offers, in order, with where each came from (core.records.models.options)."""
     with Session(engine()) as session:
         return model_options(session, task)
 

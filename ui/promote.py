@@ -1,10 +1,10 @@
 """The guarded Promote dialog: the one way a page moves `production` (the Evaluate page's Promote and the
 Library page's Labels both draw it).
 
-It shows what core.records.promotion.preview_promotion finds (the experiences that change against
+It shows what core.records.library.promotion.preview_promotion finds (the experiences that change against
 production, as a diff, and the paired comparison's verdict of the two versions' newest evaluations on the
 same split and k), asks for a written reason when core's guard needs one (no paired comparison, or one that
-finds the candidate worse), and moves the label only on *Confirm*, through core.records.versions.promote,
+finds the candidate worse), and moves the label only on *Confirm*, through core.records.library.versions.promote,
 which checks the guard again and records the evidence and the reason in the audit log. With the setting
 promotion_requires_comparison on and no comparison, Confirm is disabled and the page says what to do.
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 from core.errors import StudioError
-from core.records.evaluation_figures import NO_FIGURE, figure
-from core.records.promotion import PromotionPreview, preview_promotion
-from core.records.versions import promote
+from core.records.evaluation.figures import NO_FIGURE, figure
+from core.records.library.promotion import PromotionPreview, preview_promotion
+from core.records.library.versions import promote
 from ui.common import Flash, context, engine, plain, run_action
 from ui.display import show_long
 from ui.messages import message_markdown
@@ -78,7 +78,7 @@ class PromoteDialog:
         st.session_state.pop(self.reason_key, None)
 
     def confirm(self, version_id: int, name: str) -> None:
-        """Confirm's callback: core.records.versions.promote checks the role and the guard again, with the reason
+        """Confirm's callback: core.records.library.versions.promote checks the role and the guard again, with the reason
         typed here; a refusal keeps the dialog open (to add a reason) and shows why."""
         reason = st.session_state.get(self.reason_key) or ""
         moved = run_action(self.flash, self.section, promote, engine(), version_id, context().reviewer, reason=reason,

@@ -6,7 +6,7 @@ TFGRPO_OIDC_CLIENT_ID, TFGRPO_OIDC_REDIRECT_URI and the secrets TFGRPO_OIDC_CLIE
 TFGRPO_OIDC_COOKIE_SECRET; when no secrets file holds an `[auth]` section, configure_provider hands those to
 Streamlit's secrets at the app's start (merge_programmatic_secrets, what `st.App(secrets=...)` does), so the
 client secret is never written to a file. Streamlit keeps who signed in in a signed cookie; the studio maps the
-ID token's issuer, subject and verified email to its own person and role (core.records.oidc.provider_sign_in),
+ID token's issuer, subject and verified email to its own person and role (core.records.people.oidc.provider_sign_in),
 and ends a sign-in older than TFGRPO_SESSION_HOURS.
 """
 
@@ -21,9 +21,9 @@ import streamlit as st
 from sqlmodel import Session
 
 from core.errors import InvalidInput, SignInRefused
-from core.records.oidc import NewPeople, ProviderIdentity, provider_sign_in
-from core.records.roles import admin_names
-from core.records.sign_in import record_sign_out
+from core.records.people.oidc import NewPeople, ProviderIdentity, provider_sign_in
+from core.records.people.roles import admin_names
+from core.records.people.sign_in import record_sign_out
 from core.settings import engine, get_settings, secret
 from ui.common import AUTH_KEY, plain
 

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         configure_logging(logging.WARNING if args.verbose else logging.ERROR)
+        import core.records.subscribers  # noqa: F401  (a command that moves a label is heard: records/subscribers.py)
+
         return load_handler(args.handler)(args)
     except (StudioError, *BAD_INPUT) as exc:
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)

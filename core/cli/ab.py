@@ -1,4 +1,4 @@
-"""`ab --status`: the A/B experiment's figures as the Production page shows them (core.records.ab_verdict.ab_status),
+"""`ab --status`: the A/B experiment's figures as the Production page shows them (core.records.production.ab_verdict.ab_status),
 as lines or as JSON."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from core.cli.base import engine_of
 from core.errors import InvalidInput
-from core.records.ab_verdict import ab_status
+from core.records.production.ab_verdict import ab_status
 
 
 def cmd_ab_status(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 BAD_INPUT = (ValueError, LookupError, FileNotFoundError)  # raised by argparse values and the filesystem
-# How every command names a version: its number in the library, as every page shows it (core.records.versions.
+# How every command names a version: its number in the library, as every page shows it (core.records.library.versions.
 # resolve_version; a database id is refused), a label, or latest.
 VERSION_HELP = "the version's number in the library (3 or #3, as the pages show it), a label, or latest"
 

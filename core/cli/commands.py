@@ -17,7 +17,7 @@ from core.domain.roles import API_ROLES, PERSON_ROLES, ROLES
 from core.domain.selection import SelectionMode
 from core.domain.webhooks import EVENTS
 from core.models.local_model import MODELS
-from core.records.run_settings import RunSettings
+from core.records.runs.settings import RunSettings
 from storage.statuses import GateRule, OperationStatus
 
 __all__ = ["add_commands", "load_handler"]

@@ -43,7 +43,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def seal_secrets(engine: Engine) -> None:
     """Encrypt the webhook secrets stored before they were, and say what still stands in signing's way (no key)."""
-    from core.records.webhooks import seal_stored_secrets, secrets_problem
+    from core.records.notifications.webhooks import seal_stored_secrets, secrets_problem
 
     sealed = seal_stored_secrets(engine)
     if sealed:

@@ -23,12 +23,12 @@ from core.jobs.run_control import cancel_attribution, cancel_evaluation, resume_
 from core.jobs.worker import claim_or_explain, execute_job, new_worker_id
 from core.models.gateway import Gateway
 from core.models.model_server import command_line_job
-from core.records.comparison import compare_evaluations
-from core.records.evaluation_figures import figures_line, read_evaluation_report
-from core.records.learner_advice import learner_advice
-from core.records.run_settings import run_settings
-from core.records.segments import paired_by_segment
-from core.records.tasks import get_task
+from core.records.evaluation.comparison import compare_evaluations
+from core.records.evaluation.figures import figures_line, read_evaluation_report
+from core.records.library.segments import paired_by_segment
+from core.records.models.learner_advice import learner_advice
+from core.records.runs.settings import run_settings
+from core.records.tasks.lookup import get_task
 from core.secrets import API_BASE_ENV, has_credentials, mask_url
 from storage import queries
 from storage.db import describe_url
@@ -56,7 +56,7 @@ def _claim(engine: Engine, kind: str, job_id: int, *, resuming: bool = False) ->
 
 def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
     """Before a run on the embedded learner starts, say plainly that it rarely writes a usable lesson, and name
-    a hosted learner where a key is set (core.records.learner_advice; the Train page says the same)."""
+    a hosted learner where a key is set (core.records.models.learner_advice; the Train page says the same)."""
     with Session(engine) as session:
         advice = learner_advice(session, get_task(session, task_name),
                                 run_settings(session.get(Run, run_id)))
@@ -66,7 +66,7 @@ def _say_learner_advice(engine: Engine, task_name: str, run_id: int) -> None:
 
 
 def _say_chosen_defaults(choices: list) -> None:
-    """The defaults this run got from the studio's measurements (core.records.run_defaults), each with its reason
+    """The defaults this run got from the studio's measurements (core.records.runs.defaults), each with its reason
     and the flag that overrides it, as the Train page shows them; on stderr, beside the learner's note, so a
     script reading stdout still gets only the run's outcome."""
     if choices:

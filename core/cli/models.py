@@ -9,7 +9,7 @@ import json
 from sqlmodel import Session
 
 from core.cli.base import UsageError, engine_of
-from core.records.connections import (
+from core.records.models.connections import (
     add_connection,
     describe,
     list_connections,

@@ -9,9 +9,9 @@ import sys
 from sqlmodel import Session
 
 from core.cli.base import UsageError, engine_of
-from core.records import labeling
-from core.records.people import add_user, update_user
-from core.records.tasks import get_task
+from core.records.people.users import add_user, update_user
+from core.records.review import labeling
+from core.records.tasks.lookup import get_task
 from core.settings import secret
 from storage import queries
 

@@ -18,19 +18,19 @@ from sqlmodel import Session, select
 from core.cli.ab import cmd_ab_status
 from core.cli.base import engine_of
 from core.errors import InvalidInput
-from core.records.api_keys import create_key, key_writes_to, list_keys, revoke_key
-from core.records.otlp import map_service
-from core.records.otlp_held import held_services
-from core.records.production_scoring import judge_summary, rules_words, score_source
-from core.records.serving import set_ab_split
-from core.records.traces import (
-    daily_summary,
+from core.records.keys.api_keys import create_key, key_writes_to, list_keys, revoke_key
+from core.records.production.otlp import map_service
+from core.records.production.otlp_held import held_services
+from core.records.production.scores import score_source, trace_score
+from core.records.production.scoring import judge_summary, rules_words
+from core.records.production.serving import set_ab_split
+from core.records.production.trace_views import daily_rows, lowest_traces
+from core.records.production.traces import (
+    TraceFilter,
     harvest,
-    lowest_scored,
     set_rules,
     source_of,
     task_traces,
-    trace_score,
 )
 from storage import queries
 from storage.tables import Task
@@ -113,10 +113,12 @@ def cmd_traces(args: argparse.Namespace) -> int:
     if not args.task:
         raise InvalidInput("traces: give --task, or a subcommand (map-service, held)")
     engine = engine_of(args)
+    window = TraceFilter(since=_day(args.since), max_score=args.max_score)
     with Session(engine) as session:
-        traces = task_traces(session, args.task, since=_day(args.since), max_score=args.max_score)
+        traces = task_traces(session, args.task, since=window.since, max_score=window.max_score)
         numbers = queries.version_numbers(session, sorted({trace.version_id for trace in traces} - {None}))
-    rows = daily_summary(traces, numbers)
+        rows = daily_rows(session, args.task, window, numbers)
+        lowest = lowest_traces(session, args.task, window, args.lowest)
     if not rows:
         print(f"no traces for {args.task!r}" + (f" since {args.since}" if args.since else ""))
         return 0
@@ -133,7 +135,6 @@ def cmd_traces(args: argparse.Namespace) -> int:
         judged = judge_summary(session, traces[0].task_id)
     if judged.calls or judged.scored or judged.unsure:
         print(judged.words())
-    lowest = lowest_scored(traces, args.lowest)
     if lowest:
         print("\nlowest scored:")
         for trace in lowest:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from core.records.gate_verdict import GateVerdict
-from core.records.run_settings import run_settings
+from core.records.review.gate_verdict import GateVerdict
+from core.records.runs.settings import run_settings
 from storage.statuses import GroupStatus, JobStatus, LabelStatus, OperationStatus, RunKind, StepStatus
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def worker_or_here(run: Run) -> str:
 def waiting_lines(session: Session, run: Run) -> list[str]:
     """What a run waits for and the command that moves it on: the operations a reviewer decides (`review`),
     the rollouts a person labels, a worker, or a resume; nothing for a run that is over."""
-    from core.records.workers import job_health
+    from core.records.runs.workers import job_health
     from storage import queries
     from storage.tables import Task
 
@@ -107,7 +107,7 @@ def report_run(engine: Engine, run_id: int) -> int:
     from sqlmodel import Session
 
     from core.grpo.training import run_counters
-    from core.records.run_outcome import learned_nothing, production_note, space_note
+    from core.records.runs.outcome import learned_nothing, production_note, space_note
     from storage import queries
     from storage.tables import LibraryVersion, Run
 

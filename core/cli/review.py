@@ -1,5 +1,5 @@
 """The review commands: what waits in a run's steps for a reviewer, and the decisions on it, through the same
-core.records.review functions the Review page calls (decide_operation, edit_operation, reopen_operation,
+core.records.review.decisions functions the Review page calls (decide_operation, edit_operation, reopen_operation,
 decide_step, apply_if_decided), acting as `cli`.
 
 `review RUN [--step N]` lists each operation with its id (what the deciding commands take), its kind, text,
@@ -21,8 +21,7 @@ from core.cli.report import plural, step_title, steps_total, worker_or_here
 from core.domain.metrics import attempts_failed
 from core.domain.quality import rank_sources
 from core.errors import InvalidInput, NotFound
-from core.records.gate_verdict import GateVerdict
-from core.records.review import (
+from core.records.review.decisions import (
     apply_if_decided,
     decide_operation,
     decide_step,
@@ -32,6 +31,7 @@ from core.records.review import (
     step_flags,
     written_kind,
 )
+from core.records.review.gate_verdict import GateVerdict
 from storage import queries
 from storage.statuses import JobStatus, OperationStatus, StepStatus
 from storage.tables import LibraryVersion, Operation, Run, Step

@@ -14,14 +14,16 @@ from core.cli.base import UsageError, engine_of, name_list, read_file, write_out
 from core.domain.datasets import check_size, mapping_note, parse_mapping, resolve_columns
 from core.domain.personas import check_file_size as check_persona_file_size
 from core.domain.personas import parse_personas, persona_dicts
-from core.records.coverage import version_coverage
-from core.records.scenarios import add_scenarios, is_conversation, split_by_persona
-from core.records.segments import bind_library
-from core.records.selection import library_selection, set_selection
-from core.records.serving import served_selection
-from core.records.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
-from core.records.tasks import add_dataset_file, ensure_demo_tasks, get_task
-from core.records.versions import resolve_version
+from core.records.library.coverage import version_coverage
+from core.records.library.segments import bind_library
+from core.records.library.selection import library_selection, set_selection
+from core.records.library.versions import resolve_version
+from core.records.production.serving import served_selection
+from core.records.tasks.demos import ensure_demo_tasks
+from core.records.tasks.lookup import get_task
+from core.records.tasks.samples import add_dataset_file
+from core.records.tasks.scenarios import add_scenarios, is_conversation, split_by_persona
+from core.records.tasks.task_io import columns_of, export_task_json, import_task, save_personas, task_personas
 from storage import queries
 
 

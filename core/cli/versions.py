@@ -12,11 +12,10 @@ from core.cli.report import print_version, report_run, worker_or_here
 from core.domain.library_io import check_file_size, decode_library
 from core.errors import NotFound
 from core.jobs import run_control
-from core.records.coverage import version_coverage
-from core.records.promotion import preview_promotion
-from core.records.segments import routed_export
-from core.records.tasks import get_task
-from core.records.versions import (
+from core.records.library.coverage import version_coverage
+from core.records.library.promotion import preview_promotion
+from core.records.library.segments import routed_export
+from core.records.library.versions import (
     export_version,
     import_library,
     promote,
@@ -25,6 +24,7 @@ from core.records.versions import (
     version_in_library,
     version_json_meta,
 )
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.statuses import JobStatus
 from storage.tables import LibraryVersion, Run

@@ -1,5 +1,5 @@
 """The webhook commands: `python -m core webhook add/list/remove/test/replay/deliveries/deliver`, the same core
-functions (core/records/webhooks.py) the Notifications page calls."""
+functions (core/records/notifications/webhooks.py) the Notifications page calls."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 from sqlmodel import Session
 
 from core.cli.base import engine_of, name_list
-from core.records.webhooks import (
+from core.records.notifications.webhooks import (
     add_endpoint,
     deliver_due,
     deliveries,

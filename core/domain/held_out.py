@@ -1,6 +1,6 @@
 """The validation gate's held-out queries: the split it reads and how many train queries it holds out.
 
-Pure numbers, read by the gate (core.grpo.gate) and by the run estimates (core.records.progress), which
+Pure numbers, read by the gate (core.grpo.gate) and by the run estimates (core.records.runs.progress), which
 plan the gate's calls before a run exists.
 """
 

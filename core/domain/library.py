@@ -1,7 +1,7 @@
 """The experience library and its operations: render, validate, apply.
 
 Pure functions over lists of {"id": "E3", "text": "...", "kind": "example"}; storing versions is
-core.records.versions' job. Ids are stable across versions so that a reviewer, a diff and the learner all
+core.records.library.versions' job. Ids are stable across versions so that a reviewer, a diff and the learner all
 talk about the same experience; the agent sees them by the same ids (`[E3] text`), where the paper renumbers
 them [G0], [G1], ... (core.domain.library_io.to_prompt_block).
 
@@ -33,6 +33,12 @@ MAX_EXAMPLES = 6  # the most worked examples a library holds by default (RunSett
 # 11-14 of 16 held-out messages shown every fact of their reference from 8 to 28 examples (9 of 16 at 6; with
 # top_k 3, 14-16 from 8 on). Also an import's limit.
 MAX_EXAMPLES_TOP_K = 24
+
+
+def replaced_ids(op: str, target_ids: list[str]) -> list[str]:
+    """The existing entries an operation rewrites or removes (MODIFY, MERGE, DELETE): the ones whose measured
+    effect (leave-one-out) a reviewer should read beside it. ADD and KEEP replace none."""
+    return list(target_ids) if (op or "").upper() in ("MODIFY", "MERGE", "DELETE") else []
 
 
 def kind_of(entry: dict) -> str:

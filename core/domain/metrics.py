@@ -54,6 +54,18 @@ def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float]:
     return (max(0.0, m - half), min(1.0, m + half))
 
 
+def mean_interval_of_sums(n: int, total: float, squares: float, z: float = Z95) -> tuple[float, float]:
+    """mean_interval from a count, a sum and a sum of squares (what a database aggregates), not the values."""
+    if n == 0:
+        return (0.0, 0.0)
+    m = total / n
+    if n == 1:
+        return (m, m)
+    variance = max(0.0, (squares - total * total / n) / (n - 1))
+    half = z * math.sqrt(variance) / math.sqrt(n)
+    return (max(0.0, m - half), min(1.0, m + half))
+
+
 def score_groups(rewards_by_query: dict[int, list[float]]) -> dict:
     """Mean@k (average reward over all k samples, averaged over queries) and Pass@k (share of
     queries with at least one success), each with its interval, plus per-query figures. With no query

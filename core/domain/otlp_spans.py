@@ -30,7 +30,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from core.errors import MalformedBody, UnsupportedMedia
 
-MAX_TEXT = 100_000  # the longest string value read (core.records.traces.MAX_TEXT: a trace's input or output)
+MAX_TEXT = 100_000  # the longest string value read (core.records.production.traces.MAX_TEXT: a trace's input or output)
 MAX_ATTRIBUTES = 256  # per span or resource, after an array's or kvlist's items are counted
 MAX_DEPTH = 8  # arrays and kvlists inside one another
 MAX_EVENTS = 128

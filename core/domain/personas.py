@@ -5,7 +5,7 @@ good one achieves. They are pydantic models so that a file, a task export and th
 through the same rules, and a misspelt field is an error rather than silently ignored.
 
 This module is pure (no database, no settings) so that prompt-building code may import it; storing a
-task's personas is in core/records/task_io.py (save_personas, task_personas). A file is checked whole before
+task's personas is in core/records/tasks/task_io.py (save_personas, task_personas). A file is checked whole before
 anything is returned: a bad one fails with one line naming the file, the item or row, and the field.
 """
 
@@ -133,6 +133,16 @@ def persona_dicts(personas: Iterable[Persona]) -> list[dict]:
     return [persona.model_dump() for persona in personas]
 
 
+def split_list_cell(cell: str) -> list[str]:
+    """A CSV cell (or an editor's cell) that holds a list: its items between `;`, trimmed, empty ones dropped."""
+    return [part.strip() for part in cell.split(LIST_SEPARATOR) if part.strip()]
+
+
+def join_list_cell(items: Iterable[str]) -> str:
+    """The items as one cell, the form split_list_cell reads back."""
+    return f"{LIST_SEPARATOR} ".join(items)
+
+
 class _Row(dict):
     """A CSV row remembering its data-row number, so messages say "row 3" rather than "item 3"."""
 
@@ -215,7 +225,7 @@ def _csv_records(text: str, filename: str, model: type[BaseModel], list_fields: 
         record.number = number
         for name in list_fields:
             if name in record:
-                record[name] = [part.strip() for part in record[name].split(LIST_SEPARATOR) if part.strip()]
+                record[name] = split_list_cell(record[name])
         records.append(record)
     return records
 

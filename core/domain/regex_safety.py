@@ -9,7 +9,7 @@ cannot start alike: `(\.[\w-]+)+`, `(,\s*\d+)*` and `(\w+\s)*` pass. Character s
 sample of characters (ASCII, Latin, a few others), folded for case; the scoring process's time limit
 remains the guard for whatever this misses.
 
-Used by the `regex` reward (core.domain.rewards) and by the task files' checks (core.records.tasks) before a
+Used by the `regex` reward (core.domain.rewards) and by the task files' checks (core.records.tasks.demos) before a
 pattern written by a task's author ever runs.
 """
 

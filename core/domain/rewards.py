@@ -14,7 +14,7 @@ model's answer) is `isolated`: `score` runs it in a scoring process with a time 
 (core/domain/scoring.py), so one costly input costs a 0 reward with the reason instead of a stalled run.
 
 A pure module: no database, no model calls (the judge lives in core/models/judge.py, the queue in
-core/records/labeling.py).
+core/records/review/labeling.py).
 """
 
 from __future__ import annotations
@@ -424,7 +424,7 @@ class RewardMethod(Protocol):
     """What the studio needs to know about a reward method; resolved by name with `get_method`.
 
     `uses_judge`: the task's judge model scores (core/models/judge.py). `uses_people`: rollouts may wait in the
-    labeling queue (core/records/labeling.py): every one if the judge takes no part, else the unsure ones and a
+    labeling queue (core/records/review/labeling.py): every one if the judge takes no part, else the unsure ones and a
     spot-check share. Neither: a verifier, whose `score` decides alone (and only a verifier can serve
     the no-ground-truth mode's comparison of final answers). `isolated`: the verifier runs patterns or
     parsers that a task's author or the model controls, so the module's `score` runs it in a scoring

@@ -1,6 +1,6 @@
 """The roles a person and an API key may hold, lowest first: names only, so the command line's parser offers
-them (`user add --role`, `apikey create --role`) before any database code loads. core.records.roles and
-core.records.api_keys check and rank them."""
+them (`user add --role`, `apikey create --role`) before any database code loads. core.records.people.roles and
+core.records.keys.api_keys check and rank them."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 link that opens the exact page, the wait before a retry (Standard Webhooks' schedule), and which addresses a
 receiver may not have (every one but public unicast, unless an administrator's allowlist admits it).
 
-Pure functions; core/records/webhooks.py writes, signs and sends.
+Pure functions; core/records/notifications/webhooks.py writes, signs and sends.
 """
 
 from __future__ import annotations

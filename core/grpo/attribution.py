@@ -4,7 +4,7 @@ A measurement is a run of kind `attribute` on one version. The worker evaluates 
 its experiences, the version without that one (a *variant*), all on the same queries with k samples each and
 common random numbers, so the left-out experience is the only difference between the full version and a
 variant. Each experience's *effect* is then the paired difference of the full version minus the variant
-(core.records.comparison: the per-query mean rewards, a seeded bootstrap 95% interval, a sign test), and its verdict:
+(core.records.evaluation.comparison: the per-query mean rewards, a seeded bootstrap 95% interval, a sign test), and its verdict:
 it **helps** when the interval lies above 0, **hurts** when it lies below 0, and is **unclear** otherwise.
 
 Which queries: the task's `validation` split when it has one, else its `test` split (the queries are frozen
@@ -33,12 +33,12 @@ from core.domain.rewards import METHODS
 from core.errors import Conflict, InvalidInput, NotFound
 from core.grpo.evaluation import run_fixed_evaluation
 from core.models.gateway import Gateway
-from core.records.comparison import Paired, compare_evaluations
-from core.records.roles import require_role
-from core.records.run_settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
-from core.records.selection import frozen
-from core.records.tasks import get_task
-from core.records.versions import edit_library, resolve_version
+from core.records.evaluation.comparison import Paired, compare_evaluations
+from core.records.library.selection import frozen
+from core.records.library.versions import edit_library, resolve_version
+from core.records.people.roles import require_role
+from core.records.runs.settings import ApiBase, Budget, JobSettings, Temperature, default_concurrency
+from core.records.tasks.lookup import get_task
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope

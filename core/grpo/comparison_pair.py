@@ -3,7 +3,7 @@
 A comparison is only fair on one model, and only worth its cost when it reuses what was already measured: the
 newest finished evaluations of A and B that match on split, k and query limit (and the library's entry
 selection) and were made on one model are reused. Where no such pair exists, the missing side is evaluated on
-the model a person chose last for the task (core.records.model_options.chosen_model), never on a model nobody
+the model a person chose last for the task (core.records.models.options.chosen_model), never on a model nobody
 chose (the embedded one, after a team's work on a connection's).
 """
 
@@ -17,10 +17,10 @@ from sqlmodel import Session
 from core.domain.selection import Selection
 from core.errors import DuplicateJob, NotFound
 from core.grpo.evaluation import create_evaluation
-from core.records.model_options import chosen_model
-from core.records.selection import selection_of
-from core.records.tasks import get_task
-from core.records.versions import resolve_version
+from core.records.library.selection import selection_of
+from core.records.library.versions import resolve_version
+from core.records.models.options import chosen_model
+from core.records.tasks.lookup import get_task
 from storage import queries
 from storage.statuses import JobStatus
 from storage.tables import Evaluation, Library, Task

@@ -20,7 +20,7 @@ from core.domain.prompts import LibraryWording, agent_system_prompt
 from core.errors import InvalidInput, ModelCallError
 from core.grpo.agent import AgentResult, AgentSettings
 from core.models.gateway import Gateway, Scope
-from core.records.scenarios import scenario_of
+from core.records.tasks.scenarios import scenario_of
 from storage.db import session_scope
 from storage.tables import ConversationTurn, Sample, Task
 from storage.writes import insert_or_skip

@@ -18,15 +18,15 @@ from core.grpo.agent import agent_settings, check_agent_mode
 from core.grpo.rollouts import stored_rollout
 from core.models.gateway import Gateway, Scope
 from core.models.model_choice import check_model
-from core.records.duplicate_jobs import lock_task, refuse_second_evaluation
-from core.records.labeling import hold_for_labels
-from core.records.roles import require_role
-from core.records.scenarios import check_task_kind, personas_by_name
-from core.records.segments import breakdown, route_versions
-from core.records.selection import evaluation_frozen, library_for
-from core.records.tasks import get_task
-from core.records.versions import resolve_version
-from core.records.webhook_events import notify_evaluation_ended
+from core.records.library.segments import breakdown, route_versions
+from core.records.library.selection import evaluation_frozen, library_for
+from core.records.library.versions import resolve_version
+from core.records.notifications.events import notify_evaluation_ended
+from core.records.people.roles import require_role
+from core.records.review.labeling import hold_for_labels
+from core.records.runs.duplicate_jobs import lock_task, refuse_second_evaluation
+from core.records.tasks.lookup import get_task
+from core.records.tasks.scenarios import check_task_kind, personas_by_name
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
@@ -46,9 +46,9 @@ def create_evaluation(engine: Engine, task_name: str, version_ref: str, *, split
                       route_segments: bool = False, created_by: str = "cli", library_name: str = "default",
                       ended_within_s: float | None = None) -> int:
     """Queue an evaluation of a version of `library_name` (its number, a label, `latest` or `empty`:
-    core.records.versions.resolve_version). With `route_segments` each scenario
+    core.records.library.versions.resolve_version). With `route_segments` each scenario
     of a conversation task is played with the library of its persona's segment (its production version,
-    else its newest) and the version given for the rest (core/records/segments.py). The library's entry
+    else its newest) and the version given for the rest (core/records/library/segments.py). The library's entry
     selection (and each routed library's) is frozen into the evaluation, so it measures what was chosen now.
     One identical to an evaluation already queued or running is refused (DuplicateJob names that one), and with
     `ended_within_s` one identical to an evaluation that ended that recently (a form sent again by Enter)."""

@@ -3,7 +3,7 @@
 After a step's operations are proposed (and, in auto mode, before they are approved), the candidate
 library is evaluated against the step's starting library on the run's validation queries, `gate_k`
 samples each, and the two are compared with the same paired statistics as the Evaluate page
-(core.records.comparison). Both evaluations use common random numbers, so the library is the only difference
+(core.records.evaluation.comparison). Both evaluations use common random numbers, so the library is the only difference
 between them, and the starting library's evaluation is reused when an earlier step (or a resumed run)
 already made it. The gate's agent calls go in the ledger under the stage `gate`.
 """
@@ -23,11 +23,11 @@ from core.domain.rewards import METHODS
 from core.errors import InvalidInput
 from core.grpo.evaluation import run_fixed_evaluation
 from core.models.gateway import Gateway
-from core.records.comparison import Paired, compare_evaluations, finite
-from core.records.gate_verdict import GateVerdict
-from core.records.review import library_after
-from core.records.run_outcome import is_harvested
-from core.records.run_settings import RunSettings, run_settings
+from core.records.evaluation.comparison import Paired, compare_evaluations, finite
+from core.records.review.decisions import library_after
+from core.records.review.gate_verdict import GateVerdict
+from core.records.runs.outcome import is_harvested
+from core.records.runs.settings import RunSettings, run_settings
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import TO_APPLY, EvaluationPurpose, GateDecision, GateRule, OperationStatus
@@ -107,7 +107,7 @@ async def check_step(engine: Engine, gateway: Gateway, run_id: int, step_id: int
             return None
         if step.gate is not None and not decided_only:
             return GateVerdict.of(step)
-        held = step.gate or {}  # after review, the first verdict is kept (core.records.review._queue_remeasure)
+        held = step.gate or {}  # after review, the first verdict is kept (core.records.review.decisions._queue_remeasure)
         first = held.get("proposed") or {key: value for key, value in held.items() if key not in ("remeasure", "proposed")}
         sample_ids = list(run.validation_ids or [])
         split = (run.progress or {}).get("validation_split", VALIDATION_SPLIT)

@@ -1,7 +1,7 @@
 """The task's own reward on production traces, as the worker runs it between jobs (issue 50, item 3).
 
 Which traces, the claim that keeps each to one verdict, and where the verdict lands are in
-core/records/production_scoring.py; this module makes the model call, the same one evaluation makes for a
+core/records/production/scoring.py; this module makes the model call, the same one evaluation makes for a
 rollout (core/grpo/rollouts.py): the judge for a judged task, the rubric judge for a conversation, a verifier
 where a setting stands in for the reference. The calls go in the ledger under the stage `production_judge`,
 each with its trace's id, so the Production page can say what scoring production cost.
@@ -21,9 +21,9 @@ from core.domain.rewards import METHODS, score_or_error
 from core.models.conversation_judge import judge_conversation
 from core.models.gateway import Gateway, Scope
 from core.models.judge import judge_response
-from core.records.production_scoring import PASS_LIMIT, STAGE, claim, due_traces, store_verdict
-from core.records.scenarios import is_conversation
-from core.records.traces import trace_output
+from core.records.production.scoring import PASS_LIMIT, STAGE, claim, due_traces, store_verdict
+from core.records.production.traces import trace_output
+from core.records.tasks.scenarios import is_conversation
 from core.settings import get_settings
 from storage.tables import Sample, Task, Trace
 

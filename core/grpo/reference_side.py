@@ -10,7 +10,7 @@ advantage_messages), and with worked examples on, the reference itself becomes t
 
 from __future__ import annotations
 
-from core.records.run_settings import RunSettings
+from core.records.runs.settings import RunSettings
 from storage.statuses import GroupStatus
 from storage.tables import Advantage
 

@@ -27,8 +27,8 @@ from core.grpo.conversation_rollouts import TurnKey, play_conversation
 from core.models.conversation_judge import judge_conversation
 from core.models.gateway import Gateway, Scope
 from core.models.judge import judge_response
-from core.records.labeling import labels_per_rollout, needs_person
-from core.records.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
+from core.records.review.labeling import labels_per_rollout, needs_person
+from core.records.tasks.scenarios import is_conversation, persona_of, personas_by_name, scenario_of
 from storage.db import session_scope
 from storage.loop_batches import Batch, asked_together, queues, settle
 from storage.statuses import LabelStatus

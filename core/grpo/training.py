@@ -53,20 +53,24 @@ from core.grpo.worked_examples import examples_recorded, propose_examples, store
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
-from core.records.duplicate_jobs import lock_task, refuse_second_run
-from core.records.fact_checks import rewrite_check
-from core.records.gate_verdict import GateVerdict
-from core.records.labeling import hold_for_labels
-from core.records.review import (
+from core.records.library.selection import adopt_selection, selection_of
+from core.records.library.versions import create_version, new_experiences
+from core.records.notifications.events import notify_run_failed, notify_step_awaiting_review
+from core.records.people.roles import require_role
+from core.records.review.decisions import (
     apply_step_operations,
     decide_all,
     decided_library_unmeasured,
     reopen_after_gate,
 )
-from core.records.roles import require_role
-from core.records.run_defaults import Choice, can_verify, chosen_defaults, explicit_values
-from core.records.run_settings import RunSettings, run_settings
-from core.records.scenarios import (
+from core.records.review.fact_checks import rewrite_check
+from core.records.review.gate_verdict import GateVerdict
+from core.records.review.labeling import hold_for_labels
+from core.records.runs.defaults import Choice, can_verify, chosen_defaults, explicit_values
+from core.records.runs.duplicate_jobs import lock_task, refuse_second_run
+from core.records.runs.settings import RunSettings, run_settings
+from core.records.tasks.lookup import ensure_library, get_task
+from core.records.tasks.scenarios import (
     check_task_kind,
     is_conversation,
     persona_of,
@@ -74,10 +78,6 @@ from core.records.scenarios import (
     scenario_of,
     segment_sample_ids,
 )
-from core.records.selection import adopt_selection, selection_of
-from core.records.tasks import get_task
-from core.records.versions import create_version, ensure_library, new_experiences
-from core.records.webhook_events import notify_run_failed, notify_step_awaiting_review
 from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
@@ -125,7 +125,7 @@ def create_run_with_defaults(engine: Engine, task_name: str, given: RunSettings 
                              created_by: str = "cli") -> tuple[int, list[Choice]]:
     """Queue a run whose settings are `given` (a RunSettings' explicitly set fields, or a dict whose None values
     are left out) and, for a training run, the defaults chosen for its learner where `given` sets nothing
-    (core.records.run_defaults.chosen_defaults): the Train page's and the CLI's way to start a run. Returns the
+    (core.records.runs.defaults.chosen_defaults): the Train page's and the CLI's way to start a run. Returns the
     run's id and the defaults chosen, to show with their reasons."""
     if kind != RunKind.TRAIN:  # a direct or measuring run learns no entries from groups: nothing to choose
         settings = given if isinstance(given, RunSettings) else RunSettings.build(**explicit_values(given))
@@ -519,7 +519,7 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
                                        model=ctx.settings.learner_model, max_tokens=ctx.settings.learner_max_tokens,
                                        learner_replies=ctx.settings.learner_replies)
         store_examples(ctx.engine, step.id, experiences, found, max_size=ctx.settings.max_experiences,
-                       max_examples=ctx.settings.max_examples, refuse_flagged=_refuses_flagged(ctx.settings),
+                       max_examples=ctx.settings.max_examples, refuse_flagged=ctx.settings.refuses_flagged(),
                        hold_rewrites=ctx.settings.review_mode == "auto")
     verdict = await gate.check_step(ctx.engine, ctx.gateway, ctx.run_id, step.id, check=lambda: _tick(ctx))
     _tick(ctx)
@@ -528,10 +528,6 @@ async def _run_step(ctx: _Ctx, step: Step) -> None:
     await _apply_or_wait(ctx, step.id, actor="auto")
 
 
-def _refuses_flagged(settings: RunSettings) -> bool:
-    """Whether the step's flagged operations (lessons and worked examples alike) are refused before the gate:
-    in auto review mode with hold_flagged on. Nobody was asked to look at them, so they are never held."""
-    return settings.review_mode == "auto" and settings.hold_flagged
 
 
 def _decide_unattended(ctx: _Ctx, step: Step, verdict: GateVerdict | None) -> None:
@@ -752,7 +748,7 @@ async def _consolidate(ctx: _Ctx, step: Step, experiences: list[dict], proposals
         _fail_step(ctx, step, f"the learner's update failed: {exc}")
     store_operations(ctx.engine, step, experiences, reply.proposed(), source_ids,
                      max_size=ctx.settings.max_experiences, refused=refused,
-                     refuse_flagged=_refuses_flagged(ctx.settings), hold_rewrites=ctx.settings.review_mode == "auto")
+                     refuse_flagged=ctx.settings.refuses_flagged(), hold_rewrites=ctx.settings.review_mode == "auto")
 
 
 # How core.domain.library.validate_ops begins the reason of a text over its kind's length limit.

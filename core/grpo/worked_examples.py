@@ -47,8 +47,8 @@ from core.domain.selection import Selection, select_entries
 from core.errors import ModelCallError, StructuredOutputError
 from core.grpo.reference_side import learned_from_reference
 from core.models.gateway import Gateway, Scope
-from core.records.fact_checks import sample_check, train_references
-from core.records.review import proposed_op, record_examples
+from core.records.review.decisions import proposed_op, record_examples
+from core.records.review.fact_checks import sample_check, train_references
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import GroupStatus, OperationStatus

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from core.errors import Conflict, NotFound
-from core.records.roles import require_role
-from core.records.workers import job_health
+from core.records.people.roles import require_role
+from core.records.runs.workers import job_health
 from storage.db import session_scope
 from storage.statuses import (
     EVALUATION_MAY_CANCEL,

@@ -32,7 +32,7 @@ from sqlmodel import Session, col, select
 
 from core.domain.sandbox import harden_process
 from core.errors import Conflict, NotFound, TakenOver
-from core.records.workers import alive_workers, stall_after
+from core.records.runs.workers import alive_workers, stall_after
 from core.settings import PROJECT_DIR, get_settings
 from storage.db import session_scope
 from storage.fencing import Lease, LeaseLost, holding
@@ -158,7 +158,7 @@ DELIVER_EVERY = 2.0
 
 @contextmanager
 def delivering(engine: Engine, owner: str, every: float | None = None):
-    """Send the webhook outbox while the worker serves (core/records/webhooks.py): every `every` seconds
+    """Send the webhook outbox while the worker serves (core/records/notifications/webhooks.py): every `every` seconds
     (DELIVER_EVERY) a background thread starts each due endpoint in the Deliverer's small pool, without waiting
     for it, between jobs and during them, never inside the job that raised an event; so a receiver that hangs or
     is down delays nothing but its own deliveries. The webhook module (httpx, the signing library) is imported and
@@ -168,7 +168,7 @@ def delivering(engine: Engine, owner: str, every: float | None = None):
 
     def deliver() -> None:
         if not started:
-            from core.records.webhooks import Deliverer, secrets_problem
+            from core.records.notifications.webhooks import Deliverer, secrets_problem
 
             if problem := secrets_problem(engine):
                 log.warning("worker %s: %s", owner, problem)
@@ -185,9 +185,9 @@ def delivering(engine: Engine, owner: str, every: float | None = None):
 
 @contextmanager
 def guarding(engine: Engine, every: float | None = None):
-    """Run the A/B guard (core/records/ab_verdict.py) every `every` seconds (GUARD_EVERY_S) while the worker serves:
+    """Run the A/B guard (core/records/production/ab_verdict.py) every `every` seconds (GUARD_EVERY_S) while the worker serves:
     a significantly worse candidate's split ends, a significantly better one is announced, whoever scored it."""
-    from core.records.ab_verdict import GUARD_EVERY_S, guard_experiments
+    from core.records.production.ab_verdict import GUARD_EVERY_S, guard_experiments
 
     def check() -> None:
         for line in guard_experiments(engine):
@@ -267,7 +267,7 @@ def execute_job(engine: Engine, lease: Lease, *, gateway=None, on_progress: Call
 
 def score_production_traces(engine: Engine, owner: str, gateway=None) -> int:
     """Between jobs, the task's own reward scores the production traces its rules choose, each once (claimed per
-    trace: core/records/production_scoring.py); how many verdicts landed. A failed pass is logged, never fatal."""
+    trace: core/records/production/scoring.py); how many verdicts landed. A failed pass is logged, never fatal."""
     from core.grpo.production_scoring import score_production
 
     try:

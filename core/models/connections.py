@@ -1,5 +1,5 @@
 """Model connections as the gateway reads them: `<connection>/<model>` names a model served where a
-connection says (core/records/connections.py creates, tests and removes them).
+connection says (core/records/models/connections.py creates, tests and removes them).
 
 A connection of kind `openai` is an OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp's server,
 LM Studio, a company gateway) at its base URL, called on the gateway's own HTTP path; one of kind `litellm`

@@ -1,6 +1,6 @@
 """What a model call costs, from litellm's price map (its bundled copy; see core/models/__init__.py).
 
-One place for the price of a token, so the ledger and the run estimates (core/records/progress.py) agree;
+One place for the price of a token, so the ledger and the run estimates (core/records/runs/progress.py) agree;
 the embedded models are free and a model litellm has no price for costs nothing and is said so as None.
 """
 

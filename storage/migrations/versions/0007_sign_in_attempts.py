@@ -1,7 +1,7 @@
 """sign-in attempts
 
 signinattempt: one row per sign-in attempt (user name, client, outcome, time), written before the
-password is checked so that attempts running at the same time count each other; core.records.people derives
+password is checked so that attempts running at the same time count each other; core.records.people.users derives
 the per-name and per-client back-off from the last hour of rows and deletes older ones.
 
 Revision ID: 0007

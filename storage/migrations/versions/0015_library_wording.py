@@ -2,7 +2,7 @@
 
 task.library_header, task.examples_intro: NULL is the neutral default (core.domain.prompts.LibraryWording). The
 arithmetic demo, created before these settings existed, keeps the paper's math wording it was measured with,
-as a new demo gets it (core.records.tasks.ensure_demo_task).
+as a new demo gets it (core.records.tasks.demos.ensure_demo_task).
 
 Revision ID: 0015
 Revises: 0014
@@ -17,7 +17,7 @@ down_revision = '0014'
 branch_labels = None
 depends_on = None
 
-DEMO_TASK = "arithmetic word problems"  # core.records.tasks.DEMO_TASK, written out: a migration imports no app code
+DEMO_TASK = "arithmetic word problems"  # core.records.tasks.demos.DEMO_TASK, written out: a migration imports no app code
 PAPER_LIBRARY_HEADER = ("When solving problems, you MUST first carefully read and understand the helpful instructions "
                         "and experiences:")
 PAPER_EXAMPLES_INTRO = "Worked examples of similar problems, solved correctly (follow the method, not the numbers):"

@@ -1,8 +1,8 @@
 """people signed in through an OpenID Connect provider, and API keys per person
 
 user.email (unique, lower case), user.issuer and user.subject: the provider's identity a person is known by
-(core.records.people.provider_sign_in). apikey.person: the user a key acts for; it carries at most their role
-(core.records.api_keys.check_key). Existing rows keep NULL: a user signs in with their password as before, a key
+(core.records.people.users.provider_sign_in). apikey.person: the user a key acts for; it carries at most their role
+(core.records.keys.api_keys.check_key). Existing rows keep NULL: a user signs in with their password as before, a key
 is a key of its own.
 
 Revision ID: 0016

@@ -1,4 +1,4 @@
-"""webhooks: the endpoints an administrator configured and the outbox of deliveries (core/records/webhooks.py)
+"""webhooks: the endpoints an administrator configured and the outbox of deliveries (core/records/notifications/webhooks.py)
 
 Revision ID: 0018
 Revises: 0017

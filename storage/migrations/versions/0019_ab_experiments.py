@@ -1,7 +1,7 @@
 """A/B experiments with a start and fixed arms (issue 50)
 
 abexperiment: a library's split of production traffic from its start to its end, with the version each arm served
-(core/records/ab_experiments.py). trace.ab_experiment_id, ab_arm, ab_excluded: the experiment running when a trace
+(core/records/production/ab_experiments.py). trace.ab_experiment_id, ab_arm, ab_excluded: the experiment running when a trace
 arrived, the arm the studio serves its user, and why it does not count (None: it counts). A split already on
 becomes an experiment that starts now: traces from before it were counted under whatever the labels pointed at.
 

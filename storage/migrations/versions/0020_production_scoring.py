@@ -1,7 +1,7 @@
 """production traces scored by the task's reward, harvested samples (issue 50)
 
 trace: judge_status, judge_score, judge_detail, judge_claim, judged_at: the task's own reward (its judge) scores
-chosen production traces in the worker, each once (core/records/production_scoring.py).
+chosen production traces in the worker, each once (core/records/production/scoring.py).
 llmcall.trace_id: the trace a production judge call scored, so its cost is found per task.
 
 Revision ID: 0020

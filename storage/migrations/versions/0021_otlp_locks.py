@@ -62,7 +62,7 @@ BATCH = 500
 
 def _resources_once() -> None:
     """Each OTLP trace's copied resource into otlpresource, the trace keeping its hash (the hash is
-    core/records/otlp_held.py resource_hash's: sha256 of the JSON with sorted keys)."""
+    core/records/production/otlp_held.py resource_hash's: sha256 of the JSON with sorted keys)."""
     trace = sa.table('trace', sa.column('id', sa.Integer), sa.column('meta', sa.JSON))
     resource = sa.table('otlpresource', sa.column('hash', sa.String), sa.column('attributes', sa.JSON),
                         sa.column('created_at', sqlmodel.sql.sqltypes.UTCDateTime))

@@ -4,7 +4,7 @@ user: a unique index on (issuer, subject), so two first sign-ins of one provider
 people (NULLs are distinct in a unique index on SQLite and PostgreSQL alike, so people without a provider identity
 are not constrained); a database where that already happened keeps the binding of the oldest user and forgets the
 others' (they are found again by their email). user.provider_iat: the issue time of the ID token whose sign-in the
-audit log has, so a page load of the same sign-in is not audited again (core.records.oidc).
+audit log has, so a page load of the same sign-in is not audited again (core.records.people.oidc).
 
 Revision ID: 0023
 Revises: 0022

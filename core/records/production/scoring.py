@@ -1,0 +1,251 @@
+"""Production traces scored by the task's own reward in the worker, without waiting for people (issue 50).
+
+A task's production rules may choose traces for its reward (its judge, for a judged task): `judge_share`, a
+stable share of all traces (by a hash of the sender's id), and `judge_ab`, every trace without feedback (no
+score, no thumbs) that counts in a running A/B experiment (stamped with its user's arm and not excluded:
+core/records/production/ab_experiments.py), so the experiment's verdict gets a figure without waiting for people. Only traces received after the rules turned
+this on (`judge_since`, set by `set_rules`) are considered, so turning it on never bills a backlog; and a trace
+is left SETTLE_S seconds for feedback that comes a minute later before anything is spent on it.
+
+Each trace is scored at most once: a pass claims it with one conditional UPDATE (`judging`, by this worker, at
+this time), and its verdict lands only while that claim holds; only the claim of a worker no longer alive (its
+heartbeat older than the stall window) is taken over, and a call it finished comes back from the ledger's cache.
+A sure verdict becomes the trace's judge score (`scored`); an unsure one, or one without a value, waits for a
+person as the labelling rules' traces do (`unsure`, label status `needed`), its value only a suggestion. A trace's score is a person's label
+first, then what its user sent, then the judge's (core.records.production.scores.trace_score); `score_source` names which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, or_, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from core.domain.draws import stable_fraction
+from core.domain.rewards import METHODS
+from core.errors import InvalidInput
+from core.records.production.scores import has_feedback
+from core.records.runs.workers import alive_workers, stall_after
+from storage.db import session_scope
+from storage.fencing import holding
+from storage.statuses import LabelStatus, TraceJudgeStatus
+from storage.tables import LLMCall, Task, Trace, as_utc, utcnow
+
+JUDGE_RULES = ("judge_share", "judge_ab")
+STAGE = "production_judge"  # the ledger's stage of these calls
+SETTLE_S = 60.0
+PASS_LIMIT = 20  # traces one pass scores at most, so queued runs and evaluations do not wait long
+SOURCES = {"person": "a person's label", "user": "what the user sent", "judge": "the task's judge"}
+
+
+def check_judge_rules(rules: dict) -> dict:
+    """The judge rules of `rules` as stored: `judge_share` a number in [0, 1], `judge_ab` true or false,
+    `judge_since` the moment they were turned on (kept from before; set_rules writes it)."""
+    kept = {}
+    share = rules.get("judge_share")
+    if share is not None:
+        if isinstance(share, bool) or not (isinstance(share, int | float) and 0 <= share <= 1):
+            raise InvalidInput("the production rule 'judge_share' must be a number from 0 to 1")
+        kept["judge_share"] = float(share)
+    ab = rules.get("judge_ab")
+    if ab is not None:
+        if not isinstance(ab, bool):
+            raise InvalidInput("the production rule 'judge_ab' must be true or false")
+        kept["judge_ab"] = ab
+    since = rules.get("judge_since")
+    if since is not None:
+        try:
+            datetime.fromisoformat(str(since))
+        except ValueError:
+            raise InvalidInput("the production rule 'judge_since' must be a time such as 2026-11-28T20:00:00+00:00")\
+                from None
+        kept["judge_since"] = str(since)
+    return kept
+
+
+def judging_on(rules: dict) -> bool:
+    return bool(rules.get("judge_share") or rules.get("judge_ab"))
+
+
+def with_start(before: dict, after: dict, now: datetime | None = None) -> dict:
+    """`after` with `judge_since`: kept while judging stays on, now when it is turned on, gone when off."""
+    after = {name: value for name, value in after.items() if name != "judge_since"}
+    if not judging_on(after):
+        return {name: value for name, value in after.items() if name != "judge_ab" or value}
+    if judging_on(before) and before.get("judge_since"):
+        return {**after, "judge_since": before["judge_since"]}
+    return {**after, "judge_since": (now or utcnow()).isoformat()}
+
+
+def cannot_score(task: Task) -> str | None:
+    """Why the task's reward cannot score a production trace, or None. A trace has no reference answer, so a
+    verifier that compares with one cannot, unless a setting stands in for it (regex's pattern); people's
+    method has no model to ask."""
+    method = METHODS.get(task.reward_method)
+    if method is None:
+        return f"the task's reward method {task.reward_method!r} is unknown"
+    if method.uses_judge:
+        return None if task.judge_model else "the task has no judge model"
+    if method.uses_people:
+        return "the task's reward is people's labels: the labelling rules send traces to people instead"
+    if method.needs_reference and not (method.reference_setting
+                                       and (task.reward_settings or {}).get(method.reference_setting)):
+        return (f"the task's reward ({method.name}) compares with each sample's reference answer, and a production "
+                "trace has none; use a judge reward to score production")
+    return None
+
+
+def require_scorable(task: Task, rules: dict) -> None:
+    """Refuse judge rules the task's reward cannot follow, saying why (set_rules calls this)."""
+    if judging_on(rules) and (reason := cannot_score(task)):
+        raise InvalidInput(f"production traces of {task.name!r} cannot be scored by its reward: {reason}")
+
+
+# --- which traces --------------------------------------------------------------------------------------
+
+
+
+
+def in_experiment(trace: Trace) -> bool:
+    """Whether the trace counts in an A/B experiment: its user's arm served it after the start."""
+    return trace.ab_experiment_id is not None and trace.ab_arm is not None and trace.ab_excluded is None
+
+
+def chosen(rules: dict, trace: Trace) -> bool:
+    """Whether the rules choose this trace for the judge: in the share, or an A/B arm's trace without feedback."""
+    share = rules.get("judge_share") or 0.0
+    if share > 0 and stable_fraction(f"judge:{trace.client_id}") < share:
+        return True
+    return bool(rules.get("judge_ab")) and in_experiment(trace) and not has_feedback(trace)
+
+
+def due_traces(engine: Engine, now: datetime | None = None, limit: int = PASS_LIMIT) -> list[int]:
+    """Up to `limit` trace ids the judge should score now. The traces the rules do not choose are marked
+    `skipped` on the way, so a later pass reads only new ones; a person's label already settles a trace."""
+    now = as_utc(now or utcnow())
+    due: list[int] = []
+    with holding(None), session_scope(engine) as session:
+        tasks = [task for task in session.exec(select(Task)) if judging_on(task.production_rules or {})
+                 and cannot_score(task) is None]
+        for task in tasks:
+            rules = task.production_rules or {}
+            since = _since(rules)
+            rows = session.exec(select(Trace).where(
+                Trace.task_id == task.id, col(Trace.judge_status).is_(None),
+                Trace.received_at <= now - timedelta(seconds=SETTLE_S),
+                *([Trace.received_at >= since] if since is not None else []))
+                .order_by(Trace.id).limit(max(limit - len(due), 0) * 20 + 20))
+            skipped = []
+            for trace in rows:
+                if trace.label_value is None and chosen(rules, trace):
+                    if len(due) < limit:
+                        due.append(trace.id)
+                else:
+                    skipped.append(trace.id)
+            if skipped:
+                session.exec(update(Trace).where(col(Trace.id).in_(skipped), col(Trace.judge_status).is_(None))
+                             .values(judge_status=TraceJudgeStatus.SKIPPED))
+            if len(due) >= limit:
+                break
+        if len(due) < limit:  # a claim whose worker died mid-call: taken over, the call back from the cache
+            due += list(session.exec(select(Trace.id).where(_orphaned(session, now))
+                                     .order_by(Trace.id).limit(limit - len(due))))
+    return due
+
+
+def _orphaned(session: Session, now: datetime):
+    """Claims older than the stall window held by no live worker (killed or stopped mid-call). A live worker's
+    claim is never taken, however slow its judge: the call may take up to its deadline, and must not be made twice."""
+    alive = [worker.id for worker in alive_workers(session)]
+    return ((col(Trace.judge_status) == TraceJudgeStatus.JUDGING)
+            & (col(Trace.judged_at).is_(None) | (Trace.judged_at < now - timedelta(seconds=stall_after())))
+            & (col(Trace.judge_claim).is_(None) | col(Trace.judge_claim).not_in(alive)))
+
+
+def _since(rules: dict) -> datetime | None:
+    since = rules.get("judge_since")
+    if not since:
+        return None
+    moment = datetime.fromisoformat(str(since))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# --- one trace: claimed, then its verdict --------------------------------------------------------------
+
+
+def claim(engine: Engine, trace_id: int, owner: str, now: datetime | None = None) -> bool:
+    """Take the trace for this worker's judge call: one conditional UPDATE, so two workers (or two passes)
+    never both score it. A claim is taken over only from a worker no longer alive (_orphaned)."""
+    now = as_utc(now or utcnow())
+    with holding(None), session_scope(engine) as session:
+        result = session.exec(update(Trace).where(Trace.id == trace_id, col(Trace.label_value).is_(None),
+                                                  or_(col(Trace.judge_status).is_(None), _orphaned(session, now)))
+                              .values(judge_status=TraceJudgeStatus.JUDGING, judge_claim=owner, judged_at=now))
+        return result.rowcount == 1
+
+
+def store_verdict(engine: Engine, trace_id: int, owner: str, value: float | None, detail: str, unsure: bool) -> bool:
+    """The verdict of the claimed trace, only while this worker's claim holds; True when it landed. An unsure
+    verdict (or none) puts the trace in the people's queue, unless a person labelled it meanwhile."""
+    doubt = unsure or value is None
+    with holding(None), session_scope(engine) as session:
+        trace = session.exec(select(Trace).where(Trace.id == trace_id, Trace.judge_claim == owner,
+                                                 Trace.judge_status == TraceJudgeStatus.JUDGING)).first()
+        if trace is None:
+            return False
+        trace.judge_status = TraceJudgeStatus.UNSURE if doubt else TraceJudgeStatus.SCORED
+        trace.judge_score, trace.judge_detail, trace.judged_at = value, detail[:2000], utcnow()
+        if doubt and trace.label_status != LabelStatus.DONE:
+            trace.label_status = LabelStatus.NEEDED
+        session.add(trace)
+        return True
+
+
+# --- what the page, the API and the CLI say ------------------------------------------------------------
+
+
+
+
+
+
+@dataclass(frozen=True)
+class JudgeSummary:
+    """A task's production judge so far: traces scored, unsure (sent to people), waiting, and the ledger's cost."""
+
+    scored: int
+    unsure: int
+    waiting: int
+    calls: int
+    cost: float
+
+    def words(self) -> str:
+        return (f"The task's judge scored {self.scored} trace(s); {self.unsure} unsure verdict(s) went to people"
+                + (f"; {self.waiting} being scored" if self.waiting else "")
+                + f". {self.calls} judge call(s) in the ledger (stage {STAGE}), ${self.cost:.4f}.")
+
+
+def judge_summary(session: Session, task_id: int) -> JudgeSummary:
+    counts = dict(session.exec(select(Trace.judge_status, func.count()).where(Trace.task_id == task_id)
+                               .group_by(Trace.judge_status)).all())
+    calls, cost = session.exec(select(func.count(), func.coalesce(func.sum(LLMCall.cost), 0.0))
+                               .join(Trace, Trace.id == LLMCall.trace_id)
+                               .where(Trace.task_id == task_id, LLMCall.stage == STAGE)).one()
+    return JudgeSummary(counts.get(TraceJudgeStatus.SCORED, 0), counts.get(TraceJudgeStatus.UNSURE, 0),
+                        counts.get(TraceJudgeStatus.JUDGING, 0), int(calls), float(cost))
+
+
+def rules_words(rules: dict) -> str:
+    """The judge rules in a sentence, as the Production page and `production-rules` say them."""
+    if not judging_on(rules):
+        return "The task's judge scores no production trace (only people and users do)."
+    parts = []
+    if rules.get("judge_share"):
+        parts.append(f"{rules['judge_share']:.0%} of traces")
+    if rules.get("judge_ab"):
+        parts.append("every A/B arm's trace without feedback")
+    return (f"The task's judge scores {' and '.join(parts)}, received since {rules.get('judge_since', '-')}, a "
+            f"minute after each arrives (the worker does it, each trace once).")
+
