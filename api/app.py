@@ -194,7 +194,7 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
             payload = json.loads(body or b"null")
         except ValueError:
             raise InvalidInput("the body is not JSON; send {\"traces\": [...]}") from None
-        return ingest_traces(get_engine(), parse_batch(payload), key)._asdict()
+        return ingest_traces(get_engine(), parse_batch(payload), key).as_json()
 
     @app.patch("/v1/traces/{trace_id}")
     def update(trace_id: str, update: TraceUpdate,

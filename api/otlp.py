@@ -25,7 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from core.domain.otlp_spans import JSON, PROTOBUF, decode_spans, media_type, parse_request
 from core.errors import BodyTooLarge, MalformedBody, UnsupportedMedia
 from core.records.keys.api_keys import KeyUse
-from core.records.production.otlp import Ingested, ingest_spans
+from core.records.production.ingest import Ingested
+from core.records.production.otlp import ingest_spans
 
 INFLATE_CHUNK = 64 * 1024  # the most one inflate step may produce, so memory stays near the cap
 

@@ -248,6 +248,11 @@ def run_versions(session: Session, run_id: int) -> list[LibraryVersion]:
     )
 
 
+def version_number(session: Session, version_id: int | None) -> int | None:
+    """One version's number in its library, or None (no id, or no such version): the name a person reads."""
+    return None if version_id is None else version_numbers(session, [version_id]).get(version_id)
+
+
 def version_numbers(session: Session, version_ids: list[int]) -> dict[int, int]:
     """Version id -> version number, for tables that name versions by number."""
     if not version_ids:

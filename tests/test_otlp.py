@@ -29,7 +29,8 @@ from core.records.keys.api_keys import create_key
 from core.records.library.versions import import_library, set_label
 from core.records.production.ab_experiments import served_arm
 from core.records.production.ab_verdict import ab_status
-from core.records.production.otlp import IngestLimits, ingest_spans, map_service, other_spans, span_detail
+from core.records.production.ingest import IngestLimits
+from core.records.production.otlp import ingest_spans, map_service, other_spans, span_detail
 from core.records.production.otlp_held import held_services, held_spans
 from core.records.production.serving import served_library, set_ab_split
 from core.records.production.traces import harvest, set_rules

@@ -120,5 +120,5 @@ def test_two_posts_of_the_same_ids_at_once_store_each_once(engine, production):
     batch = [TraceIn(id=f"race-{i}", task=DEMO_TASK, version_id=production.id, input=f"q {i}") for i in range(50)]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: ingest_traces(engine, batch), range(4)))
-    assert sum(stored for stored, _, _ in results) == 50 and len(rows(engine)) == 50
-    assert all(stored + duplicates == 50 for stored, duplicates, _ in results)
+    assert sum(result.stored for result in results) == 50 and len(rows(engine)) == 50
+    assert all(result.stored + result.duplicates == 50 for result in results)

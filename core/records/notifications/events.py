@@ -18,13 +18,13 @@ from core.domain import webhooks as wh
 from core.records.library.events import LabelMoved, on_label_moved
 from core.records.runs.workers import stall_after
 from core.settings import get_settings
+from storage import queries
 from storage.db import session_scope
 from storage.fencing import holding
 from storage.statuses import EvaluationPurpose, JobStatus, LabelStatus
 from storage.tables import (
     Evaluation,
     Library,
-    LibraryVersion,
     Rollout,
     Run,
     Step,
@@ -59,11 +59,6 @@ def _place(session: Session, task_id: int, library_id: int | None) -> tuple[str,
     task = session.get(Task, task_id)
     library = session.get(Library, library_id) if library_id else None
     return (task.name if task else str(task_id)), (library.name if library else None)
-
-
-def _number(session: Session, version_id: int | None) -> int | None:
-    version = session.get(LibraryVersion, version_id) if version_id else None
-    return version.number if version else None
 
 
 def notify_step_awaiting_review(session: Session, run: Run, step: Step) -> None:
@@ -115,7 +110,7 @@ def notify_evaluation_ended(session: Session, evaluation: Evaluation) -> None:
     if evaluation.purpose != EvaluationPurpose.EVALUATION:
         return
     task, _ = _place(session, evaluation.task_id, None)
-    number = _number(session, evaluation.version_id)
+    number = queries.version_number(session, evaluation.version_id)
     version = f"version #{number}" if number else "the empty library"
     if evaluation.status == JobStatus.FAILED:
         verdict = f"failed: {evaluation.error}"

@@ -48,8 +48,8 @@ def end_on_label_move(event: LabelMoved) -> None:
         return
     running = open_experiment(session, library.id)
     if running is not None and name == PRODUCTION:
-        numbers = queries.version_numbers(session, [running.candidate_version_id])
-        event.record["ab"] = {"experiment": running.id, "candidate_version": numbers.get(running.candidate_version_id),
+        event.record["ab"] = {"experiment": running.id,
+                              "candidate_version": queries.version_number(session, running.candidate_version_id),
                               "promoted_candidate": version.id == running.candidate_version_id,
                               "verdict": _figures(session, running), "decided_by_guard": running.decided}
     was = (event.before or {}).get("number")

@@ -22,29 +22,27 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from sqlalchemy import delete, insert, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from core.domain.otlp_spans import Decoded, SpanTrace
 from core.errors import BodyTooLarge, InvalidInput, NotFound
 from core.records.keys.api_keys import KeyUse, key_scope
-from core.records.keys.limits import charge_stored
 from core.records.library.versions import export_version
 from core.records.people.roles import require_role
 from core.records.production import otlp_held
 from core.records.production.ab_experiments import stamp_rows
+from core.records.production.ingest import Ingested, IngestLimits, charge_request, retried, unstored
+from core.records.production.rules import label_status
 from core.records.production.serving import served_version
-from core.records.production.traces import THUMBS, needs_label
+from core.records.production.traces import THUMBS
 from core.records.tasks.lookup import get_library, get_task
-from core.settings import get_settings
 from storage.db import session_scope
-from storage.statuses import LabelStatus
 from storage.tables import (
     ApiCounter,
     AuditEvent,
@@ -61,49 +59,6 @@ RECOGNISED_VERSIONS = 200  # the newest versions of a library whose blocks a sys
 NO_SERVICE = otlp_held.NO_SERVICE
 
 
-@dataclass
-class Ingested:
-    """What a request's spans became: stored traces, retries already stored, held spans (their service maps
-    to no task yet, or their messages cannot be read), refused spans ({position, span_id, reason}) and spans
-    with no model call."""
-
-    stored: int = 0
-    duplicates: int = 0
-    refused: list[dict] = field(default_factory=list)
-    other: int = 0
-    held: int = 0
-
-    def message(self) -> str:
-        """The partial success's message: every refused span's reason (the first few), and the other spans."""
-        parts = [f"span {p['position']}" + (f" ({p['span_id']})" if p.get("span_id") else "") + f": {p['reason']}"
-                 for p in self.refused[:5]]
-        if len(self.refused) > 5:
-            parts.append(f"and {len(self.refused) - 5} more refused")
-        if self.other:
-            parts.append(f"{self.other} span(s) held no model call with a user message and were not stored")
-        if self.held:
-            parts.append(f"{self.held} span(s) held, not yet traces: their service maps to no task yet (they land "
-                         "when it is mapped) or their messages cannot be read; the Production page shows them")
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class IngestLimits:
-    """What one request and one key may store (core/settings.py); tests pass their own."""
-
-    max_spans: int
-    request_bytes: int
-    key_daily_bytes: int
-    held_per_service: int
-    held_hours: float
-
-    @classmethod
-    def configured(cls) -> IngestLimits:
-        settings = get_settings()
-        return cls(settings.otlp_max_spans, settings.ingest_request_max_bytes, settings.ingest_key_daily_bytes,
-                   settings.otlp_held_per_service, settings.otlp_held_hours)
-
-
 def ingest_spans(engine: Engine, decoded: Decoded, key: KeyUse | None = None,
                  limits: IngestLimits | None = None) -> Ingested:
     """Store the decoded spans' traces and hold the rest (see the module's note); a span that cannot be placed
@@ -113,10 +68,7 @@ def ingest_spans(engine: Engine, decoded: Decoded, key: KeyUse | None = None,
     if decoded.total > limits.max_spans:
         raise BodyTooLarge(f"the request holds {decoded.total} spans; one request may hold at most "
                            f"{limits.max_spans} (TFGRPO_OTLP_MAX_SPANS)")
-    try:
-        return _ingest(engine, decoded, key, limits)
-    except IntegrityError:
-        return _ingest(engine, decoded, key, limits)
+    return retried(lambda: _ingest(engine, decoded, key, limits))
 
 
 def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None, limits: IngestLimits) -> Ingested:
@@ -137,23 +89,15 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None, limits: Ingest
             placed.append((span, task, library, version, how))
         hashes, written = otlp_held.store_resources(
             session, [span.resource for span in [*decoded.traces, *decoded.unreadable]])
-        known = _known(session, placed)
-        rows, received = [], datetime.now(UTC)
-        for span, task, library, version, how in placed:
-            if (task.id, span.client_id) in known:
-                result.duplicates += 1
-                continue
-            known.add((task.id, span.client_id))
-            rows.append(_row(span, task, library, version, how, key.id if key else None, received,
-                             hashes.get(id(span.resource))))
+        new, result.duplicates = unstored(session, ((task.id, span.client_id, (span, task, library, version, how))
+                                                    for span, task, library, version, how in placed))
+        received = datetime.now(UTC)
+        rows = [_row(span, task, library, version, how, key.id if key else None, received,
+                     hashes.get(id(span.resource))) for span, task, library, version, how in new]
         held = _held_rows(session, [(span, otlp_held.UNMAPPED) for span in waiting]
                           + [(span, otlp_held.UNREADABLE) for span in decoded.unreadable], key, received, hashes)
-        size = written + sum(len(json.dumps(row, default=str)) for row in [*rows, *held])
-        if size > limits.request_bytes:
-            raise BodyTooLarge(f"the request would store {size} bytes; one request may store at most "
-                               f"{limits.request_bytes} (TFGRPO_INGEST_REQUEST_MAX_BYTES)")
-        if key is not None and size:
-            charge_stored(session, key.id, key.name, size, limits.key_daily_bytes)
+        charge_request(session, written + sum(len(json.dumps(row, default=str)) for row in [*rows, *held]), key,
+                       limits)
         if rows:
             session.execute(insert(Trace), stamp_rows(session, rows))
         if held:
@@ -259,15 +203,6 @@ def recognise_version(session: Session, task: Task, library: Library, system: st
     return best[0] if len(best) == 1 else None
 
 
-def _known(session: Session, placed: list) -> set[tuple[int, str]]:
-    by_task: dict[int, set[str]] = {}
-    for span, task, *_ in placed:
-        by_task.setdefault(task.id, set()).add(span.client_id)
-    known = set()
-    for task_id, ids in by_task.items():
-        rows = session.exec(select(Trace.client_id).where(Trace.task_id == task_id, col(Trace.client_id).in_(ids)))
-        known |= {(task_id, client_id) for client_id in rows}
-    return known
 
 
 def _row(span: SpanTrace, task: Task, library: Library, version: LibraryVersion | None, how: str,
@@ -287,9 +222,7 @@ def _row(span: SpanTrace, task: Task, library: Library, version: LibraryVersion 
            "meta": {"source": "otlp", "otlp": otlp}, "api_key_id": key_id,
            "created_at": span.end, "received_at": received, "label_status": None, "label_value": None,
            "labelled_by": None, "sample_id": None}
-    # the same rule the client's traces meet (traces.needs_label reads score, thumbs and the sender's id)
-    if needs_label(task.production_rules or {}, SimpleNamespace(**row)):
-        row["label_status"] = LabelStatus.NEEDED
+    row["label_status"] = label_status(task.production_rules, SimpleNamespace(**row))  # the client's traces' rule
     return row
 
 
@@ -376,15 +309,10 @@ def _land_held(session: Session, service: str, services: dict[str, OtlpService])
             placed.append((row, span, *_place(session, span, services, cache)))
         except (NotFound, InvalidInput) as exc:
             refused.append(f"span {span.span_id}: {exc}")
-    known = _known(session, [(span, task) for _row_, span, task, *_ in placed])
-    rows, duplicates = [], 0
-    for held_row, span, task, library, version, how in placed:
-        if (task.id, span.client_id) in known:
-            duplicates += 1
-            continue
-        known.add((task.id, span.client_id))
-        rows.append(_row(span, task, library, version, how, held_row.api_key_id, held_row.received_at,
-                         held_row.span.get("resource_hash")))
+    new, duplicates = unstored(session, ((task.id, span.client_id, (held_row, span, task, library, version, how))
+                                         for held_row, span, task, library, version, how in placed))
+    rows = [_row(span, task, library, version, how, held_row.api_key_id, held_row.received_at,
+                 held_row.span.get("resource_hash")) for held_row, span, task, library, version, how in new]
     if rows:
         session.execute(insert(Trace), stamp_rows(session, rows))
     if held:

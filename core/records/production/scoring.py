@@ -41,29 +41,6 @@ PASS_LIMIT = 20  # traces one pass scores at most, so queued runs and evaluation
 SOURCES = {"person": "a person's label", "user": "what the user sent", "judge": "the task's judge"}
 
 
-def check_judge_rules(rules: dict) -> dict:
-    """The judge rules of `rules` as stored: `judge_share` a number in [0, 1], `judge_ab` true or false,
-    `judge_since` the moment they were turned on (kept from before; set_rules writes it)."""
-    kept = {}
-    share = rules.get("judge_share")
-    if share is not None:
-        if isinstance(share, bool) or not (isinstance(share, int | float) and 0 <= share <= 1):
-            raise InvalidInput("the production rule 'judge_share' must be a number from 0 to 1")
-        kept["judge_share"] = float(share)
-    ab = rules.get("judge_ab")
-    if ab is not None:
-        if not isinstance(ab, bool):
-            raise InvalidInput("the production rule 'judge_ab' must be true or false")
-        kept["judge_ab"] = ab
-    since = rules.get("judge_since")
-    if since is not None:
-        try:
-            datetime.fromisoformat(str(since))
-        except ValueError:
-            raise InvalidInput("the production rule 'judge_since' must be a time such as 2026-11-28T20:00:00+00:00")\
-                from None
-        kept["judge_since"] = str(since)
-    return kept
 
 
 def judging_on(rules: dict) -> bool:

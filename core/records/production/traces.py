@@ -16,34 +16,30 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from core.domain.datasets import SampleRow
-from core.domain.draws import stable_fraction
 from core.errors import (
     BatchRefused,
-    BodyTooLarge,
     InvalidInput,
     NotFound,
     describe_errors,
     describe_validation,
 )
 from core.records.keys.api_keys import KeyUse, key_scope
-from core.records.keys.limits import charge_stored
 from core.records.people.roles import require_role
 from core.records.production.ab_experiments import Stamps, stamp
-from core.records.production.scores import score_column, score_source, sent_score, thumbs_word, trace_score
-from core.records.production.scoring import check_judge_rules, require_scorable, with_start
+from core.records.production.ingest import Ingested, IngestLimits, charge_request, retried, unstored
+from core.records.production.rules import check_rules, label_status
+from core.records.production.scores import score_column, score_source, thumbs_word, trace_score
+from core.records.production.scoring import require_scorable, with_start
 from core.records.production.serving import served_version
 from core.records.tasks.lookup import get_task
 from core.records.tasks.samples import add_samples
-from core.settings import get_settings
 from storage import queries
 from storage.db import session_scope
 from storage.statuses import LabelStatus
@@ -134,24 +130,12 @@ def _sender_id(item: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-class Ingested(NamedTuple):
-    """What a batch of traces did: how many were stored, how many were there already, and each stored trace that a
-    running A/B experiment does not count, with why (the agent is told, since it never sends a trace again)."""
-
-    stored: int
-    duplicates: int
-    outside_experiment: list[dict]
-
-
 def ingest_traces(engine: Engine, traces: list[TraceIn], key: KeyUse | None = None) -> Ingested:
-    """Store a batch of traces (Ingested). All are resolved first; one that cannot be
-    refuses the whole batch with InvalidInput naming it, and nothing is written. Two posts of the same id
-    at once (a client retrying while its first post is still in flight) meet at the unique key: the
-    loser's transaction is rolled back and tried once more, when it finds the id stored."""
-    try:
-        return _ingest(engine, traces, key)
-    except IntegrityError:
-        return _ingest(engine, traces, key)
+    """Store a batch of traces (Ingested). All are resolved first; one that cannot be refuses the whole batch
+    with InvalidInput naming it, and nothing is written. Two posts of the same id at once (a client retrying while
+    its first post is still in flight) meet at the unique key: the loser's transaction runs again and finds the id
+    stored (core.records.production.ingest.retried)."""
+    return retried(lambda: _ingest(engine, traces, key))
 
 
 def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> Ingested:
@@ -168,25 +152,18 @@ def _ingest(engine: Engine, traces: list[TraceIn], key: KeyUse | None) -> Ingest
                 problems.append({"position": position, "id": trace.id, "reason": str(exc)})
         if problems:
             raise BatchRefused(problems)
-        seen, stamps = _known_ids(session, resolved), Stamps.new()
-        stored = size = 0
-        outside: list[dict] = []
-        for trace, task, library, version, label in resolved:
-            if (task.id, trace.id) in seen:
-                continue
-            seen.add((task.id, trace.id))
+        new, duplicates = unstored(session, ((task.id, trace.id, (trace, task, library, version, label))
+                                             for trace, task, library, version, label in resolved))
+        result, stamps, size = Ingested(duplicates=duplicates), Stamps.new(), 0
+        for trace, task, library, version, label in new:
             row = stamp(session, _row(trace, task, library, version, label, key), stamps)
             session.add(row)
             if row.ab_experiment_id is not None and row.ab_excluded:
-                outside.append({"id": trace.id, "reason": row.ab_excluded})
-            stored += 1
+                result.outside_experiment.append({"id": trace.id, "reason": row.ab_excluded})
+            result.stored += 1
             size += len(trace.model_dump_json())
-        if size > get_settings().ingest_request_max_bytes:
-            raise BodyTooLarge(f"the request would store {size} bytes; one request may store at most "
-                               f"{get_settings().ingest_request_max_bytes} (TFGRPO_INGEST_REQUEST_MAX_BYTES)")
-        if key is not None and size:  # the key's bytes per day, the OTLP route's allowance too
-            charge_stored(session, key.id, key.name, size, get_settings().ingest_key_daily_bytes)
-        return Ingested(stored, len(traces) - stored, outside)
+        charge_request(session, size, key, IngestLimits.configured())  # the OTLP route's allowance too
+        return result
 
 
 def _resolve(session: Session, trace: TraceIn,
@@ -200,15 +177,6 @@ def _resolve(session: Session, trace: TraceIn,
     return found.task, found.library, found.version, trace.label
 
 
-def _known_ids(session: Session, resolved: list) -> set[tuple[int, str]]:
-    by_task: dict[int, set[str]] = defaultdict(set)
-    for trace, task, *_ in resolved:
-        by_task[task.id].add(trace.id)
-    known = set()
-    for task_id, ids in by_task.items():
-        rows = session.exec(select(Trace.client_id).where(Trace.task_id == task_id, Trace.client_id.in_(ids)))
-        known |= {(task_id, client_id) for client_id in rows}
-    return known
 
 
 def _row(trace: TraceIn, task: Task, library: Library, version: LibraryVersion, label: str | None,
@@ -221,7 +189,7 @@ def _row(trace: TraceIn, task: Task, library: Library, version: LibraryVersion, 
                 api_key_id=key.id if key is not None else None)
     if trace.created_at is not None:
         row.created_at = trace.created_at if trace.created_at.tzinfo else trace.created_at.replace(tzinfo=UTC)
-    row.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, row) else None
+    row.label_status = label_status(task.production_rules, row)
     return row
 
 
@@ -248,7 +216,7 @@ def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUs
             for name, value in changes.items():
                 setattr(trace, name, value)
             if trace.label_status != LabelStatus.DONE:
-                trace.label_status = LabelStatus.NEEDED if needs_label(task.production_rules or {}, trace) else None
+                trace.label_status = label_status(task.production_rules, trace)
             session.add(trace)
             session.add(AuditEvent(actor=f"(api key {key.name})" if key is not None else "system",
                                    action="trace.update", object_type="trace", object_id=trace.id, before=before,
@@ -260,29 +228,8 @@ def update_trace(engine: Engine, client_id: str, update: TraceUpdate, key: KeyUs
 # --- the task's rules: which traces go to people ------------------------------------------------------
 
 
-def check_rules(rules: dict) -> dict:
-    """Rules as stored: `below` (a score in [0, 1]: every trace scored under it is labelled) and `share`
-    (a fraction of the rest, drawn by a stable hash of the trace id). Empty: no trace goes to people. The
-    judge's rules (`judge_share`, `judge_ab`) choose traces the task's reward scores (production_scoring)."""
-    unknown = set(rules) - {"below", "share", "judge_share", "judge_ab", "judge_since"}
-    if unknown:
-        raise InvalidInput(f"unknown production rule {sorted(unknown)[0]!r}; use below, share, judge_share "
-                           "and judge_ab")
-    for name in ("below", "share"):
-        value = rules.get(name)
-        if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
-            raise InvalidInput(f"the production rule {name!r} must be a number from 0 to 1")
-    return {**{name: float(rules[name]) for name in ("below", "share") if rules.get(name) is not None},
-            **check_judge_rules(rules)}
 
 
-def needs_label(rules: dict, trace: Trace) -> bool:
-    score = sent_score(trace)
-    below = rules.get("below")
-    if below is not None and score is not None and score < below:
-        return True
-    share = rules.get("share") or 0.0
-    return share > 0 and stable_fraction(trace.client_id) < share
 
 
 def set_rules(engine: Engine, task_name: str, rules: dict, actor: str) -> dict:

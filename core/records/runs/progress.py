@@ -116,7 +116,7 @@ class QueuePlace:
 # ---- the arithmetic (pure) --------------------------------------------------------------------------------
 
 
-def role_of(stage: str) -> str:
+def model_role_of(stage: str) -> str:
     """Who makes a stage's calls: the policy (answers, the gate's answers), the judge, or the learner."""
     return "policy" if stage in POLICY_STAGES else "judge" if stage == "judge" else "learner"
 
@@ -130,8 +130,8 @@ def stage_costs(calls: dict[str, float], speeds: dict[str, Speed]) -> dict[str, 
         speed = speeds[stage]
         price = price_per_token(speed.model)
         cost = None if price is None else n * (speed.tokens_in * price[0] + speed.tokens_out * price[1])
-        model, before = costs.get(role_of(stage), (speed.model, 0.0))
-        costs[role_of(stage)] = (model, None if before is None or cost is None else before + cost)
+        model, before = costs.get(model_role_of(stage), (speed.model, 0.0))
+        costs[model_role_of(stage)] = (model, None if before is None or cost is None else before + cost)
     return costs
 
 
