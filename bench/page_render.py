@@ -4,9 +4,15 @@ Seeds a fresh SQLite file with one run of 5,000 rollouts (100 queries x G=5 x 10
 with summaries, advantages, operations, one version per step and a ledger row per call) plus two
 evaluations, then renders every page with Streamlit's AppTest and prints the time of each page's
 first render (the page script only; the app's own first run, which migrates the database, is
-timed separately). The target is under 2 s per page.
+timed separately). The target is under 2 s per page. The Production page is timed over production traces
+(`--traces`, 5,000 by default: a mix of sent scores, thumbs, labels and judge scores over 30 days, some waiting for
+a person) on the demo task's `production` version.
 
-    PYTHONPATH=. .venv/bin/python bench/page_render.py [--rollouts 5000] [--repeat 3] [--keep PATH] [--browser]
+    PYTHONPATH=. .venv/bin/python bench/page_render.py [--rollouts 5000] [--traces 5000] [--repeat 3] [--keep PATH]
+        [--browser] [--pages production,...] [--database PATH]
+
+`--database` times an already seeded file (seeded by --keep) instead of seeding one: the same file can then be timed
+by an older checkout's copy of this script, for a before and after.
 
 With --browser it also serves the seeded database with `streamlit run` and times, in Debian's
 Chromium, from navigating to each page's URL until its script has finished and the page is drawn.
@@ -28,10 +34,12 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["overview", "train", "rollouts", "review", "library", "evaluate", "labeling", "tasks", "people", "audit"]
+PAGES = ["overview", "train", "rollouts", "review", "library", "evaluate", "labeling", "tasks", "people", "audit",
+         "production"]
 LOREM = ("First I read the question carefully and list each quantity with its unit. Then I decide which "
          "operation the question asks for, compute it step by step, and check the result against the story. ")
 
@@ -121,7 +129,46 @@ def seed(url: str, rollouts: int, group: int = 5, batch: int = 10) -> dict:
     return counts
 
 
-def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
+def seed_traces(url: str, count: int, days: int = 30) -> int:
+    """`count` production traces on the demo task's `production` version, written in batches by one INSERT each."""
+    from sqlalchemy import insert
+
+    from core.records.library.versions import import_library, set_label
+    from core.records.tasks.demos import DEMO_TASK
+    from storage import queries
+    from storage.db import make_engine, session_scope
+    from storage.tables import Trace
+
+    engine = make_engine(url)
+    version = import_library(engine, DEMO_TASK, "- Re-read the question.\n- Check the units.", "bench.md",
+                             actor="system")
+    set_label(engine, DEMO_TASK, str(version.number), "production", "system")
+    rng = random.Random(1)
+    now = time.time()
+    with session_scope(engine) as session:
+        task = queries.task_by_name(session, DEMO_TASK)
+        for start in range(0, count, 5000):
+            rows = []
+            for i in range(start, min(count, start + 5000)):
+                kind = rng.random()
+                rows.append({
+                    "task_id": task.id, "client_id": f"bench-{i}", "library_id": version.library_id,
+                    "version_id": version.id, "served_label": "production", "input": f"question {i}: " + LOREM[:120],
+                    "output": LOREM[:200], "turns": None, "meta": {}, "segment": rng.choice(["a", "b", None]),
+                    "user_id": f"user-{i % 900}", "score": round(rng.random(), 2) if kind < 0.4 else None,
+                    "thumbs": rng.choice([1, -1]) if 0.4 <= kind < 0.6 else None,
+                    "label_value": 0.75 if 0.6 <= kind < 0.65 else None,
+                    "judge_status": "scored" if 0.65 <= kind < 0.8 else None,
+                    "judge_score": 0.5 if 0.65 <= kind < 0.8 else None,
+                    "label_status": "needed" if kind > 0.95 else None,
+                    "created_at": datetime.fromtimestamp(now - rng.random() * days * 86400, UTC),
+                    "received_at": datetime.fromtimestamp(now, UTC)})
+            session.execute(insert(Trace), rows)
+    engine.dispose()
+    return count
+
+
+def time_pages(repeat: int, pages: list[str]) -> list[tuple[str, list[float]]]:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -133,7 +180,7 @@ def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
     at = AppTest.from_file(app, default_timeout=120)
     at.run()
     results.append(("app start (migrate, sidebar, overview)", [time.perf_counter() - start]))
-    for page in PAGES:
+    for page in pages:
         times = []
         for _ in range(repeat):
             at = AppTest.from_file(app, default_timeout=120)
@@ -152,7 +199,7 @@ def time_pages(repeat: int) -> list[tuple[str, list[float]]]:
     return results
 
 
-def time_in_browser(url: str, repeat: int) -> list[tuple[str, list[float]]]:
+def time_in_browser(url: str, repeat: int, pages: list[str]) -> list[tuple[str, list[float]]]:
     import subprocess
     import tempfile as tf
 
@@ -170,7 +217,7 @@ def time_in_browser(url: str, repeat: int) -> list[tuple[str, list[float]]]:
         with browser_page() as page:
             page.goto(base)
             wait_for_app(page)
-            for name in PAGES:
+            for name in pages:
                 times = []
                 for _ in range(repeat):
                     start = time.perf_counter()
@@ -178,7 +225,7 @@ def time_in_browser(url: str, repeat: int) -> list[tuple[str, list[float]]]:
                     wait_for_app(page)
                     times.append(time.perf_counter() - start - 0.3)  # wait_for_app's settling pause
                 results.append((name, times))
-            for name in PAGES:  # a click in the sidebar's navigation: what moving between pages costs
+            for name in pages:  # a click in the sidebar's navigation: what moving between pages costs
                 times = []
                 for _ in range(repeat):
                     page.goto(f"{base}/{'' if name == 'audit' else 'audit'}")
@@ -242,7 +289,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--traces", type=int, default=5000, help="production traces of the demo task")
     parser.add_argument("--keep", help="seed this SQLite file and keep it (to open it with `make run`)")
+    parser.add_argument("--database", help="time this already seeded SQLite file; nothing is seeded")
+    parser.add_argument("--pages", help="only these pages, comma-separated (default: every page)")
     parser.add_argument("--browser", action="store_true", help="also time each page in Chromium (needs it)")
     parser.add_argument("--busy", action="store_true", help="time the pages while a worker trains on the "
                         "embedded model")
@@ -251,22 +301,25 @@ def main() -> None:
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
     os.environ["TFGRPO_NO_AUTOWORKER"] = "1"
-    path = Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / "bench.db"
+    pages = args.pages.split(",") if args.pages else PAGES
+    path = Path(args.database or args.keep or Path(tempfile.mkdtemp()) / "bench.db")
     url = f"sqlite:///{path.resolve()}"
     os.environ["DATABASE_URL"] = url
-    start = time.perf_counter()
-    counts = seed(url, args.rollouts)
-    print(f"seeded {path} in {time.perf_counter() - start:.1f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items())
-          + f"; file {path.stat().st_size / 1e6:.1f} MB")
+    if not args.database:
+        start = time.perf_counter()
+        counts = seed(url, args.rollouts)
+        counts["traces"] = seed_traces(url, args.traces)
+        print(f"seeded {path} in {time.perf_counter() - start:.1f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items())
+              + f"; file {path.stat().st_size / 1e6:.1f} MB")
     busy = start_busy_worker(url, args.model_threads) if args.busy else None
     try:
         print(f"\n| page | first render (s), median of {args.repeat} | max (s) |\n|---|---|---|")
-        for page, times in time_pages(args.repeat):
+        for page, times in time_pages(args.repeat, pages):
             print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
         if args.browser:
             print(f"\n| page | in Chromium: URL (or a click in the navigation) to drawn page (s), median of "
               f"{args.repeat} | max (s) |\n|---|---|---|")
-            for page, times in time_in_browser(url, args.repeat):
+            for page, times in time_in_browser(url, args.repeat, pages):
                 print(f"| {page} | {statistics.median(times):.3f} | {max(times):.3f} |")
     finally:
         if busy:

@@ -145,3 +145,23 @@ def test_litellm_loads_its_bundled_price_map_when_a_record_module_imports_it_fir
     probe = python(COST_MAP_AT_IMPORT)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "['True']"
+
+
+# What a run on an OpenAI-compatible server asks before and during its calls: the model checked, its price read.
+OWN_PATH_MODEL = """
+import sys
+from core.models.model_choice import check_model
+from core.models.prices import price_per_token
+check_model("openai/served-here", api_base="http://127.0.0.1:9/v1")
+print(price_per_token("openai/served-here"), price_per_token("openai/gpt-4o-mini") is not None,
+      "litellm" in sys.modules)
+"""
+
+
+def test_a_model_on_an_openai_compatible_server_is_checked_and_priced_without_importing_litellm():
+    """Checking such a model's name and pricing its calls read litellm's provider names and its bundled price
+    file without importing it: the import took 2-5 s of a command-line run's first call (bench/README.md,
+    the paper-scale run), and those calls go through core/models/openai_http.py."""
+    probe = python(OWN_PATH_MODEL)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "None True False"

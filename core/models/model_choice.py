@@ -57,8 +57,14 @@ def known_models() -> list[str]:
 
 
 def provider_of(name: str) -> str:
-    """The provider litellm would send `name` to; InvalidInput when it knows none. litellm prints its
-    provider list on a failure, which would land in the app's log, so its output is swallowed."""
+    """The provider litellm would send `name` to; InvalidInput when it knows none. A name that starts with a
+    provider this module knows (`openai/...`, `ollama/...`) is that provider, litellm's own answer, without
+    importing litellm (2-5 s: a command-line run on an OpenAI-compatible server spent it before its first call,
+    and its calls go through core/models/openai_http.py). litellm prints its provider list on a failure, which
+    would land in the app's log, so its output is swallowed."""
+    prefix = name.split("/", 1)[0] if "/" in name else ""
+    if prefix in PROVIDERS or prefix in KEYLESS:
+        return prefix
     import litellm  # here, not at the top: a studio on the embedded model never asks litellm (~5 s to import)
 
     try:
