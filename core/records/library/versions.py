@@ -16,12 +16,13 @@ from core.errors import Conflict, InvalidInput, NotFound, StaleVersion, StudioEr
 from core.records.library.events import LabelMoved, label_moved
 from core.records.library.promotion import PRODUCTION, Approval, preview_promotion
 from core.records.people.roles import require_role
-from core.records.tasks.lookup import ensure_library
+from core.records.tasks.lookup import ensure_library, get_library, get_task
 from storage import queries
 from storage.db import session_scope
 from storage.tables import AuditEvent, Library, LibraryLabel, LibraryVersion, Task, utcnow
 
 EMPTY = "empty"
+CREATE_HINT = "import a file to create it"
 
 
 def all_ids(session: Session, library_id: int) -> list[str]:
@@ -173,7 +174,7 @@ def import_library(engine: Engine, task_name: str, text: str, filename: str, *, 
     """A new version holding the experiences of an imported file (replacing the current content)."""
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "importing a library")
-        task = _task(session, task_name)
+        task = get_task(session, task_name, name_others=False)
         texts = library_io.parse_library_entries(text, filename, examples_intro=task.examples_intro)
         lib = ensure_library(session, task, library_name, actor=actor)
         parent = lock_library(session, lib.id)
@@ -220,7 +221,7 @@ def set_label(engine: Engine, task_name: str, version_ref: str, name: str, actor
 def version_in_library(session: Session, task_name: str, version_ref: str,
                        library_name: str = "default") -> LibraryVersion:
     """The version of the task's library a label would point at: its number, a label or `latest` (not `empty`)."""
-    return _version_in(session, _task(session, task_name), version_ref, library_name)
+    return _version_in(session, get_task(session, task_name, name_others=False), version_ref, library_name)
 
 
 def promote(engine: Engine, version_id: int, actor: str, *, reason: str = "") -> LibraryLabel:
@@ -295,7 +296,7 @@ def edit_library(engine: Engine, task_name: str, ops: list[ProposedOp], actor: s
         raise InvalidInput("nothing to change")
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "editing libraries")
-        library = _library(session, _task(session, task_name), library_name)
+        library = get_library(session, get_task(session, task_name, name_others=False), library_name, hint=CREATE_HINT)
         base = lock_library(session, library.id)
         check_latest(base, base_version_id)
         checked = validate_ops(base.experiences, ops)
@@ -313,7 +314,7 @@ def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
     """A new version with the content of an older one (history is never rewritten)."""
     with session_scope(engine) as session:
         require_role(session, actor, "reviewer", "reverting libraries")
-        library = _library(session, _task(session, task_name), library_name)
+        library = get_library(session, get_task(session, task_name, name_others=False), library_name, hint=CREATE_HINT)
         old = session.get(LibraryVersion, version_id)
         if old is None or old.library_id != library.id:
             raise NotFound(f"that version is not in library {library_name!r}")
@@ -322,23 +323,10 @@ def revert_to(engine: Engine, task_name: str, version_id: int, actor: str, *,
                               expect_latest=latest.id, source="revert", created_by=actor, note=f"revert to version #{old.number}")
 
 
-def _task(session: Session, name: str) -> Task:
-    task = queries.task_by_name(session, name) if name else None
-    if task is None:
-        raise NotFound(f"no task named {name!r}")
-    return task
-
-
-def _library(session: Session, task: Task, name: str) -> Library:
-    library = queries.library_by_name(session, task.id, name)
-    if library is None:
-        raise NotFound(f"task {task.name!r} has no library {name!r}; import a file to create it")
-    return library
-
 
 def _version_in(session: Session, task: Task, ref: str, library_name: str) -> LibraryVersion:
     """A version of this library by its number, a label or `latest`; the empty library is no version."""
-    _library(session, task, library_name)
+    get_library(session, task, library_name, hint=CREATE_HINT)
     version = resolve_version(session, task, ref, library_name)
     if version is None:
         raise InvalidInput("the empty library has no version to label")

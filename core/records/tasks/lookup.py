@@ -10,19 +10,20 @@ from storage import queries
 from storage.tables import AuditEvent, Library, LibraryVersion, Task
 
 
-def get_task(session: Session, name: str) -> Task:
-    task = queries.task_by_name(session, name)
+def get_task(session: Session, name: str, *, name_others: bool = True) -> Task:
+    """The task of that name, or NotFound; with `name_others` the message lists the tasks there are."""
+    task = queries.task_by_name(session, name) if name else None
     if task is None:
         known = ", ".join(t.name for t in queries.list_tasks(session)) or "none yet"
-        raise NotFound(f"no task named {name!r} (tasks: {known})")
+        raise NotFound(f"no task named {name!r}" + (f" (tasks: {known})" if name_others else ""))
     return task
 
 
-def get_library(session: Session, task: Task, name: str) -> Library:
-    """The task's library of that name, or NotFound saying which is missing."""
+def get_library(session: Session, task: Task, name: str, *, hint: str = "") -> Library:
+    """The task's library of that name, or NotFound saying which is missing (and `hint`, what to do)."""
     library = queries.library_by_name(session, task.id, name)
     if library is None:
-        raise NotFound(f"task {task.name!r} has no library {name!r}")
+        raise NotFound(f"task {task.name!r} has no library {name!r}" + (f"; {hint}" if hint else ""))
     return library
 
 def ensure_library(session: Session, task: Task, name: str = "default", actor: str = "system") -> Library:
