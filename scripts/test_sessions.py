@@ -1,10 +1,17 @@
-"""`make test`'s pytest sessions in two lanes side by side, the way two cores fit them, ending with one line per
-session and the total wall time (CI has a time limit; docs/contributing.md, Tests, states the measured figure).
+"""`make test`'s pytest sessions in three lanes side by side, ending with one line per session and the total wall
+time (CI has a time limit; docs/contributing.md, Tests, states the measured figure).
 
-Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL when TFGRPO_TEST_DATABASE_URL names a
-server; its output is shown as it goes. Lane 2: the model tests (the embedded model's server takes one core),
-then the browser tests; its output is kept in `.test-logs/` and printed when the lane ends. The exit status is
-1 if any session failed.
+The suite waits more than it computes (workers polled, servers started, pages awaited, the model's server on a core
+of its own): run one session after another, it kept two cores half idle (CPU 21 min in 21 min of wall time). So:
+
+- lane 1: the fast suite on SQLite in three pytest-xdist workers, then its database tests on PostgreSQL in two
+  (when TFGRPO_TEST_DATABASE_URL names a server); its output is shown as it goes;
+- lane 2: the model tests (the embedded model's server takes one core), then the second half of the browser tests;
+- lane 3: the first half of the browser tests (TFGRPO_TEST_SHARD=1/2: every other test, tests/conftest.py).
+
+A lane's output beside the first is kept in `.test-logs/` and printed when each of its sessions ends. Every test
+runs exactly once per backend, as before; only where and beside what changed. The exit status is 1 if any session
+failed.
 
     python scripts/test_sessions.py [--pytest .venv/bin/pytest] [--logs .test-logs]
 """
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POSTGRES_ENV = "TFGRPO_TEST_DATABASE_URL"
+SHARD_ENV = "TFGRPO_TEST_SHARD"
 RUNNING: list[subprocess.Popen] = []  # stopped if make test is interrupted, so no session outlives it
 
 
@@ -31,6 +39,8 @@ class Session:
     marks: str
     on_postgres: bool = False
     durations: int = 15
+    workers: int = 0  # pytest-xdist workers (-n); 0 runs the session in pytest's own process
+    shard: str = ""  # TFGRPO_TEST_SHARD: "i/n" runs the i-th of n shares of the session's tests
 
 
 @dataclass
@@ -46,9 +56,10 @@ class Outcome:
 
 
 MODEL = Session("model (SQLite)", "model and not browser and not postgres")
-FAST = Session("fast (SQLite)", "not model and not browser and not postgres")
-POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10)
-BROWSER = Session("browser (SQLite)", "browser and not postgres", durations=10)
+FAST = Session("fast (SQLite)", "not model and not browser and not postgres", workers=3)
+POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10, workers=2)
+BROWSER_1 = Session("browser 1/2 (SQLite)", "browser and not postgres", durations=10, shard="1/2")
+BROWSER_2 = Session("browser 2/2 (SQLite)", "browser and not postgres", durations=10, shard="2/2")
 
 
 def minutes(seconds: float) -> str:
@@ -56,13 +67,17 @@ def minutes(seconds: float) -> str:
 
 
 def command(pytest: str, session: Session) -> list[str]:
-    return [pytest, "-q", "-m", session.marks, f"--durations={session.durations}"]
+    workers = ["-n", str(session.workers)] if session.workers else []
+    return [pytest, "-q", "-m", session.marks, f"--durations={session.durations}", *workers]
 
 
 def environment(session: Session) -> dict[str, str]:
     env = dict(os.environ)
     if not session.on_postgres:
         env.pop(POSTGRES_ENV, None)
+    env.pop(SHARD_ENV, None)
+    if session.shard:
+        env[SHARD_ENV] = session.shard
     return env
 
 
@@ -91,7 +106,8 @@ def run(pytest: str, session: Session, log: Path, *, show: bool) -> Outcome:
 
 def lane(pytest: str, sessions: list[Session], logs: Path, outcomes: list[Outcome], *, show: bool) -> None:
     for session in sessions:
-        log = logs / f"{session.name.split()[0]}-{'postgres' if session.on_postgres else 'sqlite'}.log"
+        shard = f"-{session.shard.replace('/', 'of')}" if session.shard else ""
+        log = logs / f"{session.name.split()[0]}{shard}-{'postgres' if session.on_postgres else 'sqlite'}.log"
         outcomes.append(run(pytest, session, log, show=show))
         if not show:
             print(f"\nmake test: {session.name} ended; its output ({log}):\n{log.read_text()}", flush=True)
@@ -110,25 +126,28 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not postgres:
         print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (docs/team-setup.md)", flush=True)
-    first, second = [FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER]
-    print(f"make test: {' then '.join(s.name for s in second)} run beside this (logs in {args.logs}/)", flush=True)
-    outcomes: dict[str, list[Outcome]] = {"first": [], "second": []}
-    beside = threading.Thread(target=lane, args=(args.pytest, second, args.logs, outcomes["second"]),
-                              kwargs={"show": False})
-    beside.start()
+    lanes = [[FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER_2], [BROWSER_1]]
+    print("make test: " + "; ".join(" then ".join(s.name for s in sessions) for sessions in lanes[1:])
+          + f" run beside this (logs in {args.logs}/)", flush=True)
+    outcomes: list[list[Outcome]] = [[] for _ in lanes]
+    beside = [threading.Thread(target=lane, args=(args.pytest, sessions, args.logs, outcomes[number]),
+                               kwargs={"show": False}) for number, sessions in enumerate(lanes) if number]
+    for thread in beside:
+        thread.start()
     try:
-        lane(args.pytest, first, args.logs, outcomes["first"], show=True)
-        beside.join()
+        lane(args.pytest, lanes[0], args.logs, outcomes[0], show=True)
+        for thread in beside:
+            thread.join()
     finally:
         for proc in RUNNING:
             if proc.poll() is None:
                 proc.terminate()
 
-    print("\nmake test: sessions (wall time; the two lanes ran side by side)")
-    ended = outcomes["first"] + outcomes["second"]
+    print(f"\nmake test: sessions (wall time; the {len(lanes)} lanes ran side by side)")
+    ended = [outcome for ran in outcomes for outcome in ran]
     for outcome in ended:
         print("  " + outcome.line())
-    failed = any(o.returncode != 0 for o in ended) or len(ended) < len(first) + len(second)
+    failed = any(o.returncode != 0 for o in ended) or len(ended) < sum(len(sessions) for sessions in lanes)
     print(f"make test: {'FAILED' if failed else 'passed'} in {minutes(time.monotonic() - started)} "
           f"(wall, {os.cpu_count()} cores)")
     return 1 if failed else 0
