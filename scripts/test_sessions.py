@@ -1,17 +1,13 @@
-"""`make test`'s pytest sessions in three lanes side by side, ending with one line per session and the total wall
+"""`make test`'s pytest sessions in two lanes side by side, ending with one line per session and the total wall
 time (CI has a time limit; docs/contributing.md, Tests, states the measured figure).
 
-The suite waits more than it computes (workers polled, servers started, pages awaited, the model's server on a core
-of its own): run one session after another, it kept two cores half idle (CPU 21 min in 21 min of wall time). So:
-
-- lane 1: the fast suite on SQLite in three pytest-xdist workers, then its database tests on PostgreSQL in two
-  (when TFGRPO_TEST_DATABASE_URL names a server); its output is shown as it goes;
-- lane 2: the model tests (the embedded model's server takes one core), then the second half of the browser tests;
-- lane 3: the first half of the browser tests (TFGRPO_TEST_SHARD=1/2: every other test, tests/conftest.py).
-
-A lane's output beside the first is kept in `.test-logs/` and printed when each of its sessions ends. Every test
-runs exactly once per backend, as before; only where and beside what changed. The exit status is 1 if any session
-failed.
+Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL in two pytest-xdist workers when
+TFGRPO_TEST_DATABASE_URL names a server; its output is shown as it goes. Lane 2: the model tests (the embedded
+model's server takes one core), then the browser tests; its output is kept in `.test-logs/` and printed when each of
+its sessions ends. Lane 2 ends minutes before lane 1 does, so the PostgreSQL session, which waits on its server
+between statements, runs in two workers on the core lane 2 leaves free. More workers earlier did not help: with
+three for the fast suite and the browser tests split in two lanes, the cores were full the whole run and it took
+as long (docs/contributing.md, Tests). The exit status is 1 if any session failed.
 
     python scripts/test_sessions.py [--pytest .venv/bin/pytest] [--logs .test-logs]
 """
@@ -29,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POSTGRES_ENV = "TFGRPO_TEST_DATABASE_URL"
-SHARD_ENV = "TFGRPO_TEST_SHARD"
 RUNNING: list[subprocess.Popen] = []  # stopped if make test is interrupted, so no session outlives it
 
 
@@ -40,7 +35,6 @@ class Session:
     on_postgres: bool = False
     durations: int = 15
     workers: int = 0  # pytest-xdist workers (-n); 0 runs the session in pytest's own process
-    shard: str = ""  # TFGRPO_TEST_SHARD: "i/n" runs the i-th of n shares of the session's tests
 
 
 @dataclass
@@ -56,10 +50,9 @@ class Outcome:
 
 
 MODEL = Session("model (SQLite)", "model and not browser and not postgres")
-FAST = Session("fast (SQLite)", "not model and not browser and not postgres", workers=3)
+FAST = Session("fast (SQLite)", "not model and not browser and not postgres")
 POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10, workers=2)
-BROWSER_1 = Session("browser 1/2 (SQLite)", "browser and not postgres", durations=10, shard="1/2")
-BROWSER_2 = Session("browser 2/2 (SQLite)", "browser and not postgres", durations=10, shard="2/2")
+BROWSER = Session("browser (SQLite)", "browser and not postgres", durations=10)
 
 
 def minutes(seconds: float) -> str:
@@ -75,9 +68,6 @@ def environment(session: Session) -> dict[str, str]:
     env = dict(os.environ)
     if not session.on_postgres:
         env.pop(POSTGRES_ENV, None)
-    env.pop(SHARD_ENV, None)
-    if session.shard:
-        env[SHARD_ENV] = session.shard
     return env
 
 
@@ -106,8 +96,7 @@ def run(pytest: str, session: Session, log: Path, *, show: bool) -> Outcome:
 
 def lane(pytest: str, sessions: list[Session], logs: Path, outcomes: list[Outcome], *, show: bool) -> None:
     for session in sessions:
-        shard = f"-{session.shard.replace('/', 'of')}" if session.shard else ""
-        log = logs / f"{session.name.split()[0]}{shard}-{'postgres' if session.on_postgres else 'sqlite'}.log"
+        log = logs / f"{session.name.split()[0]}-{'postgres' if session.on_postgres else 'sqlite'}.log"
         outcomes.append(run(pytest, session, log, show=show))
         if not show:
             print(f"\nmake test: {session.name} ended; its output ({log}):\n{log.read_text()}", flush=True)
@@ -126,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not postgres:
         print(f"make test: {POSTGRES_ENV} is not set, PostgreSQL not tested (docs/team-setup.md)", flush=True)
-    lanes = [[FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER_2], [BROWSER_1]]
+    lanes = [[FAST, *([POSTGRES] if postgres else [])], [MODEL, BROWSER]]
     print("make test: " + "; ".join(" then ".join(s.name for s in sessions) for sessions in lanes[1:])
           + f" run beside this (logs in {args.logs}/)", flush=True)
     outcomes: list[list[Outcome]] = [[] for _ in lanes]

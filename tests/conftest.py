@@ -26,7 +26,6 @@ from storage import db
 from storage.db import make_engine
 
 TEST_DATABASE_ENV = "TFGRPO_TEST_DATABASE_URL"
-SHARD_ENV = "TFGRPO_TEST_SHARD"  # "i/n": this session runs the i-th of n shares of its tests (scripts/test_sessions.py)
 # Stored webhook secrets are encrypted (core.secrets): one key for the session and the processes it starts, so no
 # test writes a key file into the project.
 os.environ.setdefault("TFGRPO_SECRET_KEY", Fernet.generate_key().decode())
@@ -55,40 +54,10 @@ def runs_on_postgres(item) -> bool:
     return "postgres_databases" in fixtures
 
 
-def shard_of(value: str) -> tuple[int, int] | None:
-    """`i/n` as (i, n), 1 <= i <= n; empty is no sharding."""
-    if not value.strip():
-        return None
-    try:
-        index, count = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"{SHARD_ENV} must be i/n, e.g. 1/2 (got {value!r})") from None
-    if not 1 <= index <= count:
-        raise pytest.UsageError(f"{SHARD_ENV}: the share {index} of {count} does not exist")
-    return index, count
-
-
-def keep_shard(config, items, shard: tuple[int, int] | None) -> None:
-    """Keep every n-th test from the i-th on, in collection order: shares of about equal size and length, since
-    each file's tests are dealt out among them, and a test's share never depends on which others were chosen."""
-    if shard is None:
-        return
-    index, count = shard
-    kept = [item for number, item in enumerate(items) if number % count == index - 1]
-    others = [item for number, item in enumerate(items) if number % count != index - 1]
-    if others:
-        config.hook.pytest_deselected(items=others)
-        items[:] = kept
-
-
 def pytest_collection_modifyitems(config, items):
     """On PostgreSQL, run only the tests a database backend can change (`runs_on_postgres`). The rest ran
-    unchanged in the SQLite suite just before: running them twice only cost CI time. With TFGRPO_TEST_SHARD the
-    session then runs only its share of what is left (make test runs the PostgreSQL session as two shares, one in
-    each of its lanes: scripts/test_sessions.py)."""
-    shard = shard_of(os.environ.get(SHARD_ENV, ""))
+    unchanged in the SQLite suite just before: running them twice only cost CI time."""
     if not os.environ.get(TEST_DATABASE_ENV, "").strip():
-        keep_shard(config, items, shard)
         return
     skip = pytest.mark.skip(reason=f"sqlite_only: needs SQLite by design; runs in the SQLite suite, not with "
                                    f"{TEST_DATABASE_ENV}")
@@ -103,7 +72,6 @@ def pytest_collection_modifyitems(config, items):
     if backend_free:
         config.hook.pytest_deselected(items=backend_free)
         items[:] = kept
-    keep_shard(config, items, shard)
 
 
 def server_url_for_tests():

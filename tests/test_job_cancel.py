@@ -132,7 +132,9 @@ def test_a_measurement_cancelled_in_the_middle_of_a_variant_stops_there(engine, 
     assert calls["n"] < 8  # the first variant alone has 4 queries x k=2 rollouts
     with Session(engine) as session:
         (variant,) = session.exec(select(Evaluation).where(Evaluation.run_id == run_id)).all()
-    assert variant.status == "cancelled" and len(stored(engine, variant.id)) >= 2
+    # the answer given before Cancel is kept; the second call's, answered after it, lands only when it came back
+    # before the stop check did (a loaded machine: not always, measured under pytest-xdist beside the browser tests)
+    assert variant.status == "cancelled" and len(stored(engine, variant.id)) >= 1
     (event,) = audit(engine, "run.cancelled")
     assert (event.actor, event.object_id) == ("carol", run_id)
 

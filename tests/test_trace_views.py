@@ -32,8 +32,9 @@ SOURCES = list(itertools.product([None, 0.25], [None, 0.75], [None, 1, -1],
 
 
 def store(engine, task_id: int, version) -> None:
-    """One trace per combination of label, sent score, thumbs and judge verdict, spread over three days."""
-    now = datetime.now(UTC)
+    """One trace per combination of label, sent score, thumbs and judge verdict, spread over three days (from noon
+    UTC, so no minute offset crosses midnight)."""
+    now = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
     with Session(engine) as session:
         for number, (label, score, thumbs, (status, judged)) in enumerate(SOURCES):
             session.add(Trace(task_id=task_id, library_id=version.library_id, version_id=version.id, client_id=f"t{number}", input=f"q{number}",
