@@ -1,11 +1,11 @@
 """`make test`'s pytest sessions in two lanes side by side, ending with one line per session and the total wall
 time (CI has a time limit; docs/contributing.md, Tests, states the measured figure).
 
-Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL in two pytest-xdist workers when
+Lane 1: the fast suite on SQLite, then its database tests on PostgreSQL in three pytest-xdist workers when
 TFGRPO_TEST_DATABASE_URL names a server; its output is shown as it goes. Lane 2: the model tests (the embedded
 model's server takes one core), then the browser tests; its output is kept in `.test-logs/` and printed when each of
 its sessions ends. Lane 2 ends minutes before lane 1 does, so the PostgreSQL session, which waits on its server
-between statements, runs in two workers on the core lane 2 leaves free. More workers earlier did not help: with
+between statements, runs in three workers, on the core lane 2 leaves free. More workers earlier did not help: with
 three for the fast suite and the browser tests split in two lanes, the cores were full the whole run and it took
 as long (docs/contributing.md, Tests). The exit status is 1 if any session failed.
 
@@ -51,7 +51,7 @@ class Outcome:
 
 MODEL = Session("model (SQLite)", "model and not browser and not postgres")
 FAST = Session("fast (SQLite)", "not model and not browser and not postgres")
-POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10, workers=2)
+POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10, workers=3)
 BROWSER = Session("browser (SQLite)", "browser and not postgres", durations=10)
 
 
