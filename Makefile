@@ -42,9 +42,10 @@ lint: install
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) scripts/import_cycles.py
 
-# `make test`: ruff, the layer contracts and the import-circle check (imports inside functions too), the manual's strict build, then the pytest sessions of scripts/test_sessions.py: the model tests
-# beside the fast suite on SQLite and then its database tests on PostgreSQL (when TFGRPO_TEST_DATABASE_URL names a
-# server: a role with CREATEDB; .ci/run sets it), then the browser tests alone. It ends with one line per session
+# `make test`: ruff, the layer contracts and the import-circle check (imports inside functions too), the manual's
+# strict build, then the pytest sessions of scripts/test_sessions.py in two lanes: the fast suite on SQLite and then
+# its database tests on PostgreSQL in three xdist workers (when TFGRPO_TEST_DATABASE_URL names a server: a role with
+# CREATEDB; .ci/run sets it), beside the model tests and then the browser tests. It ends with one line per session
 # and the total wall time (CI has a time limit); every session prints its slowest tests.
 TEST_LOGS := .test-logs
 SQLITE_PYTEST := env -u TFGRPO_TEST_DATABASE_URL $(VENV)/bin/pytest -q
