@@ -28,7 +28,6 @@ from core.records.production.trace_views import (
     daily_rows,
     lowest_traces,
     oldest_waiting,
-    page_of_traces,
     totals,
 )
 from core.records.production.traces import (
@@ -38,6 +37,7 @@ from core.records.production.traces import (
     harvest,
     label_trace,
     set_rules,
+    task_traces,
     trace_output,
     trace_rows,
     version_name,
@@ -297,7 +297,7 @@ def page() -> None:
         pages = -(-counted.traces // PAGE_SIZE)
         page_number = traces_page(pages)
         with Session(engine()) as session:
-            listed = page_of_traces(session, task.name, window, page_number)
+            listed = task_traces(session, task.name, limit=PAGE_SIZE, offset=page_number * PAGE_SIZE, **chosen)
             session.expunge_all()
         first = page_number * PAGE_SIZE + 1
         st.caption(f"{first}-{first + len(listed) - 1} of {counted.traces}, newest first, by what their sender gave "

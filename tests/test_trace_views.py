@@ -18,7 +18,6 @@ from core.records.production.trace_views import (
     daily_rows,
     lowest_traces,
     oldest_waiting,
-    page_of_traces,
     totals,
 )
 from core.records.production.traces import TraceFilter, task_traces
@@ -62,8 +61,8 @@ def test_the_page_figures_are_the_figures_of_all_the_traces(engine, demo_task):
         numbers = queries.version_numbers(session, [version.id])
         counted = totals(session, DEMO_TASK, window)
         rows = daily_rows(session, DEMO_TASK, window, numbers)
-        first_page = page_of_traces(session, DEMO_TASK, window, 0, size=7)
-        second_page = page_of_traces(session, DEMO_TASK, window, 1, size=7)
+        first_page = task_traces(session, DEMO_TASK, limit=7, offset=0, max_score=0.9)
+        second_page = task_traces(session, DEMO_TASK, limit=7, offset=7, max_score=0.9)
         lowest = lowest_traces(session, DEMO_TASK, window, 4)
         waiting = oldest_waiting(session, DEMO_TASK, window)
     scores = [trace_score(t) for t in everything]

@@ -75,16 +75,14 @@ def retried(write: Callable[[], T]) -> T:
     """Run a request's transaction; when another writer stored one of its ids at the same moment (the unique key of
     (task, sender's id)), run it again, where it finds those ids stored. Past ATTEMPTS it is a Conflict (409) that
     asks for the request again, never a 500."""
-    for _attempt in range(ATTEMPTS - 1):
+    for attempt in range(1, ATTEMPTS + 1):
         try:
             return write()
         except IntegrityError:
-            continue
-    try:
-        return write()
-    except IntegrityError:
-        raise Conflict(f"other requests stored these traces at the same moment {ATTEMPTS} times; send this one "
-                       "again (what is stored by then counts as duplicates)") from None
+            if attempt == ATTEMPTS:
+                raise Conflict(f"other requests stored these traces at the same moment {ATTEMPTS} times; send this "
+                               "one again (what is stored by then counts as duplicates)") from None
+    raise AssertionError("ATTEMPTS must be at least 1")
 
 
 def unstored(session: Session, items: Iterable[tuple[int, str, T]]) -> tuple[list[T], int]:

@@ -70,12 +70,6 @@ def daily_rows(session: Session, task_name: str, chosen: TraceFilter, numbers: d
     return rows
 
 
-def page_of_traces(session: Session, task_name: str, chosen: TraceFilter, page: int = 0,
-                   size: int = PAGE_SIZE) -> list[Trace]:
-    """The `page`-th `size` traces, newest first."""
-    task = get_task(session, task_name)
-    return list(session.exec(select(Trace).where(*chosen.where(task.id))
-                             .order_by(Trace.created_at.desc(), Trace.id.desc()).offset(page * size).limit(size)))
 
 
 def lowest_traces(session: Session, task_name: str, chosen: TraceFilter, count: int = LOWEST) -> list[Trace]:
