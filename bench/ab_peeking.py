@@ -1,15 +1,20 @@
-"""How often an A/B verdict read every day calls a difference: the studio's anytime-valid verdict beside the old rule.
+"""How often an A/B verdict read after every user calls a difference between identical versions, over every split
+the studio accepts and every base rate: the studio's anytime-valid verdict beside the rule of stop 63.
 
-    PYTHONPATH=. python bench/ab_peeking.py [--experiments 4000] [--base 0.5] [--scores binary|beta] [--seed 50]
+    PYTHONPATH=. python bench/ab_peeking.py [--experiments 1500] [--per-day 80] [--days 30] [--scores binary|beta]
+                                            [--seed 60]
 
-Simulated experiments, each arm receiving `rate` new users a day (10, 40, 200), each with one scored trace (the verdict
-counts users, each the mean of their traces; bench/ab_users.py simulates users with several), looked at once a day. A/A: both
-arms score alike (mean `--base`); the share of experiments that ever declared a difference within 1, 7, 14 and 30
-days must stay at or under 0.05. Power: the candidate's true mean is higher by 0.05 or 0.10; the share declared
-within 30 days. Each figure is printed for the studio's verdict (core.domain.sequential, the very functions the
-Production page and `core ab --status` call, here on numpy arrays of all experiments at once) and for the old rule,
-a fixed-sample 95% Welch interval recomputed at every look. Scores are binary (thumbs, a judge's pass/fail) or, with
-`--scores beta`, bounded in [0, 1] (Beta-distributed with the same mean, variance a fifth of binary's).
+Each simulated experiment receives `--per-day` users a day for `--days` days; each user lands in the candidate's arm
+with the split's share, sends one scored trace (the verdict counts users, each the mean of their traces;
+bench/ab_users.py simulates users with several) and the verdict is read after every user, as the worker's guard
+reads it every 30 s. A/A: both arms score alike (mean `base`); the share of experiments ever declared different must
+stay at or under 0.05 in every cell of the grid: candidate shares 0.05-0.95 (the studio accepts 0.05 to 0.95) and base
+rates 0.05-0.97. Power: the candidate's true mean higher by 0.05 or 0.10 at base rates 0.5 and 0.85; the share
+declared within the days. Each figure is printed for the studio's verdict (core.domain.sequential.running_bounds, the
+very function the Production page, `core ab --status` and the guard call, here on numpy arrays of all experiments at
+once) and for stop 63's rule (the same boundary with each arm's own shrunk variance, no pooled floor). Scores are
+binary (thumbs, a judge's pass/fail) or, with `--scores beta`, bounded in [0, 1] (Beta-distributed with the same
+mean, variance a fifth of binary's). The exit status is 1 if any A/A cell of the studio's verdict is above 0.05.
 """
 
 from __future__ import annotations
@@ -23,76 +28,86 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.domain.sequential import difference_bounds, excludes_zero, shrunk_variance  # noqa: E402
+from core.domain.sequential import (  # noqa: E402
+    ALPHA,
+    difference_bounds,
+    excludes_zero,
+    running_bounds,
+    shrunk_variance,
+)
 
-RATES = (10, 40, 200)
-LOOKS = (1, 7, 14, 30)
+SHARES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.95)
+BASES = (0.05, 0.3, 0.6, 0.9, 0.97)
+POWER_BASES = (0.5, 0.85)
 EFFECTS = (0.05, 0.10)
-Z95 = 1.959964
 
 
-def daily_sums(rng: np.random.Generator, mean: float, rate: int, experiments: int, days: int,
-               scores: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each experiment's running count-free sums (scores, squares) after each day, shape (experiments, days)."""
+def arrivals(rng: np.random.Generator, share: float, base: float, effect: float, experiments: int, users: int,
+             scores: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each experiment's users in arrival order: in the candidate's arm or not, and their score; (experiments, users)."""
+    candidate = rng.random((experiments, users)) < share
+    mean = np.where(candidate, base + effect, base)
     if scores == "binary":
-        total = rng.binomial(rate, mean, size=(experiments, days)).astype(float)
-        return np.cumsum(total, axis=1), np.cumsum(total, axis=1)
+        return candidate, (rng.random((experiments, users)) < mean).astype(float)
     concentration = 4.0  # Beta(a, b) with a + b = 4: variance mean(1 - mean) / 5
-    draws = rng.beta(mean * concentration, (1 - mean) * concentration, size=(experiments, days, rate))
-    return np.cumsum(draws.sum(axis=2), axis=1), np.cumsum((draws * draws).sum(axis=2), axis=1)
+    return candidate, rng.beta(mean * concentration, (1 - mean) * concentration)
 
 
-def declared_days(rng: np.random.Generator, base: float, effect: float, rate: int, experiments: int, days: int,
-                  scores: str) -> dict[str, np.ndarray]:
-    """Per rule, whether each experiment had declared a difference by each day (cumulative), shape (experiments,
-    days)."""
-    a_sum, a_sq = daily_sums(rng, base, rate, experiments, days, scores)
-    b_sum, b_sq = daily_sums(rng, base + effect, rate, experiments, days, scores)
-    n = np.broadcast_to(rate * np.arange(1, days + 1, dtype=float), a_sum.shape)
-    mean_a, mean_b = a_sum / n, b_sum / n
-    _difference, low, high = difference_bounds(n, mean_a, shrunk_variance(n, a_sum, a_sq), n, mean_b,
-                                               shrunk_variance(n, b_sum, b_sq))
-    studio = excludes_zero(low, high)
-    with np.errstate(divide="ignore", invalid="ignore"):  # the old rule: Welch at 95%, n >= 2 each, every look
-        var_a = np.maximum(a_sq - a_sum ** 2 / n, 0.0) / (n - 1)
-        var_b = np.maximum(b_sq - b_sum ** 2 / n, 0.0) / (n - 1)
-        half = Z95 * np.sqrt(var_a / n + var_b / n)
-    difference = mean_b - mean_a
-    old = (n >= 2) & ((difference - half > 0) | (difference + half < 0))
-    return {"studio": np.logical_or.accumulate(studio, axis=1), "old rule": np.logical_or.accumulate(old, axis=1)}
+def stop_63_rule(candidate: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether stop 63's verdict (each arm's own shrunk variance, no floor) excluded zero after each user."""
+    production = ~candidate
+    n_a, n_b = np.cumsum(production, axis=1, dtype=float), np.cumsum(candidate, axis=1, dtype=float)
+    s_a, s_b = np.cumsum(values * production, axis=1), np.cumsum(values * candidate, axis=1)
+    q_a, q_b = np.cumsum(values ** 2 * production, axis=1), np.cumsum(values ** 2 * candidate, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _d, low, high = difference_bounds(n_a, s_a / n_a, shrunk_variance(n_a, s_a, q_a), n_b, s_b / n_b,
+                                          shrunk_variance(n_b, s_b, q_b))
+    return excludes_zero(low, high)
+
+
+def ever_declared(rng: np.random.Generator, share: float, base: float, effect: float, experiments: int, users: int,
+                  scores: str) -> dict[str, float]:
+    """Per rule, the share of experiments whose verdict excluded zero at some user."""
+    candidate, values = arrivals(rng, share, base, effect, experiments, users, scores)
+    _difference, low, high = running_bounds(candidate, values)
+    return {"studio": float(excludes_zero(low, high).any(axis=1).mean()),
+            "stop 63": float(stop_63_rule(candidate, values).any(axis=1).mean())}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--experiments", type=int, default=4000, help="simulated experiments per cell")
-    parser.add_argument("--base", type=float, default=0.5, help="production's mean score")
+    parser.add_argument("--experiments", type=int, default=1500, help="simulated experiments per cell")
+    parser.add_argument("--per-day", type=int, default=80, help="new users a day, both arms together")
+    parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--scores", choices=("binary", "beta"), default="binary")
-    parser.add_argument("--seed", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=60)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
-    days = max(LOOKS)
-    print(f"{args.experiments} experiments per cell, {args.scores} scores, production's mean {args.base}, "
-          f"looked at daily; seed {args.seed}\n")
-    print("A/A: share that ever declared a difference within N days (must be <= 0.05)")
-    print(f"{'users/arm/day':>15}  {'rule':<9}" + "".join(f"{f'{d} d':>8}" for d in LOOKS))
-    worst = 0.0
-    for rate in RATES:
-        ever = declared_days(rng, args.base, 0.0, rate, args.experiments, days, args.scores)
-        for rule, declared in ever.items():
-            shares = [declared[:, look - 1].mean() for look in LOOKS]
+    users = args.per_day * args.days
+    print(f"{args.experiments} experiments per cell, {args.scores} scores, {args.per_day} users a day for {args.days} "
+          f"days ({users} users), the verdict read after every user; seed {args.seed}\n")
+    print(f"A/A: share ever declared different (must be <= {ALPHA}); rows: candidate share; columns: base rate")
+    print(f"{'share':>6}  {'rule':<8}" + "".join(f"{base:>8}" for base in BASES))
+    worst = (0.0, None)
+    for share in SHARES:
+        cells = {base: ever_declared(rng, share, base, 0.0, args.experiments, users, args.scores) for base in BASES}
+        for rule in ("studio", "stop 63"):
+            print(f"{share:>6}  {rule:<8}" + "".join(f"{cells[base][rule]:>8.3f}" for base in BASES))
             if rule == "studio":
-                worst = max(worst, *shares)
-            print(f"{rate:>15}  {rule:<9}" + "".join(f"{share:>8.3f}" for share in shares))
-    print(f"\nPower: share of A/B experiments declared within {days} days (candidate better by the effect)")
-    print(f"{'users/arm/day':>15}  {'rule':<9}" + "".join(f"{f'+{e:.2f}':>8}" for e in EFFECTS))
-    for rate in RATES:
-        cells = {effect: declared_days(rng, args.base, effect, rate, args.experiments, days, args.scores)
-                 for effect in EFFECTS}
-        for rule in ("studio", "old rule"):
-            print(f"{rate:>15}  {rule:<9}" + "".join(f"{cells[e][rule][:, -1].mean():>8.3f}" for e in EFFECTS))
-    print(f"\nlargest A/A share of the studio's verdict: {worst:.3f}; {time.perf_counter() - started:.1f} s")
-    return 0 if worst <= 0.05 else 1
+                worst = max(worst, *((cells[base][rule], (share, base)) for base in BASES),
+                            key=lambda cell: cell[0])
+    print(f"\nPower: share of A/B experiments declared within {args.days} days (candidate better by the effect)")
+    print(f"{'share':>6}  {'rule':<8}" + "".join(f"{f'{base}+{effect:.2f}':>11}" for base in POWER_BASES
+                                               for effect in EFFECTS))
+    for share in SHARES:
+        cells = {(base, effect): ever_declared(rng, share, base, effect, args.experiments, users, args.scores)
+                 for base in POWER_BASES for effect in EFFECTS}
+        for rule in ("studio", "stop 63"):
+            print(f"{share:>6}  {rule:<8}" + "".join(f"{cells[cell][rule]:>11.3f}" for cell in cells))
+    print(f"\nlargest A/A share of the studio's verdict: {worst[0]:.3f} (share {worst[1][0]}, base rate {worst[1][1]}); "
+          f"{time.perf_counter() - started:.0f} s")
+    return 0 if worst[0] <= ALPHA else 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.domain.sequential import difference_bounds, excludes_zero, shrunk_variance  # noqa: E402
+from core.domain.sequential import excludes_zero, sums_bounds  # noqa: E402
 
 DAYS = 30
 LOOKS = (1, 7, 14, 30)
@@ -67,8 +67,7 @@ def declared(rng: np.random.Generator, experiments: int, new: int, base: float, 
         for unit in found:
             (n_a, s_a, q_a), (n_b, s_b, q_b) = figures[0][unit], figures[1][unit]
             with np.errstate(divide="ignore", invalid="ignore"):
-                _d, low, high = difference_bounds(n_a, s_a / n_a, shrunk_variance(n_a, s_a, q_a),
-                                                  n_b, s_b / n_b, shrunk_variance(n_b, s_b, q_b))
+                _d, low, high = sums_bounds(n_a, s_a, q_a, n_b, s_b, q_b)
             found[unit][:, day] = excludes_zero(low, high)
     return {unit: np.logical_or.accumulate(days, axis=1) for unit, days in found.items()}
 

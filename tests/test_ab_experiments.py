@@ -16,11 +16,12 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from core.cli import main
+from core.domain.sequential import ArmScores, verdict
 from core.jobs.worker import guarding
 from core.records.keys.api_keys import create_key
 from core.records.library.versions import PRODUCTION, import_library, promote, set_label
 from core.records.production.ab_experiments import BEFORE_START, CANDIDATE, NO_USER, served_arm
-from core.records.production.ab_verdict import ab_status, guard_experiments
+from core.records.production.ab_verdict import ab_status, experiment_scores, guard_experiments
 from core.records.production.serving import served_library, set_ab_split
 from core.records.production.traces import TraceIn, ingest_traces
 from core.records.tasks.demos import DEMO_TASK
@@ -178,6 +179,39 @@ def test_a_better_candidate_is_announced_once_and_promoting_it_carries_the_verdi
     assert ended.end_reason.startswith(f"production moved from #{production.number} to #{candidate.number}")
     [next_one] = open_experiments(engine)  # the split stays on: both arms now serve the candidate
     assert next_one.production_version_id == next_one.candidate_version_id == candidate.id
+
+
+def test_a_decision_made_once_is_still_shown_after_later_data_would_have_unmade_it(engine, split, capsys,
+                                                                                   database_url):
+    """Issue 60: the verdict was recomputed at every read, so a declaration the webhook had announced could vanish
+    from the page. The guard stores the first decision with its figures and time; the page, `ab --status` and the
+    webhook read that record, and the interval now is shown beside it."""
+    production, candidate = split
+    ours, theirs = users(engine, PRODUCTION, 300), users(engine, CANDIDATE, 300)
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "thumbs": "down" if i % 5 else "up"}
+                  for i, user in enumerate(ours[:40])]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "thumbs": "up"}
+            for i, user in enumerate(theirs[:40])])
+    assert len(guard_experiments(engine)) == 1
+    decided = status(engine)
+    # 260 more users an arm, the candidate now the worse one: read alone, this moment shows no better candidate
+    post(engine, [{"id": f"p{i}", "user_id": user, "version_id": production.id, "thumbs": "up"}
+                  for i, user in enumerate(ours[40:], start=40)]
+         + [{"id": f"c{i}", "user_id": user, "version_id": candidate.id, "thumbs": "down" if i % 3 else "up"}
+            for i, user in enumerate(theirs[40:], start=40)])
+    with Session(engine) as session:
+        experiment = open_experiments(engine)[0]
+        scores = experiment_scores(session, experiment).by_user
+    assert not verdict(ArmScores.of_users(scores[PRODUCTION]), ArmScores.of_users(scores[CANDIDATE])).better
+    later = status(engine)
+    assert later.verdict == decided.verdict and later.verdict.better and later.decided_at is not None
+    assert later.live is not None and later.live.difference < decided.verdict.difference
+    assert "when it was decided" in later.words and "Promote it" in later.words
+    assert guard_experiments(engine) == []  # nothing announced or stopped again
+    code = main(["--db", database_url, "ab", "--task", DEMO_TASK, "--status", "--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert code == 0 and figures["decided"] is True and figures["low"] == round(decided.verdict.low, 4)
+    assert figures["decided_at"] and figures["now"]["difference"] == round(later.live.difference, 4)
 
 
 def test_ab_status_json_for_users_served_through_the_api(engine, split, capsys, database_url):

@@ -70,7 +70,8 @@ def ab_section(task_name: str, library_name: str) -> None:
 
 
 def _figures(status: AbStatus) -> None:
-    table([{key: arm[key] for key in ("arm", "label", "version", "users", "scored traces", "mean per user")}
+    table([{**{key: arm[key] for key in ("arm", "label", "version", "users", "scored traces", "mean per user")},
+            **{f"scored by {source}": count for source, count in arm["scored by"].items()}}
            for arm in status.arms], key="production_arms_table")
     st.caption("Each user counts once (the mean of their scored traces): the split randomises users, so the "
                f"interval, *Decided* and the minimum of {MIN_PER_ARM} per arm count users, not traces.")

@@ -500,8 +500,10 @@ def _production(sub: argparse._SubParsersAction) -> None:
                        "A/B experiment's verdict (--status)")
     p.add_argument("--task", required=True)
     p.add_argument("--library", default="default")
-    p.add_argument("label", nargs="?")
-    p.add_argument("--share", type=float, default=0.1)
+    p.add_argument("label", nargs="?", help="the label whose version the candidate's users are served (e.g. "
+                   "candidate); the rest are served production")
+    p.add_argument("--share", type=float, default=0.1, help="the fraction of user ids served the label, 0.05 to "
+                   "0.95 (default 0.1); each user keeps their arm")
     p.add_argument("--off", action="store_true", help="end the split: everyone gets production")
     p.add_argument("--status", action="store_true", help="each arm's version, users, scored traces and mean per "
                    "user, the difference with its anytime-valid interval (each user counted once) and whether it "

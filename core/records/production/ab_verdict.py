@@ -21,7 +21,7 @@ the verdict into the promotion's audit record (core/records/production/ab_change
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import update
@@ -30,7 +30,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from core.domain import webhooks as wh
-from core.domain.sequential import MIN_PER_ARM, ArmScores, Verdict, users_needed, verdict
+from core.domain.sequential import MIN_PER_ARM, POWER, ArmScores, Verdict, users_needed, verdict_in_order
 from core.errors import InvalidInput, NotFound
 from core.records.library.promotion import PRODUCTION
 from core.records.notifications.events import raise_event
@@ -41,7 +41,7 @@ from core.records.production.ab_experiments import (
     experiments,
     open_experiment,
 )
-from core.records.production.scores import trace_score
+from core.records.production.scores import PRECEDENCE, scored_by
 from core.records.tasks.lookup import get_library, get_task
 from core.settings import get_settings
 from storage import queries
@@ -74,6 +74,9 @@ class AbStatus:
     needed: int | None = None
     days: float | None = None
     words: str = ""
+    live: Verdict | None = None  # the interval now, when `verdict` is a decision stored earlier
+    decided_at: datetime | None = None
+    earlier: int = 0  # earlier experiments of this library that tested the same candidate version
 
     @property
     def running(self) -> bool:
@@ -88,7 +91,11 @@ class AbStatus:
                 "arms": self.arms, "difference": _rounded(figures["difference"]), "low": _rounded(figures["low"]),
                 "high": _rounded(figures["high"]), "decided": self.verdict.decided,
                 "better": self.verdict.better, "worse": self.verdict.worse, "alpha": self.verdict.alpha,
-                "interval": "anytime-valid (asymptotic confidence sequence)", "unit": "user",
+                "decided_at": _iso(self.decided_at), "now": None if self.live is None else {
+                    key: _rounded(value) for key, value in asdict(self.live).items() if key in ("difference", "low",
+                                                                                               "high")},
+                "earlier_experiments_of_this_candidate": self.earlier,
+                "interval": "anytime-valid (asymptotic confidence sequence, running intersection)", "unit": "user",
                 "excluded": self.excluded, "effect": self.effect, "more_users_needed": self.needed,
                 "days_at_current_rate": None if self.days is None else round(self.days, 1), "words": self.words}
 
@@ -129,64 +136,108 @@ def experiment_figures(session: Session, experiment: AbExperiment) -> dict:
 
 
 
-def experiment_scores(session: Session,
-                      experiment: AbExperiment) -> tuple[dict[str, dict[str, list[float]]], dict[str, int]]:
-    """The scores of the traces that count, per arm and per user (the unit the split randomises), and the count of
-    those left out, per reason. A trace without a user never counts (ab_experiments.excluded: NO_USER)."""
-    rows = session.exec(select(Trace).where(Trace.ab_experiment_id == experiment.id)
+@dataclass(frozen=True)
+class ExperimentScores:
+    """The scores of the traces that count, per arm and per user (the unit the split randomises); the count of those
+    left out, per reason; the users as (arm, user id) in the order of their first scored trace (the order the
+    confidence sequence reads them in); and per arm how many scores came from each source (person, user, judge)."""
+
+    by_user: dict[str, dict[str, list[float]]]
+    excluded: dict[str, int]
+    order: list[tuple[str, str]]
+    sources: dict[str, dict[str, int]]
+
+
+def experiment_scores(session: Session, experiment: AbExperiment) -> ExperimentScores:
+    """An experiment's `ExperimentScores`. A trace without a user never counts (ab_experiments.excluded: NO_USER)."""
+    rows = session.exec(select(Trace).where(Trace.ab_experiment_id == experiment.id).order_by(col(Trace.id))
                         .options(defer(Trace.input), defer(Trace.output), defer(Trace.turns), defer(Trace.meta),
                                  defer(Trace.comment)))
     scores: dict[str, dict[str, list[float]]] = {PRODUCTION: {}, CANDIDATE: {}}
     excluded: dict[str, int] = {}
+    order: list[tuple[str, str]] = []
+    sources: dict[str, dict[str, int]] = {PRODUCTION: {}, CANDIDATE: {}}
     for trace in rows:
         if trace.ab_excluded is not None:
             excluded[trace.ab_excluded] = excluded.get(trace.ab_excluded, 0) + 1
             continue
-        score = trace_score(trace)
+        source, score = scored_by(trace)
         if score is not None and trace.ab_arm in scores and trace.user_id:
+            if trace.user_id not in scores[trace.ab_arm]:
+                order.append((trace.ab_arm, trace.user_id))
             scores[trace.ab_arm].setdefault(trace.user_id, []).append(score)
-    return scores, excluded
+            sources[trace.ab_arm][source] = sources[trace.ab_arm].get(source, 0) + 1
+    return ExperimentScores(scores, excluded, order, sources)
+
+
+def _stored(decision: dict) -> Verdict:
+    """The verdict the guard stored when the experiment was first decided."""
+    return Verdict(decision.get("difference"), decision.get("low"), decision.get("high"), True,
+                   decision.get("alpha", 0.05))
 
 
 def _status(session: Session, task: Task, library: Library, experiment: AbExperiment, effect: float,
             now: datetime) -> AbStatus:
-    scores, excluded = experiment_scores(session, experiment)
+    counted = experiment_scores(session, experiment)
+    scores, excluded, order = counted.by_user, counted.excluded, counted.order
     production, candidate = ArmScores.of_users(scores[PRODUCTION]), ArmScores.of_users(scores[CANDIDATE])
-    found = verdict(production, candidate)
+    live = verdict_in_order([(arm == CANDIDATE, sum(scores[arm][user]) / len(scores[arm][user]))
+                             for arm, user in order])
+    found, decided_at = live, None
+    if experiment.decided:  # the first decision stays made: later data shows beside it, never undoes it
+        found, decided_at = _stored(experiment.decided), _parsed(experiment.decided.get("decided_at"))
     versions = arm_versions(experiment)
     numbers = queries.version_numbers(session, list(versions.values()))
     arms = [{"arm": arm, "label": PRODUCTION if arm == PRODUCTION else experiment.candidate_label,
              "version": f"#{numbers.get(versions[arm], '?')}", "version_id": versions[arm],
              "users": figures.n, "scored traces": figures.traces,
-             "mean per user": None if figures.mean is None else round(figures.mean, 4)}
+             "mean per user": None if figures.mean is None else round(figures.mean, 4),
+             "scored by": {source: counted.sources[arm].get(source, 0) for source, _read in PRECEDENCE}}
             for arm, figures in ((PRODUCTION, production), (CANDIDATE, candidate))]
     elapsed = ((as_utc(experiment.ended_at) if experiment.ended_at else now) - as_utc(experiment.started_at))
     per_day = (production.n + candidate.n) / max(elapsed.total_seconds() / 86400, MIN_DAYS)  # users with a score
     needed = users_needed(production, candidate, effect, candidate_share=experiment.share)
     days = needed / per_day if needed is not None and per_day > 0 else None
+    earlier = len(session.exec(select(AbExperiment.id).where(
+        AbExperiment.library_id == library.id, AbExperiment.candidate_version_id == experiment.candidate_version_id,
+        col(AbExperiment.id) < experiment.id)).all())
     status = AbStatus(task.name, library.name, experiment.id, experiment.candidate_label, experiment.share,
                       experiment.started_at, experiment.ended_at, experiment.end_reason, arms, found, excluded,
-                      effect, needed, days)
-    return AbStatus(**{**status.__dict__, "words": _words(status, production, candidate)})
+                      effect, needed, days, live=live if experiment.decided else None,
+                      decided_at=decided_at, earlier=earlier)
+    return replace(status, words=_words(status))
 
 
-def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str:
+def _parsed(moment: str | None) -> datetime | None:
+    return datetime.fromisoformat(moment) if moment else None
+
+
+def _words(status: AbStatus) -> str:
     """The verdict as the page and the command line say it."""
     found = status.verdict
     arms = {arm["arm"]: arm for arm in status.arms}
     name = f"{status.candidate_label} {arms[CANDIDATE]['version']} − production {arms[PRODUCTION]['version']}"
-    counted = (f"{candidate.n} and {production.n} users, from {candidate.traces} and {production.traces} scored "
-               "traces")
+    counted = (f"{arms[CANDIDATE]['users']} and {arms[PRODUCTION]['users']} users, from "
+               f"{arms[CANDIDATE]['scored traces']} and {arms[PRODUCTION]['scored traces']} scored traces")
     if found.low is None:
         figures = f"not enough users yet ({counted}; each arm needs {MIN_PER_ARM} users with a scored trace)"
+    elif status.decided_at is not None:
+        figures = (f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}] when it was decided, "
+                   f"{as_utc(status.decided_at):%Y-%m-%d %H:%M} UTC ({1 - found.alpha:.0%} anytime-valid; a "
+                   f"decision stays made)")
+        if status.live is not None and status.live.low is not None:
+            figures += (f"; now {status.live.difference:+.3f} [{status.live.low:+.3f}, {status.live.high:+.3f}] "
+                        f"from {counted}")
     else:
         figures = (f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}] ({1 - found.alpha:.0%} "
                    f"anytime-valid: it may be read at any time; each user counts once, {counted})")
     if found.better:
-        outcome = f"{status.candidate_label} is better: the interval excludes 0. Promote it"
+        outcome = f"{status.candidate_label} is better: the interval excludes 0" + (". Promote it" if status.running
+                                                                                    else "")
     elif found.worse:
         outcome = (f"{status.candidate_label} is worse: the interval excludes 0"
-                   + (". The guard ends the split at the worker's next check" if status.running else ""))
+                   + (". The guard ends the split at the worker's next check" if status.running
+                      else ". The split was ended: every user gets production"))
     elif found.low is not None:
         outcome = "No difference shown yet: the interval includes 0"
     else:
@@ -194,10 +245,14 @@ def _words(status: AbStatus, production: ArmScores, candidate: ArmScores) -> str
     more = ""
     if status.running and not found.decided and status.needed is not None:
         days = f" ({_days(status.days)} at the current rate)" if status.days is not None else ""
-        more = (f" A true difference of {status.effect:.2f} would be found with 80% chance after about "
-                f"{status.needed:,} more users with a scored trace{days}.")
+        more = (f" A true difference of {status.effect:.2f} would be found with {POWER:.0%} chance after about "
+                f"{status.needed:,} more users with a scored trace{days}, if new users keep arriving at the rate of "
+                "the experiment so far.")
     elif status.running and not found.decided:
         more = f" A difference of {status.effect:.2f} is too small to find at this rate of new users."
+    if status.earlier:
+        more += (f" {status.earlier} earlier experiment{'s' if status.earlier != 1 else ''} tested this candidate "
+                 "version; each restart gives it a fresh 5% chance of a false verdict.")
     return f"{name}: {figures}." + (f" {outcome}." if outcome else "") + more
 
 
@@ -225,18 +280,23 @@ def guard_experiments(engine: Engine, now: datetime | None = None) -> list[str]:
             library = session.get(Library, experiment.library_id)
             task = session.get(Task, library.task_id)
             status = _status(session, task, library, experiment, EFFECT, now or utcnow())
-            if status.verdict.worse:
-                if _stop(session, library, experiment, status):
-                    done.append(f"stopped A/B experiment {experiment.id} of {task.name}: {status.words}")
-            elif status.verdict.better and experiment.decided is None:
-                if _decide(session, experiment, status):
+            if experiment.decided is None and status.verdict.decided:
+                if not _decide(session, experiment, status, now or utcnow()):
+                    continue
+                status = _status(session, task, library, experiment, EFFECT, now or utcnow())
+                if status.verdict.better:
                     done.append(f"A/B experiment {experiment.id} of {task.name} decided: {status.words}")
+            if status.verdict.worse and _stop(session, library, experiment, status, now or utcnow()):
+                done.append(f"stopped A/B experiment {experiment.id} of {task.name}: {status.words}")
     return done
 
 
-def _stop(session: Session, library: Library, experiment: AbExperiment, status: AbStatus) -> bool:
-    figures = status.as_dict()
-    if not end(session, experiment, f"stopped by the guard: {status.words}", GUARD, final=figures,
+def _stop(session: Session, library: Library, experiment: AbExperiment, status: AbStatus, now: datetime) -> bool:
+    """End the experiment and the split; what it says is said of the ended experiment."""
+    ended = replace(status, ended_at=now)
+    ended = replace(ended, words=_words(ended))
+    figures = ended.as_dict()
+    if not end(session, experiment, f"stopped by the guard: {ended.words}", GUARD, final=figures,
                action="ab.stopped"):
         return False
     before = {"label": library.ab_label, "share": library.ab_share}
@@ -245,22 +305,26 @@ def _stop(session: Session, library: Library, experiment: AbExperiment, status: 
     session.add(AuditEvent(actor=GUARD, action="library.ab_split", object_type="library", object_id=library.id,
                            before=before, after={"label": None, "share": None,
                                                  "reason": f"A/B experiment {experiment.id}: the candidate is worse"}))
-    raise_event(session, "ab.stopped", f"A/B split of {status.task} / {status.library} stopped: {status.words} "
-                "Every user gets production again.", _event_data(status))
+    raise_event(session, "ab.stopped", f"A/B split of {status.task} / {status.library} stopped: {ended.words}",
+                _event_data(ended))
     return True
 
 
-def _decide(session: Session, experiment: AbExperiment, status: AbStatus) -> bool:
-    figures = status.as_dict()
+def _decide(session: Session, experiment: AbExperiment, status: AbStatus, now: datetime) -> bool:
+    """Store the first decision (better or worse) once, with its figures and time; every reader shows it from then
+    on. A better candidate raises `ab.decided`; a worse one is stopped by the caller."""
+    figures = {**status.as_dict(), "decided_at": as_utc(now).isoformat()}
     marked = session.exec(update(AbExperiment).where(AbExperiment.id == experiment.id,
                                                      col(AbExperiment.decided).is_(None))
                           .values(decided=figures)).rowcount
     if marked != 1:
         return False
-    session.add(AuditEvent(actor=GUARD, action="ab.decided", object_type="abexperiment", object_id=experiment.id,
-                           after={"verdict": figures}))
-    raise_event(session, "ab.decided", f"A/B experiment of {status.task} / {status.library} decided: {status.words}",
-                _event_data(status))
+    session.refresh(experiment)
+    if status.verdict.better:  # a worse one's record is its stop's (`ab.stopped`, audited with the figures)
+        session.add(AuditEvent(actor=GUARD, action="ab.decided", object_type="abexperiment", object_id=experiment.id,
+                               after={"verdict": figures}))
+        raise_event(session, "ab.decided", f"A/B experiment of {status.task} / {status.library} decided: "
+                    f"{status.words}", _event_data(status))
     return True
 
 

@@ -18,6 +18,7 @@ from sqlmodel import Session, select
 
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
+from core.domain.sequential import MIN_SHARE
 from core.errors import InvalidInput, NotFound
 from core.records.library import versions
 from core.records.library.selection import selection_of
@@ -196,8 +197,10 @@ def set_ab_split(engine: Engine, task_name: str, library_name: str, label: str |
     """Serve `label`'s version to a `share` of users in place of production (None or share 0 ends the
     split); an admin's decision, as moving production is. Each change ends the running A/B experiment and starts the
     next one while the split is on (core/records/production/ab_experiments.py)."""
-    if label is not None and not 0 <= share < 1:
-        raise InvalidInput("the A/B share is a fraction from 0 up to (not including) 1")
+    if label is not None and share and not MIN_SHARE <= share <= 1 - MIN_SHARE:
+        raise InvalidInput(f"the A/B share is the fraction of users served the candidate, from {MIN_SHARE} to "
+                           f"{1 - MIN_SHARE} (0 ends the split): the verdict's error rate is measured over that "
+                           "range (bench/ab_peeking.py)")
     if label == PRODUCTION:
         raise InvalidInput("the A/B label is the candidate served beside production, not production itself")
     with session_scope(engine) as session:
