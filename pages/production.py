@@ -52,6 +52,7 @@ from ui.common import (
     allowed,
     context,
     engine,
+    plain,
     require_task,
     role_note,
     run_action,
@@ -355,8 +356,10 @@ def judge_section(task, rules: dict) -> None:
     st.caption(rules_words(rules))
     with Session(engine()) as session:
         summary = judge_summary(session, task.id)
-    if summary.calls or summary.scored or summary.unsure:
+    if summary.calls or summary.scored or summary.unsure or summary.retrying:
         st.caption(summary.words())
+    if summary.unavailable:
+        st.warning(plain(summary.unavailable))
     if reason := cannot_score(task):
         st.caption(f"The task's reward cannot score production traces: {reason}.")
 

@@ -68,6 +68,7 @@ class TraceJudgeStatus(StrEnum):
     JUDGING = "judging"  # claimed by a worker, its verdict not yet in
     SCORED = "scored"  # a sure verdict: the judge's score counts
     UNSURE = "unsure"  # the verdict waits for a person (its value only a suggestion)
+    RETRY = "retry"  # the call failed (provider error, timeout): tried again later, never sent to people for it
 
 
 class SignInOutcome(StrEnum):

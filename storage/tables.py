@@ -497,11 +497,17 @@ class Trace(SQLModel, table=True):
     sample_id: int | None = Field(default=None, foreign_key="sample.id")  # the train sample it was harvested into
     # the task's own reward scoring it in the worker (core/records/production/scoring.py): None (not considered
     # yet) | skipped (its rules did not choose it) | judging (claimed by judge_claim at judged_at) | scored | unsure
+    # | retry (its call failed)
     judge_status: str | None = Field(default=None, index=True)
     judge_score: float | None = None  # counts only when scored; an unsure one is the suggestion a person sees
     judge_detail: str | None = _text()
     judge_claim: str | None = None
     judged_at: datetime | None = None
+    # a failed judge call (provider error, timeout): status retry, tried again at judge_retry_at (back-off), never
+    # sent to people for it; judge_failed_at is the first failure of the current run of failures
+    judge_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    judge_retry_at: datetime | None = None
+    judge_failed_at: datetime | None = None
     # The A/B experiment running when it arrived (core/records/production/ab_experiments.py; no FK, like run_id: provenance), the
     # arm the studio serves its user there, and why it does not count in that experiment (None: it counts).
     ab_experiment_id: int | None = Field(default=None, index=True)

@@ -83,7 +83,7 @@ def test_a_reply_that_is_not_the_json_asked_for_is_an_unsure_verdict_without_a_v
 def test_a_provider_error_is_an_unsure_verdict_not_a_crash(engine, demo_task):
     error = litellm.BadRequestError("model not found", model="x", llm_provider="openai")
     verdict, _ = verdict_for(engine, error)
-    assert verdict.value is None and verdict.unsure and "judge call failed" in verdict.detail
+    assert verdict.value is None and verdict.unsure and verdict.failed and "judge call failed" in verdict.detail
 
 
 def test_a_judge_reply_rejects_what_is_not_a_score():

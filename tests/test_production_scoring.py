@@ -154,7 +154,7 @@ def test_the_worker_scores_between_jobs_and_a_split_scores_its_arms_traces_witho
     assert model.count(STAGE) == 2
     with Session(engine) as session:  # the experiment's verdict reads the judge's scores beside the user's thumbs
         experiment = open_experiment(session, library_id)
-        scores, _left_out = experiment_scores(session, experiment)
+        scores = experiment_scores(session, experiment).by_user
     assert ([s for user in scores[PRODUCTION].values() for s in user],
             sorted(s for user in scores[CANDIDATE].values() for s in user)) == ([1.0], [1.0, 1.0])
 
@@ -252,3 +252,34 @@ def test_a_claim_is_taken_over_only_from_a_worker_no_longer_alive(engine, judged
     orphaned, held = traces(engine)
     assert (orphaned.judge_status, orphaned.judge_claim) == ("scored", "w2")
     assert (held.judge_status, held.judge_claim) == ("judging", "alive-worker") and model.count(STAGE) == 1
+
+
+def test_a_failed_judge_call_is_retried_after_a_back_off_and_never_queued_for_a_person(engine, judged):
+    """Issue 60, item 4: a provider error was an unsure verdict with no value, label status `needed`, never judged
+    again; an outage sent every trace of it to people. Now it waits for a later pass and says the judge is down."""
+    import litellm
+
+    set_rules(engine, DEMO_TASK, {"judge_share": 1.0}, "cli")
+    post(engine, judged.id, 1)
+    down = litellm.ServiceUnavailableError("the provider is down", model="gpt-4o-mini", llm_provider="openai")
+    model, gateway = gateway_for(engine, [down, down, verdict(1)])
+    start = utcnow() + LATER
+    assert score_production(engine, "w1", gateway=gateway, now=start) == 1
+    [row] = traces(engine)
+    assert (row.judge_status, row.judge_attempts, row.label_status) == ("retry", 1, None)
+    assert trace_score(row) is None and "judge call failed" in row.judge_detail
+    with Session(engine) as session:
+        summary = judge_summary(session, row.task_id)
+    assert summary.retrying == 1 and summary.unsure == 0 and summary.unavailable.startswith("Judge unavailable since")
+    assert score_production(engine, "w1", gateway=gateway, now=start + timedelta(seconds=30)) == 0  # backing off
+    assert model.count(STAGE) == 1
+    assert score_production(engine, "w1", gateway=gateway, now=start + timedelta(seconds=61)) == 1
+    [row] = traces(engine)
+    assert (row.judge_status, row.judge_attempts, row.label_status) == ("retry", 2, None)
+    assert score_production(engine, "w1", gateway=gateway, now=start + timedelta(seconds=61 + 100)) == 0  # 120 s now
+    assert score_production(engine, "w1", gateway=gateway, now=start + timedelta(seconds=61 + 121)) == 1
+    [row] = traces(engine)
+    assert (row.judge_status, row.judge_score, row.judge_attempts, row.label_status) == ("scored", 1.0, 0, None)
+    assert model.count(STAGE) == 3
+    with Session(engine) as session:
+        assert judge_summary(session, row.task_id).unavailable is None

@@ -133,8 +133,10 @@ def cmd_traces(args: argparse.Namespace) -> int:
                                    if scorers[scorer]))
     with Session(engine) as session:
         judged = judge_summary(session, traces[0].task_id)
-    if judged.calls or judged.scored or judged.unsure:
+    if judged.calls or judged.scored or judged.unsure or judged.retrying:
         print(judged.words())
+    if judged.unavailable:
+        print(judged.unavailable)
     if lowest:
         print("\nlowest scored:")
         for trace in lowest:

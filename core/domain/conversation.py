@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.domain.fencing import encoded
 from core.domain.personas import Persona, Scenario
 from core.domain.prompts import (
     DEFAULT_WORDING,
@@ -80,6 +81,14 @@ def numbered_transcript(turns: Sequence[dict], max_chars: int | None = None) -> 
     return _joined([f"Turn {number}. {render_turn(turn)}" for number, turn in enumerate(turns, start=1)], max_chars)
 
 
+def fenced_transcript(turns: Sequence[dict], max_chars: int | None = None) -> str:
+    """The turns for a judge as one JSON object a line (`{"turn": N, "speaker": "User", "text": ...}`): a line
+    break or a forged `Turn 3. Agent:` inside a message stays inside that turn's string (core.domain.fencing).
+    Shortened past `max_chars` with the same marker as `transcript_text`."""
+    return _joined([encoded({"turn": number, "speaker": SPEAKERS[turn["role"]], "text": _turn_text(turn)})
+                    for number, turn in enumerate(turns, start=1)], max_chars)
+
+
 def _joined(blocks: list[str], max_chars: int | None) -> str:
     full = TURN_SEPARATOR.join(blocks)
     if max_chars is None or len(full) <= max_chars or not blocks:
@@ -89,8 +98,11 @@ def _joined(blocks: list[str], max_chars: int | None) -> str:
 
 def render_turn(turn: dict) -> str:
     """One turn as `User: ...` / `Agent: ...`; an empty closing message still shows that the user left."""
-    text = turn["text"] or ("(left the conversation)" if turn.get("ended") else "(empty message)")
-    return f"{SPEAKERS[turn['role']]}: {text}"
+    return f"{SPEAKERS[turn['role']]}: {_turn_text(turn)}"
+
+
+def _turn_text(turn: dict) -> str:
+    return turn["text"] or ("(left the conversation)" if turn.get("ended") else "(empty message)")
 
 
 def left_out_marker(turns: int, chars: int) -> str:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.domain.fencing import Fence
 from core.domain.library import EXAMPLE_MAX_WORDS, examples, lessons, render_for_learner
 from core.domain.library_io import to_prompt_block
 from core.domain.personas import Persona, Scenario
@@ -362,8 +363,9 @@ def scenario_text(persona: Persona, scenario: Scenario) -> str:
             + f"\nGoal of the conversation: {scenario.goal.strip()}")
 
 
-def rubric_messages(situation: str, criteria: Sequence, transcript: str) -> list[dict]:
-    """The judge scores a whole conversation on each rubric criterion (core.domain.rubric.Criterion), on its scale."""
+def rubric_messages(situation: str, criteria: Sequence, transcript: str, fence: Fence) -> list[dict]:
+    """The judge scores a whole conversation on each rubric criterion (core.domain.rubric.Criterion), on its scale;
+    the transcript (core.domain.conversation.fenced_transcript) is inside `fence`."""
     lines = []
     for criterion in criteria:
         scale = "0 (no) or 1 (yes)" if criterion.scale == "binary" else "1 (poor) to 5 (excellent)"
@@ -371,17 +373,20 @@ def rubric_messages(situation: str, criteria: Sequence, transcript: str) -> list
     system = ("You are a strict, fair grader of customer conversations. Score the agent (not the user) on every "
               "criterion, each on its own scale, from what the transcript shows. Reply with JSON only: "
               '{"criteria": {"<criterion name>": {"score": <integer>, "reason": "<one sentence>"}, ...}, '
-              '"unsure": <true|false>}. Set unsure to true when the transcript does not settle a score.')
-    user = (f"{situation}\n\nCriteria:\n" + "\n".join(lines) + f"\n\nTranscript:\n{transcript}")
+              '"unsure": <true|false>}. Set unsure to true when the transcript does not settle a score. '
+              + fence.rule)
+    user = (f"{situation}\n\nCriteria:\n" + "\n".join(lines)
+            + f"\n\nTranscript, one JSON object a turn:\n{fence.wrap(transcript)}")
     return _chat(system, user)
 
 
-def rule_messages(situation: str, question: str, transcript: str) -> list[dict]:
-    """The judge answers one rule's yes/no question about a conversation and names the turn."""
+def rule_messages(situation: str, question: str, transcript: str, fence: Fence) -> list[dict]:
+    """The judge answers one rule's yes/no question about a conversation (inside `fence`) and names the turn."""
     system = ("You check one rule about a conversation between an agent and a user. Answer the question from the "
               "transcript only: say true only if the transcript shows it, and quote the exact words that show it "
               "(asked whether the agent avoided something, say false only with a quote of the words that break "
               'it). Reply with JSON only: {"holds": <true|false>, "turn": <the number of the turn that '
               'shows it, or 0 if none>, "quote": "<the exact words from that turn, or empty>", '
               '"reason": "<one sentence>"}.')
-    return _chat(system, f"{situation}\n\nQuestion: {question.strip()}\n\nTranscript:\n{transcript}")
+    return _chat(system + " " + fence.rule, f"{situation}\n\nQuestion: {question.strip()}\n\nTranscript, one JSON "
+                 f"object a turn:\n{fence.wrap(transcript)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.engine import Engine
@@ -28,13 +29,23 @@ from core.settings import get_settings
 from storage.tables import Sample, Task, Trace
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A trace's verdict: value in [0, 1] or None, why, doubt, and whether the call failed (retried later)."""
+
+    value: float | None
+    detail: str
+    unsure: bool
+    failed: bool = False
 OPENING_CHARS = 2000  # the judge reads the turns; the scenario's opening only has to be a valid one
 PRODUCTION_USER = Persona(name="production user", segment="production",
                           description="A real user of the live agent; what they wanted is in their own turns.")
 
 
-async def verdict(gateway: Gateway, task: Task, trace: Trace) -> tuple[float | None, str, bool]:
-    """(value in [0, 1] or None, why, unsure) for one trace, by the task's reward as evaluation applies it."""
+async def verdict(gateway: Gateway, task: Task, trace: Trace) -> Found:
+    """The verdict on one trace, by the task's reward as evaluation applies it."""
     scope = Scope(trace_id=trace.id)
     if is_conversation(task):
         sent = trace.turns or [{"role": "user", "text": trace.input}, {"role": "agent", "text": trace.output or ""}]
@@ -42,15 +53,15 @@ async def verdict(gateway: Gateway, task: Task, trace: Trace) -> tuple[float | N
         scenario = Scenario(persona=PRODUCTION_USER.name, opening=trace.input[:OPENING_CHARS],
                             goal="Help the user with what they asked, as the agent's instructions say.")
         found = await judge_conversation(gateway, task, PRODUCTION_USER, scenario, turns, scope=scope, stage=STAGE)
-        return found.value, found.detail, found.unsure
+        return Found(found.value, found.detail, found.unsure, found.failed)
     method = METHODS[task.reward_method]
     if method.uses_judge:
         sample = Sample(task_id=task.id, external_id=f"trace-{trace.id}", query=trace.input)
         found = await judge_response(gateway, task, sample, trace_output(trace), scope=scope, stage=STAGE)
-        return found.value, found.detail, found.unsure
+        return Found(found.value, found.detail, found.unsure, found.failed)
     reward = await asyncio.to_thread(score_or_error, task.reward_method, trace_output(trace), None,
                                      task.reward_settings)
-    return (None, reward.detail, True) if reward.source == "error" else (reward.value, reward.detail, False)
+    return Found(None, reward.detail, True) if reward.source == "error" else Found(reward.value, reward.detail, False)
 
 
 async def _score_one(engine: Engine, gateway: Gateway, owner: str, trace_id: int, now: datetime | None) -> bool:
@@ -61,10 +72,11 @@ async def _score_one(engine: Engine, gateway: Gateway, owner: str, trace_id: int
         task = session.get(Task, trace.task_id)
         session.expunge_all()
     try:
-        value, detail, unsure = await verdict(gateway, task, trace)
+        found = await verdict(gateway, task, trace)
     except Exception as exc:  # noqa: BLE001  (a trace the reward cannot read goes to a person, not round again)
-        value, detail, unsure = None, f"could not be scored: {type(exc).__name__}: {exc}", True
-    return store_verdict(engine, trace_id, owner, value, detail, unsure)
+        found = Found(None, f"could not be scored: {type(exc).__name__}: {exc}", True)
+    return store_verdict(engine, trace_id, owner, found.value, found.detail, found.unsure, failed=found.failed,
+                         now=now)
 
 
 def score_production(engine: Engine, owner: str, *, gateway: Gateway | None = None, now: datetime | None = None,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.domain import scoring
-from core.domain.conversation import numbered_transcript
+from core.domain.conversation import fenced_transcript
+from core.domain.fencing import Fence
 from core.domain.personas import Persona, Scenario
 from core.domain.prompts import rubric_messages, rule_messages, scenario_text
 from core.domain.rewards import RubricSettings, parsed_settings
@@ -51,6 +52,7 @@ class ConversationVerdict:
     detail: str
     unsure: bool
     scores: dict = field(default_factory=dict)
+    failed: bool = False  # the call itself failed (provider error, timeout): no verdict; production retries it
 
 
 def rubric_settings(task: Task) -> RubricSettings:
@@ -89,22 +91,23 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
     the ledger (`production_judge` for a production conversation)."""
     settings = rubric_settings(task)
     situation = scenario_text(persona, scenario)
-    transcript = numbered_transcript(turns, settings.transcript_chars)
+    transcript = fenced_transcript(turns, settings.transcript_chars)
     rules = [*settings.rules, *scenario_rules(scenario)]
     try:
         results = await asyncio.to_thread(check_rules, turns, rules, isolated_match)
         results = [await _ask(gateway, task, result, situation, transcript, turns, scope, sample_index, stage)
                    if result.needs_judge else result for result in results]
         reply, _call = await gateway.complete_json(
-            stage=stage, model=task.judge_model, messages=rubric_messages(situation, settings.rubric, transcript),
+            stage=stage, model=task.judge_model, messages=rubric_messages(situation, settings.rubric, transcript, Fence()),
             reply=RubricReply, context=verdict_context(settings.rubric), schema=verdict_schema(settings.rubric),
             scope=scope, max_tokens=200 + 120 * len(settings.rubric), sample_index=sample_index)
     except InvalidInput as exc:
         return ConversationVerdict(0.0, f"rules not checkable: {exc}"[:300], unsure=False)
     except StructuredOutputError as exc:
         return ConversationVerdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)
-    except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run; a person decides)
-        return ConversationVerdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True)
+    except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run)
+        return ConversationVerdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True,
+                                   failed=True)
     outcome = final_reward(reply.scores(), settings.rubric, results)
     doubt = " (judge unsure)" if reply.unsure else ""
     reasons = "; ".join(f"{name}: {verdict.reason}" for name, verdict in reply.criteria.items() if verdict.reason)
@@ -119,7 +122,7 @@ async def _ask(gateway: Gateway, task: Task, result: RuleResult, situation: str,
     broken only when the judge quotes words that are really in the conversation (core.domain.rubric.quote_found)."""
     rule = result.rule
     reply, _call = await gateway.complete_json(
-        stage=stage, model=task.judge_model, messages=rule_messages(situation, rule.question or "", transcript),
+        stage=stage, model=task.judge_model, messages=rule_messages(situation, rule.question or "", transcript, Fence()),
         reply=RuleReply, scope=scope, max_tokens=250, sample_index=sample_index)
     turn = reply.turn - 1 if 1 <= reply.turn <= len(turns) else None
     reason = reply.reason or "the judge gave no reason"

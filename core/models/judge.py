@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core.domain.fencing import Fence
 from core.domain.replies import JudgeReply
 from core.domain.rubric import SCALES
 from core.errors import InvalidInput, StructuredOutputError
@@ -39,6 +40,7 @@ class Verdict:
     value: float | None
     detail: str
     unsure: bool
+    failed: bool = False  # the call itself failed (provider error, timeout): no verdict; production retries it
 
 
 def scale_of(task: Task) -> str:
@@ -91,7 +93,11 @@ def anchors(task: Task, sample: Sample) -> dict[int, str]:
     return {**GENERIC_ANCHORS[scale], **parse_anchors(criteria_text(task, sample), scale)}
 
 
-def judge_messages(query: str, criteria: str, reference: str | None, response: str, scale: str) -> list[dict]:
+def judge_messages(query: str, criteria: str, reference: str | None, response: str, scale: str,
+                   fence: Fence | None = None) -> list[dict]:
+    """The grader's prompt: the criteria and the reference (the task's own words) as prompt text; the query and the
+    answer, written by users and the agent, JSON-encoded inside a fence (core.domain.fencing)."""
+    fence = fence or Fence()
     low, high = SCALES[scale]
     meaning = ("1 if the answer meets the criteria, 0 if it does not" if scale == "binary"
                else "1 (fails the criteria) to 5 (meets every criterion fully)")
@@ -99,12 +105,12 @@ def judge_messages(query: str, criteria: str, reference: str | None, response: s
         "You are a strict, fair grader. Judge the answer only against the criteria; do not reward length "
         "or politeness the criteria do not ask for. Reply with JSON only: "
         f'{{"reason": "<one or two sentences>", "score": <integer {low}-{high}>, "confident": <true|false>}}. '
-        f"The score is {meaning}. Set confident to false when the criteria do not settle the case."
+        f"The score is {meaning}. Set confident to false when the criteria do not settle the case. {fence.rule}"
     )
-    user = f"Query:\n{query}\n\nCriteria:\n{criteria}\n\n"
+    user = f"Criteria:\n{criteria}\n\n"
     if reference:
         user += f"Reference answer:\n{reference}\n\n"
-    user += f"Answer to judge:\n{response}"
+    user += f"The query and the answer to judge:\n{fence.fields(query=query, answer_to_judge=response)}"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -120,8 +126,8 @@ async def judge_response(gateway: Gateway, task: Task, sample: Sample, response:
             context={"score_range": SCALES[scale]}, scope=scope, max_tokens=300, sample_index=sample_index)
     except StructuredOutputError as exc:
         return Verdict(None, f"judge reply unusable: {exc}"[:300], unsure=True)
-    except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run; a person decides)
-        return Verdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True)
+    except Exception as exc:  # noqa: BLE001  (a provider error must not stop the run)
+        return Verdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True, failed=True)
     low, high = SCALES[scale]
     doubt = "" if reply.confident else " (judge unsure)"
     return Verdict(to_value(reply.score, scale), f"judge {reply.score}/{high}{doubt}: {reply.reason}",

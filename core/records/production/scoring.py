@@ -11,7 +11,10 @@ Each trace is scored at most once: a pass claims it with one conditional UPDATE 
 this time), and its verdict lands only while that claim holds; only the claim of a worker no longer alive (its
 heartbeat older than the stall window) is taken over, and a call it finished comes back from the ledger's cache.
 A sure verdict becomes the trace's judge score (`scored`); an unsure one, or one without a value, waits for a
-person as the labelling rules' traces do (`unsure`, label status `needed`), its value only a suggestion. A trace's score is a person's label
+person as the labelling rules' traces do (`unsure`, label status `needed`), its value only a suggestion. A call that
+failed (a provider error, a timeout, a refused connection) is no verdict and no doubt: the trace is tried again after
+a back-off (`retry`, RETRY_FIRST_S doubling up to RETRY_MAX_S, each failure counted) and never sent to people for
+it, so an outage does not flood their queue; the page says "judge unavailable since ..." while calls fail. A trace's score is a person's label
 first, then what its user sent, then the judge's (core.records.production.scores.trace_score); `score_source` names which.
 """
 
@@ -39,6 +42,13 @@ STAGE = "production_judge"  # the ledger's stage of these calls
 SETTLE_S = 60.0
 PASS_LIMIT = 20  # traces one pass scores at most, so queued runs and evaluations do not wait long
 SOURCES = {"person": "a person's label", "user": "what the user sent", "judge": "the task's judge"}
+RETRY_FIRST_S = 60.0  # the wait after a trace's first failed judge call; doubled after each further one
+RETRY_MAX_S = 3600.0
+
+
+def retry_after(attempts: int) -> float:
+    """Seconds before the next judge call of a trace whose last `attempts` calls failed."""
+    return min(RETRY_FIRST_S * 2 ** max(attempts - 1, 0), RETRY_MAX_S)
 
 
 
@@ -127,6 +137,9 @@ def due_traces(engine: Engine, now: datetime | None = None, limit: int = PASS_LI
                              .values(judge_status=TraceJudgeStatus.SKIPPED))
             if len(due) >= limit:
                 break
+        if len(due) < limit:  # a failed call whose back-off is over (its task still judging), oldest first
+            due += list(session.exec(select(Trace.id).where(_retry_due(now), col(Trace.task_id).in_(
+                [task.id for task in tasks])).order_by(Trace.judge_retry_at).limit(limit - len(due))))
         if len(due) < limit:  # a claim whose worker died mid-call: taken over, the call back from the cache
             due += list(session.exec(select(Trace.id).where(_orphaned(session, now))
                                      .order_by(Trace.id).limit(limit - len(due))))
@@ -140,6 +153,11 @@ def _orphaned(session: Session, now: datetime):
     return ((col(Trace.judge_status) == TraceJudgeStatus.JUDGING)
             & (col(Trace.judged_at).is_(None) | (Trace.judged_at < now - timedelta(seconds=stall_after())))
             & (col(Trace.judge_claim).is_(None) | col(Trace.judge_claim).not_in(alive)))
+
+
+def _retry_due(now: datetime):
+    return ((col(Trace.judge_status) == TraceJudgeStatus.RETRY) & col(Trace.label_value).is_(None)
+            & (Trace.judge_retry_at <= now))
 
 
 def _since(rules: dict) -> datetime | None:
@@ -159,20 +177,32 @@ def claim(engine: Engine, trace_id: int, owner: str, now: datetime | None = None
     now = as_utc(now or utcnow())
     with holding(None), session_scope(engine) as session:
         result = session.exec(update(Trace).where(Trace.id == trace_id, col(Trace.label_value).is_(None),
-                                                  or_(col(Trace.judge_status).is_(None), _orphaned(session, now)))
+                                                  or_(col(Trace.judge_status).is_(None), _retry_due(now),
+                                                      _orphaned(session, now)))
                               .values(judge_status=TraceJudgeStatus.JUDGING, judge_claim=owner, judged_at=now))
         return result.rowcount == 1
 
 
-def store_verdict(engine: Engine, trace_id: int, owner: str, value: float | None, detail: str, unsure: bool) -> bool:
+def store_verdict(engine: Engine, trace_id: int, owner: str, value: float | None, detail: str, unsure: bool, *,
+                  failed: bool = False, now: datetime | None = None) -> bool:
     """The verdict of the claimed trace, only while this worker's claim holds; True when it landed. An unsure
-    verdict (or none) puts the trace in the people's queue, unless a person labelled it meanwhile."""
+    verdict (or none) puts the trace in the people's queue, unless a person labelled it meanwhile; a `failed` call
+    puts it back for a later pass, after a back-off, and leaves the people's queue alone."""
     doubt = unsure or value is None
+    now = as_utc(now or utcnow())
     with holding(None), session_scope(engine) as session:
         trace = session.exec(select(Trace).where(Trace.id == trace_id, Trace.judge_claim == owner,
                                                  Trace.judge_status == TraceJudgeStatus.JUDGING)).first()
         if trace is None:
             return False
+        if failed:
+            trace.judge_status, trace.judge_detail = TraceJudgeStatus.RETRY, detail[:2000]
+            trace.judge_attempts += 1
+            trace.judge_failed_at = trace.judge_failed_at or now
+            trace.judge_retry_at = now + timedelta(seconds=retry_after(trace.judge_attempts))
+            session.add(trace)
+            return True
+        trace.judge_attempts, trace.judge_retry_at, trace.judge_failed_at = 0, None, None
         trace.judge_status = TraceJudgeStatus.UNSURE if doubt else TraceJudgeStatus.SCORED
         trace.judge_score, trace.judge_detail, trace.judged_at = value, detail[:2000], utcnow()
         if doubt and trace.label_status != LabelStatus.DONE:
@@ -197,10 +227,23 @@ class JudgeSummary:
     waiting: int
     calls: int
     cost: float
+    retrying: int = 0  # traces whose last judge call failed, waiting for their next try
+    failing_since: datetime | None = None  # the oldest of their failures still unresolved
+    last_failure: str = ""
+
+    @property
+    def unavailable(self) -> str | None:
+        """"judge unavailable since ..." while calls fail, else None."""
+        if not self.retrying:
+            return None
+        since = f"{as_utc(self.failing_since):%Y-%m-%d %H:%M} UTC" if self.failing_since else "a moment ago"
+        return (f"Judge unavailable since {since}: {self.retrying} trace(s) wait for their next try (back-off up to "
+                f"{RETRY_MAX_S / 60:.0f} min); none is sent to people for it. Last failure: {self.last_failure}")
 
     def words(self) -> str:
         return (f"The task's judge scored {self.scored} trace(s); {self.unsure} unsure verdict(s) went to people"
                 + (f"; {self.waiting} being scored" if self.waiting else "")
+                + (f"; {self.retrying} wait for a retry after a failed call" if self.retrying else "")
                 + f". {self.calls} judge call(s) in the ledger (stage {STAGE}), ${self.cost:.4f}.")
 
 
@@ -210,8 +253,14 @@ def judge_summary(session: Session, task_id: int) -> JudgeSummary:
     calls, cost = session.exec(select(func.count(), func.coalesce(func.sum(LLMCall.cost), 0.0))
                                .join(Trace, Trace.id == LLMCall.trace_id)
                                .where(Trace.task_id == task_id, LLMCall.stage == STAGE)).one()
+    failing = session.exec(select(func.min(Trace.judge_failed_at)).where(
+        Trace.task_id == task_id, Trace.judge_status == TraceJudgeStatus.RETRY)).one()
+    last = session.exec(select(Trace.judge_detail).where(Trace.task_id == task_id,
+                                                         Trace.judge_status == TraceJudgeStatus.RETRY)
+                        .order_by(col(Trace.judge_failed_at).desc()).limit(1)).first()
     return JudgeSummary(counts.get(TraceJudgeStatus.SCORED, 0), counts.get(TraceJudgeStatus.UNSURE, 0),
-                        counts.get(TraceJudgeStatus.JUDGING, 0), int(calls), float(cost))
+                        counts.get(TraceJudgeStatus.JUDGING, 0), int(calls), float(cost),
+                        counts.get(TraceJudgeStatus.RETRY, 0), failing, (last or "")[:300])
 
 
 def rules_words(rules: dict) -> str:

@@ -1,0 +1,41 @@
+"""a failed production judge call is retried, not sent to people (issue 60, item 4)
+
+trace.judge_attempts: failed judge calls since the last verdict; trace.judge_retry_at: when the next is due (back-off);
+trace.judge_failed_at: the first failure of the current run of failures, for "judge unavailable since ...". A trace
+whose call failed has judge_status 'retry'. Traces that an outage already sent to people (judge_status 'unsure'
+with no value and a detail that says the call failed) go back to the judge, and their label status back to none
+unless a person labelled them.
+
+Revision ID: 0024
+Revises: 0023
+Create Date: 2026-12-02 03:30:00.000000
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0024'
+down_revision = '0023'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('trace', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('judge_attempts', sa.Integer(), nullable=False, server_default='0'))
+        batch_op.add_column(sa.Column('judge_retry_at', sa.DateTime(), nullable=True))
+        batch_op.add_column(sa.Column('judge_failed_at', sa.DateTime(), nullable=True))
+    op.execute(sa.text(
+        "UPDATE trace SET judge_status = 'retry', judge_attempts = 1, judge_retry_at = judged_at, "
+        "judge_failed_at = judged_at, label_status = CASE WHEN label_status = 'done' THEN label_status ELSE NULL END "
+        "WHERE judge_status = 'unsure' AND judge_score IS NULL AND label_value IS NULL "
+        "AND judge_detail LIKE 'judge call failed:%'"))
+
+
+def downgrade() -> None:
+    op.execute(sa.text("UPDATE trace SET judge_status = 'unsure', label_status = 'needed' "
+                       "WHERE judge_status = 'retry'"))
+    with op.batch_alter_table('trace', schema=None) as batch_op:
+        batch_op.drop_column('judge_failed_at')
+        batch_op.drop_column('judge_retry_at')
+        batch_op.drop_column('judge_attempts')
