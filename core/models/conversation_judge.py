@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from core.domain import scoring
 from core.domain.conversation import fenced_transcript
-from core.domain.fencing import Fence
+from core.domain.fencing import Fence, addressed_note, without_grader_text
 from core.domain.personas import Persona, Scenario
 from core.domain.prompts import rubric_messages, rule_messages, scenario_text
 from core.domain.rewards import RubricSettings, parsed_settings
@@ -91,7 +91,11 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
     the ledger (`production_judge` for a production conversation)."""
     settings = rubric_settings(task)
     situation = scenario_text(persona, scenario)
-    transcript = fenced_transcript(turns, settings.transcript_chars)
+    shown = [{**turn, "text": without_grader_text(turn["text"] or "")[0]} if turn["role"] == "assistant" else turn
+             for turn in turns]
+    addressed = [part for turn in turns if turn["role"] == "assistant"
+                 for part in without_grader_text(turn["text"] or "")[1]]
+    transcript = fenced_transcript(shown, settings.transcript_chars)
     rules = [*settings.rules, *scenario_rules(scenario)]
     try:
         results = await asyncio.to_thread(check_rules, turns, rules, isolated_match)
@@ -111,8 +115,9 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
     outcome = final_reward(reply.scores(), settings.rubric, results)
     doubt = " (judge unsure)" if reply.unsure else ""
     reasons = "; ".join(f"{name}: {verdict.reason}" for name, verdict in reply.criteria.items() if verdict.reason)
-    detail = f"{outcome.reason}{doubt}" + (f" | {reasons}" if reasons else "")
-    return ConversationVerdict(outcome.reward, detail[:2000], unsure=reply.unsure,
+    detail = (f"{addressed_note(addressed)}; " if addressed else "") + f"{outcome.reason}{doubt}" + (
+        f" | {reasons}" if reasons else "")
+    return ConversationVerdict(outcome.reward, detail[:2000], unsure=reply.unsure or bool(addressed),
                                scores=scores_record(outcome.criteria, results))
 
 

@@ -2,7 +2,9 @@
 
 The criteria are the task's `criteria` setting plus the sample's own rubric. The scale is `binary`
 (0 or 1) or `1-5` (mapped to 0, 0.25, ..., 1). The judge also says whether it is confident; in the
-spot-check method an unsure verdict always goes to a person. A reply that is not the JSON asked
+spot-check method an unsure verdict always goes to a person. The answer reaches the judge fenced, and any of its
+text addressed to the grader is taken out first and makes the verdict unsure (core/domain/fencing.py). A reply
+that is not the JSON asked
 for is never a crash: it becomes an unsure verdict without a value, with the raw reply's problem
 as the reason.
 """
@@ -13,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.domain.fencing import Fence
+from core.domain.fencing import Fence, addressed_note, without_grader_text
 from core.domain.replies import JudgeReply
 from core.domain.rubric import SCALES
 from core.errors import InvalidInput, StructuredOutputError
@@ -119,7 +121,8 @@ async def judge_response(gateway: Gateway, task: Task, sample: Sample, response:
     """Ask the task's judge model for a verdict on one response; `stage` names the call in the ledger (a
     production trace's is `production_judge`, so its cost shows apart from training's)."""
     scale = scale_of(task)
-    messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, response, scale)
+    shown, addressed = without_grader_text(response)
+    messages = judge_messages(sample.query, criteria_text(task, sample), sample.reference, shown, scale)
     try:
         reply, _call = await gateway.complete_json(
             stage=stage, model=task.judge_model, messages=messages, reply=JudgeReply,
@@ -130,5 +133,7 @@ async def judge_response(gateway: Gateway, task: Task, sample: Sample, response:
         return Verdict(None, f"judge call failed: {type(exc).__name__}: {exc}"[:300], unsure=True, failed=True)
     low, high = SCALES[scale]
     doubt = "" if reply.confident else " (judge unsure)"
-    return Verdict(to_value(reply.score, scale), f"judge {reply.score}/{high}{doubt}: {reply.reason}",
-                   unsure=not reply.confident)
+    detail = f"judge {reply.score}/{high}{doubt}: {reply.reason}"
+    if addressed:
+        detail = f"{addressed_note(addressed)}; {detail}"
+    return Verdict(to_value(reply.score, scale), detail, unsure=not reply.confident or bool(addressed))
