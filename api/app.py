@@ -22,11 +22,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import core.records.subscribers  # noqa: F401  (a label moved here is heard: core/records/subscribers.py)
 from api.otlp import read_capped, register_otlp
-from core.errors import BatchRefused, InvalidInput, QuotaExceeded, StudioError
-from core.records.evaluation.figures import read_evaluation_report
-from core.records.keys.api_keys import KeyUse, check_key
+from core.errors import BatchRefused, InvalidInput, OutsideTask, QuotaExceeded, StudioError
+from core.records.keys.api_keys import KeyUse, audit_outside_task, check_key
 from core.records.keys.limits import take_request
-from core.records.production.serving import served_library, served_selection
+from core.records.production.serving import served_evaluation, served_library, served_selection
 from core.records.production.traces import (
     MAX_BATCH,
     TraceUpdate,
@@ -86,7 +85,9 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                               "`python -m core apikey create`).")
 
     @app.exception_handler(StudioError)
-    async def studio_error(_request: Request, exc: StudioError) -> JSONResponse:
+    async def studio_error(request: Request, exc: StudioError) -> JSONResponse:
+        if isinstance(exc, OutsideTask):  # a bound key asked for another task: the Audit page shows it
+            audit_outside_task(get_engine(), exc, f"{request.method} {request.url.path}")
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         if isinstance(exc, TooMany | QuotaExceeded):
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
@@ -150,9 +151,9 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                                                       "it (#12 is version=12), or latest, instead of a label"),
                 user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                 if_none_match: str | None = Header(None),
-                _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
+                key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
         with Session(get_engine()) as session:
-            served = served_library(session, task, library, label=label, version=version, user_id=user)
+            served = served_library(session, task, library, label=label, version=version, user_id=user, key=key)
         headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:
             return Response(status_code=304, headers=headers)
@@ -166,23 +167,23 @@ def create_app(engine: Engine | Callable[[], Engine], *, max_body_bytes: int = 2
                                                       "it (#12 is version=12), or latest, instead of a label"),
                user: str | None = Query(None, description="a stable user id: picks the A/B arm, if any"),
                if_none_match: str | None = Header(None),
-               _key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
+               key: KeyUse = Depends(caller("read", "fetching a library"))) -> Response:
         """The entries the library's selection shows for `query` (all of them under `all`, the k most similar
         under `top_k`): the same choice the studio's training and evaluation rollouts of that query were shown."""
         with Session(get_engine()) as session:
             served = served_selection(session, task, library, query=query, label=label, version=version,
-                                      user_id=user)
+                                      user_id=user, key=key)
         headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
         if if_none_match and served.etag in [tag.strip() for tag in if_none_match.split(",")]:
             return Response(status_code=304, headers=headers)
         return JSONResponse(served.as_dict(), headers=headers)
 
     @app.get("/v1/evaluations/{evaluation_id}")
-    def evaluation(evaluation_id: int, _key: KeyUse = Depends(caller("read", "reading an evaluation"))) -> dict:
+    def evaluation(evaluation_id: int, key: KeyUse = Depends(caller("read", "reading an evaluation"))) -> dict:
         """An evaluation's status and figures (core.records.evaluation.figures.evaluation_report): Mean@k, Pass@k
         and their intervals are null where no rollout was answered or the evaluation is not finished; `answered`
         and `errors` say what the figures count."""
-        return read_evaluation_report(get_engine(), evaluation_id)
+        return served_evaluation(get_engine(), evaluation_id, key)
 
     @app.post("/v1/traces", openapi_extra={"requestBody": {"content": {"application/json": {"schema": {
         "type": "object", "required": ["traces"],

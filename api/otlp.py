@@ -23,8 +23,8 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from core.domain.otlp_spans import JSON, PROTOBUF, decode_spans, media_type, parse_request
-from core.errors import BodyTooLarge, MalformedBody, UnsupportedMedia
-from core.records.keys.api_keys import KeyUse
+from core.errors import BodyTooLarge, MalformedBody, OutsideTask, UnsupportedMedia
+from core.records.keys.api_keys import KeyUse, audit_outside_task
 from core.records.production.ingest import Ingested
 from core.records.production.otlp import ingest_spans
 
@@ -101,4 +101,7 @@ def register_otlp(app: FastAPI, get_engine: Callable[[], Engine], caller: Callab
         def take() -> Ingested:
             return ingest_spans(get_engine(), decode_spans(parse_request(body, kind)), key)
 
-        return export_response(await run_in_threadpool(take), kind)
+        result = await run_in_threadpool(take)
+        if isinstance(result.outside_task, OutsideTask):  # spans refused for naming another task: audited as one
+            audit_outside_task(get_engine(), result.outside_task, f"{request.method} {request.url.path}")
+        return export_response(result, kind)

@@ -92,6 +92,14 @@ class PermissionDenied(StudioError, PermissionError):
     http_status = 403
 
 
+class OutsideTask(PermissionDenied):
+    """An API key bound to one task asked to read or write another's: refused, and audited for that key."""
+
+    def __init__(self, message: str, key_id: int, key_name: str) -> None:
+        super().__init__(message)
+        self.key_id, self.key_name = key_id, key_name
+
+
 class QuotaExceeded(StudioError, PermissionError):
     """A key has stored all it may today (TFGRPO_INGEST_KEY_DAILY_BYTES); `retry_after` is the seconds to the
     next UTC day, when its allowance starts again."""

@@ -21,7 +21,13 @@ from core.records.library.versions import PRODUCTION
 from core.records.production.otlp import map_service, other_spans, service_map, span_detail
 from core.records.production.otlp_held import UNREADABLE, held_services, held_spans
 from core.records.production.scores import score_source, thumbs_word, trace_score
-from core.records.production.scoring import SOURCES, cannot_score, judge_summary, rules_words
+from core.records.production.scoring import (
+    SOURCES,
+    cannot_score,
+    judge_suggestion_shown,
+    judge_summary,
+    rules_words,
+)
 from core.records.production.trace_views import (
     LOWEST,
     PAGE_SIZE,
@@ -146,10 +152,13 @@ def sent_feedback(trace) -> None:
     if trace.comment:
         st.caption(f"Comment the agent sent (thumbs {thumbs_word(trace) or '-'})")
         show_long(trace.comment, f"production_label_comment_{trace.id}")
-    if trace.judge_status == TraceJudgeStatus.UNSURE:
+    if judge_suggestion_shown(trace):
         suggestion = "-" if trace.judge_score is None else f"{trace.judge_score:.2f}"
         st.caption(f"The task's judge was unsure (its suggestion {suggestion}); its reason:")
         show_long(trace.judge_detail or "", f"production_label_judge_{trace.id}")
+    elif trace.judge_status == TraceJudgeStatus.UNSURE:
+        st.caption("The task's judge was unsure; its suggestion is not shown on a trace of an A/B experiment, so "
+                   "your label is your own.")
 
 
 def traces_page(pages: int) -> int:

@@ -115,7 +115,7 @@ def test_a_bound_key_cannot_write_into_another_task(engine, production):
     response = client.post(ROUTE, content=request.SerializeToString(), headers=PROTOBUF)
     partial = answer(response).partial_success
     assert response.status_code == 200 and partial.rejected_spans == 1
-    assert f"writes only to task {DEMO_TASK!r}" in partial.error_message
+    assert f"writes only in task {DEMO_TASK!r}" in partial.error_message
     unnamed = sdk_request(lambda tracer: chat_span(tracer, "no task named"), resource={"service.name": "unmapped"})
     assert client.post(ROUTE, content=unnamed.SerializeToString(), headers=PROTOBUF).status_code == 200
     rows = stored(engine)
@@ -124,9 +124,9 @@ def test_a_bound_key_cannot_write_into_another_task(engine, production):
         assert {session.get(Task, row.task_id).name for row in rows} == {DEMO_TASK}
     refused = client.post("/v1/traces", json={"traces": [{"id": "t-1", "task": other, "label": "production",
                                                             "input": "x", "output": "y"}]})
-    assert refused.status_code == 422 and f"writes only to task {DEMO_TASK!r}" in json.dumps(refused.json())
+    assert refused.status_code == 403 and f"writes only in task {DEMO_TASK!r}" in json.dumps(refused.json())
     assert len(stored(engine)) == 2
-    assert client.patch("/v1/traces/t-0", json={"task": other, "score": 0.1}).status_code == 422
+    assert client.patch("/v1/traces/t-0", json={"task": other, "score": 0.1}).status_code == 403
 
 
 def test_a_bound_key_reads_no_other_tasks_trace(engine, production):
@@ -142,7 +142,7 @@ def test_a_bound_key_reads_no_other_tasks_trace(engine, production):
     assert anywhere.get("/v1/traces/t-9", params={"task": DEMO_TASK}).json()["score"] == 0.7
     elsewhere = keyed(engine, task=other)
     refused = elsewhere.get("/v1/traces/t-9", params={"task": DEMO_TASK})
-    assert refused.status_code == 422 and f"writes only to task {other!r}" in refused.text
+    assert refused.status_code == 403 and f"reads only in task {other!r}" in refused.text
     assert "0.7" not in refused.text
     assert keyed(engine, task=DEMO_TASK).get("/v1/traces/t-9", params={"task": DEMO_TASK}).json()["score"] == 0.7
 

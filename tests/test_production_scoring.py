@@ -283,3 +283,17 @@ def test_a_failed_judge_call_is_retried_after_a_back_off_and_never_queued_for_a_
     assert model.count(STAGE) == 3
     with Session(engine) as session:
         assert judge_summary(session, row.task_id).unavailable is None
+
+
+def test_a_labeller_of_an_ab_trace_does_not_see_the_judges_suggestion_first():
+    """An A/B trace's label is the experiment's evidence: the unsure judge's figure shown first would anchor it."""
+    from core.records.production.scoring import judge_suggestion_shown
+
+    plain = Trace(task_id=1, client_id="a", input="q", judge_status="unsure", judge_score=1.0)
+    counted = Trace(task_id=1, client_id="b", input="q", judge_status="unsure", judge_score=1.0, ab_experiment_id=1,
+                    ab_arm=CANDIDATE)
+    left_out = Trace(task_id=1, client_id="c", input="q", judge_status="unsure", ab_experiment_id=1, ab_arm=CANDIDATE,
+                     ab_excluded="before the experiment started")
+    assert judge_suggestion_shown(plain) and judge_suggestion_shown(left_out)
+    assert not judge_suggestion_shown(counted)
+    assert not judge_suggestion_shown(Trace(task_id=1, client_id="d", input="q", judge_status="scored"))

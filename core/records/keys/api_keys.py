@@ -11,7 +11,10 @@ when they are switched off (API_ROLE_NEEDS: a read key needs a labeller, an inge
 
 An ingest key is bound when it is made: to a task (and a library), where every trace and span it sends is
 stored whatever it names (a span naming another task is refused), or, only when the admin says so, to any
-task (`any_task`: the trace or span, or the service map, decides). A key is never both, and never neither.
+task (`any_task`: the trace or span, or the service map, decides). A key is never both, and never neither. A read
+key may be bound to a task too; unbound, it reads every task. A bound key reads only its task, as it writes only
+there (`key_scope`, `within_key_task`), and every refusal of a bound key is audited, one row a minute per key
+(`audit_outside_task`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from core.domain.roles import API_ROLE_NEEDS, API_ROLES
-from core.errors import InvalidInput, NotFound, PermissionDenied, Unauthorized
+from core.errors import InvalidInput, NotFound, OutsideTask, PermissionDenied, Unauthorized
 from core.records.keys.limits import API_ACTOR, audit_refusal
 from core.records.people.roles import RANK as PERSON_RANK
 from core.records.people.roles import require_role, role_of
@@ -76,9 +79,9 @@ def create_key(engine: Engine, name: str, role: str, actor: str, person: str | N
     if role == "ingest" and (task is None) == (not any_task):
         raise InvalidInput("an ingest key is bound to a task (--task) or, by an admin's choice, to any task "
                            "(--any-task): name one of the two; nothing was created")
-    if role != "ingest" and (task or library or any_task):
-        raise InvalidInput("only an ingest key is bound to a task (a binding says where a key writes); nothing "
-                           "was created")
+    if role != "ingest" and any_task:
+        raise InvalidInput("a read key reads every task unless it is bound to one (--task); --any-task is for "
+                           "ingest keys; nothing was created")
     if library and not task:
         raise InvalidInput("a key's library is one of its task's: name the task too; nothing was created")
     if not name or len(name) > 100:
@@ -107,22 +110,38 @@ def create_key(engine: Engine, name: str, role: str, actor: str, person: str | N
 
 
 def key_scope(session: Session, key: KeyUse | None, task_name: str | None,
-              library_name: str | None) -> tuple[str | None, str | None]:
-    """The task and library a write by `key` goes to: the key's binding when it has one, whatever the write
-    named (a write naming another task or library is refused, InvalidInput), else what the write named. The
-    one check the trace route, its feedback route and the OTLP route share."""
+              library_name: str | None, *, doing: str = "writes") -> tuple[str | None, str | None]:
+    """The task and library a write (or, `doing="reads"`, a read) by `key` goes to: the key's binding when it has
+    one, whatever the request named (one naming another task or library is refused: OutsideTask, which the API
+    audits), else what it named. The one check every keyed route shares."""
     if key is None or key.task_id is None:
         return task_name, library_name
     task = session.get(Task, key.task_id)
     if task is None:
         raise NotFound(f"API key {key.name!r} is bound to a task that no longer exists")
     if task_name and task_name != task.name:
-        raise InvalidInput(f"API key {key.name!r} writes only to task {task.name!r}; this names task "
-                           f"{task_name[:100]!r}")
+        raise OutsideTask(f"API key {key.name!r} {doing} only in task {task.name!r}; this names task "
+                          f"{task_name[:100]!r}", key.id, key.name)
     if key.library and library_name and library_name != key.library:
-        raise InvalidInput(f"API key {key.name!r} writes only to library {key.library!r} of task {task.name!r}; "
-                           f"this names library {library_name[:100]!r}")
+        raise OutsideTask(f"API key {key.name!r} {doing} only in library {key.library!r} of task {task.name!r}; "
+                          f"this names library {library_name[:100]!r}", key.id, key.name)
     return task.name, key.library or library_name
+
+
+def within_key_task(session: Session, key: KeyUse | None, task_id: int, what: str) -> None:
+    """Refuse (OutsideTask) a bound key's read of `what`, a thing of another task found by its id."""
+    if key is None or key.task_id is None or task_id == key.task_id:
+        return
+    own = session.get(Task, key.task_id)
+    raise OutsideTask(f"API key {key.name!r} reads only in task {own.name if own else key.task_id!r}; {what} is "
+                      "not one of its", key.id, key.name)
+
+
+def audit_outside_task(engine: Engine, refused: OutsideTask, where: str) -> bool:
+    """Audit a bound key's refusal (`api.denied`), at most one row a minute per key with the count since the last,
+    so a leaked key probing other tasks shows on the Audit page without filling it."""
+    return audit_refusal(engine, f"key:{refused.key_id}", str(refused), where, actor=f"(api key {refused.key_name})",
+                         object_type="apikey", object_id=refused.key_id)
 
 
 def _above_person(session: Session, person: str, role: str) -> str:

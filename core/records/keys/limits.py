@@ -48,9 +48,11 @@ def take_request(engine: Engine, key_id: int, per_minute: int, now: float | None
         return take_request(engine, key_id, per_minute, now)
 
 
-def audit_refusal(engine: Engine, address: str, reason: str, where: str, now: float | None = None) -> bool:
-    """Count a refused request from `address`; once a minute per address, write one audit row with the
-    refusals counted since the last one. True when this call wrote it."""
+def audit_refusal(engine: Engine, address: str, reason: str, where: str, now: float | None = None, *,
+                  actor: str = API_ACTOR, object_type: str = "address", object_id: int | None = None) -> bool:
+    """Count a refused request from `address` (a client's address, or `key:ID` for a known key's refusals); once a
+    minute per address, write one audit row with the refusals counted since the last one. True when this call
+    wrote it."""
     now = time.time() if now is None else now
     name = f"refused:{address}"
     try:
@@ -67,12 +69,13 @@ def audit_refusal(engine: Engine, address: str, reason: str, where: str, now: fl
                                        .values(value=ApiCounter.value - count, updated_at=now)).rowcount
                 if claimed != 1:
                     return False
-            session.add(AuditEvent(actor=API_ACTOR, action="api.denied", object_type="address", object_id=None,
+            session.add(AuditEvent(actor=actor, action="api.denied", object_type=object_type, object_id=object_id,
                                    after={"reason": reason, "request": where, "address": address,
                                           "refusals": count, "since_s": AUDIT_EVERY_S}))
             return True
     except IntegrityError:
-        return audit_refusal(engine, address, reason, where, now)
+        return audit_refusal(engine, address, reason, where, now, actor=actor, object_type=object_type,
+                             object_id=object_id)
 
 
 def charge_stored(session: Session, key_id: int, key_name: str, stored_bytes: int, per_day: int,

@@ -35,6 +35,7 @@ class Ingested:
     refused: list[dict] = field(default_factory=list)
     other: int = 0
     held: int = 0
+    outside_task: Exception | None = None  # a span a bound key named another task for (OTLP: audited by the route)
 
     def as_json(self) -> dict:
         """The JSON route's answer."""

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core.domain.otlp_spans import Decoded, SpanTrace
-from core.errors import BodyTooLarge, InvalidInput, NotFound
+from core.errors import BodyTooLarge, InvalidInput, NotFound, OutsideTask
 from core.records.keys.api_keys import KeyUse, key_scope
 from core.records.library.versions import export_version
 from core.records.people.roles import require_role
@@ -83,8 +83,10 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None, limits: Ingest
             except _Unmapped:
                 waiting.append(span)
                 continue
-            except (NotFound, InvalidInput) as exc:
+            except (NotFound, InvalidInput, OutsideTask) as exc:
                 result.refused.append({"position": span.position, "span_id": span.span_id, "reason": str(exc)})
+                if isinstance(exc, OutsideTask):
+                    result.outside_task = exc
                 continue
             placed.append((span, task, library, version, how))
         hashes, written = otlp_held.store_resources(
@@ -139,7 +141,7 @@ def _place(session: Session, span: SpanTrace, services: dict[str, OtlpService],
     if where not in cache:
         try:
             cache[where] = _named_place(session, span, services, key)
-        except (NotFound, InvalidInput) as exc:
+        except (NotFound, InvalidInput, OutsideTask) as exc:
             cache[where] = exc
     found = cache[where]
     if isinstance(found, Exception):

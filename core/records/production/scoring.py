@@ -101,6 +101,12 @@ def in_experiment(trace: Trace) -> bool:
     return trace.ab_experiment_id is not None and trace.ab_arm is not None and trace.ab_excluded is None
 
 
+def judge_suggestion_shown(trace: Trace) -> bool:
+    """Whether a labeller sees an unsure judge's suggestion: not on a trace that counts in an A/B experiment, where
+    the person's label is the evidence and the judge's figure seen first would anchor it."""
+    return trace.judge_status == TraceJudgeStatus.UNSURE and not in_experiment(trace)
+
+
 def chosen(rules: dict, trace: Trace) -> bool:
     """Whether the rules choose this trace for the judge: in the share, or an A/B arm's trace without feedback."""
     share = rules.get("judge_share") or 0.0

@@ -20,6 +20,8 @@ from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
 from core.domain.sequential import MIN_SHARE
 from core.errors import InvalidInput, NotFound
+from core.records.evaluation.figures import read_evaluation_report
+from core.records.keys.api_keys import KeyUse, key_scope, within_key_task
 from core.records.library import versions
 from core.records.library.selection import selection_of
 from core.records.library.versions import PRODUCTION, export_version
@@ -29,7 +31,7 @@ from core.records.production.ab_experiments import CANDIDATE, served_arm
 from core.records.tasks.lookup import get_library, get_task
 from storage import queries
 from storage.db import session_scope
-from storage.tables import AuditEvent, Library, LibraryVersion, Task
+from storage.tables import AuditEvent, Evaluation, Library, LibraryVersion, Task
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ def first_version_note(library: Library) -> str:
 
 
 def served_version(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                   version_id: int | None = None, user_id: str | None = None, version: str | None = None) -> Resolved:
+                   version_id: int | None = None, user_id: str | None = None, version: str | None = None,
+                   name_others: bool = True) -> Resolved:
     """The version of `library_name` that `label` points at (default `production`), or `version` as a person names
     it, its number ("12" or "#12") or `latest`, read by the one lookup core.records.library.versions.resolve_version (an id
     given as a number is refused), or, for a machine that holds it (a trace naming the version that served it), its
@@ -131,7 +134,7 @@ def served_version(session: Session, task_name: str, library_name: str = "defaul
     The library fetch and trace ingest both resolve through here."""
     if sum(given is not None for given in (label, version_id, version)) > 1:
         raise InvalidInput("ask for a label or a version, not both")
-    task = get_task(session, task_name)
+    task = get_task(session, task_name, name_others=name_others)
     library = get_library(session, task, library_name)
     if version is not None:
         named = versions.resolve_version(session, task, version, library_name, labels=False)
@@ -157,22 +160,28 @@ def served_version(session: Session, task_name: str, library_name: str = "defaul
 
 
 def served_library(session: Session, task_name: str, library_name: str = "default", *, label: str | None = None,
-                   version: str | None = None, user_id: str | None = None) -> ServedLibrary:
-    """What an agent fetches of the version `served_version` finds (`version`: its number or latest)."""
-    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
+                   version: str | None = None, user_id: str | None = None,
+                   key: KeyUse | None = None) -> ServedLibrary:
+    """What an agent fetches of the version `served_version` finds (`version`: its number or latest); a key bound
+    to a task reads only that task (OutsideTask)."""
+    task_name, library_name = key_scope(session, key, task_name, library_name, doing="reads")
+    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id,
+                           name_others=key is None)
     served = _served(found.task, found.library, found.version, found.label, arm=found.arm)
     return replace(served, note=found.note) if found.note else served
 
 
 def served_selection(session: Session, task_name: str, library_name: str = "default", *, query: str,
                      label: str | None = None, version: str | None = None,
-                     user_id: str | None = None) -> ServedSelection:
+                     user_id: str | None = None, key: KeyUse | None = None) -> ServedSelection:
     """The entries of the version `served_version` finds that the library's selection shows for `query`: the
     same entries, in the same order, as a rollout of that query was shown in a training run or an evaluation
     made under this selection (core.grpo.rollouts.stored_rollout calls the same select function)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("give the query to choose entries for (query=...)")
-    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id)
+    task_name, library_name = key_scope(session, key, task_name, library_name, doing="reads")
+    found = served_version(session, task_name, library_name, label=label, version=version, user_id=user_id,
+                           name_others=key is None)
     selection = selection_of(found.library)
     chosen = scored_entries(found.version.experiences or [], query, selection)
     entries = [{"id": str(entry.get("id")), "text": entry["text"], "kind": kind_of(entry),
@@ -182,6 +191,16 @@ def served_selection(session: Session, task_name: str, library_name: str = "defa
                            selection=selection.as_dict(), entries=entries,
                            prompt=export_version([entry for entry, _score in chosen], "prompt", task=found.task),
                            arm=found.arm, note=found.note)
+
+
+def served_evaluation(engine: Engine, evaluation_id: int, key: KeyUse | None = None) -> dict:
+    """An evaluation's report as the API gives it (GET /v1/evaluations/N); a key bound to a task reads only that
+    task's evaluations (OutsideTask)."""
+    with Session(engine) as session:
+        evaluation = session.get(Evaluation, evaluation_id)
+        if evaluation is not None:
+            within_key_task(session, key, evaluation.task_id, f"evaluation {evaluation_id}")
+    return read_evaluation_report(engine, evaluation_id)
 
 
 def ab_arm(library: Library, label: str, user_id: str | None) -> str | None:

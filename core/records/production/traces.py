@@ -409,8 +409,8 @@ def trace_scores(engine: Engine, task_name: str, sender_id: str, key: KeyUse | N
     label, and the judge's verdict with its status, so an agent's side sees which score counts. A key bound to a
     task reads only that task's traces, as it writes only there (core.records.keys.api_keys.key_scope)."""
     with Session(engine) as session:
-        task_name = key_scope(session, key, task_name, None)[0]
-        get_task(session, task_name)
+        task_name = key_scope(session, key, task_name, None, doing="reads")[0]
+        get_task(session, task_name, name_others=False)
         trace = find_trace(session, task_name, sender_id)
         if trace is None:
             raise NotFound(f"task {task_name!r} has no trace {sender_id!r}")
