@@ -364,6 +364,23 @@ def test_an_allowlisted_internal_receiver_is_admitted_and_a_metadata_address_nev
         assert [row.name for row in webhooks.endpoints(session)] == ["by-name", "net"]
 
 
+@pytest.mark.parametrize("address", ["::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:a9fe:a9fe",
+                                     "::a9fe:a9fe", "2002:a9fe:a9fe::1", "::ffff:100.100.100.200"])
+def test_each_ipv6_form_of_a_metadata_address_is_refused_even_under_an_allowlist_of_everything(engine, monkeypatch,
+                                                                                             address):
+    """Issue 61: the metadata test ran on the IPv6 address as written, so `::ffff:169.254.169.254` passed an
+    allowlist of `::/0`; the embedded IPv4 is unwrapped before every test, and by a name that resolves to it too."""
+    monkeypatch.setenv("TFGRPO_WEBHOOK_ALLOWLIST", "::/0, 0.0.0.0/0, metadata.example")
+    get_settings.cache_clear()
+    with pytest.raises(InvalidInput, match="cloud metadata"):
+        webhooks.add_endpoint(engine, "meta", f"http://[{address}]/latest", "cli")
+    resolve_as(monkeypatch, {"metadata.example": [address]})
+    with pytest.raises(InvalidInput, match="cloud metadata"):
+        webhooks.add_endpoint(engine, "by-name", "http://metadata.example/latest", "cli")
+    assert wh.canonical_address(address) in {"169.254.169.254", "100.100.100.200"}
+    get_settings.cache_clear()
+
+
 def resolve_as(monkeypatch, answers: dict[str, list[str]], calls: list | None = None) -> None:
     """The resolver answers these names (each call takes the next answer of a list of lists); others as usual."""
     real = socket.getaddrinfo

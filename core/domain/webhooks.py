@@ -86,6 +86,14 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
+def canonical_address(address: str) -> str:
+    """The address a connection to `address` really reaches: an IPv6 form's embedded IPv4 (mapped, compatible,
+    6to4, NAT64) unwrapped, so every test and the connection itself see the same address."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    inner = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(inner) if inner is not None else str(ip)
+
+
 def refused_reason(address: str) -> str | None:
     """Why an IP address is no receiver's without an administrator's leave (everything but public unicast: this
     machine, a private network, carrier-grade NAT, unique-local IPv6, a metadata service, or one of those
@@ -129,12 +137,15 @@ def allowlist(text: str) -> tuple[frozenset[str], tuple]:
 
 def admitted(host: str, address: str, allowed: tuple[frozenset[str], tuple]) -> bool:
     """Whether the allowlist admits `address` (reached by the name `host`): the host by name or the address
-    in a listed network; a metadata address never."""
+    in a listed network; a metadata address never, in any IPv6 form. The networks are tested against the address as
+    written and as the IPv4 it stands for."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if ip in METADATA_ADDRESSES:
+    real = ipaddress.ip_address(canonical_address(address))
+    if ip in METADATA_ADDRESSES or real in METADATA_ADDRESSES:
         return False
     hosts, networks = allowed
-    return host.lower().rstrip(".") in hosts or any(ip.version == net.version and ip in net for net in networks)
+    return host.lower().rstrip(".") in hosts or any(
+        candidate.version == net.version and candidate in net for net in networks for candidate in {ip, real})
 
 
 def url_problem(url: str) -> str | None:

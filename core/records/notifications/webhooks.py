@@ -278,7 +278,8 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
                        "secret: fix it (its environment variable) and the next attempt signs", retry=True)
     timeout = settings.webhook_timeout_s
     try:
-        with httpx.Client(transport=PinnedTransport(addresses[0]), timeout=timeout, follow_redirects=False,
+        with httpx.Client(transport=PinnedTransport(wh.canonical_address(addresses[0])), timeout=timeout,
+                          follow_redirects=False,
                           trust_env=False) as client, \
                 client.stream("POST", endpoint.url, content=content, headers=headers) as response:
             code, redirect, location = response.status_code, response.is_redirect, response.headers.get("location")
