@@ -65,14 +65,21 @@ SEALED = "fernet:"
 KEY_ENV = "TFGRPO_SECRET_KEY"
 
 
-def _fernet(key: str | None):
-    from cryptography.fernet import Fernet
+def key_list(key: str | None) -> list[str]:
+    """The keys a key setting holds, newest first: comma- or line-separated (a rotation keeps the old one after the
+    new one until every secret is sealed again: `python -m core secrets rotate`)."""
+    return [part.strip() for part in (key or "").replace("\n", ",").split(",") if part.strip()]
 
-    if not key:
+
+def _fernet(key: str | None):
+    """A MultiFernet over the setting's keys: the first seals, every one opens."""
+    from cryptography.fernet import Fernet, MultiFernet
+
+    if not key_list(key):
         raise InvalidInput(f"the key that decrypts stored secrets is missing: set {KEY_ENV} or restore the key file "
                            "(TFGRPO_SECRET_KEY_FILE) this database's secrets were encrypted with")
     try:
-        return Fernet(key.encode())
+        return MultiFernet([Fernet(part.encode()) for part in key_list(key)])
     except ValueError:
         raise InvalidInput(f"the secret key ({KEY_ENV} or the key file) is not a Fernet key: 32 url-safe base64 "
                            "bytes, e.g. from `python -c 'from cryptography.fernet import Fernet; "
@@ -106,6 +113,19 @@ def unseal(stored: str, key: str | None) -> str:
     except InvalidToken:
         raise InvalidInput(f"a stored secret does not decrypt with this key ({KEY_ENV} or the key file): it was "
                            "encrypted with another one; restore that key") from None
+
+
+def reseal(stored: str, key: str | None) -> str:
+    """A sealed value sealed again under the setting's first key (MultiFernet.rotate), readable by it alone."""
+    if not is_sealed(stored):
+        return seal(stored, key)
+    from cryptography.fernet import InvalidToken
+
+    try:
+        return SEALED + _fernet(key).rotate(stored.removeprefix(SEALED).encode()).decode()
+    except InvalidToken:
+        raise InvalidInput(f"a stored secret does not decrypt with any of the keys ({KEY_ENV} or the key file): "
+                           "restore the key it was sealed with") from None
 
 
 def key_problem(key: str | None) -> str | None:

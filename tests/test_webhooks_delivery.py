@@ -231,6 +231,69 @@ def test_migrate_encrypts_a_secret_stored_before_and_a_missing_key_says_so(engin
     assert len(receiver.got) == 1
 
 
+def key_file_only(monkeypatch, tmp_path):
+    monkeypatch.delenv("TFGRPO_SECRET_KEY")
+    monkeypatch.setenv("TFGRPO_SECRET_KEY_FILE", str(tmp_path / "keys" / "studio.key"))
+    get_settings.cache_clear()
+    return tmp_path / "keys" / "studio.key"
+
+
+def sealed_secret(engine) -> str:
+    with Session(engine) as session:
+        return session.exec(select(WebhookEndpoint)).one().secret
+
+
+def test_secrets_rotate_seals_again_under_a_new_key_and_deliveries_still_verify(engine, receivers, monkeypatch,
+                                                                                tmp_path, capsys):
+    """Issue 61: no MultiFernet and no re-seal command, so a key could never change. `secrets rotate` writes a new
+    key before the old one, seals every secret again under it, then drops the old one; the receiver's secret (the
+    whsec_ it verifies with) is the same, so nothing changes on its side."""
+    path = key_file_only(monkeypatch, tmp_path)
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    old_key, old_sealed = path.read_text(), sealed_secret(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    assert cli(["--db", url, "secrets", "rotate"]) == 0
+    assert "sealed 1 secret(s) again under a new key" in capsys.readouterr().out
+    new_key = path.read_text()
+    assert new_key != old_key and len(new_key.split()) == 1 and sealed_secret(engine) != old_sealed
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert webhooks.secrets_problem(engine) is None
+    assert webhooks.send_test(engine, "team", "cli").status == "delivered" and len(receiver.checked) == 1
+    path.write_text(old_key)  # the old key alone no longer opens it
+    assert "cannot be opened" in webhooks.secrets_problem(engine)
+
+
+def test_a_key_in_the_environment_rotates_by_new_then_old(engine, receivers, monkeypatch):
+    from cryptography.fernet import Fernet
+
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    old = os.environ["TFGRPO_SECRET_KEY"]
+    new = Fernet.generate_key().decode()
+    monkeypatch.setenv("TFGRPO_SECRET_KEY", f"{new},{old}")
+    get_settings.cache_clear()
+    assert webhooks.secrets_problem(engine) is None  # both open it: the old key is still read
+    assert "remove them" in webhooks.rotate_secrets(engine, "cli")
+    monkeypatch.setenv("TFGRPO_SECRET_KEY", new)
+    get_settings.cache_clear()
+    assert webhooks.secrets_problem(engine) is None
+    assert webhooks.send_test(engine, "team", "cli").status == "delivered" and len(receiver.checked) == 1
+
+
+def test_webhook_add_with_the_key_file_gone_refuses_and_names_the_key(engine, receivers, monkeypatch, tmp_path):
+    """Issue 61: with the key file gone, `webhook add` made a new key file silently; once the original was back,
+    the new endpoint could not sign. Now it refuses while sealed secrets exist, naming the missing key."""
+    path = key_file_only(monkeypatch, tmp_path)
+    webhooks.add_endpoint(engine, "team", receivers().url, "cli")
+    path.unlink()
+    with pytest.raises(webhooks.InvalidInput, match=f"restore the key file {path}"):
+        webhooks.add_endpoint(engine, "other", receivers().url, "cli")
+    assert not path.exists()
+    with Session(engine) as session:
+        assert [row.name for row in webhooks.endpoints(session)] == ["team"]
+
+
 def self_signed(tmp_path, host: str) -> tuple[str, str]:
     """A certificate for `host` signed by itself, and its key: the receiver's, and the only root trusted."""
     from cryptography import x509

@@ -557,3 +557,7 @@ def _webhooks(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler="core.cli.webhooks:cmd_deliveries")
     wsub.add_parser("deliver", help="one delivery pass now (a worker does this every few seconds)"
                     ).set_defaults(handler="core.cli.webhooks:cmd_deliver")
+    secrets_group = sub.add_parser("secrets", help="the key that seals stored secrets (webhook signing secrets)")
+    ssub = secrets_group.add_subparsers(dest="secrets_command", required=True, parser_class=Parser)
+    ssub.add_parser("rotate", help="seal every stored secret again under a new key (the key file's: made now; "
+                    "TFGRPO_SECRET_KEY's: set it to `new,old` first)").set_defaults(handler="core.cli.webhooks:cmd_rotate")

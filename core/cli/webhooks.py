@@ -17,6 +17,7 @@ from core.records.notifications.webhooks import (
     endpoints,
     remove_endpoint,
     replay,
+    rotate_secrets,
     send_test,
 )
 
@@ -74,4 +75,9 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
 
 def cmd_deliver(args: argparse.Namespace) -> int:
     print(f"{deliver_due(engine_of(args), 'cli')} attempt(s) made")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    print(rotate_secrets(engine_of(args), "cli"))
     return 0

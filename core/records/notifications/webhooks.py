@@ -45,9 +45,9 @@ from standardwebhooks import Webhook
 from core.domain import webhooks as wh
 from core.errors import Conflict, InvalidInput, NotFound
 from core.records.notifications.events import notify_stalled_jobs, raise_event
-from core.records.notifications.secret_key import secret_key
+from core.records.notifications.secret_key import key_file, key_from_environment, secret_key, write_key_file
 from core.records.people.roles import require_role
-from core.secrets import is_sealed, seal, unseal
+from core.secrets import KEY_ENV, is_sealed, key_list, new_key, reseal, seal, unseal
 from core.settings import get_settings, secret
 from storage.db import session_scope
 from storage.fencing import holding
@@ -155,7 +155,7 @@ def add_endpoint(engine: Engine, name: str, url: str, actor: str, *, events: lis
         require_role(session, actor, "admin", "configuring webhooks")
         if session.exec(select(WebhookEndpoint).where(WebhookEndpoint.name == name)).first():
             raise Conflict(f"a webhook named {name} exists; remove it first or choose another name")
-        sealed = seal(made, secret_key(create=True)) if made else None
+        sealed = seal(made, sealing_key(session)) if made else None
         row = WebhookEndpoint(name=name, url=url, events=events, secret=sealed, secret_env=secret_env, created_by=actor)
         session.add(row)
         session.flush()
@@ -553,15 +553,60 @@ def dismiss_given_up(engine: Engine, actor: str) -> int:
         return len(ids)
 
 
+def sealing_key(session: Session) -> str:
+    """The key new secrets are sealed with. A key file is made only for a database that has no sealed secret yet:
+    with sealed secrets and no key (the key file lost, TFGRPO_SECRET_KEY unset), a new key would seal secrets that
+    the old ones' key, once restored, cannot open beside them, so it is refused, naming the key that is missing."""
+    key = secret_key()
+    if key is not None:
+        return key
+    if any(is_sealed(row.secret) for row in session.exec(select(WebhookEndpoint)) if row.secret):
+        raise InvalidInput(f"stored webhook secrets are sealed with a key that is missing: restore the key file "
+                           f"{key_file()} or set {KEY_ENV}; nothing was changed")
+    return secret_key(create=True)
+
+
 def seal_stored_secrets(engine: Engine) -> int:
     """Encrypt every webhook secret stored before secrets were (`python -m core migrate` calls it). Returns how
     many were sealed now."""
     with session_scope(engine) as session:
         rows = [row for row in session.exec(select(WebhookEndpoint)) if row.secret and not is_sealed(row.secret)]
         for row in rows:
-            row.secret = seal(row.secret, secret_key(create=True))
+            row.secret = seal(row.secret, sealing_key(session))
             session.add(row)
         return len(rows)
+
+
+def rotate_secrets(engine: Engine, actor: str) -> str:
+    """Seal every stored secret again under a new key (admin only). With the key file: a new key is written first,
+    before the old one (both open), every secret is sealed again under it in one transaction, then the old key is
+    dropped. With TFGRPO_SECRET_KEY: its first key is the new one (set it to `new,old` first); every secret is sealed
+    again under it, and the old one may then be removed from the variable. Returns what was done, in words."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "rotating the secret key")
+        current = secret_key()
+        rows = [row for row in session.exec(select(WebhookEndpoint)) if row.secret]
+        if current is None and any(is_sealed(row.secret) for row in rows):
+            raise InvalidInput(f"stored webhook secrets are sealed with a key that is missing: restore the key file "
+                               f"{key_file()} or set {KEY_ENV}; nothing was changed")
+        from_environment = key_from_environment()
+        if from_environment:
+            key = current
+        else:
+            key = ",".join([new_key(), *key_list(current)])
+            write_key_file(key_list(key), replace=True)
+        for row in rows:
+            row.secret = reseal(row.secret, key)
+            session.add(row)
+        session.add(AuditEvent(actor=actor, action="secrets.rotate", object_type="webhookendpoint", object_id=None,
+                               after={"resealed": len(rows), "key": KEY_ENV if from_environment else "key file"}))
+    if from_environment:
+        kept = key_list(key)
+        return (f"sealed {len(rows)} secret(s) again under the first key of {KEY_ENV}"
+                + (f"; the other {len(kept) - 1} key(s) there open nothing now: remove them" if len(kept) > 1 else
+                   " (set it to `new,old` before rotating to move to a new key)"))
+    write_key_file(key_list(key)[:1], replace=True)
+    return f"sealed {len(rows)} secret(s) again under a new key; the key file {key_file()} holds only the new key"
 
 
 def secrets_problem(engine: Engine) -> str | None:
@@ -573,9 +618,12 @@ def secrets_problem(engine: Engine) -> str | None:
     if plain_count:
         return (f"{plain_count} webhook signing secret(s) are stored in plain text: run `python -m core migrate` to "
                 "encrypt them")
-    if stored:
+    failed, reason = 0, ""
+    for value in stored:
         try:
-            unseal(next(value for value in stored if is_sealed(value)), secret_key())
+            unseal(value, secret_key())
         except InvalidInput as exc:
-            return f"webhook deliveries cannot be signed: {exc}"
+            failed, reason = failed + 1, str(exc)
+    if failed:
+        return f"{failed} of {len(stored)} webhook signing secret(s) cannot be opened, so they cannot sign: {reason}"
     return None
