@@ -616,6 +616,7 @@ class WebhookEndpoint(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     busy_by: str | None = None  # the worker delivering to it now, until busy_until (one at a time, in order)
     busy_until: datetime | None = None
+    probed_at: datetime | None = None  # its waiting head delivery last tried early (core/records/notifications/webhooks.py)
 
 
 class WebhookDelivery(SQLModel, table=True):

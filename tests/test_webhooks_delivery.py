@@ -88,6 +88,42 @@ def test_a_receiver_down_for_ten_minutes_gets_every_event(engine, receivers, clo
     assert deliveries(engine)[0].attempts == 4  # the 4th attempt, 30 min after the 3rd
 
 
+def test_a_receiver_back_after_a_12_minute_outage_gets_every_waiting_event_within_a_minute(engine, receivers, clock):
+    """Issue 61, item 4: under the default schedule the oldest delivery waited for its 4th attempt (30 min after the
+    3rd) and the ones behind it waited for it: 23 minutes late. An early try a minute after the last one, which
+    does not count as an attempt, hears the receiver is back; everything waiting follows at once, in order."""
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    receiver.mode = "down"
+    raise_tests(engine, 8)
+    started = clock.now
+    while clock.now - started < timedelta(minutes=12):  # the worker's pass every 10 s
+        webhooks.deliver_due(engine, "worker")
+        clock.advance(10)
+    down = deliveries(engine)
+    assert {row.status for row in down} == {"pending"} and max(row.attempts for row in down) == 3  # not counted
+    receiver.mode = "ok"
+    back = clock.now
+    while {row.status for row in deliveries(engine)} != {"delivered"} and clock.now - back < timedelta(hours=1):
+        webhooks.deliver_due(engine, "worker")
+        clock.advance(10)
+    assert clock.now - back <= timedelta(minutes=1)
+    assert [payload["data"]["i"] for payload in receiver.checked] == list(range(8))  # in order, each once, verified
+
+
+def test_webhook_deliver_now_sends_what_waits_for_one_receiver(engine, receivers, clock, capsys):
+    receiver = receivers()
+    _view, receiver.secret = webhooks.add_endpoint(engine, "team", receiver.url, "cli")
+    receiver.mode = "down"
+    raise_tests(engine, 2)
+    webhooks.deliver_due(engine, "worker")  # the first attempt fails: the head now waits 5 s, the other behind it
+    receiver.mode = "ok"
+    url = engine.url.render_as_string(hide_password=False)
+    assert cli(["--db", url, "webhook", "deliver", "--now", "team"]) == 0
+    assert "2 attempt(s) made" in capsys.readouterr().out
+    assert [payload["data"]["i"] for payload in receiver.checked] == [0, 1]
+
+
 def test_a_bad_secret_on_one_endpoint_leaves_anothers_deliveries_flowing(engine, receivers, monkeypatch):
     bad, good = receivers(), receivers()
     monkeypatch.setenv("BAD_HOOK_SECRET", webhooks.new_secret())

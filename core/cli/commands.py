@@ -555,8 +555,11 @@ def _webhooks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="of this receiver only")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(handler="core.cli.webhooks:cmd_deliveries")
-    wsub.add_parser("deliver", help="one delivery pass now (a worker does this every few seconds)"
-                    ).set_defaults(handler="core.cli.webhooks:cmd_deliver")
+    p = wsub.add_parser("deliver", help="one delivery pass now (a worker does this every few seconds)")
+    p.add_argument("--now", action="store_true", help="send every waiting delivery now, whatever its back-off (a "
+                   "receiver known to be back)")
+    p.add_argument("name", nargs="?", help="with --now: of this receiver only")
+    p.set_defaults(handler="core.cli.webhooks:cmd_deliver")
     secrets_group = sub.add_parser("secrets", help="the key that seals stored secrets (webhook signing secrets)")
     ssub = secrets_group.add_subparsers(dest="secrets_command", required=True, parser_class=Parser)
     ssub.add_parser("rotate", help="seal every stored secret again under a new key (the key file's: made now; "

@@ -8,6 +8,7 @@ import argparse
 from sqlmodel import Session
 
 from core.cli.base import engine_of, name_list
+from core.errors import InvalidInput
 from core.records.notifications.webhooks import (
     add_endpoint,
     deliver_due,
@@ -19,6 +20,7 @@ from core.records.notifications.webhooks import (
     replay,
     rotate_secrets,
     send_test,
+    send_waiting_now,
 )
 
 
@@ -74,7 +76,10 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
 
 
 def cmd_deliver(args: argparse.Namespace) -> int:
-    print(f"{deliver_due(engine_of(args), 'cli')} attempt(s) made")
+    if args.name and not args.now:
+        raise InvalidInput("a receiver's name goes with --now (send what waits for it now)")
+    made = send_waiting_now(engine_of(args), "cli", args.name) if args.now else deliver_due(engine_of(args), "cli")
+    print(f"{made} attempt(s) made")
     return 0
 
 

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 import certifi
 import httpcore
 import httpx
-from sqlalchemy import or_, update
+from sqlalchemy import or_, true, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 from standardwebhooks import Webhook
@@ -321,6 +321,38 @@ def _record(engine: Engine, delivery_id: int, result: Attempt, claim: str) -> We
         return row
 
 
+PROBE_EVERY_S = 60.0  # a receiver that failed is tried this often beside its back-off, uncounted, to hear it is back
+
+
+def _probe_due(session: Session, head: WebhookDelivery, endpoint: WebhookEndpoint, now: datetime) -> bool:
+    """Whether the endpoint's waiting head delivery (not due yet) is tried early now: a minute after its last
+    attempt and after the last early try. A receiver that answers again then gets everything waiting within about a
+    minute, in order, where the back-off alone would wait up to its next step (30 min, 2 h, ...)."""
+    settings = get_settings()
+    last_attempt = as_utc(head.next_attempt_at) - timedelta(
+        seconds=wh.retry_wait_s(head.attempts, settings.webhook_retry_schedule_s))
+    last = max(last_attempt, as_utc(endpoint.probed_at)) if endpoint.probed_at else last_attempt
+    return head.attempts > 0 and now - last >= timedelta(seconds=PROBE_EVERY_S)
+
+
+def _record_probe(engine: Engine, delivery_id: int, endpoint_id: int, result: Attempt, claim: str,
+                  now: datetime) -> WebhookDelivery | None:
+    """An early try's outcome: delivered, it counts as the delivery's attempt; failed, it leaves the delivery's
+    attempts and back-off as they were (only its last error is the probe's)."""
+    with holding(None), session_scope(engine) as session:
+        session.exec(update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id).values(probed_at=now))
+    if result.delivered:
+        return _record(engine, delivery_id, result, claim)
+    with holding(None), session_scope(engine) as session:
+        row = session.get(WebhookDelivery, delivery_id)
+        if row is None or row.claimed_by != claim:
+            return None
+        row.last_code, row.last_error = result.code, f"{result.error} (an early try, not counted)"
+        row.claimed_by, row.claimed_until = None, None
+        session.add(row)
+        return row
+
+
 def _hold_s() -> float:
     """How long a claim lasts: past the longest an attempt can take (connect, write, read, each timed)."""
     return get_settings().webhook_timeout_s * 4 + 30
@@ -366,7 +398,11 @@ def deliver_endpoint(engine: Engine, endpoint_id: int, owner: str, limit: int = 
                 delivery = session.exec(select(WebhookDelivery).where(
                     WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == DeliveryStatus.PENDING)
                     .order_by(WebhookDelivery.id)).first()
-            if endpoint is None or delivery is None or as_utc(delivery.next_attempt_at) > utcnow():
+            now = utcnow()
+            if endpoint is None or delivery is None:
+                break
+            probe = as_utc(delivery.next_attempt_at) > now
+            if probe and not _probe_due(session, delivery, endpoint, now):
                 break
             claim = f"{owner}:{uuid.uuid4().hex[:8]}"
             if not _claim_delivery(engine, delivery.id, claim):
@@ -377,7 +413,8 @@ def deliver_endpoint(engine: Engine, endpoint_id: int, owner: str, limit: int = 
             except Exception as exc:  # noqa: BLE001  (anything unforeseen is this delivery's, never the others')
                 log.warning("webhook delivery %s failed unexpectedly", delivery.id, exc_info=True)
                 result = Attempt(False, None, f"the attempt failed inside the studio ({type(exc).__name__})", True)
-            row = _record(engine, delivery.id, result, claim)
+            row = (_record_probe(engine, delivery.id, endpoint_id, result, claim, now) if probe
+                   else _record(engine, delivery.id, result, claim))
             if row is None or row.status == DeliveryStatus.PENDING:
                 break
             _claim_endpoint(engine, endpoint_id, owner)  # extend the hold for the next one
@@ -387,12 +424,36 @@ def deliver_endpoint(engine: Engine, endpoint_id: int, owner: str, limit: int = 
 
 
 def _endpoints_due(engine: Engine) -> list[int]:
-    """Active endpoints with a pending delivery due now (an idle endpoint takes no thread)."""
+    """Active endpoints with a pending delivery due now, or whose waiting head is due an early try (an idle endpoint
+    takes no thread)."""
+    now = utcnow()
     with Session(engine) as session:
-        return sorted(set(session.exec(select(WebhookDelivery.endpoint_id).join(
+        due = set(session.exec(select(WebhookDelivery.endpoint_id).join(
             WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id).where(
             WebhookEndpoint.active == True, WebhookDelivery.status == DeliveryStatus.PENDING,  # noqa: E712
-            WebhookDelivery.next_attempt_at <= utcnow()))))
+            WebhookDelivery.next_attempt_at <= now)))
+        waiting = session.exec(select(WebhookDelivery, WebhookEndpoint).join(
+            WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id).where(
+            WebhookEndpoint.active == True, WebhookDelivery.status == DeliveryStatus.PENDING,  # noqa: E712
+            col(WebhookDelivery.endpoint_id).not_in(due) if due else true()).order_by(WebhookDelivery.id))
+        heads: dict[int, tuple[WebhookDelivery, WebhookEndpoint]] = {}
+        for delivery, endpoint in waiting:
+            heads.setdefault(endpoint.id, (delivery, endpoint))
+        due |= {endpoint_id for endpoint_id, (head, endpoint) in heads.items() if _probe_due(session, head, endpoint,
+                                                                                            now)}
+        return sorted(due)
+
+
+def send_waiting_now(engine: Engine, actor: str, name: str | None = None) -> int:
+    """Make every waiting delivery (of one endpoint) due now and send them, in order (`webhook deliver --now`): for
+    a receiver known to be back. Returns the attempts made."""
+    with session_scope(engine) as session:
+        require_role(session, actor, "admin", "sending waiting webhook deliveries")
+        query = update(WebhookDelivery).where(WebhookDelivery.status == DeliveryStatus.PENDING)
+        if name:
+            query = query.where(WebhookDelivery.endpoint_id == _endpoint(session, name).id)
+        session.exec(query.values(next_attempt_at=utcnow()))
+    return deliver_due(engine, actor)
 
 
 class Deliverer:
