@@ -232,10 +232,14 @@ def map_selected(task_name: str) -> None:
 
 def otlp_section(task_name: str, library: str) -> None:
     """Spans received over OTLP held by service (their service maps to no task yet, or their messages cannot be
-    read), the newest unreadable ones as received, and the map from services to tasks."""
+    read), the newest unreadable ones as received, and the map from services to tasks. An admin sees every held
+    span; anyone else those sent by a key bound to this task."""
+    admin = allowed("admin")
     with Session(engine()) as session:
-        held, mapped, other = held_services(session), service_map(session), other_spans(session)
-        unreadable = held_spans(session, reason=UNREADABLE, limit=5)
+        task = queries.task_by_name(session, task_name)
+        seen = {"task_id": task.id if task else None, "admin": admin}
+        held, mapped, other = held_services(session, **seen), service_map(session), other_spans(session)
+        unreadable = held_spans(session, reason=UNREADABLE, limit=5, **seen)
         session.expunge_all()
     waiting = [row for row in held if row["held (not mapped)"]]
     if not (held or mapped or other):

@@ -248,3 +248,53 @@ def test_the_json_routes_traces_count_against_the_same_caps(engine, production, 
         assert len(stored(engine)) == 1
     finally:
         get_settings.cache_clear()
+
+
+def test_a_bound_keys_spans_under_another_teams_service_name_leave_that_teams_held_spans_in_place(
+        engine, production, monkeypatch):
+    """Issue 61, item 1: the held bound counted per service.name, so one request of a key bound to task A, 1,000
+    spans without messages under team C's service name, evicted team C's held model calls and mapping the service
+    landed 0 of 5. The bound is per sender (key and service): team C's five stay and land when the service is
+    mapped. Held spans are shown to admins and to the people of the task their key is bound to."""
+    ensure_demo_tasks(engine)
+    with Session(engine) as session:
+        team_a = next(task for task in session.exec(select(Task)) if task.name != DEMO_TASK)
+        demo_id = session.exec(select(Task.id).where(Task.name == DEMO_TASK)).one()
+    monkeypatch.setenv("TFGRPO_OTLP_HELD_PER_SERVICE", "20")
+    get_settings.cache_clear()
+    team_c = keyed(engine, any_task=True)
+    sent = team_c.post(ROUTE, content=sdk_request(lambda tracer: [chat_span(tracer, f"c{i}") for i in range(5)],
+                                                  resource={"service.name": "team-c-agent"}).SerializeToString(),
+                       headers=PROTOBUF)
+    assert sent.status_code == 200 and "5 span(s) held" in answer(sent).partial_success.error_message
+
+    def opaque(tracer) -> None:
+        for _ in range(100):
+            with tracer.start_as_current_span("chat gpt-x") as span:
+                span.set_attribute("gen_ai.request.model", "gpt-x")
+    flooding = keyed(engine, task=team_a.name)
+    flood = flooding.post(ROUTE, content=sdk_request(opaque, resource={"service.name": "team-c-agent"})
+                          .SerializeToString(), headers=PROTOBUF)
+    assert flood.status_code == 200
+    with Session(engine) as session:
+        [row] = held_services(session)
+        assert (row["held (not mapped)"], row["held (unreadable)"], row["dropped past the bound"]) == (5, 20, 80)
+        assert len(held_spans(session, task_id=team_a.id, admin=False, limit=100)) == 20  # its own task's people
+        assert held_spans(session, task_id=demo_id, admin=False) == []  # another task's people see none
+    from core.records.production.otlp import map_service
+    assert map_service(engine, "team-c-agent", DEMO_TASK, "default", "cli").landed == 5
+    get_settings.cache_clear()
+
+
+def test_held_spans_of_a_service_that_stopped_sending_age_out_in_the_worker(engine, production):
+    from datetime import UTC, datetime, timedelta
+
+    from core.records.production.otlp import age_held_spans
+    client = keyed(engine, any_task=True)
+    client.post(ROUTE, content=sdk_request(lambda tracer: [chat_span(tracer, "q")], resource={
+        "service.name": "quiet-agent"}).SerializeToString(), headers=PROTOBUF)
+    with Session(engine) as session:
+        assert len(held_spans(session)) == 1
+    age_held_spans(engine, datetime.now(UTC) + timedelta(hours=get_settings().otlp_held_hours + 1))
+    with Session(engine) as session:
+        assert held_spans(session) == [] and held_services(session)[0]["dropped past the bound"] == 1

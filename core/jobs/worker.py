@@ -154,6 +154,7 @@ def heartbeat(engine: Engine, owner: str, lease: Lease | Callable[[], Lease | No
 
 
 DELIVER_EVERY = 2.0
+HELD_SPANS_EVERY_S = 300.0  # held OTLP spans of every service age out this often (core/records/production/otlp_held.py)
 
 
 @contextmanager
@@ -193,7 +194,13 @@ def guarding(engine: Engine, every: float | None = None):
         for line in guard_experiments(engine):
             log.info(line)
 
-    with _repeating("ab-guard", every or GUARD_EVERY_S, check, "A/B guard pass failed", join_timeout=1):
+    def age_held() -> None:
+        from core.records.production.otlp import age_held_spans
+
+        age_held_spans(engine)
+
+    with _repeating("ab-guard", every or GUARD_EVERY_S, check, "A/B guard pass failed", join_timeout=1), \
+            _repeating("held-spans", HELD_SPANS_EVERY_S, age_held, "ageing held OTLP spans failed", join_timeout=1):
         yield
 
 

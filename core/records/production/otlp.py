@@ -59,6 +59,13 @@ RECOGNISED_VERSIONS = 200  # the newest versions of a library whose blocks a sys
 NO_SERVICE = otlp_held.NO_SERVICE
 
 
+def age_held_spans(engine: Engine, now: datetime | None = None) -> None:
+    """The held spans' bound applied to every sender, in its own short transaction (the worker's pass)."""
+    limits = IngestLimits.configured()
+    with session_scope(engine) as session:
+        otlp_held.prune_everywhere(session, limits.held_per_service, limits.held_hours, now or datetime.now(UTC))
+
+
 def ingest_spans(engine: Engine, decoded: Decoded, key: KeyUse | None = None,
                  limits: IngestLimits | None = None) -> Ingested:
     """Store the decoded spans' traces and hold the rest (see the module's note); a span that cannot be placed
@@ -104,8 +111,8 @@ def _ingest(engine: Engine, decoded: Decoded, key: KeyUse | None, limits: Ingest
             session.execute(insert(Trace), stamp_rows(session, rows))
         if held:
             session.execute(insert(OtlpHeldSpan), held)
-            otlp_held.prune(session, {row["service"] for row in held}, limits.held_per_service, limits.held_hours,
-                            received)
+            otlp_held.prune(session, {(row["service"], row["api_key_id"]) for row in held}, limits.held_per_service,
+                            limits.held_hours, received)
         result.stored, result.held = len(rows), len(held)
         if decoded.other:
             _count(session, OTHER, decoded.other, time.time())

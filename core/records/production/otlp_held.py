@@ -2,9 +2,13 @@
 no task yet is kept (`unmapped`) until an admin maps the service (core/records/production/otlp.py `map_service` lands it),
 and a model call whose messages the studio cannot read is kept to be shown (`unreadable`), never dropped unseen.
 
-Held spans are bounded per service by count and age (TFGRPO_OTLP_HELD_PER_SERVICE, TFGRPO_OTLP_HELD_HOURS):
-past the bound the oldest go, and each one dropped is counted per service (`otlp:dropped:<service>`), so the
-Production page says how many were lost. A resource is stored once by the hash of its attributes.
+Held spans are bounded by count per sender, the API key and the service together, and by age
+(TFGRPO_OTLP_HELD_PER_SERVICE, TFGRPO_OTLP_HELD_HOURS): past the bound the oldest of that key's spans of that service
+go, so one key (a leaked one, or another team's exporter that keeps OpenTelemetry's default `service.name`) can never
+displace what another key's exporter had held; the worker ages out every service's held spans, also of a service
+that stopped sending (`prune_everywhere`). Each one dropped is counted per service (`otlp:dropped:<service>`), so the
+Production page says how many were lost. A held span is shown to admins, and to the people of the task its key is
+bound to (`visible_held`). A resource is stored once by the hash of its attributes.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ import json
 import time
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, true, update
 from sqlmodel import Session, col, select
 
 from core.domain.otlp_spans import SpanTrace
-from storage.tables import ApiCounter, OtlpHeldSpan, OtlpResource
+from storage.tables import ApiCounter, ApiKey, OtlpHeldSpan, OtlpResource
 from storage.writes import insert_or_skip
 
 UNMAPPED, UNREADABLE = "unmapped", "unreadable"
@@ -70,20 +74,36 @@ def held_ids(session: Session, client_ids: set[str]) -> set[str]:
     return set(session.exec(select(OtlpHeldSpan.client_id).where(col(OtlpHeldSpan.client_id).in_(client_ids))))
 
 
-def prune(session: Session, services: set[str], per_service: int, hours: float, now: datetime) -> None:
-    """Drop held spans past the bound of each service (older than `hours`, or beyond the newest
-    `per_service`), counting each one dropped under its service."""
-    for service in services:
-        old = session.exec(select(OtlpHeldSpan.id).where(OtlpHeldSpan.service == service,
-                                                         OtlpHeldSpan.received_at < now - timedelta(hours=hours)))
-        gone = set(old)
-        keep = session.exec(select(OtlpHeldSpan.id).where(OtlpHeldSpan.service == service)
-                            .order_by(col(OtlpHeldSpan.received_at).desc(), col(OtlpHeldSpan.id).desc())
-                            .offset(per_service))
-        gone |= set(keep)
+def prune(session: Session, senders: set[tuple[str, int | None]], per_service: int, hours: float,
+          now: datetime) -> None:
+    """Drop held spans past the bound of each (service, API key) sender: older than `hours`, or beyond that key's
+    newest `per_service` of that service; each one dropped is counted under its service."""
+    for service, key_id in senders:
+        sender = (OtlpHeldSpan.service == service,
+                  col(OtlpHeldSpan.api_key_id).is_(None) if key_id is None else OtlpHeldSpan.api_key_id == key_id)
+        gone = set(session.exec(select(OtlpHeldSpan.id).where(*sender,
+                                                              OtlpHeldSpan.received_at < now - timedelta(hours=hours))))
+        gone |= set(session.exec(select(OtlpHeldSpan.id).where(*sender)
+                                 .order_by(col(OtlpHeldSpan.received_at).desc(), col(OtlpHeldSpan.id).desc())
+                                 .offset(per_service)))
         if gone:
             session.exec(delete(OtlpHeldSpan).where(col(OtlpHeldSpan.id).in_(gone)))
             _count(session, DROPPED + service, len(gone))
+
+
+def prune_everywhere(session: Session, per_service: int, hours: float, now: datetime) -> None:
+    """The bound applied to every sender's held spans (the worker's pass), so a service that stopped sending still
+    ages out."""
+    senders = set(session.exec(select(OtlpHeldSpan.service, OtlpHeldSpan.api_key_id).distinct()))
+    prune(session, senders, per_service, hours, now)
+
+
+def visible_held(task_id: int | None, admin: bool):
+    """The held spans a person may see: an admin every one; anyone else those sent by a key bound to `task_id`."""
+    if admin:
+        return true()
+    bound = select(ApiKey.id).where(ApiKey.task_id == task_id)
+    return col(OtlpHeldSpan.api_key_id).in_(bound)
 
 
 def _count(session: Session, name: str, count: int) -> None:
@@ -94,9 +114,9 @@ def _count(session: Session, name: str, count: int) -> None:
         session.add(ApiCounter(name=name, value=float(count), updated_at=now))
 
 
-def held_services(session: Session) -> list[dict]:
+def held_services(session: Session, task_id: int | None = None, admin: bool = True) -> list[dict]:
     """Per service: spans held waiting for a mapping, unreadable model calls held, and held spans dropped past
-    the bound, most waiting first (the Production page's table)."""
+    the bound, most waiting first (the Production page's table); of the spans `visible_held` shows."""
     rows: dict[str, dict] = {}
 
     def row(service: str) -> dict:
@@ -105,21 +125,24 @@ def held_services(session: Session) -> list[dict]:
 
     counts = session.exec(select(OtlpHeldSpan.service, OtlpHeldSpan.reason, func.count(),
                                  func.min(OtlpHeldSpan.received_at))
-                          .group_by(OtlpHeldSpan.service, OtlpHeldSpan.reason))
+                          .where(visible_held(task_id, admin)).group_by(OtlpHeldSpan.service, OtlpHeldSpan.reason))
     for service, reason, count, oldest in counts:
         found = row(service)
         found["held (not mapped)" if reason == UNMAPPED else "held (unreadable)"] += count
         found["oldest"] = min(filter(None, (found["oldest"], oldest)), default=None)
     for counter in session.exec(select(ApiCounter).where(col(ApiCounter.name).startswith(DROPPED))):
-        row(counter.name[len(DROPPED):])["dropped past the bound"] = int(counter.value)
+        if admin or counter.name[len(DROPPED):] in rows:
+            row(counter.name[len(DROPPED):])["dropped past the bound"] = int(counter.value)
     return sorted(rows.values(), key=lambda found: (-found["held (not mapped)"] - found["held (unreadable)"],
                                                     found["service"]))
 
 
 def held_spans(session: Session, service: str | None = None, reason: str | None = None,
-               limit: int = 50) -> list[OtlpHeldSpan]:
-    """The newest held spans (of a service, of a reason), to show them with their attributes."""
-    query = select(OtlpHeldSpan).order_by(col(OtlpHeldSpan.received_at).desc(), col(OtlpHeldSpan.id).desc())
+               limit: int = 50, *, task_id: int | None = None, admin: bool = True) -> list[OtlpHeldSpan]:
+    """The newest held spans (of a service, of a reason), to show them with their attributes; of the spans
+    `visible_held` shows."""
+    query = (select(OtlpHeldSpan).where(visible_held(task_id, admin))
+             .order_by(col(OtlpHeldSpan.received_at).desc(), col(OtlpHeldSpan.id).desc()))
     if service is not None:
         query = query.where(OtlpHeldSpan.service == service)
     if reason is not None:
