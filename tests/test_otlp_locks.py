@@ -298,3 +298,62 @@ def test_held_spans_of_a_service_that_stopped_sending_age_out_in_the_worker(engi
     age_held_spans(engine, datetime.now(UTC) + timedelta(hours=get_settings().otlp_held_hours + 1))
     with Session(engine) as session:
         assert held_spans(session) == [] and held_services(session)[0]["dropped past the bound"] == 1
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    from core.domain.otlp_depth import _encode_varint
+    return _encode_varint(field << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _deep_any_protobuf(levels: int) -> bytes:
+    value = _ld(1, b"x")  # AnyValue.string_value
+    for _ in range(levels):  # AnyValue.kvlist_value -> KeyValueList.values -> KeyValue{key, value}
+        value = _ld(6, _ld(1, _ld(1, b"k") + _ld(2, value)))
+    return value
+
+
+def _span_protobuf(i: int, deep: int = 0) -> bytes:
+    attributes = _ld(9, _ld(1, b"input.value") + _ld(2, _ld(1, f"q{i}".encode())))
+    if deep:
+        attributes += _ld(9, _ld(1, b"deep") + _ld(2, _deep_any_protobuf(deep)))
+    fixed = (1700000000000000000).to_bytes(8, "little"), (1700000001000000000).to_bytes(8, "little")
+    return (_ld(1, secrets.token_bytes(16)) + _ld(2, secrets.token_bytes(8)) + _ld(5, b"chat")
+            + b"\x39" + fixed[0] + b"\x41" + fixed[1] + attributes)
+
+
+def _deep_any_json(levels: int) -> str:
+    return ('{"kvlistValue":{"values":[{"key":"k","value":' * levels + '{"stringValue":"x"}' + "}]}}" * levels)
+
+
+def _span_json(i: int, deep: int = 0) -> str:
+    attributes = [f'{{"key":"input.value","value":{{"stringValue":"q{i}"}}}}']
+    if deep:
+        attributes.append(f'{{"key":"deep","value":{_deep_any_json(deep)}}}')
+    return (f'{{"traceId":"{secrets.token_hex(16)}","spanId":"{secrets.token_hex(8)}","name":"chat",'
+            f'"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000001000000000",'
+            f'"attributes":[{",".join(attributes)}]}}')
+
+
+@pytest.mark.parametrize("levels", [9, 14, 60, 5000])
+@pytest.mark.parametrize("kind", ["protobuf", "json"])
+def test_an_attribute_nested_at_any_depth_refuses_only_its_span(engine, production, kind, levels):
+    """Issue 61, item 2: past 13 levels (JSON) or 59 (protobuf) the decoder's own limit failed the whole request,
+    and exporters do not retry a 400: the 9 good spans beside the deep one were lost. Now 9 are stored at any
+    depth and the deep span is refused with its reason."""
+    client = keyed(engine, task=DEMO_TASK)
+    service = {"key": "service.name", "value": {"stringValue": "deep-agent"}}
+    if kind == "protobuf":
+        spans = b"".join(_ld(2, _span_protobuf(i, levels if i == 4 else 0)) for i in range(10))
+        resource = _ld(1, _ld(1, b"service.name") + _ld(2, _ld(1, b"deep-agent")))
+        body = _ld(1, _ld(1, resource) + _ld(2, spans))
+        response = client.post(ROUTE, content=body, headers=PROTOBUF)
+        message = answer(response).partial_success.error_message if response.status_code == 200 else response.text
+    else:
+        spans = ",".join(_span_json(i, levels if i == 4 else 0) for i in range(10))
+        body = (f'{{"resourceSpans":[{{"resource":{{"attributes":[{json.dumps(service)}]}},'
+                f'"scopeSpans":[{{"spans":[{spans}]}}]}}]}}').encode()
+        response = client.post(ROUTE, content=body, headers=JSON)
+        message = response.text
+    assert response.status_code == 200, message
+    assert "span 5" in message and "nested more than 8 levels deep" in message
+    assert sorted(trace.input for trace in stored(engine)) == sorted(f"q{i}" for i in range(10) if i != 4)

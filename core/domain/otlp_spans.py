@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from core.domain.otlp_depth import cut_deep_json, cut_deep_protobuf
 from core.errors import MalformedBody, UnsupportedMedia
 
 MAX_TEXT = 100_000  # the longest string value read (core.records.production.traces.MAX_TEXT: a trace's input or output)
@@ -145,22 +146,47 @@ def parse_request(body: bytes, kind: str) -> ExportTraceServiceRequest:
         try:
             request.ParseFromString(body)
         except (DecodeError, RecursionError, ValueError) as exc:
-            raise MalformedBody(f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
+            try:  # too deep for the decoder? cut the deep values, so that only their spans are refused
+                request.ParseFromString(cut_deep_protobuf(body))
+            except (DecodeError, RecursionError, ValueError):
+                raise MalformedBody(f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
         return request
     try:
-        payload = json.loads(body.decode("utf-8"))
+        text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedBody("the body is not UTF-8 text; OTLP/JSON is UTF-8") from None
-    except (ValueError, RecursionError):
+    payload = _json_request(text)
+    if payload is None:  # too deep for the parser: cut the deep values, so that only their spans are refused
+        payload = _json_request(cut_deep_json(body).decode("utf-8"))
+        if payload is None:
+            raise MalformedBody("the JSON is nested too deep to read")
+    try:
+        json_format.ParseDict(payload, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError, TypeError, AttributeError) as exc:
+        raise MalformedBody(f"the body is not an OTLP/JSON ExportTraceServiceRequest ({_first_line(exc)})") from None
+    return request
+
+
+def _json_request(text: str) -> dict | None:
+    """The OTLP/JSON body as a dict with its ids as json_format reads them; None when it nests too deep for that;
+    MalformedBody when it is not a JSON object."""
+    try:
+        payload = json.loads(text)
+    except RecursionError:
+        return None
+    except ValueError:
         raise MalformedBody("the body is not JSON (OTLP/JSON: an ExportTraceServiceRequest object)") from None
     if not isinstance(payload, dict):
         raise MalformedBody("the body is not an OTLP/JSON ExportTraceServiceRequest object")
     try:
         _hex_ids_to_base64(payload, 0)
-        json_format.ParseDict(payload, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, RecursionError, TypeError, AttributeError) as exc:
-        raise MalformedBody(f"the body is not an OTLP/JSON ExportTraceServiceRequest ({_first_line(exc)})") from None
-    return request
+    except RecursionError:
+        return None
+    except MalformedBody as exc:
+        if "nested" in str(exc):
+            return None
+        raise
+    return payload
 
 
 def _first_line(exc: BaseException) -> str:
