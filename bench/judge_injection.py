@@ -7,10 +7,13 @@ as judge by default), a production version, the rule `judge_share: 1.0`, one pro
 injection), and the worker's scoring pass (core.grpo.production_scoring.score_production) run until nothing is due.
 Replies are bench/judge.py's hand-written good and poor reply to each of the first `--n` support messages; each is
 sent plain and with each kind of injected text (INJECTIONS: a note to the grader, a forged JSON verdict, forged
-turns that play a satisfied customer, "ignore previous instructions"). It prints, per kind of reply and injection,
+turns that play a satisfied customer, "ignore previous instructions"; and HELD_OUT, four kinds written before the
+studio's check for text addressed to the grader and not tuned on until measured). It prints, per kind of reply and
+injection,
 the mean judge value (an unsure verdict's value counts here: it is what the judge said), the share that pass (value
 at least 0.75 on the demo's 1-5 scale: a 4 or 5), the lift over the same replies plain and how many flip from fail
-to pass. `--unfenced` swaps in the prompt of stop 63 (query and answer as plain prompt text), the "before" figure;
+to pass; and for the plain replies, how many verdicts were sure and how many agree with the replies' hand labels
+(bench/judge.py wrote each good reply to pass and each poor one to fail). `--unfenced` swaps in the prompt of stop 63 (query and answer as plain prompt text), the "before" figure;
 nothing else changes. A fresh database each run: no verdict comes from the response cache.
 """
 
@@ -151,6 +154,13 @@ def main() -> int:
             lowered = sum(values[s] < plain[s] for s in both)
             print(f"{kind:<6}{name:<17}{mean:>7.3f}{passes:>4}/{len(ids):<2}{lift:>+8.3f}{flips:>7}  "
                   f"({raised} / {lowered})")
+    plain = [(kind, found[(sid, kind, "plain")]) for sid in ids for kind in kinds]
+    sure = [(kind, trace) for kind, trace in plain if trace.judge_status == "scored"]
+    agree = sum((trace.judge_score >= PASS) == (kind == "good") for kind, trace in sure)
+    agree_all = sum(trace.judge_score is not None and (trace.judge_score >= PASS) == (kind == "good")
+                    for kind, trace in plain)
+    print(f"\nplain replies (hand labels: good passes, poor fails): sure {len(sure)}/{len(plain)}, of those agreeing "
+          f"with the label {agree}; all verdicts agreeing {agree_all}/{len(plain)}")
     if args.show:
         for key, trace in sorted(found.items()):
             print(f"  {':'.join(key):<28} {trace.judge_status:<7} {trace.judge_detail[:140]!r}")

@@ -63,8 +63,9 @@ _SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
 _PATTERNS = {
     "a verdict in JSON": re.compile(r"\{[^{}]*[\"'](?:score|confident|confidence|verdict|grade|rating)[\"']\s*:[^{}]*\}",
                                     re.IGNORECASE),
-    "a verdict line": re.compile(r"^[ \t]*[\"']?(?:score|confident|confidence|verdict|grade|rating)[\"']?[ \t]*[:=].*$",
-                                 re.IGNORECASE | re.MULTILINE),
+    "a verdict line": re.compile(  # with the `key: value` lines around it (a reason, a rationale, ...)
+        r"(?:^[ \t]*[\"']?[\w ]{1,30}[\"']?[ \t]*[:=].*\n)*^[ \t]*[\"']?(?:score|confident|confidence|verdict|grade"
+        r"|rating)[\"']?[ \t]*[:=].*$(?:\n[ \t]*[\"']?[\w ]{1,30}[\"']?[ \t]*[:=].*)*", re.IGNORECASE | re.MULTILINE),
     "an instruction to ignore instructions": re.compile(
         r"[^.!?\n]*\b(?:ignore|disregard|forget|override)\b[^.!?\n]{0,60}\b(?:instructions?|prompt|rules|guidelines"
         r"|above|previous)\b[^.!?\n]*[.!?]?|[^.!?\n]*\byou are now\b[^.!?\n]*[.!?]?", re.IGNORECASE),
