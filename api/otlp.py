@@ -22,11 +22,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
-from core.domain.otlp_spans import JSON, PROTOBUF, decode_spans, media_type, parse_request
+from core.domain.otlp_spans import JSON, PROTOBUF, media_type
 from core.errors import BodyTooLarge, MalformedBody, OutsideTask, UnsupportedMedia
 from core.records.keys.api_keys import KeyUse, audit_outside_task
 from core.records.production.ingest import Ingested
-from core.records.production.otlp import ingest_spans
+from core.records.production.otlp import ingest_request
 
 INFLATE_CHUNK = 64 * 1024  # the most one inflate step may produce, so memory stays near the cap
 
@@ -99,7 +99,7 @@ def register_otlp(app: FastAPI, get_engine: Callable[[], Engine], caller: Callab
         body = inflate(body, request.headers.get("content-encoding"), max_body_bytes)
 
         def take() -> Ingested:
-            return ingest_spans(get_engine(), decode_spans(parse_request(body, kind)), key)
+            return ingest_request(get_engine(), body, kind, key)
 
         result = await run_in_threadpool(take)
         if isinstance(result.outside_task, OutsideTask):  # spans refused for naming another task: audited as one
