@@ -39,7 +39,8 @@ from tests.ui_support import scripted_gateway, seeded_run
 
 class Receiver:
     """An http.server on a free loopback port that records what it gets; `mode` says how it answers:
-    ok (204), down (503), error (500), redirect (302 to /elsewhere) or hang (until `release` is set)."""
+    ok (204), down (503), error (500), redirect (302 to /elsewhere), hang (until `release` is set) or trickle (a
+    204 a byte every 0.3 s)."""
 
     def __init__(self) -> None:
         self.mode = "ok"
@@ -61,6 +62,13 @@ class Receiver:
                 receiver.hit.set()
                 if mode == "hang":
                     receiver.release.wait(10)
+                if mode == "trickle":  # the answer a byte at a time: every read is within any timeout
+                    for byte in b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n":
+                        if receiver.release.wait(0.3):
+                            return
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    return
                 code = {"ok": 204, "down": 503, "error": 500, "redirect": 302, "hang": 204}[mode]
                 self.send_response(code)
                 if mode == "redirect":

@@ -124,6 +124,27 @@ def test_webhook_deliver_now_sends_what_waits_for_one_receiver(engine, receivers
     assert [payload["data"]["i"] for payload in receiver.checked] == [0, 1]
 
 
+def test_a_receiver_that_trickles_its_answer_is_cut_at_the_attempts_one_deadline(engine, receivers, monkeypatch):
+    """Issue 61, item 6: each read had its timeout but the attempt had none in total, so a receiver sending a byte
+    at a time outlived its claim and another sender resent the same webhook-id. One deadline (3 x the timeout, under
+    the claim) ends the attempt."""
+    import time
+
+    monkeypatch.setenv("TFGRPO_WEBHOOK_TIMEOUT_S", "1")
+    get_settings.cache_clear()
+    receiver = receivers()
+    webhooks.add_endpoint(engine, "slow", receiver.url, "cli")
+    receiver.mode = "trickle"
+    raise_tests(engine, 1)
+    started = time.monotonic()
+    assert webhooks.deliver_due(engine, "worker") == 1
+    took = time.monotonic() - started
+    [row] = deliveries(engine)
+    assert row.status == "pending" and "deadline" in row.last_error, row.last_error
+    assert 2.5 <= took < 5 and webhooks.total_deadline_s() < webhooks._hold_s()  # the answer would take 14 s
+    get_settings.cache_clear()
+
+
 def test_a_bad_secret_on_one_endpoint_leaves_anothers_deliveries_flowing(engine, receivers, monkeypatch):
     bad, good = receivers(), receivers()
     monkeypatch.setenv("BAD_HOOK_SECRET", webhooks.new_secret())

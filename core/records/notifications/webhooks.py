@@ -227,6 +227,30 @@ def signed_request(endpoint: WebhookEndpoint, delivery: WebhookDelivery, moment:
                               "user-agent": "tfgrpo-studio-webhooks"}
 
 
+class _Tracked(httpcore.NetworkStream):
+    """A connection whose TLS layer, once started, is remembered too, so the deadline can end it."""
+
+    def __init__(self, inner: httpcore.NetworkStream, seen: list) -> None:
+        self._inner, self._seen = inner, seen
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname: str | None = None, timeout: float | None = None):
+        secured = self._inner.start_tls(ssl_context, server_hostname, timeout)
+        self._seen.append(secured)
+        return _Tracked(secured, self._seen)
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
 class _PinnedBackend(httpcore.NetworkBackend):
     """httpcore's own socket backend, except that every connection goes to the one address that was checked:
     the URL's host name still goes in the Host header, TLS's SNI and the certificate check."""
@@ -234,10 +258,22 @@ class _PinnedBackend(httpcore.NetworkBackend):
     def __init__(self, address: str) -> None:
         self._address = address
         self._inner = httpcore.SyncBackend()
+        self.streams: list[httpcore.NetworkStream] = []
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options=None) -> httpcore.NetworkStream:
-        return self._inner.connect_tcp(self._address, port, timeout, local_address, socket_options)
+        stream = self._inner.connect_tcp(self._address, port, timeout, local_address, socket_options)
+        self.streams.append(stream)
+        return _Tracked(stream, self.streams)
+
+    def cut(self) -> None:
+        """End every connection now, from another thread: a blocked read returns (shutdown, not close)."""
+        for stream in self.streams:
+            sock = stream.get_extra_info("socket")
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
         raise httpcore.ConnectError("a webhook never goes through a Unix socket")
@@ -253,8 +289,9 @@ class PinnedTransport(httpx.HTTPTransport):
     def __init__(self, address: str) -> None:
         super().__init__(retries=0)
         roots = str(get_settings().webhook_ca_file or certifi.where())
+        self.backend = _PinnedBackend(address)
         self._pool = httpcore.ConnectionPool(ssl_context=ssl.create_default_context(cafile=roots),
-                                             max_connections=1, network_backend=_PinnedBackend(address))
+                                             max_connections=1, network_backend=self.backend)
 
 
 def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
@@ -277,8 +314,12 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
         return Attempt(False, None, f"the signing secret of webhook {endpoint.name} is not a whsec_ base64 "
                        "secret: fix it (its environment variable) and the next attempt signs", retry=True)
     timeout = settings.webhook_timeout_s
+    transport = PinnedTransport(wh.canonical_address(addresses[0]))
+    deadline = threading.Timer(total_deadline_s(), transport.backend.cut)  # one deadline for the whole attempt
+    deadline.daemon = True
+    deadline.start()
     try:
-        with httpx.Client(transport=PinnedTransport(wh.canonical_address(addresses[0])), timeout=timeout,
+        with httpx.Client(transport=transport, timeout=timeout,
                           follow_redirects=False,
                           trust_env=False) as client, \
                 client.stream("POST", endpoint.url, content=content, headers=headers) as response:
@@ -286,7 +327,12 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
     except httpx.TimeoutException:
         return Attempt(False, None, f"no answer within {timeout:g} s (timeout)", retry=True)
     except (httpx.HTTPError, OSError):
+        if not deadline.is_alive():
+            return Attempt(False, None, f"no whole answer within {total_deadline_s():g} s (the attempt's deadline)",
+                           retry=True)
         return Attempt(False, None, "no connection (refused, unreachable or TLS failed)", retry=True)
+    finally:
+        deadline.cancel()
     if 200 <= code < 300:
         return Attempt(True, code, None, retry=False)
     if redirect:
@@ -354,8 +400,14 @@ def _record_probe(engine: Engine, delivery_id: int, endpoint_id: int, result: At
 
 
 def _hold_s() -> float:
-    """How long a claim lasts: past the longest an attempt can take (connect, write, read, each timed)."""
+    """How long a claim lasts: past the longest an attempt can take (its total deadline)."""
     return get_settings().webhook_timeout_s * 4 + 30
+
+
+def total_deadline_s() -> float:
+    """The one deadline of a whole attempt, shorter than its claim: a receiver that trickles its answer a byte at a
+    time (each read within the timeout) is cut there, before another sender could take the claim and resend."""
+    return get_settings().webhook_timeout_s * 3
 
 
 def _claim_delivery(engine: Engine, delivery_id: int, claim: str) -> bool:
