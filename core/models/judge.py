@@ -95,20 +95,23 @@ def anchors(task: Task, sample: Sample) -> dict[int, str]:
     return {**GENERIC_ANCHORS[scale], **parse_anchors(criteria_text(task, sample), scale)}
 
 
+def grader_instructions(scale: str) -> str:
+    """What the grader is and the JSON it replies with, on `scale`."""
+    low, high = SCALES[scale]
+    meaning = ("1 if the answer meets the criteria, 0 if it does not" if scale == "binary"
+               else "1 (fails the criteria) to 5 (meets every criterion fully)")
+    return ("You are a strict, fair grader. Judge the answer only against the criteria; do not reward length "
+            "or politeness the criteria do not ask for. Reply with JSON only: "
+            f'{{"reason": "<one or two sentences>", "score": <integer {low}-{high}>, "confident": <true|false>}}. '
+            f"The score is {meaning}. Set confident to false when the criteria do not settle the case.")
+
+
 def judge_messages(query: str, criteria: str, reference: str | None, response: str, scale: str,
                    fence: Fence | None = None) -> list[dict]:
     """The grader's prompt: the criteria and the reference (the task's own words) as prompt text; the query and the
     answer, written by users and the agent, JSON-encoded inside a fence (core.domain.fencing)."""
     fence = fence or Fence()
-    low, high = SCALES[scale]
-    meaning = ("1 if the answer meets the criteria, 0 if it does not" if scale == "binary"
-               else "1 (fails the criteria) to 5 (meets every criterion fully)")
-    system = (
-        "You are a strict, fair grader. Judge the answer only against the criteria; do not reward length "
-        "or politeness the criteria do not ask for. Reply with JSON only: "
-        f'{{"reason": "<one or two sentences>", "score": <integer {low}-{high}>, "confident": <true|false>}}. '
-        f"The score is {meaning}. Set confident to false when the criteria do not settle the case. {fence.rule}"
-    )
+    system = f"{grader_instructions(scale)} {fence.rule}"
     user = f"Criteria:\n{criteria}\n\n"
     if reference:
         user += f"Reference answer:\n{reference}\n\n"
