@@ -3,7 +3,8 @@
 A `read` key fetches libraries; an `ingest` key also posts production traces (an agent that logs its
 traces also fetches its library, so ingest includes read). A request with no key, an unknown or revoked
 key, or a key without the role gets `Unauthorized` or `PermissionDenied` and leaves an audit event, so
-the Audit page shows who was turned away.
+the Audit page shows who was turned away (an unknown key once a minute per address, a revoked one once a minute per
+key, each with the count since the last).
 
 A key may be made for a person (`person`): it then carries at most that person's role, asked at every request, so
 a key made for a reviewer stops posting traces the moment the reviewer becomes a labeller, and stops working
@@ -200,8 +201,9 @@ def check_key(engine: Engine, secret: str | None, role: str, doing: str, where: 
     if reason is not None:
         if found is None:  # nobody to name: counted per address, audited once a minute
             audit_refusal(engine, address, reason, where)
-        else:
-            _denied(engine, found, reason, where)
+        else:  # a revoked key still in use: counted per key, audited once a minute with the count
+            audit_refusal(engine, f"key:{found.id}:revoked", reason, where, actor=f"(api key {found.name})",
+                          object_type="apikey", object_id=found.id)
         raise Unauthorized(reason)
     if RANK[found.role] < RANK[role]:
         reason = f"API key {found.name!r} is a {found.role} key; {doing} needs an {role} key"
