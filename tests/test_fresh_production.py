@@ -47,3 +47,17 @@ def test_production_before_any_promotion_is_the_first_empty_version_said_so(engi
     after = read.get(URL).json()
     assert (after["number"], after["label"]) == (promoted.number, "production") and "note" not in after
     assert read.get(URL, params={"label": "staging"}).status_code == 404  # only production falls back
+
+
+def test_update_from_production_on_a_task_never_promoted_starts_from_what_production_serves(engine, demo_task):
+    """Issue 62: the API served #1 as production and every trace named #1, yet "Update from production" said the
+    library had no label 'production' to start from. Both now read one rule (promotion.production_version)."""
+    from core.grpo.training import create_run
+    from core.records.runs.settings import RunSettings
+    from storage.tables import LibraryVersion, Run
+
+    run_id = create_run(engine, DEMO_TASK, RunSettings(start_label="production", review_mode="manual", epochs=1,
+                                                       batch_size=2, group_size=2, limit=4), created_by="cli")
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        assert session.get(LibraryVersion, run.start_version_id).number == 1

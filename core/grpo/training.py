@@ -53,6 +53,7 @@ from core.grpo.worked_examples import examples_recorded, propose_examples, store
 from core.models.conversation_judge import rubric_settings
 from core.models.gateway import REPAIRED, CallResult, Gateway, Scope
 from core.models.model_choice import check_model
+from core.records.library.promotion import PRODUCTION, production_version
 from core.records.library.selection import adopt_selection, selection_of
 from core.records.library.versions import create_version, new_experiences
 from core.records.notifications.events import notify_run_failed, notify_step_awaiting_review
@@ -168,7 +169,9 @@ def create_run(engine: Engine, task_name: str, settings: RunSettings, *, library
         if kind == RunKind.TRAIN:  # a gate on too few validation queries is refused now, not when a worker starts
             gate.choose_validation(session, task, settings, only=segment_sample_ids(session, task, library.segment))
         start = queries.latest_version(session, library.id)
-        if settings.start_label:
+        if settings.start_label == PRODUCTION:  # what production serves, also before the first promotion
+            start = production_version(session, library)
+        elif settings.start_label:
             label = queries.label_by_name(session, library.id, settings.start_label)
             if label is None:
                 raise InvalidInput(f"library {library.name!r} has no label {settings.start_label!r} to start from")

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.domain.library import diff
 from core.errors import InvalidInput, NotFound
@@ -26,7 +26,7 @@ from core.records.evaluation.comparison import EvaluationComparison, compare_eva
 from core.settings import get_settings
 from storage import queries
 from storage.statuses import EvaluationPurpose, JobStatus
-from storage.tables import Evaluation, Library, Task
+from storage.tables import Evaluation, Library, LibraryVersion, Task
 
 PRODUCTION = "production"  # the label a live agent reads (core.records.library.versions re-exports it)
 MAX_REASON = 2000
@@ -149,6 +149,16 @@ class Approval:
     version_id: int
     production_id: int | None
     record: dict
+
+
+def production_version(session: Session, library: Library) -> LibraryVersion | None:
+    """The version production serves: the label's, else, for a library never promoted, its first version (what the
+    API serves it as, core.records.production.serving). The one rule the API and "Update from production" share."""
+    found = queries.label_by_name(session, library.id, PRODUCTION)
+    if found is not None:
+        return session.get(LibraryVersion, found.version_id)
+    return session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id,
+                                                     LibraryVersion.number == 1)).first()
 
 
 def _finite(value: float) -> float | None:

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
@@ -23,6 +23,7 @@ from core.errors import InvalidInput, NotFound
 from core.records.evaluation.figures import read_evaluation_report
 from core.records.keys.api_keys import KeyUse, key_scope, within_key_task
 from core.records.library import versions
+from core.records.library.promotion import production_version
 from core.records.library.selection import selection_of
 from core.records.library.versions import PRODUCTION, export_version
 from core.records.people.roles import require_role
@@ -150,8 +151,7 @@ def served_version(session: Session, task_name: str, library_name: str = "defaul
     label = arm or label or PRODUCTION
     found = queries.label_by_name(session, library.id, label)
     if found is None and label == PRODUCTION:  # a fresh library: its agents run on its first, empty version
-        first = session.exec(select(LibraryVersion).where(LibraryVersion.library_id == library.id,
-                                                          LibraryVersion.number == 1)).first()
+        first = production_version(session, library)
         if first is not None:
             return Resolved(task, library, first, None, arm, note=first_version_note(library))
     if found is None:
