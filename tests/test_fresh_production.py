@@ -61,3 +61,14 @@ def test_update_from_production_on_a_task_never_promoted_starts_from_what_produc
     with Session(engine) as session:
         run = session.get(Run, run_id)
         assert session.get(LibraryVersion, run.start_version_id).number == 1
+
+
+def test_train_from_production_waits_for_review_as_the_manual_and_the_page_say(engine, demo_task, database_url):
+    from core.cli import main
+    from storage.tables import Run
+
+    assert main(["--db", database_url, "train", "--task", DEMO_TASK, "--from-production", "--queue", "--epochs", "1",
+                 "--batch-size", "2", "--group-size", "2", "--limit", "4"]) == 0
+    with Session(engine) as session:
+        run = session.exec(select(Run)).one()
+    assert run.settings["review_mode"] == "manual" and run.settings["start_label"] == "production"

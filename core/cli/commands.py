@@ -244,7 +244,8 @@ def _jobs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--old-share", type=float, help=_default("old_share"))
     p.add_argument("--from-production", action="store_true", help="an update from production: start at the "
                    "production version, train on the harvested traces plus --old-share (default 0.3) of the old "
-                   "train split")
+                   "train split, every change waiting for review (--review manual) unless --review says otherwise; "
+                   "with --queue a worker runs it, the Production page's Update from production")
     p.add_argument("--resume", type=int, metavar="RUN", help="resume a stopped run")
     p.add_argument("--queue", action="store_true", help="only queue the run; a worker executes it")
     p.set_defaults(handler="core.cli.jobs:cmd_train")

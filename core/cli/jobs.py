@@ -102,7 +102,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         _keep_api_base_secret(args.api_base, queued=args.queue)
         given = {"epochs": args.epochs, "batch_size": args.batch_size, "group_size": args.group_size,
                  "temperature": args.temperature, "limit": args.limit, "seed": args.seed,
-                 "review_mode": args.review, "policy_model": args.model, "learner_model": args.learner_model,
+                 "review_mode": args.review or ("manual" if args.from_production else None),
+                 "policy_model": args.model, "learner_model": args.learner_model,
                  "concurrency": args.concurrency, "max_experiences": args.max_experiences,
                  "examples": args.examples, "max_examples": args.max_examples,
                  "reference_when_all_fail": args.reference_when_all_fail, "lessons": args.lessons,
