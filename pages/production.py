@@ -88,9 +88,9 @@ def score_chart(rows: list[dict]) -> go.Figure:
     return figure
 
 
-def do_harvest(task_name: str, since: datetime | None, max_score: float | None) -> None:
-    run_action(FLASH, "harvest", harvest, engine(), task_name, context().reviewer,
-               since=since, max_score=max_score,
+def do_harvest(task_name: str, chosen: dict) -> None:
+    """Harvest exactly the traces the filters above show (every filter, not only the days and the score)."""
+    run_action(FLASH, "harvest", harvest, engine(), task_name, context().reviewer, **chosen,
                success=lambda r: f"Added {r[0]} train samples from production; {r[1]} skipped (a sample has that input).")
 
 
@@ -284,10 +284,13 @@ def page() -> None:
     otlp_section(task.name, ctx.library)
     with Session(engine()) as session:
         has_traces = any_trace(session, task.id)
-    if not has_traces:
+    if not has_traces:  # the split and the rules can be set before the first trace arrives
         st.info("No trace yet. Create an ingest key on the People page, start the API with `python -m core serve` "
                 "(`make run` starts it too), and log traces from your agent with the client (client/README.md), "
                 "or point an OpenTelemetry exporter at /otlp (docs/traces-otlp.md).")
+        if library is not None:
+            ab_section(task.name, ctx.library)
+        rules_section(task)
         return
     opened_trace(task.name, versions)
     chosen = filters(task.id, versions)
@@ -390,8 +393,7 @@ def harvest_section(task_name: str, library: str, chosen: dict) -> None:
         role_note("admin", "harvesting traces")
         return
     left, right = st.columns(2)
-    left.button("Harvest these traces", key="production_harvest", on_click=do_harvest,
-                args=(task_name, chosen["since"], chosen["max_score"]))
+    left.button("Harvest these traces", key="production_harvest", on_click=do_harvest, args=(task_name, chosen))
     right.button("Update from production", key="production_update", type="primary", on_click=start_update,
                  args=(task_name, library))
 

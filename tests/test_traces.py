@@ -122,3 +122,18 @@ def test_two_posts_of_the_same_ids_at_once_store_each_once(engine, production):
         results = list(pool.map(lambda _: ingest_traces(engine, batch), range(4)))
     assert sum(result.stored for result in results) == 50 and len(rows(engine)) == 50
     assert all(result.stored + result.duplicates == 50 for result in results)
+
+
+def test_harvest_takes_exactly_the_traces_the_filters_show(engine, production):
+    """Issue 62: with Thumbs = down showing 6 traces, "Harvest these traces" considered 51 others as well. Harvest
+    now takes every filter the page has (here thumbs and a comment), not only the days and the score."""
+    from core.records.production.traces import TraceIn, ingest_traces
+
+    ingest_traces(engine, [TraceIn(id=f"t{i}", task=DEMO_TASK, version_id=production.id, input=f"question {i}",
+                                   output="a", thumbs="down" if i < 3 else "up",
+                                   comment="wrong total" if i == 0 else None) for i in range(8)])
+    assert harvest(engine, DEMO_TASK, "cli", thumbs="down", comment="total") == (1, 0)
+    assert harvest(engine, DEMO_TASK, "cli", thumbs="down") == (2, 0)
+    with Session(engine) as session:
+        harvested = sorted(trace.client_id for trace in session.exec(select(Trace)) if trace.sample_id is not None)
+    assert harvested == ["t0", "t1", "t2"]

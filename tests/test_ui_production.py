@@ -51,9 +51,19 @@ def open_page():
     return at
 
 
-def test_no_trace_says_how_to_get_some(engine):
+def test_no_trace_says_how_to_get_some_and_the_rules_and_the_split_can_be_set_before_traffic(engine, versions):
+    """Issue 62: the page hid its rules and the A/B experiment until the task had a trace, while only traces
+    received after a rule is on count: a team preparing an experiment had to use the command line."""
+    set_ab_split(engine, DEMO_TASK, "default", "candidate", 0.1, "cli")
     at = open_page()
     assert any("No trace yet" in info.value for info in at.info)
+    headers = [header.value for header in at.subheader]
+    assert "Which traces go to people, and which the judge scores" in headers
+    assert any(header.startswith("A/B experiment") for header in headers)
+    at.number_input(key="production_below").set_value(0.5).run()
+    at.button(key="production_save_rules").click().run()
+    with Session(engine) as session:
+        assert session.exec(select(Task).where(Task.name == DEMO_TASK)).one().production_rules.get("below") == 0.5
 
 
 def test_traces_per_day_and_version_lowest_as_text_and_the_arms_compared(engine, versions):

@@ -369,17 +369,17 @@ def _normal(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def harvest(engine: Engine, task_name: str, actor: str, *, since: datetime | None = None,
-            max_score: float | None = None, labelled_only: bool = False) -> tuple[int, int]:
-    """Selected traces become train samples: (added, skipped as already present). A trace whose input a
+def harvest(engine: Engine, task_name: str, actor: str, **filters) -> tuple[int, int]:
+    """The traces TraceFilter(**filters) selects (the Production page's filters, all of them; the command line's
+    --since, --max-score, --labelled-only) become train samples: (added, skipped as already present). A trace whose
+    input a
     sample already has (ignoring case and spacing) is skipped; each new sample keeps its source trace id,
     and the trace points at its sample. A person's reference answer is not known, so the sample has none:
     judge or human rewards, or the no-ground-truth mode, score it."""
     with session_scope(engine) as session:
         require_role(session, actor, "admin", "adding production traces to a task's data")
         task = get_task(session, task_name)
-        chosen = [t for t in task_traces(session, task_name, since=since, max_score=max_score,
-                                         labelled_only=labelled_only) if t.sample_id is None]
+        chosen = [t for t in task_traces(session, task_name, **filters) if t.sample_id is None]
         known = {_normal(s.query) for s in queries.samples(session, task.id)}
         rows, skipped = [], 0
         for trace in sorted(chosen, key=lambda t: t.id):
@@ -398,9 +398,10 @@ def harvest(engine: Engine, task_name: str, actor: str, *, since: datetime | Non
         for trace, row in rows:
             trace.sample_id = by_external.get(row.external_id)
             session.add(trace)
+        given = {name: value.isoformat() if isinstance(value, datetime) else value
+                 for name, value in filters.items() if value not in (None, False, "")}
         session.add(AuditEvent(actor=actor, action="task.harvest", object_type="task", object_id=task.id,
-                               after={"added": added, "skipped": skipped, "since": since.isoformat() if since else None,
-                                      "max_score": max_score, "labelled_only": labelled_only}))
+                               after={"added": added, "skipped": skipped, "filters": given}))
         return added, skipped
 
 
