@@ -189,3 +189,24 @@ def test_traces_are_listed_filtered_and_opened_by_what_their_sender_gave(engine,
     assert linked.dataframe[0].value["sender id"].tolist() == ["req-9b1c"]  # the opened trace, above the list
     at.text_input(key="production_open").set_value("req-nope").run()
     assert any("no trace with that sender id" in w.value for w in at.warning)
+
+
+def test_an_admin_starts_and_ends_a_split_from_the_page(engine, versions):
+    """Issue 62: no split could be started or ended from the pages, only with `python -m core ab`."""
+    from core.records.production.ab_experiments import open_experiment
+    from storage import queries
+
+    at = open_page()
+    at.selectbox(key="production_ab_label").select("candidate").run()
+    at.number_input(key="production_ab_share").set_value(0.2).run()
+    at.button(key="production_ab_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Session(engine) as session:
+        library = queries.library_by_name(session, queries.task_by_name(session, DEMO_TASK).id, "default")
+        assert (library.ab_label, library.ab_share) == ("candidate", 0.2)
+        assert open_experiment(session, library.id) is not None
+    assert any(header.startswith("A/B experiment 1") for header in (h.value for h in at.subheader))
+    at.button(key="production_ab_end").click().run()
+    with Session(engine) as session:
+        library = queries.library_by_name(session, queries.task_by_name(session, DEMO_TASK).id, "default")
+        assert library.ab_label is None and open_experiment(session, library.id) is None

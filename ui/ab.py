@@ -10,13 +10,14 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.domain.sequential import MIN_PER_ARM
+from core.domain.sequential import MIN_PER_ARM, MIN_SHARE
 from core.records.library.promotion import PRODUCTION
 from core.records.production.ab_experiments import experiments
 from core.records.production.ab_verdict import EFFECT, AbStatus, ab_status
+from core.records.production.serving import set_ab_split
 from storage import queries
 from storage.tables import as_utc
-from ui.common import Flash, allowed, engine, plain, role_note
+from ui.common import Flash, allowed, context, engine, plain, role_note, run_action
 from ui.display import table
 from ui.promote import PromoteDialog
 
@@ -30,8 +31,48 @@ def ask_promote(version_id: int, reason: str) -> None:
     st.session_state[PROMOTE.reason_key] = reason
 
 
+def start_split(task_name: str, library_name: str) -> None:
+    label = st.session_state.get("production_ab_label")
+    share = float(st.session_state.get("production_ab_share") or 0.1)
+    run_action(FLASH, "ab", set_ab_split, engine(), task_name, library_name, label, share, context().reviewer,
+               success=f"{share:.0%} of users are served {label!r}; an experiment starts now")
+
+
+def end_split(task_name: str, library_name: str) -> None:
+    run_action(FLASH, "ab", set_ab_split, engine(), task_name, library_name, None, 0.0, context().reviewer,
+               success="The split ended: every user gets production")
+
+
+def split_controls(task_name: str, library_name: str, running_label: str | None) -> None:
+    """An admin starts a split (a candidate label and the share of users it serves) or ends it, as
+    `python -m core ab` does (core.records.production.serving.set_ab_split)."""
+    if not allowed("admin"):
+        role_note("admin", "splitting production traffic")
+        return
+    with Session(engine()) as session:
+        task = queries.task_by_name(session, task_name)
+        library = queries.library_by_name(session, task.id, library_name) if task else None
+        names = sorted(label.name for label in queries.labels(session, library.id)
+                       if label.name != PRODUCTION) if library else []
+    if running_label:
+        st.button("End the split (serve everyone production)", key="production_ab_end", on_click=end_split,
+                  args=(task_name, library_name))
+        return
+    if not names:
+        st.caption("To split traffic, put a label on the candidate version first (Library page), e.g. candidate.")
+        return
+    left, middle, right = st.columns([2, 2, 1], vertical_alignment="bottom")
+    left.selectbox("Candidate label", names, key="production_ab_label",
+                   help="its version is served to the share of users below; the rest get production")
+    middle.number_input("Share of users", min_value=MIN_SHARE, max_value=1 - MIN_SHARE, value=0.1, step=0.05,
+                        key="production_ab_share", help="a stable share of user ids (a hash of the id): each user "
+                        "keeps their arm; the verdict's error rate is measured from 0.05 to 0.95")
+    right.button("Start the split", key="production_ab_start", on_click=start_split, args=(task_name, library_name))
+
+
 def ab_section(task_name: str, library_name: str) -> None:
-    """The library's running (or newest) A/B experiment; nothing when it never had one and no split is on."""
+    """The library's running (or newest) A/B experiment, and the controls to start or end a split; an admin can
+    start one before any trace has arrived."""
     effect = st.session_state.get("production_ab_effect") or EFFECT
     with Session(engine()) as session:
         status = ab_status(session, task_name, library_name, effect=float(effect))
@@ -41,10 +82,12 @@ def ab_section(task_name: str, library_name: str) -> None:
         numbers = queries.version_numbers(session, sorted({v for e in past for v in (e.production_version_id,
                                                                                       e.candidate_version_id)}))
     if status.experiment is None:
+        st.subheader("A/B experiment", anchor=False)
+        FLASH.show("ab")
         if library is not None and library.ab_label:
-            st.subheader("A/B experiment", anchor=False)
             st.info(plain(f"The split serves {library.ab_label!r}, but no experiment runs: production or that label "
                           "points at no version yet."))
+        split_controls(task_name, library_name, library.ab_label if library is not None else None)
         return
     st.subheader(f"A/B experiment {status.experiment}: production vs {status.candidate_label}", anchor=False)
     FLASH.show("ab")
@@ -59,6 +102,7 @@ def ab_section(task_name: str, library_name: str) -> None:
                          f"{as_utc(status.ended_at):%Y-%m-%d %H:%M} UTC: {status.end_reason}"))
     _figures(status)
     _promote(status)
+    split_controls(task_name, library_name, status.candidate_label if status.running else None)
     if len(past) > 1:
         st.caption("Earlier experiments")
         table([{"experiment": e.id, "production": f"#{numbers.get(e.production_version_id, '?')}",
