@@ -177,8 +177,9 @@ def test_a_better_candidate_is_announced_once_and_promoting_it_carries_the_verdi
     assert move.after["ab"]["verdict"]["low"] == experiment.decided["low"] == ended.final["low"]
     assert move.after["ab"]["decided_by_guard"]["decided"] is True
     assert ended.end_reason.startswith(f"production moved from #{production.number} to #{candidate.number}")
-    [next_one] = open_experiments(engine)  # the split stays on: both arms now serve the candidate
-    assert next_one.production_version_id == next_one.candidate_version_id == candidate.id
+    # both labels now point at the candidate: the split stays on, but no experiment compares #N with #N (issue 62)
+    assert open_experiments(engine) == [] and library_of(engine).ab_label == "candidate"
+    assert status(engine).experiment == experiment.id and not status(engine).running  # the page shows the ended one
 
 
 def test_a_decision_made_once_is_still_shown_after_later_data_would_have_unmade_it(engine, split, capsys,

@@ -86,7 +86,8 @@ def ab_section(task_name: str, library_name: str) -> None:
         FLASH.show("ab")
         if library is not None and library.ab_label:
             st.info(plain(f"The split serves {library.ab_label!r}, but no experiment runs: production or that label "
-                          "points at no version yet."))
+                          "points at no version yet, or both point at the same version (the candidate was "
+                          "promoted). Move the label to a new candidate, or end the split."))
         split_controls(task_name, library_name, library.ab_label if library is not None else None)
         return
     st.subheader(f"A/B experiment {status.experiment}: production vs {status.candidate_label}", anchor=False)
@@ -109,8 +110,21 @@ def ab_section(task_name: str, library_name: str) -> None:
                 "candidate": f"{e.candidate_label} #{numbers.get(e.candidate_version_id, '?')}",
                 "started": f"{as_utc(e.started_at):%Y-%m-%d %H:%M}",
                 "ended": f"{as_utc(e.ended_at):%Y-%m-%d %H:%M}" if e.ended_at else "running",
+                "verdict": verdict_words(e.decided or e.final),
                 "why it ended": e.end_reason or ""} for e in past if e.id != status.experiment],
               key="production_ab_past")
+
+
+def verdict_words(figures: dict | None) -> str:
+    """An ended experiment's verdict in a few words: decided better or worse, or the interval as it stood."""
+    if not figures or figures.get("low") is None:
+        return "no verdict (too few users)"
+    interval = f"{figures['difference']:+.3f} [{figures['low']:+.3f}, {figures['high']:+.3f}]"
+    if figures.get("better"):
+        return f"candidate better {interval}"
+    if figures.get("worse"):
+        return f"candidate worse {interval}"
+    return f"no difference shown {interval}"
 
 
 def _figures(status: AbStatus) -> None:

@@ -63,12 +63,14 @@ def arm_versions(experiment: AbExperiment) -> dict[str, int]:
 
 
 def start(session: Session, library: Library, actor: str) -> AbExperiment | None:
-    """Start an experiment for the library's split as it is now; None when the split is off or a label is missing."""
+    """Start an experiment for the library's split as it is now; None when the split is off, a label is missing, or
+    both labels point at one version (after the candidate was promoted: nothing to compare, and a planning figure
+    for #3 against #3 would be noise)."""
     if not library.ab_label or not library.ab_share:
         return None
     production = queries.label_by_name(session, library.id, PRODUCTION)
     candidate = queries.label_by_name(session, library.id, library.ab_label)
-    if production is None or candidate is None:
+    if production is None or candidate is None or production.version_id == candidate.version_id:
         return None
     experiment = AbExperiment(task_id=library.task_id, library_id=library.id, candidate_label=library.ab_label,
                               share=library.ab_share, production_version_id=production.version_id,
