@@ -356,3 +356,19 @@ def test_a_split_already_on_becomes_an_experiment_that_starts_at_the_migration(t
     assert (experiment.library_id, experiment.candidate_label, experiment.share) == (1, "candidate", 0.2)
     assert (experiment.production_version_id, experiment.candidate_version_id) == (1, 2)
     assert experiment.ended_at is None and experiment.started_by == "migration 0019"
+
+
+def test_moving_production_during_an_experiment_says_so_before_confirm(engine, split):
+    """Issue 62: moving production on the Library page while an experiment ran said nothing of it."""
+    from core.records.production.ab_verdict import running_experiment_note
+
+    production, candidate = split
+    other = import_library(engine, DEMO_TASK, "- Something else.", "c.md", actor="system")
+    with Session(engine) as session:
+        to_candidate = running_experiment_note(session, DEMO_TASK, "default", candidate.id)
+        elsewhere = running_experiment_note(session, DEMO_TASK, "default", other.id)
+    assert to_candidate.startswith("A/B experiment 1 is running") and "audit record" in to_candidate
+    assert "ends it before its candidate is promoted or stopped" in elsewhere
+    set_ab_split(engine, DEMO_TASK, "default", None, 0.0, "cli")
+    with Session(engine) as session:
+        assert running_experiment_note(session, DEMO_TASK, "default", candidate.id) is None

@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import streamlit as st
+from sqlmodel import Session
 
 from core.errors import StudioError
 from core.records.evaluation.figures import NO_FIGURE, figure
 from core.records.library.promotion import PromotionPreview, preview_promotion
 from core.records.library.versions import promote
+from core.records.production.ab_verdict import running_experiment_note
 from ui.common import Flash, context, engine, plain, run_action
 from ui.display import show_long
 from ui.messages import message_markdown
@@ -96,6 +98,10 @@ class PromoteDialog:
                 st.error(message_markdown(exc))
                 return
             show_preview(preview, f"{self.prefix}_promote_changes")
+            with Session(engine()) as session:
+                note = running_experiment_note(session, preview.task, preview.library, version_id)
+            if note:
+                st.warning(plain(note))
             if preview.blocked:
                 st.warning(f"Production cannot move to this version yet: {message_markdown(preview.refusal())}.")
             elif preview.needs_reason:

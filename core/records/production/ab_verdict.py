@@ -128,6 +128,21 @@ def ab_status(session: Session, task_name: str, library_name: str = "default", *
     return _status(session, task, library, experiment, effect, now or utcnow())
 
 
+def running_experiment_note(session: Session, task_name: str, library_name: str, version_id: int) -> str | None:
+    """What moving production to `version_id` does to the library's running A/B experiment, in a sentence (the
+    Promote dialog shows it before Confirm), or None when none runs."""
+    task = get_task(session, task_name)
+    library = get_library(session, task, library_name)
+    experiment = open_experiment(session, library.id)
+    if experiment is None:
+        return None
+    status = _status(session, task, library, experiment, EFFECT, utcnow())
+    promoted = version_id == experiment.candidate_version_id
+    return (f"A/B experiment {experiment.id} is running: {status.words} Moving production "
+            + ("to its candidate ends it, and its verdict goes into the promotion's audit record."
+               if promoted else "to another version ends it before its candidate is promoted or stopped."))
+
+
 def experiment_figures(session: Session, experiment: AbExperiment) -> dict:
     """`ab_status(...).as_dict()` of one experiment, as the audit records of its end and of a promotion keep it."""
     library = session.get(Library, experiment.library_id)
