@@ -91,7 +91,7 @@ def score_chart(rows: list[dict]) -> go.Figure:
 def do_harvest(task_name: str, chosen: dict) -> None:
     """Harvest exactly the traces the filters above show (every filter, not only the days and the score)."""
     run_action(FLASH, "harvest", harvest, engine(), task_name, context().reviewer, **chosen,
-               success=lambda r: f"Added {r[0]} train samples from production; {r[1]} skipped (a sample has that input).")
+               report=lambda r: f"Added {r[0]} train samples from production; {r[1]} skipped (a sample has that input).")
 
 
 def start_update(task_name: str, library: str) -> None:
@@ -305,6 +305,8 @@ def page() -> None:
     a.metric("Traces", counted.traces)
     b.metric("With a score", "-" if counted.scored_share is None else f"{counted.scored_share:.0%}")
     c.metric("Waiting for a person", counted.waiting)
+    if library is not None:  # the experiment beside the figures, above the rows of traces
+        ab_section(task.name, ctx.library)
     if rows:
         st.plotly_chart(score_chart(rows), key="production_chart")
         table(rows, columns=["day", "version", "traces", "scored share", "mean score", "low", "high"],
@@ -336,8 +338,6 @@ def page() -> None:
                     st.caption("Comment")
                     show_long(trace.comment, f"production_comment_{trace.id}")
                 span_attributes(trace, f"production_low_attributes_{trace.id}")
-    if library is not None:
-        ab_section(task.name, ctx.library)
     labelling_section(waiting, counted.waiting)
     rules_section(task)
     harvest_section(task.name, ctx.library, chosen)
