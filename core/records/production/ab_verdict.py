@@ -131,9 +131,9 @@ def ab_status(session: Session, task_name: str, library_name: str = "default", *
 def running_experiment_note(session: Session, task_name: str, library_name: str, version_id: int) -> str | None:
     """What moving production to `version_id` does to the library's running A/B experiment, in a sentence (the
     Promote dialog shows it before Confirm), or None when none runs."""
-    task = get_task(session, task_name)
-    library = get_library(session, task, library_name)
-    experiment = open_experiment(session, library.id)
+    task = queries.task_by_name(session, task_name) if task_name else None
+    library = queries.library_by_name(session, task.id, library_name) if task is not None else None
+    experiment = open_experiment(session, library.id) if library is not None else None
     if experiment is None:
         return None
     status = _status(session, task, library, experiment, EFFECT, utcnow())
