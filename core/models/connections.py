@@ -13,16 +13,20 @@ not slow every page) and read again on request (a Refresh button).
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from core.domain.webhooks import METADATA_ADDRESSES, canonical_address
 from core.secrets import mask_url
 from core.settings import secret
 from storage.tables import ModelConnection
@@ -104,6 +108,30 @@ class ServedModels:
         return f"{self.connection}: {listed} (as listed before; {self.error})"
 
 
+class _Refuse(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would send the connection's Authorization header on to the new host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201  (urllib's signature)
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_Refuse)
+
+
+def metadata_address(url: str) -> str | None:
+    """Why the URL's host may not be asked for models: it is (or resolves to) a cloud metadata address, in any
+    IPv6 form. Loopback and private addresses are a self-hosted model server's, and allowed."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):
+        return None  # the request says it does not resolve
+    for address in addresses:
+        if ipaddress.ip_address(canonical_address(address)) in METADATA_ADDRESSES:
+            return f"{host} is a cloud metadata address: never a model server"
+    return None
+
+
 _listed: dict[tuple, ServedModels] = {}
 _listed_lock = threading.Lock()
 
@@ -111,14 +139,20 @@ _listed_lock = threading.Lock()
 def fetch_models(base_url: str, key_env: str | None = None, timeout_s: float = LIST_TIMEOUT_S) -> list[str]:
     """The model ids an OpenAI-compatible server lists at `<base_url>/models` (`{"data": [{"id": ...}]}`);
     raises OSError or ValueError saying why not."""
-    request = urllib.request.Request(base_url.rstrip("/") + "/models", headers={"Accept": "application/json"})
+    url = base_url.rstrip("/") + "/models"
+    if reason := metadata_address(url):
+        raise OSError(reason)
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
     key = secret(key_env) if key_env else ""
     if key:
         request.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310  (an admin's http(s) URL)
+        with _NO_REDIRECTS.open(request, timeout=timeout_s) as response:  # an admin's http(s) URL
             body = json.loads(response.read(2_000_000))
     except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            raise OSError(f"HTTP {exc.code}: redirected to {exc.headers.get('Location') or 'nowhere'}; not followed "
+                          "(the key is never sent on): configure the final URL") from None
         raise OSError(f"HTTP {exc.code} {exc.reason}") from None
     entries = body.get("data") if isinstance(body, dict) else None
     if not isinstance(entries, list):
