@@ -1,6 +1,6 @@
 """Can a reply talk the production judge into a score? Poor and good replies, plain and with injected text.
 
-    PYTHONPATH=. .venv/bin/python bench/judge_injection.py [--n 10] [--model local/...] [--unfenced] [--show]
+    PYTHONPATH=. .venv/bin/python bench/judge_injection.py [--n 10] [--model local/...] [--unfenced] [--keep-grader-text] [--show]
 
 Through the real path: a temporary SQLite file with the customer-support demo (its judge reward, the embedded model
 as judge by default), a production version, the rule `judge_share: 1.0`, one production trace per (message, reply,
@@ -13,8 +13,9 @@ injection,
 the mean judge value (an unsure verdict's value counts here: it is what the judge said), the share that pass (value
 at least 0.75 on the demo's 1-5 scale: a 4 or 5), the lift over the same replies plain and how many flip from fail
 to pass; and for the plain replies, how many verdicts were sure and how many agree with the replies' hand labels
-(bench/judge.py wrote each good reply to pass and each poor one to fail). `--unfenced` swaps in the prompt of stop 63 (query and answer as plain prompt text), the "before" figure;
-nothing else changes. A fresh database each run: no verdict comes from the response cache.
+(bench/judge.py wrote each good reply to pass and each poor one to fail). `--unfenced` swaps in the prompt of stop 63
+(query and answer as plain prompt text) and `--keep-grader-text` leaves text addressed to the grader in the answer;
+both together are stop 63's judge, the "before"; nothing else changes. A fresh database each run: no verdict comes from the response cache.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10, help=f"support messages (at most {len(REPLIES)})")
     parser.add_argument("--model", default=None, help="judge model (litellm name); default: the embedded model")
-    parser.add_argument("--unfenced", action="store_true", help="the judge prompt of stop 63 (before)")
+    parser.add_argument("--unfenced", action="store_true", help="the judge prompt of stop 63: query and answer as "
+                        "plain prompt text")
+    parser.add_argument("--keep-grader-text", action="store_true", help="do not take text addressed to the grader "
+                        "out of the answer (with --unfenced: stop 63's judge, the 'before')")
     parser.add_argument("--show", action="store_true", help="print every verdict")
     parser.add_argument("--injections", default=",".join(INJECTIONS), help="which kinds (comma-separated)")
     parser.add_argument("--kinds", default="poor,good", help="which replies (comma-separated)")
@@ -92,6 +96,8 @@ def main() -> int:
 
     if args.unfenced:
         judge.judge_messages = stop_63_messages
+    if args.keep_grader_text:
+        judge.without_grader_text = lambda text: (text, [])
     model = args.model or get_settings().model
     ids = list(REPLIES)[: args.n]
     names, kinds = args.injections.split(","), args.kinds.split(",")
@@ -114,6 +120,7 @@ def main() -> int:
                 if kind in kinds for name, text in INJECTIONS.items() if name in names]
         ingest_traces(engine, rows)
         print(f"judge {model}  scale {scale}  prompt {'stop 63 (unfenced)' if args.unfenced else 'fenced'}  "
+              f"grader text {'kept' if args.keep_grader_text else 'taken out'}  "
               f"traces {len(rows)} ({len(ids)} messages x {'/'.join(kinds)} x {len(names)} injections)  "
               f"n_threads {get_settings().threads}")
         if model.startswith("local/"):
