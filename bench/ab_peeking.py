@@ -12,7 +12,9 @@ stay at or under 0.05 in every cell of the grid: candidate shares 0.05-0.95 (the
 rates 0.05-0.97. Power: the candidate's true mean higher by 0.05 or 0.10 at base rates 0.5 and 0.85; the share
 declared within the days. Each figure is printed for the studio's verdict (core.domain.sequential.running_bounds, the
 very function the Production page, `core ab --status` and the guard call, here on numpy arrays of all experiments at
-once) and for stop 63's rule (the same boundary with each arm's own shrunk variance, no pooled floor). Scores are
+once) and for stop 63's rule (the same boundary with each arm's own shrunk variance, no pooled floor); with
+`--bernstein` also for each arm's predictable plug-in empirical-Bernstein confidence sequence at alpha/2 (valid without
+asymptotics; Waudby-Smith and Ramdas, JRSS-B 2024), the construction the studio's was chosen over. Scores are
 binary (thumbs, a judge's pass/fail) or, with `--scores beta`, bounded in [0, 1] (Beta-distributed with the same
 mean, variance a fifth of binary's). The exit status is 1 if any A/A cell of the studio's verdict is above 0.05.
 """
@@ -65,13 +67,57 @@ def stop_63_rule(candidate: np.ndarray, values: np.ndarray) -> np.ndarray:
     return excludes_zero(low, high)
 
 
+def empirical_bernstein(x: np.ndarray, alpha: float, tuned_at: float = 500.0) -> tuple[np.ndarray, np.ndarray]:
+    """The running (low, high) of the mean of values in [0, 1] along axis 1: the predictable plug-in
+    empirical-Bernstein confidence sequence of Waudby-Smith and Ramdas (JRSS-B 2024, Theorem 2), valid without
+    asymptotics, its bets tuned no tighter than at `tuned_at` units; intersected over time."""
+    count = x.shape[1]
+    i = np.arange(1, count + 1, dtype=float)
+    log_term = np.log(2 / alpha)
+    mean = (0.5 + np.cumsum(x, axis=1)) / (i + 1)
+    previous_mean = np.concatenate([np.full((x.shape[0], 1), 0.5), mean[:, :-1]], axis=1)
+    variance = (0.25 + np.cumsum((x - mean) ** 2, axis=1)) / (i + 1)
+    previous_variance = np.concatenate([np.full((x.shape[0], 1), 0.25), variance[:, :-1]], axis=1)
+    at = np.maximum(i, tuned_at)
+    bet = np.minimum(np.sqrt(2 * log_term / (previous_variance * at * np.log(1 + at) / np.log(1 + tuned_at))), 0.5)
+    spent = (x - previous_mean) ** 2 * (-np.log1p(-bet) - bet)  # v_i psi_E(lambda_i): 4(x - mu)^2 (...)/4
+    total = np.cumsum(bet, axis=1)
+    centre = np.cumsum(bet * x, axis=1) / total
+    half = (log_term + np.cumsum(spent, axis=1)) / total
+    return (np.maximum.accumulate(np.maximum(centre - half, 0), axis=1),
+            np.minimum.accumulate(np.minimum(centre + half, 1), axis=1))
+
+
+def bernstein_rule(candidate: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each arm's empirical-Bernstein sequence (alpha/2 each) excludes the other's at some user: the
+    construction valid without asymptotics that the studio's verdict was chosen over (bench/README.md)."""
+    experiments = values.shape[0]
+    counts = {arm: mask.sum(axis=1) for arm, mask in (("b", candidate), ("a", ~candidate))}
+    bounds = {}
+    for arm, mask in (("b", candidate), ("a", ~candidate)):
+        longest = int(counts[arm].max())
+        packed = np.zeros((experiments, max(longest, 1)))
+        for row in range(experiments):
+            packed[row, :counts[arm][row]] = values[row, mask[row]]
+        bounds[arm] = empirical_bernstein(packed, ALPHA / 2)
+    seen_b, seen_a = np.cumsum(candidate, axis=1), np.cumsum(~candidate, axis=1)
+    both = (seen_b >= 1) & (seen_a >= 1)
+    at_b, at_a = np.clip(seen_b - 1, 0, None), np.clip(seen_a - 1, 0, None)
+    low_b, high_b = (np.take_along_axis(bound, at_b, axis=1) for bound in bounds["b"])
+    low_a, high_a = (np.take_along_axis(bound, at_a, axis=1) for bound in bounds["a"])
+    return (both & ((low_b - high_a > 0) | (high_b - low_a < 0))).any(axis=1)
+
+
 def ever_declared(rng: np.random.Generator, share: float, base: float, effect: float, experiments: int, users: int,
-                  scores: str) -> dict[str, float]:
+                  scores: str, bernstein: bool = False) -> dict[str, float]:
     """Per rule, the share of experiments whose verdict excluded zero at some user."""
     candidate, values = arrivals(rng, share, base, effect, experiments, users, scores)
     _difference, low, high = running_bounds(candidate, values)
-    return {"studio": float(excludes_zero(low, high).any(axis=1).mean()),
-            "stop 63": float(stop_63_rule(candidate, values).any(axis=1).mean())}
+    found = {"studio": float(excludes_zero(low, high).any(axis=1).mean()),
+             "stop 63": float(stop_63_rule(candidate, values).any(axis=1).mean())}
+    if bernstein:
+        found["bernstein"] = float(bernstein_rule(candidate, values).mean())
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,30 +127,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--scores", choices=("binary", "beta"), default="binary")
     parser.add_argument("--seed", type=int, default=60)
+    parser.add_argument("--bernstein", action="store_true", help="also each arm's empirical-Bernstein confidence "
+                        "sequence (valid without asymptotics): the construction the studio's was chosen over")
     args = parser.parse_args(argv)
+    rules = ("studio", "stop 63", *(("bernstein",) if args.bernstein else ()))
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     users = args.per_day * args.days
     print(f"{args.experiments} experiments per cell, {args.scores} scores, {args.per_day} users a day for {args.days} "
           f"days ({users} users), the verdict read after every user; seed {args.seed}\n")
     print(f"A/A: share ever declared different (must be <= {ALPHA}); rows: candidate share; columns: base rate")
-    print(f"{'share':>6}  {'rule':<8}" + "".join(f"{base:>8}" for base in BASES))
+    print(f"{'share':>6}  {'rule':<9}" + "".join(f"{base:>8}" for base in BASES))
     worst = (0.0, None)
     for share in SHARES:
-        cells = {base: ever_declared(rng, share, base, 0.0, args.experiments, users, args.scores) for base in BASES}
-        for rule in ("studio", "stop 63"):
-            print(f"{share:>6}  {rule:<8}" + "".join(f"{cells[base][rule]:>8.3f}" for base in BASES))
+        cells = {base: ever_declared(rng, share, base, 0.0, args.experiments, users, args.scores, args.bernstein)
+                 for base in BASES}
+        for rule in rules:
+            print(f"{share:>6}  {rule:<9}" + "".join(f"{cells[base][rule]:>8.3f}" for base in BASES))
             if rule == "studio":
                 worst = max(worst, *((cells[base][rule], (share, base)) for base in BASES),
                             key=lambda cell: cell[0])
     print(f"\nPower: share of A/B experiments declared within {args.days} days (candidate better by the effect)")
-    print(f"{'share':>6}  {'rule':<8}" + "".join(f"{f'{base}+{effect:.2f}':>11}" for base in POWER_BASES
+    print(f"{'share':>6}  {'rule':<9}" + "".join(f"{f'{base}+{effect:.2f}':>11}" for base in POWER_BASES
                                                for effect in EFFECTS))
     for share in SHARES:
-        cells = {(base, effect): ever_declared(rng, share, base, effect, args.experiments, users, args.scores)
+        cells = {(base, effect): ever_declared(rng, share, base, effect, args.experiments, users, args.scores,
+                                               args.bernstein)
                  for base in POWER_BASES for effect in EFFECTS}
-        for rule in ("studio", "stop 63"):
-            print(f"{share:>6}  {rule:<8}" + "".join(f"{cells[cell][rule]:>11.3f}" for cell in cells))
+        for rule in rules:
+            print(f"{share:>6}  {rule:<9}" + "".join(f"{cells[cell][rule]:>11.3f}" for cell in cells))
     print(f"\nlargest A/A share of the studio's verdict: {worst[0]:.3f} (share {worst[1][0]}, base rate {worst[1][1]}); "
           f"{time.perf_counter() - started:.0f} s")
     return 0 if worst[0] <= ALPHA else 1
