@@ -227,7 +227,8 @@ def test_the_embedded_judge_scores_a_support_reply(engine):
         calls = s.exec(select(LLMCall).where(LLMCall.stage == "judge").order_by(LLMCall.id)).all()
     assert calls and all(c.error is None and not c.cache_hit and c.tokens_out > 0 for c in calls)
     for answer, verdict in ((GOOD_SUPPORT_REPLY, good), (BAD_SUPPORT_REPLY, bad)):
-        asked = [c for c in calls if c.request["messages"][-1]["content"].endswith(f"Answer to judge:\n{answer}")]
+        fenced = json.dumps(answer, ensure_ascii=False)  # the answer reaches the judge JSON-encoded in its fence
+        asked = [c for c in calls if f'"answer_to_judge": {fenced}' in c.request["messages"][-1]["content"]]
         assert 1 <= len(asked) <= 2, asked  # a second attempt only after an unusable reply
         replies = [json.loads(c.response) for c in asked]  # plain JSON of the schema, nothing to repair
         assert all(set(r) == {"reason", "score", "confident"} and isinstance(r["score"], int) for r in replies)
