@@ -41,7 +41,8 @@ def segment_judge(messages):
     if "You check one rule" in messages[0]["content"]:
         return rule_answer(messages)
     transcript = messages[1]["content"]
-    return rubric_reply(resolution=5 if "colleague" in transcript.split("Transcript:")[1] else 1, empathy=3)
+    return rubric_reply(resolution=5 if "colleague" in transcript.split("Transcript, one JSON object a turn:")[1]
+                        else 1, empathy=3)
 
 
 def agent_following_lessons(messages):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import streamlit as st
 from sqlmodel import Session
 
-from core.domain.sequential import MIN_PER_ARM, MIN_SHARE
+from core.domain.sequential import MIN_PER_ARM
 from core.records.library.promotion import PRODUCTION
-from core.records.production.ab_experiments import experiments
+from core.records.production.ab_experiments import MIN_SHARE, experiments
 from core.records.production.ab_verdict import EFFECT, AbStatus, ab_status
 from core.records.production.serving import set_ab_split
 from storage import queries

@@ -60,7 +60,6 @@ PRIOR_USERS = 2.0  # pseudo-users of the largest variance (1/4) added to each ar
 MIN_PER_ARM = 10  # users with a scored trace each arm needs before any verdict
 MAX_VARIANCE = 0.25  # of a score (or a user's mean score) in [0, 1]
 POWER = 0.8  # the chance `users_needed` aims for
-MIN_SHARE = 0.05  # the smallest candidate share a split may have (and 1 - MIN_SHARE the largest): the grid's edge
 
 
 def mixture_rho2(optimal_at: float = OPTIMAL_AT, alpha: float = ALPHA) -> float:

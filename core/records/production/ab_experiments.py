@@ -32,6 +32,7 @@ from storage import queries
 from storage.tables import AbExperiment, AuditEvent, Library, Trace, as_utc, utcnow
 
 CANDIDATE = "candidate"  # the arm served the split's label (whatever that label is called)
+MIN_SHARE = 0.05  # the smallest candidate share a split may have (1 - MIN_SHARE the largest): bench/ab_peeking.py's edge
 NO_USER = "no user id: the split assigns arms by user id"
 BEFORE_START = "sent from before the experiment started"
 NO_VERSION = "names no version the studio recognised"

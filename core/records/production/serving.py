@@ -18,7 +18,6 @@ from sqlmodel import Session
 
 from core.domain.library import kind_of
 from core.domain.selection import Selection, scored_entries
-from core.domain.sequential import MIN_SHARE
 from core.errors import InvalidInput, NotFound
 from core.records.evaluation.figures import read_evaluation_report
 from core.records.keys.api_keys import KeyUse, key_scope, within_key_task
@@ -28,7 +27,7 @@ from core.records.library.selection import selection_of
 from core.records.library.versions import PRODUCTION, export_version
 from core.records.people.roles import require_role
 from core.records.production.ab_changes import split_changed
-from core.records.production.ab_experiments import CANDIDATE, served_arm
+from core.records.production.ab_experiments import CANDIDATE, MIN_SHARE, served_arm
 from core.records.tasks.lookup import get_library, get_task
 from storage import queries
 from storage.db import session_scope
