@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from core.grpo.evaluation import create_evaluation, execute_evaluation
 from core.grpo.training import RunSettings, create_run, execute_run
 from core.models.gateway import Gateway
+from core.records.tasks.demo_data import demo_rows
 from core.records.tasks.demos import DEMO_TASK
 from storage.tables import Evaluation
 from tests.conftest import ScriptedModel, default_replies, mixed_rollouts
@@ -62,8 +63,13 @@ def markdown_texts(at: AppTest) -> list[str]:
 
 
 def scripted_gateway(engine, **overrides) -> tuple[ScriptedModel, Gateway]:
-    model = ScriptedModel({"rollout": mixed_rollouts(), **{k: v for k, v in default_replies().items()
-                                                           if k != "rollout"}, **overrides})
+    """Mixed rollouts (every group learns), and a gate whose agent answers every validation query right whatever
+    the library: with rollouts' alternation the gate's two evaluations, run at once, drew right and wrong replies in
+    call order, so its verdict was timing (a flake on PostgreSQL); a test that scripts `gate` chooses its own."""
+    references = {row.query: row.reference for row in demo_rows()}
+    model = ScriptedModel({"rollout": mixed_rollouts(),
+                           "gate": lambda messages: f"so \\boxed{{{references.get(messages[1]['content'], '0')}}}",
+                           **{k: v for k, v in default_replies().items() if k != "rollout"}, **overrides})
     return model, Gateway(engine, concurrency=4, mock=model, backoff_s=0.001)
 
 

@@ -14,6 +14,7 @@ Create Date: 2026-12-02 03:30:00.000000
 """
 
 import sqlalchemy as sa
+import sqlmodel
 from alembic import op
 
 revision = '0024'
@@ -25,10 +26,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('trace', schema=None) as batch_op:
         batch_op.add_column(sa.Column('judge_attempts', sa.Integer(), nullable=False, server_default='0'))
-        batch_op.add_column(sa.Column('judge_retry_at', sa.DateTime(), nullable=True))
-        batch_op.add_column(sa.Column('judge_failed_at', sa.DateTime(), nullable=True))
+        batch_op.add_column(sa.Column('judge_retry_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column('judge_failed_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
     with op.batch_alter_table('webhookendpoint', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('probed_at', sa.DateTime(), nullable=True))
+        batch_op.add_column(sa.Column('probed_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
     op.execute(sa.text(
         "UPDATE trace SET judge_status = 'retry', judge_attempts = 1, judge_retry_at = judged_at, "
         "judge_failed_at = judged_at, label_status = CASE WHEN label_status = 'done' THEN label_status ELSE NULL END "
