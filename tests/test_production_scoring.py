@@ -73,11 +73,12 @@ def test_judge_scores_land_on_production_traces_marked_as_the_judges_and_the_led
     model, gateway = gateway_for(engine, [verdict(1), verdict(0), verdict(1), verdict(1)])
 
     assert score_production(engine, "w1", gateway=gateway) == 0  # the first minute is left for feedback
-    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 4
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 3  # not the one with thumbs
     rows = {row.client_id: row for row in traces(engine)}
     assert sorted(trace_score(row) for row in rows.values() if row.client_id != "sent") == [0.0, 1.0, 1.0]
     assert {score_source(rows[f"t{i}"]) for i in range(3)} == {"judge"}
-    assert rows["sent"].judge_status == "scored" and score_source(rows["sent"]) == "user"  # the user's thumbs count
+    assert rows["sent"].judge_status == "skipped" and score_source(rows["sent"]) == "user"  # the user's thumbs count:
+    # the judge is not paid for a trace whose score it could never be (issue 62)
     assert trace_score(rows["sent"]) == 0.0
     with Session(engine) as session:
         listed = trace_rows(list(rows.values()), queries.trace_versions(session, rows["sent"].task_id))
@@ -85,9 +86,9 @@ def test_judge_scores_land_on_production_traces_marked_as_the_judges_and_the_led
         summary = judge_summary(session, rows["sent"].task_id)
     assert {row["sender id"]: row["score by"] for row in listed} == {"t0": "judge", "t1": "judge", "t2": "judge",
                                                                       "sent": "user"}
-    assert sorted(call.trace_id for call in calls) == sorted(row.id for row in rows.values())
+    assert sorted(call.trace_id for call in calls) == sorted(row.id for row in rows.values() if row.client_id != "sent")
     assert all(call.error is None and call.tokens_in > 0 for call in calls)
-    assert (summary.scored, summary.unsure, summary.calls) == (4, 0, 4)
+    assert (summary.scored, summary.unsure, summary.calls) == (3, 0, 3)
     assert summary.cost == pytest.approx(sum(call.cost for call in calls))
     assert "What is 1 + 1?" in str(model.calls) and "The total is right." in str(model.calls)
 
@@ -196,10 +197,10 @@ def test_the_cli_sets_the_judge_rules_and_traces_and_the_api_say_whose_score_eac
     ingest_traces(engine, [TraceIn(id="sent", task=DEMO_TASK, version_id=judged.id, input="q", output="a",
                                    score=0.5)])
     _model, gateway = gateway_for(engine, verdict(0))
-    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 3
+    assert score_production(engine, "w1", gateway=gateway, now=utcnow() + LATER) == 2  # not the one with a score
     code, out, _ = run(capsys, "--db", database_url, "traces", "--task", DEMO_TASK)
     assert code == 0 and "score by: user 1, judge 2" in out and "0.00 by judge" in out
-    assert "3 judge call(s) in the ledger (stage production_judge)" in out
+    assert "2 judge call(s) in the ledger (stage production_judge)" in out
 
     secret = create_key(engine, "agent", "ingest", "cli", any_task=True).secret
     client = TestClient(create_app(engine), headers={"Authorization": f"Bearer {secret}"})

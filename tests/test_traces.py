@@ -137,3 +137,6 @@ def test_harvest_takes_exactly_the_traces_the_filters_show(engine, production):
     with Session(engine) as session:
         harvested = sorted(trace.client_id for trace in session.exec(select(Trace)) if trace.sample_id is not None)
     assert harvested == ["t0", "t1", "t2"]
+    with Session(engine) as session:  # named by the sender's id, as the Production page opens a trace by
+        names = sorted(sample.external_id for sample in session.exec(select(Sample)) if sample.meta.get("source_trace"))
+    assert names == ["trace-t0", "trace-t1", "trace-t2"]

@@ -1,7 +1,7 @@
 """Production traces scored by the task's own reward in the worker, without waiting for people (issue 50).
 
-A task's production rules may choose traces for its reward (its judge, for a judged task): `judge_share`, a
-stable share of all traces (by a hash of the sender's id), and `judge_ab`, every trace without feedback (no
+A task's production rules may choose traces without the user's feedback for its reward (its judge, for a judged
+task): `judge_share`, a stable share of them (by a hash of the sender's id), and `judge_ab`, every trace without feedback (no
 score, no thumbs) that counts in a running A/B experiment (stamped with its user's arm and not excluded:
 core/records/production/ab_experiments.py), so the experiment's verdict gets a figure without waiting for people. Only traces received after the rules turned
 this on (`judge_since`, set by `set_rules`) are considered, so turning it on never bills a backlog; and a trace
@@ -108,7 +108,10 @@ def judge_suggestion_shown(trace: Trace) -> bool:
 
 
 def chosen(rules: dict, trace: Trace) -> bool:
-    """Whether the rules choose this trace for the judge: in the share, or an A/B arm's trace without feedback."""
+    """Whether the rules choose this trace for the judge: one without the user's feedback (a score or thumbs counts
+    before the judge's, so a call on it would be paid for nothing), in the share or in an A/B arm."""
+    if has_feedback(trace):
+        return False
     share = rules.get("judge_share") or 0.0
     if share > 0 and stable_fraction(f"judge:{trace.client_id}") < share:
         return True

@@ -380,14 +380,19 @@ def harvest(engine: Engine, task_name: str, actor: str, **filters) -> tuple[int,
         require_role(session, actor, "admin", "adding production traces to a task's data")
         task = get_task(session, task_name)
         chosen = [t for t in task_traces(session, task_name, **filters) if t.sample_id is None]
-        known = {_normal(s.query) for s in queries.samples(session, task.id)}
+        existing = queries.samples(session, task.id)
+        known = {_normal(s.query) for s in existing}
+        names = {s.external_id for s in existing}
         rows, skipped = [], 0
         for trace in sorted(chosen, key=lambda t: t.id):
             if _normal(trace.input) in known:
                 skipped += 1
                 continue
             known.add(_normal(trace.input))
-            rows.append((trace, SampleRow(external_id=f"trace-{trace.id}", query=trace.input, reference=None,
+            name = f"trace-{trace.client_id}"  # the sender's id, as the Production page opens the trace by
+            name = name if name not in names else f"{name}-{trace.id}"
+            names.add(name)
+            rows.append((trace, SampleRow(external_id=name, query=trace.input, reference=None,
                                           rubric=None, split="train",
                                           meta={"source_trace": trace.id, "trace_client_id": trace.client_id,
                                                 "trace_score": trace_score(trace), "segment": trace.segment})))
