@@ -315,7 +315,13 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
                        "secret: fix it (its environment variable) and the next attempt signs", retry=True)
     timeout = settings.webhook_timeout_s
     transport = PinnedTransport(wh.canonical_address(addresses[0]))
-    deadline = threading.Timer(total_deadline_s(), transport.backend.cut)  # one deadline for the whole attempt
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()  # before the cut: the sender's thread may see its error before this thread returns
+        transport.backend.cut()
+
+    deadline = threading.Timer(total_deadline_s(), cut)  # one deadline for the whole attempt
     deadline.daemon = True
     deadline.start()
     try:
@@ -327,7 +333,7 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> Attempt:
     except httpx.TimeoutException:
         return Attempt(False, None, f"no answer within {timeout:g} s (timeout)", retry=True)
     except (httpx.HTTPError, OSError):
-        if not deadline.is_alive():
+        if expired.is_set():
             return Attempt(False, None, f"no whole answer within {total_deadline_s():g} s (the attempt's deadline)",
                            retry=True)
         return Attempt(False, None, "no connection (refused, unreachable or TLS failed)", retry=True)
