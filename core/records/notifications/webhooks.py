@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 import certifi
 import httpcore
 import httpx
-from sqlalchemy import or_, true, update
+from sqlalchemy import func, or_, true, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 from standardwebhooks import Webhook
@@ -376,7 +376,7 @@ def _record(engine: Engine, delivery_id: int, result: Attempt, claim: str) -> We
 PROBE_EVERY_S = 60.0  # a receiver that failed is tried this often beside its back-off, uncounted, to hear it is back
 
 
-def _probe_due(session: Session, head: WebhookDelivery, endpoint: WebhookEndpoint, now: datetime) -> bool:
+def _probe_due(head: WebhookDelivery, endpoint: WebhookEndpoint, now: datetime) -> bool:
     """Whether the endpoint's waiting head delivery (not due yet) is tried early now: a minute after its last
     attempt and after the last early try. A receiver that answers again then gets everything waiting within about a
     minute, in order, where the back-off alone would wait up to its next step (30 min, 2 h, ...)."""
@@ -460,7 +460,7 @@ def deliver_endpoint(engine: Engine, endpoint_id: int, owner: str, limit: int = 
             if endpoint is None or delivery is None:
                 break
             probe = as_utc(delivery.next_attempt_at) > now
-            if probe and not _probe_due(session, delivery, endpoint, now):
+            if probe and not _probe_due(delivery, endpoint, now):
                 break
             claim = f"{owner}:{uuid.uuid4().hex[:8]}"
             if not _claim_delivery(engine, delivery.id, claim):
@@ -490,15 +490,13 @@ def _endpoints_due(engine: Engine) -> list[int]:
             WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id).where(
             WebhookEndpoint.active == True, WebhookDelivery.status == DeliveryStatus.PENDING,  # noqa: E712
             WebhookDelivery.next_attempt_at <= now)))
-        waiting = session.exec(select(WebhookDelivery, WebhookEndpoint).join(
+        first = (select(func.min(WebhookDelivery.id)).where(WebhookDelivery.status == DeliveryStatus.PENDING)
+                 .group_by(WebhookDelivery.endpoint_id))  # each endpoint's head only: the worker asks every pass
+        heads = session.exec(select(WebhookDelivery, WebhookEndpoint).join(
             WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id).where(
-            WebhookEndpoint.active == True, WebhookDelivery.status == DeliveryStatus.PENDING,  # noqa: E712
-            col(WebhookDelivery.endpoint_id).not_in(due) if due else true()).order_by(WebhookDelivery.id))
-        heads: dict[int, tuple[WebhookDelivery, WebhookEndpoint]] = {}
-        for delivery, endpoint in waiting:
-            heads.setdefault(endpoint.id, (delivery, endpoint))
-        due |= {endpoint_id for endpoint_id, (head, endpoint) in heads.items() if _probe_due(session, head, endpoint,
-                                                                                            now)}
+            WebhookEndpoint.active == True, col(WebhookDelivery.id).in_(first),  # noqa: E712
+            col(WebhookDelivery.endpoint_id).not_in(due) if due else true()))
+        due |= {endpoint.id for head, endpoint in heads if _probe_due(head, endpoint, now)}
         return sorted(due)
 
 
