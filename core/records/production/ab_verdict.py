@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
@@ -213,9 +213,9 @@ def _status(session: Session, task: Task, library: Library, experiment: AbExperi
     per_day = (production.n + candidate.n) / max(elapsed.total_seconds() / 86400, MIN_DAYS)  # users with a score
     needed = users_needed(production, candidate, effect, candidate_share=experiment.share)
     days = needed / per_day if needed is not None and per_day > 0 else None
-    earlier = len(session.exec(select(AbExperiment.id).where(
+    earlier = session.exec(select(func.count()).where(
         AbExperiment.library_id == library.id, AbExperiment.candidate_version_id == experiment.candidate_version_id,
-        col(AbExperiment.id) < experiment.id)).all())
+        col(AbExperiment.id) < experiment.id)).one()
     status = AbStatus(task.name, library.name, experiment.id, experiment.candidate_label, experiment.share,
                       experiment.started_at, experiment.ended_at, experiment.end_reason, arms, found, excluded,
                       effect, needed, days, live=live if experiment.decided else None,
@@ -298,7 +298,8 @@ def guard_experiments(engine: Engine, now: datetime | None = None) -> list[str]:
             if experiment.decided is None and status.verdict.decided:
                 if not _decide(session, experiment, status, now or utcnow()):
                     continue
-                status = _status(session, task, library, experiment, EFFECT, now or utcnow())
+                status = replace(status, decided_at=as_utc(now or utcnow()), live=status.verdict)
+                status = replace(status, words=_words(status))  # as a later read shows it, without reading again
                 if status.verdict.better:
                     done.append(f"A/B experiment {experiment.id} of {task.name} decided: {status.words}")
             if status.verdict.worse and _stop(session, library, experiment, status, now or utcnow()):
