@@ -91,10 +91,14 @@ async def judge_conversation(gateway: Gateway, task: Task, persona: Persona, sce
     the ledger (`production_judge` for a production conversation)."""
     settings = rubric_settings(task)
     situation = scenario_text(persona, scenario)
-    shown = [{**turn, "text": without_grader_text(turn["text"] or "")[0]} if turn["role"] == "assistant" else turn
-             for turn in turns]
-    addressed = [part for turn in turns if turn["role"] == "assistant"
-                 for part in without_grader_text(turn["text"] or "")[1]]
+    shown, addressed = [], []
+    for turn in turns:  # the agent's text addressed to the grader is taken out once per turn
+        if turn["role"] == "assistant":
+            kept, found = without_grader_text(turn["text"] or "")
+            shown.append({**turn, "text": kept})
+            addressed += found
+        else:
+            shown.append(turn)
     transcript = fenced_transcript(shown, settings.transcript_chars)
     rules = [*settings.rules, *scenario_rules(scenario)]
     try:
