@@ -50,7 +50,7 @@ class Outcome:
 
 
 MODEL = Session("model (SQLite)", "model and not browser and not postgres")
-FAST = Session("fast (SQLite)", "not model and not browser and not postgres", workers=2)
+FAST = Session("fast (SQLite)", "not model and not browser and not postgres")
 POSTGRES = Session("fast (PostgreSQL)", "not model and not browser", on_postgres=True, durations=10, workers=3)
 BROWSER = Session("browser (SQLite)", "browser and not postgres", durations=10)
 

@@ -189,6 +189,15 @@ def expect_address(page, query: dict[str, str]) -> None:
         raise AssertionError(f"the address is {page.url}, not the query {query}") from error
 
 
+def expect_stored(read, expected, timeout_s: float = PATIENCE_MS / 1000):
+    """Until `read()` returns `expected`: what a click stores is awaited like what it shows, since the click's
+    rerun may not have reached the server yet when the page reads idle (a fresh-clone CI run under load)."""
+    deadline = time.monotonic() + timeout_s
+    while (found := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert found == expected, f"stored {found!r}, not {expected!r}, after {timeout_s:.0f} s"
+
+
 def screenshot(page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

@@ -25,6 +25,7 @@ from storage.tables import RewardLabel, Rollout, Run, Task
 from tests.browser_support import (
     browser_page,
     expect_focus_in,
+    expect_stored,
     require_chromium,
     screenshot,
     studio,
@@ -270,8 +271,7 @@ def test_a_dispute_decided_leaves_nothing_behind_for_the_next_one(tmp_path):
             reason.press("Tab")
             wait_for_app(page)
             panel.get_by_role("button", name="Decide").click()
-            wait_for_app(page)
-            assert decisions(app.database_url) == [(first, 0.75, "partly right")]
+            expect_stored(lambda: decisions(app.database_url), [(first, 0.75, "partly right")])
 
             page.wait_for_function(f"() => !document.querySelector(\"[data-testid='stMain']\").innerText"
                                    f".includes('Rollout {first} · reward now')")
@@ -318,7 +318,7 @@ def test_tab_out_of_a_comment_lands_on_no_score_and_enter_there_labels_nothing(t
             assert labels_written(app.database_url) == []
             page.keyboard.press("4")
             assert next_shown(page, current) != current
-            assert labels_written(app.database_url) == [(current, 0.75, "names the total", "label")]
+            expect_stored(lambda: labels_written(app.database_url), [(current, 0.75, "names the total", "label")])
 
 
 def test_tab_out_of_a_dispute_reason_lands_on_no_decide_and_enter_there_decides_nothing(tmp_path):
@@ -348,5 +348,4 @@ def test_tab_out_of_a_dispute_reason_lands_on_no_decide_and_enter_there_decides_
             wait_for_app(page)
             assert decisions(app.database_url) == []
             panel.get_by_role("button", name="Decide").click()
-            wait_for_app(page)
-            assert decisions(app.database_url) == [(first, 0.75, "partly right")]
+            expect_stored(lambda: decisions(app.database_url), [(first, 0.75, "partly right")])

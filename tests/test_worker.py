@@ -274,3 +274,30 @@ def test_the_worker_line_names_the_job_while_it_runs_never_idle(engine, demo_tas
         release.set()
         thread.join(30)
     assert all(f"evaluating, evaluation {eval_id}" in line for line in lines), set(lines)
+
+
+def test_a_stop_signal_that_a_database_driver_wraps_still_stops_the_worker_cleanly(engine, monkeypatch):
+    """SIGTERM raises the stop wherever the main thread is; inside psycopg's pool ping it came out as "can't change
+    'autocommit' now" (a fresh-clone CI run), and the worker exited 1 as if it had crashed. A stop wrapped by a
+    library is still a stop; any other error still escapes."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from core.jobs import worker as worker_module
+
+    def claim_during_a_stop(*_args, **_kwargs):
+        try:
+            raise worker_module._Shutdown()
+        except worker_module._Shutdown:
+            raise ProgrammingError("SELECT 1", {}, Exception("can't change 'autocommit' now")) from None
+
+    monkeypatch.setattr(worker_module, "claim_next", claim_during_a_stop)
+    assert serve(engine, owner="w-wrapped", once=True) == 0
+    with Session(engine) as session:
+        assert session.get(Worker, "w-wrapped").status == "stopped"
+
+    def claim_fails(*_args, **_kwargs):
+        raise ProgrammingError("SELECT 1", {}, Exception("a real database error"))
+
+    monkeypatch.setattr(worker_module, "claim_next", claim_fails)
+    with pytest.raises(ProgrammingError, match="a real database error"):
+        serve(engine, owner="w-broken", once=True)

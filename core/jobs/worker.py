@@ -381,6 +381,19 @@ class _StopRequest:
         os._exit(0)
 
 
+def stopped_by_signal(error: BaseException) -> bool:
+    """Whether the stop signal raised this, itself or as the cause of what a library raised while handling it:
+    _Shutdown lands wherever the main thread is, and inside a database driver's call (a pool's ping) it comes
+    out wrapped ("can't change 'autocommit' now"), which is still the requested stop, not a crash."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (_Shutdown, KeyboardInterrupt)):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str | None = None,
           gateway=None) -> int:
     """Claim and execute jobs until stopped (or, with `once`, until the queue is empty); returns jobs done.
@@ -417,7 +430,9 @@ def serve(engine: Engine, *, poll: float = 1.0, once: bool = False, owner: str |
                     pass  # logged by execute_job; the job goes on under its new holder
                 stop.lease = None
                 beat(engine, owner, None)
-    except (_Shutdown, KeyboardInterrupt):
+    except BaseException as error:
+        if not stopped_by_signal(error):
+            raise
         log.info("worker %s stopping", owner)
     finally:
         unregister(engine, owner)
