@@ -84,6 +84,7 @@ FOCUS_EDITOR_KEY, FOCUS_COUNT_KEY = "review_focus_editor", "review_focus_count" 
 SEEN_KEY = "review_seen"  # + _<step id>: the step's state as the page last drew it (watch_step)
 RUN_SEEN_KEY = "review_run_seen"  # (run id, its status, the next waiting step's id) as the page last drew them
 FOLLOW_KEY = "review_follow"  # (run id, step id) the page follows the run to at its next draw (watch_step)
+FOLLOWED_KEY = "review_followed"  # (step id, pending count, notice): why the page moved to the step it shows
 REFRESH_S = 3  # seconds between two reads of decisions made elsewhere
 
 
@@ -314,10 +315,25 @@ def follow_run(step_id: int, now: review.StepState | None) -> None:
         return
     if nxt is not None and nxt.run_id == run.id:
         st.session_state[FOLLOW_KEY] = (nxt.run_id, nxt.id)
-        FLASH.set("decisions", Outcome(True, f"Run {run.id} went on: {step_name(nxt)} waits for review (shown)."))
+        with Session(engine()) as session:
+            pending = queries.pending_operations_by_step(session, nxt.run_id).get(nxt.id, 0)
+        st.session_state[FOLLOWED_KEY] = (nxt.id, pending, f"Run {run.id} went on: {step_name(nxt)} waits for "
+                                                           "review (shown).")
     elif run.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
         FLASH.set("decisions", Outcome(run.status == JobStatus.COMPLETED, f"Run {run.id} ended: {run.status}."))
     st.rerun(scope="app")
+
+
+def followed_notice(step_id: int, pending: int) -> None:
+    """Why the page moved to this step, shown on every draw until the reviewer decides something here or leaves:
+    a notice shown once was lost when a timed rerun cut the draw that showed it (a loaded machine)."""
+    followed = st.session_state.get(FOLLOWED_KEY)
+    if followed is None:
+        return
+    if followed[0] != step_id or followed[1] != pending:
+        del st.session_state[FOLLOWED_KEY]
+        return
+    st.success(followed[2])
 
 
 def take_follow_request() -> None:
@@ -734,6 +750,7 @@ def page() -> None:
     show_gate(step, can_decide)
     if space := space_note([step]):
         st.warning(space)
+    followed_notice(step_id, len(pending))
     FLASH.show("decisions")
     if not operations:
         st.info("This step proposed no operations.")
