@@ -31,6 +31,7 @@ from tests.browser_support import (
     studio,
     wait_for_app,
 )
+from ui.sign_in import ATTEMPT_COOKIE
 
 pytestmark = pytest.mark.browser
 
@@ -155,7 +156,10 @@ def test_people_sign_in_through_a_real_openid_connect_provider(tmp_path: Path):
             button.click()
             page.get_by_role("button", name="Deny").click()
             expect(page.get_by_text("Nobody was signed in: the provider's answer was refused")).to_be_visible()
-            page.reload()  # said once: the attempt's cookie is gone
+            # said once: the page's script forgets the attempt's cookie; a reload before that script ran (a loaded
+            # machine) would rightly say it again, so the test waits for the cookie to be gone
+            page.wait_for_function(f"() => !document.cookie.includes('{ATTEMPT_COOKIE}=1')")
+            page.reload()
             expect(button).to_be_visible()
             expect(page.get_by_text("Nobody was signed in")).to_have_count(0)
 
