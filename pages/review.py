@@ -84,7 +84,7 @@ FOCUS_EDITOR_KEY, FOCUS_COUNT_KEY = "review_focus_editor", "review_focus_count" 
 SEEN_KEY = "review_seen"  # + _<step id>: the step's state as the page last drew it (watch_step)
 RUN_SEEN_KEY = "review_run_seen"  # (run id, its status, the next waiting step's id) as the page last drew them
 FOLLOW_KEY = "review_follow"  # (run id, step id) the page follows the run to at its next draw (watch_step)
-FOLLOWED_KEY = "review_followed"  # (step id, pending count, notice): why the page moved to the step it shows
+FOLLOWED_KEY = "review_followed"  # (step id, its pending count when first drawn, notice): why the page moved there
 REFRESH_S = 3  # seconds between two reads of decisions made elsewhere
 
 
@@ -315,10 +315,8 @@ def follow_run(step_id: int, now: review.StepState | None) -> None:
         return
     if nxt is not None and nxt.run_id == run.id:
         st.session_state[FOLLOW_KEY] = (nxt.run_id, nxt.id)
-        with Session(engine()) as session:
-            pending = queries.pending_operations_by_step(session, nxt.run_id).get(nxt.id, 0)
-        st.session_state[FOLLOWED_KEY] = (nxt.id, pending, f"Run {run.id} went on: {step_name(nxt)} waits for "
-                                                           "review (shown).")
+        st.session_state[FOLLOWED_KEY] = (nxt.id, None, f"Run {run.id} went on: {step_name(nxt)} waits for "
+                                                        "review (shown).")
     elif run.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
         FLASH.set("decisions", Outcome(run.status == JobStatus.COMPLETED, f"Run {run.id} ended: {run.status}."))
     st.rerun(scope="app")
@@ -330,10 +328,12 @@ def followed_notice(step_id: int, pending: int) -> None:
     followed = st.session_state.get(FOLLOWED_KEY)
     if followed is None:
         return
-    if followed[0] != step_id or followed[1] != pending:
+    shown_step, first_pending, notice = followed
+    if shown_step != step_id or first_pending not in (None, pending):
         del st.session_state[FOLLOWED_KEY]
         return
-    st.success(followed[2])
+    st.session_state[FOLLOWED_KEY] = (shown_step, pending, notice)
+    st.success(notice)
 
 
 def take_follow_request() -> None:

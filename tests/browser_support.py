@@ -76,11 +76,12 @@ def demo_database() -> Path:
     """A SQLite file migrated and holding the demo tasks, as `python -m core demo` leaves it (the same core
     function), made once per test process: each studio starts from a copy instead of a 15 s subprocess.
     tests/test_cli.py checks the `demo` command itself."""
+    from core.records.tasks.demos import ensure_demo_tasks
     from tests.conftest import settled_sqlite_file
 
     folder = tempfile.mkdtemp(prefix="tfgrpo-demo-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return settled_sqlite_file(Path(folder) / "demo.db", demo_tasks=True)
+    return settled_sqlite_file(Path(folder) / "demo.db", seed=ensure_demo_tasks)
 
 
 @contextmanager
@@ -90,9 +91,10 @@ def studio(tmp_path: Path, *, worker: bool = True, extra_env: dict | None = None
     there first with the demo tasks added (as `python -m core demo` does); both stopped afterwards, their logs kept
     in tmp_path. `port` when the test must know it beforehand (a redirect address), else a free one."""
     if (tmp_path / "studio.db").exists():
+        from core.records.tasks.demos import ensure_demo_tasks
         from tests.conftest import settled_sqlite_file
 
-        settled_sqlite_file(tmp_path / "studio.db", demo_tasks=True)
+        settled_sqlite_file(tmp_path / "studio.db", seed=ensure_demo_tasks)
     else:
         shutil.copyfile(demo_database(), tmp_path / "studio.db")
     database_url = f"sqlite:///{tmp_path / 'studio.db'}"

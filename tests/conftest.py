@@ -295,7 +295,7 @@ def demo_db(migrated_db, tmp_path_factory) -> Path:
     tests: the app creates them at its start, which each AppTest would otherwise pay again."""
     path = tmp_path_factory.mktemp("template") / "demo.db"
     shutil.copyfile(migrated_db, path)
-    return settled_sqlite_file(path, demo_tasks=True)
+    return settled_sqlite_file(path, seed=ensure_demo_tasks)
 
 
 @pytest.fixture(scope="session")
@@ -307,12 +307,10 @@ def demo_task_db(migrated_db, tmp_path_factory) -> Path:
     return settled_sqlite_file(path, seed=ensure_demo_task)
 
 
-def settled_sqlite_file(path: Path, *, demo_tasks: bool = False, seed: Callable | None = None) -> Path:
-    """`path` migrated to the newest revision (and with the demo tasks, as `python -m core demo` leaves it, or what
-    `seed(engine)` adds), its write-ahead log folded in, so that it is one complete file to copy."""
+def settled_sqlite_file(path: Path, *, seed: Callable | None = None) -> Path:
+    """`path` migrated to the newest revision (with what `seed(engine)` adds: `ensure_demo_tasks` leaves it as
+    `python -m core demo` does), its write-ahead log folded in, so that it is one complete file to copy."""
     engine = make_engine(f"sqlite:///{path}")
-    if demo_tasks:
-        ensure_demo_tasks(engine)
     if seed is not None:
         seed(engine)
     with engine.connect() as connection:
