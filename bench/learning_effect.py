@@ -91,6 +91,13 @@ BY_HAND = "default, by hand"  # the default path's examples, their answers writt
 REPLIES = ROOT / "bench" / "policy_replies.jsonl"
 FERNHILL_TASK = ROOT / "bench" / "fernhill_task.json"  # frozen (issue 52): never tuned on, never changed
 FERNHILL_MESSAGES = ROOT / "bench" / "fernhill_limits.jsonl"
+ALDERBANK_TASK = ROOT / "bench" / "alderbank_task.json"  # frozen (issue 59): never tuned on, never changed
+ALDERBANK_MESSAGES = ROOT / "bench" / "alderbank_permits.jsonl"
+FROZEN = {"fernhill": (FERNHILL_TASK, FERNHILL_MESSAGES), "alderbank": (ALDERBANK_TASK, ALDERBANK_MESSAGES)}
+PERSON = "a person's lessons"  # the ceiling: lessons a person who knows the task wrote from its facts (--person)
+PERSON_LESSONS = ROOT / "bench" / "person_lessons"  # <dataset>.txt: one lesson a line, imported as a person would
+# What a reply that copies the library's own block looks like: an entry's id or a worked example's field.
+COPIED_FORMAT = re.compile(r"\[E\d|Problem:")
 GOAL = 0.05  # the goal in bench/README.md: a gated library beats the empty library of its mode by 5 points, p < 0.05
 MODES = ("direct", "python")
 
@@ -142,6 +149,8 @@ DEFAULTS = {
                "validation_size": 8, "gate_k": 2, "modes": "direct"},
     "fernhill": {"train_limit": 0, "test_limit": 0, "epochs": 3, "batch_size": 8, "group_size": 5, "k": 2,
                  "validation_size": 8, "gate_k": 2, "modes": "direct"},
+    "alderbank": {"train_limit": 0, "test_limit": 0, "epochs": 3, "batch_size": 8, "group_size": 5, "k": 2,
+                  "validation_size": 8, "gate_k": 2, "modes": "direct"},
 }
 
 
@@ -190,6 +199,12 @@ class Arm:
     coverage: str | None = None  # core.domain.coverage's line for the arm's library on the train references
     uncovered_needs: list = field(default_factory=list)  # needs of the train references no example states
     refused_for_space: int = 0  # worked examples refused because the library was full (each the only of its need)
+    person: bool = False  # PERSON: no run; a person's lessons imported as a library of their own
+    copied_format: int = 0  # test replies that copy the library's block (an "[E1]" id or "Problem:")
+    replies: int = 0  # test replies with a text
+    shown_needs: int = 0  # test rollouts shown an entry stating each need of their message
+    shown_total: int = 0  # test rollouts of a library with a shown_ids list and a message with needs
+    shown_per_need: dict = field(default_factory=dict)  # need -> [shown it, rollouts]
 
     def total(self, key: str) -> float:
         return self.train_calls.get(key, 0) + self.eval_calls.get(key, 0)
@@ -274,13 +289,14 @@ def policy_records() -> tuple[list[dict], list[dict], list[str]]:
     return train, test, [f"policy_messages.jsonl: {len(train)} train and {len(test)} test messages"]
 
 
-def fernhill_records() -> tuple[list[dict], list[dict], list[dict], list[str]]:
-    """The second knowledge task's train, validation and test messages as {"query", "answer"}, split as the frozen
-    file gives them."""
-    rows = [json.loads(line) for line in FERNHILL_MESSAGES.read_text(encoding="utf-8").splitlines() if line.strip()]
+def frozen_records(dataset: str) -> tuple[list[dict], list[dict], list[dict], list[str]]:
+    """A frozen knowledge task's train, validation and test messages as {"query", "answer"}, split as its file
+    gives them."""
+    messages = FROZEN[dataset][1]
+    rows = [json.loads(line) for line in messages.read_text(encoding="utf-8").splitlines() if line.strip()]
     split = {name: [{"query": r["query"], "answer": r["reference"]} for r in rows if r["split"] == name]
              for name in ("train", VALIDATION, "test")}
-    note = (f"{FERNHILL_MESSAGES.name}: {len(split['train'])} train, {len(split[VALIDATION])} validation and "
+    note = (f"{messages.name}: {len(split['train'])} train, {len(split[VALIDATION])} validation and "
             f"{len(split['test'])} test messages")
     return split["train"], split[VALIDATION], split["test"], [note]
 
@@ -298,8 +314,8 @@ def task_settings(options: argparse.Namespace):
 
     common = {"name": TASK, "agent_mode": "direct", "policy_model": options.model,
               "learner_model": options.learner_model, "judge_model": options.learner_model}
-    if options.dataset == "fernhill":
-        frozen = json.loads(FERNHILL_TASK.read_text(encoding="utf-8"))
+    if options.dataset in FROZEN:
+        frozen = json.loads(FROZEN[options.dataset][0].read_text(encoding="utf-8"))
         return TaskSettings(description=frozen["description"], instructions=frozen["instructions"],
                             answer_format=frozen["answer_format"], reward_method=frozen["reward_method"],
                             reward_settings=frozen["reward_settings"], **common)
@@ -383,7 +399,41 @@ async def evaluate(engine, arm: Arm, options: argparse.Namespace, gateway) -> No
     with Session(engine) as session:
         arm.eval_calls = queries.call_totals(session, evaluation_id=arm.evaluation_id)
     per_policy(engine, arm)
+    reply_figures(engine, arm)
     progress(f"{arm.name}: evaluation {ev.status} in {arm.eval_s:.0f} s")
+
+
+def reply_figures(engine, arm: Arm) -> None:
+    """What the test replies show beside their reward (issue 59): how many copy the library's block (an entry's
+    "[E1]" id, a worked example's "Problem:") instead of answering, and for a library the retrieval hit rate: the
+    rollouts whose shown entries state every need of their message between them, overall and per need."""
+    from sqlmodel import Session
+
+    from core.domain.coverage import needs_of, needs_stated
+    from core.records.tasks.lookup import get_task
+    from storage import queries
+    from storage.tables import LibraryVersion
+
+    with Session(engine) as session:
+        task = get_task(session, TASK)
+        by_id = ({str(e.get("id")): e for e in session.get(LibraryVersion, arm.version_id).experiences}
+                 if arm.version_id is not None else {})
+        for sample in queries.samples(session, task.id, "test"):
+            needs = needs_of(task.reward_method, sample.reference, task.reward_settings)
+            for rollout in queries.evaluation_sample_rollouts(session, arm.evaluation_id, sample.id):
+                if rollout.response:
+                    arm.replies += 1
+                    arm.copied_format += bool(COPIED_FORMAT.search(rollout.response))
+                if not by_id or not needs or rollout.shown_ids is None:
+                    continue
+                stated = frozenset().union(*(needs_stated(by_id[i]["text"], needs) for i in rollout.shown_ids
+                                             if i in by_id))
+                arm.shown_total += 1
+                arm.shown_needs += needs <= stated
+                for need in needs:
+                    counts = arm.shown_per_need.setdefault(need.key, [0, 0])
+                    counts[0] += need in stated
+                    counts[1] += 1
 
 
 def per_policy(engine, arm: Arm) -> None:
@@ -580,6 +630,38 @@ async def by_hand(base: Path, default: Arm, empty: Arm, options: argparse.Namesp
     return arm
 
 
+def person_lessons(dataset: str) -> Path:
+    return PERSON_LESSONS / f"{dataset}.txt"
+
+
+async def person(base: Path, empty: Arm, selection: str, options: argparse.Namespace, gateway_for) -> Arm:
+    """PERSON: in a copy of the empty library's database, the lessons a person who knows the task wrote from its
+    facts (person_lessons), imported into a library of their own as the Library page or `library import` does,
+    under the default path's selection (`top_k 2` or `all`), evaluated like every arm and compared with the
+    empty library: the ceiling the learned library's gain is read against."""
+    from core.domain.library import examples
+    from core.records.library.selection import set_selection
+    from core.records.library.versions import import_library
+    from storage.db import make_engine
+
+    path = person_lessons(options.dataset)
+    arm = Arm(PERSON, mode=empty.mode, library="person", person=True, database=str(arm_database(base, "person")),
+              changes=[f"lessons by a person ({path.relative_to(ROOT)}), no run"])
+    copy_database(Path(empty.database), Path(arm.database))
+    engine = make_engine(f"sqlite:///{arm.database}", migrate=False)
+    version = import_library(engine, TASK, path.read_text(encoding="utf-8"), path.name, library_name="person")
+    mode, _, k = selection.partition(" ")
+    set_selection(engine, TASK, "person", mode, int(k) if k else None, "cli")
+    arm.version_id, arm.experiences = version.id, len(version.experiences)
+    arm.examples = len(examples(version.experiences))
+    arm.switches = {"selection": selection}
+    progress(f"{arm.name}: version {arm.version_id}, {arm.experiences} lessons from {path.name}, selection {selection}")
+    await evaluate(engine, arm, options, gateway_for(engine) if gateway_for else None)
+    compare(engine, empty, arm, options.seed)
+    engine.dispose()
+    return arm
+
+
 def arm_database(base: Path, library: str) -> Path:
     """Where an arm's copy of the database lives: `bench.db` -> `bench.lessons.db`."""
     safe = library.replace("+", "_")
@@ -640,7 +722,8 @@ def plan_arms(base: Path, options: argparse.Namespace) -> list[Arm]:
     return arms
 
 
-async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callable | None = None) -> list[Arm]:
+async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callable | None = None,
+                   selection: str = "all") -> list[Arm]:
     """The empty libraries first (the references), then every trained arm.
 
     Each empty library after the first is evaluated in a copy of the first's database (its agent mode set);
@@ -671,6 +754,8 @@ async def run_arms(base: Path, options: argparse.Namespace, gateway_for: Callabl
     default = next((arm for arm in arms if arm.name == DEFAULT_PATH), None)
     if options.by_hand and default is not None and default.version_id is not None:
         arms.append(await by_hand(base, default, empties[default.mode], options, gateway_for))
+    if options.person:
+        arms.append(await person(base, empties[options.train_mode], selection, options, gateway_for))
     direct, python = empties.get("direct"), empties.get("python")
     if direct and python:  # the python mode's empty library against the direct one's, in python's database
         engine = make_engine(f"sqlite:///{python.database}", migrate=False)
@@ -774,6 +859,10 @@ def arm_lines(arm: Arm) -> list[str]:
         return [f"{arm.name}: version {arm.version_id}, the default path's {arm.examples} examples with the answers "
                 f"written by a person ({Path(arm.database).name}); test evaluation {arm.eval_s:.0f} s; against the "
                 f"default path, paired (by hand minus default): {versus}"]
+    if arm.person:
+        return [f"{arm.name}: version {arm.version_id}, {arm.experiences} {arm.changes[0]} "
+                f"({Path(arm.database).name}), selection {arm.switches.get('selection')}; "
+                f"test evaluation {arm.eval_s:.0f} s"]
     status = arm.run_status + (f" ({arm.run_error})" if arm.run_error else "")
     head = (f"{arm.name}: run {arm.run_id} {status}; version {arm.version_id}, {entries(arm)} entries; "
             f"training {arm.train_s:.0f} s, test evaluation {arm.eval_s:.0f} s")
@@ -789,6 +878,32 @@ def arm_lines(arm: Arm) -> list[str]:
     decisions = ", ".join(f"{decision} {arm.gate_decisions.get(decision, 0)}"
                           for decision in ("passed", "failed", "skipped", "undecided"))
     return [head + f"; gate {arm.gate}: {decisions}", *(f"    {line}" for line in arm.gate_lines)]
+
+
+def reply_lines(arms: list[Arm]) -> list[str]:
+    """Per arm: the test replies that copy the library's block, and for a library the retrieval hit rate, overall
+    and per need; then the learned libraries' gain as a share of the person's lessons' gain."""
+    lines = ["", "replies that copy the library's block ([E1] or Problem:), and the retrieval hit rate (rollouts "
+             "shown an entry stating each need of their message):"]
+    for arm in arms:
+        line = f"  {arm.name}: copies {arm.copied_format} of {arm.replies} replies"
+        if arm.replies:
+            line += f" ({arm.copied_format / arm.replies:.1%})"
+        if arm.shown_total:
+            per_need = "; ".join(f"{need} {shown}/{total}" for need, (shown, total) in sorted(arm.shown_per_need.items()))
+            line += (f"; shown every need {arm.shown_needs} of {arm.shown_total} ({arm.shown_needs / arm.shown_total:.1%});"
+                     f" per need: {per_need}")
+        lines.append(line)
+    ceiling = next((a for a in arms if a.person and a.comparison), None)
+    if ceiling is not None and ceiling.comparison["delta"] > 0:
+        for arm in arms:
+            if arm.library is not None and not arm.person and arm.comparison:
+                lines.append(f"  {arm.name}: gain {arm.comparison['delta']:+.3f} = "
+                             f"{arm.comparison['delta'] / ceiling.comparison['delta']:.0%} of {PERSON}' "
+                             f"{ceiling.comparison['delta']:+.3f} (target: at least 80%)")
+    elif ceiling is not None:
+        lines.append(f"  {PERSON}: gain {ceiling.comparison['delta']:+.3f}, no ceiling to read a share against")
+    return lines
 
 
 def goal_line(arms: list[Arm]) -> str:
@@ -833,7 +948,7 @@ def report(arms: list[Arm], options: argparse.Namespace, command: str, notes: li
     lines = [f"{options.dataset}: {n} test queries x k={options.k}; policy {options.model}, learner "
              f"{options.learner_model}; Δ = Mean@{options.k} minus the empty library's of the same mode, paired per "
              "query (bootstrap 95% interval, sign test); detectable: the smallest Δ these queries detect (80% power)",
-             "", table(arms, options.k), "", goal_line(arms), *policy_lines(arms, options.k),
+             "", table(arms, options.k), "", goal_line(arms), *reply_lines(arms), *policy_lines(arms, options.k),
              *default_lines(arms, options, defaults),
              *(line for arm in arms for line in arm_lines(arm)), *errors, *failed,
              "calls: model calls made (cached: answered from the ledger, no cost; "
@@ -904,6 +1019,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"add the row `{BY_HAND}` where the default path ran (default: on for policy)")
     parser.add_argument("--replies", default=str(REPLIES),
                         help="hand-written replies, JSONL with query and reply (default: %(default)s)")
+    parser.add_argument("--person", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"add the row `{PERSON}`: bench/person_lessons/<dataset>.txt imported and evaluated "
+                             "under the default path's selection (default: on where that file exists)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
     parser.add_argument("--db", default=None, help="new SQLite file to keep (default: a temporary one)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -918,6 +1036,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     options.learner_model = options.learner_model or options.model
     if options.by_hand is None:
         options.by_hand = options.dataset == "policy"
+    if options.person is None:
+        options.person = person_lessons(options.dataset).exists()
+    elif options.person and not person_lessons(options.dataset).exists():
+        parser.error(f"--person: {person_lessons(options.dataset)} does not exist")
     options.train_limit = options.train_limit or None
     options.test_limit = options.test_limit or None
     for name in ("epochs", "batch_size", "group_size", "k", "gate_k", "direct_count"):
@@ -950,8 +1072,8 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
     validation = None
     if options.dataset == "policy":
         train, test, notes = policy_records()
-    elif options.dataset == "fernhill":
-        train, validation, test, notes = fernhill_records()
+    elif options.dataset in FROZEN:
+        train, validation, test, notes = frozen_records(options.dataset)
     else:
         (train, train_note), (test, test_note) = read_records(Path(options.train)), read_records(Path(options.test))
         notes = [train_note, test_note]
@@ -966,9 +1088,9 @@ def main(argv: list[str] | None = None, *, gateway_for: Callable | None = None) 
         with command_line_job() if gateway_for is None else nullcontext():
             if gateway_for is None:
                 load_models(options)
-            arms = asyncio.run(run_arms(base, options, gateway_for))
+            arms = asyncio.run(run_arms(base, options, gateway_for, defaults[0]["selection"]))
     for arm in arms:
-        if arm.library is not None and not arm.by_hand:
+        if arm.library is not None and not arm.by_hand and not arm.person:
             arm.changes = (["a direct run: experiences asked for, no rollouts"] if arm.plan["direct"]
                            else switch_changes(arm.switches, defaults[0]))
     result = to_json(arms, options, command, splits, notes, defaults)

@@ -282,3 +282,30 @@ def test_the_second_knowledge_task_takes_its_validation_split_from_its_own_file(
     assert set(rows["empty (direct)"]["per_policy"]) == {"rate limit per API key: 600 requests per minute",
                                                          "maximum request body size: 25 MB", "log retention: 14 days"}
     assert "default, by hand" not in rows
+
+
+def test_a_persons_lessons_are_a_row_and_every_arm_counts_copied_blocks_and_what_it_was_shown(tmp_path, capsys,
+                                                                                                scripted):
+    """Issue 59: where bench/person_lessons/<dataset>.txt exists, its lessons are imported into a library of their
+    own under the default path's selection and evaluated as the ceiling; every arm counts the test replies that
+    copy the library's block, and a library's rows count the rollouts shown an entry stating their message's need."""
+    def gateway_for(engine):
+        _model, gateway = scripted(engine, rollout="[E1] Problem: my upload fails. Answer: In your case: 25 MB.",
+                                   example="no JSON here")
+        return gateway
+
+    result = main(["--dataset", "fernhill", "--arms", "default", "--train-limit", "4", "--validation-size", "4",
+                   "--test-limit", "3", "--k", "1", "--group-size", "2", "--epochs", "1", "--batch-size", "4"],
+                  gateway_for=gateway_for)
+    rows = {row["name"]: row for row in result["rows"]}
+    assert list(rows) == ["empty (direct)", "default", "a person's lessons"]
+    person = rows["a person's lessons"]
+    lessons = Path("bench/person_lessons/fernhill.txt").read_text().splitlines()
+    assert person["person"] and person["experiences"] == len(lessons) and person["examples"] == 0
+    assert person["switches"] == {"selection": "top_k 2"} and person["reference"] == "empty (direct)"
+    assert all(row["copied_format"] == row["replies"] == 3 for row in rows.values())
+    assert person["shown_total"] == 3 and sum(t for _s, t in person["shown_per_need"].values()) == 3
+    assert 0 <= person["shown_needs"] == sum(s for s, _t in person["shown_per_need"].values()) <= 3
+    assert rows["empty (direct)"]["shown_total"] == 0  # nothing is shown from an empty library
+    out = capsys.readouterr().out
+    assert "copies 3 of 3 replies (100.0%)" in out and f"shown every need {person['shown_needs']} of 3" in out

@@ -15,7 +15,7 @@ import pytest
 from sqlmodel import Session, select
 
 from core.domain.datasets import formula_like, parse_dataset_file
-from core.domain.reference_answers import reference_parts, template_reply
+from core.domain.reference_answers import Part, reference_parts, template_reply
 from core.domain.rewards import METHODS, parse_facts, score
 from core.errors import InvalidInput
 from core.grpo.reference_side import REFERENCE_SIDE_NOTE, learned_from_reference
@@ -453,9 +453,13 @@ def test_the_template_states_every_reference_of_the_demo_so_that_it_scores():
                        "We offer refund to the original payment method within 7 business days.",
                        "Your ticket reference is PC-47758, made of PC- and your order number.",
                        "Damaged or unsafe items go to Quality Desk."]
-    reply = template_reply(reference_parts("contains_all", "7 years;LK-72886"))
-    assert reply == "We can confirm 7 years. Your reference is LK-72886."
-    assert score("contains_all", reply, "7 years;LK-72886").value == 1.0
+    for reference, expected in (("7 years;LK-72886", "In your case: 7 years and LK-72886."),
+                                ("APP-5;P4", "In your case: APP-5 and P4."),  # a queue and a priority, no field
+                                ("0800 123 456;Tuesday;FORM-7", "In your case: 0800 123 456, Tuesday and FORM-7.")):
+        reply = template_reply(reference_parts("contains_all", reference))
+        assert reply == expected and "reference is" not in reply  # no sentence of the shop's about what a value is
+        assert score("contains_all", reply, reference).value == 1.0
     phrases = {"phrases": ["Quality Desk", "PC-"]}  # the task's phrases are the parts its reward counts
-    assert template_reply(reference_parts("contains_all", "ignored", phrases)) == (
-        "We can confirm Quality Desk. We can also confirm PC-.")
+    assert template_reply(reference_parts("contains_all", "ignored", phrases)) == "In your case: Quality Desk and PC-."
+    mixed = [Part("return window", "45 days"), Part("", "LK-51294")]  # a labelled fact, then a bare value
+    assert template_reply(mixed) == "Our return window is 45 days. In your case: LK-51294."

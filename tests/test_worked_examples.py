@@ -284,7 +284,7 @@ def test_where_the_learner_cannot_write_the_reply_a_template_states_the_referenc
         [op] = s.exec(select(Operation)).all()
         advantage = s.exec(select(Advantage)).one()
         sample = s.get(Sample, advantage.sample_id)
-    assert op.text == f"Problem: {sample.query} Answer: We can confirm {sample.reference}." and op.status == "applied"
+    assert op.text == f"Problem: {sample.query} Answer: In your case: {sample.reference}." and op.status == "applied"
     assert "a sentence per part" in advantage.text
     assert score("math", op.text.split(" Answer: ")[1], sample.reference).value == 1.0
 

@@ -104,20 +104,27 @@ def _yours(aside: str) -> str:
 
 
 def template_reply(parts: Sequence[Part]) -> str:
-    """One sentence per part, for any task, in a reply's voice: a labelled fact as fact_sentence writes it, a code
-    as "Your reference is LK-72886.", any other part as "We can confirm 7 years." (then "We can also confirm
-    ..."), never a quiz's "The answer is" (a person replying to a customer does not write that). Each part's
-    words stay exactly as the reference has them, so the reward that counts those parts finds every one."""
-    sentences, answered = [], False
+    """One sentence per labelled part, for any task, in a reply's voice (as fact_sentence writes it), and the parts
+    without a label together in one sentence that claims nothing about what they are: "In your case: APP-5 and
+    P4." A reference without field names says only its values, and any sentence about what a value is would be
+    one task's guess: the shop's "Your reference is ..." turned a queue and a priority into "Your reference is
+    APP-5. Your reference is P4." on an IT desk (issue 59). Never a quiz's "The answer is". Each part's words stay
+    exactly as the reference has them, so the reward that counts those parts finds every one."""
+    sentences: list[str] = []
+    values = [part.text for part in parts if not part.label]
     for part in parts:
         if part.label:
             sentences.append(fact_sentence(part.label, part.text))
-        elif _CODE.fullmatch(part.text):
-            sentences.append(_sentence(f"Your reference is {part.text}"))
-        else:
-            sentences.append(_sentence(f"{'We can also confirm' if answered else 'We can confirm'} {part.text}"))
-            answered = True
+        elif values:
+            sentences.append(_sentence(f"In your case: {_listed(values)}"))
+            values = []
     return " ".join(sentences)
+
+
+def _listed(values: Sequence[str]) -> str:
+    """Values as a list in prose: "a", "a and b", "a, b and c"."""
+    values = [" ".join(value.split()).rstrip(".") for value in values]
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
 
 
 def example_text(query: str, answer: str) -> str:
